@@ -1,0 +1,167 @@
+"""Address decoding: which region, which populated range, which register or memory byte.
+
+Accesses may be of any size and alignment and may span regions, as long as every byte lies in a
+populated range; anything else raises :class:`BusError` naming the first bad address (DESIGN.md:
+"never silent zeros").
+"""
+from __future__ import annotations
+
+import bisect
+from typing import Callable
+
+import numpy as np
+
+from .description import Description, Region
+from .errors import BusError
+from .registers import RegisterFile
+
+MemWriteHook = Callable[[Region, int, bytes], bool]  # (region, address, data) -> handled
+
+
+class Memory:
+    """Backing store of one memory region (bytes); stores only the bits ``word_mask`` keeps."""
+
+    def __init__(self, region: Region) -> None:
+        self.region = region
+        self.data = np.zeros(region.size, dtype=np.uint8)
+        period = 4 * len(region.word_mask)
+        pattern = np.frombuffer(np.array(region.word_mask, dtype="<u4").tobytes(), dtype=np.uint8)
+        self._full = bool(np.all(pattern == 0xFF))
+        self._pattern, self._period = pattern, period
+
+    def read(self, off: int, n: int) -> bytes:
+        return self.data[off:off + n].tobytes()
+
+    def write(self, off: int, data: bytes) -> None:
+        buf = np.frombuffer(data, dtype=np.uint8)
+        if not self._full:
+            idx = (np.arange(off, off + len(buf)) % self._period)
+            buf = buf & self._pattern[idx]
+        self.data[off:off + len(buf)] = buf
+
+    def clear(self) -> None:
+        self.data[:] = 0
+
+
+class Bus:
+    """Decodes addresses of one device onto its register file and memories."""
+
+    def __init__(self, description: Description, regs: RegisterFile) -> None:
+        self.description = description
+        self.regs = regs
+        self.regions = list(description.regions)
+        self._bases = [r.base for r in self.regions]
+        self.memories: dict[str, Memory] = {
+            r.name: Memory(r) for r in self.regions if r.kind not in ("registers", "pseudo")}
+        self._write_hooks: dict[str, MemWriteHook] = {}
+        #: (start, end) ranges flattened and sorted, with their region, for fast decoding
+        pops = sorted((s, e, r) for r in self.regions for s, e in r.populated)
+        self._pop_starts = [p[0] for p in pops]
+        self._pops = pops
+
+    def on_memory_write(self, region_name: str, hook: MemWriteHook) -> None:
+        """Route bus writes to a memory region through ``hook`` (e.g. MRAM staging)."""
+        self._write_hooks[region_name] = hook
+
+    def region_at(self, addr: int) -> Region | None:
+        i = bisect.bisect_right(self._bases, addr) - 1
+        if i >= 0 and addr < self.regions[i].end:
+            return self.regions[i]
+        return None
+
+    def _populated(self, addr: int) -> tuple[int, int, Region]:
+        i = bisect.bisect_right(self._pop_starts, addr) - 1
+        if i >= 0:
+            s, e, r = self._pops[i]
+            if addr < e:
+                return s, e, r
+        region = self.region_at(addr)
+        if region is None:
+            raise BusError(addr, f"not mapped in {self.description.name}")
+        raise BusError(addr, f"not populated (inside region {region.name})")
+
+    def is_mapped(self, addr: int, size: int = 1) -> bool:
+        try:
+            self._chunks(addr, size)
+        except BusError:
+            return False
+        return True
+
+    def _chunks(self, addr: int, size: int) -> list[tuple[int, int, Region]]:
+        out = []
+        end = addr + size
+        if addr < 0 or end > 1 << 32:
+            raise BusError(addr & 0xFFFFFFFF, "outside the 32-bit address space")
+        while addr < end:
+            s, e, r = self._populated(addr)
+            n = min(e, end) - addr
+            out.append((addr, n, r))
+            addr += n
+        return out
+
+    def read(self, addr: int, size: int) -> bytes:
+        parts = []
+        for a, n, r in self._chunks(addr, size):
+            if r.kind in ("registers", "pseudo"):
+                parts.append(self._read_regs(a, n))
+            else:
+                parts.append(self.memories[r.name].read(a - r.base, n))
+        return b"".join(parts)
+
+    def write(self, addr: int, data: bytes) -> None:
+        chunks = self._chunks(addr, len(data))  # check all before writing any
+        pos = 0
+        for a, n, r in chunks:
+            piece = bytes(data[pos:pos + n])
+            pos += n
+            if r.kind in ("registers", "pseudo"):
+                self._write_regs(a, piece)
+            else:
+                hook = self._write_hooks.get(r.name)
+                if hook is None or not hook(r, a, piece):
+                    self.memories[r.name].write(a - r.base, piece)
+
+    def memory_at(self, addr: int) -> tuple[Memory, int]:
+        """The memory holding ``addr`` and the offset in it (for device models and kernels)."""
+        _, _, r = self._populated(addr)
+        if r.name not in self.memories:
+            raise BusError(addr, f"{r.name} is a register window, not memory")
+        return self.memories[r.name], addr - r.base
+
+    # -- registers: word-wise, any byte lanes -------------------------------------------------
+    def _reg_at(self, word: int):
+        reg = self.description.register_at(word)
+        if reg is None:
+            raise BusError(word, "no register at this address (reserved)")
+        return reg
+
+    def _read_regs(self, addr: int, n: int) -> bytes:
+        out = bytearray()
+        end = addr + n
+        word = addr & ~3
+        while word < end:
+            value = self.regs.read(self._reg_at(word))
+            raw = value.to_bytes(4, "little")
+            lo, hi = max(addr, word) - word, min(end, word + 4) - word
+            out += raw[lo:hi]
+            word += 4
+        return bytes(out)
+
+    def _write_regs(self, addr: int, data: bytes) -> None:
+        end = addr + len(data)
+        # check every word first so a bad access writes nothing
+        words = list(range(addr & ~3, end, 4))
+        regs = [self._reg_at(w) for w in words]
+        for word, reg in zip(words, regs):
+            lo, hi = max(addr, word) - word, min(end, word + 4) - word
+            raw = bytearray(4)
+            raw[lo:hi] = data[word + lo - addr:word + hi - addr]
+            lanes = int.from_bytes(bytes(0xFF if lo <= i < hi else 0 for i in range(4)), "little")
+            self.regs.write(reg, int.from_bytes(raw, "little"), lanes)
+
+    def snapshot(self) -> dict[str, np.ndarray]:
+        return {k: m.data.copy() for k, m in self.memories.items()}
+
+    def restore(self, snap: dict[str, np.ndarray]) -> None:
+        for k, arr in snap.items():
+            self.memories[k].data[:] = arr

@@ -1,0 +1,422 @@
+"""Device descriptions: the one source of truth for regions, registers and fields.
+
+A description is a TOML file in ``configs/`` (format documented in ``docs/description-format.md``).
+It is parsed once into frozen dataclasses; the register file, the bus, target.xml, the memory map,
+the SVD export and the TUI are all generated from these objects, so they cannot drift apart.
+
+Errors name the file and the entry (``configs/max78000.toml: block 'quadrant' register 'CTRL'
+field 'cnn_en': ...``) so a typo in a 2000-register map is found in one step.
+"""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterable
+
+from .errors import DescriptionError
+
+#: Access kinds of a field. ``rw`` read/write; ``ro`` read-only (writes ignored); ``wo`` write-only
+#: (reads 0); ``w1c`` write 1 to clear; ``w1s`` write 1 to set; ``rsvd`` reserved (reads 0,
+#: writes ignored).
+ACCESS_KINDS = ("rw", "ro", "wo", "w1c", "w1s", "rsvd")
+
+REGION_KINDS = ("registers", "ram", "weights", "bias", "tram", "pseudo")
+
+
+@dataclass(frozen=True)
+class EnumValue:
+    value: int
+    name: str
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    lsb: int
+    msb: int
+    access: str = "rw"
+    reset: int = 0
+    doc: str = ""
+    enums: tuple[EnumValue, ...] = ()
+
+    @property
+    def width(self) -> int:
+        return self.msb - self.lsb + 1
+
+    @property
+    def mask(self) -> int:
+        return ((1 << self.width) - 1) << self.lsb
+
+    def extract(self, value: int) -> int:
+        return (value >> self.lsb) & ((1 << self.width) - 1)
+
+    def enum_name(self, value: int) -> str | None:
+        for e in self.enums:
+            if e.value == value:
+                return e.name
+        return None
+
+
+@dataclass(frozen=True)
+class RegisterDef:
+    """One register as written in the description; ``count`` > 1 makes it an array."""
+
+    name: str  # may hold "{i}" for arrays
+    offset: int
+    count: int = 1
+    stride: int = 4
+    doc: str = ""
+    fields: tuple[Field, ...] = ()
+    aliases: tuple[str, ...] = ()
+    bits: int = 32
+
+    @property
+    def type_id(self) -> str:
+        return self.name.replace("{i}", "n")
+
+
+@dataclass(frozen=True)
+class Register:
+    """One architected register instance at one address."""
+
+    name: str
+    address: int
+    definition: RegisterDef
+    block: str  # block instance name
+    group: str
+    index: int = 0  # array index (0 for singles)
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def fields(self) -> tuple[Field, ...]:
+        return self.definition.fields
+
+    @property
+    def doc(self) -> str:
+        return self.definition.doc
+
+    @property
+    def bits(self) -> int:
+        return self.definition.bits
+
+    @property
+    def reset(self) -> int:
+        return sum((f.reset << f.lsb) for f in self.fields) & 0xFFFFFFFF
+
+    def mask_of(self, *kinds: str) -> int:
+        """Bit mask of the fields whose access is one of ``kinds``."""
+        m = 0
+        for f in self.fields:
+            if f.access in kinds:
+                m |= f.mask
+        return m
+
+    def decode(self, value: int) -> list[tuple[Field, int]]:
+        return [(f, f.extract(value)) for f in self.fields]
+
+
+@dataclass(frozen=True)
+class BlockInstance:
+    """A register block placed at one base address (a quadrant, the global block, ...)."""
+
+    name: str
+    base: int
+    size: int
+    group: str
+    doc: str
+    registers: tuple[Register, ...]
+    kind_name: str  # name of the block definition (shared by all instances)
+
+
+@dataclass(frozen=True)
+class Region:
+    """An address window. ``populated`` lists the absolute [start, end) ranges that exist;
+    everything else inside [base, base+size) is addressable but not populated (accesses fault).
+
+    ``word_mask`` describes which bits of each 32-bit word a memory stores, repeating every
+    ``4*len(word_mask)`` bytes (MRAM keeps 72 of every 128 bits, BRAM 8 of 32)."""
+
+    name: str
+    kind: str
+    base: int
+    size: int
+    populated: tuple[tuple[int, int], ...]
+    doc: str = ""
+    word_mask: tuple[int, ...] = (0xFFFFFFFF,)
+    block: str | None = None  # register block instance served by this window
+    group: str = ""  # e.g. quadrant name, for the TUI and the memory map
+
+    @property
+    def end(self) -> int:
+        return self.base + self.size
+
+
+@dataclass(frozen=True)
+class Description:
+    name: str
+    title: str
+    source: str  # file the description came from
+    doc: str
+    cpu_name: str
+    regions: tuple[Region, ...]
+    blocks: tuple[BlockInstance, ...]
+    registers: tuple[Register, ...] = field(default=())
+    pc_doc: str = ""
+
+    def __post_init__(self) -> None:
+        regs = tuple(r for b in self.blocks for r in b.registers)
+        object.__setattr__(self, "registers", regs)
+        by_name: dict[str, Register] = {}
+        by_addr: dict[int, Register] = {}
+        for r in regs:
+            for n in (r.name, *r.aliases):
+                if n in by_name:
+                    raise DescriptionError(self.source, f"register {n!r}", "name is used twice")
+                by_name[n] = r
+            if r.address in by_addr:
+                raise DescriptionError(
+                    self.source, f"register {r.name!r}",
+                    f"address {r.address:#010x} is already taken by {by_addr[r.address].name!r}")
+            by_addr[r.address] = r
+        object.__setattr__(self, "_by_name", by_name)
+        object.__setattr__(self, "_by_addr", by_addr)
+
+    def register(self, name: str) -> Register:
+        try:
+            return self._by_name[name]  # type: ignore[attr-defined]
+        except KeyError:
+            raise KeyError(f"{self.name}: no register named {name!r}") from None
+
+    def find_register(self, name: str) -> Register | None:
+        return self._by_name.get(name)  # type: ignore[attr-defined]
+
+    def register_at(self, address: int) -> Register | None:
+        return self._by_addr.get(address)  # type: ignore[attr-defined]
+
+    def groups(self) -> list[str]:
+        seen: list[str] = []
+        for b in self.blocks:
+            if b.group not in seen:
+                seen.append(b.group)
+        return seen
+
+
+# --------------------------------------------------------------------------------------------
+# Loader
+
+
+def _int(v: Any, where: str, src: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise DescriptionError(src, where, f"expected an integer, got {v!r}")
+    return v
+
+
+def _bits(v: Any, where: str, src: str) -> tuple[int, int]:
+    """Accept ``"7:4"``, ``"3"``, ``[7, 4]`` or an int; return (msb, lsb)."""
+    try:
+        if isinstance(v, int) and not isinstance(v, bool):
+            return v, v
+        if isinstance(v, str):
+            parts = v.split(":")
+            msb, lsb = int(parts[0]), int(parts[-1])
+        else:
+            msb, lsb = int(v[0]), int(v[-1])
+    except (ValueError, TypeError, IndexError):
+        raise DescriptionError(src, where, f"bits must look like '7:4' or '3', got {v!r}") from None
+    if msb < lsb or lsb < 0 or msb > 63:
+        raise DescriptionError(src, where, f"bad bit range {v!r}")
+    return msb, lsb
+
+
+def _check_keys(d: dict, allowed: Iterable[str], where: str, src: str) -> None:
+    extra = set(d) - set(allowed)
+    if extra:
+        raise DescriptionError(src, where, f"unknown key(s) {sorted(extra)}")
+
+
+def _parse_field(d: dict, reg_access: str, where: str, src: str) -> Field:
+    _check_keys(d, ("name", "bits", "access", "reset", "doc", "enum"), where, src)
+    if "name" not in d:
+        raise DescriptionError(src, where, "field has no name")
+    where = f"{where} field {d['name']!r}"
+    if "bits" not in d:
+        raise DescriptionError(src, where, "missing 'bits'")
+    msb, lsb = _bits(d["bits"], where, src)
+    access = d.get("access", reg_access)
+    if access not in ACCESS_KINDS:
+        raise DescriptionError(src, where, f"access {access!r} is not one of {ACCESS_KINDS}")
+    reset = _int(d.get("reset", 0), where, src)
+    if reset >> (msb - lsb + 1):
+        raise DescriptionError(src, where, f"reset {reset:#x} does not fit in bits {msb}:{lsb}")
+    enums = []
+    for e in d.get("enum", []):
+        if not (isinstance(e, list) and len(e) in (2, 3)):
+            raise DescriptionError(src, where, f"enum entries are [value, name(, doc)], got {e!r}")
+        enums.append(EnumValue(_int(e[0], where, src), str(e[1]), str(e[2]) if len(e) > 2 else ""))
+    return Field(d["name"], lsb, msb, access, reset, d.get("doc", ""), tuple(enums))
+
+
+def _parse_register(d: dict, where: str, src: str) -> RegisterDef:
+    _check_keys(d, ("name", "offset", "count", "stride", "doc", "field", "access", "aliases",
+                    "reset", "bits"), where, src)
+    if "name" not in d:
+        raise DescriptionError(src, where, "register has no name")
+    where = f"{where} register {d['name']!r}"
+    if "offset" not in d:
+        raise DescriptionError(src, where, "missing 'offset'")
+    access = d.get("access", "rw")
+    nbits = _int(d.get("bits", 32), where, src)
+    fields = tuple(_parse_field(f, access, where, src) for f in d.get("field", []))
+    if not fields:  # a register without fields is one field spanning it
+        fields = (Field("value", 0, nbits - 1, access, _int(d.get("reset", 0), where, src)),)
+    used = 0
+    for f in fields:
+        if f.mask & used:
+            raise DescriptionError(src, f"{where} field {f.name!r}", "overlaps another field")
+        if f.msb >= nbits:
+            raise DescriptionError(src, f"{where} field {f.name!r}", f"beyond bit {nbits - 1}")
+        used |= f.mask
+    names = [f.name for f in fields]
+    if len(set(names)) != len(names):
+        raise DescriptionError(src, where, "two fields have the same name")
+    rdef = RegisterDef(d["name"], _int(d["offset"], where, src), _int(d.get("count", 1), where, src),
+                       _int(d.get("stride", 4), where, src), d.get("doc", ""), fields,
+                       tuple(d.get("aliases", ())), nbits)
+    if "reset" in d and "field" in d:
+        computed = sum(f.reset << f.lsb for f in fields)
+        if computed != d["reset"]:
+            raise DescriptionError(src, where, f"reset {d['reset']:#x} disagrees with the field "
+                                   f"resets, which give {computed:#x}")
+    if rdef.count > 1 and "{i}" not in rdef.name:
+        raise DescriptionError(src, where, "an array register needs '{i}' in its name")
+    return rdef
+
+
+def _expand(template: str, **kw: int) -> str:
+    out = template
+    for k, v in kw.items():
+        out = out.replace("{" + k + "}", str(v))
+    return out
+
+
+def parse_description(data: dict, source: str) -> Description:
+    """Turn the parsed TOML of a description into a :class:`Description`."""
+    src = source
+    _check_keys(data, ("device", "block", "region"), "top level", src)
+    dev = data.get("device")
+    if not isinstance(dev, dict) or "name" not in dev:
+        raise DescriptionError(src, "[device]", "missing table with a 'name'")
+    _check_keys(dev, ("name", "title", "doc", "cpu_name", "pc_doc"), "[device]", src)
+
+    blocks: list[BlockInstance] = []
+    block_names: set[str] = set()
+    for bi, b in enumerate(data.get("block", [])):
+        where = f"block #{bi}"
+        _check_keys(b, ("name", "base", "size", "instances", "stride", "group", "doc", "prefix",
+                        "register"), where, src)
+        if "name" not in b:
+            raise DescriptionError(src, where, "block has no name")
+        where = f"block {b['name']!r}"
+        for key in ("base", "size"):
+            if key not in b:
+                raise DescriptionError(src, where, f"missing {key!r}")
+        rdefs = [_parse_register(r, where, src) for r in b.get("register", [])]
+        n_inst = _int(b.get("instances", 1), where, src)
+        for n in range(n_inst):
+            base = _int(b["base"], where, src) + n * _int(b.get("stride", 0), where, src)
+            iname = _expand(b["name"], n=n)
+            if iname in block_names:
+                raise DescriptionError(src, where, f"instance name {iname!r} repeats; use '{{n}}'")
+            block_names.add(iname)
+            group = _expand(b.get("group", iname), n=n)
+            prefix = _expand(b.get("prefix", ""), n=n)
+            regs: list[Register] = []
+            for rd in rdefs:
+                for i in range(rd.count):
+                    off = rd.offset + i * rd.stride
+                    if off + rd.bits // 8 > b["size"]:
+                        raise DescriptionError(src, f"{where} register {rd.name!r}",
+                                               f"offset {off:#x} is outside the block size "
+                                               f"{b['size']:#x}")
+                    name = prefix + _expand(rd.name, i=i, n=n)
+                    aliases = tuple(_expand(a, i=i, n=n) for a in rd.aliases)
+                    regs.append(Register(name, base + off, rd, iname, group, i, aliases))
+            blocks.append(BlockInstance(iname, base, b["size"], group, _expand(b.get("doc", ""), n=n),
+                                        tuple(regs), b["name"]))
+
+    regions: list[Region] = []
+    for ri, r in enumerate(data.get("region", [])):
+        where = f"region #{ri}"
+        _check_keys(r, ("name", "kind", "base", "size", "populated", "doc", "word_mask", "block",
+                        "repeat", "group"), where, src)
+        if "name" not in r:
+            raise DescriptionError(src, where, "region has no name")
+        where = f"region {r['name']!r}"
+        kind = r.get("kind", "ram")
+        if kind not in REGION_KINDS:
+            raise DescriptionError(src, where, f"kind {kind!r} is not one of {REGION_KINDS}")
+        for key in ("base", "size"):
+            if key not in r:
+                raise DescriptionError(src, where, f"missing {key!r}")
+        repeats = r.get("repeat", [])
+        # repeat = [["q", 4, 0x400000], ["p", 16, 0x4000]]: a cartesian product of instances
+        combos: list[tuple[dict[str, int], int]] = [({}, 0)]
+        for rep in repeats:
+            if not (isinstance(rep, list) and len(rep) == 3):
+                raise DescriptionError(src, where, f"repeat entries are [var, count, stride], "
+                                       f"got {rep!r}")
+            var, count, stride = rep
+            combos = [({**vars_, var: k}, off + k * stride) for vars_, off in combos
+                      for k in range(count)]
+        for vars_, off in combos:
+            base = _int(r["base"], where, src) + off
+            size = _int(r["size"], where, src)
+            pops = r.get("populated", [[0, size]])
+            populated = []
+            for p in pops:
+                if not (isinstance(p, list) and len(p) == 2 and 0 <= p[0] < p[1] <= size):
+                    raise DescriptionError(src, where, f"populated range {p!r} must be "
+                                           f"[start, end) inside the size {size:#x}")
+                populated.append((base + p[0], base + p[1]))
+            wm = tuple(_int(x, where, src) for x in r.get("word_mask", [0xFFFFFFFF]))
+            block = _expand(r["block"], **vars_) if "block" in r else None
+            if block is not None and block not in block_names:
+                raise DescriptionError(src, where, f"names block {block!r}, which does not exist")
+            regions.append(Region(_expand(r["name"], **vars_), kind, base, size, tuple(populated),
+                                  r.get("doc", ""), wm, block, _expand(r.get("group", ""), **vars_)))
+    regions.sort(key=lambda x: x.base)
+    for a, b in zip(regions, regions[1:]):
+        if b.base < a.end:
+            raise DescriptionError(src, f"region {b.name!r}", f"overlaps region {a.name!r}")
+    # every register must lie in a populated part of a registers region
+    for blk in blocks:
+        for reg in blk.registers:
+            if not any(rg.kind in ("registers", "pseudo") and s <= reg.address < e
+                       for rg in regions for s, e in rg.populated):
+                raise DescriptionError(src, f"block {blk.kind_name!r} register {reg.name!r}",
+                                       f"address {reg.address:#010x} is in no populated "
+                                       f"registers region")
+    return Description(dev["name"], dev.get("title", dev["name"]), src, dev.get("doc", ""),
+                       dev.get("cpu_name", dev["name"]), tuple(regions), tuple(blocks),
+                       pc_doc=dev.get("pc_doc", ""))
+
+
+def load_description(name_or_path: str | Path) -> Description:
+    """Load ``configs/<name>.toml`` (a bundled device) or a path to a description file."""
+    p = Path(name_or_path)
+    if p.suffix == ".toml" and p.exists():
+        text, source = p.read_text(encoding="utf-8"), str(p)
+    else:
+        try:
+            res = resources.files("accelstub.configs").joinpath(f"{name_or_path}.toml")
+            text, source = res.read_text(encoding="utf-8"), f"configs/{name_or_path}.toml"
+        except (FileNotFoundError, ModuleNotFoundError):
+            raise DescriptionError(str(name_or_path), "file", "no such description") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise DescriptionError(source, "TOML syntax", str(e)) from None
+    return parse_description(data, source)
