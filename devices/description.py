@@ -238,10 +238,10 @@ def _check_keys(d: dict, allowed: Iterable[str], where: str, src: str) -> None:
 
 
 def _parse_field(d: dict, reg_access: str, where: str, src: str) -> Field:
-    _check_keys(d, ("name", "bits", "access", "reset", "doc", "enum"), where, src)
     if "name" not in d:
         raise DescriptionError(src, where, "field has no name")
     where = f"{where} field {d['name']!r}"
+    _check_keys(d, ("name", "bits", "access", "reset", "doc", "enum"), where, src)
     if "bits" not in d:
         raise DescriptionError(src, where, "missing 'bits'")
     msb, lsb = _bits(d["bits"], where, src)
@@ -260,11 +260,11 @@ def _parse_field(d: dict, reg_access: str, where: str, src: str) -> Field:
 
 
 def _parse_register(d: dict, where: str, src: str) -> RegisterDef:
-    _check_keys(d, ("name", "offset", "count", "stride", "doc", "field", "access", "aliases",
-                    "reset", "bits"), where, src)
     if "name" not in d:
         raise DescriptionError(src, where, "register has no name")
     where = f"{where} register {d['name']!r}"
+    _check_keys(d, ("name", "offset", "count", "stride", "doc", "field", "access", "aliases",
+                    "reset", "bits"), where, src)
     if "offset" not in d:
         raise DescriptionError(src, where, "missing 'offset'")
     access = d.get("access", "rw")
@@ -315,11 +315,11 @@ def parse_description(data: dict, source: str) -> Description:
     block_names: set[str] = set()
     for bi, b in enumerate(data.get("block", [])):
         where = f"block #{bi}"
-        _check_keys(b, ("name", "base", "size", "instances", "stride", "group", "doc", "prefix",
-                        "register"), where, src)
         if "name" not in b:
             raise DescriptionError(src, where, "block has no name")
         where = f"block {b['name']!r}"
+        _check_keys(b, ("name", "base", "size", "instances", "stride", "group", "doc", "prefix",
+                        "register"), where, src)
         for key in ("base", "size"):
             if key not in b:
                 raise DescriptionError(src, where, f"missing {key!r}")
@@ -350,11 +350,11 @@ def parse_description(data: dict, source: str) -> Description:
     regions: list[Region] = []
     for ri, r in enumerate(data.get("region", [])):
         where = f"region #{ri}"
-        _check_keys(r, ("name", "kind", "base", "size", "populated", "doc", "word_mask", "block",
-                        "repeat", "group"), where, src)
         if "name" not in r:
             raise DescriptionError(src, where, "region has no name")
         where = f"region {r['name']!r}"
+        _check_keys(r, ("name", "kind", "base", "size", "populated", "doc", "word_mask", "block",
+                        "repeat", "group"), where, src)
         kind = r.get("kind", "ram")
         if kind not in REGION_KINDS:
             raise DescriptionError(src, where, f"kind {kind!r} is not one of {REGION_KINDS}")
@@ -386,7 +386,7 @@ def parse_description(data: dict, source: str) -> Description:
             if block is not None and block not in block_names:
                 raise DescriptionError(src, where, f"names block {block!r}, which does not exist")
             regions.append(Region(_expand(r["name"], **vars_), kind, base, size, tuple(populated),
-                                  r.get("doc", ""), wm, block, _expand(r.get("group", ""), **vars_)))
+                                  _expand(r.get("doc", ""), **vars_), wm, block, _expand(r.get("group", ""), **vars_)))
     regions.sort(key=lambda x: x.base)
     for a, b in zip(regions, regions[1:]):
         if b.base < a.end:

@@ -1,0 +1,162 @@
+"""GDB-facing throughput of the stub, measured through gdb-multiarch, with QEMU's gdbstub as the
+reference on the same machine when qemu-system-arm is installed.
+
+    python benchmarks/bench_gdb.py
+
+Prints: `dump binary memory` of 512 KiB of MAX78000 data SRAM (MB/s), 4-byte reads per second from
+GDB's Python API, register write+read round trips per second, time from `accelstub serve` to an
+accepted gdb connection, and the server's RSS idle and its peak (VmHWM) after the dump.
+Not a test: nothing here asserts a speed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+GDB = shutil.which("gdb-multiarch")
+QEMU = shutil.which("qemu-system-arm")
+
+# 512 KiB of data SRAM: 4 quadrants x 128 KiB, each contiguous (4 memories x 32 KiB)
+SRAM_WINDOWS = [(0x5040_0000 + q * 0x40_0000, 0x20000) for q in range(4)]
+
+GDB_SCRIPT = r'''
+import gdb, time, json
+out = {}
+windows = WINDOWS
+reg = REG
+t0 = time.perf_counter()
+for i, (a, n) in enumerate(windows):
+    gdb.execute("dump binary memory %s.%d 0x%x 0x%x" % (DUMPFILE, i, a, a + n), to_string=True)
+out["dump_s"] = time.perf_counter() - t0
+out["dump_bytes"] = sum(n for _, n in windows)
+inf = gdb.selected_inferior()
+base, span = windows[0]
+N = 3000
+t0 = time.perf_counter()
+for i in range(N):
+    inf.read_memory(base + (i * 4100) % (span - 4), 4)
+out["reads_per_s"] = N / (time.perf_counter() - t0)
+N = 2000
+t0 = time.perf_counter()
+for i in range(N):
+    gdb.execute("set $%s = %d" % (reg, i & 0xff))
+    v = int(gdb.parse_and_eval("$" + reg))
+out["reg_round_trips_per_s"] = N / (time.perf_counter() - t0)
+print("BENCH " + json.dumps(out))
+'''
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rss_kib(pid: int) -> tuple[int, int]:
+    vals = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k in ("VmRSS", "VmHWM"):
+                vals[k] = int(v.split()[0])
+    return vals.get("VmRSS", 0), vals.get("VmHWM", 0)
+
+
+def run_gdb_bench(port: int, windows, reg: str) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        script = os.path.join(tmp, "bench.py")
+        with open(script, "w") as f:
+            f.write(GDB_SCRIPT.replace("WINDOWS", repr(windows)).replace("REG", repr(reg))
+                    .replace("DUMPFILE", repr(os.path.join(tmp, "dump"))))
+        out = subprocess.run([GDB, "-q", "-nx", "-batch", "-ex", "set pagination off",
+                              "-ex", f"target remote 127.0.0.1:{port}", "-x", script],
+                             capture_output=True, text=True, timeout=600)
+    for line in out.stdout.splitlines():
+        if line.startswith("BENCH "):
+            return json.loads(line[6:])
+    raise RuntimeError(f"gdb benchmark failed:\n{out.stdout}\n{out.stderr}")
+
+
+def bench_accelstub() -> dict:
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "accelstub.stub.cli", "serve", "max78000",
+                             "--port", "0"], stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        while not line.startswith("accelstub ready"):
+            line = proc.stdout.readline()
+        port = json.loads(line.split(" ", 2)[2])["gdb"][0]
+        with socket.create_connection(("127.0.0.1", port)):
+            t_connect = time.perf_counter() - t0
+        time.sleep(0.3)
+        idle_rss, _ = rss_kib(proc.pid)
+        res = run_gdb_bench(port, SRAM_WINDOWS, "CNNx16_0_L5_RCNT")
+        res_core = run_gdb_bench(port, SRAM_WINDOWS[:1], "r0")
+        _, peak = rss_kib(proc.pid)
+        res.update(serve_to_connect_s=t_connect, idle_rss_mib=idle_rss / 1024,
+                   peak_rss_mib=peak / 1024, core_reg_round_trips_per_s=res_core[
+                       "reg_round_trips_per_s"])
+        return res
+    finally:
+        proc.terminate()
+        proc.wait(5)
+
+
+def bench_qemu() -> dict | None:
+    if QEMU is None:
+        return None
+    port = free_port()
+    proc = subprocess.Popen([QEMU, "-M", "mps2-an386", "-S", "-gdb", f"tcp:127.0.0.1:{port}",
+                             "-nographic", "-monitor", "none", "-serial", "none"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port)).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        time.sleep(0.2)
+        # mps2-an386: 512 KiB of SSRAM at 0x20000000 (the same amount as our SRAM dump)
+        return run_gdb_bench(port, [(0x2000_0000, 0x80000)], "r0")
+    finally:
+        proc.terminate()
+        proc.wait(5)
+
+
+def main() -> int:
+    if GDB is None:
+        print("gdb-multiarch is not installed (apt-get install gdb-multiarch)")
+        return 1
+    ours = bench_accelstub()
+    mb_s = ours["dump_bytes"] / ours["dump_s"] / 1e6
+    print(f"accelstub  dump 512 KiB SRAM: {mb_s:8.1f} MB/s")
+    print(f"accelstub  4-byte reads:      {ours['reads_per_s']:8.0f} /s")
+    print(f"accelstub  register round trips (device register): "
+          f"{ours['reg_round_trips_per_s']:8.0f} /s; core r0: "
+          f"{ours['core_reg_round_trips_per_s']:.0f} /s")
+    print(f"accelstub  serve -> accepted connection: {ours['serve_to_connect_s'] * 1000:.0f} ms")
+    print(f"accelstub  RSS idle {ours['idle_rss_mib']:.1f} MiB, peak {ours['peak_rss_mib']:.1f} "
+          f"MiB (VmHWM after the dump)")
+    ref = bench_qemu()
+    if ref is None:
+        print("qemu-system-arm not installed: no reference run (apt-get install qemu-system-arm)")
+        return 0
+    qmb = ref["dump_bytes"] / ref["dump_s"] / 1e6
+    print(f"qemu       dump 512 KiB:      {qmb:8.1f} MB/s   ratio accelstub/qemu {mb_s / qmb:.2f}")
+    print(f"qemu       4-byte reads:      {ref['reads_per_s']:8.0f} /s  ratio "
+          f"{ours['reads_per_s'] / ref['reads_per_s']:.2f}")
+    print(f"qemu       register round trips (r0): {ref['reg_round_trips_per_s']:8.0f} /s  ratio "
+          f"{ours['reg_round_trips_per_s'] / ref['reg_round_trips_per_s']:.2f} (device register)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

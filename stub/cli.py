@@ -1,0 +1,149 @@
+"""The ``accelstub`` command: serve, describe, svd, --version."""
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from importlib import metadata, resources
+from pathlib import Path
+
+from accelstub.devices import DEVICES, open_device
+from accelstub.devices.description import Description
+
+
+def version() -> str:
+    try:
+        return metadata.version("accelstub")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def demo_program(device: str) -> Path | None:
+    """The bundled demo program of ``device`` (configs/demo/<device>_demo.cfg)."""
+    res = resources.files("accelstub.configs").joinpath("demo", f"{device}_demo.cfg")
+    return Path(str(res)) if res.is_file() else None
+
+
+def describe(desc: Description) -> str:
+    """The register map as a readable table, one block after the other."""
+    out = [f"{desc.title} ({desc.name}) — {len(desc.registers)} registers", ""]
+    out.append("Regions:")
+    for r in desc.regions:
+        pop = sum(e - s for s, e in r.populated)
+        out.append(f"  {r.base:#010x}-{r.end - 1:#010x}  {r.name:<20} {r.kind:<9} "
+                   f"{pop:>7} of {r.size} bytes populated")
+    for b in desc.blocks:
+        out += ["", f"Block {b.name} @ {b.base:#010x} (group {b.group}) {b.doc}".rstrip()]
+        out.append(f"  {'address':<10}  {'register':<28} {'reset':<10}  fields")
+        for r in b.registers:
+            fields = ", ".join(f"{f.name}[{f.msb}:{f.lsb}]{'' if f.access == 'rw' else ' ' + f.access}"
+                               if f.width > 1 else
+                               f"{f.name}[{f.lsb}]{'' if f.access == 'rw' else ' ' + f.access}"
+                               for f in sorted(r.fields, key=lambda f: -f.lsb))
+            out.append(f"  {r.address:#010x}  {r.name:<28} {r.reset:#010x}  {fields}")
+    return "\n".join(out) + "\n"
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from .program import ProgramError, load_program
+    from .server import StubServer
+    from .transports import PipeConnection, SerialConnection
+
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        stream=sys.stderr, format="accelstub: %(message)s")
+    out = sys.stderr if args.stdio else sys.stdout
+    device = open_device(args.device)
+    tcp = not args.stdio
+    server = StubServer([device], host=args.bind, gdb_port=args.port if tcp else None,
+                        telnet_port=args.telnet_port if tcp else None,
+                        tcl_port=args.tcl_port if tcp else None)
+    program = args.program or (None if args.no_demo else demo_program(args.device))
+    if program is not None:
+        try:
+            summary = load_program(server.context(log=lambda s: print(s, file=sys.stderr)),
+                                   program)
+        except ProgramError as e:
+            print(f"accelstub: error: {e}", file=sys.stderr)
+            return 2
+        print(f"accelstub: loaded {summary}; halted before the first "
+              f"{device.unit_name} at pc {device.pc:#010x}", file=out)
+    try:
+        server.start()
+    except OSError as e:
+        print(f"accelstub: error: cannot listen on {args.bind}: {e} (use --port 0 to pick free "
+              f"ports)", file=sys.stderr)
+        return 2
+    print(server.ready_line(), file=out, flush=True)
+    if args.serial:
+        try:
+            conn = SerialConnection(args.serial, args.baud)
+        except Exception as e:
+            print(f"accelstub: error: cannot open serial port {args.serial}: {e}",
+                  file=sys.stderr)
+            server.stop()
+            return 2
+        threading.Thread(target=server.gdb[0].serve_connection, args=(conn,),
+                         daemon=True).start()
+    try:
+        if args.stdio:
+            server.gdb[0].serve_connection(PipeConnection(0, 1))
+        else:
+            signal.signal(signal.SIGTERM, lambda *a: server.shutdown_requested.set())
+            while not server.shutdown_requested.wait(0.5):
+                pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="accelstub", description="GDB stub for AI accelerator "
+                                 "emulators, compatible with OpenOCD's ports and commands")
+    ap.add_argument("--version", action="version", version=f"accelstub {version()}")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve", help="serve a device to gdb, telnet and Tcl RPC clients")
+    s.add_argument("device", choices=DEVICES)
+    s.add_argument("--program", help="program to load (default: the bundled demo)")
+    s.add_argument("--no-demo", action="store_true", help="start with no program loaded")
+    s.add_argument("--port", type=int, default=3333, help="gdb port (0 = pick a free one)")
+    s.add_argument("--telnet-port", type=int, default=4444)
+    s.add_argument("--tcl-port", type=int, default=6666)
+    s.add_argument("--bind", default="127.0.0.1", help="address to listen on")
+    s.add_argument("--serial", metavar="PORT_OR_URL", help="also serve gdb on a serial port or "
+                   "pyserial URL")
+    s.add_argument("--baud", type=int, default=115200)
+    s.add_argument("--stdio", action="store_true",
+                   help="speak RSP on stdin/stdout (target remote | accelstub serve ... --stdio)")
+    s.add_argument("-v", "--verbose", action="store_true")
+    d = sub.add_parser("describe", help="print the register map")
+    d.add_argument("device", choices=DEVICES)
+    v = sub.add_parser("svd", help="write CMSIS-SVD to stdout")
+    v.add_argument("device", choices=DEVICES)
+    args = ap.parse_args(argv)
+    if args.cmd == "serve":
+        if args.port == 0 and args.telnet_port == 4444:
+            args.telnet_port = 0
+        if args.port == 0 and args.tcl_port == 6666:
+            args.tcl_port = 0
+        return _serve(args)
+    from accelstub.devices.description import load_description
+
+    desc = load_description(args.device)
+    try:
+        if args.cmd == "describe":
+            sys.stdout.write(describe(desc))
+        elif args.cmd == "svd":
+            from .svd import description_to_svd
+
+            sys.stdout.write(description_to_svd(desc))
+    except BrokenPipeError:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

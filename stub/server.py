@@ -1,0 +1,165 @@
+"""The servers: one gdb port per device (3333, 3334, ...), telnet 4444 and Tcl RPC 6666, all
+bound to 127.0.0.1 unless told otherwise, all sharing one command table and one
+:class:`RunControl` per device (OpenOCD's layout, DESIGN.md "OpenOCD compatibility").
+"""
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+from pathlib import Path
+from typing import Callable
+
+from accelstub.devices.device import CORE_REGS, Device
+from accelstub.devices.runcontrol import RunControl
+
+from .commands import CommandContext
+from .session import GdbSession
+from .target_xml import memory_map_xml, register_table, target_xml
+from .transports import SocketConnection
+
+log = logging.getLogger("accelstub.server")
+
+
+class GdbServer:
+    """gdb connections to one device. The oldest connection controls run state; the others may
+    read and write memory and registers, and a ``continue`` from them returns at the next stop."""
+
+    def __init__(self, rc: RunControl, context_factory: Callable[..., CommandContext],
+                 host: str = "127.0.0.1", port: int = 3333) -> None:
+        self.rc = rc
+        self.host, self.port = host, port
+        self._context_factory = context_factory
+        self.device_lock = threading.RLock()
+        desc = rc.device.description
+        self.regnums = {e.regnum: e for e in register_table(desc)}
+        self.core_names = sorted(CORE_REGS, key=lambda n: 25 if n == "xpsr" else CORE_REGS.index(n))
+        self.target_xml = target_xml(desc).encode()
+        self.memory_map = memory_map_xml(desc).encode()
+        self.sessions: list[GdbSession] = []
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._thread: threading.Thread | None = None
+        self._stopping = threading.Event()
+
+    def command_context(self, log: Callable[[str], None]) -> CommandContext:
+        return self._context_factory(log=log, rc=self.rc)
+
+    # -- sessions ------------------------------------------------------------------------------
+    def is_controller(self, session: GdbSession) -> bool:
+        with self._lock:
+            return bool(self.sessions) and self.sessions[0] is session
+
+    def session_ended(self, session: GdbSession) -> None:
+        with self._lock:
+            if session in self.sessions:
+                self.sessions.remove(session)
+        log.info("gdb client %s detached", session.conn.peer)
+
+    def serve_connection(self, conn) -> None:
+        """Run one session on ``conn`` in the calling thread (stdio, serial, accepted sockets)."""
+        session = GdbSession(self, conn)
+        with self._lock:
+            self.sessions.append(session)
+        log.info("gdb client %s attached", conn.peer)
+        session.serve()
+
+    # -- TCP listener --------------------------------------------------------------------------
+    def start(self) -> None:
+        self._sock = socket.create_server((self.host, self.port), reuse_port=False)
+        self.port = self._sock.getsockname()[1]
+        self._thread = threading.Thread(target=self._accept_loop, daemon=True,
+                                        name=f"gdb-{self.port}")
+        self._thread.start()
+
+    def _accept_loop(self) -> None:
+        assert self._sock is not None
+        while not self._stopping.is_set():
+            try:
+                sock, _ = self._sock.accept()
+            except OSError:
+                break
+            conn = SocketConnection(sock)
+            threading.Thread(target=self.serve_connection, args=(conn,), daemon=True,
+                             name=f"gdb-session-{conn.peer}").start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+        with self._lock:
+            sessions = list(self.sessions)
+        for s in sessions:
+            s.closed = True
+            s.conn.close()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
+
+
+class StubServer:
+    """Everything ``accelstub serve`` runs: gdb ports, telnet and Tcl RPC over shared state."""
+
+    def __init__(self, devices: list[Device], host: str = "127.0.0.1", gdb_port: int | None = 3333,
+                 telnet_port: int | None = 4444, tcl_port: int | None = 6666,
+                 cwd: Path | None = None) -> None:
+        self.host = host
+        self.targets = [RunControl(d) for d in devices]
+        self.cwd = cwd or Path.cwd()
+        self.shutdown_requested = threading.Event()
+        self.gdb = [GdbServer(rc, self._context_factory, host,
+                              0 if gdb_port in (0, None) else gdb_port + i)
+                    for i, rc in enumerate(self.targets)]
+        self._gdb_port = gdb_port
+        self.telnet = self.tcl = None
+        self._telnet_port, self._tcl_port = telnet_port, tcl_port
+
+    def context(self, log: Callable[[str], None] = print, rc: RunControl | None = None
+                ) -> CommandContext:
+        current = self.targets.index(rc) if rc is not None else 0
+        return CommandContext(targets=self.targets, current=current, log=log,
+                              shutdown=self.shutdown_requested.set, cwd=self.cwd)
+
+    _context_factory = context
+
+    def start(self) -> None:
+        if self._gdb_port is not None:
+            for g in self.gdb:
+                g.start()
+        if self._telnet_port is not None:
+            from .telnet import TelnetServer
+
+            self.telnet = TelnetServer(self.context, self.host, self._telnet_port)
+            self.telnet.start()
+        if self._tcl_port is not None:
+            from .tcl_rpc import TclRpcServer
+
+            self.tcl = TclRpcServer(self.context, self.host, self._tcl_port)
+            self.tcl.start()
+
+    def ready_info(self) -> dict:
+        info: dict = {"event": "ready", "host": self.host,
+                      "devices": [rc.device.name for rc in self.targets]}
+        if self._gdb_port is not None:
+            info["gdb"] = [g.port for g in self.gdb]
+        if self.telnet is not None:
+            info["telnet"] = self.telnet.port
+        if self.tcl is not None:
+            info["tcl"] = self.tcl.port
+        return info
+
+    def ready_line(self) -> str:
+        return "accelstub ready " + json.dumps(self.ready_info(), separators=(",", ":"))
+
+    def stop(self) -> None:
+        for g in self.gdb:
+            g.stop()
+        for srv in (self.telnet, self.tcl):
+            if srv is not None:
+                srv.stop()
+        for rc in self.targets:
+            if rc.running:
+                rc.halt_and_wait(2)

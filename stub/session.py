@@ -1,0 +1,429 @@
+"""One gdb connection: packet dispatch for the all-stop RSP subset in DESIGN.md "GDB view".
+
+A session never raises into its transport loop: every malformed or failing request gets a
+protocol-correct reply (``Exx`` or empty), so no client input can crash or hang the server.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Callable
+
+from accelstub.devices import BusError, DeviceError, TargetRunning
+from accelstub.devices.device import SIGINT, Stop
+
+from .commands import CommandContext, CommandError, execute
+from .rsp_codec import PacketReader, escape, frame, unescape
+from .target_xml import CORE_REGNUMS
+
+if TYPE_CHECKING:
+    from .server import GdbServer
+
+log = logging.getLogger("accelstub.gdb")
+
+PACKET_SIZE = 0x20000  # bytes of payload we accept; gdb then reads 64 KiB per 'm'
+E_FAULT, E_INVAL, E_RUNNING, E_PERM = b"E0e", b"E16", b"E10", b"E01"
+
+
+class GdbSession:
+    def __init__(self, server: "GdbServer", conn) -> None:
+        self.server = server
+        self.rc = server.rc
+        self.device = server.rc.device
+        self.conn = conn
+        self.reader = PacketReader(PACKET_SIZE)
+        self.noack = False
+        self.binary_upload = False
+        self.notify = False  # client asked for %Stop notifications (accelstub-notify+)
+        self.waiting = False  # a stop reply is owed for c/s/vCont
+        self._send_lock = threading.Lock()
+        self._last_sent = b""
+        self.closed = False
+        self._after_reply = ""  # "noack" | "close": takes effect once the reply is sent
+        self._handlers: dict[str, Callable[[bytes], bytes | None]] = {
+            "?": self._status, "g": self._read_core, "G": self._write_core,
+            "p": self._read_reg, "P": self._write_reg, "m": self._read_mem, "M": self._write_mem,
+            "X": self._write_bin, "x": self._read_bin, "c": self._cont, "s": self._step,
+            "Z": self._insert, "z": self._remove, "q": self._query, "Q": self._set_query,
+            "v": self._v_packet, "H": lambda p: b"OK", "T": lambda p: b"OK",
+            "D": self._detach, "k": self._kill,
+        }
+
+    # -- transport loop -----------------------------------------------------------------------
+    def serve(self) -> None:
+        self.rc.add_stop_listener(self._on_stop)
+        try:
+            while not self.closed:
+                data = self.conn.recv()
+                if not data:
+                    break
+                for ev in self.reader.feed(data):
+                    self._event(ev)
+                    if self.closed:
+                        break
+        finally:
+            self.closed = True
+            self.rc.remove_stop_listener(self._on_stop)
+            self.server.session_ended(self)
+            self.conn.close()
+
+    def send(self, payload: bytes, ack: bool = False, notification: bool = False) -> None:
+        """One write per reply: the ack and the packet go out together (TCP_NODELAY)."""
+        data = frame(payload, notification)
+        with self._send_lock:
+            if not notification:
+                self._last_sent = data
+            try:
+                self.conn.send((b"+" + data) if ack else data)
+            except OSError:
+                self.closed = True
+
+    def console(self, text: str) -> None:
+        """Text for gdb's console as an ``O`` packet (only while gdb waits for a reply)."""
+        if text:
+            self.send(b"O" + text.encode("utf-8", "replace").hex().encode())
+
+    def _event(self, ev) -> None:
+        ack = not self.noack
+        if ev.kind == "packet":
+            try:
+                reply = self.dispatch(ev.payload)
+            except Exception as e:  # never let one request kill the session
+                log.exception("error handling packet %r: %s", ev.payload[:64], e)
+                reply = E_PERM
+            if reply is not None:
+                self.send(reply, ack=ack)
+            elif ack:
+                with self._send_lock:
+                    self.conn.send(b"+")
+            if self._after_reply == "noack":
+                self.noack = True
+            elif self._after_reply == "close":
+                self.closed = True
+            self._after_reply = ""
+        elif ev.kind == "interrupt":
+            if self.waiting:
+                self.rc.halt()
+        elif ev.kind == "bad_checksum":
+            if ack:
+                with self._send_lock:
+                    self.conn.send(b"-")
+            else:
+                self.send(E_INVAL)
+        elif ev.kind == "oversized":
+            self.send(E_INVAL, ack=ack)
+        elif ev.kind == "nack" and self._last_sent:
+            with self._send_lock:
+                self.conn.send(self._last_sent)
+
+    def dispatch(self, payload: bytes) -> bytes | None:
+        if not payload:
+            return b""
+        handler = self._handlers.get(chr(payload[0]))
+        if handler is None:
+            return b""
+        return handler(payload)
+
+    # -- stops --------------------------------------------------------------------------------
+    def stop_reply(self, stop: Stop) -> bytes:
+        pc = self.device.pc.to_bytes(4, "little").hex()
+        reply = b"T%02x0f:%s;" % (stop.signal, pc.encode())
+        if stop.watch:
+            reply += b"%s:%x;" % (stop.watch[0].encode(), stop.watch[1])
+        return reply
+
+    def _on_stop(self, stop: Stop) -> None:
+        if self.waiting:
+            self.waiting = False
+            msg = stop.message
+            if stop.reason == "fault":
+                msg = f"accelstub: {self.device.name} fault: {msg}"
+            if msg:
+                self.console(msg.rstrip("\n") + "\n")
+            self.send(self.stop_reply(stop))
+        elif self.notify:
+            self.send(b"Stop:" + self.stop_reply(stop), notification=True)
+
+    def _resume(self, step: bool, addr: bytes = b"") -> bytes | None:
+        if not self.server.is_controller(self):
+            if self.rc.running:  # an observer's continue returns at the next stop
+                self.waiting = True
+                return None
+            self.console("accelstub: another client controls run state; this connection may "
+                         "read and write but not run the target\n")
+            return E_PERM
+        if self.rc.running:
+            self.waiting = True
+            return None
+        if addr:
+            try:
+                self.device.set_pc(int(addr, 16))
+            except (ValueError, DeviceError) as e:
+                self.console(f"accelstub: {e}\n")
+                return E_INVAL
+        self.waiting = True
+        try:
+            self.rc.start_step() if step else self.rc.resume()
+        except TargetRunning:
+            pass
+        return None
+
+    def _status(self, p: bytes) -> bytes:
+        return self.stop_reply(self.rc.last_stop)
+
+    def _cont(self, p: bytes) -> bytes | None:
+        return self._resume(False, p[1:])
+
+    def _step(self, p: bytes) -> bytes | None:
+        return self._resume(True, p[1:])
+
+    def _v_packet(self, p: bytes) -> bytes | None:
+        if p == b"vCont?":
+            return b"vCont;c;C;s;S;t"
+        if p.startswith(b"vCont;"):
+            action = p[6:].split(b";")[0].split(b":")[0]
+            if action[:1] in (b"c", b"C"):
+                return self._resume(False)
+            if action[:1] in (b"s", b"S"):
+                return self._resume(True)
+            if action[:1] == b"t":
+                if self.rc.running:
+                    self.waiting = True
+                    self.rc.halt()
+                    return None
+                return self.stop_reply(Stop("halt", SIGINT))
+            return E_INVAL
+        if p.startswith(b"vKill"):
+            self._after_reply = "close"
+            return b"OK"
+        return b""  # vMustReplyEmpty and everything unknown
+
+    def _detach(self, p: bytes) -> bytes:
+        self._after_reply = "close"
+        return b"OK"
+
+    def _kill(self, p: bytes) -> bytes | None:
+        self._after_reply = "close"
+        return None
+
+    # -- registers ------------------------------------------------------------------------------
+    def _core_hex(self) -> bytes:
+        core = self.server.core_names
+        return b"".join(self.device.read_core(n).to_bytes(4, "little").hex().encode()
+                        for n in core)
+
+    def _read_core(self, p: bytes) -> bytes:
+        return self._core_hex()
+
+    def _write_core(self, p: bytes) -> bytes:
+        data = bytes.fromhex(p[1:].decode())
+        for i, name in enumerate(self.server.core_names):
+            if len(data) >= 4 * i + 4:
+                v = int.from_bytes(data[4 * i:4 * i + 4], "little")
+                if name == "pc":
+                    if v != self.device.pc:
+                        try:
+                            self.device.set_pc(v)
+                        except DeviceError:
+                            return E_INVAL
+                else:
+                    self.device.write_core(name, v)
+        return b"OK"
+
+    def _read_reg(self, p: bytes) -> bytes:
+        try:
+            entry = self.server.regnums[int(p[1:], 16)]
+        except (ValueError, KeyError):
+            return E_INVAL
+        if entry.register is None:
+            value = self.device.read_core(entry.name)
+        else:
+            value = self.device.regs.read(entry.register)
+        return value.to_bytes(entry.bits // 8, "little").hex().encode()
+
+    def _write_reg(self, p: bytes) -> bytes:
+        try:
+            num, val = p[1:].split(b"=", 1)
+            entry = self.server.regnums[int(num, 16)]
+            raw = bytes.fromhex(val.decode())
+        except (ValueError, KeyError):
+            return E_INVAL
+        if len(raw) != entry.bits // 8:
+            return E_INVAL
+        value = int.from_bytes(raw, "little")
+        try:
+            if entry.register is None:
+                self.device.write_core(entry.name, value)
+            else:
+                self.rc.require_halted("register write")
+                with self.server.device_lock:
+                    self.device.bus.write(entry.register.address, raw)
+        except TargetRunning:
+            return E_RUNNING
+        except (BusError, DeviceError):
+            return E_INVAL
+        return b"OK"
+
+    # -- memory ---------------------------------------------------------------------------------
+    @staticmethod
+    def _addr_len(s: bytes) -> tuple[int, int]:
+        a, n = s.split(b",", 1)
+        return int(a, 16), int(n, 16)
+
+    def _read_bytes(self, addr: int, n: int) -> bytes | None:
+        n = min(n, PACKET_SIZE // 2)
+        try:
+            return self.device.read(addr, n)
+        except BusError as e:
+            if addr < e.address < addr + n:  # partial read up to the first bad byte
+                return self.device.read(addr, e.address - addr)
+            return None
+
+    def _read_mem(self, p: bytes) -> bytes:
+        try:
+            addr, n = self._addr_len(p[1:])
+        except ValueError:
+            return E_INVAL
+        data = self._read_bytes(addr, n)
+        return E_FAULT if data is None else data.hex().encode()
+
+    def _read_bin(self, p: bytes) -> bytes:
+        try:
+            addr, n = self._addr_len(p[1:])
+        except ValueError:
+            return E_INVAL
+        data = self._read_bytes(addr, n)
+        return E_FAULT if data is None else b"b" + escape(data)
+
+    def _write(self, addr: int, data: bytes) -> bytes:
+        if not data:
+            return b"OK"
+        try:
+            self.rc.require_halted("memory write")
+            with self.server.device_lock:
+                self.device.write(addr, data)
+        except TargetRunning:
+            return E_RUNNING
+        except BusError:
+            return E_FAULT
+        except DeviceError:
+            return E_INVAL
+        return b"OK"
+
+    def _write_mem(self, p: bytes) -> bytes:
+        try:
+            head, hexdata = p[1:].split(b":", 1)
+            addr, n = self._addr_len(head)
+            data = bytes.fromhex(hexdata.decode())
+        except ValueError:
+            return E_INVAL
+        if len(data) != n:
+            return E_INVAL
+        return self._write(addr, data)
+
+    def _write_bin(self, p: bytes) -> bytes:
+        try:
+            colon = p.index(b":")
+            addr, n = self._addr_len(p[1:colon])
+            data = unescape(p[colon + 1:])
+        except ValueError:
+            return E_INVAL
+        if len(data) != n:
+            return E_INVAL
+        return self._write(addr, data)
+
+    # -- breakpoints and watchpoints --------------------------------------------------------
+    def _z_args(self, p: bytes) -> tuple[int, int, int]:
+        kind, addr, length = p[1:].split(b";")[0].split(b",")[:3]
+        return int(kind, 16), int(addr, 16), int(length, 16)
+
+    def _insert(self, p: bytes) -> bytes:
+        try:
+            kind, addr, length = self._z_args(p)
+        except ValueError:
+            return E_INVAL
+        if kind in (0, 1):
+            self.rc.add_breakpoint(addr)
+        elif kind in (2, 3, 4):
+            self.rc.add_watchpoint("wra"[kind - 2], addr, length)
+        else:
+            return b""
+        return b"OK"
+
+    def _remove(self, p: bytes) -> bytes:
+        try:
+            kind, addr, length = self._z_args(p)
+        except ValueError:
+            return E_INVAL
+        if kind in (0, 1):
+            self.rc.remove_breakpoint(addr)
+        elif kind in (2, 3, 4):
+            self.rc.remove_watchpoint("wra"[kind - 2], addr, length)
+        else:
+            return b""
+        return b"OK"
+
+    # -- queries -----------------------------------------------------------------------------
+    def _query(self, p: bytes) -> bytes | None:
+        if p.startswith(b"qSupported"):
+            offered = p.split(b":", 1)[1].split(b";") if b":" in p else []
+            self.binary_upload = b"binary-upload+" in offered
+            self.notify = b"accelstub-notify+" in offered
+            feats = [b"PacketSize=%x" % PACKET_SIZE, b"QStartNoAckMode+",
+                     b"qXfer:features:read+", b"qXfer:memory-map:read+", b"vContSupported+"]
+            if self.binary_upload:
+                feats.append(b"binary-upload+")
+            if self.notify:
+                feats.append(b"accelstub-notify+")
+            return b";".join(feats)
+        if p.startswith(b"qXfer:"):
+            return self._xfer(p)
+        if p.startswith(b"qRcmd,"):
+            return self._monitor(p[6:])
+        if p == b"qAttached":
+            return b"1"
+        if p == b"qOffsets":
+            return b"Text=0;Data=0;Bss=0"
+        if p.startswith(b"qSymbol"):
+            return b"OK"
+        return b""
+
+    def _set_query(self, p: bytes) -> bytes:
+        if p == b"QStartNoAckMode":
+            self._after_reply = "noack"
+            return b"OK"
+        return b""
+
+    def _xfer(self, p: bytes) -> bytes:
+        parts = p.split(b":")
+        if len(parts) != 5 or parts[2] != b"read":
+            return b""
+        obj, annex = parts[1], parts[3]
+        try:
+            off, length = self._addr_len(parts[4])
+        except ValueError:
+            return E_INVAL
+        if obj == b"features" and annex == b"target.xml":
+            doc = self.server.target_xml
+        elif obj == b"memory-map" and annex == b"":
+            doc = self.server.memory_map
+        else:
+            return b"E00" if obj in (b"features", b"memory-map") else b""
+        chunk = doc[off:off + min(length, PACKET_SIZE // 2)]
+        more = off + len(chunk) < len(doc)
+        return (b"m" if more else b"l") + escape(chunk)
+
+    def _monitor(self, hexcmd: bytes) -> bytes:
+        try:
+            line = bytes.fromhex(hexcmd.decode()).decode("utf-8", "replace")
+        except ValueError:
+            return E_INVAL
+        ctx = self.server.command_context(log=lambda s: self.console(s.rstrip("\n") + "\n"))
+        try:
+            result = execute(ctx, line)
+        except CommandError as e:
+            self.console(str(e).rstrip("\n") + "\n")
+            return E_PERM
+        if not result:
+            return b"OK"
+        return (result.rstrip("\n") + "\n").encode("utf-8", "replace").hex().encode()

@@ -1,0 +1,99 @@
+"""Byte transports a gdb session runs over: TCP sockets, stdio pipes and serial ports.
+
+Each offers ``recv() -> bytes`` (b"" at end of stream), ``send(data)`` (one write per call) and
+``close()``.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import threading
+
+
+class SocketConnection:
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        try:  # one small reply must not wait for Nagle + delayed ack (gdb-stub-anchors §4.1)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass
+        try:
+            self.peer = "%s:%d" % sock.getpeername()[:2]
+        except OSError:
+            self.peer = "socket"
+
+    def recv(self) -> bytes:
+        try:
+            return self.sock.recv(1 << 18)
+        except OSError:
+            return b""
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.sock.close()
+
+
+class PipeConnection:
+    """stdin/stdout (``target remote | accelstub serve max78000 --stdio``)."""
+
+    peer = "stdio"
+
+    def __init__(self, rfd: int = 0, wfd: int = 1) -> None:
+        self.rfd, self.wfd = rfd, wfd
+        self._closed = False
+
+    def recv(self) -> bytes:
+        if self._closed:
+            return b""
+        try:
+            return os.read(self.rfd, 1 << 18)
+        except OSError:
+            return b""
+
+    def send(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.write(self.wfd, view)
+            view = view[n:]
+
+    def close(self) -> None:
+        self._closed = True
+
+
+class SerialConnection:
+    """A serial port or a pyserial URL (``/dev/ttyUSB0``, ``/dev/pts/3``, ``loop://``,
+    ``socket://host:port``)."""
+
+    def __init__(self, port_or_url: str, baudrate: int = 115200) -> None:
+        import serial  # pyserial
+
+        self.ser = serial.serial_for_url(port_or_url, baudrate=baudrate, timeout=0.2)
+        self.peer = port_or_url
+        self._closed = threading.Event()
+
+    def recv(self) -> bytes:
+        while not self._closed.is_set():
+            try:
+                data = self.ser.read(max(1, self.ser.in_waiting))
+            except Exception:
+                return b""
+            if data:
+                return data
+        return b""
+
+    def send(self, data: bytes) -> None:
+        self.ser.write(data)
+        self.ser.flush()
+
+    def close(self) -> None:
+        self._closed.set()
+        try:
+            self.ser.close()
+        except Exception:
+            pass

@@ -1,0 +1,59 @@
+"""Shared fixtures: an in-process stub with the bundled demo, and real gdb-multiarch runs."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from accelstub.devices import open_device
+from accelstub.stub.cli import demo_program
+from accelstub.stub.program import load_program
+from accelstub.stub.server import StubServer
+
+GDB = shutil.which("gdb-multiarch")
+
+
+def require_gdb() -> str:
+    """gdb-multiarch, or a skip with a reason; in CI (CI=true) a missing gdb fails instead."""
+    if GDB is None:
+        if os.environ.get("CI"):
+            pytest.fail("gdb-multiarch is required in CI (apt-get install -y gdb-multiarch)")
+        pytest.skip("gdb-multiarch is not installed (apt-get install gdb-multiarch)")
+    return GDB
+
+
+@pytest.fixture
+def stub():
+    """A StubServer on free loopback ports serving max78000 with the bundled demo loaded."""
+    server = StubServer([open_device("max78000")], gdb_port=0, telnet_port=0, tcl_port=0)
+    load_program(server.context(log=lambda s: None), demo_program("max78000"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def run_gdb(commands: list[str], port: int | None = None, target: str | None = None,
+            timeout: float = 60) -> str:
+    """Run gdb-multiarch in batch mode; ``commands`` are gdb CLI lines (python ... allowed)."""
+    gdb = require_gdb()
+    target = target or f"target remote 127.0.0.1:{port}"
+    args = [gdb, "-q", "-nx", "-batch", "-ex", "set pagination off", "-ex", "set confirm off",
+            "-ex", target]
+    for c in commands:
+        args += ["-ex", c]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+    return proc.stdout + proc.stderr
+
+
+def serve_cmd(*extra: str) -> list[str]:
+    return [sys.executable, "-m", "accelstub.stub.cli", "serve", "max78000", *extra]
+
+
+ROOT = Path(__file__).resolve().parent.parent
