@@ -268,6 +268,8 @@ def _parse_register(d: dict, where: str, src: str) -> RegisterDef:
     if "offset" not in d:
         raise DescriptionError(src, where, "missing 'offset'")
     access = d.get("access", "rw")
+    if access not in ACCESS_KINDS:
+        raise DescriptionError(src, where, f"access {access!r} is not one of {ACCESS_KINDS}")
     nbits = _int(d.get("bits", 32), where, src)
     fields = tuple(_parse_field(f, access, where, src) for f in d.get("field", []))
     if not fields:  # a register without fields is one field spanning it

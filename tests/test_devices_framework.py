@@ -1,0 +1,182 @@
+"""The device framework on a small description of its own and on the MAX78000 model: access
+rules, address decoding, run control (step, run, halt, breakpoints, watchpoints), snapshots."""
+import threading
+import time
+import tomllib
+
+import pytest
+
+from accelstub.devices import BusError, TargetRunning, open_device
+from accelstub.devices.bus import Bus
+from accelstub.devices.description import parse_description
+from accelstub.devices.registers import RegisterFile
+from accelstub.devices.runcontrol import RunControl
+
+SMALL = """
+[device]
+name = "small"
+[[block]]
+name = "ctl"
+base = 0x1000
+size = 0x10
+  [[block.register]]
+  name = "STATUS"
+  offset = 0
+    [[block.register.field]]
+    name = "done"
+    bits = "0"
+    access = "w1c"
+    [[block.register.field]]
+    name = "err"
+    bits = "8"
+    access = "w1c"
+    [[block.register.field]]
+    name = "set_me"
+    bits = "4"
+    access = "w1s"
+    [[block.register.field]]
+    name = "id"
+    bits = "31:24"
+    access = "ro"
+    reset = 0xA5
+  [[block.register]]
+  name = "KEY"
+  offset = 4
+  access = "wo"
+[[region]]
+name = "ctl"
+kind = "registers"
+base = 0x1000
+size = 0x100
+populated = [[0, 8]]
+block = "ctl"
+[[region]]
+name = "mem"
+base = 0x2000
+size = 0x100
+populated = [[0, 0x80]]
+word_mask = [0xFF, 0xFFFFFFFF]
+"""
+
+
+@pytest.fixture
+def small():
+    desc = parse_description(tomllib.loads(SMALL), "small.toml")
+    regs = RegisterFile(desc)
+    return desc, regs, Bus(desc, regs)
+
+
+def test_w1c_w1s_ro_wo_rules(small):
+    desc, regs, bus = small
+    status = desc.register("STATUS")
+    assert regs.read(status) == 0xA5000000
+    regs.poke(status, 0xA5000101)  # hardware sets done and err
+    bus.write(0x1000, (1).to_bytes(4, "little"))  # write 1 to done clears only done
+    assert regs.read(status) == 0xA5000100
+    bus.write(0x1000, (0x10 | 0xFF000000).to_bytes(4, "little"))  # w1s sets; ro id kept
+    assert regs.read(status) == 0xA5000110
+    bus.write(0x1004, b"\x11\x22\x33\x44")
+    assert bus.read(0x1004, 4) == b"\x00\x00\x00\x00"  # write-only reads 0
+    assert regs.peek("KEY") == 0x44332211
+
+
+def test_byte_write_touches_only_its_lane(small):
+    desc, regs, bus = small
+    regs.poke("STATUS", 0xA5000101)
+    bus.write(0x1000, b"\x00")  # byte 0 only: writing 0 clears nothing
+    bus.write(0x1001, b"\x01")  # byte 1: clears err (bit 8) but not done (bit 0)
+    assert regs.read("STATUS") == 0xA5000001
+
+
+def test_word_mask_and_unpopulated_ranges(small):
+    desc, regs, bus = small
+    bus.write(0x2000, b"\xff" * 8)
+    assert bus.read(0x2000, 8) == b"\xff\x00\x00\x00\xff\xff\xff\xff"
+    with pytest.raises(BusError, match="not populated"):
+        bus.read(0x2080, 4)
+    with pytest.raises(BusError, match="not mapped"):
+        bus.read(0x3000, 4)
+    with pytest.raises(BusError, match="0x00001008"):
+        bus.read(0x1004, 8)  # runs from KEY into the unpopulated part of the window
+    with pytest.raises(BusError):
+        bus.write(0x207c, b"\x00" * 8)  # straddles the end: nothing is written
+    assert bus.read(0x207c, 4) == b"\x00\x00\x00\x00"
+
+
+def make_program(dev, layers=4):
+    dev.write_register("CNNx16_0_LCNT_MAX", layers - 1)
+    for y in range(layers):
+        dev.write_register(f"CNNx16_0_L{y}_WPTR_BASE", 0x2000 + y)  # memory 1, word y
+    dev.write(0x50400000, b"\x01\x02\x03\x04")
+    dev.write_register("CNNx16_0_CTRL", 0x8)
+    dev.write_register("CNNx16_0_CTRL", 0x9)
+
+
+def test_step_run_breakpoint_watchpoint():
+    dev = open_device("max78000")
+    make_program(dev)
+    rc = RunControl(dev)
+    assert dev.pc == 0x50100010
+    assert rc.step(5).reason == "step" and dev.pc == 0x50100014
+    rc.add_breakpoint(0x5010001C)
+    rc.resume()
+    assert rc.wait(5).reason == "breakpoint" and dev.pc == 0x5010001C
+    rc.add_watchpoint("w", 0x5040800C, 4)
+    rc.resume()
+    stop = rc.wait(5)
+    assert stop.reason == "watchpoint" and stop.watch == ("watch", 0x5040800C)
+    assert dev.finished() and dev.interrupts() == {"CNN": True}
+    assert rc.step(5).reason == "idle"
+
+
+def test_halt_request_stops_a_running_device_and_server_stays_responsive():
+    dev = open_device("max78000")
+    make_program(dev, 32)
+    dev.regs.poke("EMU_THROTTLE_US", 500_000)
+    rc = RunControl(dev)
+    stops = []
+    rc.add_stop_listener(stops.append)
+    rc.resume()
+    time.sleep(0.1)
+    assert rc.running and rc.state == "running"
+    assert dev.read(0x50400000, 4) == b"\x01\x02\x03\x04"  # reads while running
+    with pytest.raises(TargetRunning):
+        rc.resume()
+    t0 = time.perf_counter()
+    stop = rc.halt_and_wait(5)
+    assert stop.reason == "halt" and stop.signal == 2
+    assert time.perf_counter() - t0 < 0.5
+    assert stops == [stop] and rc.state == "halted"
+
+
+def test_snapshot_restore_round_trip():
+    dev = open_device("max78000")
+    make_program(dev)
+    snap = dev.snapshot()
+    rc = RunControl(dev)
+    rc.resume()
+    rc.wait(5)
+    assert dev.finished() and dev.read(0x50408000, 4) == b"\x01\x02\x03\x04"
+    dev.restore(snap)
+    assert not dev.finished() and dev.pc == 0x50100010
+    assert dev.read(0x50408000, 4) == b"\x00" * 4
+    assert dev.read_register("CNNx16_0_CTRL") & (1 << 12) == 0
+
+
+def test_model_exception_becomes_a_fault_stop_not_a_dead_thread(monkeypatch):
+    dev = open_device("max78000")
+    make_program(dev)
+    rc = RunControl(dev)
+    monkeypatch.setattr(dev, "execute_unit", lambda h: 1 / 0)
+    stop = rc.step(5)
+    assert stop.reason == "fault" and "ZeroDivisionError" in stop.message
+    assert not rc.running
+
+
+def test_reset_restores_reset_values():
+    dev = open_device("max78000")
+    make_program(dev)
+    rc = RunControl(dev)
+    rc.reset("halt")
+    assert dev.read_register("CNNx16_0_CTRL") == 0x6
+    assert dev.finished()
