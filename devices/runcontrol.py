@@ -50,6 +50,10 @@ class RunControl:
     def add_run_listener(self, fn: Callable[[], None]) -> None:
         self._run_listeners.append(fn)
 
+    def remove_run_listener(self, fn: Callable[[], None]) -> None:
+        if fn in self._run_listeners:
+            self._run_listeners.remove(fn)
+
     def require_halted(self, what: str) -> None:
         if self.running:
             raise TargetRunning(what)

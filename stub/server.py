@@ -88,6 +88,10 @@ class GdbServer:
         self._stopping.set()
         if self._sock is not None:
             try:
+                self._sock.shutdown(socket.SHUT_RDWR)  # wakes accept()
+            except OSError:
+                pass
+            try:
                 self._sock.close()
             except OSError:
                 pass

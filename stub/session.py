@@ -146,7 +146,7 @@ class GdbSession:
 
     def _resume(self, step: bool, addr: bytes = b"") -> bytes | None:
         if not self.server.is_controller(self):
-            if self.rc.running:  # an observer's continue returns at the next stop
+            if self.rc.running and not step:  # an observer's continue returns at the next stop
                 self.waiting = True
                 return None
             self.console("accelstub: another client controls run state; this connection may "

@@ -21,7 +21,10 @@ PC0 = 0x50100010
 
 def test_info_registers_group_prints_decoded_fields(stub):
     out = run_gdb(["info registers cnn_q0"], stub.gdb[0].port)
-    assert re.search(r"CNNx16_0_CTRL\s+0x9\s+\[ cnn_en .*clk_en", out), out
+    ctrl = re.search(r"CNNx16_0_CTRL\s+0x9\s+\[(.*)\]", out)
+    assert ctrl, out
+    assert "cnn_irq=inactive" in ctrl.group(1) and "cnn_en=start" in ctrl.group(1)
+    assert " clk_en " in ctrl.group(1) and "rdy_sel=wait0" in ctrl.group(1)
     assert re.search(r"CNNx16_0_LCNT_MAX\s+0x3\s+\[ lcnt=3 \]", out), out
     assert "CNNx16_1_CTRL" not in out  # another group
 

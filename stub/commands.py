@@ -1,0 +1,1042 @@
+"""The one command table shared by gdb ``monitor`` (qRcmd), telnet (4444) and Tcl RPC (6666).
+
+OpenOCD's command names, argument grammar and output formats (shared/reference/gdb-stub-anchors.md
+§3, OpenOCD src/target/target.c), mapped onto an accelerator: the "target" is one emulated engine,
+its pc identifies the next unit (layer / command / job) and a step runs one unit.
+
+Words are split the way Tcl splits them ("quoted", {braced}, backslash escapes, ``;`` between
+commands), but nothing is ever evaluated: ``[command substitution]`` and ``$variables`` are
+rejected with an error, and no command runs Python or shell text.
+"""
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from accelstub.devices import BusError, DeviceError, TargetRunning
+from accelstub.devices.device import CORE_REGS, Stop
+from accelstub.devices.runcontrol import RunControl
+
+try:  # pragma: no cover - depends on the install
+    from importlib.metadata import version as _dist_version
+
+    VERSION = _dist_version("accelstub")
+except Exception:  # pragma: no cover
+    VERSION = "0.1.0"
+
+#: register cache name of the virtual host core (``reg`` listing header)
+CORE_CACHE = "accelstub host core"
+#: default wait of halt / wait_halt, as OpenOCD (5 s)
+DEFAULT_WAIT_MS = 5000
+#: longest a step may take before the command gives up waiting (the unit keeps running)
+STEP_TIMEOUT_S = 300.0
+#: largest md*/read_memory/dump_image transfer one command may ask for
+MAX_TRANSFER = 64 << 20
+
+
+class CommandError(Exception):
+    """A command failed; the message is what OpenOCD would print (and Tcl returns)."""
+
+
+@dataclass
+class CommandContext:
+    targets: list[RunControl]  # one per served device; index = OpenOCD target number
+    current: int = 0
+    log: Callable[[str], None] = print  # LOG_USER output; gdb sends it as O packets
+    shutdown: Callable[[], None] | None = None
+    cwd: Path = field(default_factory=Path.cwd)  # base of relative file names
+    #: stops whose halted message a command has logged (front ends that also print stops
+    #: asynchronously skip these); cleared by the front end
+    reported_stops: list = field(default_factory=list)
+
+    @property
+    def target(self) -> RunControl:
+        if not self.targets:
+            raise CommandError("no target available")
+        return self.targets[self.current]
+
+
+def context_for(source, log: Callable[[str], None]) -> CommandContext:
+    """A fresh context for one connection, from a CommandContext (copied) or a factory called as
+    ``factory(log=log)`` (StubServer.context)."""
+    if isinstance(source, CommandContext):
+        return dataclasses.replace(source, log=log, reported_stops=[])
+    return source(log=log)
+
+
+# ------------------------------------------------------------------------------------------------
+# Tcl-like word splitting (no evaluation)
+
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "f": "\f", "v": "\v"}
+
+
+def _backslash(s: str, i: int) -> tuple[str, int]:
+    """Decode the escape starting at s[i] == '\\'; returns (text, next index)."""
+    if i + 1 >= len(s):
+        return "\\", i + 1
+    c = s[i + 1]
+    if c in _ESCAPES:
+        return _ESCAPES[c], i + 2
+    if c == "\n":  # backslash-newline: one space
+        j = i + 2
+        while j < len(s) and s[j] in " \t":
+            j += 1
+        return " ", j
+    if c == "x":
+        j = i + 2
+        while j < len(s) and j < i + 4 and s[j] in "0123456789abcdefABCDEF":
+            j += 1
+        if j > i + 2:
+            return chr(int(s[i + 2:j], 16)), j
+        return "x", i + 2
+    return c, i + 2
+
+
+def split_script(text: str) -> list[list[str]]:
+    """Split ``text`` into commands (newline or ``;``) of words, Tcl style, without evaluating.
+
+    Raises CommandError for ``[...]`` command substitution, ``$var`` substitution, unbalanced
+    quotes or braces and characters after a closing quote or brace."""
+    commands: list[list[str]] = []
+    words: list[str] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c in " \t\r":
+            i += 1
+            continue
+        if c == "\\" and i + 1 < n and text[i + 1] == "\n":
+            i += 2
+            continue
+        if c in "\n;":
+            if words:
+                commands.append(words)
+                words = []
+            i += 1
+            continue
+        if c == "#" and not words:  # comment to end of line
+            while i < n and text[i] != "\n":
+                i += 1
+            continue
+        if c == "{":
+            depth, j, buf = 1, i + 1, []
+            while j < n:
+                ch = text[j]
+                if ch == "\\" and j + 1 < n:
+                    if text[j + 1] == "\n":
+                        buf.append(" ")
+                        j += 2
+                        while j < n and text[j] in " \t":
+                            j += 1
+                        continue
+                    buf.append(text[j:j + 2])
+                    j += 2
+                    continue
+                if ch == "{":
+                    depth += 1
+                elif ch == "}":
+                    depth -= 1
+                    if depth == 0:
+                        break
+                buf.append(ch)
+                j += 1
+            if depth:
+                raise CommandError("missing close-brace")
+            j += 1
+            if j < n and text[j] not in " \t\r\n;":
+                raise CommandError("extra characters after close-brace")
+            words.append("".join(buf))
+            i = j
+            continue
+        if c == '"':
+            j, buf = i + 1, []
+            while j < n and text[j] != '"':
+                ch = text[j]
+                if ch == "\\":
+                    piece, j = _backslash(text, j)
+                    buf.append(piece)
+                    continue
+                _check_substitution(text, j)
+                buf.append(ch)
+                j += 1
+            if j >= n:
+                raise CommandError('missing "')
+            j += 1
+            if j < n and text[j] not in " \t\r\n;":
+                raise CommandError("extra characters after close-quote")
+            words.append("".join(buf))
+            i = j
+            continue
+        # bare word
+        j, buf = i, []
+        while j < n and text[j] not in " \t\r\n;":
+            ch = text[j]
+            if ch == "\\":
+                if j + 1 < n and text[j + 1] == "\n":
+                    break
+                piece, j = _backslash(text, j)
+                buf.append(piece)
+                continue
+            _check_substitution(text, j)
+            buf.append(ch)
+            j += 1
+        words.append("".join(buf))
+        i = j
+    if words:
+        commands.append(words)
+    return commands
+
+
+def _check_substitution(text: str, j: int) -> None:
+    ch = text[j]
+    if ch == "[":
+        raise CommandError("command substitution [...] is not supported (nothing is evaluated)")
+    if ch == "$" and j + 1 < len(text) and (text[j + 1].isalnum() or text[j + 1] in "_{:"):
+        raise CommandError("variable substitution ($...) is not supported (nothing is evaluated)")
+
+
+def split_words(line: str) -> list[str]:
+    """The words of one command (Tcl rules, no evaluation)."""
+    cmds = split_script(line)
+    if not cmds:
+        return []
+    if len(cmds) > 1:
+        raise CommandError("one command expected (';' or a newline separates commands)")
+    return cmds[0]
+
+
+# ------------------------------------------------------------------------------------------------
+# argument parsing helpers
+
+
+def parse_number(cmd: str, what: str, text: str, *, signed: bool = False) -> int:
+    """0x-hex or decimal (leading zeros are decimal, not octal). ``signed`` allows '-'."""
+    s = text.strip()
+    neg = False
+    if signed and s.startswith("-"):
+        neg, s = True, s[1:]
+    try:
+        if s[:2] in ("0x", "0X"):
+            if not s[2:] or not all(ch in "0123456789abcdefABCDEF" for ch in s[2:]):
+                raise ValueError
+            v = int(s[2:], 16)
+        elif s and s.isascii() and s.isdigit():
+            v = int(s, 10)
+        else:
+            raise ValueError
+    except ValueError:
+        raise CommandError(f"{cmd}: invalid {what} '{text}'") from None
+    return -v if neg else v
+
+
+def parse_address(cmd: str, text: str) -> int:
+    a = parse_number(cmd, "address", text)
+    if a >= 1 << 32:
+        raise CommandError(f"{cmd}: invalid address '{text}' (beyond the 32-bit address space)")
+    return a
+
+
+def _fit(cmd: str, value: int, bits: int) -> int:
+    if value < 0:
+        if value < -(1 << (bits - 1)):
+            raise CommandError(f"{cmd}: value {value} does not fit in {bits} bits")
+        return value & ((1 << bits) - 1)
+    if value >= 1 << bits:
+        raise CommandError(f"{cmd}: value {value:#x} does not fit in {bits} bits")
+    return value
+
+
+def _resolve(ctx: CommandContext, name: str) -> Path:
+    p = Path(name).expanduser()
+    return p if p.is_absolute() else ctx.cwd / p
+
+
+def _usage(name: str) -> CommandError:
+    usage = _COMMANDS[name][0] if name in _COMMANDS else ""
+    return CommandError(f"usage: {name} {usage}".rstrip())
+
+
+def _mem_read(cmd: str, rc: RunControl, addr: int, size: int) -> bytes:
+    if size > MAX_TRANSFER:
+        raise CommandError(f"{cmd}: {size} bytes is too much for one command "
+                           f"(at most {MAX_TRANSFER})")
+    try:
+        return rc.device.read(addr, size)
+    except BusError as e:
+        raise CommandError(f"{cmd}: cannot read memory: {e}") from None
+
+
+def _mem_write(cmd: str, rc: RunControl, addr: int, data: bytes) -> None:
+    _halted(rc, cmd)
+    try:
+        rc.device.write(addr, data)
+    except BusError as e:
+        raise CommandError(f"{cmd}: cannot write memory: {e}") from None
+    except DeviceError as e:
+        raise CommandError(f"{cmd}: {e}") from None
+
+
+def _halted(rc: RunControl, what: str) -> None:
+    try:
+        rc.require_halted(what)
+    except TargetRunning as e:
+        raise CommandError(str(e)) from None
+
+
+def _elapsed(t0: float) -> float:
+    return max(time.perf_counter() - t0, 1e-6)  # never divide by zero in the KiB/s figure
+
+
+def _rate(n: int, t: float) -> str:
+    return f"in {t:f}s ({n / 1024.0 / t:0.3f} KiB/s)"
+
+
+# ------------------------------------------------------------------------------------------------
+# halted message and state
+
+
+def next_unit_label(rc: RunControl) -> str:
+    dev = rc.device
+    try:
+        if dev.finished():
+            return "none"
+        pc = dev.pc
+        for u in dev.units():
+            if u.address == pc:
+                return u.label
+    except Exception:
+        pass
+    return "none"
+
+
+def halted_message(rc: RunControl, stop: Stop | None = None) -> str:
+    """OpenOCD's ``[target] halted due to <reason>, ...`` adapted to an accelerator: the second
+    part names the next unit, the second line gives pc."""
+    stop = stop or rc.last_stop
+    dev = rc.device
+    return (f"[{dev.description.cpu_name}] halted due to {stop.debug_reason}, "
+            f"{dev.unit_name}: {next_unit_label(rc)}\npc: 0x{dev.pc:08x}")
+
+
+def _report_stop(ctx: CommandContext, rc: RunControl, stop: Stop) -> None:
+    ctx.reported_stops.append(stop)
+    ctx.log(halted_message(rc, stop))
+
+
+def _wait_ms(cmd: str, args: list[str]) -> float | None:
+    if len(args) > 1:
+        raise _usage(cmd)
+    ms = parse_number(cmd, "timeout", args[0]) if args else DEFAULT_WAIT_MS
+    return ms / 1000.0
+
+
+# ------------------------------------------------------------------------------------------------
+# commands: run control
+
+
+def cmd_reset(ctx: CommandContext, args: list[str]) -> str:
+    if len(args) > 1 or (args and args[0] not in ("run", "halt", "init")):
+        raise _usage("reset")
+    kind = args[0] if args else "run"
+    rc = ctx.target
+    try:
+        rc.reset(kind)
+    except DeviceError as e:
+        raise CommandError(f"reset: {e}") from None
+    if kind in ("halt", "init"):
+        _report_stop(ctx, rc, rc.last_stop)
+    return ""
+
+
+def cmd_halt(ctx: CommandContext, args: list[str]) -> str:
+    timeout = _wait_ms("halt", args)
+    rc = ctx.target
+    if not rc.running:
+        return ""
+    rc.halt()
+    if timeout == 0:
+        return ""
+    stop = rc.wait(timeout)
+    if stop is None:
+        raise CommandError("timed out while waiting for target halted")
+    _report_stop(ctx, rc, stop)
+    return ""
+
+
+def cmd_wait_halt(ctx: CommandContext, args: list[str]) -> str:
+    timeout = _wait_ms("wait_halt", args)
+    rc = ctx.target
+    if not rc.running:
+        return ""
+    stop = rc.wait(timeout)
+    if stop is None:
+        raise CommandError("timed out while waiting for target halted")
+    _report_stop(ctx, rc, stop)
+    return ""
+
+
+def _set_pc(ctx: CommandContext, cmd: str, text: str) -> None:
+    addr = parse_address(cmd, text)
+    try:
+        ctx.target.device.write_core("pc", addr)
+    except DeviceError as e:
+        raise CommandError(f"{cmd}: {e}") from None
+
+
+def cmd_resume(ctx: CommandContext, args: list[str]) -> str:
+    if len(args) > 1:
+        raise _usage("resume")
+    rc = ctx.target
+    _halted(rc, "resume")
+    if args:
+        _set_pc(ctx, "resume", args[0])
+    if rc.device.finished():
+        raise CommandError(f"resume: no {rc.device.unit_name} left to run "
+                           f"(start the accelerator or 'reset' first)")
+    try:
+        rc.resume()
+    except TargetRunning as e:
+        raise CommandError(str(e)) from None
+    return ""
+
+
+def cmd_step(ctx: CommandContext, args: list[str]) -> str:
+    if len(args) > 1:
+        raise _usage("step")
+    rc = ctx.target
+    _halted(rc, "step")
+    if args:
+        _set_pc(ctx, "step", args[0])
+    try:
+        rc.start_step()
+    except TargetRunning as e:
+        raise CommandError(str(e)) from None
+    stop = rc.wait(STEP_TIMEOUT_S)
+    if stop is None:
+        raise CommandError(f"step: the {rc.device.unit_name} is still running after "
+                           f"{STEP_TIMEOUT_S:.0f}s (use 'halt' or 'wait_halt')")
+    if stop.reason == "idle":
+        raise CommandError(f"step: {stop.message}")
+    _report_stop(ctx, rc, stop)
+    return ""
+
+
+def cmd_poll(ctx: CommandContext, args: list[str]) -> str:
+    if args:
+        if len(args) != 1 or args[0] not in ("on", "off", "enable", "disable", "1", "0"):
+            raise _usage("poll")
+        return ""  # background polling is always on: the stub pushes stops
+    rc = ctx.target
+    if rc.running:
+        return "target state: running"
+    return f"target halted due to {rc.last_stop.debug_reason}, pc: 0x{rc.device.pc:08x}"
+
+
+def cmd_targets(ctx: CommandContext, args: list[str]) -> str:
+    if len(args) > 1:
+        raise _usage("targets")
+    if args:
+        want = args[0]
+        for i, rc in enumerate(ctx.targets):
+            if want in (str(i), rc.device.description.cpu_name):
+                ctx.current = i
+                return ""
+        names = ", ".join(rc.device.description.cpu_name for rc in ctx.targets)
+        raise CommandError(f"Target: {want} is unknown, try one of: {names}")
+    lines = ["    TargetName         Type       Endian TapName            State       ",
+             "--  ------------------ ---------- ------ ------------------ ------------"]
+    for i, rc in enumerate(ctx.targets):
+        name = rc.device.description.cpu_name
+        lines.append("%2d%c %-18s %-10s %-6s %-18s %s" % (
+            i, "*" if i == ctx.current else " ", name, rc.device.name, "little", name, rc.state))
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------------
+# commands: memory
+
+_WIDTH = {"d": 8, "w": 4, "h": 2, "b": 1}
+
+
+def md_output(address: int, size: int, data: bytes) -> str:
+    """OpenOCD's target_handle_md_output: 32 bytes per line, every value followed by a space."""
+    per_line = 32 // size
+    count = len(data) // size
+    lines, cur = [], ""
+    for i in range(count):
+        if i % per_line == 0:
+            cur = "0x%08x: " % (address + i * size)
+        v = int.from_bytes(data[i * size:(i + 1) * size], "little")
+        cur += "%0*x " % (2 * size, v)
+        if i % per_line == per_line - 1 or i == count - 1:
+            lines.append(cur)
+    return "\n".join(lines)
+
+
+def _phys(args: list[str]) -> list[str]:
+    return args[1:] if args and args[0] == "phys" else args
+
+
+def _md(name: str) -> Callable[[CommandContext, list[str]], str]:
+    size = _WIDTH[name[2]]
+
+    def handler(ctx: CommandContext, args: list[str]) -> str:
+        args = _phys(args)
+        if not 1 <= len(args) <= 2:
+            raise _usage(name)
+        addr = parse_address(name, args[0])
+        count = parse_number(name, "count", args[1]) if len(args) == 2 else 1
+        data = _mem_read(name, ctx.target, addr, count * size)
+        return md_output(addr, size, data)
+
+    return handler
+
+
+def _mw(name: str) -> Callable[[CommandContext, list[str]], str]:
+    size = _WIDTH[name[2]]
+
+    def handler(ctx: CommandContext, args: list[str]) -> str:
+        args = _phys(args)
+        if not 2 <= len(args) <= 3:
+            raise _usage(name)
+        addr = parse_address(name, args[0])
+        value = _fit(name, parse_number(name, "value", args[1], signed=True), size * 8)
+        count = parse_number(name, "count", args[2]) if len(args) == 3 else 1
+        if count * size > MAX_TRANSFER:
+            raise CommandError(f"{name}: count {count} is too large")
+        if count:
+            _mem_write(name, ctx.target, addr, value.to_bytes(size, "little") * count)
+        return ""
+
+    return handler
+
+
+def _width(cmd: str, text: str) -> int:
+    w = parse_number(cmd, "width", text)
+    if w not in (8, 16, 32, 64):
+        raise CommandError(f"{cmd}: invalid width '{text}' (must be one of: 8, 16, 32 or 64)")
+    return w // 8
+
+
+def cmd_read_memory(ctx: CommandContext, args: list[str]) -> str:
+    if len(args) == 4 and args[3] == "phys":
+        args = args[:3]
+    if len(args) != 3:
+        raise _usage("read_memory")
+    addr = parse_address("read_memory", args[0])
+    size = _width("read_memory", args[1])
+    count = parse_number("read_memory", "count", args[2])
+    data = _mem_read("read_memory", ctx.target, addr, count * size)
+    return " ".join("0x%x" % int.from_bytes(data[i:i + size], "little")
+                    for i in range(0, len(data), size))
+
+
+def cmd_write_memory(ctx: CommandContext, args: list[str]) -> str:
+    if len(args) == 4 and args[3] == "phys":
+        args = args[:3]
+    if len(args) != 3:
+        raise _usage("write_memory")
+    addr = parse_address("write_memory", args[0])
+    size = _width("write_memory", args[1])
+    values = split_words(args[2]) if args[2].strip() else []
+    data = b"".join(_fit("write_memory", parse_number("write_memory", "value", v, signed=True),
+                         size * 8).to_bytes(size, "little") for v in values)
+    if data:
+        _mem_write("write_memory", ctx.target, addr, data)
+    return ""
+
+
+# -- images --------------------------------------------------------------------------------------
+
+
+def parse_ihex(text: str, name: str = "image") -> list[tuple[int, bytes]]:
+    """Intel hex (types 00-05) into sections [(address, data)], contiguous records merged."""
+    base = 0
+    sections: list[tuple[int, bytearray]] = []
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line:
+            continue
+        where = f"{name}:{lineno}"
+        if not line.startswith(":"):
+            raise CommandError(f"{where}: not an Intel hex record")
+        try:
+            rec = bytes.fromhex(line[1:])
+        except ValueError:
+            raise CommandError(f"{where}: bad hex digits") from None
+        if len(rec) < 5 or len(rec) != rec[0] + 5:
+            raise CommandError(f"{where}: bad record length")
+        if sum(rec) & 0xFF:
+            raise CommandError(f"{where}: checksum mismatch")
+        n, off, kind, data = rec[0], int.from_bytes(rec[1:3], "big"), rec[3], rec[4:4 + rec[0]]
+        if kind == 0:
+            addr = base + off
+            if sections and sections[-1][0] + len(sections[-1][1]) == addr:
+                sections[-1][1].extend(data)
+            else:
+                sections.append((addr, bytearray(data)))
+        elif kind == 1:
+            break
+        elif kind == 2 and n == 2:
+            base = int.from_bytes(data, "big") << 4
+        elif kind == 4 and n == 2:
+            base = int.from_bytes(data, "big") << 16
+        elif kind in (3, 5):
+            pass  # start address: nothing to start on an accelerator
+        else:
+            raise CommandError(f"{where}: unsupported record type {kind:02x}")
+    return [(a, bytes(d)) for a, d in sections]
+
+
+def _open_image(ctx: CommandContext, cmd: str,
+                args: list[str]) -> tuple[Path, list[tuple[int, bytes]]]:
+    if not 1 <= len(args) <= 3:
+        raise _usage(cmd)
+    path = _resolve(ctx, args[0])
+    offset = parse_address(cmd, args[1]) if len(args) >= 2 else 0
+    fmt = args[2].lower() if len(args) == 3 else None
+    if fmt not in (None, "bin", "ihex"):
+        raise CommandError(f"{cmd}: image format '{args[2]}' is not supported (use bin or ihex)")
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise CommandError(f"{cmd}: couldn't open {args[0]}: {e.strerror or e}") from None
+    if fmt is None:
+        if raw[:4] == b"\x7fELF":
+            raise CommandError(f"{cmd}: {args[0]} is an ELF file; give a bin or ihex image")
+        fmt = "ihex" if raw[:1] == b":" and _looks_ihex(raw) else "bin"
+    if fmt == "bin":
+        sections = [(offset, raw)]
+    else:
+        try:
+            text = raw.decode("ascii")
+        except UnicodeDecodeError:
+            raise CommandError(f"{cmd}: {args[0]} is not an Intel hex file") from None
+        sections = [(a + offset, d) for a, d in parse_ihex(text, args[0])]
+    for a, d in sections:
+        if a + len(d) > 1 << 32:
+            raise CommandError(f"{cmd}: section at {a:#x} runs past the 32-bit address space")
+    return path, sections
+
+
+def _looks_ihex(raw: bytes) -> bool:
+    try:
+        first = raw.decode("ascii").splitlines()[0].strip()
+        bytes.fromhex(first[1:])
+        return True
+    except (UnicodeDecodeError, ValueError, IndexError):
+        return False
+
+
+def cmd_load_image(ctx: CommandContext, args: list[str]) -> str:
+    rc = ctx.target
+    _halted(rc, "load_image")
+    t0 = time.perf_counter()
+    _, sections = _open_image(ctx, "load_image", args)
+    lines, total = [], 0
+    for a, d in sections:
+        _mem_write("load_image", rc, a, d)
+        total += len(d)
+        lines.append("%u bytes written at address 0x%08x" % (len(d), a))
+    t = _elapsed(t0)
+    lines.append(f"downloaded {total} bytes {_rate(total, t)}")
+    return "\n".join(lines)
+
+
+def cmd_dump_image(ctx: CommandContext, args: list[str]) -> str:
+    if len(args) != 3:
+        raise _usage("dump_image")
+    path = _resolve(ctx, args[0])
+    addr = parse_address("dump_image", args[1])
+    size = parse_number("dump_image", "size", args[2])
+    t0 = time.perf_counter()
+    data = _mem_read("dump_image", ctx.target, addr, size)
+    try:
+        path.write_bytes(data)
+    except OSError as e:
+        raise CommandError(f"dump_image: couldn't write {args[0]}: {e.strerror or e}") from None
+    t = _elapsed(t0)
+    return f"dumped {len(data)} bytes {_rate(len(data), t)}"
+
+
+def cmd_verify_image(ctx: CommandContext, args: list[str]) -> str:
+    t0 = time.perf_counter()
+    _, sections = _open_image(ctx, "verify_image", args)
+    rc = ctx.target
+    diffs: list[str] = []
+    first = None
+    ndiff = 0
+    total = 0
+    for a, d in sections:
+        mem = _mem_read("verify_image", rc, a, len(d))
+        total += len(d)
+        if mem == d:
+            continue
+        for i, (got, want) in enumerate(zip(mem, d)):
+            if got != want:
+                if first is None:
+                    first = (a + i, want, got)
+                if ndiff < 128:
+                    diffs.append("diff %d address 0x%08x. Was 0x%02x instead of 0x%02x"
+                                 % (ndiff, a + i, got, want))
+                ndiff += 1
+    if first is not None:
+        if ndiff > 128:
+            diffs.append("More than 128 errors, the rest are not printed.")
+        addr, want, got = first
+        diffs.append(f"verify_image: {ndiff} byte(s) differ; first at 0x{addr:08x}: "
+                     f"expected 0x{want:02x}, got 0x{got:02x}")
+        raise CommandError("\n".join(diffs))
+    t = _elapsed(t0)
+    return f"verified {total} bytes {_rate(total, t)}"
+
+
+# ------------------------------------------------------------------------------------------------
+# commands: registers
+
+
+@dataclass(frozen=True)
+class RegEntry:
+    number: int
+    name: str
+    bits: int
+    cache: str
+    core: bool
+
+
+def register_list(rc: RunControl) -> list[RegEntry]:
+    """Every register ``reg`` knows, in listing order: the host core, then one cache per register
+    group of the description."""
+    desc = rc.device.description
+    out = [RegEntry(i, n, 32, CORE_CACHE, True) for i, n in enumerate(CORE_REGS)]
+    for group in desc.groups():
+        for r in desc.registers:
+            if r.group == group:
+                out.append(RegEntry(len(out), r.name, r.bits, group, False))
+    return out
+
+
+def _reg_value(rc: RunControl, e: RegEntry) -> int:
+    return rc.device.read_core(e.name) if e.core else rc.device.read_register(e.name)
+
+
+def _hex(value: int, bits: int) -> str:
+    return "%0*x" % ((bits + 3) // 4, value & ((1 << bits) - 1))
+
+
+def _find_reg(rc: RunControl, entries: list[RegEntry], key: str) -> RegEntry:
+    if key.isascii() and key.isdigit():
+        n = int(key)
+        if n < len(entries):
+            return entries[n]
+        raise CommandError(f"reg: register number {n} out of range (0..{len(entries) - 1})")
+    for e in entries:
+        if e.name == key:
+            return e
+    reg = rc.device.description.find_register(key)
+    if reg is None:
+        low = key.lower()
+        matches = [e for e in entries if e.name.lower() == low]
+        if len(matches) == 1:
+            return matches[0]
+        raise CommandError(f"reg: register {key} not found in current target")
+    for e in entries:
+        if not e.core and e.name == reg.name:
+            return e
+    raise CommandError(f"reg: register {key} not found in current target")
+
+
+def cmd_reg(ctx: CommandContext, args: list[str]) -> str:
+    rc = ctx.target
+    entries = register_list(rc)
+    if not args:
+        lines, cache = [], None
+        for e in entries:
+            if e.cache != cache:
+                cache = e.cache
+                lines.append(f"===== {cache}")
+            lines.append("(%i) %s (/%u): 0x%s" % (e.number, e.name, e.bits,
+                                                  _hex(_reg_value(rc, e), e.bits)))
+        return "\n".join(lines)
+    if len(args) > 2:
+        raise _usage("reg")
+    e = _find_reg(rc, entries, args[0])
+    if len(args) == 2 and args[1] != "force":
+        value = _fit("reg", parse_number("reg", "value", args[1], signed=True), e.bits)
+        _halted(rc, "reg write")
+        try:
+            if e.core:
+                rc.device.write_core(e.name, value)
+            else:
+                rc.device.write_register(e.name, value)
+        except BusError as err:
+            raise CommandError(f"reg: cannot write {e.name}: {err}") from None
+        except DeviceError as err:
+            raise CommandError(f"reg: {err}") from None
+    return "%s (/%i): 0x%s" % (e.name, e.bits, _hex(_reg_value(rc, e), e.bits))
+
+
+def cmd_get_reg(ctx: CommandContext, args: list[str]) -> str:
+    args = [a for a in args if a != "-force"]
+    if len(args) != 1:
+        raise _usage("get_reg")
+    rc = ctx.target
+    entries = register_list(rc)
+    out = []
+    for name in split_words(args[0]):
+        e = _find_reg(rc, entries, name)
+        out += [name, "0x" + _hex(_reg_value(rc, e), e.bits)]
+    return " ".join(out)
+
+
+def cmd_set_reg(ctx: CommandContext, args: list[str]) -> str:
+    if len(args) != 1:
+        raise _usage("set_reg")
+    words = split_words(args[0])
+    if len(words) % 2:
+        raise CommandError("set_reg: expected a dict of register names and values")
+    for name, value in zip(words[::2], words[1::2]):
+        cmd_reg(ctx, [name, value])
+    return ""
+
+
+# ------------------------------------------------------------------------------------------------
+# commands: breakpoints and watchpoints
+
+#: lengths given to `bp` per RunControl (RunControl keeps only addresses)
+_BP_LEN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_WP_KIND = {"r": 0, "w": 1, "a": 2}
+
+
+def cmd_bp(ctx: CommandContext, args: list[str]) -> str:
+    rc = ctx.target
+    lengths = _BP_LEN.setdefault(rc, {})
+    if not args:
+        return "\n".join("Breakpoint(IVA): 0x%08x, 0x%x, 1" % (a, lengths.get(a, 4))
+                         for a in sorted(rc.breakpoints))
+    if len(args) not in (2, 3) or (len(args) == 3 and args[2] != "hw"):
+        raise _usage("bp")
+    addr = parse_address("bp", args[0])
+    length = parse_number("bp", "length", args[1])
+    rc.add_breakpoint(addr)
+    lengths[addr] = length
+    return "breakpoint set at 0x%08x" % addr
+
+
+def cmd_rbp(ctx: CommandContext, args: list[str]) -> str:
+    if len(args) != 1:
+        raise _usage("rbp")
+    rc = ctx.target
+    if args[0] == "all":
+        for a in list(rc.breakpoints):
+            rc.remove_breakpoint(a)
+        _BP_LEN.pop(rc, None)
+        return ""
+    addr = parse_address("rbp", args[0])
+    if not rc.remove_breakpoint(addr):
+        raise CommandError("no breakpoint at address 0x%08x found" % addr)
+    _BP_LEN.get(rc, {}).pop(addr, None)
+    return ""
+
+
+def cmd_wp(ctx: CommandContext, args: list[str]) -> str:
+    rc = ctx.target
+    if not args:
+        return "\n".join("address: 0x%08x, len: 0x%08x, r/w/a: %i, value: 0x%08x, mask: 0x%08x"
+                         % (w.start, w.length, _WP_KIND[w.kind], 0, 0xFFFFFFFF)
+                         for w in rc.watchpoints)
+    if not 2 <= len(args) <= 5:
+        raise _usage("wp")
+    addr = parse_address("wp", args[0])
+    length = parse_number("wp", "length", args[1])
+    kind = "a"
+    if len(args) >= 3:
+        if args[2] not in _WP_KIND:
+            raise _usage("wp")
+        kind = args[2]
+    if len(args) >= 4:
+        value = parse_number("wp", "value", args[3])
+        mask = parse_number("wp", "mask", args[4]) if len(args) == 5 else 0xFFFFFFFF
+        if mask & 0xFFFFFFFF != 0xFFFFFFFF or (len(args) == 4 and value):
+            raise CommandError("wp: data value matching is not supported: "
+                               f"{rc.device.name} watchpoints stop on any access to the range")
+    if length < 1:
+        raise CommandError(f"wp: invalid length '{args[1]}'")
+    rc.add_watchpoint(kind, addr, length)
+    return ""
+
+
+def cmd_rwp(ctx: CommandContext, args: list[str]) -> str:
+    if len(args) != 1:
+        raise _usage("rwp")
+    rc = ctx.target
+    if args[0] == "all":
+        for w in list(rc.watchpoints):
+            rc.remove_watchpoint(None, w.start)
+        return ""
+    addr = parse_address("rwp", args[0])
+    if not rc.remove_watchpoint(None, addr):
+        raise CommandError("no watchpoint at address 0x%08x found" % addr)
+    return ""
+
+
+# ------------------------------------------------------------------------------------------------
+# commands: misc
+
+
+def cmd_capture(ctx: CommandContext, args: list[str]) -> str:
+    if len(args) != 1:
+        raise _usage("capture")
+    lines: list[str] = []
+    sub = dataclasses.replace(ctx, log=lines.append)
+    try:
+        result = execute(sub, args[0])
+    finally:
+        ctx.current = sub.current
+        ctx.reported_stops.extend(sub.reported_stops)
+    text = "".join(line if line.endswith("\n") else line + "\n" for line in lines)
+    return text + result
+
+
+def cmd_init(ctx: CommandContext, args: list[str]) -> str:
+    return ""
+
+
+def cmd_version(ctx: CommandContext, args: list[str]) -> str:
+    return f"accelstub {VERSION} (OpenOCD-compatible command set)"
+
+
+def cmd_help(ctx: CommandContext, args: list[str]) -> str:
+    table = _table(ctx)
+    if args:
+        name = args[0]
+        if name not in table:
+            raise CommandError(f"help: no command named '{name}'")
+        usage, summary = table[name][0], table[name][2]
+        return f"{name} {usage}".rstrip() + (f"\n      {summary}" if summary else "")
+    return "\n".join(f"{name} {table[name][0]}".rstrip() for name in sorted(table))
+
+
+def cmd_shutdown(ctx: CommandContext, args: list[str]) -> str:
+    if ctx.shutdown is None:
+        raise CommandError("shutdown: not available on this connection")
+    ctx.shutdown()
+    return "shutdown command invoked"
+
+
+def cmd_sleep(ctx: CommandContext, args: list[str]) -> str:
+    if len(args) != 1:
+        raise _usage("sleep")
+    ms = parse_number("sleep", "time", args[0])
+    threading.Event().wait(min(ms, 600_000) / 1000.0)
+    return ""
+
+
+def cmd_tcl(ctx: CommandContext, args: list[str]) -> str:
+    raise CommandError("tcl notifications: only on a Tcl RPC connection (port 6666)")
+
+
+Handler = Callable[[CommandContext, list[str]], str]
+
+#: name -> (usage, handler, one-line summary)
+_COMMANDS: dict[str, tuple[str, Handler, str]] = {
+    "reset": ("[run|halt|init]", cmd_reset, "reset the accelerator, then run, halt or init"),
+    "halt": ("[milliseconds]", cmd_halt, "request a halt and wait for it"),
+    "wait_halt": ("[milliseconds]", cmd_wait_halt, "wait for the target to halt"),
+    "resume": ("[address]", cmd_resume, "resume, optionally from a new pc (next unit)"),
+    "step": ("[address]", cmd_step, "run one unit (layer/command/job) and halt"),
+    "poll": ("['on'|'off']", cmd_poll, "show the target state"),
+    "targets": ("[target]", cmd_targets, "list targets or select the current one"),
+    "mdd": ("['phys'] address [count]", _md("mdd"), "display memory as 64-bit words"),
+    "mdw": ("['phys'] address [count]", _md("mdw"), "display memory as 32-bit words"),
+    "mdh": ("['phys'] address [count]", _md("mdh"), "display memory as 16-bit halfwords"),
+    "mdb": ("['phys'] address [count]", _md("mdb"), "display memory as bytes"),
+    "mwd": ("['phys'] address value [count]", _mw("mwd"), "write (fill) 64-bit words"),
+    "mww": ("['phys'] address value [count]", _mw("mww"), "write (fill) 32-bit words"),
+    "mwh": ("['phys'] address value [count]", _mw("mwh"), "write (fill) 16-bit halfwords"),
+    "mwb": ("['phys'] address value [count]", _mw("mwb"), "write (fill) bytes"),
+    "read_memory": ("address width count ['phys']", cmd_read_memory,
+                    "read memory as a Tcl list of values"),
+    "write_memory": ("address width data ['phys']", cmd_write_memory,
+                     "write a Tcl list of values to memory"),
+    "load_image": ("filename [address [bin|ihex]]", cmd_load_image, "load an image into memory"),
+    "dump_image": ("filename address size", cmd_dump_image, "dump memory to a binary file"),
+    "verify_image": ("filename [address [bin|ihex]]", cmd_verify_image,
+                     "compare an image with memory"),
+    "reg": ("[(register_number|register_name) [value]]", cmd_reg,
+            "list, read or write registers"),
+    "get_reg": ("[-force] list", cmd_get_reg, "read registers into a Tcl dict"),
+    "set_reg": ("dict", cmd_set_reg, "write registers from a Tcl dict"),
+    "bp": ("[address length ['hw']]", cmd_bp, "list or set breakpoints (on unit addresses)"),
+    "rbp": ("'all' | address", cmd_rbp, "remove breakpoints"),
+    "wp": ("[address length [('r'|'w'|'a')]]", cmd_wp, "list or set watchpoints"),
+    "rwp": ("'all' | address", cmd_rwp, "remove watchpoints"),
+    "capture": ("command", cmd_capture, "run a command and return its log output and result"),
+    "init": ("", cmd_init, "ignored; for OpenOCD compatibility"),
+    "version": ("", cmd_version, "show the program version"),
+    "help": ("[command_name]", cmd_help, "show command usage"),
+    "shutdown": ("", cmd_shutdown, "shut the server down"),
+    "sleep": ("milliseconds", cmd_sleep, "wait"),
+    "tcl": ("notifications ('on'|'off')", cmd_tcl, "Tcl RPC event notifications"),
+}
+
+#: OpenOCD commands that have no meaning for an accelerator, and what it lacks
+_NOT_APPLICABLE = {
+    "flash": "flash memory", "nand": "flash memory", "nor": "flash memory",
+    "arm": "Arm CPU core", "armv4_5": "Arm CPU core", "cortex_m": "Arm CPU core",
+    "cortex_a": "Arm CPU core", "riscv": "RISC-V core", "semihosting": "CPU to run semihosting",
+    "arm7_9": "Arm CPU core", "etm": "trace macrocell", "itm": "trace macrocell",
+    "tpiu": "trace port", "rtt": "RTT control block", "adapter": "debug adapter",
+    "adapter_khz": "debug adapter", "interface": "debug adapter", "transport": "debug adapter",
+    "jtag": "JTAG chain", "jtag_khz": "JTAG chain", "scan_chain": "JTAG chain",
+    "irscan": "JTAG chain", "drscan": "JTAG chain", "runtest": "JTAG chain",
+    "pathmove": "JTAG chain", "svf": "JTAG chain", "xsvf": "JTAG chain", "swd": "SWD port",
+    "dap": "debug access port", "swo": "SWO trace pin", "reset_config": "reset lines to configure",
+    "pld": "programmable logic device", "virt2phys": "MMU", "mmu": "MMU",
+    "cache": "CPU cache", "profile": "CPU to sample",
+}
+
+
+def _table(ctx: CommandContext) -> dict[str, tuple[str, Handler, str]]:
+    table = dict(_COMMANDS)
+    extra = getattr(ctx.target.device, "monitor_commands", None) if ctx.targets else None
+    if callable(extra):
+        for name, (usage, handler) in extra().items():
+            table[name] = (usage, handler, "")
+    return table
+
+
+def execute(ctx: CommandContext, line: str) -> str:
+    """Run one line (one or more commands separated by ';' or newlines); returns the result text
+    of the last one, raises CommandError with OpenOCD-like messages on failure."""
+    result = ""
+    for words in split_script(line):
+        result = _run(ctx, words)
+    return result
+
+
+def _run(ctx: CommandContext, words: list[str]) -> str:
+    name, args = words[0], words[1:]
+    table = _table(ctx)
+    entry = table.get(name)
+    if entry is None:
+        if name in _NOT_APPLICABLE:
+            dev = ctx.target.device.name if ctx.targets else "this target"
+            raise CommandError(f"{name} does not apply to {dev} "
+                               f"(an accelerator has no {_NOT_APPLICABLE[name]})")
+        raise CommandError(f'invalid command name "{name}"')
+    try:
+        return entry[1](ctx, args)
+    except CommandError:
+        raise
+    except TargetRunning as e:
+        raise CommandError(str(e)) from None
+    except BusError as e:
+        raise CommandError(f"{name}: {e}") from None
+    except DeviceError as e:
+        raise CommandError(f"{name}: {e}") from None
