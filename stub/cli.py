@@ -123,7 +123,17 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("device", choices=DEVICES)
     v = sub.add_parser("svd", help="write CMSIS-SVD to stdout")
     v.add_argument("device", choices=DEVICES)
+    t = sub.add_parser("tui", help="terminal UI: attach to a stub, or start one and attach")
+    t.add_argument("device", nargs="?", choices=DEVICES)
+    t.add_argument("--connect", metavar="HOST:PORT", help="attach to a running stub")
+    t.add_argument("--program", help="program to load (default: the bundled demo)")
     args = ap.parse_args(argv)
+    if args.cmd == "tui":
+        if (args.device is None) == (args.connect is None):
+            ap.error("tui: give either DEVICE or --connect HOST:PORT")
+        from accelstub.tui.app import run_tui  # the one upward import: the CLI is the top
+
+        return run_tui(connect=args.connect, device=args.device, program=args.program)
     if args.cmd == "serve":
         if args.port == 0 and args.telnet_port == 4444:
             args.telnet_port = 0

@@ -941,6 +941,41 @@ def cmd_tcl(ctx: CommandContext, args: list[str]) -> str:
     raise CommandError("tcl notifications: only on a Tcl RPC connection (port 6666)")
 
 
+def cmd_units(ctx: CommandContext, args: list[str]) -> str:
+    """The program: one line per unit, ``0x%08x <label>: <summary>``, like the comments the
+    vendor tools put in generated code (machine-readable: the TUI parses it)."""
+    if args:
+        raise _usage("units")
+    return "\n".join(f"0x{u.address:08x} {u.label}: {u.summary}"
+                     for u in ctx.target.device.units())
+
+
+def cmd_status(ctx: CommandContext, args: list[str]) -> str:
+    """Run state, pc, interrupt lines and counters as ``key: value`` lines."""
+    if args:
+        raise _usage("status")
+    rc = ctx.target
+    dev = rc.device
+    lines = [f"state: {rc.state}", f"pc: 0x{dev.pc:08x}",
+             f"stop: {rc.last_stop.debug_reason}"]
+    lines += [f"irq.{name}: {int(level)}" for name, level in dev.interrupts().items()]
+    lines += [f"{name}: {value}" for name, value in dev.counters().items()]
+    return "\n".join(lines)
+
+
+def cmd_svd(ctx: CommandContext, args: list[str]) -> str:
+    if len(args) != 1:
+        raise _usage("svd")
+    from .svd import description_to_svd
+
+    path = _resolve(ctx, args[0])
+    try:
+        path.write_text(description_to_svd(ctx.target.device.description), encoding="utf-8")
+    except OSError as e:
+        raise CommandError(f"svd: cannot write {path}: {e.strerror}") from None
+    return f"wrote {path}"
+
+
 Handler = Callable[[CommandContext, list[str]], str]
 
 #: name -> (usage, handler, one-line summary)
@@ -983,6 +1018,9 @@ _COMMANDS: dict[str, tuple[str, Handler, str]] = {
     "shutdown": ("", cmd_shutdown, "shut the server down"),
     "sleep": ("milliseconds", cmd_sleep, "wait"),
     "tcl": ("notifications ('on'|'off')", cmd_tcl, "Tcl RPC event notifications"),
+    "units": ("", cmd_units, "list the program: one line per layer/command/job"),
+    "status": ("", cmd_status, "run state, pc, interrupt lines and counters"),
+    "svd": ("filename", cmd_svd, "write the device's CMSIS-SVD description to a file"),
 }
 
 #: OpenOCD commands that have no meaning for an accelerator, and what it lacks

@@ -84,6 +84,11 @@ class PacketReader:
         self._buf = bytearray()
         self._skipping = False  # inside an oversized packet: drop until its '#xx'
 
+    @property
+    def pending(self) -> bool:
+        """True while part of a packet is buffered."""
+        return bool(self._buf) or self._skipping
+
     def feed(self, data: bytes) -> list[Event]:
         self._buf += data
         buf = self._buf

@@ -57,6 +57,8 @@ class GdbSession:
                 data = self.conn.recv()
                 if not data:
                     break
+                if self.noack and self._fast_packet(data):
+                    continue
                 for ev in self.reader.feed(data):
                     self._event(ev)
                     if self.closed:
@@ -66,6 +68,22 @@ class GdbSession:
             self.rc.remove_stop_listener(self._on_stop)
             self.server.session_ended(self)
             self.conn.close()
+
+    def _fast_packet(self, data: bytes) -> bool:
+        """The common case in no-ack mode: exactly one whole packet arrived (a memory or
+        register read). Handle it without the general parser; False if it is anything else."""
+        if data[0] != 0x24 or len(data) < 4 or data[-3] != 0x23 or self.reader.pending:
+            return False
+        payload = data[1:-3]
+        if 0x24 in payload or 0x23 in payload or payload[:1] not in (b"m", b"p", b"x"):
+            return False
+        try:
+            if int(data[-2:], 16) != sum(payload) & 0xFF:
+                return False
+        except ValueError:
+            return False
+        self.send(self.dispatch(payload))  # type: ignore[arg-type]
+        return True
 
     def send(self, payload: bytes, ack: bool = False, notification: bool = False) -> None:
         """One write per reply: the ack and the packet go out together (TCP_NODELAY)."""

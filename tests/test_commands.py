@@ -443,3 +443,39 @@ def test_device_monitor_commands(ctx, rc):
         "hello": ("name", lambda c, args: f"hello {args[0]} from {c.target.device.name}")}
     assert execute(ctx, "hello world") == "hello world from max78000"
     assert "hello name" in execute(ctx, "help").split("\n")
+
+
+def test_units_lists_the_program_one_line_per_unit():
+    from accelstub.devices import open_device
+    from accelstub.devices.runcontrol import RunControl
+    from accelstub.stub.commands import CommandContext, execute
+
+    rc = RunControl(open_device("max78000"))
+    rc.device.write_register("CNNx16_0_LCNT_MAX", 1)
+    rc.device.write_register("CNNx16_0_L1_WPTR_BASE", 0x2000)
+    lines = execute(CommandContext([rc]), "units").splitlines()
+    assert lines[0].startswith("0x50100010 Layer 0: ")
+    assert lines[1].startswith("0x50100014 Layer 1: ") and "0x50408000" in lines[1]
+
+
+def test_status_reports_state_pc_interrupts_and_counters():
+    from accelstub.devices import open_device
+    from accelstub.devices.runcontrol import RunControl
+    from accelstub.stub.commands import CommandContext, execute
+
+    rc = RunControl(open_device("max78000"))
+    rc.device.write_register("CNNx16_0_CTRL", 0x1000)  # writing 1 to cnn_irq forces it (L2186)
+    out = execute(CommandContext([rc]), "status").splitlines()
+    assert out[:2] == ["state: halted", "pc: 0x50100010"]
+    assert "irq.CNN: 1" in out and "units: 0" in out
+
+
+def test_svd_command_writes_a_file(tmp_path):
+    from accelstub.devices import open_device
+    from accelstub.devices.runcontrol import RunControl
+    from accelstub.stub.commands import CommandContext, execute
+
+    rc = RunControl(open_device("max78000"))
+    out = execute(CommandContext([rc], cwd=tmp_path), "svd m.svd")
+    assert out == f"wrote {tmp_path / 'm.svd'}"
+    assert "<name>CNN_Q0</name>" in (tmp_path / "m.svd").read_text()

@@ -1,0 +1,228 @@
+"""MAX78000 (AI85) layer arithmetic: pooling, 2-D convolution, bias, output shift, rounding,
+saturation and activation. Pure numba kernels on plain numpy arrays; no device knowledge.
+
+Sources ("S3:Lnnnn" = seed 003_edc58f2c72aa640d.txt, "S0:Lnnnn" = seed 000_1c275a1c02640bee.txt,
+digest = shared/devices/max78000-ai8x.md):
+
+* pipeline order pooling -> convolution -> bias -> shift/round/saturate -> activation
+  (S3:L618, L1753, L1847; digest 0.5);
+* products and sums at full resolution, saturation only at the very end (S3:L800);
+* bias enters as ``bias << 7`` (S0:L4118, digest A6);
+* ``v = floor(acc * 2**s / 128 + 1/2)`` (S3:L770 "round half towards positive infinity",
+  S3:L1797-1809 output shift; digest 1.8 canonical model), computed exactly in int64 (digest A5);
+* clamp to [-128, 127] (S3:L798), then ReLU = clamp [0, 127] (S3:L1779) or Abs = min(|v|, 127)
+  (digest T10, public fact: ai8x-synthesis izer/simulate.py clips abs to 2**(bits-1)-1);
+* the 32-bit (bigdwrt) output is the raw accumulator: no shift, rounding, clamp or activation
+  (S3:L756, L1809, S0:L3657).
+
+Array layout: data ``[C, H, W]``, weights ``[K, C, kh, kw]`` (already sign-extended to int8),
+bias ``[K]`` int64 holding the 8-bit bias values (zeros when the layer has none). The number of
+distinct signatures is kept at one per kernel (C-contiguous int8/int64 arrays, int64 scalars).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+# pooling modes
+POOL_NONE = 0  # 1x1 window: plain decimation by the stride (public fact: izer pooling_layer)
+POOL_MAX = 1
+POOL_AVG = 2
+
+# average-pool rounding policies (digest A3; seed S3:L1015-1020 only covers non-negative sums)
+AVG_TRUNC = 0       # izer HEAD "floor" mode: integer mean truncated toward zero (np.nanmean int64)
+AVG_ROUND_AWAY = 1  # izer HEAD "rounding" mode: half away from zero (ceil(x-.5) for x<0)
+AVG_FLOOR = 2       # seed literal floor(sum/N) for every sign
+AVG_FLOOR_HALF = 3  # seed literal floor(sum/N + 1/2) for every sign (S0:L2171 wording)
+
+ACT_NONE = 0
+ACT_RELU = 1
+ACT_ABS = 2
+
+
+@njit(nogil=True, cache=True)
+def sign_extend(raw, shift, bits):
+    """Weight field ``bits`` wide at bit ``shift`` of each byte of ``raw`` (uint8), sign-extended
+    to int8. Storage is two's complement masked to ``bits`` (digest 1.3, public fact: izer
+    kernels.py ``& (2**bits-1)``); ranges 8-bit [-128,127], 4-bit [-8,7], 2-bit [-2,1], 1-bit
+    [-1,0] (S3:L758-762)."""
+    out = np.empty(raw.shape, dtype=np.int8)
+    flat_in = raw.ravel()
+    flat_out = out.ravel()
+    mask = (1 << bits) - 1
+    sign = 1 << (bits - 1)
+    for i in range(flat_in.size):
+        v = (np.int64(flat_in[i]) >> shift) & mask
+        if v & sign:
+            v -= mask + 1
+        flat_out[i] = v
+    return out
+
+
+@njit(nogil=True, cache=True)
+def _avg(total, n, policy):
+    """Integer average of ``total`` over ``n`` elements under ``policy`` (see AVG_*)."""
+    if policy == AVG_TRUNC:
+        q = abs(total) // n
+        return q if total >= 0 else -q
+    if policy == AVG_ROUND_AWAY:
+        q = (2 * abs(total) + n) // (2 * n)
+        return q if total >= 0 else -q
+    if policy == AVG_FLOOR:
+        return total // n
+    return (2 * total + n) // (2 * n)  # floor(total/n + 1/2)
+
+
+@njit(nogil=True, cache=True)
+def pool2d(x, pool_h, pool_w, stride, mode, avg_policy):
+    """In-flight pooling before the convolution, no padding (S3:L1010-1014): output size
+    ``(H - pool)//stride + 1`` per dimension; max = window maximum; average = window sum / N
+    rounded per ``avg_policy`` (default AVG_TRUNC, or AVG_ROUND_AWAY when CTRL.poolrnd=1; digest
+    1.9 and A3). ``mode == POOL_NONE`` decimates (1x1 window). Returns int64 ``[C, Ho, Wo]``."""
+    c_n, h, w = x.shape
+    if mode == POOL_NONE:
+        pool_h = 1
+        pool_w = 1
+    ho = (h - pool_h) // stride + 1
+    wo = (w - pool_w) // stride + 1
+    if ho < 0:
+        ho = 0
+    if wo < 0:
+        wo = 0
+    out = np.zeros((c_n, ho, wo), dtype=np.int64)
+    n = pool_h * pool_w
+    for c in range(c_n):
+        for oy in range(ho):
+            for ox in range(wo):
+                y0 = oy * stride
+                x0 = ox * stride
+                if mode == POOL_MAX:
+                    m = np.int64(-129)
+                    for i in range(pool_h):
+                        for j in range(pool_w):
+                            v = np.int64(x[c, y0 + i, x0 + j])
+                            if v > m:
+                                m = v
+                    out[c, oy, ox] = m
+                elif mode == POOL_AVG:
+                    s = np.int64(0)
+                    for i in range(pool_h):
+                        for j in range(pool_w):
+                            s += x[c, y0 + i, x0 + j]
+                    v = _avg(s, n, avg_policy)
+                    out[c, oy, ox] = min(max(v, -128), 127)  # digest A20
+                else:
+                    out[c, oy, ox] = x[c, y0, x0]
+    return out
+
+
+@njit(nogil=True, cache=True)
+def conv2d_acc(x, w, bias, pad_h, pad_w, stride):
+    """Full-resolution accumulator ``acc[k,y,x] = sum_c sum_i sum_j w[k,c,i,j] *
+    xpad[c, y*stride+i, x*stride+j] + 128*bias[k]`` (S3:L800 full resolution; bias << 7,
+    S0:L4118). Zero padding ``pad_h``/``pad_w`` on both sides (S3:L1837). ``x`` int64
+    ``[C,H,W]``, ``w`` int8 ``[K,C,kh,kw]``, ``bias`` int64 ``[K]``. Returns int64."""
+    c_n, h, wd = x.shape
+    k_n, _, kh, kw = w.shape
+    ho = (h + 2 * pad_h - kh) // stride + 1
+    wo = (wd + 2 * pad_w - kw) // stride + 1
+    if ho < 0:
+        ho = 0
+    if wo < 0:
+        wo = 0
+    out = np.zeros((k_n, ho, wo), dtype=np.int64)
+    for k in range(k_n):
+        b = bias[k] * 128
+        for oy in range(ho):
+            for ox in range(wo):
+                acc = b
+                for c in range(c_n):
+                    for i in range(kh):
+                        yy = oy * stride + i - pad_h
+                        if yy < 0 or yy >= h:
+                            continue
+                        for j in range(kw):
+                            xx = ox * stride + j - pad_w
+                            if xx < 0 or xx >= wd:
+                                continue
+                            acc += np.int64(w[k, c, i, j]) * x[c, yy, xx]
+                out[k, oy, ox] = acc
+    return out
+
+
+@njit(nogil=True, cache=True)
+def requantize(acc, shift, act):
+    """8-bit output: ``v = floor(acc * 2**shift / 128 + 1/2)`` with ``t = 7 - shift``:
+    ``(acc + 2**(t-1)) >> t`` for t > 0, else ``acc << -t`` (arithmetic shifts, exact in int64;
+    S3:L770, L1797-1809, digest 1.8); saturate to [-128, 127] (S3:L798); then ReLU clamps to
+    [0, 127] (S3:L1779) or Abs gives min(|v|, 127) (S0:L3998; abs wins over ReLU, S0:L4010).
+    ``shift`` is the total shift held in POST.scale_reg/scale_shft, in [-15, 15] (S3:L1799).
+    Returns int64 of the same shape."""
+    out = np.empty(acc.shape, dtype=np.int64)
+    fa = acc.ravel()
+    fo = out.ravel()
+    t = 7 - shift
+    for i in range(fa.size):
+        a = fa[i]
+        if t > 0:
+            v = (a + (np.int64(1) << (t - 1))) >> t
+        else:
+            v = a << (-t)
+        if v > 127:
+            v = 127
+        elif v < -128:
+            v = -128
+        if act == ACT_RELU:
+            if v < 0:
+                v = 0
+        elif act == ACT_ABS:
+            if v < 0:
+                v = -v
+            if v > 127:
+                v = 127
+        fo[i] = v
+    return out
+
+
+@njit(nogil=True, cache=True)
+def wide_output(acc):
+    """32-bit (bigdwrt) output: the accumulator's low 32 bits, two's complement (S3:L756 'Q17.14
+    unclipped', S3:L1809 'no hardware shift'; S0:L3657 'write 32-bit accumulator output')."""
+    out = np.empty(acc.shape, dtype=np.int64)
+    fa = acc.ravel()
+    fo = out.ravel()
+    for i in range(fa.size):
+        v = fa[i] & 0xFFFFFFFF
+        if v >= 0x80000000:
+            v -= 0x100000000
+        fo[i] = v
+    return out
+
+
+@njit(nogil=True, cache=True)
+def layer(x, w, bias, pool_h, pool_w, pool_stride, pool_mode, avg_policy,
+          pad_h, pad_w, conv_stride, shift, act, wide):
+    """One MAX78000 layer: pool2d -> conv2d_acc -> requantize (8-bit) or wide_output (32-bit).
+    ``x`` int8 ``[C,H,W]``; returns int64 ``[K,Ho,Wo]`` (8-bit values, or int32 values if
+    ``wide``)."""
+    pooled = pool2d(x, pool_h, pool_w, pool_stride, pool_mode, avg_policy)
+    acc = conv2d_acc(pooled, w, bias, pad_h, pad_w, conv_stride)
+    if wide:
+        return wide_output(acc)
+    return requantize(acc, shift, act)
+
+
+def run_layer_kernel(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
+                     pool: tuple[int, int] = (1, 1), pool_stride: int = 1,
+                     pool_mode: int = POOL_NONE, avg_policy: int = AVG_TRUNC,
+                     pad: tuple[int, int] = (0, 0), conv_stride: int = 1, shift: int = 0,
+                     act: int = ACT_NONE, wide: bool = False) -> np.ndarray:
+    """Python convenience wrapper around :func:`layer` that normalises dtypes and contiguity so
+    numba compiles (and caches) exactly one signature."""
+    x = np.ascontiguousarray(x, dtype=np.int8)
+    w = np.ascontiguousarray(w, dtype=np.int8)
+    b = np.zeros(w.shape[0], dtype=np.int64) if bias is None else \
+        np.ascontiguousarray(bias, dtype=np.int64)
+    return layer(x, w, b, int(pool[0]), int(pool[1]), int(pool_stride), int(pool_mode),
+                 int(avg_policy), int(pad[0]), int(pad[1]), int(conv_stride), int(shift),
+                 int(act), bool(wide))
