@@ -15,6 +15,7 @@ from accelstub.devices.device import CORE_REGS, Device
 from accelstub.devices.runcontrol import RunControl
 
 from .commands import CommandContext
+from .listener import TcpListener
 from .session import GdbSession
 from .target_xml import memory_map_xml, register_table, target_xml
 from .transports import SocketConnection
@@ -22,14 +23,15 @@ from .transports import SocketConnection
 log = logging.getLogger("accelstub.server")
 
 
-class GdbServer:
+class GdbServer(TcpListener):
     """gdb connections to one device. The oldest connection controls run state; the others may
     read and write memory and registers, and a ``continue`` from them returns at the next stop."""
 
     def __init__(self, rc: RunControl, context_factory: Callable[..., CommandContext],
                  host: str = "127.0.0.1", port: int = 3333) -> None:
+        super().__init__(host, port)
+        self.kind = "gdb"
         self.rc = rc
-        self.host, self.port = host, port
         self._context_factory = context_factory
         self.device_lock = threading.RLock()
         desc = rc.device.description
@@ -38,10 +40,6 @@ class GdbServer:
         self.target_xml = target_xml(desc).encode()
         self.memory_map = memory_map_xml(desc).encode()
         self.sessions: list[GdbSession] = []
-        self._lock = threading.Lock()
-        self._sock: socket.socket | None = None
-        self._thread: threading.Thread | None = None
-        self._stopping = threading.Event()
 
     def command_context(self, log: Callable[[str], None]) -> CommandContext:
         return self._context_factory(log=log, rc=self.rc)
@@ -65,43 +63,30 @@ class GdbServer:
         log.info("gdb client %s attached", conn.peer)
         session.serve()
 
-    # -- TCP listener --------------------------------------------------------------------------
-    def start(self) -> None:
-        self._sock = socket.create_server((self.host, self.port), reuse_port=False)
-        self.port = self._sock.getsockname()[1]
-        self._thread = threading.Thread(target=self._accept_loop, daemon=True,
-                                        name=f"gdb-{self.port}")
-        self._thread.start()
-
-    def _accept_loop(self) -> None:
-        assert self._sock is not None
-        while not self._stopping.is_set():
-            try:
-                sock, _ = self._sock.accept()
-            except OSError:
-                break
-            conn = SocketConnection(sock)
-            threading.Thread(target=self.serve_connection, args=(conn,), daemon=True,
-                             name=f"gdb-session-{conn.peer}").start()
+    # -- TCP listener (TcpListener) -------------------------------------------------------------
+    def new_connection(self, sock: socket.socket, peer) -> "_Accepted":
+        return _Accepted(self, sock)
 
     def stop(self) -> None:
-        self._stopping.set()
-        if self._sock is not None:
-            try:
-                self._sock.shutdown(socket.SHUT_RDWR)  # wakes accept()
-            except OSError:
-                pass
-            try:
-                self._sock.close()
-            except OSError:
-                pass
+        super().stop()
         with self._lock:
             sessions = list(self.sessions)
         for s in sessions:
             s.closed = True
             s.conn.close()
-        if self._thread is not None:
-            self._thread.join(timeout=2)
+
+
+class _Accepted:
+    """An accepted gdb socket, as TcpListener tracks it."""
+
+    def __init__(self, server: GdbServer, sock: socket.socket) -> None:
+        self.server, self.sock, self.closed = server, sock, False
+
+    def serve(self) -> None:
+        try:
+            self.server.serve_connection(SocketConnection(self.sock))
+        finally:
+            self.server._ended(self)
 
 
 class StubServer:

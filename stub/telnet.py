@@ -13,6 +13,7 @@ import socket
 import threading
 
 from .commands import CommandContext, CommandError, context_for, execute, halted_message
+from .listener import TcpListener
 
 log = logging.getLogger("accelstub.telnet")
 
@@ -190,75 +191,14 @@ class _Connection:
         self.server._ended(self)
 
 
-class TelnetServer:
+class TelnetServer(TcpListener):
     """``context`` is a CommandContext (copied per connection) or a factory ``f(log=...)``."""
 
+    kind = "telnet"
+
     def __init__(self, context, host: str = "127.0.0.1", port: int = 4444) -> None:
+        super().__init__(host, port)
         self.context_source = context
-        self.host, self.port = host, port
-        self._sock: socket.socket | None = None
-        self._thread: threading.Thread | None = None
-        self._conns: list[_Connection] = []
-        self._threads: list[threading.Thread] = []
-        self._lock = threading.Lock()
-        self._stopping = threading.Event()
 
-    def start(self) -> None:
-        self._sock = socket.create_server((self.host, self.port))
-        self.port = self._sock.getsockname()[1]
-        self._thread = threading.Thread(target=self._accept_loop, daemon=True,
-                                        name=f"telnet-{self.port}")
-        self._thread.start()
-
-    def _accept_loop(self) -> None:
-        assert self._sock is not None
-        while not self._stopping.is_set():
-            try:
-                sock, peer = self._sock.accept()
-            except OSError:
-                break
-            if self._stopping.is_set():
-                sock.close()
-                break
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            conn = _Connection(self, sock)
-            t = threading.Thread(target=conn.serve, daemon=True, name=f"telnet-{peer}")
-            with self._lock:
-                self._conns.append(conn)
-                self._threads = [x for x in self._threads if x.is_alive()] + [t]
-            t.start()
-
-    def _ended(self, conn: _Connection) -> None:
-        with self._lock:
-            if conn in self._conns:
-                self._conns.remove(conn)
-
-    @property
-    def connections(self) -> int:
-        with self._lock:
-            return len(self._conns)
-
-    def stop(self) -> None:
-        self._stopping.set()
-        if self._sock is not None:
-            try:
-                self._sock.shutdown(socket.SHUT_RDWR)  # wakes accept() on Linux
-            except OSError:
-                pass
-            try:
-                self._sock.close()
-            except OSError:
-                pass
-        with self._lock:
-            conns, threads = list(self._conns), list(self._threads)
-        for c in conns:
-            c.closed = True
-            try:
-                c.sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        if self._thread is not None:
-            self._thread.join(timeout=2)
-        for t in threads:
-            if t is not threading.current_thread():
-                t.join(timeout=2)
+    def new_connection(self, sock, peer) -> _Connection:
+        return _Connection(self, sock)
