@@ -174,7 +174,7 @@ class Device:
              watchpoints: list[Watchpoint] = ()) -> Stop:
         """Run exactly one unit and halt."""
         if self.finished():
-            return Stop("idle", message=f"no {self.unit_name} left to run")
+            return Stop("idle", message=self.idle_message())
         touched = self._unit(halt_requested or threading.Event())
         if touched.interrupted:
             return Stop("halt", SIGINT)
@@ -190,7 +190,7 @@ class Device:
         """Run until done, a breakpoint (before its unit), a watchpoint (after the unit that
         touched it), a fault or a halt request (checked between units and inside long ones)."""
         if self.finished():
-            return Stop("idle", message=f"no {self.unit_name} left to run")
+            return Stop("idle", message=self.idle_message())
         first = True
         while True:
             if halt_requested.is_set():
@@ -206,6 +206,9 @@ class Device:
                 return hit
             if self.finished():
                 return Stop("done", message=self.done_message())
+
+    def idle_message(self) -> str:
+        return f"no {self.unit_name} left to run"
 
     def done_message(self) -> str:
         return f"program complete after {self.units_done} {self.unit_name}s"

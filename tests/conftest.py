@@ -1,4 +1,4 @@
-"""Shared fixtures: an in-process stub with the bundled demo, and real gdb-multiarch runs."""
+"""Shared fixtures: an in-process stub with a 4-layer test program, and real gdb-multiarch runs."""
 from __future__ import annotations
 
 import os
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from accelstub.devices import open_device
-from accelstub.stub.cli import demo_program
-from accelstub.stub.program import load_program
 from accelstub.stub.server import StubServer
+
+from . import programs
 
 GDB = shutil.which("gdb-multiarch")
 
@@ -28,9 +28,12 @@ def require_gdb() -> str:
 
 @pytest.fixture
 def stub():
-    """A StubServer on free loopback ports serving max78000 with the bundled demo loaded."""
-    server = StubServer([open_device("max78000")], gdb_port=0, telnet_port=0, tcl_port=0)
-    load_program(server.context(log=lambda s: None), demo_program("max78000"))
+    """A StubServer on free loopback ports serving max78000 with programs.chain_writes(4)
+    loaded: halted before layer 0 (pc 0x50100010); input word 0x04030201 at 0x50400000; layers
+    0 and 2 write 0x50400100-0x5040010f, layers 1 and 3 write 0x50400000-0x5040000f."""
+    device = open_device("max78000")
+    programs.apply(device, 4)
+    server = StubServer([device], gdb_port=0, telnet_port=0, tcl_port=0)
     server.start()
     try:
         yield server

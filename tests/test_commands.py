@@ -9,6 +9,8 @@ import re
 
 import pytest
 
+from . import programs
+
 from accelstub.devices import open_device
 from accelstub.devices.runcontrol import RunControl
 from accelstub.stub.commands import CommandContext, CommandError, execute, split_words
@@ -38,8 +40,7 @@ def ctx(rc, logs, tmp_path):
 
 
 def start_program(rc: RunControl, last_layer: int = 3) -> None:
-    rc.device.write_register("CNNx16_0_LCNT_MAX", last_layer)
-    rc.device.write_register("CNNx16_0_CTRL", 0x9)  # clk_en | cnn_en
+    programs.apply(rc.device, last_layer + 1)  # LCNT_MAX = last_layer, cnn_en 0->1
 
 
 def err(ctx: CommandContext, line: str) -> str:
@@ -334,7 +335,7 @@ def test_wp_list_and_remove(ctx, rc):
 
 def test_watchpoint_stops_run(ctx, rc, logs):
     start_program(rc)
-    execute(ctx, "wp 0x50400000 4 w")  # layer 0 writes its output word at WPTR 0 = 0x50400000
+    execute(ctx, "wp 0x50400100 4 w")  # layer 0 writes its output at 0x50400100-0x5040010f
     execute(ctx, "resume")
     execute(ctx, "wait_halt")
     assert logs[-1] == "[max78000.cnn] halted due to watchpoint, layer: Layer 1\npc: 0x50100014"
@@ -451,11 +452,10 @@ def test_units_lists_the_program_one_line_per_unit():
     from accelstub.stub.commands import CommandContext, execute
 
     rc = RunControl(open_device("max78000"))
-    rc.device.write_register("CNNx16_0_LCNT_MAX", 1)
-    rc.device.write_register("CNNx16_0_L1_WPTR_BASE", 0x2000)
+    programs.apply(rc.device, 2)
     lines = execute(CommandContext([rc]), "units").splitlines()
-    assert lines[0].startswith("0x50100010 Layer 0: ")
-    assert lines[1].startswith("0x50100014 Layer 1: ") and "0x50408000" in lines[1]
+    assert lines == ["0x50100010 Layer 0: 4x2x2 -> conv 1x1 pad 0, 8-bit w -> 4x2x2, none",
+                     "0x50100014 Layer 1: 4x2x2 -> conv 1x1 pad 0, 8-bit w -> 4x2x2, none"]
 
 
 def test_status_reports_state_pc_interrupts_and_counters():

@@ -6,6 +6,8 @@ import tomllib
 
 import pytest
 
+from . import programs
+
 from accelstub.devices import BusError, TargetRunning, open_device
 from accelstub.devices.bus import Bus
 from accelstub.devices.description import parse_description
@@ -104,12 +106,7 @@ def test_word_mask_and_unpopulated_ranges(small):
 
 
 def make_program(dev, layers=4):
-    dev.write_register("CNNx16_0_LCNT_MAX", layers - 1)
-    for y in range(layers):
-        dev.write_register(f"CNNx16_0_L{y}_WPTR_BASE", 0x2000 + y)  # memory 1, word y
-    dev.write(0x50400000, b"\x01\x02\x03\x04")
-    dev.write_register("CNNx16_0_CTRL", 0x8)
-    dev.write_register("CNNx16_0_CTRL", 0x9)
+    programs.apply(dev, layers)
 
 
 def test_step_run_breakpoint_watchpoint():
@@ -121,10 +118,10 @@ def test_step_run_breakpoint_watchpoint():
     rc.add_breakpoint(0x5010001C)
     rc.resume()
     assert rc.wait(5).reason == "breakpoint" and dev.pc == 0x5010001C
-    rc.add_watchpoint("w", 0x5040800C, 4)
+    rc.add_watchpoint("w", 0x5040000C, 4)  # layer 3 writes 0x50400000-0x5040000f
     rc.resume()
     stop = rc.wait(5)
-    assert stop.reason == "watchpoint" and stop.watch == ("watch", 0x5040800C)
+    assert stop.reason == "watchpoint" and stop.watch == ("watch", 0x5040000C)
     assert dev.finished() and dev.interrupts() == {"CNN": True}
     assert rc.step(5).reason == "idle"
 
@@ -156,10 +153,11 @@ def test_snapshot_restore_round_trip():
     rc = RunControl(dev)
     rc.resume()
     rc.wait(5)
-    assert dev.finished() and dev.read(0x50408000, 4) == b"\x01\x02\x03\x04"
+    assert dev.finished() and dev.read(0x50400000, 4) == bytes([16, 32, 48, 64])
     dev.restore(snap)
     assert not dev.finished() and dev.pc == 0x50100010
-    assert dev.read(0x50408000, 4) == b"\x00" * 4
+    assert dev.read(0x50400000, 4) == bytes([1, 2, 3, 4])
+    assert dev.read(0x50400100, 4) == b"\x00" * 4
     assert dev.read_register("CNNx16_0_CTRL") & (1 << 12) == 0
 
 

@@ -10,7 +10,7 @@ from accelstub.stub.client import RspClient, RspError
 from accelstub.stub.rsp_codec import PacketReader, frame
 
 SRAM = 0x50400000
-PC0 = 0x50100010  # CNNx16_0_L0_RCNT: the demo halts before layer 0
+PC0 = 0x50100010  # CNNx16_0_L0_RCNT: the test program halts before layer 0
 
 
 def raw(port):
@@ -146,10 +146,10 @@ def test_step_break_watch_continue(stub):
         stop = c.cont()
         assert stop.startswith("T05") and c.read_register("pc") == PC0 + 12
         c.clear_breakpoint(PC0 + 12)
-        c.set_breakpoint(0x50400010, kind=2, length=4)
+        c.set_breakpoint(0x5040000c, kind=2, length=8)  # crosses the end of layer 3's output
         stop = c.cont()
-        assert "watch:50400010;" in stop
-        assert c.read_memory(0x50400010, 4) == bytes([1, 2, 3, 4])
+        assert "watch:5040000c;" in stop and c.read_register("pc") == PC0  # program done
+        assert c.read_memory(0x5040000c, 4) == bytes([127] * 4)  # 13..16 x16, saturated
 
 
 def test_interrupt_stops_a_long_run(stub):

@@ -6,6 +6,8 @@ import time
 
 import pytest
 
+from . import programs
+
 from accelstub.devices import open_device
 from accelstub.devices.runcontrol import RunControl
 from accelstub.stub.commands import CommandContext
@@ -57,8 +59,7 @@ def telnet(ctx):
 
 
 def start_program(rc: RunControl, last_layer: int = 3) -> None:
-    rc.device.write_register("CNNx16_0_LCNT_MAX", last_layer)
-    rc.device.write_register("CNNx16_0_CTRL", 0x9)
+    programs.apply(rc.device, last_layer + 1)  # LCNT_MAX = last_layer, cnn_en 0->1
 
 
 class TclClient:

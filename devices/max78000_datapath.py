@@ -1,0 +1,182 @@
+"""MAX78000: execute one decoded layer (LayerConfig) on the bus's memories.
+
+Gathers the input channels from data SRAM, the weights from MRAM and the bias from BRAM
+(numpy views of the memory arrays, no per-byte bus calls), runs the pure kernels of
+accelstub.emu.max78000_kernels and scatters the outputs to data SRAM through the write-pointer
+formula documented in max78000_layer.py. Returns the address ranges read and written.
+
+Memory formats (public facts from ai8x-synthesis, digest max78000-registers.md section 1.3):
+
+* MRAM, plain write: a 72-bit word takes 16 bytes; +0 bits 7:0 = k0, +4 = k1<<24|k2<<16|k3<<8|k4,
+  +8 = k5<<24|k6<<16|k7<<8|k8 (izer apbaccess.write_kern). As little-endian bytes of the block:
+  k0 = byte 0, k1..k4 = bytes 7,6,5,4, k5..k8 = bytes 11,10,9,8.
+* 3x3 kernel: k0..k8 = row-major w[0][0]..w[2][2] (izer kernels.py stores element i at k[i]).
+* 1x1 kernels: 9 per word, the first at k8 down to the ninth at k0 (izer kernels.py fills
+  ``kernel_data[8 - used]``), so mask byte address B selects word B//9, element 8 - B%9.
+* Sub-8-bit weights: field at bit offset ``mask_counter & 7`` of each byte (R7#24), two's
+  complement (S3:L758-762).
+* BRAM: one signed byte per 32-bit word, bits 7:0.
+* Data SRAM: HWC, byte lane = processor % 4 (S3:L898, A§7 A14), little-endian words; 32-bit
+  outputs are little-endian words.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..emu import max78000_kernels as K
+from .device import Touched
+from .errors import DeviceError
+from .max78000_layer import (BRAM_BASE, QUAD_STRIDE, SRAM_BASE, SRAM_WORDS, LayerConfig)
+
+# MRAM byte positions of k0..k8 inside one 16-byte word (see module docstring)
+_K_BYTES = np.array([0, 7, 6, 5, 4, 11, 10, 9, 8], dtype=np.intp)
+
+_POOL = {"none": K.POOL_NONE, "max": K.POOL_MAX, "avg": K.POOL_AVG}
+_ACT = {"none": K.ACT_NONE, "relu": K.ACT_RELU, "abs": K.ACT_ABS}
+
+
+def sram_address(memory: int, word: int) -> int:
+    """CPU address of ``word`` of data memory ``memory`` (0..15 = quadrant*4 + group)."""
+    return SRAM_BASE + (memory >> 2) * QUAD_STRIDE + (memory & 3) * 0x8000 + word * 4
+
+
+def _ranges(addrs: np.ndarray, size: int) -> list[tuple[int, int]]:
+    """Merge accesses of ``size`` bytes at ``addrs`` into sorted [start, end) ranges."""
+    if addrs.size == 0:
+        return []
+    a = np.unique(addrs.astype(np.int64))
+    breaks = np.nonzero(np.diff(a) > size)[0]
+    starts = np.concatenate(([a[0]], a[breaks + 1]))
+    ends = np.concatenate((a[breaks], [a[-1]])) + size
+    return [(int(s), int(e)) for s, e in zip(starts, ends)]
+
+
+def _weights(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """W[slot, pass*n_procs + j, kh, kw] int8 from each processor's MRAM."""
+    n_p = len(cfg.processors)
+    bits = cfg.weight_bits
+    kh, kw = cfg.kernel_rows, cfg.kernel_cols
+    w = np.zeros((cfg.out_slots, cfg.in_passes * n_p, kh, kw), dtype=np.int8)
+    reads = []
+    seq = (np.arange(cfg.out_slots)[:, None] * cfg.in_passes
+           + np.arange(cfg.in_passes)[None, :])  # mask step index S = t*passes + e
+    for j, p in enumerate(cfg.processors):
+        mem, off = bus.memory_at(p.mram_base)
+        block = mem.data[off:off + 0x3000].reshape(768, 16)
+        cnt = p.mcnt_sad + seq * bits  # mask counter value, a bit address (R7#24)
+        shift = (cnt & 7).astype(np.int64)
+        if kh == 3:
+            col = cnt >> 3
+            raw = block[col][..., _K_BYTES]  # [slots, passes, 9]
+        else:
+            byte = cnt >> 3
+            col = byte // 9
+            raw = block[col, _K_BYTES[8 - byte % 9]][..., None]  # [slots, passes, 1]
+        shifted = np.ascontiguousarray(
+            (raw.astype(np.int64) >> shift[..., None]) & 0xFF, dtype=np.uint8)
+        vals = K.sign_extend(shifted, 0, bits).reshape(cfg.out_slots, cfg.in_passes, kh, kw)
+        for e in range(cfg.in_passes):
+            w[:, e * n_p + j] = vals[:, e]
+        cols = np.unique(col)
+        reads += _ranges(p.mram_base + cols * 16, 16)
+    return w, reads
+
+
+def _inputs(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """X[pass*n_procs + j, H, W] int8: pixel (r, c) pass e of processor p is byte ``lane`` of
+    word ``read_word + (r*W + c)*passes + e`` of its data memory (S3:L689, L898)."""
+    n_p = len(cfg.processors)
+    h, w_ = cfg.in_rows, cfg.in_cols
+    n_words = h * w_ * cfg.in_passes
+    x = np.zeros((cfg.in_passes * n_p, h, w_), dtype=np.int8)
+    reads = []
+    for j, p in enumerate(cfg.processors):
+        base = sram_address(p.memory, 0)
+        mem, off = bus.memory_at(base)
+        words = mem.data[off:off + SRAM_WORDS * 4].reshape(SRAM_WORDS, 4)
+        lane = words[p.read_word:p.read_word + n_words, p.lane].view(np.int8)
+        lane = lane.reshape(h, w_, cfg.in_passes)
+        for e in range(cfg.in_passes):
+            x[e * n_p + j] = lane[:, :, e]
+        reads.append((base + 4 * p.read_word, base + 4 * (p.read_word + n_words)))
+    return x, reads
+
+
+def _bias(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """Sum over the quadrants with bptr_en of BRAM byte ``bptr_sad + slot`` (S0:L4110-4122)."""
+    b = np.zeros(cfg.out_slots, dtype=np.int64)
+    reads = []
+    for q, sad in cfg.bias:
+        addr = BRAM_BASE + q * QUAD_STRIDE + 4 * sad
+        mem, off = bus.memory_at(addr)
+        entries = mem.data[off:off + 4 * cfg.out_slots].reshape(cfg.out_slots, 4)[:, 0]
+        b += entries.view(np.int8).astype(np.int64)
+        reads.append((addr, addr + 4 * cfg.out_slots))
+    return b, reads
+
+
+def _scatter(bus, cfg: LayerConfig, out: np.ndarray) -> list[tuple[int, int]]:
+    """Write out[slot, y, x] through ``wptr_base + (k//4)*moff + e*choff + pixel*pixel_step``
+    (slot = e*slots_per_pass + k), lane k%4 (8-bit) or word +k%4 (32-bit)."""
+    slots = np.arange(cfg.out_slots)
+    e, k = np.divmod(slots, cfg.slots_per_pass)
+    pix = np.arange(cfg.out_rows * cfg.out_cols)
+    wptr = (cfg.wptr_base + (k // 4) * cfg.wptr_moff + e * cfg.wptr_choff)[:, None] \
+        + pix[None, :] * cfg.pixel_step
+    if cfg.wide:
+        wptr = wptr + (k % 4)[:, None]
+    if wptr.size and int(wptr.max()) >= 1 << 17:
+        raise DeviceError(f"layer {cfg.layer}: CNNx16_{cfg.master}_L{cfg.layer}_WPTR_BASE: "
+                          "write pointer runs past the last data memory")
+    memory, word = wptr >> 13, wptr & 0x1FFF
+    flat = out.reshape(cfg.out_slots, -1)
+    addrs = []
+    for m in np.unique(memory):
+        sel = memory == m
+        base = sram_address(int(m), 0)
+        mem, off = bus.memory_at(base)
+        words = mem.data[off:off + SRAM_WORDS * 4].reshape(SRAM_WORDS, 4)
+        wsel = word[sel]
+        if cfg.wide:
+            vals = flat[sel].astype(np.int64) & 0xFFFFFFFF
+            words[wsel] = vals.astype("<u4").view(np.uint8).reshape(-1, 4)
+            addrs.append(base + 4 * wsel)
+        else:
+            lanes = np.broadcast_to((k % 4)[:, None], wptr.shape)[sel]
+            words[wsel, lanes] = (flat[sel] & 0xFF).astype(np.uint8)
+            addrs.append(base + 4 * wsel + lanes)
+    if not addrs:
+        return []
+    return _ranges(np.concatenate(addrs), 4 if cfg.wide else 1)
+
+
+def compute_layer(bus, cfg: LayerConfig) -> tuple[np.ndarray, Touched]:
+    """Compute the layer's output [slots, out_rows, out_cols] (int64) without writing it."""
+    x, r_in = _inputs(bus, cfg)
+    w, r_w = _weights(bus, cfg)
+    b, r_b = _bias(bus, cfg)
+    out = K.run_layer_kernel(
+        x, w, b, pool=(cfg.pool_rows, cfg.pool_cols), pool_stride=cfg.pool_stride,
+        pool_mode=_POOL[cfg.pool_kind], avg_policy=cfg.avg_policy,
+        pad=(cfg.pad_rows, cfg.pad_cols), conv_stride=cfg.conv_stride, shift=cfg.shift,
+        act=_ACT[cfg.activation], wide=cfg.wide)
+    return out, Touched(reads=r_in + r_w + r_b)
+
+
+def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for s, e in sorted(ranges):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def run_layer(bus, cfg: LayerConfig) -> Touched:
+    """Run one layer: gather, compute, scatter. Returns the ranges read and written (merged,
+    sorted; reads happen before writes, as the whole input is gathered first)."""
+    out, touched = compute_layer(bus, cfg)
+    touched.reads = _merge(touched.reads)
+    touched.writes = _merge(_scatter(bus, cfg, out))
+    return touched

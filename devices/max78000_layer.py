@@ -1,0 +1,360 @@
+"""MAX78000: decode one layer's registers (all quadrants) into a plain description of the layer
+as the hardware sees it.
+
+Citations: "S0:Lnnnn" = seed 000_1c275a1c02640bee.txt (user guide, registers), "S3:Lnnnn" = seed
+003_edc58f2c72aa640d.txt (ai8x training/synthesis); "R7#n" = decision n of section 7 of
+shared/devices/max78000-registers.md, "A§x" = section x of shared/devices/max78000-ai8x.md.
+"[izer]" marks a public fact read in analogdevicesinc/ai8x-synthesis (HEAD ab4f4c01): the value
+the generator writes into a register, which pins down a field's meaning the seeds leave open.
+
+Hardware model decoded here (the datapath in max78000_datapath.py executes it):
+
+* Processor p (global 0..63) = quadrant p//16, local l = p%16; it reads its own data memory
+  q*4 + l//4, byte lane l%4 (S0:L4-11, S3:L681), and its own MRAM block (S0:L779).
+* Input: HWC, ``in_passes`` words per pixel (LCTRL1.inpchexp + 1, S0:L4192, S3:L689); the word of
+  pixel (r, c), pass e is ``rptr_base + (r*cols + c)*in_passes + e`` (RPTR_BASE is a word index,
+  R7#27).
+* Mask (kernel) counter: runs from MCNT.mcnt_sad to mcnt_max stepping by the weight width, one
+  step per (output slot, input pass) with the pass innermost (S0:L3838-3859; R7#24: the value is a
+  bit address, ``>>3`` = 72-bit word for 3x3 kernels; [izer] max7800x.py writes
+  mcnt_sad = 8*kern_offs and mcnt_max = mcnt_sad + (kern_count-1)*bits, kern_count = output
+  slots * passes; for 1x1 kernels it writes 9*8*kern_offs, so ``>>3`` is a *byte* address in the
+  9-byte words).
+* Output slot t = e*slots_per_pass + k (e = output pass, LCTRL1.xpch_max = (slots_per_pass-1)*bits
+  [izer]; S0:L4159, R7#25). Slot k of a pass goes to write pointer
+  ``wptr_base + (k//4)*wptr_moff + e*wptr_choff + pixel*pixel_step`` (S0:L3431-3559), byte lane
+  k%4 (8-bit output) or word offset k%4 (32-bit output, [izer] unload.py writes the 4 channels of
+  a quad to 4 consecutive words). pixel_step = 1 + wptr_inc (S0:L4176), times 4 for bigdwrt.
+  The pointer is a 17-bit global word address: bits 16:13 = data memory (quadrant*4 + group),
+  12:0 = word (R7#26).
+* Bias: byte ``bptr_sad + t`` of the BRAM of every quadrant with bptr_en, added as bias << 7
+  (S0:L4110-4122, "+1 per mask count increment"; counted per output slot, not per input pass).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from .errors import DeviceError
+
+QUADRANTS = 4
+LAYERS = 32
+MRAM_BASE = 0x5018_0000  # + q*0x40_0000 + l*0x4000 (S0:L779-1344)
+BRAM_BASE = 0x5010_8000  # + q*0x40_0000, 4 bytes per entry (S3:L2561-2569, R7#4)
+SRAM_BASE = 0x5040_0000  # + q*0x40_0000 + g*0x8000 (S3:L2391-2411)
+QUAD_STRIDE = 0x40_0000
+MRAM_WORDS = 768  # 768 x 72 bit per processor (S0:L759)
+SRAM_WORDS = 8192  # 8192 x 32 bit per data memory (S3:L1034)
+BIAS_ENTRIES = 512  # 512 x 8 bit per quadrant (S0:L147)
+
+# average-pool policies (same numbers as accelstub.emu.max78000_kernels.AVG_*; A§7 A3)
+AVG_POLICIES = {"izer": (0, 1), "seed": (2, 3)}
+
+
+@dataclass(frozen=True)
+class Processor:
+    """One enabled processor of the layer."""
+
+    index: int  # global 0..63
+    quadrant: int
+    local: int  # 0..15 inside the quadrant
+    memory: int  # global data memory 0..15 = quadrant*4 + local//4
+    lane: int  # byte lane local%4
+    read_word: int  # RPTR_BASE of its quadrant (word index in its data memory)
+    mram_base: int  # CPU address of its MRAM block
+    mcnt_sad: int  # MCNT of its quadrant
+    mcnt_max: int
+
+
+@dataclass(frozen=True)
+class LayerConfig:
+    """One layer as the hardware sees it. Every field says which register it comes from."""
+
+    layer: int
+    master: int  # quadrant whose control/post registers rule (lowest quadrant with processors)
+    quadrants: tuple[int, ...]  # quadrants with processors enabled (EN.pro_en != 0)
+    # -- input geometry (RCNT/CCNT, S0:L3056-3133): rows = rcnt_max + 1 - 2*pad
+    rcnt_max: int
+    ccnt_max: int
+    pad_rows: int  # RCNT.rcnt_pad (0-3, R7#22)
+    pad_cols: int  # CCNT.ccnt_pad
+    in_rows: int
+    in_cols: int
+    # -- pooling (CTRL.pool_en|LCTRL0.pool_en, CTRL.calcmax|LCTRL0.maxpl_en, R7#16; PRCNT/PCCNT =
+    #    size-1 and STRIDE = pool stride-1, R7#33 and [izer]; CTRL.poolrnd, R7#17)
+    pool_enabled: bool
+    pool_kind: str  # "max" | "avg" | "none" (1x1 window: decimation by the stride)
+    pool_rows: int
+    pool_cols: int
+    pool_stride: int
+    pool_round: bool
+    avg_policy: int  # kernel AVG_* code chosen from pool_round and the module policy
+    pooled_rows: int
+    pooled_cols: int
+    # -- convolution (ONED.oned_width 0 = 3x3, 1 = 1x1 [izer]; stride always 1, A§1.11)
+    kernel_rows: int
+    kernel_cols: int
+    conv_stride: int
+    out_rows: int
+    out_cols: int
+    weight_bits: int  # POST.mask_size: 0 = 8, 1 = 1, 2 = 2, 3 = 4 bits (S0:L4051)
+    processors: tuple[Processor, ...]
+    pro_en: tuple[int, ...]  # per quadrant EN.pro_en
+    mask_en: tuple[int, ...]  # per quadrant EN.mask_en
+    # -- multi-pass (LCTRL1, S0:L4159-4192)
+    in_passes: int  # inpchexp + 1
+    xpch_max: int
+    wptr_inc: int
+    mask_steps: int  # (mcnt_max - mcnt_sad)/bits + 1
+    out_slots: int  # mask_steps / in_passes
+    slots_per_pass: int  # xpch_max/bits + 1
+    out_passes: int
+    # -- output (WPTR_*, S0:L3431-3559; LCTRL0.bigdwrt S0:L3657)
+    wptr_base: int
+    wptr_toff: int
+    wptr_moff: int
+    wptr_choff: int
+    pixel_step: int
+    wide: bool  # bigdwrt: 32-bit accumulator output
+    # -- post-processing (POST, S0:L3979-4122)
+    bias: tuple[tuple[int, int], ...]  # (quadrant, bptr_sad) for each quadrant with bptr_en
+    shift: int  # +scale_reg (scale_shft=0, left) or -scale_reg (right): total shift s of A§1.8
+    activation: str  # "none" | "relu" | "abs" (out_abs wins over act_en, S0:L4010)
+    # -- decoded but not executed (DeviceError raised where they matter)
+    tptr_sad: int = 0
+    tptr_max: int = 0
+    flatten: bool = False
+    xpmp_cnt: int = 0
+    ewise_en: bool = False
+    ewise_func: int = 0
+    ewise_cnt: int = 0
+    prepool: bool = False
+    conv2d_after_ewise: bool = False
+    ts_en: bool = False
+    tscnt_max: int = 0
+    cnnsi_en: int = 0
+    extra: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def in_channels(self) -> int:
+        return len(self.processors) * self.in_passes
+
+    def summary(self) -> str:
+        pool = "" if self.pool_kind == "none" and self.pool_stride == 1 else (
+            f"{self.pool_kind}pool {self.pool_rows}x{self.pool_cols}/{self.pool_stride}, ")
+        return (f"{self.in_channels}x{self.in_rows}x{self.in_cols} -> {pool}"
+                f"conv {self.kernel_rows}x{self.kernel_cols} pad {self.pad_rows}, "
+                f"{self.weight_bits}-bit w -> {self.out_slots}x{self.out_rows}x{self.out_cols}"
+                f"{' 32-bit' if self.wide else ''}, {self.activation}")
+
+
+def _f(value: int, msb: int, lsb: int) -> int:
+    return (value >> lsb) & ((1 << (msb - lsb + 1)) - 1)
+
+
+def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = range(QUADRANTS),
+                 layer: int = 0, avg_policy: str = "izer") -> LayerConfig:
+    """Decode layer ``layer`` from the registers of ``quadrants`` (names as in
+    configs/max78000.toml, read through ``regs_read``). Raises DeviceError naming the layer and
+    the register for configurations the datapath does not support yet."""
+    y = layer
+
+    def reg(q: int, name: str) -> int:
+        return regs_read(f"CNNx16_{q}_L{y}_{name}") if not name.startswith("@") else \
+            regs_read(f"CNNx16_{q}_{name[1:]}")
+
+    def fail(q: int, name: str, why: str) -> DeviceError:
+        rname = f"CNNx16_{q}_{name[1:]}" if name.startswith("@") else f"CNNx16_{q}_L{y}_{name}"
+        return DeviceError(f"layer {y}: {rname}: {why}")
+
+    quadrants = tuple(quadrants)
+    en = {q: reg(q, "EN") for q in quadrants}
+    active = tuple(q for q in quadrants if _f(en[q], 15, 0))  # EN.pro_en (S0:L3942)
+    if not active:
+        raise fail(quadrants[0] if quadrants else 0, "EN", "no processor enabled (pro_en = 0)")
+    m = active[0]
+    ctrl = reg(m, "@CTRL")
+    lctrl0 = reg(m, "LCTRL0")
+    lctrl1 = reg(m, "LCTRL1")
+    oned = reg(m, "ONED")
+    post = reg(m, "POST")
+
+    # -- unsupported global modes --------------------------------------------------------------
+    for bit, name in ((6, "bigdata (CHW input)"), (14, "stream_en"), (15, "fifo_en"),
+                      (22, "ffifo_en"), (31, "qupac"), (21, "simple1b")):
+        if (ctrl >> bit) & 1:
+            raise fail(m, "@CTRL", f"{name} is not supported yet")
+    if (lctrl0 >> 6) & 1:
+        raise fail(m, "LCTRL0", "parallel (CHW) input is not supported yet")
+    if _f(lctrl0, 4, 0):
+        raise fail(m, "LCTRL0", "mslave/sslave field sharing is not supported yet")
+    if (lctrl0 >> 10) & 1:
+        raise fail(m, "LCTRL0", "cpad_only is not supported yet")
+    if not (lctrl0 >> 11) & 1:
+        # [izer] always sets sramlsrc (bit 11) for global writes; local-source writes untested
+        raise fail(m, "LCTRL0", "sramlsrc = 0 (local write source) is not supported yet")
+    if (oned >> 12) & 1:
+        raise fail(m, "ONED", "1-D convolution (oned_en) is not supported yet")
+    if (oned >> 13) & 1:
+        raise fail(m, "ONED", "element-wise operations (ewise_en) are not supported yet")
+    oned_width = _f(oned, 11, 8)
+    if oned_width not in (0, 1):
+        raise fail(m, "ONED", f"oned_width {oned_width} without oned_en is not supported")
+    if _f(oned, 7, 4):
+        raise fail(m, "ONED", "oned_sad != 0 is not supported yet")
+    for bit, name in ((28, "deconv_en"), (27, "flatten_en"), (25, "onexone_en (pass-through)"),
+                      (24, "ts_en (timeslots)")):
+        if (post >> bit) & 1:
+            raise fail(m, "POST", f"{name} is not supported yet")
+
+    # -- quadrants must agree on geometry and mask range ---------------------------------------
+    # the izer writes identical values into every used group for these registers ([izer])
+    for name in ("RCNT", "CCNT", "ONED", "PRCNT", "PCCNT", "STRIDE", "LCTRL1"):
+        v = reg(m, name)
+        for q in active[1:]:
+            if reg(q, name) != v:
+                raise fail(q, name, f"differs from quadrant {m} (unsupported)")
+    cnnsi = _f(lctrl0, 15, 12)  # LCTRL0.cnnsi_en (S0:L3669)
+    for q in active[1:]:
+        if not (cnnsi >> q) & 1:
+            raise fail(m, "LCTRL0", f"quadrant {q} has processors enabled but cnnsi_en does "
+                       "not add its partial sum (separate partial outputs unsupported)")
+
+    # -- geometry (RCNT/CCNT: max = 2*pad + rows - 1, S0:L3082) --------------------------------
+    rcnt, ccnt = reg(m, "RCNT"), reg(m, "CCNT")
+    rcnt_max, pad_r = _f(rcnt, 9, 0), _f(rcnt, 17, 16)
+    ccnt_max, pad_c = _f(ccnt, 9, 0), _f(ccnt, 17, 16)
+    in_rows, in_cols = rcnt_max + 1 - 2 * pad_r, ccnt_max + 1 - 2 * pad_c
+    if in_rows < 1:
+        raise fail(m, "RCNT", f"rcnt_max {rcnt_max} < 2*rcnt_pad")
+    if in_cols < 1:
+        raise fail(m, "CCNT", f"ccnt_max {ccnt_max} < 2*ccnt_pad")
+
+    # -- pooling -------------------------------------------------------------------------------
+    pool_en = bool(((ctrl >> 5) & 1) | ((lctrl0 >> 7) & 1))  # R7#16
+    pool_max = bool(((ctrl >> 4) & 1) | ((lctrl0 >> 8) & 1))
+    pr, pc = _f(reg(m, "PRCNT"), 3, 0) + 1, _f(reg(m, "PCCNT"), 3, 0) + 1
+    stride = _f(reg(m, "STRIDE"), 3, 0) + 1  # 4 bits, R7#33
+    pool_round = bool((ctrl >> 13) & 1)
+    if pool_en:
+        kind = "max" if pool_max else "avg"
+    else:
+        # [izer] sets pool_en only for windows > 1 but still writes pool_stride-1 into STRIDE:
+        # a 1x1 window with a stride is decimation (public fact: izer simulate.pooling_layer)
+        kind, pr, pc = "none", 1, 1
+    if pr > in_rows or pc > in_cols:
+        raise fail(m, "PRCNT", f"pool window {pr}x{pc} larger than the input {in_rows}x{in_cols}")
+    pooled_r = (in_rows - pr) // stride + 1
+    pooled_c = (in_cols - pc) // stride + 1
+    trunc_code, round_code = AVG_POLICIES[avg_policy]
+
+    # -- kernel and weights --------------------------------------------------------------------
+    kr = kc = 1 if oned_width == 1 else 3
+    out_r, out_c = pooled_r + 2 * pad_r - kr + 1, pooled_c + 2 * pad_c - kc + 1
+    if out_r < 1 or out_c < 1:
+        raise fail(m, "RCNT", "output would be empty")
+    mask_size = _f(post, 23, 22)
+    bits = (8, 1, 2, 4)[mask_size]
+    for q in active[1:]:
+        if _f(reg(q, "POST"), 23, 22) != mask_size:
+            raise fail(q, "POST", "mask_size differs between quadrants")
+
+    in_passes = _f(lctrl1, 3, 0) + 1
+    xpch_max = _f(lctrl1, 16, 8)
+    wptr_inc = _f(lctrl1, 7, 4)
+
+    procs = []
+    steps = None
+    for q in active:
+        e = en[q]
+        pro, mask = _f(e, 15, 0), _f(e, 31, 16)
+        if pro != mask:
+            raise fail(q, "EN", f"mask_en {mask:#06x} != pro_en {pro:#06x} (pass-through "
+                       "processors are not supported yet)")
+        mcnt = reg(q, "MCNT")
+        sad, mx = _f(mcnt, 31, 16), _f(mcnt, 15, 0)
+        span = mx - sad
+        if span < 0 or span % bits:
+            raise fail(q, "MCNT", f"mcnt_max {mx:#x} - mcnt_sad {sad:#x} is not a non-negative "
+                       f"multiple of the weight width {bits}")
+        n = span // bits + 1
+        if steps is None:
+            steps = n
+        elif n != steps:
+            raise fail(q, "MCNT", "mask count range differs between quadrants")
+        if kr == 3 and bits == 8 and sad & 7:
+            raise fail(q, "MCNT", "mcnt_sad & 7 != 0 with 8-bit 3x3 weights")
+        last = (mx >> 3) if kr == 3 else (mx >> 3) // 9
+        if last >= MRAM_WORDS:
+            raise fail(q, "MCNT", f"mask address {mx:#x} beyond the 768 MRAM words")
+        rptr = _f(reg(q, "RPTR_BASE"), 16, 0)
+        for l in range(16):
+            if (pro >> l) & 1:
+                p = q * 16 + l
+                procs.append(Processor(p, q, l, q * 4 + l // 4, l % 4, rptr,
+                                       MRAM_BASE + q * QUAD_STRIDE + l * 0x4000, sad, mx))
+    assert steps is not None
+    if steps % in_passes:
+        raise fail(m, "MCNT", f"{steps} mask steps is not a multiple of {in_passes} input passes")
+    out_slots = steps // in_passes
+    if xpch_max % bits:
+        raise fail(m, "LCTRL1", f"xpch_max {xpch_max} is not a multiple of {bits}")
+    slots_per_pass = xpch_max // bits + 1
+    out_passes = -(-out_slots // slots_per_pass)
+    words_in = in_rows * in_cols * in_passes
+    for pr_ in procs:
+        if pr_.read_word + words_in > SRAM_WORDS:
+            raise fail(pr_.quadrant, "RPTR_BASE", f"input ({words_in} words from "
+                       f"{pr_.read_word:#x}) runs past the end of data memory")
+
+    # -- output --------------------------------------------------------------------------------
+    wide = bool((lctrl0 >> 16) & 1)
+    wptr_base = _f(reg(m, "WPTR_BASE"), 16, 0)
+    pixel_step = (1 + wptr_inc) * (4 if wide else 1)
+
+    # -- post-processing -----------------------------------------------------------------------
+    scale = _f(post, 16, 13)
+    shift = -scale if (post >> 17) & 1 else scale
+    # The register holds the *total* shift: [izer] checkpoint.py adds 8 - weight_bits to the
+    # checkpoint's output_shift and max7800x.py writes that sum into scale_reg/scale_shft.
+    if (post >> 26) & 1:
+        act = "abs"
+    elif (lctrl0 >> 9) & 1:
+        act = "relu"
+    else:
+        act = "none"
+    bias = []
+    for q in sorted(set(active) | {q for q in quadrants if (cnnsi >> q) & 1}):
+        pq = reg(q, "POST")
+        if (pq >> 12) & 1:
+            sad = _f(pq, 11, 0)
+            if sad + out_slots > BIAS_ENTRIES:
+                raise fail(q, "POST", f"bias bytes {sad}..{sad + out_slots - 1} beyond the "
+                           f"{BIAS_ENTRIES}-entry bias memory")
+            bias.append((q, sad))
+    tptr = reg(m, "TPTR")
+
+    return LayerConfig(
+        layer=y, master=m, quadrants=active,
+        rcnt_max=rcnt_max, ccnt_max=ccnt_max, pad_rows=pad_r, pad_cols=pad_c,
+        in_rows=in_rows, in_cols=in_cols,
+        pool_enabled=pool_en, pool_kind=kind, pool_rows=pr, pool_cols=pc, pool_stride=stride,
+        pool_round=pool_round, avg_policy=round_code if pool_round else trunc_code,
+        pooled_rows=pooled_r, pooled_cols=pooled_c,
+        kernel_rows=kr, kernel_cols=kc, conv_stride=1, out_rows=out_r, out_cols=out_c,
+        weight_bits=bits, processors=tuple(procs),
+        pro_en=tuple(_f(en[q], 15, 0) for q in quadrants),
+        mask_en=tuple(_f(en[q], 31, 16) for q in quadrants),
+        in_passes=in_passes, xpch_max=xpch_max, wptr_inc=wptr_inc, mask_steps=steps,
+        out_slots=out_slots, slots_per_pass=slots_per_pass, out_passes=out_passes,
+        wptr_base=wptr_base, wptr_toff=_f(reg(m, "WPTR_TOFF"), 16, 0),
+        wptr_moff=_f(reg(m, "WPTR_MOFF"), 16, 0), wptr_choff=_f(reg(m, "WPTR_CHOFF"), 16, 0),
+        pixel_step=pixel_step, wide=wide,
+        bias=tuple(bias), shift=shift, activation=act,
+        tptr_sad=_f(tptr, 26, 16), tptr_max=_f(tptr, 10, 0),
+        flatten=bool((post >> 27) & 1), xpmp_cnt=_f(post, 21, 18),
+        ewise_en=bool((oned >> 13) & 1), ewise_func=_f(oned, 15, 14),
+        ewise_cnt=_f(oned, 21, 18), prepool=bool((oned >> 16) & 1),
+        conv2d_after_ewise=bool((oned >> 17) & 1), ts_en=bool((post >> 24) & 1),
+        tscnt_max=_f(oned, 3, 0), cnnsi_en=cnnsi,
+    )

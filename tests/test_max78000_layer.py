@@ -1,0 +1,330 @@
+"""MAX78000 layer datapath driven only through bus writes, as a driver would: registers from the
+seed's field definitions (seed 000 lines cited), data/weights/bias in the layouts the ai8x tools
+use (digest max78000-registers.md 1.3 "MRAM, plain write", max78000-ai8x.md 1.2-1.4), then
+decode_layer + run_layer, and data SRAM compared with the independent reference."""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+import max78000_reference as ref  # noqa: E402
+
+from accelstub.devices import DeviceError, open_device  # noqa: E402
+from accelstub.devices.max78000_datapath import run_layer  # noqa: E402
+from accelstub.devices.max78000_layer import decode_layer  # noqa: E402
+
+QB = [0x5010_0000 + q * 0x40_0000 for q in range(4)]  # quadrant register bases (S0:L1863-1878)
+# per-layer register offsets, Table 27-18 (S0:L1890-2033): addr = QB + off + 4*layer
+OFF = dict(RCNT=0x010, CCNT=0x090, ONED=0x110, PRCNT=0x190, PCCNT=0x210, STRIDE=0x290,
+           WPTR_BASE=0x310, WPTR_TOFF=0x390, WPTR_MOFF=0x410, WPTR_CHOFF=0x490,
+           RPTR_BASE=0x510, LCTRL0=0x590, MCNT=0x610, TPTR=0x690, EN=0x710, POST=0x790,
+           LCTRL1=0xA10)
+SRAM = 0x5040_0000  # data memory m = q*4+g at SRAM + q*0x40_0000 + g*0x8000 (S3:L2391-2411)
+MRAM = 0x5018_0000  # processor block at MRAM + q*0x40_0000 + l*0x4000 (S0:L779)
+BRAM = 0x5010_8000  # + q*0x40_0000, one byte per 32-bit word
+
+
+def mem_addr(m: int) -> int:
+    return SRAM + (m // 4) * 0x40_0000 + (m % 4) * 0x8000
+
+
+@dataclass
+class Spec:
+    """A layer the way a network description states it (izer YAML-like)."""
+
+    in_procs: list[int]  # global processor numbers (input channel c -> in_procs[c % n])
+    in_passes: int
+    rows: int
+    cols: int
+    out_channels: int
+    out_first_proc: int  # output processor of channel 0 (channels go to consecutive procs)
+    out_passes: int = 1
+    pad: int = 1
+    kernel: int = 3
+    bits: int = 8
+    pool: tuple[int, int] = (1, 1)
+    pool_kind: str = "none"
+    pool_stride: int = 1
+    pool_round: bool = False
+    shift: int = 0
+    act: str = "none"
+    wide: bool = False
+    bias_quadrant: int | None = None
+    bias_offset: int = 0
+    in_offset: int = 0
+    out_offset: int = 0x400
+    kern_col: int = 4  # first MRAM column (multiple of 4, S3:L938)
+    layer: int = 0
+    seed: int = 0
+    tensors: dict = field(default_factory=dict)
+
+
+def w32(dev, addr: int, value: int) -> None:
+    dev.write(addr, (value & 0xFFFFFFFF).to_bytes(4, "little"))
+
+
+def program(dev, s: Spec) -> None:
+    rng = np.random.default_rng(s.seed)
+    n = len(s.in_procs)
+    cin = n * s.in_passes
+    x = rng.integers(-128, 128, size=(cin, s.rows, s.cols))
+    lo, hi = -(1 << (s.bits - 1)), (1 << (s.bits - 1))
+    wt = rng.integers(lo, hi, size=(s.out_channels, cin, s.kernel, s.kernel))
+    bias = rng.integers(-128, 128, size=s.out_channels) if s.bias_quadrant is not None else None
+    s.tensors.update(x=x, w=wt, bias=bias)
+
+    # ---- input data, HWC: channel c on processor in_procs[c % n], pass c // n; one word per
+    # pixel per pass, byte lane = processor % 4 (S3:L689, L898)
+    words: dict[int, int] = {}
+    for c in range(cin):
+        p, e = s.in_procs[c % n], c // n
+        base = mem_addr(p // 4) + s.in_offset
+        for r in range(s.rows):
+            for col in range(s.cols):
+                a = base + 4 * ((r * s.cols + col) * s.in_passes + e)
+                words[a] = words.get(a, 0) | (int(x[c, r, col]) & 0xFF) << 8 * (p % 4)
+    for a, v in words.items():
+        w32(dev, a, v)
+
+    # ---- output slots: channel k -> slot t = start + k (start = first proc % 4); passes of
+    # `per_pass` slots (xpch_max = (per_pass-1)*bits, izer LCTL2)
+    start = s.out_first_proc % 4
+    if s.out_passes == 1:
+        per_pass = start + s.out_channels
+        slot_of = {k: start + k for k in range(s.out_channels)}
+    else:
+        assert start == 0
+        per_pass = -(-s.out_channels // s.out_passes)
+        slot_of = {k: k for k in range(s.out_channels)}
+    slots = per_pass * s.out_passes
+    steps = slots * s.in_passes
+    # mask counter: bit address, steps of `bits`; 3x3: >>3 = 72-bit word; 1x1: >>3 = byte
+    sad = s.kern_col * 8 if s.kernel == 3 else s.kern_col * 72
+    mmax = sad + (steps - 1) * s.bits
+    qf = 8 // s.bits
+    for j, p in enumerate(s.in_procs):
+        elems = np.zeros((768, 9), dtype=np.int64)  # k0..k8 of each 72-bit word
+        kslot = {t: k for k, t in slot_of.items()}
+        for t in range(slots):
+            for e in range(s.in_passes):
+                cnt = sad + (t * s.in_passes + e) * s.bits
+                if t not in kslot:
+                    continue
+                kern = wt[kslot[t], e * n + j].reshape(-1) & ((1 << s.bits) - 1)
+                if s.kernel == 3:
+                    elems[cnt >> 3, :] |= kern << (cnt & 7)
+                else:
+                    byte = cnt >> 3
+                    elems[byte // 9, 8 - byte % 9] |= int(kern[0]) << (cnt & 7)
+        assert qf >= 1
+        blk = MRAM + (p // 16) * 0x40_0000 + (p % 16) * 0x4000
+        used = sorted(set(range(s.kern_col, (mmax >> 3) + 1 if s.kernel == 3
+                                else (mmax >> 3) // 9 + 1)))
+        for col in used:
+            k = elems[col]
+            a = blk + 16 * col
+            w32(dev, a + 0, int(k[0]))
+            w32(dev, a + 4, int(k[1] << 24 | k[2] << 16 | k[3] << 8 | k[4]))
+            w32(dev, a + 8, int(k[5] << 24 | k[6] << 16 | k[7] << 8 | k[8]))
+            w32(dev, a + 12, 0)  # "execute write"
+    if bias is not None:
+        for k in range(s.out_channels):
+            w32(dev, BRAM + s.bias_quadrant * 0x40_0000 + 4 * (s.bias_offset + slot_of[k]),
+                int(bias[k]) & 0xFF)
+
+    # ---- registers, fields per seed 000
+    quads = sorted({p // 16 for p in s.in_procs})
+    used_quads = sorted(set(quads) | ({s.bias_quadrant} if s.bias_quadrant is not None else set()))
+    master = quads[0]
+    out_mem = s.out_first_proc // 4
+    for q in used_quads:
+        def lreg(name, v, q=q):
+            w32(dev, QB[q] + OFF[name] + 4 * s.layer, v)
+        # CTRL: clk_en bit 3 (L2272), poolrnd bit 13 (L2171)
+        w32(dev, QB[q], 1 << 3 | (1 << 13 if s.pool_round else 0))
+        lreg("RCNT", s.pad << 16 | (2 * s.pad + s.rows - 1))  # L3056, L3082
+        lreg("CCNT", s.pad << 16 | (2 * s.pad + s.cols - 1))  # L3116
+        lreg("ONED", (1 << 8) if s.kernel == 1 else 0)  # oned_width 11:8 (L3253)
+        lreg("PRCNT", s.pool[0] - 1)  # L3312
+        lreg("PCCNT", s.pool[1] - 1)  # L3352
+        lreg("STRIDE", s.pool_stride - 1)  # L3392
+        lreg("WPTR_BASE", out_mem << 13 | s.out_offset // 4)  # L3431 (bits 16:13 memory)
+        lreg("WPTR_TOFF", 0)
+        lreg("WPTR_MOFF", 1 << 13)  # next data memory per 4 output channels (L3513)
+        lreg("WPTR_CHOFF", (4 if s.wide else 1) if s.out_passes > 1 else 0)  # L3559
+        lreg("RPTR_BASE", s.in_offset // 4)  # L3612
+        lctrl0 = 1 << 11 | 1 << 5  # sramlsrc, master (L3691, L3772)
+        if s.act == "relu":
+            lctrl0 |= 1 << 9  # act_en (L3714)
+        if s.pool_kind != "none":
+            lctrl0 |= 1 << 7  # pool_en (L3739)
+        if s.pool_kind == "max":
+            lctrl0 |= 1 << 8  # maxpl_en (L3725)
+        if s.wide:
+            lctrl0 |= 1 << 16  # bigdwrt (L3657)
+        if q == master:
+            for t in used_quads:
+                if t != master:
+                    lctrl0 |= 1 << (12 + t)  # cnnsi_en (L3669)
+        lreg("LCTRL0", lctrl0)
+        # LCTRL1: xpch_max 16:8, wptr_inc 7:4, inpchexp 3:0 (L4159-4192)
+        lreg("LCTRL1", ((per_pass - 1) * s.bits) << 8 | (s.out_passes - 1) << 4
+             | (s.in_passes - 1))
+        lreg("MCNT", sad << 16 | mmax)  # L3838, L3849
+        lreg("TPTR", 0)
+        pro = sum(1 << (p % 16) for p in s.in_procs if p // 16 == q)
+        lreg("EN", pro << 16 | pro)  # mask_en 31:16, pro_en 15:0 (L3934, L3942)
+        post = {8: 0, 1: 1, 2: 2, 4: 3}[s.bits] << 22  # mask_size (L4051)
+        post |= (abs(s.shift) << 13) | ((1 << 17) if s.shift < 0 else 0)  # L4082-4097
+        if s.act == "abs":
+            post |= 1 << 26  # out_abs (L3998)
+        if q == s.bias_quadrant:
+            post |= 1 << 12 | s.bias_offset  # bptr_en, bptr_sad (L4110, L4122)
+        lreg("POST", post)
+
+
+def expected(s: Spec) -> np.ndarray:
+    t = s.tensors
+    return ref.layer(t["x"], t["w"], t["bias"], pool_size=s.pool, pool_stride=s.pool_stride,
+                     pool_kind=s.pool_kind, avg_policy="away" if s.pool_round else "trunc",
+                     pad=(s.pad, s.pad), shift=s.shift, act=s.act, wide=s.wide)
+
+
+def unload(dev, s: Spec, shape) -> np.ndarray:
+    """Read the outputs back like the izer's unload: channel k on processor first+k (pass
+    k // per_pass when multi-pass), word per pixel (x out_passes), lane = processor % 4; 32-bit
+    outputs take 4 consecutive words per quad."""
+    k_n, h, w_ = shape
+    out = np.zeros(shape, dtype=np.int64)
+    per_pass = -(-k_n // s.out_passes)
+    for k in range(k_n):
+        e, kk = divmod(k, per_pass) if s.out_passes > 1 else (0, k)
+        proc = s.out_first_proc + kk
+        base = mem_addr(proc // 4) + s.out_offset
+        for pix in range(h * w_):
+            if s.wide:
+                a = base + 4 * ((pix * s.out_passes + e) * 4 + proc % 4)
+                v = int.from_bytes(dev.read(a, 4), "little", signed=True)
+            else:
+                a = base + 4 * (pix * s.out_passes + e) + proc % 4
+                v = int.from_bytes(dev.read(a, 1), "little", signed=True)
+            out[k, pix // w_, pix % w_] = v
+    return out
+
+
+def run(s: Spec):
+    dev = open_device("max78000")
+    program(dev, s)
+    cfg = decode_layer(dev.regs.read, range(4), s.layer)
+    touched = run_layer(dev.bus, cfg)
+    want = expected(s)
+    got = unload(dev, s, want.shape)
+    np.testing.assert_array_equal(got, want)
+    return dev, cfg, touched
+
+
+def test_maxpool_conv3x3_relu_bias_to_other_quadrant():
+    s = Spec(in_procs=list(range(8)), in_passes=1, rows=6, cols=6, out_channels=5,
+             out_first_proc=16, pool=(2, 2), pool_kind="max", pool_stride=2, pad=1,
+             shift=-3, act="relu", bias_quadrant=0, bias_offset=7, layer=3, seed=1)
+    dev, cfg, touched = run(s)
+    assert (cfg.in_rows, cfg.pooled_rows, cfg.out_rows, cfg.out_slots) == (6, 3, 3, 5)
+    # channels 0-3 -> data memory 4, channel 4 -> memory 5 (quadrant 1, groups 0-1) only
+    assert touched.writes and all(0x5080_0000 <= a < e <= 0x5081_0000 for a, e in touched.writes)
+    assert any(a <= 0x5080_8400 < e for a, e in touched.writes)
+    assert any(a <= 0x5040_0000 < e for a, e in touched.reads)  # input read recorded
+    assert any(a <= 0x5018_0040 < e for a, e in touched.reads)  # MRAM column 4 of proc 0
+
+
+def test_multiquadrant_1x1_4bit_avgpool_round_abs_unaligned_output():
+    s = Spec(in_procs=list(range(12, 20)), in_passes=1, rows=5, cols=4, out_channels=6,
+             out_first_proc=33, kernel=1, pad=0, bits=4, pool=(3, 2), pool_kind="avg",
+             pool_stride=1, pool_round=True, shift=0, act="abs", bias_quadrant=1,
+             bias_offset=20, seed=2)
+    _, cfg, _ = run(s)
+    assert cfg.weight_bits == 4 and cfg.quadrants == (0, 1) and cfg.kernel_rows == 1
+
+
+def test_multipass_in_and_out_8bit_pad2():
+    s = Spec(in_procs=[4, 5, 6, 7, 8, 9], in_passes=2, rows=4, cols=5, out_channels=10,
+             out_first_proc=8, out_passes=2, pad=2, shift=-3, bias_quadrant=0, seed=3)
+    _, cfg, _ = run(s)
+    assert (cfg.in_passes, cfg.out_passes, cfg.slots_per_pass) == (2, 2, 5)
+
+
+def test_2bit_3x3_multipass_relu():
+    s = Spec(in_procs=[0, 1, 2, 3, 16, 17], in_passes=3, rows=3, cols=3, out_channels=7,
+             out_first_proc=40, bits=2, pad=1, shift=0, act="relu", bias_quadrant=1, seed=4)
+    run(s)
+
+
+def test_wide_output_1bit_1x1_with_bias():
+    s = Spec(in_procs=list(range(0, 12)), in_passes=1, rows=2, cols=2, out_channels=6,
+             out_first_proc=4, kernel=1, pad=0, bits=1, wide=True, bias_quadrant=0, seed=5)
+    _, cfg, touched = run(s)
+    assert cfg.wide and cfg.pixel_step == 4
+    assert all((e - a) % 4 == 0 for a, e in touched.writes)
+
+
+def test_decimation_without_pool_enable():
+    s = Spec(in_procs=[0, 1, 2], in_passes=1, rows=7, cols=6, out_channels=4,
+             out_first_proc=0, pool_stride=2, pad=1, shift=-2, seed=6)
+    _, cfg, _ = run(s)
+    assert cfg.pool_kind == "none" and (cfg.pooled_rows, cfg.pooled_cols) == (4, 3)
+
+
+def test_unsupported_raises_device_error_naming_register():
+    dev = open_device("max78000")
+    s = Spec(in_procs=[0], in_passes=1, rows=3, cols=3, out_channels=1, out_first_proc=0)
+    program(dev, s)
+    w32(dev, QB[0] + OFF["ONED"], 1 << 13)  # ewise_en (S0:L3230)
+    with pytest.raises(DeviceError, match=r"layer 0: CNNx16_0_L0_ONED"):
+        decode_layer(dev.regs.read, range(4), 0)
+    w32(dev, QB[0] + OFF["ONED"], 0)
+    w32(dev, QB[0] + OFF["EN"] + 4 * 5, 0)
+    with pytest.raises(DeviceError, match=r"layer 5: CNNx16_0_L5_EN"):
+        decode_layer(dev.regs.read, range(4), 5)
+
+
+# -- random layers programmed through registers ---------------------------------------------------
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@st.composite
+def specs(draw):
+    procs = sorted(draw(st.sets(st.integers(0, 63), min_size=1, max_size=10)))
+    rows, cols = draw(st.integers(1, 7)), draw(st.integers(1, 7))
+    pool_kind = draw(st.sampled_from(["none", "max", "avg"]))
+    pool = (1, 1) if pool_kind == "none" else (draw(st.integers(1, rows)),
+                                               draw(st.integers(1, cols)))
+    pool_stride = draw(st.integers(1, 3))
+    kernel = draw(st.sampled_from([1, 3]))
+    pr = (rows - pool[0]) // pool_stride + 1
+    pc = (cols - pool[1]) // pool_stride + 1
+    pad = draw(st.integers(0 if min(pr, pc) >= kernel else 1, 2))
+    k_n = draw(st.integers(1, 8))
+    out_passes = draw(st.sampled_from([1, 1, 2]))
+    first = draw(st.integers(0, 64 - k_n)) if out_passes == 1 else \
+        4 * draw(st.integers(0, (64 - k_n) // 4))
+    quads = sorted({p // 16 for p in procs})
+    bias_q = draw(st.sampled_from([None] + quads))
+    return Spec(in_procs=procs, in_passes=draw(st.integers(1, 3)), rows=rows, cols=cols,
+                out_channels=k_n, out_first_proc=first, out_passes=out_passes, pad=pad,
+                kernel=kernel, bits=draw(st.sampled_from([1, 2, 4, 8])), pool=pool,
+                pool_kind=pool_kind, pool_stride=pool_stride,
+                pool_round=draw(st.booleans()), shift=draw(st.integers(-15, 15)),
+                act=draw(st.sampled_from(["none", "relu", "abs"])), wide=draw(st.booleans()),
+                bias_quadrant=bias_q, bias_offset=draw(st.integers(0, 100)),
+                layer=draw(st.integers(0, 31)), seed=draw(st.integers(0, 2**31)))
+
+
+@settings(max_examples=40, deadline=None)
+@given(specs())
+def test_random_layers_through_registers(s):
+    run(s)

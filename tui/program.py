@@ -1,0 +1,95 @@
+"""Program view: the units (layers / commands / jobs) from ``monitor units``, the unit at pc
+marked, and a key (``b``) that toggles a breakpoint (``Z0``/``z0``) on the selected unit."""
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.widget import Widget
+from textual.widgets import DataTable, Static
+
+from .target import Target, Unit, parse_int
+
+
+class ProgramView(Widget):
+    MAIN = "#prog-table"  # focused when the view is shown
+    BINDINGS = [Binding("b", "toggle_breakpoint", "Breakpoint")]
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.units: list[Unit] | None = None
+        self.pc: int | None = None
+        self.breakpoints: set[int] = set()
+        self.note = ""
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="prog-note")
+        yield DataTable(id="prog-table", cursor_type="row")
+
+    def on_mount(self) -> None:
+        t = self.query_one("#prog-table", DataTable)
+        t.add_column(" ", key="mark", width=3)
+        t.add_column("Address", key="addr", width=10)
+        t.add_column("Unit", key="label", width=12)
+        t.add_column("Summary", key="summary")
+
+    def fetch(self, target: Target, full: bool) -> tuple[list[Unit], str] | None:
+        if self.units is not None and not full:
+            return None
+        return target.units(), target.units_note
+
+    def apply(self, data: tuple[list[Unit], str] | None, status: dict[str, str]) -> None:
+        pc = parse_int(status.get("pc", "")) if status else None
+        if data is None and pc == self.pc:
+            return
+        self.pc = pc
+        if data is not None:
+            self.units, self.note = data
+        self._render_table()
+
+    def _mark(self, u: Unit) -> Text:
+        t = Text()
+        t.append("▶" if u.address == self.pc else " ", style="bold green")
+        t.append("●" if u.address in self.breakpoints else " ", style="bold red")
+        return t
+
+    def _render_table(self) -> None:
+        table = self.query_one("#prog-table", DataTable)
+        units = self.units or []
+        keys = [str(u.address) for u in units]
+        if list(table.rows) != [k for k in keys] or table.row_count != len(units):
+            row = table.cursor_row
+            table.clear()
+            for u in units:
+                table.add_row(self._mark(u), f"{u.address:#010x}", u.label, u.summary,
+                              key=str(u.address))
+            if units:
+                table.move_cursor(row=min(max(row, 0), len(units) - 1))
+        else:
+            for u in units:
+                table.update_cell(str(u.address), "mark", self._mark(u))
+                table.update_cell(str(u.address), "summary", u.summary)
+        note = self.note
+        if units and self.pc is not None and all(u.address != self.pc for u in units):
+            note = f"pc {self.pc:#010x}: no unit left to run" if not note else note
+        self.query_one("#prog-note", Static).update(
+            Text(note or f"{len(units)} units; b toggles a breakpoint on the selected one",
+                 style="yellow" if note else "dim"))
+
+    def selected(self) -> Unit | None:
+        units = self.units or []
+        row = self.query_one("#prog-table", DataTable).cursor_row
+        return units[row] if 0 <= row < len(units) else None
+
+    def action_toggle_breakpoint(self) -> None:
+        u = self.selected()
+        if u is None:
+            self.app.notify("no unit selected", severity="warning")
+            return
+        self.app.toggle_breakpoint(u.address)  # type: ignore[attr-defined]
+
+    def breakpoint_changed(self, address: int, on: bool) -> None:
+        (self.breakpoints.add if on else self.breakpoints.discard)(address)
+        self._render_table()

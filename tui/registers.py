@@ -1,0 +1,207 @@
+"""Registers view: block -> register -> fields, from target.xml; values read with ``p``.
+
+Only the rows on screen (and the one under the cursor) are read, so a 574-register block costs
+one screenful of ``p`` packets per refresh. A value that differs from the previous read of the
+same register is highlighted. Enter (or ``e``) opens an Input under the table; its value is
+written with ``P`` — a real bus write with the hardware's side effects.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.widget import Widget
+from textual.widgets import DataTable, Input, OptionList, Static
+from textual.widgets.option_list import Option
+
+from .target import RegInfo, Target, TargetDescription
+
+CHANGED = "bold black on yellow"
+
+
+def parse_value(text: str) -> int:
+    """``0x1f``, ``31``, ``0b11`` or bare hex digits with a letter (``1f``)."""
+    t = text.strip().replace("_", "")
+    if not t:
+        raise ValueError("empty value")
+    try:
+        return int(t, 0)
+    except ValueError:
+        return int(t, 16)
+
+
+class RegistersView(Widget):
+    MAIN = "#reg-table"  # focused when the view is shown
+    BINDINGS = [Binding("e", "edit", "Edit register")]
+
+    def __init__(self, desc: TargetDescription, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.desc = desc
+        self.blocks = [b for b in desc.blocks if b.registers]
+        self.block = self.blocks[0] if self.blocks else None
+        # prefer the first accelerator block over the core view
+        for b in self.blocks:
+            if b.name != "core":
+                self.block = b
+                break
+        self.values: dict[str, int | None] = {}
+        self.changed: set[str] = set()
+        self.editing: RegInfo | None = None
+
+    def compose(self) -> ComposeResult:
+        with Horizontal():
+            yield OptionList(*[Option(f"{b.name} ({len(b.registers)})", id=b.name)
+                               for b in self.blocks], id="reg-blocks")
+            with Vertical(id="reg-main"):
+                yield DataTable(id="reg-table", cursor_type="row", zebra_stripes=False)
+                yield Input(id="reg-edit", placeholder="value (0x.. or decimal), Enter writes, "
+                            "Esc cancels")
+            yield Static(id="reg-fields")
+
+    def on_mount(self) -> None:
+        table = self.query_one("#reg-table", DataTable)
+        table.add_column("Register", key="name", width=24)
+        table.add_column("Value", key="value", width=10)
+        self.query_one("#reg-edit", Input).display = False
+        if self.block is not None:
+            ol = self.query_one("#reg-blocks", OptionList)
+            ol.highlighted = self.blocks.index(self.block)
+        self._fill()
+
+    # -- table contents --------------------------------------------------------------------
+    def _fill(self) -> None:
+        table = self.query_one("#reg-table", DataTable)
+        table.clear()
+        if self.block is None:
+            return
+        for r in self.block.registers:
+            table.add_row(r.name, self._cell(r.name), key=r.name)
+        self._show_fields()
+
+    def _cell(self, name: str) -> Text:
+        v = self.values.get(name)
+        if v is None:
+            return Text("—" if name in self.values else "", style="dim")
+        return Text(f"{v:#010x}", style=CHANGED if name in self.changed else "")
+
+    def current_register(self) -> RegInfo | None:
+        if self.block is None or not self.block.registers:
+            return None
+        row = self.query_one("#reg-table", DataTable).cursor_row
+        if 0 <= row < len(self.block.registers):
+            return self.block.registers[row]
+        return None
+
+    def _show_fields(self) -> None:
+        reg = self.current_register()
+        out = Text(no_wrap=True, overflow="ellipsis")
+        if reg is not None:
+            v = self.values.get(reg.name)
+            out.append(f"{reg.name}\n", style="bold")
+            out.append(f"regnum {reg.regnum}\ngroup {reg.group}\n", style="dim")
+            if v is None:
+                out.append("not read yet\n" if reg.name not in self.values else "unreadable\n",
+                           style="dim")
+            for f in reg.fields:
+                val = "" if v is None else f.describe(v)
+                style = ""
+                old = getattr(self, "_old", {}).get(reg.name)
+                if v is not None and old is not None and reg.name in self.changed and \
+                        f.extract(old) != f.extract(v):
+                    style = CHANGED
+                out.append(f"{f.bits:>5} ", style="dim")
+                out.append(f"{f.name:<12.12}")
+                out.append(f" {val}\n", style=style)
+        self.query_one("#reg-fields", Static).update(out)
+
+    def on_option_list_option_highlighted(self, event: OptionList.OptionHighlighted) -> None:
+        blk = next((b for b in self.blocks if b.name == event.option.id), None)
+        if blk is not None and blk is not self.block:
+            self.block = blk
+            self._fill()
+            self.app.request_refresh()  # type: ignore[attr-defined]
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._show_fields()
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        self.action_edit()
+
+    # -- polling (fetch runs in the poll thread, apply in the UI thread) -----------------------
+    def visible_registers(self) -> list[RegInfo]:
+        if self.block is None:
+            return []
+        table = self.query_one("#reg-table", DataTable)
+        first = max(0, int(table.scroll_y))
+        height = max(1, table.size.height)
+        regs = self.block.registers[first:first + height]
+        cur = table.cursor_row
+        if 0 <= cur < len(self.block.registers) and self.block.registers[cur] not in regs:
+            regs.append(self.block.registers[cur])
+        return regs
+
+    def fetch(self, target: Target, full: bool) -> dict[str, int | None]:
+        regs = self.visible_registers()
+        if not full:  # halted: only what was never read (scrolling, a new block)
+            regs = [r for r in regs if r.name not in self.values]
+        return target.read_regs(regs)
+
+    def apply(self, data: dict[str, int | None], status: dict[str, str]) -> None:
+        if not data:
+            return
+        table = self.query_one("#reg-table", DataTable)
+        self._old = {n: self.values.get(n) for n in data}
+        for name, v in data.items():
+            old = self.values.get(name)
+            if name in self.values and old is not None and v is not None and old != v:
+                self.changed.add(name)
+            else:
+                self.changed.discard(name)
+            self.values[name] = v
+            if self.block is not None and name in table.rows:
+                table.update_cell(name, "value", self._cell(name))
+        self._show_fields()
+
+    # -- editing ---------------------------------------------------------------------------
+    def action_edit(self) -> None:
+        reg = self.current_register()
+        if reg is None:
+            return
+        self.editing = reg
+        inp = self.query_one("#reg-edit", Input)
+        v = self.values.get(reg.name)
+        inp.value = "" if v is None else f"{v:#x}"
+        inp.placeholder = f"{reg.name} = (0x.. or decimal), Enter writes, Esc cancels"
+        inp.border_title = f"write {reg.name}"
+        inp.display = True
+        inp.focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id != "reg-edit" or self.editing is None:
+            return
+        event.stop()
+        reg = self.editing
+        try:
+            value = parse_value(event.value)
+        except ValueError:
+            self.app.notify(f"not a number: {event.value!r}", severity="error")
+            return
+        if value < 0 or value >> reg.bits:
+            self.app.notify(f"{value:#x} does not fit in {reg.bits} bits", severity="error")
+            return
+        self._close_editor()
+        self.app.write_register(reg.name, value)  # type: ignore[attr-defined]
+
+    def _close_editor(self) -> None:
+        self.editing = None
+        inp = self.query_one("#reg-edit", Input)
+        inp.display = False
+        self.query_one("#reg-table", DataTable).focus()
+
+    def on_key(self, event: Any) -> None:
+        if event.key == "escape" and self.editing is not None:
+            event.stop()
+            self._close_editor()
