@@ -29,6 +29,9 @@ class RunControl:
         self._worker: threading.Thread | None = None
         self._listeners: list[StopListener] = []
         self._run_listeners: list[Callable[[], None]] = []
+        #: what `reset init` runs after the reset (OpenOCD's reset-init event): the stub sets it
+        #: to reload the program, so `monitor reset init` starts the program over
+        self.init_handler: Callable[[], object] | None = None
 
     # -- state ------------------------------------------------------------------------------
     @property
@@ -143,6 +146,8 @@ class RunControl:
         if self.running:
             self.halt_and_wait()
         self.device.reset(kind)
+        if kind == "init" and self.init_handler is not None:
+            self.init_handler()
         self.last_stop = Stop("halt", SIGTRAP, message=f"reset {kind}")
         if kind == "run":
             self.resume()

@@ -47,7 +47,7 @@ def describe(desc: Description) -> str:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from .program import ProgramError, load_program
+    from .program import ProgramError
     from .server import StubServer
     from .transports import PipeConnection, SerialConnection
 
@@ -62,8 +62,7 @@ def _serve(args: argparse.Namespace) -> int:
     program = args.program or (None if args.no_demo else demo_program(args.device))
     if program is not None:
         try:
-            summary = load_program(server.context(log=lambda s: print(s, file=sys.stderr)),
-                                   program)
+            summary = server.load_program(program, log=lambda s: print(s, file=sys.stderr))
         except ProgramError as e:
             print(f"accelstub: error: {e}", file=sys.stderr)
             return 2

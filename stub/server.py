@@ -114,6 +114,15 @@ class StubServer:
 
     _context_factory = context
 
+    def load_program(self, path, target: int = 0, log: Callable[[str], None] = print) -> str:
+        """Load ``path`` into a target and make `reset init` load it again."""
+        from .program import load_program
+
+        ctx = self.context(log=log, rc=self.targets[target])
+        summary = load_program(ctx, path)
+        self.targets[target].init_handler = lambda: load_program(ctx, path)
+        return summary
+
     def start(self) -> None:
         if self._gdb_port is not None:
             for g in self.gdb:

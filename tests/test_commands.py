@@ -479,3 +479,14 @@ def test_svd_command_writes_a_file(tmp_path):
     out = execute(CommandContext([rc], cwd=tmp_path), "svd m.svd")
     assert out == f"wrote {tmp_path / 'm.svd'}"
     assert "<name>CNN_Q0</name>" in (tmp_path / "m.svd").read_text()
+
+
+def test_reset_init_runs_the_init_handler_and_reset_halt_does_not(ctx, rc, logs):
+    start_program(rc)
+    rc.init_handler = lambda: programs.apply(rc.device, 4)
+    rc.step(5)
+    execute(ctx, "reset halt")
+    assert rc.device.finished()  # registers back to reset values: no program
+    execute(ctx, "reset init")
+    assert not rc.device.finished() and rc.device.pc == 0x50100010
+    assert logs[-1] == "[max78000.cnn] halted due to debug-request, layer: Layer 0\npc: 0x50100010"
