@@ -12,9 +12,8 @@ from typing import TYPE_CHECKING, Callable
 from accelstub.devices import BusError, DeviceError, TargetRunning
 from accelstub.devices.device import SIGINT, Stop
 
-from .commands import CommandContext, CommandError, execute
+from .commands import CommandError, execute
 from .rsp_codec import PacketReader, escape, frame, unescape
-from .target_xml import CORE_REGNUMS
 
 if TYPE_CHECKING:
     from .server import GdbServer
@@ -82,19 +81,15 @@ class GdbSession:
                 return False
         except ValueError:
             return False
-        self.send(self.dispatch(payload))  # type: ignore[arg-type]
+        self.send(self._dispatch_safely(payload))  # type: ignore[arg-type]
         return True
 
     def send(self, payload: bytes, ack: bool = False, notification: bool = False) -> None:
         """One write per reply: the ack and the packet go out together (TCP_NODELAY)."""
         data = frame(payload, notification)
-        with self._send_lock:
-            if not notification:
-                self._last_sent = data
-            try:
-                self.conn.send((b"+" + data) if ack else data)
-            except OSError:
-                self.closed = True
+        if not notification:
+            self._last_sent = data
+        self._raw((b"+" + data) if ack else data)
 
     def console(self, text: str) -> None:
         """Text for gdb's console as an ``O`` packet (only while gdb waits for a reply)."""
@@ -104,16 +99,11 @@ class GdbSession:
     def _event(self, ev) -> None:
         ack = not self.noack
         if ev.kind == "packet":
-            try:
-                reply = self.dispatch(ev.payload)
-            except Exception as e:  # never let one request kill the session
-                log.exception("error handling packet %r: %s", ev.payload[:64], e)
-                reply = E_PERM
+            reply = self._dispatch_safely(ev.payload)
             if reply is not None:
                 self.send(reply, ack=ack)
             elif ack:
-                with self._send_lock:
-                    self.conn.send(b"+")
+                self._raw(b"+")
             if self._after_reply == "noack":
                 self.noack = True
             elif self._after_reply == "close":
@@ -124,15 +114,27 @@ class GdbSession:
                 self.rc.halt()
         elif ev.kind == "bad_checksum":
             if ack:
-                with self._send_lock:
-                    self.conn.send(b"-")
+                self._raw(b"-")
             else:
                 self.send(E_INVAL)
         elif ev.kind == "oversized":
             self.send(E_INVAL, ack=ack)
         elif ev.kind == "nack" and self._last_sent:
-            with self._send_lock:
-                self.conn.send(self._last_sent)
+            self._raw(self._last_sent)
+
+    def _raw(self, data: bytes) -> None:
+        with self._send_lock:
+            try:
+                self.conn.send(data)
+            except OSError:
+                self.closed = True
+
+    def _dispatch_safely(self, payload: bytes) -> bytes | None:
+        try:
+            return self.dispatch(payload)
+        except Exception as e:  # never let one request kill the session
+            log.exception("error handling packet %r: %s", payload[:64], e)
+            return E_PERM
 
     def dispatch(self, payload: bytes) -> bytes | None:
         if not payload:
