@@ -13,8 +13,8 @@ import pytest
 
 from accelstub.stub.client import RspClient
 from accelstub.tui.app import AccelApp, HelpScreen, parse_connect, run_tui
-from accelstub.tui.target import (Target, describe_stop, parse_memory_map, parse_status,
-                                  parse_target_xml, parse_units)
+from accelstub.tui.target import (Target, Unit, describe_stop, parse_memory_map,
+                                  parse_status, parse_target_xml, parse_units)
 from accelstub.tui.tensor import element_index, parse_shape, to_value
 
 
@@ -83,8 +83,7 @@ def test_parse_target_xml_blocks_fields_enums(target):
 
 def test_parse_helpers():
     assert parse_units("0x50100010 Layer 0: conv 3x3\nnoise\n0x50100014 Layer 1: x: y\n") == [
-        pytest.importorskip("accelstub.tui.target").Unit(0x50100010, "Layer 0", "conv 3x3"),
-        pytest.importorskip("accelstub.tui.target").Unit(0x50100014, "Layer 1", "x: y")]
+        Unit(0x50100010, "Layer 0", "conv 3x3"), Unit(0x50100014, "Layer 1", "x: y")]
     assert parse_status("state: running\npc: 0x50100010\nirq.CNN: 1\n") == {
         "state": "running", "pc": "0x50100010", "irq.CNN": "1"}
     mm = parse_memory_map('<memory-map><memory type="ram" start="0x10" length="0x20"/>'

@@ -1,8 +1,9 @@
 """The Textual app: a client of the stub over RSP, beside gdb or against a remote stub.
 
 Threads: the UI thread never talks to the stub. One *poll* thread reads status and the visible
-view over the ``poll`` connection — every ``poll_period`` (0.1 s) while the target runs, every
-``idle_period`` while it is halted, and at once when a view asks for a refresh. Run control
+view over the ``poll`` connection — every ``poll_period`` (0.08 s, 12.5/s) while the target
+runs, every ``idle_period`` while it is halted, and sooner (but never more often than
+``poll_period``) when a view asks for a refresh or a stop is reported. Run control
 (step, continue, halt, reset), register writes and breakpoints go over the ``ctl`` connection in
 short worker threads, one at a time; while a continue is pending, only ``interrupt()`` touches
 ``ctl``. Results come back to the UI as messages (``post_message`` is thread-safe).
@@ -72,10 +73,10 @@ class PollResult(Message):
     """One poll: the status, and the data the visible view asked for."""
 
     def __init__(self, status: dict[str, str], view: Any, data: Any, running: bool,
-                 units: Any = None) -> None:
+                 units: Any = None, notified: str | None = None) -> None:
         super().__init__()
         self.status, self.view, self.data, self.running = status, view, data, running
-        self.units = units
+        self.units, self.notified = units, notified
 
 
 VIEWS = (("registers", "Registers"), ("memory", "Memory"), ("program", "Program"),
@@ -96,7 +97,7 @@ class AccelApp(App[int]):
           for i, (key, title) in enumerate(VIEWS)],
     ]
 
-    def __init__(self, target: Target, label: str | None = None, poll_period: float = 0.1,
+    def __init__(self, target: Target, label: str | None = None, poll_period: float = 0.08,
                  idle_period: float = 0.5, message: str = "") -> None:
         super().__init__()
         self.target = target
@@ -112,13 +113,15 @@ class AccelApp(App[int]):
         self.message = message
         self.error = ""
         self.lost = False
-        self.polls = 0  # poll results applied (the update rate is measured from this)
+        self.polls = 0  # poll results applied while running (the live update rate)
+        self.applied = 0  # all poll results applied
         self._console_seen = 0
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._refresh = threading.Event()
         self._applied = threading.Event()
         self._poll_thread: threading.Thread | None = None
+        self._notified_stop: str | None = None
         self.active_view: Any = None
         self._views: dict[str, Any] = {}
         self.program_view: ProgramView | None = None
@@ -148,8 +151,7 @@ class AccelApp(App[int]):
         self.active_view = self._views["registers"]
         self.program_view = self._views["program"]
         self.call_after_refresh(self._focus_view, self.active_view)
-        self.target.set_stop_listener(lambda reply: self.post_message(Call(self._notified,
-                                                                             reply)))
+        self.target.set_stop_listener(self._on_notification)
         self._update_statusline()
         self._poll_thread = threading.Thread(target=self._poll_loop, daemon=True,
                                              name="tui-poll")
@@ -197,12 +199,18 @@ class AccelApp(App[int]):
         self._wake.set()
 
     def _poll_loop(self) -> None:
+        # the views' fetch() reads widget geometry (scroll offsets, sizes) from this thread;
+        # some of those properties look up the active app, so give this thread the context
+        from textual._context import active_app
+
+        active_app.set(self)
         t = self.target
         first = True
         while not self._stop.is_set():
             t0 = time.perf_counter()
             full = first or self._refresh.is_set()
             self._refresh.clear()
+            notified, self._notified_stop = self._notified_stop, None
             first = False
             try:
                 status = t.status()
@@ -221,20 +229,29 @@ class AccelApp(App[int]):
                 status, view, data, running = self.status, None, None, self.running
                 units = None
             self._applied.clear()
-            if not self.post_message(PollResult(status, view, data, running, units)):
+            if not self.post_message(PollResult(status, view, data, running, units, notified)):
                 return
             self._applied.wait(1.0)
-            period = self.poll_period if running else self.idle_period
-            left = period - (time.perf_counter() - t0)
-            if left > 0:
-                self._wake.wait(left)
-            self._wake.clear()
+            # never more often than poll_period (stop notifications and view requests only
+            # shorten the idle wait), so the polling cannot crowd out the emulation
+            if running:
+                wait = self.poll_period
+            else:
+                self._wake.wait(max(0.0, self.idle_period - (time.perf_counter() - t0)))
+                self._wake.clear()
+                wait = self.poll_period
+            left = wait - (time.perf_counter() - t0)
+            if left > 0 and not self._stop.is_set():
+                self._stop.wait(left)
 
     def on_poll_result(self, msg: PollResult) -> None:
         try:
             self.status = msg.status
             was_running = self.running
             self.running = msg.running
+            self.applied += 1
+            if msg.notified is not None:
+                self._notified(msg.notified)
             if msg.running:
                 self.polls += 1
             self.view("status").record(msg.status, msg.running)
@@ -444,14 +461,17 @@ class AccelApp(App[int]):
         self.request_refresh()
         self._update_statusline()
 
+    def _on_notification(self, reply: str) -> None:
+        """A %Stop notification (stops caused by gdb or another client, and our own), in the
+        poll connection's reader thread: noted and handed to the next poll, so a client that
+        stops the target hundreds of times a second costs one UI update per poll, not one each."""
+        self._notified_stop = reply
+        self.request_refresh()
+
     def _notified(self, reply: str) -> None:
-        """A %Stop notification (stops caused by gdb or another client, and our own)."""
         if self.continue_pending or self.ctl_busy:
             return  # our own request: its reply is on the way
         self.last_stop = describe_stop(reply)
-        self.running = False
-        self.request_refresh()
-        self._update_statusline()
 
     # -- requests from the views ------------------------------------------------------------------
     def write_register(self, name: str, value: int) -> None:

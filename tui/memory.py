@@ -199,10 +199,15 @@ class MemoryView(Widget):
             if old != -1 and old is not None and v is not None and old != v:
                 changed.add(a)
             hv.data[a] = v
+        same = not changed and not hv.changed and not getattr(self, "_new", True)
         hv.changed = changed
+        self._new = False
         if len(hv.data) > 65536:  # forget what scrolled far away
             keep = set(range(start, start + len(values)))
             hv.data = {a: v for a, v in hv.data.items() if a in keep}
+        if same and (start, len(values)) == getattr(self, "_last_window", None):
+            return  # nothing new on screen: no re-render
+        self._last_window = (start, len(values))
         hv.refresh()
         self.cursor_moved(hv.cursor)
 

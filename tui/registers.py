@@ -50,6 +50,7 @@ class RegistersView(Widget):
         self.values: dict[str, int | None] = {}
         self.changed: set[str] = set()
         self.editing: RegInfo | None = None
+        self._shown: dict[str, tuple[int | None, bool]] = {}  # what each cell shows now
 
     def compose(self) -> ComposeResult:
         with Horizontal():
@@ -75,10 +76,13 @@ class RegistersView(Widget):
     def _fill(self) -> None:
         table = self.query_one("#reg-table", DataTable)
         table.clear()
+        self._shown = {}
         if self.block is None:
             return
         for r in self.block.registers:
             table.add_row(r.name, self._cell(r.name), key=r.name)
+            if r.name in self.values:
+                self._shown[r.name] = (self.values[r.name], r.name in self.changed)
         self._show_fields()
 
     def _cell(self, name: str) -> Text:
@@ -97,6 +101,11 @@ class RegistersView(Widget):
 
     def _show_fields(self) -> None:
         reg = self.current_register()
+        key = (reg, self.values.get(reg.name) if reg else None, reg is not None and
+               reg.name in self.changed, reg is not None and reg.name in self.values)
+        if key == getattr(self, "_fields_key", None):
+            return  # unchanged: no re-render
+        self._fields_key = key
         out = Text(no_wrap=True, overflow="ellipsis")
         if reg is not None:
             v = self.values.get(reg.name)
@@ -161,8 +170,10 @@ class RegistersView(Widget):
             else:
                 self.changed.discard(name)
             self.values[name] = v
-            if self.block is not None and name in table.rows:
+            if self.block is not None and name in table.rows and \
+                    self._shown.get(name) != (v, name in self.changed):
                 table.update_cell(name, "value", self._cell(name))
+                self._shown[name] = (v, name in self.changed)
         self._show_fields()
 
     # -- editing ---------------------------------------------------------------------------

@@ -1,0 +1,64 @@
+"""The real TUI in a real terminal: ``python -m accelstub.tui --device max78000`` under tmux.
+
+It starts its own in-process stub with the bundled demo (halted before layer 0 at pc
+0x50100010), so this also covers run_tui's background-stub path and the argparse entry point.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+TMUX = shutil.which("tmux")
+pytestmark = pytest.mark.skipif(TMUX is None, reason="tmux is not installed")
+
+
+def capture(session: str) -> str:
+    return subprocess.run([TMUX, "capture-pane", "-p", "-t", session], capture_output=True,
+                          text=True).stdout
+
+
+def alive(session: str) -> bool:
+    return subprocess.run([TMUX, "has-session", "-t", session],
+                          capture_output=True).returncode == 0
+
+
+def wait_screen(session: str, *needles: str, timeout: float = 30) -> str:
+    deadline = time.monotonic() + timeout
+    screen = ""
+    while time.monotonic() < deadline:
+        screen = capture(session)
+        if all(n in screen for n in needles):
+            return screen
+        time.sleep(0.2)
+    raise AssertionError(f"{needles} not on screen:\n{screen}")
+
+
+def test_tui_in_tmux():
+    session = f"accelstub-tui-{uuid.uuid4().hex[:8]}"
+    cmd = " ".join(shlex.quote(a) for a in
+                   [sys.executable, "-m", "accelstub.tui", "--device", "max78000"])
+    env = dict(os.environ, TERM="xterm-256color")
+    subprocess.run([TMUX, "new-session", "-d", "-s", session, "-x", "100", "-y", "30", cmd],
+                   check=True, env=env)
+    try:
+        wait_screen(session, "halted", "pc 0x50100010", "Registers", "Memory", "Program",
+                    "Status", "Tensor", "Step", "Continue", "Quit")
+        subprocess.run([TMUX, "send-keys", "-t", session, "s"], check=True)
+        wait_screen(session, "pc 0x50100014")
+        subprocess.run([TMUX, "send-keys", "-t", session, "3"], check=True)
+        wait_screen(session, "Layer 0", "Layer 3", "▶", "0x50100014")
+        subprocess.run([TMUX, "send-keys", "-t", session, "q"], check=True)
+        deadline = time.monotonic() + 15
+        while alive(session) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not alive(session), "q did not quit the TUI"
+    finally:
+        if alive(session):
+            subprocess.run([TMUX, "kill-session", "-t", session], capture_output=True)
