@@ -1,0 +1,817 @@
+"""Arm Ethos-U85 NPU: host registers, run state, command-stream execution, DMA and PMU.
+
+Register map from ``configs/ethos-u85.toml`` (seed 001, the Ethos-U85 TRM, digested in
+shared/devices/ethos-u85-registers.md and ethos-u85-command-stream.md; "Lnnnn" = seed line).
+Kernel arithmetic lives behind :mod:`.ethosu85_ops`; the command format in :mod:`.ethosu85_stream`.
+
+The host's view (what a driver sees through bus writes):
+
+* ID/CONFIG per MAC configuration (``EthosU85(macs=128..2048)``, CONFIG and the pin mirrors
+  CFG_* poked over the TOML's 256-MAC resets; digest 1.2).
+* Soft reset: a RESET write clears every register (memories outside the NPU are kept), the
+  internal LUT RAM and the NPU_SET_* state; PROT takes the pending levels written (the debugger's
+  bus is privileged and secure, so PROT = RESET[1:0], L1357 / digest 8 #3). The reset sequence
+  completes at once (digest 8 #5: the duration is unspecified), so STATUS.reset_status reads 0
+  after it; RESET masks power control until the next CMD write (L1358).
+* CMD (reads as last written, L1296): bits act on the write that sets them: clear_irq,
+  clear_irq_history, stop_request (stops at the command boundary the emulator is halted at:
+  QREAD = next command, IRQ), transition_to_running_state (from QBASE, or from QBASE+QREAD
+  after an NPU_OP_STOP with QBASE/QSIZE unwritten, L1331; digest 8 #7 #8: other stops restart at
+  QBASE with QREAD = 0). clock_q_enable/power_q_enable are level state: the NPU allows clock-off
+  when clock_q_enable and stopped; power-off when power_q_enable, stopped, no IRQ pending and
+  not masked by a reset (L592, L1075, L1358). U85's STATUS has no Q-channel bits; the two
+  permissions are reported by ``counters()`` and ``npu state``.
+* Writing QBASE or QSIZE while stopped clears STATUS.cmd_end_reached and the resume point (L1270).
+
+A *unit* (what ``step`` runs, DESIGN.md) is one operation: starting at QREAD, every NPU_SET_*
+command up to and including the next NPU_OP_* command (kernel ops, DMA_START/DMA_WAIT,
+KERNEL_WAIT, PMU_MASK, IRQ, STOP, BRANCH). After it QREAD is the command after the operation (or
+the branch target), i.e. the first NPU_SET_* of the next operation; ``pc = QBASE + QREAD``. When
+QREAD reaches QSIZE inside a unit the stream ends there (cmd_end_reached + IRQ). A breakpoint on
+any command address stops before that command, also inside a unit (the next step then runs from
+there to the operation).
+
+Error states (all: STATUS.state = stopped, irq_raised = 1, sticky bit until reset, the debugger
+gets a fault stop whose message names the command and its offset; QREAD is left at the faulting
+command, which L1420 permits):
+
+* cmd_parse_error: a reserved encoding (control 10/11, bits [13:10] set, unassigned opcode, a
+  cmd1 header whose data word lies beyond QSIZE, L6002 / digest G-E3), and every failed
+  pseudocode assert (UNPREDICTABLE, L6004-6014): the digest's recommended "stop and report".
+* bus_status with STATUS.faulting_interface/faulting_channel: an NPU access (command fetch,
+  tensors, DMA) outside the system memory windows; the interface is the MEM_ATTR.axi_port of the
+  region (REGIONCFG; QCONFIG for the command stream).
+* branch_fault: NPU_OP_BRANCH to a target >= QSIZE (L11020-11025).
+
+Operations the emulator does not model yet raise "... not implemented yet" without touching the
+hardware state: QREAD stays at the operation, the NPU stays running.
+
+PMU (registers, exact where the emulator knows the answer): PMCR cnt_en / event_cnt_rst /
+cycle_cnt_rst, mask_en (gates counting while NPU_OP_PMU_MASK disabled it), PMCNTENSET/CLR,
+PMOVSSET/CLR, PMINTSET/CLR (each pair shares one state), PMEVTYPERn, overflow (32-bit event
+counters, 48-bit PMCCNTR) setting PMOVS and, when enabled in PMINTSET, STATUS.pmu_irq_raised.
+Exact events: AXI transactions and beats per port (bursts split at min(AXI_*, CFG_*_CAP)
+max_beats and at the striping granule, ports chosen by the CFG_*_HASH registers), with the
+PMEVTYPER D0-D3 port disables for the summed events, and axi_latency_any on the PMCAXI_CHAN
+channel. Modelled (time-based): cycle, npu_active, mac_active, mac_dpu_active, ao_active,
+*_enabled_cycles and PMCCNTR come from the cycle model below; npu_idle, stalls, latency
+buckets, WD and ECC events are 0 (ideal memory, no time passes while stopped). The PMCLUT
+compound event and PMCCNTR_CFG start/stop gating are not modelled (counter 0 with PMCLUT.LE
+counts nothing; PMCCNTR counts whenever enabled).
+
+Cycle model (MODELLED, digest registers section 5): 1 cycle to issue each command; a kernel
+operation takes max(MAC cycles, AO cycles, bytes moved / 16) where MAC cycles are
+MACs / MACs-per-cycle (the depthwise rate of the configuration for pooling, macs_per_cc
+otherwise) and AO cycles are output elements / (NUM_SU x per-SU rate of Tables 4-11/4-12);
+a DMA takes its bytes / 16 (one 128-bit beat per cycle).
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+
+import numpy as np
+
+from .description import load_description
+from .device import Device, Touched, Unit
+from .errors import BusError, DeviceError
+from . import ethosu85_ops as ops
+from . import ethosu85_stream as es
+from .ethosu85_ops import (NotImplementedYet, NpuBusFault, NpuConfig, SetState, Unpredictable,
+                           require)
+
+#: per MAC configuration: CONFIG.macs_per_cc, num_wd, num_axi_sram, num_axi_ext (log2 fields),
+#: EXT outstanding reads (Table 3-23 L2062-2070) - digest 1.2
+MAC_CONFIGS = {128: (7, 0, 1, 0, 32), 256: (8, 0, 1, 0, 32), 512: (9, 1, 1, 0, 64),
+               1024: (10, 2, 1, 1, 64), 2048: (11, 2, 2, 1, 64)}
+LUT_BYTES = 2048  # internal LUT RAM (digest G-C4: every LUT mode addresses 2 KiB)
+ADDR_MASK = (1 << 40) - 1
+CMD_ISSUE_CYCLES = 1  # modelled
+
+# PMU event numbers (pmu_event_t, Table 3-69 L4248-4410)
+EV_CYCLE, EV_NPU_IDLE, EV_NPU_ACTIVE = 17, 32, 35
+EV_MAC_ACTIVE, EV_MAC_DPU_ACTIVE, EV_AO_ACTIVE = 48, 51, 64
+EV_AXI_LATENCY_ANY = 160
+SRAM_SUM, EXT_SUM, SRAM_PORT, EXT_PORT = 128, 384, 512, 640
+S_RD_ACC, S_RD_DONE, S_RD_BEAT, S_WR_ACC, S_WR_BEAT, S_ENABLED = 0, 1, 2, 4, 7, 12
+
+
+def _parity(v: int) -> int:
+    return bin(v).count("1") & 1
+
+
+class EthosU85(Device):
+    name = "ethos-u85"
+    unit_name = "command"
+
+    def __init__(self, macs: int = 256, description_path: str | None = None) -> None:
+        if macs not in MAC_CONFIGS:
+            raise ValueError(f"ethos-u85: macs must be one of {', '.join(map(str, MAC_CONFIGS))}"
+                             f", not {macs}")
+        super().__init__(load_description(description_path or "ethos-u85"))
+        self.macs = macs
+        self.cfg = NpuConfig(macs)
+        self.sets = SetState()
+        self.lut = np.zeros(LUT_BYTES, dtype=np.uint8)
+        self.resumable = False  # last stop was NPU_OP_STOP and QBASE/QSIZE not written since
+        self.pmu_mask_enable = True  # NPU_OP_PMU_MASK (L8773-8802)
+        self.power_masked = False  # RESET masks power control until the next CMD write (L1358)
+        self.stop_reason = "not started"
+        self.stats: dict[str, int] = {}
+        self._bp: set[int] = set()
+        self._units_cache: tuple | None = None
+        self._unit_ctx: dict | None = None
+        r = self.regs
+        r.on_write("CMD", self._cmd_written)
+        r.on_write("RESET", self._reset_written)
+        for name in ("QBASE_LO", "QBASE_HI", "QSIZE"):
+            r.on_write(name, self._queue_written)
+        r.on_write("PMCR", self._pmcr_written)
+        for a, b in (("PMCNTENSET", "PMCNTENCLR"), ("PMOVSSET", "PMOVSCLR"),
+                     ("PMINTSET", "PMINTCLR")):
+            r.on_write(a, self._pair(b))
+            r.on_write(b, self._pair(a))
+        self._after_reset(0)
+
+    # -- configuration and reset ---------------------------------------------------------------
+    def _apply_config(self) -> None:
+        """Pin-defined values of this MAC configuration (CONFIG L1619-1653, CFG_* L2117-2346)."""
+        log2, wd, sram, ext, ext_rd = MAC_CONFIGS[self.macs]
+        r = self.regs
+        r.poke("CONFIG", (2 << 28) | (wd << 12) | (ext << 10) | (sram << 8) | (1 << 4) | log2)
+        r.poke("CFG_EXT_CAP", (2 << 16) | (31 << 8) | (ext_rd - 1))
+        r.poke("CFG_SRAM_HASH0_LO", 0x40)  # 64-byte trivial striping (Table 2-1 L722-736)
+        r.poke("CFG_SRAM_HASH1_LO", 0x80 if sram == 2 else 0)  # 4 ports only (digest 8 #18)
+        r.poke("CFG_EXT_HASH0_LO", 0x40 if ext else 0)
+
+    def _after_reset(self, pending: int) -> None:
+        self._apply_config()
+        self.regs.set_field("STATUS", "reset_status", 0)  # the sequence completes at once
+        self.regs.poke("RESET", pending & 3)
+        self.regs.poke("PROT", pending & 3)
+        self.sets = SetState()
+        self.lut[:] = 0
+        self.resumable = False
+        self.pmu_mask_enable = True
+        self.stop_reason = "not started"
+        self._units_cache = None
+        self.stats = {k: 0 for k in ("commands", "operations", "kernel_operations", "macs",
+                                     "ofm_elements", "dma_bytes")}
+
+    def reset(self, kind: str = "halt") -> None:
+        super().reset(kind)
+        self.power_masked = False
+        self._after_reset(0)
+
+    def _reset_written(self, reg, old: int, new: int) -> None:
+        """RESET write: halt, clear all register state except the pending levels, clear the
+        internal RAMs, PROT = the levels (L1346-1362)."""
+        self.regs.reset()
+        self._after_reset(new)
+        self.power_masked = True
+
+    # -- host register side effects --------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return bool(self.regs.field("STATUS", "state"))
+
+    def _status(self, **fields: int) -> None:
+        for k, v in fields.items():
+            self.regs.set_field("STATUS", k, v)
+
+    def _cmd_written(self, reg, old: int, new: int) -> None:
+        self.power_masked = False
+        if new & 2:  # clear_irq (L1332)
+            self._status(irq_raised=0, pmu_irq_raised=0)
+        hist = new >> 16
+        if hist:  # clear_irq_history (L1340)
+            self._status(irq_history_mask=self.regs.field("STATUS", "irq_history_mask") & ~hist)
+        if new & 0x10 and self.running:  # stop_request (L1338): at the current boundary
+            q = self.regs.peek("QREAD")
+            self._stop(f"stop_request: stopped before the command at offset {q:#06x}")
+        if new & 1 and not self.running:  # transition_to_running_state (L1331)
+            if not self.resumable:
+                self.regs.poke("QREAD", 0)
+            self.resumable = False
+            self._status(state=1)
+            self.stop_reason = ""
+            if self.regs.peek("QREAD") >= self.regs.peek("QSIZE"):
+                self._end_of_stream()  # QSIZE = 0 (digest 8 #27)
+
+    def _queue_written(self, reg, old: int, new: int) -> None:
+        if not self.running:  # L1270, L1331
+            self._status(cmd_end_reached=0)
+            self.resumable = False
+        self._units_cache = None
+
+    def _pair(self, partner: str):
+        def hook(reg, old: int, new: int) -> None:
+            self.regs.poke(partner, new)
+        return hook
+
+    def _pmcr_written(self, reg, old: int, new: int) -> None:
+        if new & 2:  # event_cnt_rst
+            for i in range(8):
+                self.regs.poke(f"PMEVCNTR{i}", 0)
+        if new & 4:  # cycle_cnt_rst
+            self.regs.poke("PMCCNTR_LO", 0)
+            self.regs.poke("PMCCNTR_HI", 0)
+        self.regs.poke("PMCR", new & ~6)
+
+    def _stop(self, reason: str) -> None:
+        """RUNNING -> STOPPED with the IRQ (L5980)."""
+        self._status(state=0, irq_raised=1)
+        self.stop_reason = reason
+
+    def _end_of_stream(self) -> None:
+        q = self.regs.peek("QREAD")
+        self._status(cmd_end_reached=1)
+        self.resumable = False
+        self._stop(f"end of command stream (QREAD = QSIZE = {q:#x})")
+
+    def _error(self, bit: str, message: str, interface: int | None = None,
+               channel: int | None = None):
+        """raise_error() (L7185-7189): stop, sticky status bit, IRQ; then a fault stop."""
+        self._status(**{bit: 1})
+        if interface is not None:
+            self._status(faulting_interface=interface, faulting_channel=channel)
+        self.resumable = False
+        self._stop(message)
+        return DeviceError(message)
+
+    # -- address translation -----------------------------------------------------------------
+    @property
+    def qbase(self) -> int:
+        return (self.regs.peek("QBASE_HI") << 32 | self.regs.peek("QBASE_LO")) & ADDR_MASK
+
+    def basep(self, region: int) -> int:
+        return (self.regs.peek(f"BASEP{region}_HI") << 32
+                | self.regs.peek(f"BASEP{region}_LO")) & ADDR_MASK
+
+    def _family(self, attr_index: int) -> int:
+        """0 sram / 1 ext: MEM_ATTR[attr_index].axi_port (L1843)."""
+        return self.regs.field(f"MEM_ATTR{attr_index}", "axi_port")
+
+    def region_family(self, region: int) -> int:
+        return self._family(self.regs.field("REGIONCFG", f"region{region}"))
+
+    def _window(self, lo: int, hi: int, channel: int, region: int, what: str):
+        """The memory holding [lo, hi) or a bus fault: NPU accesses reach only the system
+        memory windows of the description (kind not registers/pseudo)."""
+        try:
+            mem, off = self.bus.memory_at(lo)
+            ok = hi <= mem.region.end and self.bus.is_mapped(lo, hi - lo)
+        except BusError:
+            ok = False
+        if not ok:
+            try:  # the first address outside the window holding lo (lo itself if none)
+                bad = max(lo, self.bus.memory_at(lo)[0].region.end)
+            except BusError:
+                bad = lo
+            raise NpuBusFault(bad, channel, region, f"bus fault: {what} access {lo:#x}-{hi - 1:#x} "
+                              f"leaves the system memory windows at {bad:#x}")
+        return mem, off
+
+    @staticmethod
+    def _ranges(addrs: np.ndarray, size: int) -> list[tuple[int, int]]:
+        a = np.unique(np.asarray(addrs, dtype=np.int64))
+        if not a.size:
+            return []
+        ends = np.maximum.accumulate(a + size)
+        brk = np.ones(a.size, dtype=bool)
+        brk[1:] = a[1:] > ends[:-1]
+        idx = np.flatnonzero(brk)
+        last = np.r_[idx[1:] - 1, a.size - 1]
+        return [(int(s), int(e)) for s, e in zip(a[idx], ends[last])]
+
+    def _record(self, family: int, channel: int, write: bool, ranges) -> None:
+        ctx = self._unit_ctx
+        t: Touched = ctx["touched"]
+        (t.writes if write else t.reads).extend(ranges)
+        ctx["axi"].append((family, channel, write, ranges))
+        ctx["bytes"] += sum(e - s for s, e in ranges)
+
+    # MemoryPort (ethosu85_ops) ------------------------------------------------------------------
+    def gather(self, region: int, offsets: np.ndarray, size: int, signed: bool,
+               channel: int) -> np.ndarray:
+        require(0 <= region < 8, "0 <= region && region < 8", "L6228")
+        addrs = (self.basep(region) + np.asarray(offsets, dtype=np.int64)) & ADDR_MASK
+        if not addrs.size:
+            return np.zeros(0, dtype=np.int64)
+        lo, hi = int(addrs.min()), int(addrs.max()) + size
+        mem, _ = self._window(lo, hi, channel, region, f"region {region} read")
+        idx = (addrs - mem.region.base)[:, None] + np.arange(size)
+        raw = np.ascontiguousarray(mem.data[idx])
+        vals = raw.view(f"<{'i' if signed else 'u'}{size}").reshape(-1).astype(np.int64)
+        self._record(self.region_family(region), channel, False, self._ranges(addrs, size))
+        return vals
+
+    def scatter(self, region: int, offsets: np.ndarray, size: int, values: np.ndarray,
+                channel: int) -> None:
+        require(0 <= region < 8, "0 <= region && region < 8", "L6244")
+        addrs = (self.basep(region) + np.asarray(offsets, dtype=np.int64)) & ADDR_MASK
+        if not addrs.size:
+            return
+        lo, hi = int(addrs.min()), int(addrs.max()) + size
+        mem, _ = self._window(lo, hi, channel, region, f"region {region} write")
+        raw = np.asarray(values, dtype=np.int64).astype("<i8").view(np.uint8).reshape(-1, 8)
+        idx = (addrs - mem.region.base)[:, None] + np.arange(size)
+        mem.data[idx] = raw[:, :size]
+        self._record(self.region_family(region), channel, True, self._ranges(addrs, size))
+
+    def set_result_flag(self, value: int) -> None:
+        self.regs.set_field("COND_STATUS", "result_flag", value & 1)
+
+    # -- the command stream ------------------------------------------------------------------
+    def _stream_words(self, qsize: int | None = None) -> np.ndarray:
+        """The words of [QBASE, QBASE+QSIZE) (a view; bus fault if not in system memory)."""
+        qsize = self.regs.peek("QSIZE") if qsize is None else qsize
+        n = qsize & ~3
+        if not n:
+            return np.zeros(0, dtype="<u4")
+        mem, off = self._window(self.qbase, self.qbase + n, ops.RD_CMD, -1, "command stream")
+        return mem.data[off:off + n].view("<u4")
+
+    @staticmethod
+    def _decode_at(words: np.ndarray, offset: int) -> es.Command:
+        i = offset // 4
+        return es.decode_one(words[i:i + 2].tolist(), 0, offset)
+
+    def decoded_stream(self) -> list[es.Command]:
+        """The whole stream [0, QSIZE) decoded linearly ([] if not readable)."""
+        try:
+            words = self._stream_words()
+        except NpuBusFault:
+            return []
+        return es.decode(words.tobytes())
+
+    # -- Device interface ----------------------------------------------------------------------
+    @property
+    def pc(self) -> int:
+        return (self.qbase + self.regs.peek("QREAD")) & 0xFFFFFFFF
+
+    def set_pc(self, address: int) -> None:
+        off = address - self.qbase
+        if self.running and 0 <= off < self.regs.peek("QSIZE") and off % 4 == 0:
+            self.regs.poke("QREAD", off)
+            return
+        end = self.qbase + self.regs.peek("QSIZE")
+        raise DeviceError(f"{self.name}: pc must be a command address in the stream "
+                          f"QBASE..QBASE+QSIZE ({self.qbase:#x}..{end:#x}) while running")
+
+    def finished(self) -> bool:
+        return not self.running
+
+    def interrupts(self) -> dict[str, bool]:
+        st = self.regs.peek("STATUS")
+        return {"IRQ": bool(st & 0x42)}  # irq_raised | pmu_irq_raised (digest 8 #9)
+
+    def power_state(self) -> dict[str, bool]:
+        """Q-channel permissions as the NPU would answer them (L592, L847-855, L1075)."""
+        cmd = self.regs.peek("CMD")
+        idle = not self.running
+        irq = self.interrupts()["IRQ"]
+        return {"clock_off_allowed": bool(cmd & 4) and idle,
+                "power_off_allowed": bool(cmd & 8) and idle and not irq and not self.power_masked}
+
+    def counters(self) -> dict[str, int]:
+        out = {"cycles": self.cycles, "units": self.units_done}
+        for k, v in sorted(self.stats.items()):
+            out[k] = v
+        out["pmu.PMCCNTR"] = self.regs.peek("PMCCNTR_HI") << 32 | self.regs.peek("PMCCNTR_LO")
+        for i in range(8):
+            out[f"pmu.PMEVCNTR{i}"] = self.regs.peek(f"PMEVCNTR{i}")
+        for k, v in self.power_state().items():
+            out[f"q.{k}"] = int(v)
+        return out
+
+    def done_message(self) -> str:
+        irq = ", IRQ raised" if self.interrupts()["IRQ"] else ""
+        return f"NPU stopped: {self.stop_reason}{irq}"
+
+    def idle_message(self) -> str:
+        if self.stop_reason == "not started":
+            return ("NPU stopped: no command stream running (write CMD.transition_to_running_state"
+                    " to start)")
+        return f"no {self.unit_name} left to run: NPU stopped ({self.stop_reason})"
+
+    def run(self, breakpoints, watchpoints, halt_requested):
+        self._bp = {b & 0xFFFFFFFF for b in breakpoints}
+        try:
+            return super().run(breakpoints, watchpoints, halt_requested)
+        finally:
+            self._bp = set()
+
+    # -- execution -----------------------------------------------------------------------------
+    def execute_unit(self, halt_requested: threading.Event) -> Touched:
+        touched = Touched()
+        self._unit_ctx = {"touched": touched, "axi": [], "bytes": 0, "cycles": 0,
+                          "mac_cycles": 0, "ao_cycles": 0}
+        try:
+            self._run_unit()
+        finally:
+            self._account_unit()
+            self._unit_ctx = None
+        return touched
+
+    def _run_unit(self) -> None:
+        r = self.regs
+        qsize = r.peek("QSIZE")
+        try:
+            words = self._stream_words(qsize)
+        except NpuBusFault as e:
+            raise self._error("bus_status", f"{e} (command fetch at QBASE {self.qbase:#x})",
+                              self._family(r.field("QCONFIG", "cmd_region0")), ops.RD_CMD)
+        cmd_family = self._family(r.field("QCONFIG", "cmd_region0"))
+        while True:
+            q = r.peek("QREAD")
+            if q >= qsize:
+                self._end_of_stream()
+                return
+            cmd = self._decode_at(words, q)
+            self._record(cmd_family, ops.RD_CMD, False,
+                         [(self.qbase + q, self.qbase + q + 4 * len(cmd.words))])
+            self._unit_ctx["cycles"] += CMD_ISSUE_CYCLES
+            self.stats["commands"] += 1
+            where = f"at offset {q:#06x} (address {self.qbase + q:#010x})"
+            if cmd.name == es.UNKNOWN:
+                raise self._error("cmd_parse_error", f"command parse error {where}: "
+                                  f"{cmd.field_text()}")
+            if not cmd.is_operation:
+                self.sets.set(cmd)
+                r.poke("QREAD", q + cmd.size)
+                if r.peek("QREAD") >= qsize:
+                    self._end_of_stream()
+                    return
+                if self.pc in self._bp:
+                    return  # breakpoint inside the unit: stop before that command
+                continue
+            self.stats["operations"] += 1
+            try:
+                self._operation(cmd, q, qsize)
+            except NotImplementedYet as e:
+                r.poke("QREAD", q)
+                raise DeviceError(f"{cmd.name} {where}: {e}") from None
+            except _BranchFault as e:
+                raise self._error("branch_fault", f"{cmd.name} {where}: {e}") from None
+            except Unpredictable as e:
+                raise self._error("cmd_parse_error", f"{cmd.name} {where}: {e}") from None
+            except NpuBusFault as e:
+                raise self._error("bus_status", f"{cmd.name} {where}: {e}",
+                                  self.region_family(e.region) if e.region >= 0 else cmd_family,
+                                  e.channel) from None
+            if self.running and r.peek("QREAD") >= qsize:
+                self._end_of_stream()
+            return
+
+    def _operation(self, cmd: es.Command, q: int, qsize: int) -> None:
+        r = self.regs
+        nxt = q + cmd.size
+        name = cmd.name
+        if name in ("NPU_OP_STOP", "NPU_OP_IRQ"):  # L9154-9166, L8711-8718
+            mask = cmd.fields["mask"]
+            self._status(irq_history_mask=self.regs.field("STATUS", "irq_history_mask") | mask,
+                         irq_raised=1)
+            r.poke("QREAD", nxt)
+            if name == "NPU_OP_STOP":
+                self._stop(f"NPU_OP_STOP at offset {q:#06x} (mask {mask:#06x})")
+                self.resumable = True
+            return
+        if name in ops.OPERATIONS:
+            res = ops.run_operation(cmd, self.sets, self, self.cfg)
+            self.stats["kernel_operations"] += 1
+            self.stats["macs"] += res.macs
+            self.stats["ofm_elements"] += res.elements
+            ctx = self._unit_ctx
+            mac_cycles = res.mac_cycles
+            ctx["mac_cycles"] += mac_cycles
+            ctx["ao_cycles"] += res.ao_cycles
+            ctx["cycles"] += max(mac_cycles, res.ao_cycles, -(-ctx["bytes"] // 16))
+            r.poke("QREAD", nxt)
+            return
+        if name == "NPU_OP_DMA_START":
+            self._dma()
+        elif name == "NPU_OP_PMU_MASK":
+            self.pmu_mask_enable = bool(cmd.fields["enable"])
+        elif name == "NPU_OP_BRANCH":  # L11010-11048
+            target = cmd.fields["branch_target"]
+            require(target & 3 == 0, "(branch_target & 3) == 0", "L11018")
+            if target >= qsize:
+                raise _BranchFault(f"branch target {target:#x} >= QSIZE {qsize:#x}")
+            taken = cmd.fields["branch_cond"] == 0 or r.field("COND_STATUS", "result_flag") == 1
+            r.poke("QREAD", target if taken else nxt)
+            return
+        # DMA_WAIT, KERNEL_WAIT: barriers, already satisfied in a sequential model (digest 4.8)
+        r.poke("QREAD", nxt)
+
+    # -- DMA (L8347-8431) ------------------------------------------------------------------------
+    def _dma(self) -> None:
+        s = self.sets
+        src_r = s.get("DMA0_SRC_REGION", "region")
+        src_mode = s.get("DMA0_SRC_REGION", "region_mode")
+        stride_mode = s.get("DMA0_SRC_REGION", "stride_mode")
+        src_idx = s.get("DMA0_SRC_REGION", "idx_mode")
+        dst_r = s.get("DMA0_DST_REGION", "region")
+        dst_internal = s.get("DMA0_DST_REGION", "region_mode") == 1
+        dst_idx = s.get("DMA0_DST_REGION", "idx_mode")
+        require(src_mode == 0, "src_region_mode == external", "L8383")
+        require(not (src_idx and dst_idx), "!(src_idx_mode && dst_idx_mode)", "L8384")
+        if src_idx or dst_idx:
+            raise ops.not_implemented("DMA gather/scatter (idx_mode enabled)")
+        require(stride_mode != 3, "stride_mode is not reserved", "L9507")
+        length = s.get("DMA0_LEN", "addr")
+        require(length > 0, "DMA0_LEN > 0", "L11243")
+        width = s.get("DMA0_SIZE0", "size") if stride_mode != 0 else 1
+        height = s.get("DMA0_SIZE1", "size") if stride_mode == 2 else 1
+        src_p, dst_p = s.get("DMA0_SRC", "addr"), s.get("DMA0_DST", "addr")
+        ss0 = s.get("DMA0_SRC_STRIDE0", "addr") if width > 1 else 0
+        ds0 = s.get("DMA0_DST_STRIDE0", "addr") if width > 1 else 0
+        ss1 = s.get("DMA0_SRC_STRIDE1", "addr") if height > 1 else 0
+        ds1 = s.get("DMA0_DST_STRIDE1", "addr") if height > 1 else 0
+        if dst_internal:
+            require(dst_p % 16 == 0 and length % 16 == 0,
+                    "dst_addr % 16 == 0 && length % 16 == 0 (internal destination)", "L6268")
+        moved = 0
+        for _ in range(height):
+            for x in range(width):
+                data = self._dma_read(src_r, src_p + x * ss0, length)
+                if dst_internal:
+                    d = dst_p + x * ds0
+                    require(0 <= d and d + length <= LUT_BYTES,
+                            f"LUT RAM write {d:#x}+{length} inside {LUT_BYTES} bytes", "L6246")
+                    self.lut[d:d + length] = data
+                else:
+                    self._dma_write(dst_r, dst_p + x * ds0, data, src_r, src_p + x * ss0)
+                moved += length
+            src_p += ss1
+            dst_p += ds1
+        self.stats["dma_bytes"] += moved
+        self._unit_ctx["cycles"] += -(-moved // 16)
+
+    def _dma_read(self, region: int, off: int, n: int) -> np.ndarray:
+        require(0 <= region < 8, "0 <= region && region < 8", "L6228")
+        a = (self.basep(region) + off) & ADDR_MASK
+        mem, moff = self._window(a, a + n, ops.RD_MEM2MEM, region, f"DMA source (region {region})")
+        self._record(self.region_family(region), ops.RD_MEM2MEM, False, [(a, a + n)])
+        return mem.data[moff:moff + n].copy()
+
+    def _dma_write(self, region: int, off: int, data: np.ndarray, src_region: int,
+                   src_off: int) -> None:
+        require(0 <= region < 8, "0 <= region && region < 8", "L6244")
+        a = (self.basep(region) + off) & ADDR_MASK
+        n = len(data)
+        mem, moff = self._window(a, a + n, ops.WR_MEM2MEM, region,
+                                 f"DMA destination (region {region})")
+        src = (self.basep(src_region) + src_off) & ADDR_MASK
+        if src < a < src + n:  # copy_bytes copies byte by byte upwards (L6262-6278)
+            step = a - src
+            for i in range(0, n, step):
+                mem.data[moff + i:moff + min(n, i + step)] = data[:min(step, n - i)]
+        else:
+            mem.data[moff:moff + n] = data
+        self._record(self.region_family(region), ops.WR_MEM2MEM, True, [(a, a + n)])
+
+    # -- PMU ---------------------------------------------------------------------------------
+    def _ports(self, family: int) -> tuple[int, int]:
+        """(number of ports, striping granule or 0) of a port family."""
+        cfg = self.regs.peek("CONFIG")
+        if family == 0:
+            n = 1 << ((cfg >> 8) & 3)
+            h = self.regs.peek("CFG_SRAM_HASH0_LO") | self.regs.peek("CFG_SRAM_HASH1_LO")
+        else:
+            n = 1 << ((cfg >> 10) & 1)
+            h = self.regs.peek("CFG_EXT_HASH0_LO")
+        return n, (h & -h) if h else 0
+
+    def _port_of(self, family: int, addr: int) -> int:
+        if family == 0:
+            h0 = self.regs.peek("CFG_SRAM_HASH0_HI") << 32 | self.regs.peek("CFG_SRAM_HASH0_LO")
+            h1 = self.regs.peek("CFG_SRAM_HASH1_HI") << 32 | self.regs.peek("CFG_SRAM_HASH1_LO")
+            return _parity(h1 & addr) << 1 | _parity(h0 & addr)
+        h = self.regs.peek("CFG_EXT_HASH0_HI") << 32 | self.regs.peek("CFG_EXT_HASH0_LO")
+        return _parity(h & addr)
+
+    def _burst_bytes(self, family: int) -> int:
+        reg, cap = ("AXI_SRAM", "CFG_SRAM_CAP") if family == 0 else ("AXI_EXT", "CFG_EXT_CAP")
+        mb = min(self.regs.field(reg, "max_beats"), self.regs.field(cap, "max_beats"), 2)
+        return 64 << mb
+
+    def _axi_events(self, cycles: int) -> dict[int, int]:
+        """Per-port AXI events of this unit (exact transactions and 16-byte beats)."""
+        ev: dict[int, int] = {}
+        chan = self.regs.peek("PMCAXI_CHAN")
+        ch_sel, axi_sel, bw_sel = chan & 15, (chan >> 8) & 1, (chan >> 10) & 1
+        for family in (0, 1):
+            base = SRAM_PORT if family == 0 else EXT_PORT
+            n, _ = self._ports(family)
+            for p in range(n):
+                ev[base + 16 * p + S_ENABLED] = cycles  # modelled: aclken every cycle
+        for family, channel, write, ranges in self._unit_ctx["axi"]:
+            base = SRAM_PORT if family == 0 else EXT_PORT
+            n, granule = self._ports(family)
+            align = self._burst_bytes(family)
+            if granule:
+                align = min(align, granule)
+            count_bw = not bw_sel or channel == ch_sel
+            for s, e in ranges:
+                a = s
+                while a < e:
+                    b = min(e, (a // align + 1) * align)
+                    port = self._port_of(family, a) % n
+                    beats = ((b + 15) // 16) - (a // 16)
+                    k = base + 16 * port
+                    if count_bw:
+                        if write:
+                            ev[k + S_WR_ACC] = ev.get(k + S_WR_ACC, 0) + 1
+                            ev[k + S_WR_BEAT] = ev.get(k + S_WR_BEAT, 0) + beats
+                        else:
+                            ev[k + S_RD_ACC] = ev.get(k + S_RD_ACC, 0) + 1
+                            ev[k + S_RD_DONE] = ev.get(k + S_RD_DONE, 0) + 1
+                            ev[k + S_RD_BEAT] = ev.get(k + S_RD_BEAT, 0) + beats
+                    if channel == ch_sel and family == axi_sel:
+                        ev[EV_AXI_LATENCY_ANY] = ev.get(EV_AXI_LATENCY_ANY, 0) + 1
+                    key = (f"axi.{('sram', 'ext')[family]}{port}."
+                           f"{'write' if write else 'read'}_bytes")
+                    self.stats[key] = self.stats.get(key, 0) + (b - a)
+                    a = b
+        return ev
+
+    @staticmethod
+    def _event_count(ev: dict[int, int], code: int, disabled: int) -> int:
+        """Count of event ``code``; summed port families honour the D0-D3 port disables."""
+        for sum_base, port_base in ((SRAM_SUM, SRAM_PORT), (EXT_SUM, EXT_PORT)):
+            if sum_base <= code < sum_base + 16:
+                return sum(ev.get(port_base + 16 * p + code - sum_base, 0)
+                           for p in range(4) if not (disabled >> p) & 1)
+        return ev.get(code, 0)
+
+    def _account_unit(self) -> None:
+        ctx = self._unit_ctx
+        cycles = ctx["cycles"]
+        self.cycles += cycles
+        ev = self._axi_events(cycles)
+        ev.update({EV_CYCLE: cycles, EV_NPU_ACTIVE: cycles, EV_MAC_ACTIVE: ctx["mac_cycles"],
+                   EV_MAC_DPU_ACTIVE: ctx["mac_cycles"], EV_AO_ACTIVE: ctx["ao_cycles"]})
+        for sum_base, port_base in ((SRAM_SUM, SRAM_PORT), (EXT_SUM, EXT_PORT)):
+            ev[sum_base + S_ENABLED] = sum(v for k, v in ev.items()
+                                           if port_base <= k < port_base + 64
+                                           and (k - port_base) % 16 == S_ENABLED)
+        r = self.regs
+        pmcr = r.peek("PMCR")
+        if not pmcr & 1 or (pmcr & 8 and not self.pmu_mask_enable):
+            return
+        en = r.peek("PMCNTENSET")
+        ovf = 0
+        for i in range(8):
+            if not (en >> i) & 1:
+                continue
+            t = r.peek(f"PMEVTYPER{i}")
+            count = 0 if i == 0 and r.peek("PMCLUT") & 1 else \
+                self._event_count(ev, t & 0x3FF, (t >> 12) & 15)
+            v = r.peek(f"PMEVCNTR{i}") + count
+            if v >> 32:
+                ovf |= 1 << i
+            r.poke(f"PMEVCNTR{i}", v & 0xFFFFFFFF)
+        if (en >> 31) & 1:
+            v = (r.peek("PMCCNTR_HI") << 32 | r.peek("PMCCNTR_LO")) + cycles
+            if v >> 48:
+                ovf |= 1 << 31
+            v &= (1 << 48) - 1
+            r.poke("PMCCNTR_LO", v & 0xFFFFFFFF)
+            r.poke("PMCCNTR_HI", v >> 32)
+        if ovf:
+            flags = r.peek("PMOVSSET") | ovf
+            r.poke("PMOVSSET", flags)
+            r.poke("PMOVSCLR", flags)
+            if ovf & r.peek("PMINTSET"):
+                self._status(pmu_irq_raised=1)
+
+    # -- program listing -----------------------------------------------------------------------
+    def units(self) -> list[Unit]:
+        try:
+            words = self._stream_words()
+        except NpuBusFault:
+            return []
+        key = (self.qbase, len(words), hashlib.blake2b(words.tobytes(), digest_size=16).digest())
+        if self._units_cache is not None and self._units_cache[0] == key:
+            return self._units_cache[1]
+        out: list[Unit] = []
+        state = SetState()
+        start = None
+        for c in es.decode(words.tobytes()):
+            if start is None:
+                start = c.offset
+            if c.name == es.UNKNOWN:
+                out.append(Unit(self.qbase + start, f"cmd {len(out)}",
+                                f"UNKNOWN at offset {c.offset:#06x}: {c.field_text()}"))
+                start = None
+            elif not c.is_operation:
+                state.set(c)
+            else:
+                out.append(Unit(self.qbase + start, f"cmd {len(out)}", ops.summarize(c, state)))
+                start = None
+        if start is not None:
+            out.append(Unit(self.qbase + start, f"cmd {len(out)}",
+                            "end of stream (NPU_SET_* commands, no operation)"))
+        self._units_cache = (key, out)
+        return out
+
+    # -- monitor commands ------------------------------------------------------------------------
+    def monitor_commands(self) -> dict:
+        return {"npu": ("state | disasm [count]", self._cmd_npu)}
+
+    def _cmd_npu(self, ctx, args: list[str]) -> str:
+        if (not args or args[0] not in ("state", "disasm") or len(args) > 2
+                or (args[0] == "state" and len(args) > 1)):
+            raise DeviceError("usage: npu state | npu disasm [count]")
+        if args[0] == "state":
+            return self.state_text()
+        count = 16
+        if len(args) == 2:
+            try:
+                count = int(args[1], 0)
+            except ValueError:
+                raise DeviceError(f"npu disasm: count must be a number, not {args[1]!r}") from None
+        return self.disasm_text(count)
+
+    def _pending(self) -> tuple[SetState, set[str], es.Command | None]:
+        """The state the next operation will use: current state + the SET commands from QREAD
+        up to the next operation (returned too)."""
+        state = self.sets.copy()
+        pending: set[str] = set()
+        if not self.running:
+            return state, pending, None
+        try:
+            words = self._stream_words()
+        except NpuBusFault:
+            return state, pending, None
+        q = self.regs.peek("QREAD")
+        while q < 4 * len(words):
+            c = self._decode_at(words, q)
+            if c.name == es.UNKNOWN or c.is_operation:
+                return state, pending, c
+            state.set(c)
+            pending.add(c.name)
+            q = c.next_offset
+        return state, pending, None
+
+    def state_text(self) -> str:
+        r = self.regs
+        state, pending, nxt = self._pending()
+        lines = [f"NPU {'running' if self.running else 'stopped'}"
+                 + ("" if self.running else f" ({self.stop_reason})")
+                 + f"; QBASE {self.qbase:#x} QREAD {r.peek('QREAD'):#x} QSIZE {r.peek('QSIZE'):#x}"
+                 f" pc {self.pc:#010x}; STATUS {r.peek('STATUS'):#010x}"]
+        if nxt is not None:
+            summ = ops.summarize(nxt, state) if nxt.name != es.UNKNOWN else str(nxt)
+            lines.append(f"next operation at {self.qbase + nxt.offset:#010x}: {summ}")
+        ps = self.power_state()
+        lines.append(f"CMD clock_q_enable={r.field('CMD', 'clock_q_enable')} power_q_enable="
+                     f"{r.field('CMD', 'power_q_enable')}; clock off allowed: "
+                     f"{'yes' if ps['clock_off_allowed'] else 'no'}, power off allowed: "
+                     f"{'yes' if ps['power_off_allowed'] else 'no'}"
+                     + (" (masked by RESET until the next CMD write)" if self.power_masked else "")
+                     + f"; POWER_CTRL.mac_step_cycles={r.field('POWER_CTRL', 'mac_step_cycles')}")
+        mask = "enabled" if self.pmu_mask_enable else "disabled"
+        lines.append(f"PMU mask (NPU_OP_PMU_MASK): {mask}"
+                     f"; MACs/cycle {self.macs}")
+        lines.append("NPU_SET_* state (offset of the command that set it; * = set by a command "
+                     "before the next operation):")
+        if not state.cmds:
+            lines.append("  (none set)")
+        for name in sorted(state.cmds, key=lambda n: es.OPCODES[n].key):
+            c = state.cmds[name]
+            mark = "*" if name in pending else " "
+            lines.append(f" {mark}{name:<28} {c.field_text():<60} @{c.offset:#06x}".rstrip())
+        return "\n".join(lines)
+
+    def disasm_text(self, count: int = 16) -> str:
+        cmds = self.decoded_stream()
+        if not cmds:
+            return "(no command stream: QSIZE is 0 or QBASE is outside the system memory)"
+        q = self.regs.peek("QREAD")
+        at = next((i for i, c in enumerate(cmds) if c.offset >= q), len(cmds))
+        first = max(0, at - 3)
+        lines = []
+        for c in cmds[first:first + max(1, count)]:
+            mark = "=>" if c.offset == q and self.running else "  "
+            lines.append(f"{mark} {self.qbase + c.offset:#010x} {es.format_command(c)}")
+        return "\n".join(lines)
+
+    # -- snapshots ---------------------------------------------------------------------------
+    def _state(self) -> dict:
+        return {"sets": self.sets.copy(), "lut": self.lut.copy(), "resumable": self.resumable,
+                "pmu_mask_enable": self.pmu_mask_enable, "power_masked": self.power_masked,
+                "stop_reason": self.stop_reason, "stats": dict(self.stats)}
+
+    def _set_state(self, state: dict) -> None:
+        self.sets = state["sets"]
+        self.lut[:] = state["lut"]
+        self.resumable, self.pmu_mask_enable = state["resumable"], state["pmu_mask_enable"]
+        self.power_masked, self.stop_reason = state["power_masked"], state["stop_reason"]
+        self.stats = state["stats"]
+        self._units_cache = None
+
+
+class _BranchFault(Unpredictable):
+    """NPU_OP_BRANCH target >= QSIZE: STATUS.branch_fault (handled in _run_unit)."""
