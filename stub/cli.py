@@ -1,4 +1,4 @@
-"""The ``accelstub`` command: serve, describe, svd, --version."""
+"""The ``accelstub`` command: serve, run, describe, svd, disasm, tui, --version."""
 from __future__ import annotations
 
 import argparse
@@ -21,9 +21,14 @@ def version() -> str:
 
 
 def demo_program(device: str) -> Path | None:
-    """The bundled demo program of ``device`` (configs/demo/<device>_demo.cfg)."""
-    res = resources.files("accelstub.configs").joinpath("demo", f"{device}_demo.cfg")
-    return Path(str(res)) if res.is_file() else None
+    """The bundled demo program of ``device``: configs/demo/<device>_demo (a directory in the
+    format the vendor tools generate) or configs/demo/<device>_demo.cfg (a command script)."""
+    demo = resources.files("accelstub.configs").joinpath("demo")
+    for name in (f"{device}_demo", f"{device}_demo.cfg"):
+        res = demo.joinpath(name)
+        if res.is_dir() or res.is_file():
+            return Path(str(res))
+    return None
 
 
 def describe(desc: Description) -> str:
@@ -54,7 +59,14 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         stream=sys.stderr, format="accelstub: %(message)s")
     out = sys.stderr if args.stdio else sys.stdout
-    device = open_device(args.device)
+    options = {}
+    if args.macs is not None:
+        if args.device != "ethos-u85":
+            print(f"accelstub: error: --macs applies to ethos-u85 only, not {args.device}",
+                  file=sys.stderr)
+            return 2
+        options["macs"] = args.macs
+    device = open_device(args.device, **options)
     tcp = not args.stdio
     server = StubServer([device], host=args.bind, gdb_port=args.port if tcp else None,
                         telnet_port=args.telnet_port if tcp else None,
@@ -99,6 +111,72 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run(args: argparse.Namespace) -> int:
+    """``accelstub run DEVICE --program DIR``: load, run to completion, check the known answer.
+    Exit 0 = PASS, 1 = FAIL, 2 = bad input (unreadable or unsupported program, model fault)."""
+    import time
+
+    from accelstub.devices.errors import DeviceError
+
+    if args.device != "max78000":
+        print(f"accelstub: error: run supports max78000 programs only (not {args.device})",
+              file=sys.stderr)
+        return 2
+    from accelstub.devices.max78000_import import (Ai8xImportError, load_ai8x_program,
+                                                   run_ai8x_program)
+
+    device = open_device(args.device)
+    try:
+        summary = load_ai8x_program(device, args.program)
+    except Ai8xImportError as e:
+        print(f"accelstub: error: {e}", file=sys.stderr)
+        return 2
+    except (OSError, DeviceError) as e:
+        print(f"accelstub: error: {args.program}: {e}", file=sys.stderr)
+        return 2
+    if args.verbose:
+        print(f"accelstub: loaded {summary}", file=sys.stderr)
+    t0 = time.perf_counter()
+    tty = sys.stderr.isatty()
+
+    def progress(done: int, total: int) -> None:
+        # progress on stderr for long runs: always on a terminal, after 2 s otherwise
+        if tty:
+            print(f"\rlayer {done}/{total}", end="", file=sys.stderr, flush=True)
+        elif time.perf_counter() - t0 > 2.0:
+            print(f"accelstub: layer {done}/{total}", file=sys.stderr, flush=True)
+
+    try:
+        result = run_ai8x_program(device, device.ai8x_program, progress)
+    except (DeviceError, Ai8xImportError) as e:
+        if tty:
+            print(file=sys.stderr)
+        print(f"accelstub: error: {e}", file=sys.stderr)
+        return 2
+    if tty:
+        print("\r\033[K", end="", file=sys.stderr, flush=True)
+    print(result.line())
+    return 0 if result.ok else 1
+
+
+def _disasm(path: str) -> int:
+    from accelstub.devices.ethosu85_stream import disassemble
+
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        print(f"accelstub: error: cannot read {path}: {e.strerror}", file=sys.stderr)
+        return 2
+    try:
+        sys.stdout.write(disassemble(data))
+        if len(data) % 4:
+            print(f"accelstub: warning: {path}: {len(data) % 4} trailing byte(s) are not a "
+                  f"command word", file=sys.stderr)
+    except BrokenPipeError:
+        pass
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="accelstub", description="GDB stub for AI accelerator "
                                  "emulators, compatible with OpenOCD's ports and commands")
@@ -117,11 +195,22 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--baud", type=int, default=115200)
     s.add_argument("--stdio", action="store_true",
                    help="speak RSP on stdin/stdout (target remote | accelstub serve ... --stdio)")
+    s.add_argument("--macs", type=int, choices=(128, 256, 512, 1024, 2048),
+                   help="ethos-u85: MACs per cycle of the configuration (default 256)")
     s.add_argument("-v", "--verbose", action="store_true")
+    r = sub.add_parser("run", help="load a program, run it to completion and check its known "
+                       "answer (exit 0 PASS, 1 FAIL, 2 bad input)")
+    r.add_argument("device", choices=DEVICES)
+    r.add_argument("--program", required=True, metavar="DIR",
+                   help="ai8xize.py project directory (cnn.c, main.c, weights.h, ...)")
+    r.add_argument("-v", "--verbose", action="store_true")
     d = sub.add_parser("describe", help="print the register map")
     d.add_argument("device", choices=DEVICES)
     v = sub.add_parser("svd", help="write CMSIS-SVD to stdout")
     v.add_argument("device", choices=DEVICES)
+    a = sub.add_parser("disasm", help="disassemble an Ethos-U85 command stream (raw binary, "
+                       "little-endian 32-bit words)")
+    a.add_argument("file", help="binary command stream file")
     t = sub.add_parser("tui", help="terminal UI: attach to a stub, or start one and attach")
     t.add_argument("device", nargs="?", choices=DEVICES)
     t.add_argument("--connect", metavar="HOST:PORT", help="attach to a running stub")
@@ -133,6 +222,10 @@ def main(argv: list[str] | None = None) -> int:
         from accelstub.tui.app import run_tui  # the one upward import: the CLI is the top
 
         return run_tui(connect=args.connect, device=args.device, program=args.program)
+    if args.cmd == "run":
+        return _run(args)
+    if args.cmd == "disasm":
+        return _disasm(args.file)
     if args.cmd == "serve":
         if args.port == 0 and args.telnet_port == 4444:
             args.telnet_port = 0

@@ -1,7 +1,8 @@
 """Loading the program a user brings.
 
 A device may import its own artifacts (``Device.load_program``: ai8x-synthesis directories, Vela
-output, ...). Every device also accepts a *command script*: a text file of the OpenOCD memory
+output, ...); their errors (ValueError / OSError, messages naming file and line) become
+ProgramError. Every device also accepts a *command script*: a text file of the OpenOCD memory
 commands (``mww``, ``mwh``, ``mwb``, ``write_memory``, ``load_image``, ``reset``), one per line,
 ``#`` comments — the form a register-level bring-up script takes. Errors name file and line.
 """
@@ -26,7 +27,13 @@ def load_program(ctx: CommandContext, path: str | Path) -> str:
         raise ProgramError(f"{path}: no such file or directory")
     loader = getattr(device, "load_program", None)
     if loader is not None and path.suffix not in (".cfg", ".ocd", ".txt"):
-        return loader(path)
+        try:
+            return loader(path)
+        except (ValueError, OSError) as e:  # importer errors name file and line
+            raise ProgramError(str(e)) from None
+    if path.is_dir():
+        raise ProgramError(f"{path}: is a directory, and {device.name} has no program importer "
+                           "(give a command script)")
     return run_script(ctx, path)
 
 

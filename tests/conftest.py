@@ -56,7 +56,10 @@ def run_gdb(commands: list[str], port: int | None = None, target: str | None = N
 
 
 def serve_cmd(*extra: str) -> list[str]:
-    return [sys.executable, "-m", "accelstub.stub.cli", "serve", "max78000", *extra]
+    """``accelstub serve max78000`` with configs/demo/max78000_chain.cfg: the same 4-layer
+    program as programs.chain_writes(4)."""
+    return [sys.executable, "-m", "accelstub.stub.cli", "serve", "max78000", "--program",
+            str(ROOT / "configs" / "demo" / "max78000_chain.cfg"), *extra]
 
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -42,7 +42,7 @@ def run(coro):
     return asyncio.run(coro)
 
 
-async def wait_for(pilot, cond: Callable[[], object], timeout: float = 10.0, what: str = ""):
+async def wait_for(pilot, cond: Callable[[], object], timeout: float = 20.0, what: str = ""):
     deadline = time.monotonic() + timeout
     while True:
         if cond():

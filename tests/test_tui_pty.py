@@ -53,7 +53,7 @@ def test_tui_in_tmux():
         subprocess.run([TMUX, "send-keys", "-t", session, "s"], check=True)
         wait_screen(session, "pc 0x50100014")
         subprocess.run([TMUX, "send-keys", "-t", session, "3"], check=True)
-        wait_screen(session, "Layer 0", "Layer 3", "▶", "0x50100014")
+        wait_screen(session, "Layer 0", "Layer 2", "▶", "0x50100014")
         subprocess.run([TMUX, "send-keys", "-t", session, "q"], check=True)
         deadline = time.monotonic() + 15
         while alive(session) and time.monotonic() < deadline:

@@ -37,7 +37,7 @@ HELP = """\
   s        step one unit (layer / command / job)
   c        continue until a breakpoint, a watchpoint or the end
   h        halt (also while running)
-  r        reset: monitor reset halt
+  r        reset: monitor reset init (reloads the program)
   q        quit (the stub keeps running when attached with --connect)
 
 [b]Views[/b]
@@ -439,11 +439,11 @@ class AccelApp(App[int]):
             return
         if self._can_control("reset"):
             self.error = ""
-            self._ctl("reset", lambda: self.target.ctl.monitor("reset halt"), self._after_reset)
+            self._ctl("reset", lambda: self.target.ctl.monitor("reset init"), self._after_reset)
 
     def _after_reset(self, text: str) -> None:
         self.last_stop = "reset"
-        self.message = (text.strip().splitlines() or ["reset halt"])[-1]
+        self.message = (text.strip().splitlines() or ["reset init"])[-1]
         self.view("program").units = None
         self.request_refresh()
         self._update_statusline()
@@ -514,20 +514,42 @@ def parse_connect(text: str) -> tuple[str, int]:
     return host or "127.0.0.1", int(port)
 
 
-def start_stub(device: str, program: str | None, log: Callable[[str], None]):
-    """A StubServer on a free loopback port in a thread of this process, program loaded."""
-    from accelstub.devices import open_device
-    from accelstub.stub.cli import demo_program
-    from accelstub.stub.program import load_program
-    from accelstub.stub.server import StubServer
+class StubProcess:
+    """``accelstub serve DEVICE --port 0`` in a child process: the emulator then has an
+    interpreter (and GIL) of its own, so the TUI's polling does not slow it down."""
 
-    server = StubServer([open_device(device)], gdb_port=0, telnet_port=None, tcl_port=None)
-    path = program or demo_program(device)
-    summary = "no program loaded"
-    if path is not None:
-        summary = "loaded " + load_program(server.context(log=log), path)
-    server.start()
-    return server, summary
+    def __init__(self, device: str, program: str | None) -> None:
+        import json
+        import subprocess
+
+        from accelstub.devices import DEVICES
+
+        if device not in DEVICES:
+            raise ValueError(f"unknown device {device!r}; known devices: {', '.join(DEVICES)}")
+        cmd = [sys.executable, "-m", "accelstub.stub.cli", "serve", device, "--port", "0"]
+        if program:
+            cmd += ["--program", program]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     stdin=subprocess.DEVNULL, text=True)
+        self.summary = "no program loaded"
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("accelstub: loaded "):
+                self.summary = line[len("accelstub: "):].split(";")[0]
+            if line.startswith("accelstub ready "):
+                self.port = json.loads(line.split(" ", 2)[2])["gdb"][0]
+                return
+        err = self.proc.stderr.read().strip().splitlines() if self.proc.stderr else []
+        self.proc.wait()
+        raise RuntimeError(err[-1].removeprefix("accelstub: error: ") if err
+                           else "the stub did not start")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(5)
+        except Exception:
+            self.proc.kill()
 
 
 def run_tui(connect: str | None = None, device: str | None = None,
@@ -540,8 +562,8 @@ def run_tui(connect: str | None = None, device: str | None = None,
         if connect:
             host, port = parse_connect(connect)
         elif device:
-            server, message = start_stub(device, program, log=lambda s: None)
-            host, port = "127.0.0.1", server.gdb[0].port
+            server = StubProcess(device, program)
+            host, port, message = "127.0.0.1", server.port, server.summary
         else:
             print("accelstub tui: give --connect HOST:PORT or a device", file=sys.stderr)
             return 2
@@ -552,7 +574,7 @@ def run_tui(connect: str | None = None, device: str | None = None,
             server.stop()
         return 1
     try:
-        app = AccelApp(target, label=f"{host}:{port}" + (" (in-process stub)" if server else ""),
+        app = AccelApp(target, label=f"{host}:{port}" + (" (stub started by the TUI)" if server else ""),
                        message=message)
         rc = app.run()
     finally:

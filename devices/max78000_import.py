@@ -1,0 +1,776 @@
+"""Import the project directory that ai8x-synthesis' ai8xize.py generates for MAX78000
+(cnn.c, cnn.h, weights.h, main.c, sampledata.h, sampleoutput.h) into a :class:`Max78000Program`.
+
+A small, strict interpreter of the statement forms the generator emits -- not a C compiler.
+main() is followed call by call from its start to ``if (check_output() != CNN_OK) fail();``:
+
+* register and memory stores ``*((volatile uint32_t *) 0xADDR) = EXPR;`` (also ``uint8_t`` /
+  ``uint16_t``, and ``|=`` / ``&=``, applied as read-modify-write on the device);
+* ``memcpy32(dst, array, n)``, ``memcpy_8to32(dst, array, sizeof(uint8_t) * n)`` (one byte per
+  32-bit word), ``memcpy_96to128(dst, array, n)`` (3 words then the "Execute write" 0), on the
+  arrays that ``static const uint32_t name[] = MACRO;`` binds to the headers' ``#define MACRO
+  { ... }`` records (KERNELS, KERNELS_n, BIAS_n, SAMPLE_INPUT_n, SAMPLE_OUTPUT);
+* the KERNELS record loop of cnn_load_weights (``addr, len, words...`` records ended by 0, with
+  or without the mexpress "Set address" byte write), the SAMPLE_OUTPUT block loop of
+  check_output (``addr, mask, len, values...``) or its older one-``if``-per-word form;
+* calls of the generated functions (cnn_enable, cnn_init, cnn_load_weights, cnn_load_bias,
+  cnn_configure, load_input, cnn_start, cnn_continue), the wait for the interrupt and the
+  one-shot ``for`` loop of cnn_continue calls;
+* SDK calls outside the accelerator (MXC_GCFR / MXC_GCR clock and power registers,
+  MXC_SYS_*, MXC_NVIC_SetVector, timers, cache, delays, printf) are recognised and skipped.
+
+Anything else -- a statement form, an SDK call, a header record that is missing or malformed --
+raises :class:`Ai8xImportError` naming the file and the line.
+
+The generated helpers (memcpy32, memcpy_8to32, memcpy_96to128) are checked to have the bodies
+the generator writes before their meaning is assumed.
+"""
+from __future__ import annotations
+
+import ast
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MASK32 = 0xFFFF_FFFF
+FILES = ("cnn.c", "main.c")
+HEADERS = ("weights.h", "sampledata.h", "sampleoutput.h", "cnn.h")
+
+
+class Ai8xImportError(ValueError):
+    """A file of the project cannot be imported; the message starts with ``file:line:``."""
+
+
+@dataclass(frozen=True)
+class Access:
+    """One bus access of the driver: ``op`` "=" stores ``data`` at ``address``; "|=" and "&="
+    read the 32-bit word at ``address`` and store it combined with ``data`` (4 bytes)."""
+
+    address: int
+    data: bytes
+    op: str = "="
+    where: str = ""  # file:line of the statement
+
+    def apply(self, device) -> None:
+        if self.op == "=":
+            device.write(self.address, self.data)
+            return
+        old = int.from_bytes(device.read(self.address, len(self.data)), "little")
+        v = int.from_bytes(self.data, "little")
+        new = old | v if self.op == "|=" else old & v
+        device.write(self.address, new.to_bytes(len(self.data), "little"))
+
+
+@dataclass
+class Max78000Program:
+    """What the stub holds of an ai8x project: bus accesses in driver order, the known answer."""
+
+    path: Path
+    setup: list[Access] = field(default_factory=list)  # cnn_enable .. load_input
+    start: list[Access] = field(default_factory=list)  # cnn_start (the master enable is last)
+    isr: list[Access] = field(default_factory=list)  # CNN_ISR, applied after each completion
+    resume: list[Access] = field(default_factory=list)  # cnn_continue (one-shot)
+    continues: int = 0  # how often main() calls cnn_continue after the first completion
+    expected: list[tuple[int, int, int]] = field(default_factory=list)  # (addr, value, mask)
+    layers: int | None = None  # LCNT_MAX + 1 as written by cnn_init
+    name: str = ""
+
+    def writes(self) -> list[tuple[int, bytes]]:
+        """The plain stores of setup + start as (address, bytes)."""
+        return [(a.address, a.data) for a in self.setup + self.start if a.op == "="]
+
+    def summary(self) -> str:
+        n = len(self.setup) + len(self.start)
+        nbytes = sum(len(a.data) for a in self.setup + self.start)
+        extra = f", one-shot ({self.continues} continues)" if self.continues else ""
+        return (f"{self.name}: ai8x project, {self.layers} layers, {n} bus writes "
+                f"({nbytes} bytes), {len(self.expected)} expected words{extra}")
+
+
+# -- lexical layer -----------------------------------------------------------------------------
+def _strip_comments(text: str) -> str:
+    """Remove // and /* */ comments, keeping newlines (line numbers) and string literals."""
+    out = []
+    i, n = 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "/" and i + 1 < n and text[i + 1] == "/":
+            j = text.find("\n", i)
+            i = n if j < 0 else j
+        elif ch == "/" and i + 1 < n and text[i + 1] == "*":
+            j = text.find("*/", i + 2)
+            j = n if j < 0 else j + 2
+            out.append("\n" * text.count("\n", i, j))
+            i = j
+        elif ch in "\"'":
+            j = i + 1
+            while j < n and text[j] != ch:
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i:j + 1])
+            i = j + 1
+        else:
+            out.append(ch)
+            i += 1
+    return "".join(out)
+
+
+@dataclass
+class _Item:
+    line: int
+    text: str  # whitespace collapsed
+    kind: str  # "stmt" (ends with ;), "open" (ends with {), "close", "pp"
+
+    @property
+    def compact(self) -> str:
+        return re.sub(r"\s+", "", self.text)
+
+
+def _items(text: str) -> list[_Item]:
+    """Split comment-free C text into statements, block heads, block ends and preprocessor
+    lines, each with the line it starts on."""
+    items: list[_Item] = []
+    buf: list[str] = []
+    start = 0
+    line = 1
+    depth = 0
+    i, n = 0, len(text)
+    at_line_start = True
+    while i < n:
+        ch = text[i]
+        if at_line_start and ch == "#" and not "".join(buf).strip():
+            j = text.find("\n", i)
+            j = n if j < 0 else j
+            items.append(_Item(line, text[i:j].strip(), "pp"))
+            buf = []
+            i = j
+            continue
+        if ch == "\n":
+            line += 1
+            at_line_start = True
+            buf.append(" ")
+            i += 1
+            continue
+        if not ch.isspace():
+            at_line_start = False
+        if ch in "\"'":
+            j = i + 1
+            while j < n and text[j] != ch:
+                j += 2 if text[j] == "\\" else 1
+            if not "".join(buf).strip():
+                start = line
+            buf.append(text[i:j + 1])
+            i = j + 1
+            continue
+        if not "".join(buf).strip() and not ch.isspace():
+            start = line
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if depth == 0 and ch in ";{}":
+            if ch == "}":
+                if "".join(buf).strip():
+                    items.append(_Item(start, " ".join("".join(buf).split()), "stmt"))
+                items.append(_Item(line, "}", "close"))
+            else:
+                buf.append(ch)
+                items.append(_Item(start, " ".join("".join(buf).split()),
+                                   "stmt" if ch == ";" else "open"))
+            buf = []
+            i += 1
+            continue
+        buf.append(ch)
+        i += 1
+    if "".join(buf).strip():
+        items.append(_Item(start, " ".join("".join(buf).split()), "stmt"))
+    return items
+
+
+# -- constant expressions -----------------------------------------------------------------------
+_SIZEOF = {"uint8_t": 1, "int8_t": 1, "uint16_t": 2, "int16_t": 2, "uint32_t": 4,
+           "int32_t": 4}
+
+
+def _const(expr: str, where: str) -> int:
+    """Evaluate an integer constant expression of the generated code (literals with optional
+    U/L suffixes, sizeof of the fixed-width types, ~ - + * << >> | & ^ and parentheses) as a
+    32-bit unsigned value."""
+    e = re.sub(r"sizeof\s*\(\s*(\w+)\s*\)",
+               lambda m: str(_SIZEOF[m.group(1)]) if m.group(1) in _SIZEOF else m.group(0), expr)
+    e = re.sub(r"\b(0[xX][0-9a-fA-F]+|\d+)[uUlL]+\b", r"\1", e)
+    try:
+        tree = ast.parse(e.strip(), mode="eval")
+    except SyntaxError:
+        raise Ai8xImportError(f"{where}: not a constant expression: {expr.strip()!r}") from None
+
+    def ev(node) -> int:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.Invert, ast.USub,
+                                                                   ast.UAdd)):
+            v = ev(node.operand)
+            return ~v if isinstance(node.op, ast.Invert) else (-v if isinstance(
+                node.op, ast.USub) else v)
+        if isinstance(node, ast.BinOp):
+            a, b = ev(node.left), ev(node.right)
+            ops = {ast.BitOr: lambda: a | b, ast.BitAnd: lambda: a & b,
+                   ast.BitXor: lambda: a ^ b, ast.LShift: lambda: a << b,
+                   ast.RShift: lambda: a >> b, ast.Add: lambda: a + b, ast.Sub: lambda: a - b,
+                   ast.Mult: lambda: a * b}
+            if type(node.op) in ops:
+                return ops[type(node.op)]()
+        raise Ai8xImportError(f"{where}: not a constant expression: {expr.strip()!r}")
+
+    return ev(tree) & MASK32
+
+
+# -- headers ------------------------------------------------------------------------------------
+@dataclass
+class _Array:
+    name: str
+    values: list[int]
+    where: str
+
+
+def _parse_header(path: Path, arrays: dict[str, _Array], scalars: dict[str, str]) -> None:
+    """``#define NAME { v, v, ... }`` (continued with backslashes) and ``#define NAME value``."""
+    lines = _strip_comments(path.read_text(encoding="utf-8", errors="replace")).split("\n")
+    i = 0
+    while i < len(lines):
+        ln = lines[i]
+        m = re.match(r"\s*#\s*define\s+(\w+)\s*(.*)$", ln)
+        if not m:
+            i += 1
+            continue
+        name, rest = m.group(1), m.group(2)
+        first = i + 1
+        body = rest
+        while body.rstrip().endswith("\\") and i + 1 < len(lines):
+            body = body.rstrip()[:-1] + " " + lines[i + 1]
+            i += 1
+        i += 1
+        where = f"{path.name}:{first}"
+        body = body.strip()
+        if not body.startswith("{"):
+            scalars[name] = body
+            continue
+        if not body.endswith("}"):
+            raise Ai8xImportError(f"{where}: #define {name}: array record not closed with '}}'")
+        vals = []
+        for k, tok in enumerate(t.strip() for t in body[1:-1].split(",")):
+            if not tok:
+                if k == 0 and body[1:-1].strip() == "":
+                    break
+                raise Ai8xImportError(f"{where}: #define {name}: empty element {k}")
+            mm = re.fullmatch(r"(-)?(0[xX][0-9a-fA-F]+|\d+)[uUlL]*", tok)
+            if not mm:
+                raise Ai8xImportError(f"{where}: #define {name}: element {k} is not an "
+                                      f"integer: {tok!r}")
+            v = int(mm.group(2), 0)
+            vals.append(-v if mm.group(1) else v)
+        arrays[name] = _Array(name, vals, where)
+
+
+# -- the interpreter ----------------------------------------------------------------------------
+@dataclass
+class _Func:
+    name: str
+    body: list[_Item]
+    file: str
+    line: int
+
+
+_SDK_SKIP = re.compile(
+    r"^(MXC_(GCFR|GCR)->\w+\s*(\||&)?=.*"  # chip power/reset/clock registers
+    r"|(\w+\s*=\s*)?(MXC_SYS_ClockEnable|MXC_SYS_ClockDisable|MXC_NVIC_SetVector|"
+    r"MXC_TMR_SW_Start|MXC_TMR_SW_Stop|MXC_ICC_Enable|MXC_SYS_Clock_Select|MXC_Delay|"
+    r"MXC_LP_EnterSleepMode|MXC_GPIO_Config|MXC_GPIO_OutSet|MXC_GPIO_OutClr|MXC_SYS_Reset_Periph|"
+    r"NVIC_EnableIRQ|NVIC_DisableIRQ|SystemCoreClockUpdate|printf|puts|LED_On|LED_Off|"
+    r"Debug_Init|__WFI|__enable_irq|__disable_irq)\s*\(.*\)"
+    r"|CNN_START|CNN_COMPLETE|SYS_START|SYS_COMPLETE"
+    r"|cnn_time\s*=\s*\w*"
+    r"|SCB->SCR\s*(\||&)?=.*"
+    r")\s*;$", re.S)
+
+_STORE = re.compile(r"^\*\(\(volatile(uint8_t|uint16_t|uint32_t)\*\)(.+?)\)(\||&)?=(.+);$")
+_CALL = re.compile(r"^(\w+)\((.*)\);$")
+_DECL = re.compile(r"^(static|const|volatile|unsigned|signed|\s)*(u?int(8|16|32)_t|int|q15_t|"
+                   r"q31_t)\s*\**\s*\w+(\s*\[\s*\w*\s*\])?(\s*,\s*\**\s*\w+)*\s*;$")
+_BIND = re.compile(r"^(static\s+)?const\s+(uint8_t|uint32_t)\s+(\w+)\s*\[\s*\]\s*=\s*(\w+)\s*;$")
+_PTR_BIND = re.compile(r"^const\s+uint32_t\s*\*\s*ptr\s*=\s*(\w+)\s*;$")
+
+_HELPERS = {
+    "memcpy32": ["while(n-->0){", "*dst++=*src++;", "}"],
+    "memcpy_8to32": ["while(n-->0){", "*dst++=*src++;", "}"],
+    "memcpy_96to128": ["while(n-->0){", "*dst++=*src++;", "*dst++=*src++;", "*dst++=*src++;",
+                       "*dst++=0;", "}"],
+}
+_KLOOP_HEAD = "while((addr=(volatileuint32_t*)*ptr++)!=0){"
+_KLOOP_MEX = ["*((volatileuint8_t*)((uint32_t)addr|1))=0x01;", "len=*ptr++;",
+              "while(len-->0)*addr++=*ptr++;"]
+_KLOOP_PLAIN = _KLOOP_MEX[1:]
+_CHECK_LOOP = ["mask=*ptr++;", "len=*ptr++;", "for(i=0;i<len;i++)if((*addr++&mask)!=*ptr++){"]
+_FLOW = {"cnn_enable", "cnn_init", "cnn_load_weights", "cnn_load_bias", "cnn_configure",
+         "load_input", "cnn_start", "cnn_continue", "cnn_stop", "check_output", "CNN_ISR",
+         "cnn_boost_enable", "cnn_boost_disable", "memcpy32", "memcpy_8to32", "memcpy_96to128"}
+_WAIT = re.compile(r"^while\(cnn_time==0\)(MXC_LP_EnterSleepMode\(\)|__WFI\(\))?;$")
+
+
+class _Importer:
+    def __init__(self, path: Path) -> None:
+        self.dir = path
+        self.arrays: dict[str, _Array] = {}
+        self.scalars: dict[str, str] = {}
+        self.funcs: dict[str, _Func] = {}
+        self.bindings: dict[str, tuple[str, str]] = {}  # C array name -> (macro, where)
+        self.prog = Max78000Program(path, name=path.name)
+        self.out: list[Access] | None = None
+        self.phase = "setup"
+
+    # -- reading -------------------------------------------------------------------------------
+    def read(self) -> None:
+        if not self.dir.is_dir():
+            raise Ai8xImportError(f"{self.dir}: not a directory (expected an ai8xize.py project "
+                                  "directory with cnn.c, main.c, weights.h, sampledata.h, "
+                                  "sampleoutput.h)")
+        for f in FILES:
+            if not (self.dir / f).is_file():
+                raise Ai8xImportError(f"{self.dir / f}: missing (not an ai8xize.py project "
+                                      "directory?)")
+        for h in HEADERS:
+            if (self.dir / h).is_file():
+                _parse_header(self.dir / h, self.arrays, self.scalars)
+        for f in FILES:
+            self._parse_c(self.dir / f)
+
+    def _parse_c(self, path: Path) -> None:
+        items = _items(_strip_comments(path.read_text(encoding="utf-8", errors="replace")))
+        i = 0
+        while i < len(items):
+            it = items[i]
+            where = f"{path.name}:{it.line}"
+            if it.kind == "pp":
+                m = re.match(r'#\s*include\s+"([^"]+)"', it.text)
+                if m and m.group(1) in HEADERS and m.group(1) != "cnn.h" \
+                        and not (self.dir / m.group(1)).is_file():
+                    raise Ai8xImportError(f"{where}: includes {m.group(1)}, which is missing")
+                i += 1
+                continue
+            if it.kind == "open":
+                m = re.match(r"^(?:static\s+|inline\s+)*[\w\s\*]*?\b(\w+)\s*\(([^()]*)\)\s*"
+                             r"(__attribute__\s*\(\(.*\)\))?\s*\{$", it.text)
+                depth, j = 1, i + 1
+                while j < len(items) and depth:
+                    if items[j].kind == "open":
+                        depth += 1
+                    elif items[j].kind == "close":
+                        depth -= 1
+                    j += 1
+                if depth:
+                    raise Ai8xImportError(f"{where}: block not closed")
+                if m and not re.match(r"^(while|for|if|switch|do)\b", it.text):
+                    self.funcs[m.group(1)] = _Func(m.group(1), items[i + 1:j - 1], path.name,
+                                                   it.line)
+                i = j
+                continue
+            if it.kind == "stmt":
+                m = _BIND.match(it.text)
+                if m:
+                    self.bindings[m.group(3)] = (m.group(4), where)
+            i += 1
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _array(self, cname: str, where: str) -> list[int]:
+        if cname not in self.bindings:
+            raise Ai8xImportError(f"{where}: array {cname!r} is not declared as "
+                                  f"'static const uint32_t {cname}[] = MACRO;'")
+        macro, decl = self.bindings[cname]
+        if macro not in self.arrays:
+            have = ", ".join(h for h in HEADERS if (self.dir / h).is_file())
+            raise Ai8xImportError(f"{decl}: {macro} (for {cname}) is not defined in {have}")
+        return self.arrays[macro].values
+
+    def _emit(self, acc: Access) -> None:
+        if self.out is None:
+            raise Ai8xImportError(f"{acc.where}: bus write outside the supported program flow "
+                                  f"(after cnn_start(): FIFO input is not supported)")
+        self.out.append(acc)
+
+    def _check_helper(self, name: str, where: str) -> None:
+        f = self.funcs.get(name)
+        if f is None:
+            return  # declared in an SDK header: the usual semantics
+        got = [it.compact for it in f.body]
+        if got != _HELPERS[name]:
+            raise Ai8xImportError(f"{f.file}:{f.line}: {name}() does not have the body the "
+                                  f"generator writes; cannot assume its meaning (used at {where})")
+
+    # -- statements ------------------------------------------------------------------------------
+    def call(self, name: str, where: str, stack: tuple[str, ...] = ()) -> None:
+        f = self.funcs.get(name)
+        if f is None:
+            raise Ai8xImportError(f"{where}: call of {name}(), which neither cnn.c nor main.c "
+                                  "defines")
+        if name in stack:
+            raise Ai8xImportError(f"{where}: recursive call of {name}()")
+        self.block(f, f.body, stack + (name,))
+
+    def block(self, f: _Func, body: list[_Item], stack: tuple[str, ...]) -> str | None:
+        i = 0
+        ptr_array: str | None = None
+        while i < len(body):
+            it = body[i]
+            where = f"{f.file}:{it.line}"
+            c = it.compact
+            t = it.text
+            if it.kind == "pp":
+                i += 1
+                continue
+            if it.kind == "close":
+                raise Ai8xImportError(f"{where}: unexpected '}}'")
+            if it.kind == "open":
+                end = self._block_end(body, i, where)
+                inner = body[i + 1:end]
+                if c == _KLOOP_HEAD and f.name == "cnn_load_weights":
+                    self._kernel_loop(ptr_array, [x.compact for x in inner], where)
+                elif c == _KLOOP_HEAD and f.name == "check_output":
+                    comp = [x.compact for x in inner]
+                    if comp[:3] != _CHECK_LOOP:
+                        raise Ai8xImportError(f"{where}: unsupported check loop body")
+                    self._check_table(ptr_array, where)
+                elif re.fullmatch(r"for\(i=0;i<(\d+);i\+\+\)\{", c) and f.name == "main":
+                    n = int(re.fullmatch(r"for\(i=0;i<(\d+);i\+\+\)\{", c).group(1))
+                    comp = [x.compact for x in inner]
+                    if comp[0] != "cnn_continue();" or not all(_WAIT.match(x) for x in comp[1:]) \
+                            or len(comp) != 2:
+                        raise Ai8xImportError(f"{where}: unsupported loop in main() (only the "
+                                              "one-shot cnn_continue() loop is understood)")
+                    if self.phase != "wait":
+                        raise Ai8xImportError(f"{where}: cnn_continue() loop before the first "
+                                              "wait for the CNN")
+                    self.prog.continues += n
+                    if not self.prog.resume:
+                        saved, self.out = self.out, self.prog.resume
+                        self.call("cnn_continue", where, stack)
+                        self.out = saved
+                else:
+                    raise Ai8xImportError(f"{where}: unsupported block statement: {t}")
+                i = end + 1
+                continue
+            # -- simple statements --
+            if c in ("returnCNN_OK;", "return0;", "return;"):
+                return "return"
+            if _SDK_SKIP.match(t):
+                i += 1
+                continue
+            m = _STORE.match(c)
+            if m:
+                self._store(m, where)
+                i += 1
+                continue
+            m = _PTR_BIND.match(t)
+            if m:
+                ptr_array = m.group(1)
+                i += 1
+                continue
+            if _DECL.match(t) or _BIND.match(t):
+                i += 1
+                continue
+            if _WAIT.match(c) and f.name == "main":
+                if self.phase not in ("started", "wait"):
+                    raise Ai8xImportError(f"{where}: waiting for the CNN before cnn_start()")
+                self.phase = "wait"
+                i += 1
+                continue
+            if c == "if(check_output()!=CNN_OK)fail();" and f.name == "main":
+                if self.phase != "wait":
+                    raise Ai8xImportError(f"{where}: check_output() before the CNN completed")
+                saved, self.out = self.out, None
+                self.call("check_output", where, stack)
+                self.out = saved
+                return "checked"
+            m = re.fullmatch(r"if\(\(\*\(\(volatileuint32_t\*\)(0x[0-9a-fA-F]+)\)"
+                             r"(&0x[0-9a-fA-F]+)?"
+                             r"\)!=(0x[0-9a-fA-F]+)\)(returnCNN_FAIL|rv=CNN_FAIL);", c)
+            if m and f.name == "check_output":
+                mask = int(m.group(2)[1:], 16) if m.group(2) else MASK32
+                self.prog.expected.append((int(m.group(1), 16), int(m.group(3), 16), mask))
+                i += 1
+                continue
+            m = _CALL.match(t)
+            if m:
+                self._call_stmt(m.group(1), m.group(2), where, f, stack)
+                i += 1
+                continue
+            m = re.match(r"^(MXC_\w+)", t)
+            if m:
+                raise Ai8xImportError(f"{where}: unknown SDK call {m.group(1)} (not one of the "
+                                      "clock/power/interrupt calls outside the accelerator)")
+            raise Ai8xImportError(f"{where}: unsupported statement: {t}")
+        return None
+
+    @staticmethod
+    def _block_end(body: list[_Item], i: int, where: str) -> int:
+        depth, j = 1, i + 1
+        while j < len(body):
+            if body[j].kind == "open":
+                depth += 1
+            elif body[j].kind == "close":
+                depth -= 1
+                if depth == 0:
+                    return j
+            j += 1
+        raise Ai8xImportError(f"{where}: block not closed")
+
+    def _call_stmt(self, name: str, args: str, where: str, f: _Func, stack) -> None:
+        if name in ("cnn_boost_enable", "cnn_boost_disable"):
+            return  # a GPIO outside the accelerator
+        if name in ("memcpy32", "memcpy_8to32", "memcpy_96to128"):
+            self._memcpy(name, args, where)
+            return
+        if name == "cnn_start" and f.name == "main":
+            if self.phase != "setup":
+                raise Ai8xImportError(f"{where}: cnn_start() called twice")
+            self.out = self.prog.start
+            self.call(name, where, stack)
+            self.out = None
+            self.phase = "started"
+            return
+        if name in self.funcs and (name in _FLOW or name in ("fail",)):
+            if name == "fail":
+                raise Ai8xImportError(f"{where}: main() calls fail() unconditionally")
+            self.call(name, where, stack)
+            return
+        if name in ("softmax_layer", "cnn_unload", "cnn_disable") and self.phase == "wait":
+            return
+        if name in self.funcs:
+            raise Ai8xImportError(f"{where}: call of {name}() is not part of the supported "
+                                  "program flow")
+        if name.startswith("MXC_"):
+            raise Ai8xImportError(f"{where}: unknown SDK call {name} (not one of the "
+                                  "clock/power/interrupt calls outside the accelerator)")
+        raise Ai8xImportError(f"{where}: call of unknown function {name}()")
+
+    def _store(self, m: re.Match, where: str) -> None:
+        width = {"uint8_t": 1, "uint16_t": 2, "uint32_t": 4}[m.group(1)]
+        addr = _const(m.group(2), where)
+        value = _const(m.group(4), where) & ((1 << (8 * width)) - 1)
+        op = {None: "=", "|": "|=", "&": "&="}[m.group(3)]
+        if op != "=" and width != 4:
+            raise Ai8xImportError(f"{where}: {op} on a {8 * width}-bit location is not supported")
+        if addr % width:
+            raise Ai8xImportError(f"{where}: misaligned {8 * width}-bit store to {addr:#010x}")
+        if op == "=" and width == 4 and addr == 0x5010_0008:
+            self.prog.layers = (value & 0x1F) + 1  # CNNx16_0_LCNT_MAX (S0:L2577)
+        self._emit(Access(addr, value.to_bytes(width, "little"), op, where))
+
+    def _memcpy(self, name: str, args: str, where: str) -> None:
+        self._check_helper(name, where)
+        m = re.fullmatch(r"\s*\(\s*uint32_t\s*\*\s*\)\s*(0x[0-9a-fA-F]+)\s*,\s*(\w+)\s*,(.+)",
+                         args)
+        if not m:
+            raise Ai8xImportError(f"{where}: unsupported {name}() arguments: {args.strip()}")
+        dst, arr, n = int(m.group(1), 16), m.group(2), _const(m.group(3), where)
+        vals = self._array(arr, where)
+        per = {"memcpy32": 1, "memcpy_8to32": 1, "memcpy_96to128": 3}[name]
+        if n * per > len(vals):
+            macro, decl = self.bindings[arr]
+            raise Ai8xImportError(f"{where}: {name}() copies {n * per} elements of {arr} but "
+                                  f"{macro} ({self.arrays[macro].where}) has {len(vals)}")
+        if name == "memcpy32":
+            data = b"".join((v & MASK32).to_bytes(4, "little") for v in vals[:n])
+        elif name == "memcpy_8to32":
+            # *dst++ = *src++ with a uint8_t source: the byte zero-extended into a word
+            data = b"".join((v & 0xFF).to_bytes(4, "little") for v in vals[:n])
+        else:
+            data = b"".join(b"".join((v & MASK32).to_bytes(4, "little")
+                                     for v in vals[3 * k:3 * k + 3]) + bytes(4)
+                            for k in range(n))
+        if data:
+            self._emit(Access(dst, data, "=", where))
+
+    def _kernel_loop(self, arr: str | None, body: list[str], where: str) -> None:
+        """``while ((addr = *ptr++) != 0) { [set address] len = *ptr++; while (len-- > 0)
+        *addr++ = *ptr++; }`` over the KERNELS records."""
+        if body == _KLOOP_MEX:
+            mexpress = True
+        elif body == _KLOOP_PLAIN:
+            mexpress = False
+        else:
+            raise Ai8xImportError(f"{where}: unsupported kernel loader loop body")
+        if arr is None:
+            raise Ai8xImportError(f"{where}: kernel loop without 'const uint32_t *ptr = ...;'")
+        vals = self._array(arr, where)
+        macro = self.bindings[arr][0]
+        src = self.arrays[macro].where
+        k = 0
+        while True:
+            if k >= len(vals):
+                raise Ai8xImportError(f"{src}: {macro}: records not terminated by 0")
+            addr = vals[k] & MASK32
+            if addr == 0:
+                break
+            if k + 1 >= len(vals):
+                raise Ai8xImportError(f"{src}: {macro}: record at element {k} has no length")
+            n = vals[k + 1]
+            words = vals[k + 2:k + 2 + n]
+            if len(words) != n:
+                raise Ai8xImportError(f"{src}: {macro}: record at element {k} ({addr:#010x}) "
+                                      f"wants {n} words, {len(words)} left")
+            if addr & 3:
+                raise Ai8xImportError(f"{src}: {macro}: record address {addr:#010x} misaligned")
+            if mexpress:
+                self._emit(Access(addr | 1, b"\x01", "=", f"{where} ({macro} element {k})"))
+            self._emit(Access(addr, b"".join((w & MASK32).to_bytes(4, "little") for w in words),
+                              "=", f"{where} ({macro} element {k})"))
+            k += 2 + n
+
+    def _check_table(self, arr: str | None, where: str) -> None:
+        if arr is None:
+            raise Ai8xImportError(f"{where}: check loop without 'const uint32_t *ptr = ...;'")
+        vals = self._array(arr, where)
+        macro = self.bindings[arr][0]
+        src = self.arrays[macro].where
+        k = 0
+        while True:
+            if k >= len(vals):
+                raise Ai8xImportError(f"{src}: {macro}: blocks not terminated by 0")
+            addr = vals[k] & MASK32
+            if addr == 0:
+                break
+            if k + 2 >= len(vals):
+                raise Ai8xImportError(f"{src}: {macro}: block at element {k} is truncated")
+            mask, n = vals[k + 1] & MASK32, vals[k + 2]
+            block = vals[k + 3:k + 3 + n]
+            if len(block) != n:
+                raise Ai8xImportError(f"{src}: {macro}: block at element {k} ({addr:#010x}) "
+                                      f"wants {n} values, {len(block)} left")
+            for j, v in enumerate(block):
+                self.prog.expected.append((addr + 4 * j, v & MASK32, mask))
+            k += 3 + n
+
+    # -- the flow --------------------------------------------------------------------------------
+    def run(self) -> Max78000Program:
+        self.read()
+        if "main" not in self.funcs:
+            raise Ai8xImportError(f"{self.dir / 'main.c'}:1: no main() function")
+        main = self.funcs["main"]
+        self.out = self.prog.setup
+        end = self.block(main, main.body, ("main",))
+        if end != "checked":
+            raise Ai8xImportError(f"main.c:{main.line}: main() does not reach "
+                                  "'if (check_output() != CNN_OK) fail();' after cnn_start() "
+                                  "and the wait for the CNN")
+        if "CNN_ISR" in self.funcs:
+            self.out = self.prog.isr
+            isr = self.funcs["CNN_ISR"]
+            self.block(isr, isr.body, ("CNN_ISR",))
+        self.out = None
+        if not self.prog.start:
+            raise Ai8xImportError(f"cnn.c:{self.funcs['cnn_start'].line}: cnn_start() writes "
+                                  "nothing")
+        if not self.prog.expected:
+            raise Ai8xImportError(f"main.c:{self.funcs['check_output'].line}: check_output() "
+                                  "checks nothing (no known answer)")
+        return self.prog
+
+
+def import_ai8x_project(path: str | Path) -> Max78000Program:
+    """Read an ai8xize.py project directory (raises :class:`Ai8xImportError`)."""
+    return _Importer(Path(path)).run()
+
+
+def apply_accesses(device, accesses: list[Access]) -> None:
+    for a in accesses:
+        try:
+            a.apply(device)
+        except Exception as e:  # a bus error names the address; add the statement
+            raise Ai8xImportError(f"{a.where}: {e}") from None
+
+
+def load_ai8x_program(device, path: str | Path) -> str:
+    """Import ``path`` and apply its setup and start writes through ``device.write`` (a
+    driver's view); the device then sits armed before layer 0. Stores the known answer as
+    ``device.expected`` (list of (address, value, mask)) and the program as
+    ``device.ai8x_program``. Returns a one-line summary."""
+    from .max78000_mram import install_mram_hooks
+
+    prog = import_ai8x_project(path)
+    install_mram_hooks(device)
+    apply_accesses(device, prog.setup)
+    apply_accesses(device, prog.start)
+    device.expected = list(prog.expected)
+    device.ai8x_program = prog
+    return prog.summary()
+
+
+# -- running and checking -----------------------------------------------------------------------
+@dataclass
+class RunResult:
+    ok: bool
+    checked: int
+    layers: int
+    ms: float
+    mismatch: tuple[int, int, int] | None = None  # (address, expected, got)
+    writer: int | None = None  # layer that last wrote the mismatching address
+    message: str = ""
+
+    def line(self) -> str:
+        if self.ok:
+            return f"PASS ({self.checked} words checked, {self.layers} layers, {self.ms:.0f} ms)"
+        a, exp, got = self.mismatch
+        by = f"written by layer {self.writer}" if self.writer is not None else \
+            "not written by any layer"
+        return f"FAIL at 0x{a:08x}: expected 0x{exp:08x}, got 0x{got:08x} ({by})"
+
+
+def run_ai8x_program(device, program: Max78000Program, progress=None) -> RunResult:
+    """Run a loaded program to completion as its main() does (the ISR after every completion,
+    cnn_continue for one-shot programs), then compare the known answer. Layers run one by one
+    with ``device.step``; the write ranges of each are kept to name the layer that wrote a
+    mismatching address. ``progress(done, total)`` is called after every layer."""
+    history: list[tuple[int, list[tuple[int, int]]]] = []
+    orig = device.execute_unit
+    current = [0]
+
+    def recorded(halt):
+        touched = orig(halt)
+        history.append((current[0], list(touched.writes)))
+        return touched
+
+    device.execute_unit = recorded
+    total = program.layers or len(device.units()) or 1
+    t0 = time.perf_counter()
+    ran = 0
+    continues = program.continues
+    try:
+        while True:
+            while not device.finished():
+                current[0] = getattr(device, "layer", ran)
+                device.step()
+                ran += 1
+                if progress is not None:
+                    progress(ran, total)
+            apply_accesses(device, program.isr)
+            if continues <= 0:
+                break
+            continues -= 1
+            apply_accesses(device, program.resume)
+            if device.finished():
+                break  # the continue did not restart the engine
+    finally:
+        del device.execute_unit
+    ms = (time.perf_counter() - t0) * 1000
+    for addr, exp, mask in program.expected:
+        got = int.from_bytes(device.read(addr, 4), "little") & mask
+        if got != exp:
+            writer = None
+            for y, writes in reversed(history):
+                if any(s < addr + 4 and addr < e for s, e in writes):
+                    writer = y
+                    break
+            return RunResult(False, len(program.expected), ran, ms, (addr, exp, got), writer)
+    return RunResult(True, len(program.expected), ran, ms)

@@ -1,0 +1,102 @@
+"""MAX78000 kernel memory (MRAM) writes with CTRL.mexpress set: packed loading.
+
+Plain writes (CTRL.mexpress = 0) need nothing here: the bus stores them as addressed, and the
+region's word_mask keeps the 72 bits of each 16-byte word (+0 bits 7:0 = k0, +4 = k1..k4, +8 =
+k5..k8, +12 reads 0), which is the layout devices/max78000_datapath.py reads. The "4th word
+commits the 72-bit word" staging of the generated code is not modelled: every word is visible at
+once (a debugger writing a single word sees it immediately).
+
+Packed loading (CTRL.mexpress = 1). Seed 000 L2109-2115 says only: "Enable loading of the mask
+memories using packed data. With this bit set, a change in the state of the two least
+significant bits of the MRAM address triggers a reload of the address counter." The rest is the
+public code ai8x-synthesis generates (digest max78000-registers.md section 1.3 and 7 #40; izer
+kernels.py / apbaccess.py at HEAD ab4f4c01):
+
+* "Set address": a *byte* write of 0x01 to ``block + column*4 | 1`` (address bits 1:0 = 01).
+  We reload the block's address counter with ``column = (offset & 0x3ffc) >> 2``.
+* Then 32-bit words are written to successive addresses (the old loader starts again at the
+  block base, the new loader at ``block + column*4``: the word's own address is ignored). Each
+  word carries 4 bytes of a stream of packed 9-byte kernels, first byte in bits 31:24 (the izer
+  packs with numpy ``>u4``). Every 9 bytes k0..k8 are stored into the 72-bit word at the counter,
+  which then advances by one. A final partial kernel (zero padding to a word) is never stored.
+
+One counter per MRAM block (processor) is our model: the generated code always sets the address
+before it streams a block, so a shared counter would behave the same for it.
+
+Registration (the device does it once; ``install_mram_hooks`` is the convenience):
+
+    for r in bus.regions:
+        if r.name.startswith("mram_"):
+            bus.on_memory_write(r.name, functools.partial(mram_write_hook, device))
+"""
+from __future__ import annotations
+
+import functools
+
+from .errors import BusError
+
+MRAM_BASE = 0x5018_0000
+QUAD_STRIDE = 0x40_0000
+MRAM_WORDS = 768  # 768 x 72 bit per processor (S0:L759)
+MEXPRESS_BIT = 20  # CNNx16_n_CTRL.mexpress (S0:L2109)
+
+
+class _Stream:
+    """Packed-loading state of one MRAM block: address counter and pending bytes."""
+
+    __slots__ = ("column", "pending")
+
+    def __init__(self) -> None:
+        self.column = 0
+        self.pending = bytearray()
+
+
+def _streams(device) -> dict[str, _Stream]:
+    st = device.__dict__.get("_mexpress_streams")
+    if st is None:
+        st = device.__dict__["_mexpress_streams"] = {}
+    return st
+
+
+def _store(mem, column: int, k: bytes) -> None:
+    """Store kernel bytes k0..k8 as the plain layout: +0 = k0, +4 = k1<<24|k2<<16|k3<<8|k4,
+    +8 = k5<<24|..|k8 (little-endian words), +12 = 0."""
+    word = bytes([k[0], 0, 0, 0, k[4], k[3], k[2], k[1], k[8], k[7], k[6], k[5], 0, 0, 0, 0])
+    mem.write(column * 16, word)
+
+
+def mram_write_hook(device, region, address: int, data: bytes) -> bool:
+    """Bus write hook for one MRAM region (``Bus.on_memory_write``). Returns False (store as
+    addressed) unless CTRL.mexpress of the block's quadrant is set."""
+    q = (region.base - MRAM_BASE) // QUAD_STRIDE
+    if not (device.regs.peek(f"CNNx16_{q}_CTRL") >> MEXPRESS_BIT) & 1:
+        return False
+    st = _streams(device).setdefault(region.name, _Stream())
+    off = address - region.base
+    if off & 3:
+        # address bits 1:0 changed: reload the address counter (S0:L2113, [izer] "Set address")
+        st.column = (off & 0x3FFC) >> 2
+        st.pending.clear()
+        return True
+    mem = device.bus.memories[region.name]
+    n = len(data) & ~3
+    for i in range(0, n, 4):
+        st.pending += bytes(reversed(data[i:i + 4]))  # bits 31:24 first (izer '>u4' packing)
+        while len(st.pending) >= 9:
+            if st.column >= MRAM_WORDS:
+                raise BusError(address + i, f"{region.name}: packed (mexpress) write past the "
+                               f"{MRAM_WORDS} words of the block")
+            _store(mem, st.column, bytes(st.pending[:9]))
+            del st.pending[:9]
+            st.column += 1
+    return True
+
+
+def install_mram_hooks(device) -> None:
+    """Register :func:`mram_write_hook` on every MRAM region of ``device`` (idempotent)."""
+    if getattr(device, "_mram_hooks", False):
+        return
+    for r in device.bus.regions:
+        if r.name.startswith("mram_"):
+            device.bus.on_memory_write(r.name, functools.partial(mram_write_hook, device))
+    device._mram_hooks = True
