@@ -532,7 +532,7 @@ def build(net: Network, x=None, weights=None, biases=None, *, seed: int = 0,
     files["weights.h"] = wh
 
     # -- cnn.c ---------------------------------------------------------------------------------
-    c = HEADER.format(name=name) + "// DO NOT EDIT - regenerate this file instead!\n\n"
+    c = HEADER.format(name=name) + "// Regenerate with devices/max78000_build.py rather than editing.\n\n"
     c += f"// Configuring {len(plans)} layer{'s' if len(plans) > 1 else ''}\n// Input data: HWC\n"
     c += "".join(_describe(p) for p in plans)
     c += ('\n#include <stdlib.h>\n#include <stdint.h>\n#include <string.h>\n#include <stdio.h>\n'
