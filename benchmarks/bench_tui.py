@@ -1,20 +1,17 @@
 """The TUI's live update rate and what its polling costs the emulation.
 
-    python benchmarks/bench_tui.py [--seconds 5] [--view registers|memory|status|...]
+    python benchmarks/bench_tui.py [--seconds 10] [--view registers|memory|status|...]
 
-Set-up as ``accelstub tui max78000``: a StubServer in a thread of this process with the bundled
-demo, the TUI (headless, 120x40) attached over RSP.
+Set-up as ``accelstub tui max78000``: the stub runs in a child process (``accelstub serve``), the
+TUI (headless, 120x40) attaches over RSP, and a gdb-like client controls run state.
+The workload is a network with the layer shapes of the ai8x MNIST example (10.8 M MACs), built
+by devices/max78000_build.py.
 
 1. Update rate: a run that gdb continues, slowed to 0.5 s per layer (EMU_THROTTLE_US), while
-   the TUI watches; the poll results the app applied while the target ran, per second of run.
-2. Slowdown: a gdb-like client (the controlling connection) restores the loaded demo (an in-process snapshot) and continues it
-   to completion, again and again for N seconds — runs per second without the TUI, then with the
-   TUI attached and polling at its running rate (0.1 s) the whole time, visible view chosen
-   with --view. Slowdown = 1 - (runs/s with) / (runs/s without).
-
-BENCH_POLL / BENCH_IDLE (seconds, default 0.08 / 0.1) set the app's poll periods while running /
-halted. The runs are tiny (4 layers of 2x2), so each is mostly Python RSP handling in the same
-process (and GIL) as the TUI: a worst case for the slowdown, and noisy on a loaded machine.
+   the TUI watches: poll results the app applied per second of run.
+2. Slowdown: `monitor reset init` (reload) then `continue` to completion, again and again for N
+   seconds; the mean wall time of the continues without the TUI, with the TUI attached and
+   polling at its running rate, and without it again (to show the noise).
 
 Prints one JSON line. Not a test: nothing here asserts a speed.
 """
@@ -25,40 +22,43 @@ import asyncio
 import json
 import time
 
-from accelstub.devices import open_device
-from accelstub.stub.cli import demo_program
+import os
+import tempfile
+from pathlib import Path
+
+from accelstub.devices.max78000_build import Layer, Network, build
 from accelstub.stub.client import RspClient
-from accelstub.stub.program import load_program
-from accelstub.stub.server import StubServer
-from accelstub.tui.app import AccelApp
+from accelstub.tui.app import AccelApp, StubProcess
 from accelstub.tui.target import Target
 
-import os
 POLL = float(os.environ.get("BENCH_POLL", "0.08"))
 IDLE = float(os.environ.get("BENCH_IDLE", "0.1"))
 VIEW_KEYS = {"registers": "1", "memory": "2", "program": "3", "status": "4", "tensor": "5"}
 
 
-def start_stub() -> tuple[StubServer, dict]:
-    device = open_device("max78000")
-    server = StubServer([device], gdb_port=0, telnet_port=None, tcl_port=None)
-    load_program(server.context(log=lambda s: None), demo_program("max78000"))
-    server.start()
-    return server, device.snapshot()
+def start_stub(tmp: str) -> StubProcess:
+    net = Network(1, 28, 28, [
+        Layer(60, kernel=3, pad=1, activation="relu", shift=-1),
+        Layer(60, kernel=3, pad=2, pool="max", activation="relu", shift=-1),
+        Layer(56, kernel=3, pad=1, pool="max", activation="relu", shift=-1),
+        Layer(12, kernel=3, pad=1, pool="avg", activation="relu", shift=-1),
+        Layer(10, kernel=1, pad=0, wide=True)], name="mnist_shapes")
+    path = build(net, seed=1).write(Path(tmp) / net.name)
+    return StubProcess("max78000", str(path))
 
 
-def runs_for(server: StubServer, snap: dict, client: RspClient, seconds: float) -> float:
-    """Restore the demo and continue it to completion, repeatedly: runs per second."""
-    device = server.targets[0].device
-    n = 0
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
-        device.restore(snap)  # halted: no RSP traffic, just the model's state
+def continue_times(client: RspClient, seconds: float) -> float:
+    """Reload and run to completion repeatedly: mean seconds per continue."""
+    times = []
+    t_end = time.perf_counter() + seconds
+    while time.perf_counter() < t_end:
+        client.monitor("reset init")
+        t0 = time.perf_counter()
         reply = client.cont(timeout=60)
+        times.append(time.perf_counter() - t0)
         if not reply.startswith("T"):
             raise RuntimeError(f"continue failed: {reply}")
-        n += 1
-    return n / (time.perf_counter() - t0)
+    return sum(times) / len(times)
 
 
 async def with_app(target: Target, view: str, work) -> tuple[object, AccelApp]:
@@ -74,55 +74,50 @@ async def with_app(target: Target, view: str, work) -> tuple[object, AccelApp]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=5.0)
-    ap.add_argument("--view", choices=sorted(VIEW_KEYS), default="registers")
+    ap.add_argument("--seconds", type=float, default=10.0)
+    ap.add_argument("--view", choices=sorted(VIEW_KEYS), default="status")
     args = ap.parse_args()
     out: dict = {"view": args.view}
+    with tempfile.TemporaryDirectory() as tmp:
+        stub = start_stub(tmp)
+        try:
+            gdb = RspClient("127.0.0.1", stub.port)  # first: controls run state
+            target = Target("127.0.0.1", stub.port)
+            continue_times(gdb, 1.0)  # warm up (numba cache)
 
-    server, snap = start_stub()
-    try:
-        # gdb first (it controls run state, as when the TUI is started beside gdb), then the TUI
-        gdb = RspClient("127.0.0.1", server.gdb[0].port)
-        target = Target("127.0.0.1", server.gdb[0].port)
-        runs_for(server, snap, gdb, 0.5)  # warm up: numba compiles, caches fill
+            def live_run(app: AccelApp) -> dict:
+                gdb.monitor("reset init")
+                gdb.write_register("EMU_THROTTLE_US", 500_000)
+                polls0 = app.polls
+                t0 = time.perf_counter()
+                reply = gdb.cont(timeout=60)
+                run_s = time.perf_counter() - t0
+                time.sleep(0.3)
+                gdb.write_register("EMU_THROTTLE_US", 0)
+                return {"stop": reply, "run_s": round(run_s, 3), "updates": app.polls - polls0,
+                        "updates_per_s": round((app.polls - polls0) / run_s, 1)}
 
-        # 1. update rate during one slowed, live run (gdb continues, the TUI watches)
-        def live_run(app: AccelApp) -> dict:
-            server.targets[0].device.restore(snap)
-            gdb.write_register("EMU_THROTTLE_US", 500_000)
-            polls0 = app.polls
-            t0 = time.perf_counter()
-            reply = gdb.cont(timeout=60)
-            run_s = time.perf_counter() - t0
-            time.sleep(0.3)  # let the last running poll land
-            gdb.write_register("EMU_THROTTLE_US", 0)
-            return {"stop": reply, "run_s": round(run_s, 3), "updates": app.polls - polls0,
-                    "updates_per_s": round((app.polls - polls0) / run_s, 1)}
+            out["live_run"], _ = asyncio.run(with_app(target, args.view, live_run))
+            base = continue_times(gdb, args.seconds)
 
-        live, _ = asyncio.run(with_app(target, args.view, live_run))
-        out["live_run"] = live
+            def loaded(app: AccelApp) -> dict:
+                polls0, t0 = app.applied, time.perf_counter()
+                mean = continue_times(gdb, args.seconds)
+                return {"mean": mean, "tui_updates_per_s":
+                        round((app.applied - polls0) / (time.perf_counter() - t0), 1)}
 
-        # 2. emulation throughput without and with the TUI polling
-        base = runs_for(server, snap, gdb, args.seconds)
-
-        def loaded(app: AccelApp) -> dict:
-            polls0, t0 = app.applied, time.perf_counter()
-            rate = runs_for(server, snap, gdb, args.seconds)
-            dt = time.perf_counter() - t0
-            return {"runs_per_s": rate, "tui_updates_per_s": round((app.applied - polls0) / dt, 1)}
-
-        with_tui, _ = asyncio.run(with_app(target, args.view, loaded))
-        base2 = runs_for(server, snap, gdb, args.seconds)  # again, to see the noise
-        out["runs_per_s_without_tui"] = round(base, 1)
-        out["runs_per_s_without_tui_again"] = round(base2, 1)
-        out["runs_per_s_with_tui"] = round(with_tui["runs_per_s"], 1)
-        out["tui_updates_per_s_during_runs"] = with_tui["tui_updates_per_s"]
-        ref = (base + base2) / 2
-        out["slowdown_pct"] = round(100 * (1 - with_tui["runs_per_s"] / ref), 1)
-        gdb.close()
-        target.close()
-    finally:
-        server.stop()
+            with_tui, _ = asyncio.run(with_app(target, args.view, loaded))
+            base2 = continue_times(gdb, args.seconds)
+            ref = (base + base2) / 2
+            out.update(ms_per_run_without_tui=round(base * 1e3, 2),
+                       ms_per_run_without_tui_again=round(base2 * 1e3, 2),
+                       ms_per_run_with_tui=round(with_tui["mean"] * 1e3, 2),
+                       tui_updates_per_s_during_runs=with_tui["tui_updates_per_s"],
+                       slowdown_pct=round(100 * (with_tui["mean"] / ref - 1), 1))
+            gdb.close()
+            target.close()
+        finally:
+            stub.stop()
     print("BENCH " + json.dumps(out))
 
 
