@@ -16,7 +16,15 @@ import uuid
 import pytest
 
 TMUX = shutil.which("tmux")
-pytestmark = pytest.mark.skipif(TMUX is None, reason="tmux is not installed")
+
+
+@pytest.fixture(autouse=True)
+def require_tmux():
+    """tmux, or a skip with a reason; in CI (CI=true) a missing tmux fails instead."""
+    if TMUX is None:
+        if os.environ.get("CI"):
+            pytest.fail("tmux is required in CI (apt-get install -y tmux)")
+        pytest.skip("tmux is not installed (apt-get install tmux)")
 
 
 def capture(session: str) -> str:
