@@ -17,7 +17,10 @@ Memory formats (public facts from ai8x-synthesis, digest max78000-registers.md s
   complement (S3:L758-762).
 * BRAM: one signed byte per 32-bit word, bits 7:0.
 * Data SRAM: HWC, byte lane = processor % 4 (S3:L898, A§7 A14), little-endian words; 32-bit
-  outputs are little-endian words.
+  outputs are little-endian words. CHW input (LCTRL0.parallel): one channel per data memory,
+  4 consecutive pixels per word, pixel i in byte i%4 (A§1.2, [izer] load.py).
+* Kernels of any size (3x3, 1x1, 1-D 1..9 taps) form one byte stream per processor: stream
+  byte B is k-position 8 - B%9 of word B//9 (so 1x1 and 1-D kernels pack across words).
 """
 from __future__ import annotations
 
@@ -65,13 +68,15 @@ def _weights(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
         block = mem.data[off:off + 0x3000].reshape(768, 16)
         cnt = p.mcnt_sad + seq * bits  # mask counter value, a bit address (R7#24)
         shift = (cnt & 7).astype(np.int64)
-        if kh == 3:
-            col = cnt >> 3
-            raw = block[col][..., _K_BYTES]  # [slots, passes, 9]
-        else:
-            byte = cnt >> 3
-            col = byte // 9
-            raw = block[col, _K_BYTES[8 - byte % 9]][..., None]  # [slots, passes, 1]
+        # kernel A = cnt >> 3 of ksize bytes starts at byte A*ksize + oned_sad of the layer's
+        # byte stream; element j sits at stream byte start + ksize-1-j, stream byte B at word
+        # B//9, k-position 8 - B%9 ([izer] kernels.py add_kernel_data fills k8 down to k0 and
+        # adds k[ksize-1-i] in order; for 3x3 this is k_j = element j, for 1x1 one byte each)
+        ks = cfg.kernel_bytes
+        start = (cnt >> 3) * ks + cfg.oned_sad
+        byte = start[..., None] + (ks - 1 - np.arange(ks))  # [slots, passes, ks]
+        col = byte // 9
+        raw = block[col, _K_BYTES[8 - byte % 9]]  # [slots, passes, ks]
         shifted = np.ascontiguousarray(
             (raw.astype(np.int64) >> shift[..., None]) & 0xFF, dtype=np.uint8)
         vals = K.sign_extend(shifted, 0, bits).reshape(cfg.out_slots, cfg.in_passes, kh, kw)
@@ -87,13 +92,19 @@ def _inputs(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
     word ``read_word + (r*W + c)*passes + e`` of its data memory (S3:L689, L898)."""
     n_p = len(cfg.processors)
     h, w_ = cfg.in_rows, cfg.in_cols
-    n_words = h * w_ * cfg.in_passes
+    n_words = -(-h * w_ // 4) if cfg.chw else h * w_ * cfg.in_passes
     x = np.zeros((cfg.in_passes * n_p, h, w_), dtype=np.int8)
     reads = []
     for j, p in enumerate(cfg.processors):
         base = sram_address(p.memory, 0)
         mem, off = bus.memory_at(base)
         words = mem.data[off:off + SRAM_WORDS * 4].reshape(SRAM_WORDS, 4)
+        if cfg.chw:
+            # CHW: pixel i of the channel is byte i%4 of word read_word + i//4 (module doc)
+            seq = words[p.read_word:p.read_word + n_words].reshape(-1).view(np.int8)
+            x[j] = seq[:h * w_].reshape(h, w_)
+            reads.append((base + 4 * p.read_word, base + 4 * (p.read_word + n_words)))
+            continue
         lane = words[p.read_word:p.read_word + n_words, p.lane].view(np.int8)
         lane = lane.reshape(h, w_, cfg.in_passes)
         for e in range(cfg.in_passes):

@@ -133,6 +133,11 @@ class LayerConfig:
     ts_en: bool = False
     tscnt_max: int = 0
     cnnsi_en: int = 0
+    chw: bool = False  # LCTRL0.parallel / CTRL.bigdata: CHW input, 4 pixels per word
+    oned: bool = False  # ONED.oned_en
+    oned_sad: int = 0  # ONED.oned_sad: first byte of the layer's kernels in the mask word
+    kernel_bytes: int = 9  # bytes of one 8-bit kernel in the mask words (9, 1 or 1-D width)
+    sum_quadrant: int = 0  # quadrant whose LCTRL0.cnnsi_en sums the partial sums
     extra: dict = field(default_factory=dict, compare=False)
 
     @property
@@ -178,14 +183,22 @@ def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = ran
     lctrl1 = reg(m, "LCTRL1")
     oned = reg(m, "ONED")
     post = reg(m, "POST")
+    # The quadrant that sums the partial sums of the others (LCTRL0.master, cnnsi_en "add other
+    # quadrants' sums", S0:L3669, L3772) need not have processors of its own: [izer]
+    # max7800x.py writes cnnsi_en only into groups_used[0] (always quadrant 0) even when the
+    # layer runs on quadrants 2-3 only (vendor cifar-10 layer 4: q0 LCTRL0 = 0xcb20, its
+    # processors all off). The summing quadrant is therefore the lowest quadrant <= m whose
+    # cnnsi_en is non-zero, else m itself.
+    s = next((q for q in quadrants if q <= m and _f(reg(q, "LCTRL0"), 15, 12)), m)
 
     # -- unsupported global modes --------------------------------------------------------------
-    for bit, name in ((6, "bigdata (CHW input)"), (14, "stream_en"), (15, "fifo_en"),
+    for bit, name in ((14, "stream_en"), (15, "fifo_en"),
                       (22, "ffifo_en"), (31, "qupac"), (21, "simple1b")):
         if (ctrl >> bit) & 1:
             raise fail(m, "@CTRL", f"{name} is not supported yet")
-    if (lctrl0 >> 6) & 1:
-        raise fail(m, "LCTRL0", "parallel (CHW) input is not supported yet")
+    # CHW ("big data") input: LCTRL0.parallel per layer (S0:L3756, "one channel uses 4 bytes")
+    # or CTRL.bigdata globally (S0:L2240); [izer] writes only LCTRL0 bit 6 (0x40).
+    chw = bool(((lctrl0 >> 6) & 1) | ((ctrl >> 6) & 1))
     if _f(lctrl0, 4, 0):
         raise fail(m, "LCTRL0", "mslave/sslave field sharing is not supported yet")
     if (lctrl0 >> 10) & 1:
@@ -193,16 +206,19 @@ def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = ran
     if not (lctrl0 >> 11) & 1:
         # [izer] always sets sramlsrc (bit 11) for global writes; local-source writes untested
         raise fail(m, "LCTRL0", "sramlsrc = 0 (local write source) is not supported yet")
-    if (oned >> 12) & 1:
-        raise fail(m, "ONED", "1-D convolution (oned_en) is not supported yet")
+    oned_en = bool((oned >> 12) & 1)
     if (oned >> 13) & 1:
         raise fail(m, "ONED", "element-wise operations (ewise_en) are not supported yet")
     oned_width = _f(oned, 11, 8)
-    if oned_width not in (0, 1):
+    oned_sad = _f(oned, 7, 4)  # start byte inside the 9-byte mask word (S0:L3253-3263)
+    if oned_en and not 1 <= oned_width <= 9:
+        raise fail(m, "ONED", f"oned_width {oned_width}: a 1-D kernel is 1 to 9 wide")
+    if not oned_en and oned_width not in (0, 1):
         raise fail(m, "ONED", f"oned_width {oned_width} without oned_en is not supported")
-    if _f(oned, 7, 4):
-        raise fail(m, "ONED", "oned_sad != 0 is not supported yet")
-    for bit, name in ((28, "deconv_en"), (27, "flatten_en"), (25, "onexone_en (pass-through)"),
+    if oned_sad > 8:
+        raise fail(m, "ONED", f"oned_sad {oned_sad} beyond the 9-byte mask word")
+    flatten = bool((post >> 27) & 1)
+    for bit, name in ((28, "deconv_en"), (25, "onexone_en (pass-through)"),
                       (24, "ts_en (timeslots)")):
         if (post >> bit) & 1:
             raise fail(m, "POST", f"{name} is not supported yet")
@@ -214,10 +230,10 @@ def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = ran
         for q in active[1:]:
             if reg(q, name) != v:
                 raise fail(q, name, f"differs from quadrant {m} (unsupported)")
-    cnnsi = _f(lctrl0, 15, 12)  # LCTRL0.cnnsi_en (S0:L3669)
-    for q in active[1:]:
-        if not (cnnsi >> q) & 1:
-            raise fail(m, "LCTRL0", f"quadrant {q} has processors enabled but cnnsi_en does "
+    cnnsi = _f(reg(s, "LCTRL0"), 15, 12)  # LCTRL0.cnnsi_en of the summing quadrant (S0:L3669)
+    for q in active:
+        if q != s and not (cnnsi >> q) & 1:
+            raise fail(s, "LCTRL0", f"quadrant {q} has processors enabled but cnnsi_en does "
                        "not add its partial sum (separate partial outputs unsupported)")
 
     # -- geometry (RCNT/CCNT: max = 2*pad + rows - 1, S0:L3082) --------------------------------
@@ -249,7 +265,13 @@ def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = ran
     trunc_code, round_code = AVG_POLICIES[avg_policy]
 
     # -- kernel and weights --------------------------------------------------------------------
-    kr = kc = 1 if oned_width == 1 else 3
+    if oned_en:
+        # 1-D: a kernel of oned_width taps along the rows if rcnt_max != 0, else along the
+        # columns (S0:L3243); [izer] writes the length into RCNT and leaves CCNT 0 (1 column)
+        kr, kc = (oned_width, 1) if rcnt_max else (1, oned_width)
+    else:
+        kr = kc = 1 if oned_width == 1 else 3
+    ksize = kr * kc  # bytes (8-bit weights) of one kernel in the 9-byte mask words
     out_r, out_c = pooled_r + 2 * pad_r - kr + 1, pooled_c + 2 * pad_c - kc + 1
     if out_r < 1 or out_c < 1:
         raise fail(m, "RCNT", "output would be empty")
@@ -260,6 +282,10 @@ def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = ran
             raise fail(q, "POST", "mask_size differs between quadrants")
 
     in_passes = _f(lctrl1, 3, 0) + 1
+    if flatten:
+        # flatten_en: xpmp_cnt is 4 more MSBs of the pass count, "up to 256" (S0:L3990);
+        # [izer] writes in_expand*H*W - 1 split over inpchexp (3:0) and xpmp_cnt (POST 21:18)
+        in_passes = (_f(post, 21, 18) << 4 | _f(lctrl1, 3, 0)) + 1
     xpch_max = _f(lctrl1, 16, 8)
     wptr_inc = _f(lctrl1, 7, 4)
 
@@ -282,15 +308,21 @@ def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = ran
             steps = n
         elif n != steps:
             raise fail(q, "MCNT", "mask count range differs between quadrants")
-        if kr == 3 and bits == 8 and sad & 7:
+        if ksize == 9 and bits == 8 and sad & 7:
             raise fail(q, "MCNT", "mcnt_sad & 7 != 0 with 8-bit 3x3 weights")
-        last = (mx >> 3) if kr == 3 else (mx >> 3) // 9
+        # mask address: (counter >> 3) counts kernels of ksize bytes from byte oned_sad of the
+        # layer's first word ([izer] koffs, oned_sad = divmod(9*kern_offs, ksize); module doc)
+        last = ((mx >> 3) * ksize + oned_sad + ksize - 1) // 9
         if last >= MRAM_WORDS:
             raise fail(q, "MCNT", f"mask address {mx:#x} beyond the 768 MRAM words")
         rptr = _f(reg(q, "RPTR_BASE"), 16, 0)
         for l in range(16):
             if (pro >> l) & 1:
                 p = q * 16 + l
+                if chw and l % 4:
+                    raise fail(q, "EN", f"processor {p} enabled in parallel (CHW) mode: the "
+                               "4 bytes of a word go to the first processor of each group of "
+                               "4 (S0:L3756), others are not supported")
                 procs.append(Processor(p, q, l, q * 4 + l // 4, l % 4, rptr,
                                        MRAM_BASE + q * QUAD_STRIDE + l * 0x4000, sad, mx))
     assert steps is not None
@@ -301,7 +333,11 @@ def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = ran
         raise fail(m, "LCTRL1", f"xpch_max {xpch_max} is not a multiple of {bits}")
     slots_per_pass = xpch_max // bits + 1
     out_passes = -(-out_slots // slots_per_pass)
-    words_in = in_rows * in_cols * in_passes
+    if chw and in_passes > 1:
+        raise fail(m, "LCTRL1", "multi-pass CHW input is not supported")
+    # CHW: 4 consecutive pixels of one channel per word, LSB first ([izer] load.py
+    # shift = (row*W + col) % 4; S0:L3756-3770)
+    words_in = -(-in_rows * in_cols // 4) if chw else in_rows * in_cols * in_passes
     for pr_ in procs:
         if pr_.read_word + words_in > SRAM_WORDS:
             raise fail(pr_.quadrant, "RPTR_BASE", f"input ({words_in} words from "
@@ -324,7 +360,7 @@ def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = ran
     else:
         act = "none"
     bias = []
-    for q in sorted(set(active) | {q for q in quadrants if (cnnsi >> q) & 1}):
+    for q in sorted(set(active) | {s} | {q for q in quadrants if (cnnsi >> q) & 1}):
         pq = reg(q, "POST")
         if (pq >> 12) & 1:
             sad = _f(pq, 11, 0)
@@ -352,7 +388,8 @@ def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = ran
         pixel_step=pixel_step, wide=wide,
         bias=tuple(bias), shift=shift, activation=act,
         tptr_sad=_f(tptr, 26, 16), tptr_max=_f(tptr, 10, 0),
-        flatten=bool((post >> 27) & 1), xpmp_cnt=_f(post, 21, 18),
+        flatten=flatten, xpmp_cnt=_f(post, 21, 18),
+        chw=chw, oned=oned_en, oned_sad=oned_sad, kernel_bytes=ksize, sum_quadrant=s,
         ewise_en=bool((oned >> 13) & 1), ewise_func=_f(oned, 15, 14),
         ewise_cnt=_f(oned, 21, 18), prepool=bool((oned >> 16) & 1),
         conv2d_after_ewise=bool((oned >> 17) & 1), ts_en=bool((post >> 24) & 1),

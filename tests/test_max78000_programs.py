@@ -262,10 +262,10 @@ def test_run_bad_input_exit_2(tmp_path, project, capsys):
 
 
 def test_run_unsupported_layer_exit_2(project, capsys):
-    # switch layer 0 to CHW ("parallel") input: the datapath refuses it with a clear error
-    _edit(project / "cnn.c", "0x50100590) = 0x00000b20", "0x50100590) = 0x00000b60")
+    # switch layer 0 to column-only padding (cpad_only): the datapath refuses it clearly
+    _edit(project / "cnn.c", "0x50100590) = 0x00000b20", "0x50100590) = 0x00000f20")
     assert cli_main(["run", "max78000", "--program", str(project)]) == 2
-    assert "parallel (CHW) input is not supported" in capsys.readouterr().err
+    assert "cpad_only is not supported" in capsys.readouterr().err
 
 
 def test_expected_matches_reference_words(project):

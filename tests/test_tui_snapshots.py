@@ -13,7 +13,7 @@ import pytest
 from accelstub.tui.app import AccelApp
 from accelstub.tui.target import Target
 
-pytest.importorskip("pytest_textual_snapshot")
+import pytest_textual_snapshot  # noqa: F401,E402  (test extra: fail loudly, never skip)
 
 
 @pytest.fixture
