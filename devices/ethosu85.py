@@ -2,7 +2,8 @@
 
 Register map from ``configs/ethos-u85.toml`` (seed 001, the Ethos-U85 TRM, digested in
 shared/devices/ethos-u85-registers.md and ethos-u85-command-stream.md; "Lnnnn" = seed line).
-Kernel arithmetic lives behind :mod:`.ethosu85_ops`; the command format in :mod:`.ethosu85_stream`.
+Kernel operations: :mod:`.ethosu85_ops` (NPU_SET_* state -> tensors, gather and scatter) over the
+bit-exact emu kernels (:mod:`accelstub.emu.ethosu85_ops`); the command format in :mod:`.ethosu85_stream`.
 
 The host's view (what a driver sees through bus writes):
 
@@ -77,8 +78,8 @@ from .device import Device, Touched, Unit
 from .errors import BusError, DeviceError
 from . import ethosu85_ops as ops
 from . import ethosu85_stream as es
-from .ethosu85_ops import (NotImplementedYet, NpuBusFault, NpuConfig, SetState, Unpredictable,
-                           require)
+from .ethosu85_ops import (NotImplementedYet, NpuBusFault, NpuConfig, NpuInternal, SetState,
+                           Unpredictable, require)
 
 #: per MAC configuration: CONFIG.macs_per_cc, num_wd, num_axi_sram, num_axi_ext (log2 fields),
 #: EXT outstanding reads (Table 3-23 L2062-2070) - digest 1.2
@@ -113,6 +114,7 @@ class EthosU85(Device):
         self.cfg = NpuConfig(macs)
         self.sets = SetState()
         self.lut = np.zeros(LUT_BYTES, dtype=np.uint8)
+        self.npu = NpuInternal()  # chaining FIFOs, accumulator storage
         self.resumable = False  # last stop was NPU_OP_STOP and QBASE/QSIZE not written since
         self.pmu_mask_enable = True  # NPU_OP_PMU_MASK (L8773-8802)
         self.power_masked = False  # RESET masks power control until the next CMD write (L1358)
@@ -151,6 +153,7 @@ class EthosU85(Device):
         self.regs.poke("PROT", pending & 3)
         self.sets = SetState()
         self.lut[:] = 0
+        self.npu = NpuInternal()
         self.resumable = False
         self.pmu_mask_enable = True
         self.stop_reason = "not started"
@@ -319,6 +322,16 @@ class EthosU85(Device):
         mem.data[idx] = raw[:, :size]
         self._record(self.region_family(region), channel, True, self._ranges(addrs, size))
 
+    def read_bytes(self, region: int, offset: int, length: int, channel: int) -> bytes:
+        """A stream read (weights, scale and bias): ``length`` bytes at BASEP[region] + offset."""
+        require(0 <= region < 8, "0 <= region && region < 8", "L6228")
+        if length <= 0:
+            return b""
+        a = (self.basep(region) + offset) & ADDR_MASK
+        mem, moff = self._window(a, a + length, channel, region, f"region {region} stream read")
+        self._record(self.region_family(region), channel, False, [(a, a + length)])
+        return mem.data[moff:moff + length].tobytes()
+
     def set_result_flag(self, value: int) -> None:
         self.regs.set_field("COND_STATUS", "result_flag", value & 1)
 
@@ -469,6 +482,8 @@ class EthosU85(Device):
         nxt = q + cmd.size
         name = cmd.name
         if name in ("NPU_OP_STOP", "NPU_OP_IRQ"):  # L9154-9166, L8711-8718
+            require(self.npu.chain_length == 0, "g_chain_length == 0",
+                    "L9149" if name == "NPU_OP_STOP" else "L8706")
             mask = cmd.fields["mask"]
             self._status(irq_history_mask=self.regs.field("STATUS", "irq_history_mask") | mask,
                          irq_raised=1)
@@ -687,6 +702,15 @@ class EthosU85(Device):
                 self._status(pmu_irq_raised=1)
 
     # -- program listing -----------------------------------------------------------------------
+    #: input tensor file for the next load_program (``serve --input``); None = zeros
+    program_input: str | None = None
+
+    def load_program(self, path) -> str:
+        """Load Vela's ``*_vela.tflite`` or raw ``.npz`` as the Ethos-U driver does."""
+        from .ethosu85_vela import load_vela_file
+
+        return load_vela_file(self, path, self.program_input)
+
     def units(self) -> list[Unit]:
         try:
             words = self._stream_words()
@@ -800,13 +824,15 @@ class EthosU85(Device):
 
     # -- snapshots ---------------------------------------------------------------------------
     def _state(self) -> dict:
-        return {"sets": self.sets.copy(), "lut": self.lut.copy(), "resumable": self.resumable,
+        return {"sets": self.sets.copy(), "lut": self.lut.copy(), "npu": self.npu.copy(),
+                "resumable": self.resumable,
                 "pmu_mask_enable": self.pmu_mask_enable, "power_masked": self.power_masked,
                 "stop_reason": self.stop_reason, "stats": dict(self.stats)}
 
     def _set_state(self, state: dict) -> None:
         self.sets = state["sets"]
         self.lut[:] = state["lut"]
+        self.npu = state["npu"].copy()
         self.resumable, self.pmu_mask_enable = state["resumable"], state["pmu_mask_enable"]
         self.power_masked, self.stop_reason = state["power_masked"], state["stop_reason"]
         self.stats = state["stats"]

@@ -67,6 +67,8 @@ def _serve(args: argparse.Namespace) -> int:
             return 2
         options["macs"] = args.macs
     device = open_device(args.device, **options)
+    if args.input:
+        device.program_input = args.input  # the input a loaded model runs on (ethos-u85)
     tcp = not args.stdio
     server = StubServer([device], host=args.bind, gdb_port=args.port if tcp else None,
                         telnet_port=args.telnet_port if tcp else None,
@@ -111,6 +113,27 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _run_vela(args: argparse.Namespace) -> int:
+    """``accelstub run ethos-u85 --program M_vela.tflite|M.npz --input X.npy``: place the
+    command stream, weights, scratch and input as the Ethos-U driver does, run, write/check the
+    output."""
+    from accelstub.devices.errors import DeviceError
+    from accelstub.devices.ethosu85_vela import VelaImportError, run_vela_cli
+
+    try:
+        code, line = run_vela_cli(open_device("ethos-u85", **_device_options(args)),
+                                  args.program, args.input, args.output, args.expect)
+    except (VelaImportError, DeviceError, OSError) as e:
+        print(f"accelstub: error: {e}", file=sys.stderr)
+        return 2
+    print(line)
+    return code
+
+
+def _device_options(args: argparse.Namespace) -> dict:
+    return {"macs": args.macs} if getattr(args, "macs", None) is not None else {}
+
+
 def _run(args: argparse.Namespace) -> int:
     """``accelstub run DEVICE --program DIR``: load, run to completion, check the known answer.
     Exit 0 = PASS, 1 = FAIL, 2 = bad input (unreadable or unsupported program, model fault)."""
@@ -118,9 +141,11 @@ def _run(args: argparse.Namespace) -> int:
 
     from accelstub.devices.errors import DeviceError
 
+    if args.device == "ethos-u85":
+        return _run_vela(args)
     if args.device != "max78000":
-        print(f"accelstub: error: run supports max78000 programs only (not {args.device})",
-              file=sys.stderr)
+        print(f"accelstub: error: run supports max78000 and ethos-u85 programs (not "
+              f"{args.device})", file=sys.stderr)
         return 2
     from accelstub.devices.max78000_import import (Ai8xImportError, load_ai8x_program,
                                                    run_ai8x_program)
@@ -185,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("serve", help="serve a device to gdb, telnet and Tcl RPC clients")
     s.add_argument("device", choices=DEVICES)
     s.add_argument("--program", help="program to load (default: the bundled demo)")
+    s.add_argument("--input", help="ethos-u85: input tensor (.npy) for --program")
     s.add_argument("--no-demo", action="store_true", help="start with no program loaded")
     s.add_argument("--port", type=int, default=3333, help="gdb port (0 = pick a free one)")
     s.add_argument("--telnet-port", type=int, default=4444)
@@ -201,8 +227,13 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("run", help="load a program, run it to completion and check its known "
                        "answer (exit 0 PASS, 1 FAIL, 2 bad input)")
     r.add_argument("device", choices=DEVICES)
-    r.add_argument("--program", required=True, metavar="DIR",
-                   help="ai8xize.py project directory (cnn.c, main.c, weights.h, ...)")
+    r.add_argument("--program", required=True, metavar="DIR|FILE",
+                   help="max78000: ai8xize.py project directory (cnn.c, main.c, weights.h, ...); "
+                   "ethos-u85: Vela's *_vela.tflite or raw .npz")
+    r.add_argument("--input", help="ethos-u85: input tensor (.npy)")
+    r.add_argument("--output", help="ethos-u85: write the output tensor here (.npy)")
+    r.add_argument("--expect", help="ethos-u85: expected output (.npy) to compare with")
+    r.add_argument("--macs", type=int, help="ethos-u85: MACs per cycle (default 256)")
     r.add_argument("-v", "--verbose", action="store_true")
     d = sub.add_parser("describe", help="print the register map")
     d.add_argument("device", choices=DEVICES)

@@ -1,0 +1,483 @@
+"""Small quantized TensorFlow Lite models written by the project (no TensorFlow, no network).
+
+The models are the inputs users give Vela before they bring its output to the Ethos-U85 stub
+(DESIGN.md, "Programs: what users bring": vendor files are never committed, tests use programs
+the project writes itself). Each model is one flatbuffer in TFLite's schema, built with the
+``flatbuffers`` package (the only dependency, imported when a model is built) and deterministic
+random weights, quantization parameters and shapes (numpy's PCG64 seeded per model).
+
+Field slot numbers below are those of TensorFlow Lite's public ``schema.fbs`` (a public fact:
+each table's fields are numbered in declaration order; the enum values are the schema's).
+Quantization follows TFLite's int8 spec (public): weights symmetric (zero point 0), per output
+channel for CONV_2D (axis 0) and DEPTHWISE_CONV_2D (axis 3), biases int32 with scale
+input_scale * weight_scale and zero point 0; int16 activations have zero point 0.
+
+Regenerate: ``python -m accelstub.devices.ethosu85_models OUTDIR`` (writes OUTDIR/<name>.tflite).
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+# --- TFLite schema facts (schema.fbs) ------------------------------------------------------
+FLOAT32, INT32, INT16, INT8, INT64 = 0, 2, 7, 9, 4  # TensorType
+ADD, AVERAGE_POOL_2D, CONV_2D, DEPTHWISE_CONV_2D = 0, 1, 3, 4  # BuiltinOperator
+FULLY_CONNECTED, MAX_POOL_2D, MUL, RESHAPE = 9, 17, 18, 22
+RESIZE_NEAREST_NEIGHBOR = 97
+OPT_CONV, OPT_DW, OPT_POOL, OPT_FC, OPT_ADD = 1, 2, 5, 8, 11  # BuiltinOptions union tags
+OPT_RESHAPE, OPT_MUL, OPT_RESIZE_NN = 17, 21, 74
+SAME, VALID = 0, 1  # Padding
+NONE, RELU = 0, 1  # ActivationFunctionType
+DTYPES = {INT8: np.int8, INT16: np.int16, INT32: np.int32, INT64: np.int64}
+
+
+@dataclass
+class _Tensor:
+    name: str
+    shape: tuple[int, ...]
+    type: int
+    scale: list[float] | None = None
+    zero_point: list[int] | None = None
+    axis: int = 0
+    data: bytes | None = None  # constant tensors
+
+
+@dataclass
+class _Op:
+    code: int
+    inputs: list[int]
+    outputs: list[int]
+    options_type: int = 0
+    options: dict[int, tuple[str, int]] = field(default_factory=dict)  # slot -> (kind, value)
+    version: int = 1
+
+
+class Graph:
+    """One subgraph under construction: tensors, operators, graph inputs and outputs."""
+
+    def __init__(self, name: str, seed: int) -> None:
+        self.name = name
+        self.rng = np.random.default_rng(seed)
+        self.tensors: list[_Tensor] = []
+        self.ops: list[_Op] = []
+        self.inputs: list[int] = []
+        self.outputs: list[int] = []
+
+    # -- tensors ------------------------------------------------------------------------------
+    def tensor(self, name: str, shape, ttype: int, scale=None, zero_point=None, axis: int = 0,
+               data: np.ndarray | None = None) -> int:
+        if scale is not None and np.ndim(scale) == 0:
+            scale, zero_point = [float(scale)], [int(zero_point or 0)]
+        raw = None if data is None else np.ascontiguousarray(data, DTYPES[ttype]).tobytes()
+        self.tensors.append(_Tensor(name, tuple(int(d) for d in shape), ttype,
+                                    None if scale is None else [float(s) for s in scale],
+                                    None if zero_point is None else [int(z) for z in zero_point],
+                                    axis, raw))
+        return len(self.tensors) - 1
+
+    def act(self, name: str, shape, ttype: int = INT8, scale: float | None = None,
+            zp: int | None = None) -> int:
+        """An activation tensor with a random scale and (int8) zero point."""
+        if scale is None:
+            scale = float(self.rng.uniform(0.02, 0.08))
+        if zp is None:
+            zp = int(self.rng.integers(-20, 21)) if ttype == INT8 else 0
+        return self.tensor(name, shape, ttype, scale, zp)
+
+    def input(self, name: str, shape, ttype: int = INT8) -> int:
+        t = self.act(name, shape, ttype)
+        self.inputs.append(t)
+        return t
+
+    def scale_of(self, t: int) -> float:
+        return self.tensors[t].scale[0]
+
+    def shape_of(self, t: int) -> tuple[int, ...]:
+        return self.tensors[t].shape
+
+    def _out_scale(self, x: int, w_scale: np.ndarray, fan_in: int) -> float:
+        """An output scale that keeps the quantized outputs mostly in range: the accumulator's
+        standard deviation for uniform int8 data is about 74 * 74 * sqrt(fan_in)."""
+        acc_std = 74.0 * 74.0 * math.sqrt(fan_in)
+        return float(self.scale_of(x) * float(np.mean(w_scale)) * acc_std / 48.0)
+
+    # -- operators ----------------------------------------------------------------------------
+    def _weights(self, shape, axis: int):
+        w = self.rng.integers(-127, 128, size=shape, dtype=np.int64)
+        n = shape[axis]
+        w_scale = self.rng.uniform(0.002, 0.02, size=n)
+        return w, w_scale
+
+    def _bias(self, name: str, x: int, w_scale, n: int, ttype: int = INT32) -> int:
+        b = self.rng.integers(-2000, 2001, size=n)
+        return self.tensor(name, (n,), ttype, self.scale_of(x) * np.asarray(w_scale), [0] * n,
+                           0, b)
+
+    def conv(self, x: int, cout: int, k=(3, 3), stride=(1, 1), padding=SAME, act=NONE,
+             dilation=(1, 1)) -> int:
+        n, h, w, cin = self.shape_of(x)
+        wt, ws = self._weights((cout, k[0], k[1], cin), 0)
+        wi = self.tensor(f"{self.name}.conv{len(self.ops)}.w", wt.shape, INT8, ws, [0] * cout,
+                         0, wt)
+        bi = self._bias(f"{self.name}.conv{len(self.ops)}.b", x, ws, cout)
+        oh, ow = _out_hw(h, w, k, stride, padding, dilation)
+        y = self.act(f"{self.name}.conv{len(self.ops)}.out", (n, oh, ow, cout),
+                     scale=self._out_scale(x, ws, k[0] * k[1] * cin))
+        self.ops.append(_Op(CONV_2D, [x, wi, bi], [y], OPT_CONV,
+                            {0: ("b", padding), 1: ("i", stride[1]), 2: ("i", stride[0]),
+                             3: ("b", act), 4: ("i", dilation[1]), 5: ("i", dilation[0])}, 3))
+        return y
+
+    def depthwise(self, x: int, k=(3, 3), stride=(1, 1), padding=SAME, act=NONE,
+                  multiplier: int = 1) -> int:
+        n, h, w, cin = self.shape_of(x)
+        cout = cin * multiplier
+        wt, ws = self._weights((1, k[0], k[1], cout), 3)
+        wi = self.tensor(f"{self.name}.dw{len(self.ops)}.w", wt.shape, INT8, ws, [0] * cout,
+                         3, wt)
+        bi = self._bias(f"{self.name}.dw{len(self.ops)}.b", x, ws, cout)
+        oh, ow = _out_hw(h, w, k, stride, padding)
+        y = self.act(f"{self.name}.dw{len(self.ops)}.out", (n, oh, ow, cout),
+                     scale=self._out_scale(x, ws, k[0] * k[1]))
+        self.ops.append(_Op(DEPTHWISE_CONV_2D, [x, wi, bi], [y], OPT_DW,
+                            {0: ("b", padding), 1: ("i", stride[1]), 2: ("i", stride[0]),
+                             3: ("i", multiplier), 4: ("b", act), 5: ("i", 1), 6: ("i", 1)}, 3))
+        return y
+
+    def pool(self, x: int, kind: int, k=(2, 2), stride=(2, 2), padding=VALID,
+             act=NONE) -> int:
+        n, h, w, c = self.shape_of(x)
+        oh, ow = _out_hw(h, w, k, stride, padding)
+        t = self.tensors[x]
+        # TFLite's int8/int16 pooling kernels require the output quantization of the input
+        y = self.tensor(f"{self.name}.pool{len(self.ops)}.out", (n, oh, ow, c), t.type,
+                        t.scale, t.zero_point)
+        self.ops.append(_Op(kind, [x], [y], OPT_POOL,
+                            {0: ("b", padding), 1: ("i", stride[1]), 2: ("i", stride[0]),
+                             3: ("i", k[1]), 4: ("i", k[0]), 5: ("b", act)}, 2))
+        return y
+
+    def binary(self, kind: int, a: int, b: int, act=NONE) -> int:
+        t = self.tensors[a]
+        sa, sb = self.scale_of(a), self.scale_of(b)
+        scale = (sa + sb) * 1.1 if kind == ADD else sa * sb * 96.0
+        y = self.act(f"{self.name}.{'add' if kind == ADD else 'mul'}{len(self.ops)}.out",
+                     t.shape, t.type, scale=scale)
+        self.ops.append(_Op(kind, [a, b], [y], OPT_ADD if kind == ADD else OPT_MUL,
+                            {0: ("b", act)}, 2 if t.type == INT8 else 3))
+        return y
+
+    def fully_connected(self, x: int, units: int, act=NONE) -> int:
+        shape = self.shape_of(x)
+        cin = shape[-1]
+        wt, ws1 = self._weights((units, cin), 0)
+        ws = np.full(1, ws1[0])
+        wi = self.tensor(f"{self.name}.fc{len(self.ops)}.w", wt.shape, INT8, ws, [0], 0, wt)
+        bi = self._bias(f"{self.name}.fc{len(self.ops)}.b", x, ws, units)
+        self.tensors[bi].scale = self.tensors[bi].scale[:1]  # per-tensor weights: one bias scale
+        self.tensors[bi].zero_point = [0]
+        y = self.act(f"{self.name}.fc{len(self.ops)}.out", shape[:-1] + (units,),
+                     scale=self._out_scale(x, ws, cin))
+        self.ops.append(_Op(FULLY_CONNECTED, [x, wi, bi], [y], OPT_FC,
+                            {0: ("b", act)}, 4))
+        return y
+
+    def reshape(self, x: int, shape) -> int:
+        t = self.tensors[x]
+        s = self.tensor(f"{self.name}.reshape{len(self.ops)}.shape", (len(shape),), INT32,
+                        data=np.asarray(shape))
+        y = self.tensor(f"{self.name}.reshape{len(self.ops)}.out", shape, t.type, t.scale,
+                        t.zero_point)
+        self.ops.append(_Op(RESHAPE, [x, s], [y], OPT_RESHAPE, {}, 1))
+        return y
+
+    def resize_nearest(self, x: int, size) -> int:
+        n, h, w, c = self.shape_of(x)
+        t = self.tensors[x]
+        s = self.tensor(f"{self.name}.resize{len(self.ops)}.size", (2,), INT32,
+                        data=np.asarray(size))
+        y = self.tensor(f"{self.name}.resize{len(self.ops)}.out", (n, size[0], size[1], c),
+                        t.type, t.scale, t.zero_point)
+        self.ops.append(_Op(RESIZE_NEAREST_NEIGHBOR, [x, s], [y], OPT_RESIZE_NN,
+                            {0: ("bool", 0), 1: ("bool", 0)}, 3))
+        return y
+
+    def output(self, t: int) -> None:
+        self.outputs.append(t)
+
+    # -- serialisation ------------------------------------------------------------------------
+    def to_tflite(self) -> bytes:
+        return _serialise(self)
+
+
+def _out_hw(h: int, w: int, k, stride, padding, dilation=(1, 1)) -> tuple[int, int]:
+    ek = ((k[0] - 1) * dilation[0] + 1, (k[1] - 1) * dilation[1] + 1)
+    if padding == SAME:
+        return -(-h // stride[0]), -(-w // stride[1])
+    return (h - ek[0]) // stride[0] + 1, (w - ek[1]) // stride[1] + 1
+
+
+def _serialise(g: Graph) -> bytes:
+    try:
+        import flatbuffers
+    except ImportError as e:  # pragma: no cover - the test extra installs it
+        raise RuntimeError("writing TFLite models needs the 'flatbuffers' package "
+                           "(pip install flatbuffers)") from e
+    b = flatbuffers.Builder(4096)
+    b.ForceDefaults(True)  # write every field given, also when it equals the schema default
+
+    def ivec(values, kind: str = "i") -> int:
+        prepend = {"i": b.PrependInt32, "f": b.PrependFloat32, "l": b.PrependInt64}[kind]
+        size = {"i": 4, "f": 4, "l": 8}[kind]
+        b.StartVector(size, len(values), size)
+        for v in reversed(list(values)):
+            prepend(v)
+        return b.EndVector()
+
+    def ovec(offsets) -> int:
+        b.StartVector(4, len(offsets), 4)
+        for o in reversed(offsets):
+            b.PrependUOffsetTRelative(o)
+        return b.EndVector()
+
+    # buffers: 0 is the empty sentinel TFLite reserves; one per constant tensor
+    buffer_data: list[bytes | None] = [None]
+    tensor_buffer = []
+    for t in g.tensors:
+        if t.data is None:
+            tensor_buffer.append(0)
+        else:
+            buffer_data.append(t.data)
+            tensor_buffer.append(len(buffer_data) - 1)
+    buffers = []
+    for data in buffer_data:
+        d = None
+        if data is not None:
+            b.StartVector(1, len(data), 16)  # 16-byte alignment for the constant data
+            b.head = b.head - len(data)
+            b.Bytes[b.head:b.head + len(data)] = data
+            d = b.EndVector()
+        b.StartObject(3)  # Buffer: data 0, offset 1, size 2
+        if d is not None:
+            b.PrependUOffsetTRelativeSlot(0, d, 0)
+        buffers.append(b.EndObject())
+
+    tensors = []
+    for t, buf in zip(g.tensors, tensor_buffer):
+        name = b.CreateString(t.name)
+        shape = ivec(t.shape)
+        q = None
+        if t.scale is not None:
+            sc = ivec(t.scale, "f")
+            zp = ivec(t.zero_point, "l")
+            b.StartObject(7)  # QuantizationParameters: min max scale zero_point ... axis 6
+            b.PrependUOffsetTRelativeSlot(2, sc, 0)
+            b.PrependUOffsetTRelativeSlot(3, zp, 0)
+            b.PrependInt32Slot(6, t.axis, 0)
+            q = b.EndObject()
+        b.StartObject(8)  # Tensor: shape 0, type 1, buffer 2, name 3, quantization 4
+        b.PrependUOffsetTRelativeSlot(0, shape, 0)
+        b.PrependInt8Slot(1, t.type, 0)
+        b.PrependUint32Slot(2, buf, 0)
+        b.PrependUOffsetTRelativeSlot(3, name, 0)
+        if q is not None:
+            b.PrependUOffsetTRelativeSlot(4, q, 0)
+        tensors.append(b.EndObject())
+
+    codes: list[tuple[int, int]] = []
+    ops = []
+    for op in g.ops:
+        key = (op.code, op.version)
+        if key not in codes:
+            codes.append(key)
+        ins, outs = ivec(op.inputs), ivec(op.outputs)
+        opts = None
+        if op.options_type:
+            b.StartObject(max(op.options, default=0) + 1)
+            for slot, (kind, v) in sorted(op.options.items()):
+                if kind == "b":
+                    b.PrependInt8Slot(slot, v, 0)
+                elif kind == "bool":
+                    b.PrependBoolSlot(slot, bool(v), False)
+                else:
+                    b.PrependInt32Slot(slot, v, 0)
+            opts = b.EndObject()
+        b.StartObject(5)  # Operator: opcode_index 0, inputs 1, outputs 2, options type 3, opts 4
+        b.PrependUint32Slot(0, codes.index(key), 0)
+        b.PrependUOffsetTRelativeSlot(1, ins, 0)
+        b.PrependUOffsetTRelativeSlot(2, outs, 0)
+        if opts is not None:
+            b.PrependUint8Slot(3, op.options_type, 0)
+            b.PrependUOffsetTRelativeSlot(4, opts, 0)
+        ops.append(b.EndObject())
+
+    sg_name = b.CreateString(g.name)
+    tv, iv, outv, opv = ovec(tensors), ivec(g.inputs), ivec(g.outputs), ovec(ops)
+    b.StartObject(5)  # SubGraph: tensors 0, inputs 1, outputs 2, operators 3, name 4
+    b.PrependUOffsetTRelativeSlot(0, tv, 0)
+    b.PrependUOffsetTRelativeSlot(1, iv, 0)
+    b.PrependUOffsetTRelativeSlot(2, outv, 0)
+    b.PrependUOffsetTRelativeSlot(3, opv, 0)
+    b.PrependUOffsetTRelativeSlot(4, sg_name, 0)
+    subgraph = b.EndObject()
+
+    code_offs = []
+    for code, version in codes:
+        b.StartObject(4)  # OperatorCode: deprecated_builtin_code 0, custom 1, version 2, code 3
+        b.PrependInt8Slot(0, min(code, 127), 0)
+        b.PrependInt32Slot(2, version, 1)
+        b.PrependInt32Slot(3, code, 0)
+        code_offs.append(b.EndObject())
+    cv, sv, bv = ovec(code_offs), ovec([subgraph]), ovec(buffers)
+    desc = b.CreateString("accelstub ethosu85_models")
+    b.StartObject(5)  # Model: version 0, operator_codes 1, subgraphs 2, description 3, buffers 4
+    b.PrependUint32Slot(0, 3, 0)
+    b.PrependUOffsetTRelativeSlot(1, cv, 0)
+    b.PrependUOffsetTRelativeSlot(2, sv, 0)
+    b.PrependUOffsetTRelativeSlot(3, desc, 0)
+    b.PrependUOffsetTRelativeSlot(4, bv, 0)
+    model = b.EndObject()
+    b.Finish(model, file_identifier=b"TFL3")
+    return bytes(b.Output())
+
+
+# --- the models ---------------------------------------------------------------------------------
+
+def _conv(g: Graph) -> None:
+    x = g.input("input", (1, 8, 8, 3))
+    g.output(g.conv(x, 8, (3, 3), (1, 1), SAME, RELU))
+
+
+def _depthwise(g: Graph) -> None:
+    x = g.input("input", (1, 9, 9, 8))
+    g.output(g.depthwise(x, (3, 3), (2, 2), SAME))
+
+
+def _max_pool(g: Graph) -> None:
+    x = g.input("input", (1, 8, 8, 8))
+    g.output(g.pool(x, MAX_POOL_2D, (2, 2), (2, 2), VALID))
+
+
+def _avg_pool(g: Graph) -> None:
+    x = g.input("input", (1, 7, 7, 8))
+    g.output(g.pool(x, AVERAGE_POOL_2D, (3, 3), (2, 2), VALID))
+
+
+def _add(g: Graph) -> None:
+    a = g.input("a", (1, 4, 4, 8))
+    b = g.input("b", (1, 4, 4, 8))
+    g.output(g.binary(ADD, a, b))
+
+
+def _mul(g: Graph) -> None:
+    a = g.input("a", (1, 4, 4, 8))
+    b = g.input("b", (1, 4, 4, 8))
+    g.output(g.binary(MUL, a, b))
+
+
+def _fully_connected(g: Graph) -> None:
+    x = g.input("input", (1, 32))
+    g.output(g.fully_connected(x, 16))
+
+
+def _small_cnn(g: Graph) -> None:
+    x = g.input("input", (1, 12, 12, 3))
+    y = g.conv(x, 8, (3, 3), (1, 1), SAME, RELU)
+    y = g.pool(y, MAX_POOL_2D, (2, 2), (2, 2), VALID)
+    y = g.depthwise(y, (3, 3), (1, 1), SAME, RELU)
+    y = g.conv(y, 4, (1, 1), (1, 1), VALID)
+    y = g.reshape(y, (1, 6 * 6 * 4))
+    y = g.fully_connected(y, 10)
+    g.tensors[y].scale = [g.tensors[y].scale[0] / 8]  # the 1x1 conv output is not uniform
+    g.output(y)
+
+
+def _add_int16(g: Graph) -> None:
+    a = g.input("a", (1, 4, 4, 8), INT16)
+    b = g.input("b", (1, 4, 4, 8), INT16)
+    for t in (a, b):  # int16 activations: small scales, zero point 0
+        g.tensors[t].scale = [float(g.rng.uniform(1e-4, 4e-4))]
+    g.output(g.binary(ADD, a, b))
+
+
+def _max_pool_int16(g: Graph) -> None:
+    x = g.input("input", (1, 6, 6, 4), INT16)
+    g.output(g.pool(x, MAX_POOL_2D, (3, 3), (1, 1), SAME))
+
+
+def _resize_nearest(g: Graph) -> None:
+    x = g.input("input", (1, 4, 4, 8))
+    g.output(g.resize_nearest(x, (8, 8)))
+
+
+#: name -> (builder, seed); the seed makes every weight, scale and zero point reproducible
+MODELS = {
+    "conv": (_conv, 1),
+    "depthwise": (_depthwise, 2),
+    "max_pool": (_max_pool, 3),
+    "avg_pool": (_avg_pool, 4),
+    "add": (_add, 5),
+    "mul": (_mul, 6),
+    "fully_connected": (_fully_connected, 7),
+    "small_cnn": (_small_cnn, 8),
+    "add_int16": (_add_int16, 9),
+    "max_pool_int16": (_max_pool_int16, 10),
+    "resize_nearest": (_resize_nearest, 11),
+}
+
+
+def build(name: str) -> bytes:
+    """The .tflite bytes of one model (same bytes on every call and machine)."""
+    try:
+        fn, seed = MODELS[name]
+    except KeyError:
+        raise KeyError(f"unknown model {name!r}; known: {', '.join(MODELS)}") from None
+    g = Graph(name, seed)
+    fn(g)
+    return g.to_tflite()
+
+
+def sample_inputs(model: bytes | str, seed: int = 1234) -> list[np.ndarray]:
+    """Deterministic random inputs for a model (built with :func:`build` or any model whose
+    graph inputs are int8/int16), full range of the input type."""
+    data = build(model) if isinstance(model, str) else model
+    from .ethosu85_vela import read_tflite  # the project's own flatbuffer reader
+    m = read_tflite(data)
+    rng = np.random.default_rng(seed)
+    out = []
+    for t in m.graph_inputs():
+        info = np.iinfo(t.dtype)
+        out.append(rng.integers(info.min, info.max + 1, size=t.shape).astype(t.dtype))
+    return out
+
+
+def write_models(outdir: str | Path, names=None) -> list[Path]:
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name in names or MODELS:
+        p = outdir / f"{name}.tflite"
+        p.write_bytes(build(name))
+        paths.append(p)
+    return paths
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m accelstub.devices.ethosu85_models",
+                                 description="Write the project's small int8/int16 TFLite "
+                                 "models (input to Vela) into OUTDIR.")
+    ap.add_argument("outdir")
+    ap.add_argument("names", nargs="*", help=f"models (default all): {', '.join(MODELS)}")
+    args = ap.parse_args(argv)
+    for p in write_models(args.outdir, args.names or None):
+        print(p)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,679 @@
+"""Import Vela's output for the Ethos-U85 and place it in the device as the driver stack does.
+
+What users bring (DESIGN.md, "Programs"): Vela's ``*_vela.tflite`` or its ``--output-format raw``
+``*_vela.npz``, plus an input tensor. Both carry the same parts (public facts from Vela 5.2's
+``rawdata_writer.py`` / ``tflite_writer.py``, TFLM's ``kernels/ethos_u/ethosu.cc`` and the
+Ethos-U core driver's ``ethosu_driver.c``):
+
+* the *custom operator payload* ("COP1"): 32-bit little-endian words, the fourcc ``COP1``, then
+  driver actions ``tag = command | reserved << 8 | param << 16``: OPTIMIZER_CONFIG (1; two
+  more words: the CONFIG and ID register values the stream was compiled for), COMMAND_STREAM
+  (2; length in words = reserved << 16 | param, the NPU command words follow), NOP (5). Vela pads
+  with NOPs so the command words start 16-byte aligned, and the driver refuses a stream or a
+  base address that is not 16-byte aligned;
+* the read-only "flash" tensor (weight and scale streams, DMA sources), region 0;
+* the scratch tensor (the TFLM arena part the NPU uses; its size only), region 1, which also
+  holds the graph's input and output tensors at offsets Vela chose; in a ``_vela.tflite`` they
+  are the ``OfflineMemoryAllocation`` metadata (int32 words: version, subgraph count, tensor
+  count, then one arena offset per tensor, -1 = not planned), in the .npz ``input_offset`` /
+  ``output_offset`` with their ``*_region``;
+* the scratch-fast tensor (size only), region 2: the driver replaces its address by the
+  platform's fast memory (``FAST_MEMORY_BASE_ADDR_INDEX 2``).
+
+The ethos-u custom operator's inputs are [command stream, flash, scratch, scratch_fast,
+ifm...], its outputs [ofm...]; TFLM gives the driver base addresses in that order without the
+command stream: BASEP0 = flash, BASEP1 = arena, BASEP2 = fast scratch, BASEP3.. = each IFM then
+each OFM (at most 8). The driver soft-resets the NPU, programs MEM_ATTR/QCONFIG/REGIONCFG with
+its U85 defaults (MEM_ATTR0/1 SRAM port, MEM_ATTR2/3 EXT port; QCONFIG 2; REGIONCFG region0 3,
+region1 0, regions 2-7 1: flash and command stream over the EXT port, arena over SRAM), writes
+BASEPn, QBASE, QSIZE and CMD.transition_to_running_state.
+
+Memory placement here (a Corstone-style system): the whole payload then the flash tensor in the
+``dram`` window ("flash"), the arena at the start of ``sram`` and the fast scratch after it.
+After :func:`load_vela_program` the NPU is running and sits halted before its first command,
+like every program the debugger holds; :func:`run_vela_program` runs it to the end and
+:func:`read_output` reads an output tensor back.
+"""
+from __future__ import annotations
+
+import struct
+import threading
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .errors import DeviceError
+
+
+class VelaImportError(ValueError):
+    """A Vela output file that cannot be run: the message names the file and what is wrong."""
+
+
+# --- a minimal, bounds-checked FlatBuffers reader (TFLite schema) ------------------------------
+
+class _Table:
+    __slots__ = ("buf", "pos", "vt", "vtlen")
+
+    def __init__(self, buf: bytes, pos: int) -> None:
+        self.buf, self.pos = buf, pos
+        self.vt = pos - struct.unpack_from("<i", buf, pos)[0]
+        self.vtlen = struct.unpack_from("<H", buf, self.vt)[0]
+
+    def _off(self, slot: int) -> int:
+        o = 4 + 2 * slot
+        return struct.unpack_from("<H", self.buf, self.vt + o)[0] if o < self.vtlen else 0
+
+    def scalar(self, slot: int, fmt: str, default=0):
+        o = self._off(slot)
+        return struct.unpack_from("<" + fmt, self.buf, self.pos + o)[0] if o else default
+
+    def _ref(self, slot: int) -> int | None:
+        o = self._off(slot)
+        if not o:
+            return None
+        p = self.pos + o
+        return p + struct.unpack_from("<I", self.buf, p)[0]
+
+    def table(self, slot: int) -> "_Table | None":
+        p = self._ref(slot)
+        return None if p is None else _Table(self.buf, p)
+
+    def _vector(self, slot: int) -> tuple[int, int]:
+        p = self._ref(slot)
+        if p is None:
+            return 0, 0
+        return p + 4, struct.unpack_from("<I", self.buf, p)[0]
+
+    def tables(self, slot: int) -> list["_Table"]:
+        start, n = self._vector(slot)
+        out = []
+        for i in range(n):
+            p = start + 4 * i
+            out.append(_Table(self.buf, p + struct.unpack_from("<I", self.buf, p)[0]))
+        return out
+
+    def array(self, slot: int, dtype: str) -> np.ndarray:
+        start, n = self._vector(slot)
+        return np.frombuffer(self.buf, dtype=dtype, count=n, offset=start) if n else \
+            np.zeros(0, dtype=dtype)
+
+    def bytes(self, slot: int) -> bytes:
+        start, n = self._vector(slot)
+        if start + n > len(self.buf):
+            raise IndexError("vector runs past the end of the file")
+        return bytes(self.buf[start:start + n])
+
+    def string(self, slot: int) -> str:
+        return self.bytes(slot).decode("utf-8", "replace")
+
+
+#: TFLite TensorType -> numpy dtype (schema.fbs)
+TFLITE_DTYPES = {0: np.float32, 1: np.float16, 2: np.int32, 3: np.uint8, 4: np.int64, 6: np.bool_,
+                 7: np.int16, 9: np.int8, 10: np.float64, 12: np.uint64, 15: np.uint32,
+                 16: np.uint16}
+
+
+@dataclass
+class TFLiteTensor:
+    name: str
+    shape: tuple[int, ...]
+    type: int
+    buffer: int
+    scale: np.ndarray
+    zero_point: np.ndarray
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.dtype(TFLITE_DTYPES.get(self.type, np.uint8))
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+@dataclass
+class TFLiteOperator:
+    opcode: int
+    builtin_code: int
+    custom_code: str
+    inputs: list[int]
+    outputs: list[int]
+
+
+@dataclass
+class TFLiteModel:
+    tensors: list[TFLiteTensor]
+    operators: list[TFLiteOperator]
+    inputs: list[int]
+    outputs: list[int]
+    buffers: list[bytes]
+    metadata: dict[str, bytes]
+    subgraph_count: int
+
+    def graph_inputs(self) -> list[TFLiteTensor]:
+        return [self.tensors[i] for i in self.inputs]
+
+    def graph_outputs(self) -> list[TFLiteTensor]:
+        return [self.tensors[i] for i in self.outputs]
+
+
+def read_tflite(data: bytes, name: str = "model") -> TFLiteModel:
+    """Parse the parts of a TFLite flatbuffer this project uses (subgraph 0)."""
+    if len(data) < 8 or data[4:8] != b"TFL3":
+        raise VelaImportError(f"{name}: not a TFLite flatbuffer (no 'TFL3' identifier)")
+    try:
+        model = _Table(data, struct.unpack_from("<I", data, 0)[0])
+        buffers = []
+        for b in model.tables(4):  # Buffer: data 0, offset 1, size 2
+            off, size = b.scalar(1, "Q"), b.scalar(2, "Q")
+            if off > 1:  # large models keep buffer data after the flatbuffer
+                if off + size > len(data):
+                    raise IndexError("buffer data runs past the end of the file")
+                buffers.append(bytes(data[off:off + size]))
+            else:
+                buffers.append(b.bytes(0))
+        codes = []
+        for c in model.tables(1):  # OperatorCode: deprecated 0, custom 1, version 2, builtin 3
+            codes.append((max(c.scalar(0, "b"), c.scalar(3, "i")), c.string(1)))
+        metadata = {}
+        for m in model.tables(6):  # Metadata: name 0, buffer 1
+            idx = m.scalar(1, "I")
+            metadata[m.string(0)] = buffers[idx] if idx < len(buffers) else b""
+        subgraphs = model.tables(2)
+        if not subgraphs:
+            raise VelaImportError(f"{name}: the model has no subgraph")
+        sg = subgraphs[0]
+        tensors = []
+        for t in sg.tables(0):  # Tensor: shape 0, type 1, buffer 2, name 3, quantization 4
+            q = t.table(4)
+            tensors.append(TFLiteTensor(
+                t.string(3), tuple(int(d) for d in t.array(0, "<i4")), t.scalar(1, "b"),
+                t.scalar(2, "I"),
+                q.array(2, "<f4") if q else np.zeros(0, np.float32),
+                q.array(3, "<i8") if q else np.zeros(0, np.int64)))
+        ops = []
+        for o in sg.tables(3):  # Operator: opcode_index 0, inputs 1, outputs 2
+            idx = o.scalar(0, "I")
+            builtin, custom = codes[idx] if idx < len(codes) else (-1, "")
+            ops.append(TFLiteOperator(idx, builtin, custom, o.array(1, "<i4").tolist(),
+                                      o.array(2, "<i4").tolist()))
+        return TFLiteModel(tensors, ops, sg.array(1, "<i4").tolist(), sg.array(2, "<i4").tolist(),
+                           buffers, metadata, len(subgraphs))
+    except (struct.error, IndexError, ValueError) as e:
+        if isinstance(e, VelaImportError):
+            raise
+        raise VelaImportError(f"{name}: corrupt TFLite flatbuffer ({e})") from None
+
+
+# --- the program ------------------------------------------------------------------------------
+
+DA_OPTIMIZER_CONFIG, DA_COMMAND_STREAM, DA_NOP = 1, 2, 5  # driver actions (ethosu_driver.c)
+COP1 = 0x31504F43  # "COP1", Custom Operator Payload 1
+REGION_FLASH, REGION_SCRATCH, REGION_FAST = 0, 1, 2
+ALIGN = 16  # the driver's MASK_16_BYTE_ALIGN for the command stream and every base address
+
+
+@dataclass
+class TensorSlot:
+    """A graph input or output: where it lives (region + offset) and what it holds."""
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    region: int
+    offset: int
+    address: int = 0  # set by load_vela_program
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+@dataclass
+class VelaProgram:
+    path: str
+    kind: str  # "tflite" or "npz"
+    payload: bytes  # the whole COP1 custom operator payload
+    command_offset: int  # byte offset of the NPU command words in payload
+    command_words: int
+    config: tuple[int, int] | None  # OPTIMIZER_CONFIG: (CONFIG, ID) the stream was built for
+    flash: bytes  # read-only tensor (region 0)
+    scratch_size: int
+    scratch_fast_size: int
+    inputs: list[TensorSlot]
+    outputs: list[TensorSlot]
+    regions: dict[str, int] = field(default_factory=lambda: {
+        "flash": REGION_FLASH, "scratch": REGION_SCRATCH, "scratch_fast": REGION_FAST})
+    # placement (set by load_vela_program)
+    qbase: int = 0
+    basep: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def command_stream(self) -> bytes:
+        return self.payload[self.command_offset:self.command_offset + 4 * self.command_words]
+
+    def summary(self) -> str:
+        ins = ", ".join(f"{t.name} {'x'.join(map(str, t.shape))} {t.dtype}" for t in self.inputs)
+        outs = ", ".join(f"{t.name} {'x'.join(map(str, t.shape))} {t.dtype}"
+                         for t in self.outputs)
+        return (f"{Path(self.path).name}: Vela {self.kind}, {self.command_words} command words, "
+                f"{len(self.flash)} B flash, {self.scratch_size} B arena, "
+                f"{self.scratch_fast_size} B fast scratch; in: {ins}; out: {outs}")
+
+
+def parse_payload(payload: bytes, where: str) -> tuple[int, int, tuple[int, int] | None]:
+    """(byte offset of the command words, their count, OPTIMIZER_CONFIG (config, id) or None)
+    of a COP1 payload, walked as the core driver's ethosu_invoke does."""
+    if len(payload) < 4 or len(payload) % 4:
+        raise VelaImportError(f"{where}: custom operator payload of {len(payload)} bytes "
+                              "(must be a non-empty multiple of 4)")
+    words = np.frombuffer(payload, dtype="<u4")
+    if int(words[0]) != COP1:
+        raise VelaImportError(f"{where}: custom operator payload does not start with 'COP1' "
+                              f"(first word {int(words[0]):#010x})")
+    i, config, stream = 1, None, None
+    while i < len(words):
+        tag = int(words[i])
+        action, reserved, param = tag & 0xFF, (tag >> 8) & 0xFF, tag >> 16
+        if action == DA_OPTIMIZER_CONFIG:
+            if i + 3 > len(words):
+                raise VelaImportError(f"{where}: truncated OPTIMIZER_CONFIG record at word {i}")
+            config = (int(words[i + 1]), int(words[i + 2]))
+            i += 3
+        elif action == DA_COMMAND_STREAM:
+            n = reserved << 16 | param
+            if i + 1 + n > len(words):
+                raise VelaImportError(f"{where}: COMMAND_STREAM record at word {i} says {n} "
+                                      f"words but only {len(words) - i - 1} follow")
+            if stream is not None:  # Vela writes one command stream per operator
+                raise VelaImportError(f"{where}: more than one COMMAND_STREAM record")
+            stream = (4 * (i + 1), n)
+            i += 1 + n
+        elif action == DA_NOP:
+            i += 1
+        else:
+            raise VelaImportError(f"{where}: unsupported driver action {action} at word {i} "
+                                  f"(tag {tag:#010x})")
+    if stream is None:
+        raise VelaImportError(f"{where}: the payload has no COMMAND_STREAM record")
+    if stream[0] % ALIGN:
+        raise VelaImportError(f"{where}: command stream at payload offset {stream[0]:#x} is not "
+                              "16-byte aligned (the driver refuses it)")
+    return stream[0], stream[1], config
+
+
+def _from_tflite(path: Path, data: bytes) -> VelaProgram:
+    m = read_tflite(data, str(path))
+    npu = [i for i, op in enumerate(m.operators) if op.custom_code == "ethos-u"]
+    if not npu:
+        raise VelaImportError(f"{path}: no 'ethos-u' custom operator: this is not Vela's "
+                              "output (compile it with vela first)")
+    others = [(i, op) for i, op in enumerate(m.operators) if op.custom_code != "ethos-u"]
+    if others:
+        i, op = others[0]
+        what = op.custom_code or f"builtin operator {op.builtin_code}"
+        raise VelaImportError(f"{path}: operator {i} ({what}) runs on the CPU; only models that "
+                              f"Vela mapped entirely to the NPU can run here")
+    if len(npu) > 1:
+        raise VelaImportError(f"{path}: {len(npu)} ethos-u operators; one is supported")
+    op = m.operators[npu[0]]
+    if len(op.inputs) < 4:
+        raise VelaImportError(f"{path}: the ethos-u operator has {len(op.inputs)} inputs, "
+                              "Vela writes at least 4 (command stream, flash, scratch, "
+                              "scratch_fast)")
+    cms, flash, scratch, fast = (m.tensors[t] for t in op.inputs[:4])
+
+    def buf(t: TFLiteTensor) -> bytes:
+        return m.buffers[t.buffer] if t.buffer < len(m.buffers) else b""
+
+    payload = buf(cms)
+    offset, n, config = parse_payload(payload, f"{path}: tensor '{cms.name}'")
+    plan = m.metadata.get("OfflineMemoryAllocation")
+    if plan is None:
+        raise VelaImportError(f"{path}: no OfflineMemoryAllocation metadata (Vela writes the "
+                              "arena offsets of the input and output tensors there)")
+    pw = np.frombuffer(plan[:len(plan) // 4 * 4], dtype="<i4")
+    if len(pw) < 3 or len(pw) < 3 + int(pw[2]):
+        raise VelaImportError(f"{path}: OfflineMemoryAllocation metadata is truncated")
+    offsets = pw[3:3 + int(pw[2])]
+
+    def slot(t: int) -> TensorSlot:
+        tt = m.tensors[t]
+        if t >= len(offsets) or offsets[t] < 0:
+            raise VelaImportError(f"{path}: tensor '{tt.name}' has no arena offset in the "
+                                  "OfflineMemoryAllocation metadata")
+        if tt.type not in TFLITE_DTYPES:
+            raise VelaImportError(f"{path}: tensor '{tt.name}' has unsupported type {tt.type}")
+        return TensorSlot(tt.name, tt.shape, tt.dtype, REGION_SCRATCH, int(offsets[t]))
+
+    if sorted(m.inputs) != sorted(op.inputs[4:]) or sorted(m.outputs) != sorted(op.outputs):
+        raise VelaImportError(f"{path}: the graph's inputs/outputs are not those of the ethos-u "
+                              "operator")
+    return VelaProgram(str(path), "tflite", payload, offset, n, config, buf(flash),
+                       int(np.prod(scratch.shape)) if scratch.shape else 0,
+                       int(np.prod(fast.shape)) if fast.shape else 0,
+                       [slot(t) for t in m.inputs], [slot(t) for t in m.outputs])
+
+
+_NPZ_DTYPES = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
+
+
+def _from_npz(path: Path) -> VelaProgram:
+    try:
+        z = np.load(path, allow_pickle=False)  # never unpickle a user's file
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        raise VelaImportError(f"{path}: not a readable .npz archive ({e})") from None
+    need = ("cmd_data", "weight_data", "weight_region", "scratch_size", "scratch_region",
+            "scratch_fast_size", "scratch_fast_region", "input_shape", "input_elem_size",
+            "input_region", "input_offset", "output_shape", "output_elem_size",
+            "output_region", "output_offset")
+    with z:
+        missing = [k for k in need if k not in z.files]
+        if missing:
+            raise VelaImportError(f"{path}: not Vela's raw output: missing {', '.join(missing)}")
+        try:
+            v = {k: z[k] for k in need}
+        except ValueError as e:
+            raise VelaImportError(f"{path}: unreadable entry ({e})") from None
+
+    def raw(a: np.ndarray) -> bytes:
+        return a.tobytes() if a.dtype.kind != "S" else bytes(a.item() if a.ndim == 0 else
+                                                            b"".join(a.tolist()))
+
+    payload = raw(v["cmd_data"])
+    offset, n, config = parse_payload(payload, f"{path}: cmd_data")
+    regions = {"flash": int(v["weight_region"]), "scratch": int(v["scratch_region"]),
+               "scratch_fast": int(v["scratch_fast_region"])}
+
+    def slots(kind: str) -> list[TensorSlot]:
+        shapes, sizes = v[f"{kind}_shape"], v[f"{kind}_elem_size"]
+        regs, offs = v[f"{kind}_region"], v[f"{kind}_offset"]
+        out = []
+        for i in range(len(sizes)):
+            es_ = int(sizes[i])
+            if es_ not in _NPZ_DTYPES:
+                raise VelaImportError(f"{path}: {kind} {i} has element size {es_}")
+            shape = tuple(int(d) for d in shapes[i])
+            while len(shape) > 4 and shape[0] == 1:  # Vela pads shapes to 6-D
+                shape = shape[1:]
+            out.append(TensorSlot(f"{kind}{i}", shape, np.dtype(_NPZ_DTYPES[es_]), int(regs[i]),
+                                  int(offs[i])))
+        return out
+
+    return VelaProgram(str(path), "npz", payload, offset, n, config, raw(v["weight_data"]),
+                       int(v["scratch_size"]), int(v["scratch_fast_size"]), slots("input"),
+                       slots("output"), regions)
+
+
+def read_vela(path: str | Path) -> VelaProgram:
+    """Parse a ``*_vela.tflite`` or Vela raw ``.npz`` (chosen by content)."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise VelaImportError(f"{path}: cannot read: {e.strerror or e}") from None
+    if data[:4] == b"PK\x03\x04":
+        return _from_npz(path)
+    if data[4:8] == b"TFL3":
+        return _from_tflite(path, data)
+    raise VelaImportError(f"{path}: neither a Vela .tflite (TFL3 flatbuffer) nor a Vela raw "
+                          ".npz (zip archive)")
+
+
+# --- placing it in the device -------------------------------------------------------------------
+
+def _align(v: int, a: int = 256) -> int:
+    return (v + a - 1) // a * a
+
+
+def _window(device, name: str):
+    for r in device.description.regions:
+        if r.name == name:
+            return r
+    raise DeviceError(f"{device.name}: no '{name}' memory window in the description")
+
+
+def _w(device, name: str, value: int) -> None:
+    device.write(device.description.register(name).address,
+                 (value & 0xFFFFFFFF).to_bytes(4, "little"))
+
+
+def _r(device, name: str) -> int:
+    return int.from_bytes(device.read(device.description.register(name).address, 4), "little")
+
+
+def _check_config(device, prog: VelaProgram) -> None:
+    """The core driver refuses a payload compiled for another NPU configuration
+    (verify_optimizer_config): compare the fields this NPU reports in CONFIG and ID."""
+    if prog.config is None:
+        return
+    cfg, ident = prog.config
+    hw_cfg, hw_id = _r(device, "CONFIG"), _r(device, "ID")
+    checks = [("macs_per_cc (log2 MACs/cycle)", cfg & 0xF, hw_cfg & 0xF),
+              ("cmd_stream_version", (cfg >> 4) & 0xF, (hw_cfg >> 4) & 0xF),
+              ("product", cfg >> 28, hw_cfg >> 28),
+              ("arch_major_rev", ident >> 28, hw_id >> 28)]
+    for what, want, have in checks:
+        if want != have:
+            raise VelaImportError(
+                f"{prog.path}: compiled for an NPU with {what} {want}, this {device.name} has "
+                f"{have} (CONFIG {hw_cfg:#010x}; compile with --accelerator-config "
+                f"ethos-u85-{1 << (hw_cfg & 0xF)})")
+
+
+def _inputs(prog: VelaProgram, inputs) -> list[np.ndarray]:
+    if inputs is None:
+        return [np.zeros(t.shape, t.dtype) for t in prog.inputs]
+    if isinstance(inputs, np.ndarray) or np.isscalar(inputs):
+        inputs = [inputs]
+    inputs = list(inputs)
+    if len(inputs) != len(prog.inputs):
+        raise VelaImportError(f"{prog.path}: the model has {len(prog.inputs)} input(s), "
+                              f"{len(inputs)} given")
+    out = []
+    for t, x in zip(prog.inputs, inputs):
+        x = np.asarray(x)
+        if x.size != int(np.prod(t.shape)):
+            raise VelaImportError(f"{prog.path}: input '{t.name}' is {t.shape} {t.dtype}, the "
+                                  f"given array has shape {x.shape}")
+        if x.dtype != t.dtype:
+            info = np.iinfo(t.dtype) if t.dtype.kind in "iu" else None
+            if x.dtype.kind not in "iu" or info is None or x.size and (
+                    x.min() < info.min or x.max() > info.max):
+                raise VelaImportError(f"{prog.path}: input '{t.name}' is {t.dtype}, the given "
+                                      f"array is {x.dtype} with values it cannot hold")
+            x = x.astype(t.dtype)
+        out.append(np.ascontiguousarray(x).reshape(t.shape))
+    return out
+
+
+def load_vela_program(device, path: str | Path, input=None) -> VelaProgram:
+    """Load Vela's output ``path`` into ``device`` with ``input`` (one array, or one per model
+    input; None = zeros) exactly as the Ethos-U driver stack would, and start the NPU: it then
+    sits halted before its first command. Returns the program (addresses filled in); it is also
+    kept as ``device.vela_program``."""
+    prog = read_vela(path)
+    xs = _inputs(prog, input)
+    sram, dram = _window(device, "sram"), _window(device, "dram")
+    # driver: soft reset, then the U85 defaults of ethosu_config_u85.h (module docstring)
+    _w(device, "CMD", 0x4)
+    _w(device, "RESET", 0x0)
+    for _ in range(100):
+        if not (_r(device, "STATUS") >> 3) & 1:  # STATUS.reset_status
+            break
+    _check_config(device, prog)
+    for i, attr in enumerate((0, 0, 1 << 2, 1 << 2)):  # MEM_ATTR.axi_port: 0 SRAM, 1 EXT
+        _w(device, f"MEM_ATTR{i}", attr)
+    _w(device, "QCONFIG", 2)
+    _w(device, "REGIONCFG", 3 | 0 << 2 | sum(1 << 2 * r for r in range(2, 8)))
+
+    # flash (dram): payload, then the read-only tensor; arena then fast scratch (sram)
+    flash_base = dram.base
+    ro = _align(flash_base + len(prog.payload))
+    if ro + len(prog.flash) > dram.base + dram.size:
+        need = ro - flash_base + len(prog.flash)
+        raise VelaImportError(f"{prog.path}: command stream + flash ({need} B) do not fit in "
+                              f"{device.name}'s {dram.name} window ({dram.size} B)")
+    arena = sram.base
+    fast = _align(arena + max(prog.scratch_size, 1))
+    end = fast + prog.scratch_fast_size
+    bases = {prog.regions["flash"]: ro, prog.regions["scratch"]: arena,
+             prog.regions["scratch_fast"]: fast}
+    sizes = {prog.regions["flash"]: len(prog.flash), prog.regions["scratch"]: prog.scratch_size,
+             prog.regions["scratch_fast"]: prog.scratch_fast_size}
+    for t in prog.inputs + prog.outputs:
+        if t.region not in bases:
+            raise VelaImportError(f"{prog.path}: tensor '{t.name}' is in region {t.region}, not "
+                                  f"one of the flash/scratch/scratch_fast regions")
+        if t.offset < 0 or t.offset + t.nbytes > max(sizes[t.region], 0):
+            raise VelaImportError(f"{prog.path}: tensor '{t.name}' ({t.nbytes} B at offset "
+                                  f"{t.offset:#x}) lies outside region {t.region} "
+                                  f"({sizes[t.region]} B)")
+        t.address = bases[t.region] + t.offset
+    if end > sram.base + sram.size:
+        raise VelaImportError(f"{prog.path}: arena + fast scratch ({end - arena} B) do not fit "
+                              f"in {device.name}'s {sram.name} window ({sram.size} B)")
+    device.write(flash_base, prog.payload)
+    if prog.flash:
+        device.write(ro, prog.flash)
+    if end > arena:
+        device.write(arena, bytes(end - arena))  # TFLM does not clear it; a clean view here
+    for t, x in zip(prog.inputs, xs):
+        device.write(t.address, x.tobytes())
+
+    # base pointers in TFLM's order: flash, arena, fast scratch, inputs..., outputs... (max 8)
+    order = [bases[prog.regions["flash"]], arena, fast] + [t.address for t in prog.inputs] + \
+        [t.address for t in prog.outputs]
+    prog.basep = {}
+    for i, a in enumerate(order[:8]):
+        _w(device, f"BASEP{i}_LO", a)
+        _w(device, f"BASEP{i}_HI", a >> 32)
+        prog.basep[i] = a
+    if prog.kind == "npz":  # the .npz names its regions: honour them over TFLM's order
+        for r, a in bases.items():
+            _w(device, f"BASEP{r}_LO", a)
+            _w(device, f"BASEP{r}_HI", a >> 32)
+            prog.basep[r] = a
+    prog.qbase = flash_base + prog.command_offset
+    _w(device, "QBASE_LO", prog.qbase)
+    _w(device, "QBASE_HI", prog.qbase >> 32)
+    _w(device, "QSIZE", 4 * prog.command_words)
+    # power/clock Q-channels disabled while the inference runs (ethosu_request_power)
+    _w(device, "CMD", 0x1)  # transition_to_running_state
+    device.vela_program = prog
+    return prog
+
+
+def read_output(device, program: VelaProgram, index: int = 0) -> np.ndarray:
+    """Output tensor ``index`` as the device's memory holds it now (debugger reads)."""
+    try:
+        t = program.outputs[index]
+    except IndexError:
+        raise VelaImportError(f"{program.path}: no output {index} "
+                              f"(the model has {len(program.outputs)})") from None
+    raw = device.read(t.address, t.nbytes)
+    return np.frombuffer(raw, dtype=t.dtype).reshape(t.shape).copy()
+
+
+def run_vela_program(device, program: VelaProgram,
+                     timeout: float | None = None) -> list[np.ndarray]:
+    """Run a loaded program to the end (as the driver waits for the IRQ) and return every
+    output. A fault, an unimplemented operation or a stream that does not end with the NPU
+    stopped raises DeviceError naming the file."""
+    halt = threading.Event()
+    timer = threading.Timer(timeout, halt.set) if timeout else None
+    if timer:
+        timer.start()
+    try:
+        stop = device.run(set(), [], halt)
+    except DeviceError as e:
+        raise DeviceError(f"{program.path}: {e}") from None
+    finally:
+        if timer:
+            timer.cancel()
+    if stop.reason != "done":
+        raise DeviceError(f"{program.path}: the NPU did not finish ({stop.reason}"
+                          f"{': ' + stop.message if stop.message else ''})")
+    status = _r(device, "STATUS")
+    faults = [n for n, b in (("bus_status", 2), ("cmd_parse_error", 4), ("ecc_fault", 8),
+                             ("branch_fault", 9)) if status >> b & 1]
+    if faults:
+        raise DeviceError(f"{program.path}: NPU stopped with {', '.join(faults)} "
+                          f"(STATUS {status:#010x})")
+    return [read_output(device, program, i) for i in range(len(program.outputs))]
+
+
+def load_input(path: str | Path) -> list[np.ndarray]:
+    """The input tensor(s) of ``accelstub run/serve --input``: a .npy (one array) or an .npz
+    (arrays in file order, one per model input). Never unpickles."""
+    path = Path(path)
+    try:
+        obj = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        raise VelaImportError(f"{path}: cannot read the input tensor ({e})") from None
+    if isinstance(obj, np.ndarray):
+        return [obj]
+    try:
+        with obj:
+            return [obj[k] for k in obj.files]
+    except ValueError as e:
+        raise VelaImportError(f"{path}: cannot read the input tensor ({e})") from None
+
+
+def run_vela_file(device, path: str | Path, inputs: Sequence[np.ndarray] | np.ndarray | None,
+                  timeout: float | None = None) -> tuple[VelaProgram, list[np.ndarray]]:
+    """Load and run in one call (what ``accelstub run ethos-u85`` needs)."""
+    prog = load_vela_program(device, path, inputs)
+    return prog, run_vela_program(device, prog, timeout)
+
+
+# --- what the CLI calls -------------------------------------------------------------------------
+
+def load_vela_file(device, path: str | Path, input_path: str | Path | None = None) -> str:
+    """``serve ethos-u85 --program M_vela.tflite [--input X.npy]``: load (input None = zeros)
+    and return the one-line summary. Errors are VelaImportError (a ValueError, which
+    stub/program.py turns into a ProgramError) naming the file."""
+    inputs = load_input(input_path) if input_path is not None else None
+    prog = load_vela_program(device, path, inputs)
+    note = "" if input_path is not None else " (input: zeros, no --input given)"
+    return prog.summary() + note
+
+
+def run_vela_cli(device, path: str | Path, input_path: str | Path | None,
+                 output_path: str | Path | None = None,
+                 expect_path: str | Path | None = None) -> tuple[int, str]:
+    """``run ethos-u85 --program M_vela.tflite --input X.npy [--output Y.npy] [--expect R.npy]``:
+    (exit code, line to print). Exit 0 = ran (and matched --expect), 1 = differs from --expect,
+    2 = bad input or a model fault / unimplemented operation (VelaImportError / DeviceError
+    propagate; the CLI prints them and exits 2)."""
+    import time
+
+    t0 = time.perf_counter()
+    prog, outs = run_vela_file(device, path, load_input(input_path) if input_path else None)
+    ms = (time.perf_counter() - t0) * 1e3
+    n = device.counters().get("operations", device.units_done)
+    done = f"{len(outs)} output(s), {n} operations, {device.cycles} cycles (modelled), {ms:.0f} ms"
+    if output_path is not None:
+        if len(outs) == 1:
+            np.save(output_path, outs[0])
+        else:
+            np.savez(output_path, *outs)
+    if expect_path is None:
+        return 0, f"DONE ({done})"
+    want = load_input(expect_path)
+    if len(want) != len(outs):
+        raise VelaImportError(f"{expect_path}: {len(want)} array(s), the model has {len(outs)} "
+                              "output(s)")
+    for i, (g, w) in enumerate(zip(outs, want)):
+        if g.size != w.size or not np.array_equal(g.ravel().astype(np.int64),
+                                                  np.asarray(w).ravel().astype(np.int64)):
+            if g.size != w.size:
+                return 1, f"FAIL output {i}: shape {g.shape}, expected {np.shape(w)}"
+            d = np.flatnonzero(g.ravel().astype(np.int64) != np.asarray(w).ravel())
+            k = int(d[0])
+            return 1, (f"FAIL output {i}: {d.size}/{g.size} elements differ, first at flat index "
+                       f"{k} (address {prog.outputs[i].address + k * g.itemsize:#010x}): "
+                       f"expected {np.asarray(w).ravel()[k]}, got {g.ravel()[k]}")
+    return 0, f"PASS ({done})"
