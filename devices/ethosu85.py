@@ -97,8 +97,12 @@ SRAM_SUM, EXT_SUM, SRAM_PORT, EXT_PORT = 128, 384, 512, 640
 S_RD_ACC, S_RD_DONE, S_RD_BEAT, S_WR_ACC, S_WR_BEAT, S_ENABLED = 0, 1, 2, 4, 7, 12
 
 
-def _parity(v: int) -> int:
-    return bin(v).count("1") & 1
+def _parity_array(v: np.ndarray) -> np.ndarray:
+    """Parity of every element of a non-negative int64 array."""
+    v = v.copy()
+    for sh in (32, 16, 8, 4, 2, 1):
+        v ^= v >> sh
+    return v & 1
 
 
 class EthosU85(Device):
@@ -277,9 +281,13 @@ class EthosU85(Device):
 
     @staticmethod
     def _ranges(addrs: np.ndarray, size: int) -> list[tuple[int, int]]:
-        a = np.unique(np.asarray(addrs, dtype=np.int64))
+        """Merged [start, end) ranges of ``size``-byte accesses at ``addrs`` (any order)."""
+        a = np.asarray(addrs, dtype=np.int64).ravel()
         if not a.size:
             return []
+        if a.size > 1 and not bool(np.all(a[1:] > a[:-1])):  # dense tensors come sorted
+            a = np.sort(a)
+            a = a[np.r_[True, a[1:] != a[:-1]]]
         ends = np.maximum.accumulate(a + size)
         brk = np.ones(a.size, dtype=bool)
         brk[1:] = a[1:] > ends[:-1]
@@ -598,14 +606,6 @@ class EthosU85(Device):
             h = self.regs.peek("CFG_EXT_HASH0_LO")
         return n, (h & -h) if h else 0
 
-    def _port_of(self, family: int, addr: int) -> int:
-        if family == 0:
-            h0 = self.regs.peek("CFG_SRAM_HASH0_HI") << 32 | self.regs.peek("CFG_SRAM_HASH0_LO")
-            h1 = self.regs.peek("CFG_SRAM_HASH1_HI") << 32 | self.regs.peek("CFG_SRAM_HASH1_LO")
-            return _parity(h1 & addr) << 1 | _parity(h0 & addr)
-        h = self.regs.peek("CFG_EXT_HASH0_HI") << 32 | self.regs.peek("CFG_EXT_HASH0_LO")
-        return _parity(h & addr)
-
     def _burst_bytes(self, family: int) -> int:
         reg, cap = ("AXI_SRAM", "CFG_SRAM_CAP") if family == 0 else ("AXI_EXT", "CFG_EXT_CAP")
         mb = min(self.regs.field(reg, "max_beats"), self.regs.field(cap, "max_beats"), 2)
@@ -621,35 +621,57 @@ class EthosU85(Device):
             n, _ = self._ports(family)
             for p in range(n):
                 ev[base + 16 * p + S_ENABLED] = cycles  # modelled: aclken every cycle
-        for family, channel, write, ranges in self._unit_ctx["axi"]:
-            base = SRAM_PORT if family == 0 else EXT_PORT
+        fams = {}
+        for family in (0, 1):
             n, granule = self._ports(family)
             align = self._burst_bytes(family)
-            if granule:
-                align = min(align, granule)
+            fams[family] = (n, min(align, granule) if granule else align, self._hashes(family))
+        for family, channel, write, ranges in self._unit_ctx["axi"]:
+            if not ranges:
+                continue
+            base = SRAM_PORT if family == 0 else EXT_PORT
+            n, align, hashes = fams[family]
             count_bw = not bw_sel or channel == ch_sel
-            for s, e in ranges:
-                a = s
-                while a < e:
-                    b = min(e, (a // align + 1) * align)
-                    port = self._port_of(family, a) % n
-                    beats = ((b + 15) // 16) - (a // 16)
-                    k = base + 16 * port
-                    if count_bw:
-                        if write:
-                            ev[k + S_WR_ACC] = ev.get(k + S_WR_ACC, 0) + 1
-                            ev[k + S_WR_BEAT] = ev.get(k + S_WR_BEAT, 0) + beats
-                        else:
-                            ev[k + S_RD_ACC] = ev.get(k + S_RD_ACC, 0) + 1
-                            ev[k + S_RD_DONE] = ev.get(k + S_RD_DONE, 0) + 1
-                            ev[k + S_RD_BEAT] = ev.get(k + S_RD_BEAT, 0) + beats
-                    if channel == ch_sel and family == axi_sel:
-                        ev[EV_AXI_LATENCY_ANY] = ev.get(EV_AXI_LATENCY_ANY, 0) + 1
-                    key = (f"axi.{('sram', 'ext')[family]}{port}."
-                           f"{'write' if write else 'read'}_bytes")
-                    self.stats[key] = self.stats.get(key, 0) + (b - a)
-                    a = b
+            # split every range into bursts at the alignment (vectorised)
+            r = np.asarray(ranges, dtype=np.int64)
+            s0, e0 = r[:, 0], r[:, 1]
+            nb = (e0 - 1) // align - s0 // align + 1  # bursts per range
+            idx = np.repeat(np.arange(len(r)), nb)
+            k = np.arange(int(nb.sum())) - np.repeat(np.cumsum(nb) - nb, nb)
+            a = np.where(k == 0, s0[idx], (s0[idx] // align + k) * align)
+            b = np.minimum(e0[idx], (a // align + 1) * align)
+            port = np.zeros(a.shape, dtype=np.int64)
+            for bit, h in enumerate(hashes):
+                port |= _parity_array(a & h) << bit
+            port %= n
+            beats = (b + 15) // 16 - a // 16
+            trans = np.bincount(port, minlength=n)
+            nbeats = np.bincount(port, weights=beats, minlength=n).astype(np.int64)
+            nbytes = np.bincount(port, weights=b - a, minlength=n).astype(np.int64)
+            for p in range(n):
+                if not trans[p]:
+                    continue
+                kk = base + 16 * p
+                if count_bw:
+                    names = (S_WR_ACC, S_WR_BEAT) if write else (S_RD_ACC, S_RD_BEAT, S_RD_DONE)
+                    for code in names:
+                        v = int(nbeats[p]) if code in (S_WR_BEAT, S_RD_BEAT) else int(trans[p])
+                        ev[kk + code] = ev.get(kk + code, 0) + v
+                key = (f"axi.{('sram', 'ext')[family]}{p}."
+                       f"{'write' if write else 'read'}_bytes")
+                self.stats[key] = self.stats.get(key, 0) + int(nbytes[p])
+            if channel == ch_sel and family == axi_sel:
+                ev[EV_AXI_LATENCY_ANY] = ev.get(EV_AXI_LATENCY_ANY, 0) + len(a)
         return ev
+
+    def _hashes(self, family: int) -> tuple[int, ...]:
+        """The address hash masks (CFG_*_HASH*) whose parities over an address are the bits of
+        its port number (port = parity(h1 & a) << 1 | parity(h0 & a), digest 8 #18)."""
+        r = self.regs
+        if family == 0:
+            return (r.peek("CFG_SRAM_HASH0_HI") << 32 | r.peek("CFG_SRAM_HASH0_LO"),
+                    r.peek("CFG_SRAM_HASH1_HI") << 32 | r.peek("CFG_SRAM_HASH1_LO"))
+        return (r.peek("CFG_EXT_HASH0_HI") << 32 | r.peek("CFG_EXT_HASH0_LO"),)
 
     @staticmethod
     def _event_count(ev: dict[int, int], code: int, disabled: int) -> int:

@@ -4,19 +4,27 @@
 _POOL, _ELEMENTWISE, _RESIZE) against the NPU_SET_* state captured at issue (L6025) and returns
 an :class:`OpResult` (exact MAC/element counts and the modelled cycles of the MAC and AO units).
 
-Implemented here, with plain numpy integer arithmetic following the TRM pseudocode (seed 001,
-digested in shared/devices/ethos-u85-command-stream.md; "Lnnnn" = seed line):
+This module is the device side of an operation (seed 001, digested in
+shared/devices/ethos-u85-command-stream.md; "Lnnnn" = seed line):
 
-* NPU_OP_ELEMENTWISE add / sub / mul / min / max / abs (L8493-8648), NHWC or NHCWB16 tensors,
-  broadcast and scalar operands, IFM/IFM2 input scaling, global OFM rescale, clamp.
-* NPU_OP_POOL max / average (L8815-8993) with padding, strides, the built-in average-pool scale
-  (L6961-6965) and global scaling.
+* the prologue of each operation's pseudocode: the extents derived from the NPU_SET_* state and
+  the asserts (a failed ``assert()`` is UNPREDICTABLE: :class:`Unpredictable`, L6004-6014);
+* the gather: tensor addresses from the IFM/IFM2 registers via :mod:`accelstub.emu.ethosu85_layout`
+  (``element_address_in_region``, NHWC and NHCWB16, tiles), read through the device's
+  :class:`MemoryPort` (which checks the memory windows and records Touched ranges and AXI bytes);
+  the weight streams (WEIGHT_BASE/WEIGHT1-3_BASE) and the scale-and-bias stream the same way;
+* the scatter: ``write_ofm`` (L6618-6757) with OFM reverse and transpose, chaining FIFOs, the
+  accumulator storage (acc_input keep / ifm2, acc_output disable).
 
-Everything else raises :class:`NotImplementedYet` ("... not implemented yet"): the bit-exact
-kernels (conv, depthwise, resize, LUT activations, weight and scale streams, chaining) come from
-the emu/ethosu85_* modules and will be wired in here. A failed ``assert()`` of the pseudocode
-(an UNPREDICTABLE programming) raises :class:`Unpredictable`; a memory access outside the system
-memory windows raises :class:`NpuBusFault` from the memory port.
+All arithmetic is the emu kernels' (:mod:`accelstub.emu.ethosu85_ops`, weights from
+:mod:`accelstub.emu.ethosu85_weights`, output stage from :mod:`accelstub.emu.ethosu85_primitives`):
+one implementation of each operation. The kernels report a violated assert in ``diag``; the device
+turns the first one into :class:`Unpredictable` before anything is written.
+
+Not modelled (raise :class:`NotImplementedYet`, "... not implemented yet", no state change):
+sparse_2_4 weights (the stream format is not in the seed, digest G-W6), FWD with several weight
+decoders, even dilated kernel sizes with dilation 2 (the kernel derives the IFM extent from the
+undilated size).
 """
 from __future__ import annotations
 
@@ -25,6 +33,10 @@ from typing import Protocol
 
 import numpy as np
 
+from ..emu import ethosu85_layout as L
+from ..emu import ethosu85_ops as K
+from ..emu import ethosu85_primitives as P
+from ..emu import ethosu85_weights as Wt
 from .errors import DeviceError
 from .ethosu85_stream import Command
 
@@ -58,11 +70,27 @@ def not_implemented(what: str) -> NotImplementedYet:
     return NotImplementedYet(f"{what} not implemented yet")
 
 
+def _check_diag(diag: list[str], what: str) -> None:
+    """The first assert the kernel found violated (kernels continue; the device stops)."""
+    if diag:
+        raise Unpredictable(f"UNPREDICTABLE: {what}: {diag[0]}")
+
+
 # AXI channels (pmu_axi_channel_t, L1283) used for STATUS.faulting_channel and PMU events
 RD_CMD, RD_IFM, RD_WEIGHTS, RD_SCALE_BIAS, RD_MEM2MEM, RD_IFM_STREAM, RD_MEM2MEM_IDX = range(7)
 WR_OFM, WR_MEM2MEM = 8, 9
 
 PRECISION_BITS = (8, 16, 32, 64)  # activation_precision_t b8..b64 (L10026)
+_TRANSPOSE_PERM = {0: (0, 1, 2), 1: (1, 0, 2), 2: (0, 2, 1), 3: (1, 2, 0), 6: (2, 0, 1),
+                   7: (2, 1, 0)}  # stored[...] = value[y, x, c] (L6700-6740)
+_ACT_FUNCTIONS = (0, 1, 4, 5, 7, 8, 9, 10, 11)  # activation_function (L9257)
+
+
+def sign_extend(v: int, n: int) -> int:
+    """sign_extend(v, n) (L6201-6208) on a Python int."""
+    v &= (1 << n) - 1
+    return v - (1 << n) if v >= 1 << (n - 1) else v
+
 
 # ------------------------------------------------------------------------------------------------
 # NPU_SET_* state
@@ -100,6 +128,70 @@ class SetState:
         return SetState(dict(self.cmds))
 
 
+@dataclass
+class NpuInternal:
+    """Internal NPU state that lives between kernel operations: the chaining FIFOs and chain
+    bookkeeping (L6288-6294) and the accumulator storage (read_/write_accumulator_storage,
+    L6800-6854). Cleared by a soft reset."""
+
+    fifo: dict[int, list] = field(default_factory=dict)  # region -> [values array, read index]
+    fifo_valid: set = field(default_factory=set)
+    chain_length: int = 0
+    num_ifm: int = 0
+    acc: np.ndarray | None = None  # [bh, bw, bd] int64, op-relative indices
+
+    def copy(self) -> "NpuInternal":
+        return NpuInternal({k: [v[0], v[1]] for k, v in self.fifo.items()}, set(self.fifo_valid),
+                           self.chain_length, self.num_ifm,
+                           None if self.acc is None else self.acc.copy())
+
+    # chaining (L6323-6419) ----------------------------------------------------------------
+    def add_operation_to_chain(self, s: SetState, use_ifm: bool, use_ifm2: bool,
+                               append: bool) -> None:
+        require(self.chain_length == 0 or append, "g_chain_length == 0 || append", "L6325")
+        if self.chain_length == 0:
+            self.num_ifm = 0
+            self.fifo_valid.clear()
+        self.chain_length += 1
+        require(self.chain_length <= 4, "g_chain_length <= 4", "L6331")
+        chained = []
+        for use, which in ((use_ifm, "IFM"), (use_ifm2, "IFM2")):
+            if not use:
+                continue
+            if s.get(f"{which}_PRECISION", "activation_storage") == 2:
+                region = s.get(f"{which}_REGION", "region")
+                require(region < 3, f"{which}_REGION.region < 3", "L6336")
+                require(region in self.fifo_valid, f"g_fifo_valid[{which}_REGION.region]", "L6337")
+                chained.append(region)
+            else:
+                self.num_ifm += 1
+        if len(chained) == 2:
+            require(chained[0] != chained[1], "IFM_REGION.region != IFM2_REGION.region", "L6352")
+        require(self.num_ifm <= 3, "g_num_ifm <= 3", "L6356")
+        if s.get("OFM_PRECISION", "activation_storage") == 2:
+            region = s.get("OFM_REGION", "region")
+            require(region < 3, "OFM_REGION.region < 3", "L6360")
+            self.fifo_valid.add(region)
+        else:
+            self.chain_length = 0
+
+    def push(self, region: int, values: np.ndarray) -> None:
+        """write_chaining_fifo of every value, in (oy, ox, oc) order (L6386-6396)."""
+        buf = self.fifo.get(region)
+        rest = np.zeros(0, np.int64) if buf is None else buf[0][buf[1]:]
+        self.fifo[region] = [np.concatenate([rest, values.astype(np.int64).ravel()]), 0]
+
+    def pop(self, region: int, n: int) -> np.ndarray:
+        """read_chaining_fifo n times (L6400-6419): assert(head >= tail)."""
+        buf = self.fifo.get(region)
+        have = 0 if buf is None else len(buf[0]) - buf[1]
+        require(have >= n, f"g_fifo_head >= g_fifo_tail (FIFO {region} holds {have} values, "
+                f"{n} read)", "L6410")
+        out = buf[0][buf[1]:buf[1] + n]
+        buf[1] += n
+        return out
+
+
 # ------------------------------------------------------------------------------------------------
 # configuration and results
 
@@ -111,6 +203,10 @@ class NpuConfig:
     @property
     def num_su(self) -> int:  # scaling units (L12830, L12886)
         return {128: 2, 256: 4, 512: 8, 1024: 16, 2048: 32}[self.macs]
+
+    @property
+    def num_wd(self) -> int:  # weight decoders (Table 3-90 L7349-7355)
+        return Wt.WD_CONFIG[self.macs][0]
 
     @property
     def ofm_data_w(self) -> int:  # AO_DMA_OFM_IF bits per cycle (Table 4-13 L12884-12892)
@@ -125,7 +221,7 @@ class NpuConfig:
 
 @dataclass
 class OpResult:
-    macs: int = 0  # multiply-accumulates (kernel positions x outputs), exact
+    macs: int = 0  # multiply-accumulates the pseudocode performs (accumulate() calls), exact
     elements: int = 0  # OFM elements produced, exact
     mac_cycles: int = 0  # MODELLED cycles of the MAC unit
     ao_cycles: int = 0  # MODELLED cycles of the activation-output unit
@@ -133,8 +229,12 @@ class OpResult:
 
 
 class MemoryPort(Protocol):
-    """What an operation may touch: region-relative element gathers/scatters (the device adds
-    BASEP[region], checks the system memory windows and records Touched ranges and PMU bytes)."""
+    """What an operation may touch: region-relative element gathers/scatters and byte reads (the
+    device adds BASEP[region], checks the system memory windows and records Touched ranges and
+    PMU bytes), the internal LUT RAM, the internal state between operations and COND_STATUS."""
+
+    lut: np.ndarray
+    npu: NpuInternal
 
     def gather(self, region: int, offsets: np.ndarray, size: int, signed: bool,
                channel: int) -> np.ndarray: ...
@@ -142,88 +242,13 @@ class MemoryPort(Protocol):
     def scatter(self, region: int, offsets: np.ndarray, size: int, values: np.ndarray,
                 channel: int) -> None: ...
 
+    def read_bytes(self, region: int, offset: int, length: int, channel: int) -> bytes: ...
+
     def set_result_flag(self, value: int) -> None: ...
 
 
 # ------------------------------------------------------------------------------------------------
-# pseudocode primitives (L6149-6934), numpy int64 / Python-int exact
-
-
-def sign_extend(v, n: int):
-    """sign_extend(v, n) (L6201-6208) on ints or int64 arrays (n <= 64)."""
-    if isinstance(v, np.ndarray):
-        if n >= 64:
-            return v.astype(np.int64)
-        m = np.int64((1 << n) - 1)
-        v = v.astype(np.int64) & m
-        return np.where(v >= (1 << (n - 1)), v - (1 << n), v).astype(np.int64)
-    v &= (1 << n) - 1
-    return v - (1 << n) if v >= 1 << (n - 1) else v
-
-
-def truncate(v: np.ndarray, n: int, signed: bool) -> np.ndarray:
-    """truncate(v, n, type) (L6216-6223)."""
-    if signed:
-        return sign_extend(v, n)
-    if n >= 64:
-        return v.astype(np.int64)
-    return v.astype(np.int64) & np.int64((1 << n) - 1)
-
-
-def clz32(a: int) -> int:
-    """clz(a, 32) (L7058-7064)."""
-    a &= 0xFFFFFFFF
-    return 32 - a.bit_length()
-
-
-ROUND_OFM = ("double_symmetric", "natural", "double_asymmetric", "symmetric",
-             "truncate_to_zero", "truncate_to_lower")  # round_mode_ofm_t (L12067)
-ROUND_IFM = ("double_symmetric", "natural")  # round_mode_ifm_t (L11814)
-
-
-def rounded_shift_right(acc: np.ndarray, shift: int, mode: str, dbl_rnd: int) -> np.ndarray:
-    """rounded_shift_right (L6906-6934), exact for the unbounded-integer pseudocode: int64 where
-    no intermediate can overflow (shift < 62), Python ints otherwise (digest gap G-R11)."""
-    require(0 <= shift <= 63, "0 <= shift && shift <= 63", "L6911")
-    require(0 <= dbl_rnd <= 30, "0 <= dbl_rnd && dbl_rnd <= 30", "L6912")
-    if shift == 0:
-        return acc
-    big = shift >= 62 or (acc.size and int(np.max(np.abs(acc))) >= (1 << 62))
-    a = acc.astype(object) if big else acc.astype(np.int64)
-    r = 1 << (shift - 1)
-    d = (1 << (30 - dbl_rnd)) if shift > 31 - dbl_rnd else 0
-    pos = a >= 0
-    if mode == "double_symmetric":
-        R = np.where(pos, r + d, r - d)
-    elif mode == "double_asymmetric":
-        R = r + d
-    elif mode == "truncate_to_zero":
-        R = np.where(pos, 0, (1 << shift) - 1)
-    elif mode == "truncate_to_lower":
-        R = 0
-    elif mode == "natural":
-        R = r
-    elif mode == "symmetric":
-        R = np.where(pos, r, r - 1)
-    else:
-        raise Unpredictable(f"UNPREDICTABLE: reserved round mode {mode!r} (L12067)")
-    if big:
-        R = np.broadcast_to(np.asarray(R, dtype=object), a.shape)
-        out = np.array([(int(x) + int(y)) >> shift for x, y in zip(a.ravel(), R.ravel())],
-                       dtype=object).reshape(a.shape)
-        return out
-    return (a + R) >> shift
-
-
-def as_int64(v: np.ndarray) -> np.ndarray:
-    """Back to int64 after a rounding step (values are within int64 by then)."""
-    if v.dtype == object:
-        return np.array([int(x) for x in v.ravel()], dtype=np.int64).reshape(v.shape)
-    return v.astype(np.int64)
-
-
-# ------------------------------------------------------------------------------------------------
-# tensors (L6448-6757)
+# tensors: the gather (L6448-6614)
 
 
 @dataclass
@@ -242,7 +267,6 @@ class Tensor:
     signed: bool
     fmt: int  # 0 nhwc, 1 nhcwb16
     storage: int  # 0 tile2x2, 1 tile3x1, 2 chained, 3 none
-    zero_point_raw: int
 
     @property
     def size(self) -> int:
@@ -258,8 +282,12 @@ def tensor(s: SetState, which: str) -> Tensor:
     p = f"{which}_PRECISION"
     bits = PRECISION_BITS[s.get(p, "activation_precision")]
     storage = s.get(p, "activation_storage")
+    fmt = s.get(p, "activation_format")
+    require(fmt in (0, 1), f"{which} activation_format is not reserved", "L10030")
     t = Tensor(which, 0, (0, 0, 0, 0), 0, 0, 0, 0, (0, 0), bits,
-               bool(s.get(p, "activation_type")), s.get(p, "activation_format"), storage, 0)
+               bool(s.get(p, "activation_type")), fmt, storage)
+    if storage == 2:
+        t.region = s.get(f"{which}_REGION", "region")
     if storage in (2, 3):  # chained / none: no memory geometry needed
         return t
     t.region = s.get(f"{which}_REGION", "region")
@@ -275,112 +303,31 @@ def tensor(s: SetState, which: str) -> Tensor:
     return t
 
 
-def element_offsets(t: Tensor, y: np.ndarray, x: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """element_address_in_region (L6448-6498), vectorised; region-relative byte offsets.
-    NHWC adds ``c * element_size`` (digest gap G-A1: the literal ``+ c`` misaligns wide types)."""
-    require(t.storage != 3, "storage != none", "L6462")
-    y, x, c = (np.asarray(v, dtype=np.int64) for v in np.broadcast_arrays(y, x, c))
-    tile = np.zeros(y.shape, dtype=np.int64)
-    if t.storage == 0:  # tile2x2
-        right = x >= t.width0
-        x = np.where(right, x - t.width0, x)
-        tile = np.where(right, 1, 0)
-        h = np.where(right, t.heights[1], t.heights[0])
-        low = y >= h
-        y = np.where(low, y - h, y)
-        tile = tile + np.where(low, 2, 0)
-    elif t.storage == 1:  # tile3x1 (HEIGHT1 acts as an absolute row boundary, digest G-A2)
-        t2 = y >= t.heights[1]
-        t1 = ~t2 & (y >= t.heights[0])
-        y = np.where(t2, y - t.heights[1], np.where(t1, y - t.heights[0], y))
-        tile = np.where(t2, 2, np.where(t1, 1, 0))
-    bases = np.array(t.bases, dtype=np.int64)[tile]
+def addresses(t: Tensor, shape: tuple[int, int, int]) -> np.ndarray:
+    """Region-relative byte offsets of a logical [H, W, C] tensor: element_address_in_region
+    (L6448-6498) through emu/ethosu85_layout, with the alignment asserts. NHWC adds
+    ``c * element_size`` (digest gap G-A1: the literal ``+ c`` misaligns wide types)."""
+    require(t.storage in (0, 1), f"{t.name} storage is tile2x2 or tile3x1", "L6462")
     es = t.size
-    addr = bases + y * t.stride_y
     if t.fmt == 0:
         require(all(b % es == 0 for b in t.bases) and t.stride_x % es == 0
                 and t.stride_y % es == 0, f"{t.name} base/stride_x/stride_y % element_size == 0",
                 "L6487")
-        return addr + x * t.stride_x + c * es
-    require(all(b % 16 == 0 for b in t.bases) and t.stride_c % (16 * es) == 0
-            and t.stride_y % (16 * es) == 0,
-            f"{t.name} base % 16 == 0 && stride_c/stride_y % (16*element_size) == 0", "L6492")
-    return addr + (c >> 4) * t.stride_c + (16 * x + (c & 15)) * es
-
-
-def zero_point(t: Tensor, line: str) -> int:
-    """The zero point read_ifm subtracts, with its asserts (L6550-6556)."""
-    raw = t.zero_point_raw & 0xFFFF
-    if not t.signed:
-        require((t.bits == 8 and raw < 256) or (t.bits == 16 and raw == 32768) or raw == 0,
-                f"{t.name} unsigned zero point {raw} valid for b{t.bits}", line)
-        return raw
-    zp = raw - 0x10000 if raw & 0x8000 else raw
-    require((t.bits == 8 and -128 <= zp < 128) or zp == 0,
-            f"{t.name} signed zero point {zp} valid for b{t.bits}", line)
-    return zp
-
-
-def read_tensor(mem: MemoryPort, s: SetState, t: Tensor, y, x, c, channel: int) -> np.ndarray:
-    """read_ifm / read_ifm2 without upscale (L6508-6614): value - zero point."""
-    if t.storage == 2:
-        raise not_implemented("chaining (activation_storage chained)")
-    t.zero_point_raw = s.get(f"{t.name}_ZERO_POINT", "zero_point")
-    zp = zero_point(t, "L6550-6556")
-    offs = element_offsets(t, y, x, c)
-    v = mem.gather(t.region, offs.ravel(), t.size, t.signed, channel).reshape(offs.shape)
-    return v - zp
-
-
-def activation(s: SetState, acc: np.ndarray) -> np.ndarray:
-    """activation() (L7075-7173) for lut_none and the tanh/sigmoid clamps; LUT modes are the
-    kernels helper's."""
-    p = PRECISION_BITS[s.get("OFM_PRECISION", "activation_precision")]
-    if p == 64:
-        return acc
-    signed = bool(s.get("OFM_PRECISION", "activation_type"))
-    zp_raw = s.get("OFM_ZERO_POINT", "zero_point") & 0xFFFF
-    lo_raw = s.get("ACTIVATION_MIN", "clip_boundary") & 0xFFFF
-    hi_raw = s.get("ACTIVATION_MAX", "clip_boundary") & 0xFFFF
-    if signed:
-        zp, lo, hi = (sign_extend(v, 16) for v in (zp_raw, lo_raw, hi_raw))
     else:
-        zp, lo, hi = zp_raw, lo_raw, hi_raw
-        require(zp < 256 or zp == 32768, "zp < 256 || zp == 32768", "L7090")
-    a = sign_extend(acc.astype(np.int64) + zp, 32)  # truncation to 32 bit before the clamp
-    fn = s.get("ACTIVATION", "activation_function")
-    if fn == 10:
-        a = np.clip(a, -0x10000, 0xFFFF)
-    elif fn == 11:
-        a = np.clip(a, -0x1F000, 0x1EFFF)
-    elif s.get("ACTIVATION", "activation_clip_range") == 0:
-        a = np.clip(a, lo, hi)
-    if fn != 0:
-        raise not_implemented(f"LUT activation (activation_function {fn})")
-    return a
+        require(all(b % 16 == 0 for b in t.bases) and t.stride_c % (16 * es) == 0
+                and t.stride_y % (16 * es) == 0,
+                f"{t.name} base % 16 == 0 && stride_c/stride_y % (16*element_size) == 0", "L6492")
+    return L.element_addresses(shape, t.bases, t.stride_y, t.stride_x, t.stride_c, t.width0,
+                               t.heights, t.storage, es, t.fmt)
 
 
-def write_ofm(mem: MemoryPort, s: SetState, y, x, c, value: np.ndarray, elementwise: bool) -> None:
-    """write_ofm (L6618-6757) for HWC without reverse (the common case)."""
-    t = tensor(s, "OFM")
-    value = truncate(value, t.bits, t.signed)
-    H = s.get("OFM_HEIGHT_M1", "height_m1") + 1
-    W = s.get("OFM_WIDTH_M1", "width_m1") + 1
-    D = s.get("OFM_DEPTH_M1", "depth_m1") + 1
-    if H == W == D == 1:
-        mem.set_result_flag(int(value.ravel()[0]) & 1)
+def read_raw(mem: MemoryPort, t: Tensor, shape: tuple[int, int, int], channel: int) -> np.ndarray:
+    """The stored integers of a [H, W, C] tensor (memory or chaining FIFO), int64; read_ifm's
+    value part (zero point, upscale) is the kernel's."""
     if t.storage == 2:
-        raise not_implemented("chaining (OFM activation_storage chained)")
-    if t.storage == 3:
-        return
-    rev = s.get("OFM_PRECISION", "activation_reverse")
-    tr = s.get("OFM_PRECISION", "activation_transpose")
-    if elementwise:
-        require(tr in (0, 2, 6), "transpose in {HWC, HCW, CHW}", "L8513")
-    if rev or tr:
-        raise not_implemented("OFM reverse/transpose")
-    offs = element_offsets(t, y, x, c)
-    mem.scatter(t.region, offs.ravel(), t.size, value.ravel(), WR_OFM)
+        return mem.npu.pop(t.region, int(np.prod(shape))).reshape(shape)
+    offs = addresses(t, shape)
+    return mem.gather(t.region, offs.ravel(), t.size, t.signed, channel).reshape(shape)
 
 
 def ofm_shape(s: SetState) -> tuple[int, int, int]:
@@ -388,29 +335,249 @@ def ofm_shape(s: SetState) -> tuple[int, int, int]:
             s.get("OFM_DEPTH_M1", "depth_m1") + 1)
 
 
-def grid(H: int, W: int, D: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    return np.meshgrid(np.arange(H), np.arange(W), np.arange(D), indexing="ij")
+def kernel_stride(s: SetState) -> tuple[int, int, int, int, int, int]:
+    """(stride_y, stride_x, dilation_y, dilation_x, weight_order, decomposition) (L8157-8163)."""
+    ks = s.cmds.get("NPU_SET_KERNEL_STRIDE")
+    if ks is None:
+        s.get("KERNEL_STRIDE", "stride_x_lsb")  # raises: never set
+    f = ks.fields
+    return (2 * f["stride_y_msb"] + f["stride_y_lsb"] + 1, 2 * f["stride_x_msb"] + f["stride_x_lsb"] + 1,
+            f["dilation_y"] + 1, f["dilation_x"] + 1, f["weight_order"], f["decomposition"])
 
 
-def rescale_global(s: SetState, acc: np.ndarray, shift_only: bool) -> np.ndarray:
-    """rescale(acc, -1, normal|global|shift_only) with OFM_PRECISION.scale_mode global
-    (L6944-7000)."""
-    if s.get("OFM_PRECISION", "scale_mode") == 0:
-        raise Unpredictable("UNPREDICTABLE: assert(mode == normal) fails: per-channel OFM scale "
-                            "with an elementwise/global rescale (L6968, digest G-R9)")
+def pads(s: SetState) -> tuple[int, int, int, int]:
+    """(top, left, bottom, right)."""
+    return (s.get("IFM_PAD_TOP", "pad"), s.get("IFM_PAD_LEFT", "pad"),
+            s.get("IFM_PAD_BOTTOM", "pad"), s.get("IFM_PAD_RIGHT", "pad"))
+
+
+def _upscale(s: SetState, ifm: Tensor, sy: int, sx: int) -> int:
+    mode = s.get("IFM_UPSCALE", "mode")
+    require(mode in (0, 1, 2), "IFM_UPSCALE.mode is not reserved", "L10097")
+    if mode:
+        require(sy == 1 and sx == 1, "kernel x/y stride == 1 with upscale", "L6519")
+        require(ifm.storage != 2, "IFM storage != chained with upscale", "L6520")
+    return mode
+
+
+def _ifm_extent(upscale: int, ih: int, iw: int) -> tuple[int, int]:
+    """Stored IFM rows/columns behind a derived (upscaled) extent (read_ifm halves y, x)."""
+    return ((ih + 1) // 2, (iw + 1) // 2) if upscale else (ih, iw)
+
+
+# ------------------------------------------------------------------------------------------------
+# output stage, weights, scales, accumulators
+
+
+def microblock(s: SetState) -> int:
+    mb = s.get("ACC_FORMAT", "microblock")
+    require(mb <= 5, "ACC_FORMAT.microblock is not reserved", "L9223")
+    return mb
+
+
+def out_config(s: SetState, *, accumulator_path: bool) -> np.ndarray:
+    """Pack OFM_PRECISION / OFM_SCALE / OFM_ZERO_POINT / ACTIVATION* / ACC_FORMAT into the
+    kernels' ``cfg`` (emu/ethosu85_primitives.out_config) with the asserts of rescale and
+    activation (L6955-7000, L7075-7173). ``accumulator_path``: write_accumulator ops (conv,
+    depthwise, pool) honour ACC_FORMAT (acc_format, acc_output) and per-channel scaling.
+    Decision: ELEMENTWISE and RESIZE have their own int32/int64 accumulator (L8524, L9060), so
+    ACC_FORMAT.acc_format = i48 does not bring rescale's 16-bit scale assert (L6982) to them
+    (Vela's int16 ADD programs i48 with a 31-bit OFM scale)."""
+    p = "OFM_PRECISION"
+    bits = PRECISION_BITS[s.get(p, "activation_precision")]
+    signed = bool(s.get(p, "activation_type"))
+    per_channel = s.get(p, "scale_mode") == 0
+    fn = s.get("ACTIVATION", "activation_function")
+    require(fn in _ACT_FUNCTIONS, f"activation_function {fn} is not reserved", "L9257")
+    table = s.get("ACTIVATION", "table")
+    clip_none = s.get("ACTIVATION", "activation_clip_range") == 1
+    need_clip = bits != 64 and not clip_none and fn not in (P.LUT_TANH, P.LUT_SIGMOID)
+    lo = s.get("ACTIVATION_MIN", "clip_boundary", None if need_clip else 0)
+    hi = s.get("ACTIVATION_MAX", "clip_boundary", None if need_clip else 0)
+    zp = s.get("OFM_ZERO_POINT", "zero_point", None if bits != 64 else 0)
+    if bits != 64:
+        z, ok = P.ofm_zero_point(zp, signed)
+        require(ok, f"OFM zero point {z} valid for {'s' if signed else 'u'}{bits}", "L7083-7093")
+    if fn == P.LUT_S8_S16:
+        require(table < 4, "table < 4 (s8_s16)", "L7125")
+    elif fn == P.LUT_S8_S32:
+        require(table < 2, "table < 2 (s8_s32)", "L7132")
+    elif fn in (P.LUT_S16_S16, P.LUT_S16_S32, P.LUT_TANH, P.LUT_SIGMOID):
+        require(table == 0, "table == 0 (interpolating LUT uses all 2 KiB)", "L7140")
+    rnd = s.get("OFM_SCALE", "round_mode")
+    require(rnd < 6, "OFM_SCALE.round_mode is not reserved", "L12067")
+    dbl = s.get("OFM_SCALE", "dbl_rnd")
+    require(dbl <= 30, "0 <= dbl_rnd && dbl_rnd <= 30", "L6912")
     scale = s.get("OFM_SCALE", "scale")
-    shift = s.get("OFM_SCALE", "shift")
-    acc_format = s.get("ACC_FORMAT", "acc_format", -1)
-    bits = 48 if acc_format == 1 else 32
-    if acc_format >= 0:
-        require(bool(np.all(acc == sign_extend(acc, bits))), f"acc == sign_extend(acc, {bits})",
-                "L6980")
-    if acc_format == 1:
+    acc_format = s.get("ACC_FORMAT", "acc_format", 0) if accumulator_path else 0
+    require(acc_format in (0, 1), "ACC_FORMAT.acc_format is not reserved", "L9215")
+    if acc_format == 1 and not per_channel:
         require(scale == sign_extend(scale, 16), "scale == sign_extend(scale, 16)", "L6982")
-    result = acc if shift_only else acc.astype(np.int64) * scale
-    mode = ROUND_OFM[s.get("OFM_SCALE", "round_mode")] if s.get("OFM_SCALE", "round_mode") < 6 \
-        else "reserved"
-    return as_int64(rounded_shift_right(result, shift, mode, s.get("OFM_SCALE", "dbl_rnd")))
+    acc_out = s.get("ACC_FORMAT", "acc_output", 0) if accumulator_path else 0
+    return P.out_config(ofm_bits=bits, ofm_signed=signed, zero_point=zp, act_min=lo, act_max=hi,
+                        scale=scale, shift=s.get("OFM_SCALE", "shift"), round_mode=rnd,
+                        dbl_rnd=dbl, per_channel=per_channel and accumulator_path,
+                        acc_bits=48 if acc_format == 1 else 32, function=fn, table=table,
+                        clip_none=clip_none, acc_output_disable=bool(acc_out))
+
+
+def scale_stream(s: SetState, mem: MemoryPort, cfg: NpuConfig, depth: int, acc48: bool):
+    """(bias, scale, shift) per OFM channel from the scale-and-bias stream (section 5,
+    L7211-7299) at BASEP[SCALE_REGION] + SCALE_BASE, SCALE_LENGTH bytes."""
+    region = s.get("SCALE_REGION", "region")
+    base = s.get("SCALE_BASE", "addr")
+    length = s.get("SCALE_LENGTH", "length")
+    require(length % 16 == 0, "SCALE_LENGTH % 16 == 0", "L12304")
+    cs = Wt.channels_in_set(cfg.macs, microblock(s))
+    reverse_c = s.get("OFM_PRECISION", "activation_reverse") == 3
+    nsets = -(-depth // cs)
+    if reverse_c:
+        require(depth <= 16 or depth % cs == 0,
+                "ofm_depth <= 16 || ofm_depth % channels_in_set == 0 (reverse C)", "L7247")
+        need = 10 * ((nsets - 1) * cs + min(cs, depth))
+    else:
+        need = 10 * depth
+    require(length >= need, f"SCALE_LENGTH {length} holds the {depth} channel records "
+            f"({need} bytes)", "L7211-7273")
+    data = mem.read_bytes(region, base, length, RD_SCALE_BIAS)
+    return Wt.decode_scale_stream(data, depth, acc48=acc48, set_size=cs, reverse_c=reverse_c)
+
+
+_WEIGHT_STREAMS = (("WEIGHT_BASE", "WEIGHT_LENGTH"), ("WEIGHT1_BASE", "WEIGHT1_LENGTH"),
+                   ("WEIGHT2_BASE", "WEIGHT2_LENGTH"), ("WEIGHT3_BASE", "WEIGHT3_LENGTH"))
+
+
+def weights(s: SetState, mem: MemoryPort, cfg: NpuConfig, *, depth: int, ifm_depth: int,
+            dilated: tuple[int, int], dilation: tuple[int, int], stride: tuple[int, int],
+            order: int, decomposition: int, depthwise: bool, ifm16: bool) -> np.ndarray:
+    """Decode the weight stream(s) into W[oc][ky][kx][ic] (undilated; section 6)."""
+    fwd = s.get("WEIGHT_FORMAT", "weight_format") == 1
+    if s.get("WEIGHT_FORMAT", "weight_sparsity"):
+        raise not_implemented("sparse_2_4 weight stream (WEIGHT_FORMAT.weight_sparsity, G-W6)")
+    if depthwise:
+        require(not fwd, "WEIGHT_FORMAT.weight_format != fwd", "L8291")
+    mb = microblock(s)
+    require(Wt.microblock_depth(cfg.macs, mb) >= 1, "microblock legal for CONFIG.macs_per_cc",
+            "L9223")
+    p = Wt.ordering_params(ofm_depth=depth, ifm_depth=ifm_depth, kernel_hw=dilated,
+                           dilation=dilation, stride=stride,
+                           ofm_block_depth=s.get("OFM_BLK_DEPTH_M1", "depth_m1") + 1,
+                           macs_per_cc=cfg.macs, microblock=mb, depthwise=depthwise,
+                           part_kernel_first=bool(order), decomposition_d4x4=bool(decomposition),
+                           ifm16bit=ifm16)
+    if p[17] and not depthwise:  # mb_i16only; decision: a conv rule (it only changes the
+        # ifm_block_depth of depth-first conv; Vela's 8-bit depthwise uses u1x2 at 256 MACs)
+        require(ifm16 and dilated == (1, 1), "!mb_i16only || (ifm16bit && kernel 1x1)", "L7385")
+    if fwd and cfg.num_wd > 1:
+        raise not_implemented(f"FWD weight stream with {cfg.num_wd} weight decoders")
+    region = s.get("WEIGHT_REGION", "region")
+    streams = []
+    for k in range(1 if fwd else cfg.num_wd):
+        bname, lname = _WEIGHT_STREAMS[k]
+        base, length = s.get(bname, "addr"), s.get(lname, "length")
+        require(base % 16 == 0, f"{bname} % 16 == 0", "L12329")
+        align = 32 if fwd else 16
+        require(length % align == 0, f"{lname} % {align} == 0", "L12501")
+        streams.append(mem.read_bytes(region, base, length, RD_WEIGHTS))
+    diag: list[str] = []
+    w = Wt.decode_weights(streams, p, fwd=fwd, diag=diag)
+    _check_diag(diag, "weight stream")
+    return w
+
+
+def acc_input(s: SetState, mem: MemoryPort, shape: tuple[int, int, int],
+              acc48: bool) -> np.ndarray | None:
+    """read_accumulator's source (L6800-6826): None for reset (the op's reset value)."""
+    mode = s.get("ACC_FORMAT", "acc_input")
+    require(mode in (0, 1, 2), "ACC_FORMAT.acc_input is not reserved", "L9217")
+    H, W, D = shape
+    if mode == 0:
+        return None
+    if mode == 1:
+        blk = (s.get("OFM_BLK_HEIGHT_M1", "height_m1") + 1, s.get("OFM_BLK_WIDTH_M1", "width_m1") + 1,
+               s.get("OFM_BLK_DEPTH_M1", "depth_m1") + 1)
+        require(H <= blk[0] and W <= blk[1] and D <= blk[2], "oy < bh && ox < bw && oc < bd",
+                "L6811")
+        acc = mem.npu.acc
+        require(acc is not None and all(a >= b for a, b in zip(acc.shape, shape)),
+                "accumulator storage written before acc_input keep", "L6811")
+        return acc[:H, :W, :D].copy()
+    t = tensor(s, "IFM2")
+    require(t.signed and t.bits == (64 if acc48 else 32),
+            f"IFM2 precision == {'b64' if acc48 else 'b32'} && signed (acc_input ifm2)", "L6572-6580")
+    diag: list[str] = []
+    v = K.read_values(read_raw(mem, t, shape, RD_IFM_STREAM),
+                      s.get("IFM2_ZERO_POINT", "zero_point"), t.bits, True, diag, "IFM2")
+    _check_diag(diag, "read_ifm2")
+    return v
+
+
+def store_accumulators(s: SetState, mem: MemoryPort, acc: np.ndarray) -> None:
+    """write_accumulator with acc_output disable (L6845-6852)."""
+    H, W, D = acc.shape
+    blk = (s.get("OFM_BLK_HEIGHT_M1", "height_m1") + 1, s.get("OFM_BLK_WIDTH_M1", "width_m1") + 1,
+           s.get("OFM_BLK_DEPTH_M1", "depth_m1") + 1)
+    require(H <= blk[0] and W <= blk[1] and D <= blk[2], "oy < bh && ox < bw && oc < bd", "L6850")
+    old = mem.npu.acc
+    shape = tuple(max(a, b) for a, b in zip(acc.shape, (0, 0, 0) if old is None else old.shape))
+    new = np.zeros(shape, np.int64)
+    if old is not None:
+        new[:old.shape[0], :old.shape[1], :old.shape[2]] = old
+    new[:H, :W, :D] = acc
+    mem.npu.acc = new
+
+
+def write_ofm(mem: MemoryPort, s: SetState, cfg: NpuConfig, value: np.ndarray,
+              all_perms: bool) -> None:
+    """write_ofm (L6618-6757) of the whole [H, W, D] OFM (values already truncated by the
+    kernel): result flag, chaining FIFO, storage none, reverse, transpose, tiles."""
+    t = tensor(s, "OFM")
+    H, W, D = value.shape
+    if H == W == D == 1:
+        mem.set_result_flag(int(value.ravel()[0]) & 1)
+    rev = s.get("OFM_PRECISION", "activation_reverse")
+    tr = s.get("OFM_PRECISION", "activation_transpose")
+    require(tr in _TRANSPOSE_PERM, f"OFM transpose {tr} is not reserved", "L10529")
+    if t.storage == 2:
+        require(rev == 0 and tr == 0, "reverse == none && transpose == HWC (chained OFM)",
+                "L6666-6667")
+        mem.npu.push(t.region, value)
+        return
+    if t.storage == 3:
+        return
+    bh = s.get("OFM_BLK_HEIGHT_M1", "height_m1", 0) + 1
+    bw = s.get("OFM_BLK_WIDTH_M1", "width_m1", 0) + 1
+    bd = s.get("OFM_BLK_DEPTH_M1", "depth_m1", 0) + 1
+    v = value
+    if rev:
+        require(tr == 0, "transpose == HWC (with reverse)", "L6677")
+        require(all_perms, "allowed_perms == allowed_perms_all (reverse)", "L6678")
+        require(t.bits != 64, "precision != b64 (reverse)", "L6679")
+        if rev == 1:
+            v = v[::-1]
+        elif rev == 2:
+            v = v[:, ::-1]
+        else:
+            mbd = max(16, Wt.microblock_depth(cfg.macs, microblock(s)))
+            if D % mbd:
+                require(t.fmt == 0 and bd <= 16, "format == nhwc && ofm_blk_depth <= 16 "
+                        "(reverse C, depth not a multiple of the microblock)", "L6686-6688")
+            v = v[:, :, ::-1]
+    if t.fmt == 1:
+        if tr in (2, 6):
+            require(bw % 16 == 0, "ofm_blk_width % 16 == 0 (NHCWB16 HCW/CHW)", "L6700")
+        if tr in (3, 7):
+            require(bh % 16 == 0, "ofm_blk_height % 16 == 0 (NHCWB16 CWH/WCH)", "L6702")
+    require(tr in (0, 2, 6) or all_perms, "transpose in {HWC, HCW, CHW} || allowed_perms_all",
+            "L6705")
+    require(tr == 0 or t.bits != 64, "transpose == HWC || precision != b64", "L6706")
+    lim = {1: (bw <= 128 and bh <= 128), 2: (bd <= 128 and bw <= 1024),
+           7: (bd <= 128 and bh <= 1024), 6: (bd <= 128 and bh <= 128 and bw <= 1024),
+           3: (bw <= 128 and bd <= 128 and bh <= 1024)}
+    require(lim.get(tr, True), "OFM block fits the transpose limits (128 / 1024)", "L6710-6740")
+    stored = np.transpose(v, _TRANSPOSE_PERM[tr])
+    offs = addresses(t, stored.shape)
+    mem.scatter(t.region, offs.ravel(), t.size, np.ascontiguousarray(stored).ravel(), WR_OFM)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -428,202 +595,324 @@ def ao_cycles(cfg: NpuConfig, n: int, ofm_bits: int, in_bits: int, binary: bool,
     return int(np.ceil(n / (per_su * cfg.num_su))) if n else 0
 
 
-# ------------------------------------------------------------------------------------------------
-# NPU_OP_ELEMENTWISE (L8493-8648)
-
-_UNARY = {5, 6, 7, 36}  # lrelu, abs, clz, not (L8499; Vela/Linux unary set)
-_EW_IMPLEMENTED = {0: "mul", 1: "add", 2: "sub", 3: "min", 4: "max", 6: "abs"}
-
-
-def _scale_in(s: SetState, which: str, a: np.ndarray, t: Tensor) -> np.ndarray:
-    """scale_a / scale_b (L7008-7048): only b8 and signed b16 inputs are scaled."""
-    if t.bits == 8 or (t.bits == 16 and t.signed):
-        require(bool(np.all(a == sign_extend(a, 16))), "a == sign_extend(a, 16)", "L7013")
-        sc = s.get(f"{which}_SCALE", "scale")
-        return as_int64(rounded_shift_right(
-            a.astype(np.int64) * sc, s.get(f"{which}_SCALE", "shift"),
-            ROUND_IFM[s.get(f"{which}_SCALE", "round_mode")], s.get(f"{which}_SCALE", "dbl_rnd")))
-    return a
-
-
-def _operand(mem: MemoryPort, s: SetState, which: str, t: Tensor, oy, ox, oc) -> np.ndarray:
-    bm = s.get(f"{which}_BROADCAST", "broadcast_mode")
-    if bm == 8:  # scalar (L9538): the raw signed 32-bit OP_SCALAR, no zero point
-        require(t.storage == 3, f"{which} storage == none for a scalar operand", "L9645")
-        return np.full(oy.shape, s.get("OP_SCALAR", "scalar"), dtype=np.int64)
-    require(bm <= 7, f"{which} broadcast_mode {bm} is not reserved", "L9538")
-    iy = np.zeros_like(oy) if bm & 1 else oy
-    ix = np.zeros_like(ox) if bm & 2 else ox
-    ic = np.zeros_like(oc) if bm & 4 else oc
-    return read_tensor(mem, s, t, iy, ix, ic, RD_IFM_STREAM)
-
-
-def elementwise(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> OpResult:
-    mode = cmd.fields["elementwise_mode"]
-    name = cmd.field_text().split("=", 1)[1]
-    if mode not in _EW_IMPLEMENTED:
-        raise not_implemented(f"NPU_OP_ELEMENTWISE {name}")
-    unary = mode in _UNARY
-    ifm = tensor(s, "IFM")
-    ifm2 = tensor(s, "IFM2") if not unary else None
-    if ifm2 is not None:  # digest G-R12: only checked when IFM2 is used
-        require(ifm.bits == ifm2.bits and ifm.signed == ifm2.signed,
-                "IFM precision == IFM2 precision", "L8497")
-    require(ifm.bits in (8, 16) or (ifm.bits == 32 and ifm.signed),
-            "IFM precision == b8 || b16 || (b32 && signed)", "L8509")
-    require(s.get("OFM_PRECISION", "activation_reverse") == 0, "OFM reverse == none", "L8512")
-    require(s.get("IFM_UPSCALE", "mode") == 0, "IFM_UPSCALE.mode == none", "L8514")
-    H, W, D = ofm_shape(s)
-    oy, ox, oc = grid(H, W, D)
-    a = _operand(mem, s, "IFM", ifm, oy, ox, oc)
-    if not unary:
-        if s.get("IFM2_BROADCAST", "broadcast_mode") == 8:
-            require(s.get("IFM_BROADCAST", "broadcast_mode") != 8,
-                    "IFM_BROADCAST != scalar when IFM2 is scalar", "L8535")
-        b = _operand(mem, s, "IFM2", ifm2, oy, ox, oc)
-    shift_only = False
-    if mode == 0:  # mul: unscaled inputs
-        require(ifm.bits == 8 or ifm.signed or (
-            s.get("IFM_ZERO_POINT", "zero_point") == 32768
-            and s.get("IFM2_ZERO_POINT", "zero_point") == 32768),
-            "b8 || signed || both zero points 32768", "L8556")
-        acc = a * b
-        shift_only = ifm.bits not in (8, 16)
-    elif mode == 6:
-        acc = np.abs(_scale_in(s, "IFM", a, ifm))
+def _finish(mem: MemoryPort, s: SetState, cfg: NpuConfig, out: np.ndarray, kcfg: np.ndarray,
+            all_perms: bool) -> None:
+    """The accumulator or OFM write of a kernel result."""
+    if kcfg[P.C_ACC_OUTPUT]:
+        store_accumulators(s, mem, out.astype(np.int64))
     else:
-        sa = _scale_in(s, "IFM", a, ifm)
-        sb = _scale_in(s, "IFM2", b, ifm2)
-        acc = {1: lambda: sa + sb, 2: lambda: sa - sb, 3: lambda: np.minimum(sa, sb),
-               4: lambda: np.maximum(sa, sb)}[mode]()
-    acc = sign_extend(acc, 32)  # acc is int32 (L8524; wrap, digest G-R7)
-    acc = rescale_global(s, acc, shift_only)
-    acc = activation(s, acc)
-    write_ofm(mem, s, oy, ox, oc, acc, elementwise=True)
+        write_ofm(mem, s, cfg, out, all_perms)
+
+
+def _ofm_bits(s: SetState) -> int:
+    return PRECISION_BITS[s.get("OFM_PRECISION", "activation_precision")]
+
+
+# ------------------------------------------------------------------------------------------------
+# NPU_OP_CONV (L8147-8228) and NPU_OP_DEPTHWISE (L8256-8315)
+
+
+def _conv_like(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig,
+               depthwise: bool) -> OpResult:
+    matmul = not depthwise and cmd.fields.get("weights_ifm2", 0) == 1
+    H, W, D = ofm_shape(s)
+    sy, sx, dy, dx, order, decomp = kernel_stride(s)
+    dh = s.get("KERNEL_HEIGHT_M1", "height_m1") + 1
+    dw = s.get("KERNEL_WIDTH_M1", "width_m1") + 1
+    pt, pl, pb, pr = pads(s)
+    ifm_depth = D if depthwise else s.get("IFM_DEPTH_M1", "depth_m1") + 1
+    ain = s.get("ACC_FORMAT", "acc_input")
+    acc48 = s.get("ACC_FORMAT", "acc_format") == 1
+    ih = (H - 1) * sy + dh - (pt + pb)
+    iw = (W - 1) * sx + dw - (pl + pr)
+    mem.npu.add_operation_to_chain(s, True, matmul or ain == 2, False)
+    line = "L8283-8292" if depthwise else "L8172-8189"
+    require(ih >= 1 and iw >= 1, "ifm_height >= 1 && ifm_width >= 1", line)
+    require(dh * dw <= 64 * 64 and (dh <= 64 or dw <= 64),
+            "dilated_height*dilated_width <= 64*64 && (dilated_height <= 64 || dilated_width <= 64)",
+            line)
+    ifm = tensor(s, "IFM")
+    require(ifm.bits == 8 or (ifm.bits == 16 and ifm.signed),
+            "IFM precision == b8 || (b16 && signed)", line)
+    if depthwise:
+        require(s.get("WEIGHT_FORMAT", "weight_sparsity") == 0, "weight_sparsity == none",
+                "L8292")
+    up = _upscale(s, ifm, sy, sx)
+    if (dy == 2 and dh % 2 == 0) or (dx == 2 and dw % 2 == 0):
+        raise not_implemented("dilation x2 with an even dilated kernel size")
+    kh_u, kw_u = (dh + dy - 1) // dy, (dw + dx - 1) // dx
+    kcfg = out_config(s, accumulator_path=True)
+    acc_in = acc_input(s, mem, (H, W, D), acc48)
+    ih_r, iw_r = _ifm_extent(up, ih, iw)
+    raw = read_raw(mem, ifm, (ih_r, iw_r, ifm_depth), RD_IFM)
+    zp = s.get("IFM_ZERO_POINT", "zero_point")
+    bias = scales = shifts = None
+    if not kcfg[P.C_ACC_OUTPUT] and kcfg[P.C_SCALE_MODE] == 0:
+        bias, scales, shifts = scale_stream(s, mem, cfg, D, acc48)
+    diag: list[str] = []
+    if matmul:
+        require(dh == 1 and dw == 1 and H == 1 and pl == 0 and pt == 0,
+                "dilated 1x1 && ofm_height == 1 && pad_x == 0 && pad_y == 0 (weights_ifm2)",
+                "L8181")
+        require(dy == 1 and dx == 1 and sy == 1 and sx == 1, "dilation 1x1 && stride 1x1",
+                "L8182")
+        ifm2 = tensor(s, "IFM2")
+        require(ifm2.bits == ifm.bits and ifm2.signed == ifm.signed,
+                "IFM precision == IFM2 precision", "L8183")
+        require(ain != 2, "acc_input != ifm2 (weights_ifm2)", "L8184")
+        require(s.get("WEIGHT_FORMAT", "weight_sparsity", 0) == 0, "weight_sparsity == none",
+                "L8185")
+        require(order == 0, "weight_order == depth_first (weights_ifm2)", "L8186")
+        raw2 = read_raw(mem, ifm2, (1, ifm_depth, D), RD_IFM_STREAM)
+        out = K.matmul(raw, raw2, ifm_zp=zp, ifm2_zp=s.get("IFM2_ZERO_POINT", "zero_point"),
+                       ifm_bits=ifm.bits, ifm_signed=ifm.signed, cfg=kcfg, bias=bias,
+                       scales=scales, shifts=shifts, lut=mem.lut, acc_in=acc_in, diag=diag)
+    else:
+        w = weights(s, mem, cfg, depth=D, ifm_depth=ifm_depth, dilated=(dh, dw),
+                    dilation=(dy, dx), stride=(sy, sx), order=order, decomposition=decomp,
+                    depthwise=depthwise, ifm16=ifm.bits == 16)
+        fn = K.depthwise2d if depthwise else K.conv2d
+        out = fn(raw, w, (H, W), stride=(sy, sx), dilation=(dy, dx), pad=(pt, pl, pb, pr),
+                 ifm_zp=zp, ifm_bits=ifm.bits, ifm_signed=ifm.signed, upscale_mode=up, cfg=kcfg,
+                 bias=bias, scales=scales, shifts=shifts, lut=mem.lut, acc_in=acc_in, diag=diag)
+    _check_diag(diag, cmd.name)
+    _finish(mem, s, cfg, out, kcfg, True)
     n = H * W * D
-    ofm_bits = PRECISION_BITS[s.get("OFM_PRECISION", "activation_precision")]
-    return OpResult(macs=0, elements=n, mac_cycles=0,
-                    ao_cycles=ao_cycles(cfg, n, ofm_bits, ifm.bits, not unary, True))
+    macs = n * kh_u * kw_u * (1 if depthwise else ifm_depth)
+    rate = cfg.depthwise_macs(ifm.bits) if depthwise else cfg.macs
+    return OpResult(macs=macs, elements=n, mac_cycles=-(-macs // rate),
+                    ao_cycles=ao_cycles(cfg, n, _ofm_bits(s), 64 if acc48 else 32, False, False))
+
+
+def conv(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> OpResult:
+    return _conv_like(cmd, s, mem, cfg, depthwise=False)
+
+
+def depthwise(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> OpResult:
+    return _conv_like(cmd, s, mem, cfg, depthwise=True)
 
 
 # ------------------------------------------------------------------------------------------------
 # NPU_OP_POOL (L8815-8993)
 
-_POOL_IMPLEMENTED = {0: "max", 1: "average"}
-
 
 def pool(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> OpResult:
     mode = cmd.fields["pooling_mode"]
-    name = cmd.field_text().split("=", 1)[1]
-    if mode not in _POOL_IMPLEMENTED:
-        raise not_implemented(f"NPU_OP_POOL {name}")
     H, W, D = ofm_shape(s)
     kh = s.get("KERNEL_HEIGHT_M1", "height_m1") + 1
     kw = s.get("KERNEL_WIDTH_M1", "width_m1") + 1
-    ks = s.cmds.get("NPU_SET_KERNEL_STRIDE")
-    if ks is None:
-        s.get("KERNEL_STRIDE", "stride_x_lsb")  # raises: never set
-    sy = 2 * ks.fields["stride_y_msb"] + ks.fields["stride_y_lsb"] + 1
-    sx = 2 * ks.fields["stride_x_msb"] + ks.fields["stride_x_lsb"] + 1
-    require(ks.fields["dilation_x"] == 0 and ks.fields["dilation_y"] == 0,
-            "dilation_y == 1 && dilation_x == 1", "L8830")
-    pt, pl = s.get("IFM_PAD_TOP", "pad"), s.get("IFM_PAD_LEFT", "pad")
-    pb, pr = s.get("IFM_PAD_BOTTOM", "pad"), s.get("IFM_PAD_RIGHT", "pad")
-    ifm_h = (H - 1) * sy + kh - (pt + pb)
-    ifm_w = (W - 1) * sx + kw - (pl + pr)
-    acc_input = s.get("ACC_FORMAT", "acc_input")
-    if acc_input != 0:
-        raise not_implemented("accumulator input keep/ifm2 (ACC_FORMAT.acc_input)")
-    if s.get("ACC_FORMAT", "acc_output") != 0:
-        raise not_implemented("accumulator output disable (ACC_FORMAT.acc_output)")
-    require(ifm_h >= 1 and ifm_w >= 1, "ifm_height >= 1 && ifm_width >= 1", "L8850")
-    ifm = tensor(s, "IFM")
-    require(ifm.bits == 8 or (ifm.bits == 16 and ifm.signed) or (ifm.bits == 32 and ifm.signed),
-            "IFM precision == b8 || (b16 && signed) || (b32 && signed)", "L8852")
-    upscale = s.get("IFM_UPSCALE", "mode")
-    if upscale != 0:
-        raise not_implemented("IFM upscale")
-    if mode == 0:
+    sy, sx, dy, dx, order, decomp = kernel_stride(s)
+    pt, pl, pb, pr = pads(s)
+    ih = (H - 1) * sy + kh - (pt + pb)
+    iw = (W - 1) * sx + kw - (pl + pr)
+    ain = s.get("ACC_FORMAT", "acc_input")
+    acc48 = s.get("ACC_FORMAT", "acc_format") == 1
+    use_ifm = mode != K.POOL_NONE
+    require(dy == 1 and dx == 1, "dilation_y == 1 && dilation_x == 1", "L8830")
+    mem.npu.add_operation_to_chain(s, use_ifm, ain == 2, False)
+    if mode == K.POOL_NONE:
+        require(s.get("OFM_PRECISION", "activation_storage") != 2, "OFM storage != chained "
+                "(pooling none)", "L8842-8845")
+    require(ih >= 1 and iw >= 1, "ifm_height >= 1 && ifm_width >= 1", "L8850")
+    ifm = tensor(s, "IFM") if use_ifm else None
+    up = 0
+    if use_ifm:
+        require(ifm.bits == 8 or (ifm.signed and ifm.bits in (16, 32)),
+                "IFM precision == b8 || (b16 && signed) || (b32 && signed)", "L8852")
+        up = _upscale(s, ifm, sy, sx)
+    b32 = ifm is not None and ifm.bits == 32
+    if mode in (K.POOL_MAX, K.POOL_MIN):
         require(kh * kw <= 65536 and (kh <= 256 or kw <= 256),
                 "kh*kw <= 65536 && (kh <= 256 || kw <= 256)", "L8858")
-    else:
+        require(up != 2, "upscale != zeros", "L8859")
+    elif mode == K.POOL_AVERAGE:
         require(kh <= 8 and kw <= 8, "kh <= 8 && kw <= 8", "L8863")
         require(max(pt, pb) < kh and max(pl, pr) < kw, "pads < kernel", "L8865")
-        require(ks.fields["decomposition"] == 0, "decomposition == d8x8", "L8866")
-        require(ifm.bits != 32, "IFM precision != b32", "L8867")
-    require(s.get("ACC_FORMAT", "acc_format") == 0, "acc_format == i32", "L8880")
-    identity = -(1 << 31) if mode == 0 else 0
-    # the IFM is fetched once (as the IFM DMA channel fills the input buffer, L787); the
-    # windows are taken from a copy surrounded by the padding, whose value is the identity
-    iy, ix, ic = grid(ifm_h, ifm_w, D)
-    values = read_tensor(mem, s, ifm, iy, ix, ic, RD_IFM)
-    padded = np.full((pt + ifm_h + pb, pl + ifm_w + pr, D), identity, dtype=np.int64)
-    valid = np.zeros(padded.shape[:2], dtype=np.int64)
-    padded[pt:pt + ifm_h, pl:pl + ifm_w] = values
-    valid[pt:pt + ifm_h, pl:pl + ifm_w] = 1
-    acc = np.full((H, W, D), identity, dtype=np.int64)
-    count = np.zeros((H, W, 1), dtype=np.int64)
-    ys, xs = np.arange(H) * sy, np.arange(W) * sx
-    for ky in range(kh):
-        for kx in range(kw):
-            v = padded[(ys + ky)[:, None], (xs + kx)[None, :]]
-            count += valid[(ys + ky)[:, None], (xs + kx)[None, :]][..., None]
-            if mode == 0:
-                acc = np.maximum(acc, v)
-            else:
-                acc = sign_extend(acc + v, 32)  # accumulate, i32 wrap (L6885-6896)
-    count = np.broadcast_to(count, acc.shape)
-    oy, ox, oc = grid(H, W, D)
-    # write_accumulator (L6827-6854): bias 0 with a global scale (digest G-R1)
-    if s.get("OFM_PRECISION", "scale_mode") == 0:
-        raise not_implemented("per-channel scale/bias stream for NPU_OP_POOL")
-    if mode == 1:
-        out = np.empty_like(acc)
-        rm = s.get("OFM_SCALE", "round_mode")
-        require(rm < 6, "round_mode is not reserved", "L12067")
-        for d in np.unique(count):
-            d = int(d)
-            k = 32 - clz32(d - 1)
-            scale = ((((1 << 30) + 1) << k)) // d
-            sel = count == d
-            out[sel] = as_int64(rounded_shift_right(acc[sel] * scale, 30 + k, ROUND_OFM[rm],
-                                                    s.get("OFM_SCALE", "dbl_rnd")))
-        acc = out
-    else:
-        acc = rescale_global(s, acc, shift_only=False)
-    acc = activation(s, acc)
-    write_ofm(mem, s, oy, ox, oc, acc, elementwise=False)
+        require(decomp == 0, "decomposition == d8x8", "L8866")
+        require(not b32, "IFM precision != b32", "L8867")
+    elif mode == K.POOL_REDUCE_SUM:
+        require(kh == 1 and kw == 1 and sy == 1 and sx == 1 and up == 0 and order == 0
+                and s.get("IFM_ZERO_POINT", "zero_point") == 0 and D == 1,
+                "reduce_sum: 1x1 kernel, stride 1, no upscale, depth_first, IFM zero point 0, "
+                "ofm_depth == 1", "L8870-8876")
+    elif mode == K.POOL_SUM:
+        require(not b32 and kh <= 65536 and kw <= 65536, "!b32 && kh, kw <= 65536", "L8877")
+    elif mode in (K.POOL_ARGMAX_X, K.POOL_ARGMAX_Y):
+        xm = mode == K.POOL_ARGMAX_X
+        require(not b32 and decomp == 0 and sy == 1 and sx == 1 and up == 0
+                and (kh == 1 and W == 1 if xm else kw == 1 and H == 1),
+                f"argmax_{'x' if xm else 'y'}: !b32, d8x8, stride 1x1, no upscale, "
+                f"{'kh == 1 && W == 1' if xm else 'kw == 1 && H == 1'}", "L8878-8879")
+    require(mode in (K.POOL_SUM, K.POOL_REDUCE_SUM, K.POOL_NONE) or not acc48,
+            "pooling_mode in {sum, reduce_sum, none} || acc_format == i32", "L8880")
+    kcfg = out_config(s, accumulator_path=True)
+    acc_in = acc_input(s, mem, (H, W, D), acc48)
+    raw = None
+    zp = 0
+    if use_ifm:
+        if mode == K.POOL_REDUCE_SUM:
+            shape = (H, W, s.get("IFM_DEPTH_M1", "depth_m1") + 1)
+        else:
+            shape = _ifm_extent(up, ih, iw) + (D,)
+        raw = read_raw(mem, ifm, shape, RD_IFM)
+        zp = s.get("IFM_ZERO_POINT", "zero_point")
+    bias = scales = shifts = None
+    if not kcfg[P.C_ACC_OUTPUT] and kcfg[P.C_SCALE_MODE] == 0:
+        bias, scales, shifts = scale_stream(s, mem, cfg, D, acc48)
+    diag: list[str] = []
+    out = K.pool2d(raw, mode, (kh, kw), (H, W), stride=(sy, sx), pad=(pt, pl, pb, pr),
+                   ifm_zp=zp, ifm_bits=ifm.bits if ifm else 8,
+                   ifm_signed=ifm.signed if ifm else True, upscale_mode=up, cfg=kcfg, bias=bias,
+                   scales=scales, shifts=shifts, lut=mem.lut, acc_in=acc_in, depth=D, diag=diag)
+    _check_diag(diag, "NPU_OP_POOL")
+    _finish(mem, s, cfg, out, kcfg, True)
     n = H * W * D
-    macs = n * kh * kw
-    ofm_bits = PRECISION_BITS[s.get("OFM_PRECISION", "activation_precision")]
+    if mode == K.POOL_REDUCE_SUM:
+        macs = H * W * raw.shape[2]
+    elif mode == K.POOL_NONE:
+        macs = 0
+    else:
+        macs = n * kh * kw
     return OpResult(macs=macs, elements=n,
-                    mac_cycles=-(-macs // cfg.depthwise_macs(ifm.bits)),
-                    ao_cycles=ao_cycles(cfg, n, ofm_bits, 32, False, False))
+                    mac_cycles=-(-macs // cfg.depthwise_macs(ifm.bits if ifm else 8)),
+                    ao_cycles=ao_cycles(cfg, n, _ofm_bits(s), 64 if acc48 else 32, False, False))
 
 
 # ------------------------------------------------------------------------------------------------
-# the kernels helper's operations (emu/ethosu85_*): wired in when they land
+# NPU_OP_ELEMENTWISE (L8493-8648)
 
 
-def conv(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> OpResult:
-    raise not_implemented("NPU_OP_CONV (weight stream decoder and convolution kernel)")
+def _operand_shape(bm: int, shape: tuple[int, int, int]) -> tuple[int, int, int]:
+    H, W, D = shape
+    return (1 if bm & 1 else H, 1 if bm & 2 else W, 1 if bm & 4 else D)
 
 
-def depthwise(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> OpResult:
-    raise not_implemented("NPU_OP_DEPTHWISE (weight stream decoder and depthwise kernel)")
+def _in_scale(s: SetState, which: str, needed: bool) -> tuple[int, int, int, int]:
+    if not needed:
+        return (1, 0, 1, 0)
+    return (s.get(f"{which}_SCALE", "scale"), s.get(f"{which}_SCALE", "shift"),
+            s.get(f"{which}_SCALE", "round_mode"), s.get(f"{which}_SCALE", "dbl_rnd"))
+
+
+def elementwise(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> OpResult:
+    mode = cmd.fields["elementwise_mode"]
+    require(mode in K.EW_MODES, f"elementwise_mode {mode} is not reserved", "L8670-8698")
+    unary = mode in K.EW_UNARY
+    ifm = tensor(s, "IFM")
+    bm1 = s.get("IFM_BROADCAST", "broadcast_mode")
+    bm2 = 0 if unary else s.get("IFM2_BROADCAST", "broadcast_mode")
+    ifm2 = None if unary else tensor(s, "IFM2")
+    if ifm2 is not None:  # digest G-R12: only checked when IFM2 is used
+        require(ifm.bits == ifm2.bits and ifm.signed == ifm2.signed,
+                "IFM precision == IFM2 precision", "L8497")
+    use_ifm2 = not (unary or bm2 == K.BC_SCALAR)
+    mem.npu.add_operation_to_chain(s, bm1 != K.BC_SCALAR, use_ifm2, True)
+    require(ifm.bits in (8, 16) or (ifm.bits == 32 and ifm.signed),
+            "IFM precision == b8 || b16 || (b32 && signed)", "L8509")
+    require(s.get("OFM_PRECISION", "activation_reverse") == 0, "OFM reverse == none", "L8512")
+    require(s.get("IFM_UPSCALE", "mode") == 0, "IFM_UPSCALE.mode == none", "L8514")
+    kcfg = out_config(s, accumulator_path=False)
+    require(s.get("OFM_PRECISION", "scale_mode") == 1,
+            "mode == normal in rescale: elementwise needs OFM scale_mode global", "L6968, G-R9")
+    shape = ofm_shape(s)
+    scalar = 0
+    raws = []
+    for which, t, bm in (("IFM", ifm, bm1), ("IFM2", ifm2, bm2)):
+        if t is None:
+            raws.append(None)
+        elif bm == K.BC_SCALAR:
+            require(t.storage == 3, f"{which} storage == none for a scalar operand", "L9645")
+            scalar = s.get("OP_SCALAR", "scalar")
+            raws.append(None)
+        else:
+            require(bm <= 7, f"{which} broadcast_mode {bm} is not reserved", "L9538")
+            if t.storage == 2:
+                require(bm == 0, "no broadcast from a chaining FIFO", "L6429-6434")
+            raws.append(read_raw(mem, t, _operand_shape(bm, shape), RD_IFM_STREAM))
+    if bm1 == K.BC_SCALAR and bm2 == K.BC_SCALAR:
+        require(False, "IFM_BROADCAST != scalar when IFM2 is scalar", "L8535")
+    # scale_a / scale_b read IFM_SCALE / IFM2_SCALE for b8 and signed b16 inputs (L7008-7048);
+    # div asserts on both (L8606-8619); mul never scales; lrelu scales a with IFM2_SCALE too
+    scaled = (ifm.bits == 8 or (ifm.bits == 16 and ifm.signed)) and mode != K.EW_MUL
+    sc1 = _in_scale(s, "IFM", scaled or mode == K.EW_DIV)
+    sc2 = _in_scale(s, "IFM2", (scaled and (not unary or mode == K.EW_LRELU))
+                    or mode == K.EW_DIV)
+    for sc, which in ((sc1, "IFM"), (sc2, "IFM2")):
+        require(sc[2] in (0, 1), f"{which}_SCALE.round_mode is not reserved", "L11814")
+        require(0 <= sc[3] <= 30, "0 <= dbl_rnd && dbl_rnd <= 30", "L6912")
+    diag: list[str] = []
+    out = K.elementwise(mode, raws[0], raws[1], shape,
+                        ifm_zp=s.get("IFM_ZERO_POINT", "zero_point", 0 if bm1 == 8 else None),
+                        ifm2_zp=0 if raws[1] is None else s.get("IFM2_ZERO_POINT", "zero_point"),
+                        ifm_bits=ifm.bits, ifm_signed=ifm.signed,
+                        ifm2_bits=ifm2.bits if ifm2 else ifm.bits,
+                        ifm2_signed=ifm2.signed if ifm2 else ifm.signed, ifm_scale=sc1,
+                        ifm2_scale=sc2, broadcast=bm1, broadcast2=bm2, scalar=scalar, cfg=kcfg,
+                        lut=mem.lut, diag=diag)
+    _check_diag(diag, "NPU_OP_ELEMENTWISE")
+    write_ofm(mem, s, cfg, out, all_perms=False)
+    n = int(np.prod(shape))
+    return OpResult(macs=0, elements=n, mac_cycles=0,
+                    ao_cycles=ao_cycles(cfg, n, _ofm_bits(s), ifm.bits, not unary, True))
+
+
+# ------------------------------------------------------------------------------------------------
+# NPU_OP_RESIZE (L9029-9126)
 
 
 def resize(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> OpResult:
-    raise not_implemented("NPU_OP_RESIZE")
+    mode = cmd.fields["resize_mode"]
+    require(mode in (0, 1, 2), f"resize_mode {mode} is not reserved", "L9140")
+    H, W, D = ofm_shape(s)
+    ihm1 = s.get("KERNEL_HEIGHT_M1", "height_m1")
+    iwm1 = s.get("KERNEL_WIDTH_M1", "width_m1")
+    ny = s.get("RESIZE_Y_SCALE_N_M1", "resize_y_scale_n_m1") + 1
+    nx = s.get("RESIZE_X_SCALE_N_M1", "resize_x_scale_n_m1") + 1
+    yo, xo = s.get("RESIZE_Y_OFFSET", "resize_y_offset"), s.get("RESIZE_X_OFFSET", "resize_x_offset")
+    ysi, ysm = s.get("RESIZE_Y_STEP", "one_step_int"), s.get("RESIZE_Y_STEP", "one_step_mod")
+    xsi, xsm = s.get("RESIZE_X_STEP", "one_step_int"), s.get("RESIZE_X_STEP", "one_step_mod")
+    require(-ny <= yo < ny and -nx <= xo < nx, "-scale_n <= offset < scale_n", "L9044-9045")
+    require(ysm < ny and xsm < nx, "step_mod < scale_n", "L9046-9047")
+    require(mem.npu.chain_length == 0, "g_chain_length == 0", "L9053")
+    require(s.get("OFM_PRECISION", "activation_storage") != 2, "OFM storage != chained", "L9054")
+    require(s.get("OFM_PRECISION", "activation_transpose") == 0, "OFM transpose == HWC", "L9055")
+    require(s.get("IFM_UPSCALE", "mode") == 0, "IFM_UPSCALE.mode == none", "L9056")
+    require(s.get("IFM_ZERO_POINT", "zero_point") == 0, "IFM_ZERO_POINT == 0", "L9057")
+    require(s.get("IFM2_ZERO_POINT", "zero_point", 0) == 0, "IFM2_ZERO_POINT == 0", "L9058")
+    ifm = tensor(s, "IFM")
+    require(ifm.storage != 2, "IFM storage != chained", "L9053")
+    require(ifm.bits == 8 or (ifm.bits == 16 and ifm.signed), "IFM b8 || (b16 && signed)",
+            "L9062-9069")
+    kcfg = out_config(s, accumulator_path=False)
+    require(s.get("OFM_PRECISION", "scale_mode") == 1,
+            "mode == normal in rescale: resize needs OFM scale_mode global", "L6968, G-R9")
+    require(int(kcfg[P.C_SHIFT]) >= 16, "OFM_SCALE.shift >= 16", "L9103")
+    raw = read_raw(mem, ifm, (ihm1 + 1, iwm1 + 1, D), RD_IFM)
+    diag: list[str] = []
+    out = K.resize(raw, mode, (H, W), scale_n=(ny, nx), offset=(yo, xo),
+                   step=((ysi, ysm), (xsi, xsm)), ifm_hw_m1=(ihm1, iwm1), ifm_zp=0,
+                   ifm_bits=ifm.bits, ifm_signed=ifm.signed, cfg=kcfg, lut=mem.lut, diag=diag)
+    _check_diag(diag, "NPU_OP_RESIZE")
+    write_ofm(mem, s, cfg, out, all_perms=True)
+    n = H * W * D
+    return OpResult(macs=0, elements=n, mac_cycles=0,
+                    ao_cycles=ao_cycles(cfg, n, _ofm_bits(s), 32, False, False))
 
 
 OPERATIONS = {"NPU_OP_CONV": conv, "NPU_OP_DEPTHWISE": depthwise, "NPU_OP_POOL": pool,
               "NPU_OP_ELEMENTWISE": elementwise, "NPU_OP_RESIZE": resize}
+_UNARY = set(K.EW_UNARY)
 
 
 def run_operation(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> OpResult:
-    """Execute kernel command ``cmd`` (one of :data:`OPERATIONS`)."""
-    return OPERATIONS[cmd.name](cmd, s, mem, cfg)
+    """Execute kernel command ``cmd`` (one of :data:`OPERATIONS`). A NotImplementedYet leaves
+    the internal state (chain, FIFOs, accumulators) as it was."""
+    saved = mem.npu.copy()
+    try:
+        return OPERATIONS[cmd.name](cmd, s, mem, cfg)
+    except NotImplementedYet:
+        mem.npu = saved
+        raise
 
 
 # ------------------------------------------------------------------------------------------------

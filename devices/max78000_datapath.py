@@ -88,12 +88,15 @@ def _weights(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
 
 
 def _inputs(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
-    """X[pass*n_procs + j, H, W] int8: pixel (r, c) pass e of processor p is byte ``lane`` of
-    word ``read_word + (r*W + c)*passes + e`` of its data memory (S3:L689, L898)."""
+    """X[(o*passes + pass)*n_procs + j, H, W] int8: pixel (r, c) pass e operand o of processor
+    p is byte ``lane`` of word ``read_word + ((r*W + c)*passes + e)*operands + o`` of its data
+    memory (S3:L689, L898; operands interleaved, "each machine fetch gathers one operand",
+    S3:L2041, digest 1.2 address formula)."""
     n_p = len(cfg.processors)
     h, w_ = cfg.in_rows, cfg.in_cols
-    n_words = -(-h * w_ // 4) if cfg.chw else h * w_ * cfg.in_passes
-    x = np.zeros((cfg.in_passes * n_p, h, w_), dtype=np.int8)
+    ops = cfg.operands
+    n_words = -(-h * w_ // 4) if cfg.chw else h * w_ * cfg.in_passes * ops
+    x = np.zeros((ops * cfg.in_passes * n_p, h, w_), dtype=np.int8)
     reads = []
     for j, p in enumerate(cfg.processors):
         base = sram_address(p.memory, 0)
@@ -106,9 +109,10 @@ def _inputs(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
             reads.append((base + 4 * p.read_word, base + 4 * (p.read_word + n_words)))
             continue
         lane = words[p.read_word:p.read_word + n_words, p.lane].view(np.int8)
-        lane = lane.reshape(h, w_, cfg.in_passes)
-        for e in range(cfg.in_passes):
-            x[e * n_p + j] = lane[:, :, e]
+        lane = lane.reshape(h, w_, cfg.in_passes, ops)
+        for o in range(ops):
+            for e in range(cfg.in_passes):
+                x[(o * cfg.in_passes + e) * n_p + j] = lane[:, :, e, o]
         reads.append((base + 4 * p.read_word, base + 4 * (p.read_word + n_words)))
     return x, reads
 
@@ -129,18 +133,27 @@ def _bias(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
 def _scatter(bus, cfg: LayerConfig, out: np.ndarray) -> list[tuple[int, int]]:
     """Write out[slot, y, x] through ``wptr_base + (k//4)*moff + e*choff + pixel*pixel_step``
     (slot = e*slots_per_pass + k), lane k%4 (8-bit) or word +k%4 (32-bit)."""
-    slots = np.arange(cfg.out_slots)
-    e, k = np.divmod(slots, cfg.slots_per_pass)
     pix = np.arange(cfg.out_rows * cfg.out_cols)
-    wptr = (cfg.wptr_base + (k // 4) * cfg.wptr_moff + e * cfg.wptr_choff)[:, None] \
-        + pix[None, :] * cfg.pixel_step
+    if cfg.passthrough:
+        # channel e*n_procs + j: processor j's (word, lane) + pass e * CHOFF (layer doc)
+        n_p = len(cfg.processors)
+        ch = np.arange(n_p * cfg.in_passes)
+        e, j = np.divmod(ch, n_p)
+        base = np.array([w for w, _ in cfg.pt_out], dtype=np.int64)[j]
+        k = np.array([ln for _, ln in cfg.pt_out], dtype=np.int64)[j]
+        wptr = (base + e * cfg.wptr_choff)[:, None] + pix[None, :] * cfg.pixel_step
+    else:
+        slots = np.arange(cfg.out_slots)
+        e, k = np.divmod(slots, cfg.slots_per_pass)
+        wptr = (cfg.wptr_base + (k // 4) * cfg.wptr_moff + e * cfg.wptr_choff)[:, None] \
+            + pix[None, :] * cfg.pixel_step
     if cfg.wide:
         wptr = wptr + (k % 4)[:, None]
     if wptr.size and int(wptr.max()) >= 1 << 17:
         raise DeviceError(f"layer {cfg.layer}: CNNx16_{cfg.master}_L{cfg.layer}_WPTR_BASE: "
                           "write pointer runs past the last data memory")
     memory, word = wptr >> 13, wptr & 0x1FFF
-    flat = out.reshape(cfg.out_slots, -1)
+    flat = out.reshape(out.shape[0], -1)
     addrs = []
     for m in np.unique(memory):
         sel = memory == m
@@ -161,16 +174,39 @@ def _scatter(bus, cfg: LayerConfig, out: np.ndarray) -> list[tuple[int, int]]:
     return _ranges(np.concatenate(addrs), 4 if cfg.wide else 1)
 
 
-def compute_layer(bus, cfg: LayerConfig) -> tuple[np.ndarray, Touched]:
-    """Compute the layer's output [slots, out_rows, out_cols] (int64) without writing it."""
-    x, r_in = _inputs(bus, cfg)
+def compute_layer(bus, cfg: LayerConfig, x: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, Touched]:
+    """Compute the layer's output [slots, out_rows, out_cols] (int64) without writing it.
+    ``x`` (int8 [in_channels, H, W], the order of _inputs) replaces the gather from data SRAM
+    for input that does not come from memory (FIFO input, frame-at-once streaming)."""
+    if x is None:
+        x, r_in = _inputs(bus, cfg)
+    else:
+        r_in = []
+    pool_mode, pool, pool_stride = _POOL[cfg.pool_kind], (cfg.pool_rows, cfg.pool_cols), \
+        cfg.pool_stride
+    if cfg.operands > 1:
+        # element-wise stage before the convolution; prepool pools each operand first, else
+        # the layer's pooling follows the operation (S0:L3172-3240, S3:L1753)
+        xs = x.reshape((cfg.operands, -1) + x.shape[1:])
+        x = K.run_ewise_kernel(xs, cfg.ewise_func, prepool=cfg.prepool, pool=pool,
+                               pool_stride=pool_stride, pool_mode=pool_mode,
+                               avg_policy=cfg.avg_policy)
+        if cfg.prepool:
+            pool_mode, pool, pool_stride = K.POOL_NONE, (1, 1), 1
+    if cfg.passthrough:
+        out = K.run_passthrough_kernel(
+            x, pool=pool, pool_stride=pool_stride,
+            pool_mode=pool_mode, avg_policy=cfg.avg_policy,
+            pad=(cfg.pad_rows, cfg.pad_cols), shift=cfg.shift, act=_ACT[cfg.activation])
+        return out, Touched(reads=r_in)
     w, r_w = _weights(bus, cfg)
     b, r_b = _bias(bus, cfg)
     out = K.run_layer_kernel(
-        x, w, b, pool=(cfg.pool_rows, cfg.pool_cols), pool_stride=cfg.pool_stride,
-        pool_mode=_POOL[cfg.pool_kind], avg_policy=cfg.avg_policy,
+        x, w, b, pool=pool, pool_stride=pool_stride,
+        pool_mode=pool_mode, avg_policy=cfg.avg_policy,
         pad=(cfg.pad_rows, cfg.pad_cols), conv_stride=cfg.conv_stride, shift=cfg.shift,
-        act=_ACT[cfg.activation], wide=cfg.wide)
+        act=_ACT[cfg.activation], wide=cfg.wide, deconv=cfg.deconv)
     return out, Touched(reads=r_in + r_w + r_b)
 
 
@@ -184,10 +220,11 @@ def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return [(s, e) for s, e in out]
 
 
-def run_layer(bus, cfg: LayerConfig) -> Touched:
+def run_layer(bus, cfg: LayerConfig, x: np.ndarray | None = None) -> Touched:
     """Run one layer: gather, compute, scatter. Returns the ranges read and written (merged,
-    sorted; reads happen before writes, as the whole input is gathered first)."""
-    out, touched = compute_layer(bus, cfg)
+    sorted; reads happen before writes, as the whole input is gathered first). ``x``: see
+    compute_layer."""
+    out, touched = compute_layer(bus, cfg, x)
     touched.reads = _merge(touched.reads)
     touched.writes = _merge(_scatter(bus, cfg, out))
     return touched

@@ -301,6 +301,11 @@ _DECL = re.compile(r"^(static|const|volatile|unsigned|signed|\s)*(u?int(8|16|32)
                    r"q31_t)\s*\**\s*\w+(\s*\[\s*\w*\s*\])?(\s*,\s*\**\s*\w+)*\s*;$")
 _BIND = re.compile(r"^(static\s+)?const\s+(uint8_t|uint32_t)\s+(\w+)\s*\[\s*\]\s*=\s*(\w+)\s*;$")
 _PTR_BIND = re.compile(r"^const\s+uint32_t\s*\*\s*ptr\s*=\s*(\w+)\s*;$")
+# FIFO form of load_input (izer load.py loadfifo): "const uint32_t *in0 = input_0;" then
+# for (i = 0; i < N; i++) { [while ((STAT & 1<<c) != 0);] FIFO_WRc = *inc++; ... }
+_IN_BIND = re.compile(r"^const\s+uint32_t\s*\*\s*(in\d+)\s*=\s*(\w+)\s*;$")
+_FIFO_WAIT = re.compile(r"while\(\(\(\*\(\(volatileuint32_t\*\)0x50000004\)&(\d+)\)\)!=0\);")
+_FIFO_PUSH = re.compile(r"\*\(\(volatileuint32_t\*\)(0x500000(?:08|0c|0C|10|14))\)=\*(in\d+)\+\+;")
 
 _HELPERS = {
     "memcpy32": ["while(n-->0){", "*dst++=*src++;", "}"],
@@ -329,6 +334,7 @@ class _Importer:
         self.prog = Max78000Program(path, name=path.name)
         self.out: list[Access] | None = None
         self.phase = "setup"
+        self.fifo_in: dict[str, tuple[str, str]] = {}  # load_input's inN -> (array, where)
 
     # -- reading -------------------------------------------------------------------------------
     def read(self) -> None:
@@ -441,6 +447,9 @@ class _Importer:
                     if comp[:3] != _CHECK_LOOP:
                         raise Ai8xImportError(f"{where}: unsupported check loop body")
                     self._check_table(ptr_array, where)
+                elif re.fullmatch(r"for\(i=0;i<(\d+);i\+\+\)\{", c) and f.name == "load_input":
+                    self._fifo_loop(int(re.fullmatch(r"for\(i=0;i<(\d+);i\+\+\)\{", c).group(1)),
+                                    [x.compact for x in inner], where)
                 elif re.fullmatch(r"for\(i=0;i<(\d+);i\+\+\)\{", c) and f.name == "main":
                     n = int(re.fullmatch(r"for\(i=0;i<(\d+);i\+\+\)\{", c).group(1))
                     comp = [x.compact for x in inner]
@@ -474,6 +483,11 @@ class _Importer:
             m = _PTR_BIND.match(t)
             if m:
                 ptr_array = m.group(1)
+                i += 1
+                continue
+            m = _IN_BIND.match(t)
+            if m and f.name == "load_input":
+                self.fifo_in[m.group(1)] = (m.group(2), where)
                 i += 1
                 continue
             if _DECL.match(t) or _BIND.match(t):
@@ -538,6 +552,13 @@ class _Importer:
             self.call(name, where, stack)
             self.out = None
             self.phase = "started"
+            return
+        if name == "load_input" and self.phase == "started" and f.name == "main":
+            # FIFO input: the generated main() loads the FIFOs after cnn_start(); the pushes
+            # follow the start writes (the armed engine drains them, max78000_fifo.py)
+            self.out = self.prog.start
+            self.call(name, where, stack)
+            self.out = None
             return
         if name in self.funcs and (name in _FLOW or name in ("fail",)):
             if name == "fail":
@@ -627,6 +648,46 @@ class _Importer:
             self._emit(Access(addr, b"".join((w & MASK32).to_bytes(4, "little") for w in words),
                               "=", f"{where} ({macro} element {k})"))
             k += 2 + n
+
+    def _fifo_loop(self, n: int, body: list[str], where: str) -> None:
+        """The FIFO loop of load_input: each iteration optionally polls CNN_FIF0_STAT.full of
+        FIFO c, then writes the next word of input_c to CNN_FIFO_WRc (izer load.py)."""
+        pushes: list[tuple[int, str]] = []
+        k = 0
+        while k < len(body):
+            wait = _FIFO_WAIT.fullmatch(body[k])
+            if wait:
+                k += 1
+                if k >= len(body):
+                    raise Ai8xImportError(f"{where}: FIFO wait without a FIFO write")
+            m = _FIFO_PUSH.fullmatch(body[k])
+            if not m:
+                raise Ai8xImportError(f"{where}: unsupported statement in the FIFO loop of "
+                                      f"load_input(): {body[k]}")
+            addr = int(m.group(1), 16)
+            fifo = (addr - 0x5000_0008) // 4
+            if wait and int(wait.group(1)) != 1 << fifo:
+                raise Ai8xImportError(f"{where}: the FIFO loop waits on status bit "
+                                      f"{wait.group(1)} but writes FIFO {fifo}")
+            if m.group(2) not in self.fifo_in:
+                raise Ai8xImportError(f"{where}: {m.group(2)} is not declared as "
+                                      f"'const uint32_t *{m.group(2)} = input_N;'")
+            pushes.append((addr, m.group(2)))
+            k += 1
+        if not pushes:
+            raise Ai8xImportError(f"{where}: empty FIFO loop in load_input()")
+        data = {}
+        for _, ptr in pushes:
+            arr, decl = self.fifo_in[ptr]
+            vals = self._array(arr, decl)
+            if len(vals) < n:
+                raise Ai8xImportError(f"{where}: the FIFO loop writes {n} words of {arr}, which "
+                                      f"has {len(vals)}")
+            data[ptr] = vals
+        for i in range(n):
+            for addr, ptr in pushes:
+                self._emit(Access(addr, (data[ptr][i] & MASK32).to_bytes(4, "little"), "=",
+                                  where))
 
     def _check_table(self, arr: str | None, where: str) -> None:
         if arr is None:

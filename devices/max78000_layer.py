@@ -133,6 +133,10 @@ class LayerConfig:
     ts_en: bool = False
     tscnt_max: int = 0
     cnnsi_en: int = 0
+    passthrough: bool = False  # no convolution: onexone_en (mask_en = 0) or ewise without conv
+    deconv: bool = False  # POST.deconv_en: in_rows/in_cols are the stored (unstuffed) sizes
+    operands: int = 1  # element-wise operands (ONED.ewise_cnt + 1), interleaved per word
+    pt_out: tuple = ()  # pass-through: (write word of pass 0 / pixel 0, lane) per processor
     chw: bool = False  # LCTRL0.parallel / CTRL.bigdata: CHW input, 4 pixels per word
     oned: bool = False  # ONED.oned_en
     oned_sad: int = 0  # ONED.oned_sad: first byte of the layer's kernels in the mask word
@@ -192,8 +196,11 @@ def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = ran
     s = next((q for q in quadrants if q <= m and _f(reg(q, "LCTRL0"), 15, 12)), m)
 
     # -- unsupported global modes --------------------------------------------------------------
-    for bit, name in ((14, "stream_en"), (15, "fifo_en"),
-                      (22, "ffifo_en"), (31, "qupac"), (21, "simple1b")):
+    # CTRL.fifo_en / stream_en: the device feeds such input itself (devices/max78000_fifo.py,
+    # max78000_stream.py): layer 0 from the FIFOs, stream layers frame-at-once
+    streamed = bool((ctrl >> 15) & 1 and y == 0) or bool(
+        (ctrl >> 14) & 1 and y < 8 and regs_read(f"CNNx16_{m}_S{y}_STRM0") & 0x3FFF)
+    for bit, name in ((22, "ffifo_en"), (31, "qupac"), (21, "simple1b")):
         if (ctrl >> bit) & 1:
             raise fail(m, "@CTRL", f"{name} is not supported yet")
     # CHW ("big data") input: LCTRL0.parallel per layer (S0:L3756, "one channel uses 4 bytes")
@@ -207,8 +214,13 @@ def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = ran
         # [izer] always sets sramlsrc (bit 11) for global writes; local-source writes untested
         raise fail(m, "LCTRL0", "sramlsrc = 0 (local write source) is not supported yet")
     oned_en = bool((oned >> 12) & 1)
-    if (oned >> 13) & 1:
-        raise fail(m, "ONED", "element-wise operations (ewise_en) are not supported yet")
+    # element-wise: ONED.ewise_en 13, ewise_func 15:14 (00 sub, 01 add, 10 or, 11 xor), prepool
+    # 16, 2d_conv 17, ewise_cnt 21:18 = operands - 1 (S0:L3172-3240)
+    ewise = bool((oned >> 13) & 1)
+    operands = _f(oned, 21, 18) + 1 if ewise else 1
+    if ewise and oned_en:
+        raise fail(m, "ONED", "1-D convolution with element-wise operations is not supported "
+                   "(S3:L620)")
     oned_width = _f(oned, 11, 8)
     oned_sad = _f(oned, 7, 4)  # start byte inside the 9-byte mask word (S0:L3253-3263)
     if oned_en and not 1 <= oned_width <= 9:
@@ -218,10 +230,27 @@ def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = ran
     if oned_sad > 8:
         raise fail(m, "ONED", f"oned_sad {oned_sad} beyond the 9-byte mask word")
     flatten = bool((post >> 27) & 1)
-    for bit, name in ((28, "deconv_en"), (25, "onexone_en (pass-through)"),
-                      (24, "ts_en (timeslots)")):
-        if (post >> bit) & 1:
-            raise fail(m, "POST", f"{name} is not supported yet")
+    deconv = bool((post >> 28) & 1)  # zero insertion in TRAM (S0:L3979-3988)
+    # Pass-through: POST.onexone_en with mask_en = 0 for the processors ("per-processor choice
+    # via mask_en", S0:L4014-4029); [izer] writes POST = 3<<24 (ts_en|onexone_en), EN = pro_en
+    # only, ONED = tscnt_max | 1<<8, MCNT = (out_expand-1)*8 for operation None
+    passthrough = bool((post >> 25) & 1)
+    if ewise and not (oned >> 17) & 1:
+        # element-wise without 2d_conv: no convolution, timeslot output as pass-through
+        # ([izer] POST = 1<<24 (ts_en) for operation None with operands > 1)
+        if not (post >> 24) & 1:
+            raise fail(m, "POST", "element-wise operation without 2d_conv needs ts_en "
+                       "(S0:L3230)")
+        passthrough = True
+    elif ewise and passthrough:
+        raise fail(m, "POST", "onexone_en with 2d_conv element-wise is not supported")
+    if passthrough:
+        for q in active:
+            if _f(en[q], 31, 16):
+                raise fail(q, "EN", "onexone_en with mask_en != 0 (1x1 convolution in "
+                           "timeslots) is not supported yet")
+    elif (post >> 24) & 1 and not ewise:
+        raise fail(m, "POST", "ts_en (timeslots) without pass-through is not supported yet")
 
     # -- quadrants must agree on geometry and mask range ---------------------------------------
     # the izer writes identical values into every used group for these registers ([izer])
@@ -232,7 +261,9 @@ def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = ran
                 raise fail(q, name, f"differs from quadrant {m} (unsupported)")
     cnnsi = _f(reg(s, "LCTRL0"), 15, 12)  # LCTRL0.cnnsi_en of the summing quadrant (S0:L3669)
     for q in active:
-        if q != s and not (cnnsi >> q) & 1:
+        # pass-through quadrants write their own channels, no partial sums ([izer] sets no
+        # cnnsi_en for operation None)
+        if q != s and not (cnnsi >> q) & 1 and not passthrough:
             raise fail(s, "LCTRL0", f"quadrant {q} has processors enabled but cnnsi_en does "
                        "not add its partial sum (separate partial outputs unsupported)")
 
@@ -241,6 +272,14 @@ def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = ran
     rcnt_max, pad_r = _f(rcnt, 9, 0), _f(rcnt, 17, 16)
     ccnt_max, pad_c = _f(ccnt, 9, 0), _f(ccnt, 17, 16)
     in_rows, in_cols = rcnt_max + 1 - 2 * pad_r, ccnt_max + 1 - 2 * pad_c
+    if deconv:
+        # RCNT/CCNT count the zero-stuffed rows/columns ([izer] in_row = stride*H with
+        # stride 2, vendor upsample: 5x7 input, pad 1 -> RCNT 0x1000b): memory holds half
+        if in_rows % 2 or in_cols % 2:
+            raise fail(m, "RCNT", f"deconv_en with an odd stuffed size {in_rows}x{in_cols}")
+        if oned_en or passthrough or oned_width == 1:
+            raise fail(m, "POST", "deconv_en is supported with 3x3 kernels only (S3:L1004)")
+        in_rows, in_cols = in_rows // 2, in_cols // 2
     if in_rows < 1:
         raise fail(m, "RCNT", f"rcnt_max {rcnt_max} < 2*rcnt_pad")
     if in_cols < 1:
@@ -269,10 +308,13 @@ def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = ran
         # 1-D: a kernel of oned_width taps along the rows if rcnt_max != 0, else along the
         # columns (S0:L3243); [izer] writes the length into RCNT and leaves CCNT 0 (1 column)
         kr, kc = (oned_width, 1) if rcnt_max else (1, oned_width)
+    elif passthrough:
+        kr = kc = 1  # no convolution ([izer] ONED has no width bits for element-wise None)
     else:
         kr = kc = 1 if oned_width == 1 else 3
     ksize = kr * kc  # bytes (8-bit weights) of one kernel in the 9-byte mask words
-    out_r, out_c = pooled_r + 2 * pad_r - kr + 1, pooled_c + 2 * pad_c - kc + 1
+    sr, sc = (2 * pooled_r, 2 * pooled_c) if deconv else (pooled_r, pooled_c)
+    out_r, out_c = sr + 2 * pad_r - kr + 1, sc + 2 * pad_c - kc + 1
     if out_r < 1 or out_c < 1:
         raise fail(m, "RCNT", "output would be empty")
     mask_size = _f(post, 23, 22)
@@ -294,27 +336,37 @@ def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = ran
     for q in active:
         e = en[q]
         pro, mask = _f(e, 15, 0), _f(e, 31, 16)
+        if passthrough:
+            mask = pro
         if pro != mask:
             raise fail(q, "EN", f"mask_en {mask:#06x} != pro_en {pro:#06x} (pass-through "
                        "processors are not supported yet)")
         mcnt = reg(q, "MCNT")
         sad, mx = _f(mcnt, 31, 16), _f(mcnt, 15, 0)
         span = mx - sad
-        if span < 0 or span % bits:
+        if passthrough:
+            # the mask counter only counts the passes, 8 per pass ([izer] (out_expand-1)*8)
+            if sad or mx % 8:
+                raise fail(q, "MCNT", f"pass-through mask count {mcnt:#x} is not "
+                           "0 .. (passes-1)*8")
+            n = mx // 8 + 1
+        elif span < 0 or span % bits:
             raise fail(q, "MCNT", f"mcnt_max {mx:#x} - mcnt_sad {sad:#x} is not a non-negative "
                        f"multiple of the weight width {bits}")
-        n = span // bits + 1
+        else:
+            n = span // bits + 1
         if steps is None:
             steps = n
         elif n != steps:
             raise fail(q, "MCNT", "mask count range differs between quadrants")
-        if ksize == 9 and bits == 8 and sad & 7:
-            raise fail(q, "MCNT", "mcnt_sad & 7 != 0 with 8-bit 3x3 weights")
-        # mask address: (counter >> 3) counts kernels of ksize bytes from byte oned_sad of the
-        # layer's first word ([izer] koffs, oned_sad = divmod(9*kern_offs, ksize); module doc)
-        last = ((mx >> 3) * ksize + oned_sad + ksize - 1) // 9
-        if last >= MRAM_WORDS:
-            raise fail(q, "MCNT", f"mask address {mx:#x} beyond the 768 MRAM words")
+        if not passthrough:
+            if ksize == 9 and bits == 8 and sad & 7:
+                raise fail(q, "MCNT", "mcnt_sad & 7 != 0 with 8-bit 3x3 weights")
+            # mask address: (counter >> 3) counts kernels of ksize bytes from byte oned_sad of
+            # the layer's first word ([izer] koffs, oned_sad = divmod(9*kern_offs, ksize))
+            last = ((mx >> 3) * ksize + oned_sad + ksize - 1) // 9
+            if last >= MRAM_WORDS:
+                raise fail(q, "MCNT", f"mask address {mx:#x} beyond the 768 MRAM words")
         rptr = _f(reg(q, "RPTR_BASE"), 16, 0)
         for l in range(16):
             if (pro >> l) & 1:
@@ -326,20 +378,44 @@ def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = ran
                 procs.append(Processor(p, q, l, q * 4 + l // 4, l % 4, rptr,
                                        MRAM_BASE + q * QUAD_STRIDE + l * 0x4000, sad, mx))
     assert steps is not None
-    if steps % in_passes:
-        raise fail(m, "MCNT", f"{steps} mask steps is not a multiple of {in_passes} input passes")
-    out_slots = steps // in_passes
-    if xpch_max % bits:
-        raise fail(m, "LCTRL1", f"xpch_max {xpch_max} is not a multiple of {bits}")
-    slots_per_pass = xpch_max // bits + 1
-    out_passes = -(-out_slots // slots_per_pass)
+    pt_out: list[tuple[int, int]] = []
+    if passthrough:
+        # Pass-through output ([izer] "output processors must be a packed version of the input
+        # processors"; vendor passthrough-2: processors 0,4,8,12 -> lanes 0-3 of one word): the
+        # k-th enabled processor of a quadrant goes to timeslot k//4, lane k%4, at that
+        # quadrant's WPTR_BASE + timeslot*WPTR_TOFF (S0:L3470; [izer] writes a WPTR_BASE per
+        # group for operation None); ONED.tscnt_max bounds the timeslots (S0:L3273).
+        if steps != in_passes:
+            raise fail(m, "MCNT", f"pass-through counts {steps} passes, LCTRL1 has {in_passes}")
+        tscnt = _f(oned, 3, 0)
+        for q in active:
+            mine = [pp for pp in procs if pp.quadrant == q]
+            if (len(mine) - 1) // 4 > tscnt:
+                raise fail(q, "ONED", f"{len(mine)} pass-through processors need "
+                           f"{(len(mine) + 3) // 4} timeslots, tscnt_max is {tscnt}")
+            wb, toff = _f(reg(q, "WPTR_BASE"), 16, 0), _f(reg(q, "WPTR_TOFF"), 16, 0)
+            pt_out += [(wb + (k // 4) * toff, k % 4) for k in range(len(mine))]
+        out_slots = len(procs)
+        slots_per_pass = len(procs)
+        out_passes = in_passes
+    else:
+        if steps % in_passes:
+            raise fail(m, "MCNT", f"{steps} mask steps is not a multiple of {in_passes} input "
+                       "passes")
+        out_slots = steps // in_passes
+        if xpch_max % bits:
+            raise fail(m, "LCTRL1", f"xpch_max {xpch_max} is not a multiple of {bits}")
+        slots_per_pass = xpch_max // bits + 1
+        out_passes = -(-out_slots // slots_per_pass)
     if chw and in_passes > 1:
         raise fail(m, "LCTRL1", "multi-pass CHW input is not supported")
     # CHW: 4 consecutive pixels of one channel per word, LSB first ([izer] load.py
     # shift = (row*W + col) % 4; S0:L3756-3770)
-    words_in = -(-in_rows * in_cols // 4) if chw else in_rows * in_cols * in_passes
+    words_in = -(-in_rows * in_cols // 4) if chw else in_rows * in_cols * in_passes * operands
+    if chw and ewise:
+        raise fail(m, "ONED", "element-wise operations on CHW input are not supported")
     for pr_ in procs:
-        if pr_.read_word + words_in > SRAM_WORDS:
+        if pr_.read_word + words_in > SRAM_WORDS and not streamed:
             raise fail(pr_.quadrant, "RPTR_BASE", f"input ({words_in} words from "
                        f"{pr_.read_word:#x}) runs past the end of data memory")
 
@@ -347,6 +423,13 @@ def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = ran
     wide = bool((lctrl0 >> 16) & 1)
     wptr_base = _f(reg(m, "WPTR_BASE"), 16, 0)
     pixel_step = (1 + wptr_inc) * (4 if wide else 1)
+    if passthrough:
+        if wide:
+            raise fail(m, "LCTRL0", "bigdwrt with pass-through is not supported")
+        # [izer] writes wptr_inc = write_gap (not out_expand*(write_gap+1)-1 as for
+        # convolutions) and CHOFF = write_gap+1: the pointer steps over all passes of a pixel
+        # (vendor passthroughmultipass: 2 passes, wptr_inc 0, pixels 2 words apart)
+        pixel_step = (1 + wptr_inc) * in_passes
 
     # -- post-processing -----------------------------------------------------------------------
     scale = _f(post, 16, 13)
@@ -363,6 +446,8 @@ def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = ran
     for q in sorted(set(active) | {s} | {q for q in quadrants if (cnnsi >> q) & 1}):
         pq = reg(q, "POST")
         if (pq >> 12) & 1:
+            if passthrough:
+                raise fail(q, "POST", "bias with pass-through is not supported")
             sad = _f(pq, 11, 0)
             if sad + out_slots > BIAS_ENTRIES:
                 raise fail(q, "POST", f"bias bytes {sad}..{sad + out_slots - 1} beyond the "
@@ -389,6 +474,7 @@ def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = ran
         bias=tuple(bias), shift=shift, activation=act,
         tptr_sad=_f(tptr, 26, 16), tptr_max=_f(tptr, 10, 0),
         flatten=flatten, xpmp_cnt=_f(post, 21, 18),
+        passthrough=passthrough, pt_out=tuple(pt_out), operands=operands, deconv=deconv,
         chw=chw, oned=oned_en, oned_sad=oned_sad, kernel_bytes=ksize, sum_quadrant=s,
         ewise_en=bool((oned >> 13) & 1), ewise_func=_f(oned, 15, 14),
         ewise_cnt=_f(oned, 21, 18), prepool=bool((oned >> 16) & 1),

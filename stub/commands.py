@@ -1044,8 +1044,9 @@ def _table(ctx: CommandContext) -> dict[str, tuple[str, Handler, str]]:
     table = dict(_COMMANDS)
     extra = getattr(ctx.target.device, "monitor_commands", None) if ctx.targets else None
     if callable(extra):
-        for name, (usage, handler) in extra().items():
-            table[name] = (usage, handler, "")
+        for name, entry in extra().items():  # (usage, handler[, one-line summary])
+            usage, handler = entry[0], entry[1]
+            table[name] = (usage, handler, entry[2] if len(entry) > 2 else "")
     return table
 
 

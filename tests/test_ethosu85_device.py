@@ -459,11 +459,14 @@ def test_command_fetch_bus_fault(dev, host):
 
 
 def test_not_implemented_operation_leaves_the_npu_at_the_operation(dev, host):
-    host.start(stream([("NPU_SET_IFM_REGION", dict(region=1)), ("NPU_OP_CONV", {})], STOP))
-    with pytest.raises(DeviceError, match="NPU_OP_CONV at offset 0x0004.*not implemented yet"):
+    host.start(stream([("NPU_SET_DMA0_SRC_REGION", dict(region=1, idx_mode="enabled")),
+                       ("NPU_SET_DMA0_DST_REGION", dict(region=2)), ("NPU_OP_DMA_START", {})],
+                      STOP))
+    with pytest.raises(DeviceError,
+                       match="NPU_OP_DMA_START at offset 0x0008.*not implemented yet"):
         dev.step()
     assert host.field("STATUS", "state") == 1 and host.r("STATUS") & ~1 == 0
-    assert dev.pc == QBASE + 4
+    assert dev.pc == QBASE + 8
 
 
 def test_branch_and_branch_fault(dev, host):

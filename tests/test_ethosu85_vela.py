@@ -51,13 +51,7 @@ else:  # the names still parametrize (and skip)
                                 "resize_nearest")}
 
 #: models the device cannot run yet, with the reason (strict: they must fail until fixed)
-XFAIL = {
-    "depthwise": "device: NPU_OP_DEPTHWISE with Vela's microblock u1x2 trips the weight-stream "
-                 "assert '!mb_i16only || (ifm16bit && kernel 1x1)' (L7385), a conv-only rule",
-    "small_cnn": "device: its depthwise layer (microblock u1x2) trips the L7385 assert",
-    "add_int16": "device: Vela's int16 ADD (acc i48) uses 32-bit IFM/IFM2 scales; the "
-                 "elementwise path asserts 'scale == sign_extend(scale, 16)' (L6982)",
-}
+XFAIL: dict[str, str] = {}
 
 
 def _params():

@@ -61,7 +61,15 @@ class Spec:
     kern_col: int = 4  # first MRAM column (multiple of 4, S3:L938)
     layer: int = 0
     seed: int = 0
+    chw: bool = False  # LCTRL0.parallel: channel c on in_procs[c] (first of a quad), 4 px/word
+    oned: int = 0  # 1-D kernel width (ONED.oned_en): rows = length, cols must be 1
+    flatten: bool = False  # POST.flatten_en + xpmp_cnt: in_passes may exceed 16 (1x1 data)
+    sum_quadrant: int | None = None  # quadrant holding cnnsi_en (may have no processors)
     tensors: dict = field(default_factory=dict)
+
+    @property
+    def kshape(self) -> tuple[int, int]:
+        return (self.oned, 1) if self.oned else (self.kernel, self.kernel)
 
 
 def w32(dev, addr: int, value: int) -> None:
@@ -74,7 +82,7 @@ def program(dev, s: Spec) -> None:
     cin = n * s.in_passes
     x = rng.integers(-128, 128, size=(cin, s.rows, s.cols))
     lo, hi = -(1 << (s.bits - 1)), (1 << (s.bits - 1))
-    wt = rng.integers(lo, hi, size=(s.out_channels, cin, s.kernel, s.kernel))
+    wt = rng.integers(lo, hi, size=(s.out_channels, cin) + s.kshape)
     bias = rng.integers(-128, 128, size=s.out_channels) if s.bias_quadrant is not None else None
     s.tensors.update(x=x, w=wt, bias=bias)
 
@@ -86,6 +94,11 @@ def program(dev, s: Spec) -> None:
         base = mem_addr(p // 4) + s.in_offset
         for r in range(s.rows):
             for col in range(s.cols):
+                if s.chw:  # CHW: pixel i in byte i%4 of word i//4 (izer load.py, S0:L3756)
+                    i = r * s.cols + col
+                    a = base + 4 * (i // 4)
+                    words[a] = words.get(a, 0) | (int(x[c, r, col]) & 0xFF) << 8 * (i % 4)
+                    continue
                 a = base + 4 * ((r * s.cols + col) * s.in_passes + e)
                 words[a] = words.get(a, 0) | (int(x[c, r, col]) & 0xFF) << 8 * (p % 4)
     for a, v in words.items():
@@ -103,8 +116,11 @@ def program(dev, s: Spec) -> None:
         slot_of = {k: k for k in range(s.out_channels)}
     slots = per_pass * s.out_passes
     steps = slots * s.in_passes
-    # mask counter: bit address, steps of `bits`; 3x3: >>3 = 72-bit word; 1x1: >>3 = byte
-    sad = s.kern_col * 8 if s.kernel == 3 else s.kern_col * 72
+    # mask counter: bit address, steps of `bits`; >>3 counts kernels of ksize bytes, the layer
+    # starting at byte 9*kern_col = koffs*ksize + oned_sad ([izer] max7800x.py divmod)
+    ksize = s.kshape[0] * s.kshape[1]
+    koffs, oned_sad = divmod(9 * s.kern_col, ksize)
+    sad = koffs * 8
     mmax = sad + (steps - 1) * s.bits
     qf = 8 // s.bits
     for j, p in enumerate(s.in_procs):
@@ -116,15 +132,15 @@ def program(dev, s: Spec) -> None:
                 if t not in kslot:
                     continue
                 kern = wt[kslot[t], e * n + j].reshape(-1) & ((1 << s.bits) - 1)
-                if s.kernel == 3:
-                    elems[cnt >> 3, :] |= kern << (cnt & 7)
-                else:
-                    byte = cnt >> 3
-                    elems[byte // 9, 8 - byte % 9] |= int(kern[0]) << (cnt & 7)
+                # byte stream: the izer adds k[ksize-1-i] in order, each at k-position
+                # 8 - used of the current word (kernels.py add_kernel_data)
+                first = (cnt >> 3) * ksize + oned_sad
+                for i in range(ksize):
+                    b = first + i
+                    elems[b // 9, 8 - b % 9] |= int(kern[ksize - 1 - i]) << (cnt & 7)
         assert qf >= 1
         blk = MRAM + (p // 16) * 0x40_0000 + (p % 16) * 0x4000
-        used = sorted(set(range(s.kern_col, (mmax >> 3) + 1 if s.kernel == 3
-                                else (mmax >> 3) // 9 + 1)))
+        used = range(s.kern_col, ((mmax >> 3) * ksize + oned_sad + ksize - 1) // 9 + 1)
         for col in used:
             k = elems[col]
             a = blk + 16 * col
@@ -139,8 +155,9 @@ def program(dev, s: Spec) -> None:
 
     # ---- registers, fields per seed 000
     quads = sorted({p // 16 for p in s.in_procs})
-    used_quads = sorted(set(quads) | ({s.bias_quadrant} if s.bias_quadrant is not None else set()))
-    master = quads[0]
+    used_quads = sorted(set(quads) | ({s.bias_quadrant} if s.bias_quadrant is not None else set())
+                        | ({s.sum_quadrant} if s.sum_quadrant is not None else set()))
+    master = quads[0] if s.sum_quadrant is None else s.sum_quadrant
     out_mem = s.out_first_proc // 4
     for q in used_quads:
         def lreg(name, v, q=q):
@@ -148,8 +165,13 @@ def program(dev, s: Spec) -> None:
         # CTRL: clk_en bit 3 (L2272), poolrnd bit 13 (L2171)
         w32(dev, QB[q], 1 << 3 | (1 << 13 if s.pool_round else 0))
         lreg("RCNT", s.pad << 16 | (2 * s.pad + s.rows - 1))  # L3056, L3082
-        lreg("CCNT", s.pad << 16 | (2 * s.pad + s.cols - 1))  # L3116
-        lreg("ONED", (1 << 8) if s.kernel == 1 else 0)  # oned_width 11:8 (L3253)
+        if s.oned:  # 1-D along the rows: CCNT 0 (one column, no pad) as the izer writes it
+            assert s.cols == 1
+            lreg("CCNT", 0)
+            lreg("ONED", 1 << 12 | s.oned << 8 | oned_sad << 4)  # oned_en/width/sad (L3243-63)
+        else:
+            lreg("CCNT", s.pad << 16 | (2 * s.pad + s.cols - 1))  # L3116
+            lreg("ONED", (1 << 8) if s.kernel == 1 else 0)  # oned_width 11:8 (L3253)
         lreg("PRCNT", s.pool[0] - 1)  # L3312
         lreg("PCCNT", s.pool[1] - 1)  # L3352
         lreg("STRIDE", s.pool_stride - 1)  # L3392
@@ -167,6 +189,8 @@ def program(dev, s: Spec) -> None:
             lctrl0 |= 1 << 8  # maxpl_en (L3725)
         if s.wide:
             lctrl0 |= 1 << 16  # bigdwrt (L3657)
+        if s.chw:
+            lctrl0 |= 1 << 6  # parallel (L3756)
         if q == master:
             for t in used_quads:
                 if t != master:
@@ -174,25 +198,30 @@ def program(dev, s: Spec) -> None:
         lreg("LCTRL0", lctrl0)
         # LCTRL1: xpch_max 16:8, wptr_inc 7:4, inpchexp 3:0 (L4159-4192)
         lreg("LCTRL1", ((per_pass - 1) * s.bits) << 8 | (s.out_passes - 1) << 4
-             | (s.in_passes - 1))
+             | ((s.in_passes - 1) & 15))
         lreg("MCNT", sad << 16 | mmax)  # L3838, L3849
         lreg("TPTR", 0)
         pro = sum(1 << (p % 16) for p in s.in_procs if p // 16 == q)
         lreg("EN", pro << 16 | pro)  # mask_en 31:16, pro_en 15:0 (L3934, L3942)
+        if s.flatten:
+            post_f = 1 << 27 | ((s.in_passes - 1) >> 4) << 18  # flatten_en, xpmp_cnt (L3990)
+        else:
+            post_f = 0
         post = {8: 0, 1: 1, 2: 2, 4: 3}[s.bits] << 22  # mask_size (L4051)
         post |= (abs(s.shift) << 13) | ((1 << 17) if s.shift < 0 else 0)  # L4082-4097
         if s.act == "abs":
             post |= 1 << 26  # out_abs (L3998)
         if q == s.bias_quadrant:
             post |= 1 << 12 | s.bias_offset  # bptr_en, bptr_sad (L4110, L4122)
-        lreg("POST", post)
+        lreg("POST", post | post_f)
 
 
 def expected(s: Spec) -> np.ndarray:
     t = s.tensors
     return ref.layer(t["x"], t["w"], t["bias"], pool_size=s.pool, pool_stride=s.pool_stride,
                      pool_kind=s.pool_kind, avg_policy="away" if s.pool_round else "trunc",
-                     pad=(s.pad, s.pad), shift=s.shift, act=s.act, wide=s.wide)
+                     pad=(s.pad, 0 if s.oned else s.pad), shift=s.shift, act=s.act,
+                     wide=s.wide)
 
 
 def unload(dev, s: Spec, shape) -> np.ndarray:
@@ -276,6 +305,68 @@ def test_decimation_without_pool_enable():
              out_first_proc=0, pool_stride=2, pad=1, shift=-2, seed=6)
     _, cfg, _ = run(s)
     assert cfg.pool_kind == "none" and (cfg.pooled_rows, cfg.pooled_cols) == (4, 3)
+
+
+def test_cnnsi_in_quadrant_without_processors():
+    # the vendor generator keeps cnnsi_en in quadrant 0's LCTRL0 although the layer runs on
+    # quadrants 2-3 only, bias on quadrant 3 (ai8x-synthesis cifar-10 layer 4: q0 LCTRL0 =
+    # 0xcb20, q3 POST = 0x1080)
+    s = Spec(in_procs=list(range(32, 64, 3)), in_passes=2, rows=4, cols=4, out_channels=6,
+             out_first_proc=8, kernel=1, pad=0, act="relu", shift=-2, bias_quadrant=3,
+             bias_offset=0x80, sum_quadrant=0, layer=4, seed=11)
+    dev, cfg, _ = run(s)
+    assert cfg.sum_quadrant == 0 and cfg.quadrants == (2, 3) and cfg.bias == ((3, 0x80),)
+
+
+@pytest.mark.parametrize("procs,rows,cols,pool", [([0], 28, 28, "none"), ([0, 4, 8], 7, 5, "max"),
+                                                  ([16, 36], 9, 3, "avg")])
+def test_chw_input(procs, rows, cols, pool):
+    s = Spec(in_procs=procs, in_passes=1, rows=rows, cols=cols, out_channels=5,
+             out_first_proc=1, chw=True, pool_kind=pool,
+             pool=(1, 1) if pool == "none" else (2, 2), pool_stride=1 if pool == "none" else 2,
+             act="relu", shift=-1, seed=rows)
+    _, cfg, touched = run(s)
+    assert cfg.chw
+    # CHW reads ceil(H*W/4) words of each channel's own memory
+    data = [(b, e) for b, e in touched.reads if b >= SRAM and (b - SRAM) % 0x40_0000 < 0x2_0000]
+    assert sum(e - b for b, e in data) == 4 * len(procs) * -(-rows * cols // 4)
+
+
+def test_chw_rejects_processor_that_is_not_first_of_its_quad():
+    dev = open_device("max78000")
+    program(dev, Spec(in_procs=[1], in_passes=1, rows=4, cols=4, out_channels=1,
+                      out_first_proc=0, chw=True))
+    with pytest.raises(DeviceError, match=r"CNNx16_0_L0_EN: processor 1 enabled in parallel"):
+        decode_layer(dev.regs.read, range(4), 0)
+
+
+@pytest.mark.parametrize("k", range(1, 10))
+def test_conv1d_kernel_widths(k):
+    pad = k % 3
+    s = Spec(in_procs=[0, 1, 2, 5, 17], in_passes=2, rows=12 + k, cols=1, out_channels=7,
+             out_first_proc=4, oned=k, pad=pad, bits=(8, 4, 2, 1)[k % 4], kern_col=4 * k,
+             pool=(2, 1), pool_kind="max" if k % 2 else "avg", pool_stride=2 if k > 4 else 1,
+             act="relu", shift=-3, bias_quadrant=0, seed=k, layer=k)
+    _, cfg, _ = run(s)
+    assert cfg.oned and (cfg.kernel_rows, cfg.kernel_cols) == (k, 1)
+    assert cfg.oned_sad == (9 * 4 * k) % k
+
+
+def test_conv1d_with_oned_sad_and_32bit_output():
+    # kernel column 4 with 7-tap kernels: koffs, oned_sad = divmod(36, 7) = (5, 1)
+    s = Spec(in_procs=list(range(8)), in_passes=1, rows=10, cols=1, out_channels=4,
+             out_first_proc=0, oned=7, pad=2, kern_col=4, wide=True, seed=3)
+    _, cfg, _ = run(s)
+    assert cfg.oned_sad == 1
+
+
+@pytest.mark.parametrize("passes,bits", [(16, 8), (40, 8), (200, 4), (256, 2)])
+def test_flatten_pass_count_with_xpmp(passes, bits):
+    s = Spec(in_procs=list(range(12)), in_passes=passes, rows=1, cols=1, out_channels=10,
+             out_first_proc=0, kernel=1, pad=0, bits=bits, flatten=passes > 16, wide=True,
+             bias_quadrant=0, kern_col=0, seed=passes)
+    _, cfg, _ = run(s)
+    assert cfg.in_passes == passes and cfg.flatten == (passes > 16)
 
 
 def test_unsupported_raises_device_error_naming_register():

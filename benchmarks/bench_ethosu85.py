@@ -1,0 +1,249 @@
+"""Ethos-U85 emulator speed: a 64->64 3x3 int8 convolution on a 64x64 IFM run through the device
+as a driver would (command stream in SRAM, BASEP, QBASE/QSIZE, CMD, run to the IRQ), as a ratio
+to torch's float32 conv2d on the same data in the same run; and the time from
+`accelstub serve ethos-u85 --port 0` to gdb-multiarch's first prompt after `target remote`.
+
+    python benchmarks/bench_ethosu85.py [--repeat N]
+
+The OFM is checked bit for bit against the emu kernel called directly (whole tensor) and against
+the independent reference tests/ethosu85_reference.py (two output rows, all channels).
+Not a test: nothing here asserts a speed. torch (2.13.0) is imported here only.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pty
+import select
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.ethosu85_reference
+
+from accelstub.devices import open_device  # noqa: E402
+from accelstub.devices import ethosu85_stream as es  # noqa: E402
+from accelstub.devices.runcontrol import RunControl  # noqa: E402
+from accelstub.emu import ethosu85_ops as K  # noqa: E402
+from accelstub.emu import ethosu85_primitives as P  # noqa: E402
+from accelstub.emu import ethosu85_weights as Wt  # noqa: E402
+
+SRAM = 0x1000_0000
+QBASE, TENSORS, WEIGHTS = SRAM, SRAM + 0x10000, SRAM + 0x200000
+H = W = C = OC = 64
+IFM_OFF, OFM_OFF = 0, 0x80000
+SCALE_OFF = 0x40000
+IFM_ZP, OFM_ZP = -3, 2
+
+
+class Host:
+    def __init__(self, dev) -> None:
+        self.dev = dev
+
+    def w(self, name: str, value: int) -> None:
+        self.dev.write(self.dev.description.register(name).address,
+                       (value & 0xFFFFFFFF).to_bytes(4, "little"))
+
+
+def conv_problem(seed: int = 0):
+    rng = np.random.default_rng(seed)
+    x = rng.integers(-128, 128, (H, W, C)).astype(np.int8)
+    w = rng.integers(-127, 128, (OC, 3, 3, C))
+    bias = rng.integers(-20000, 20000, OC)
+    scales = rng.integers(1 << 29, 1 << 30, OC)
+    shifts = rng.integers(40, 43, OC)
+    return x, w, bias, scales, shifts
+
+
+def geometry(which: str, off: int, depth: int) -> list:
+    return [(f"NPU_SET_{which}_REGION", dict(region=1)), (f"NPU_SET_{which}_BASE0", dict(addr=off)),
+            (f"NPU_SET_{which}_WIDTH0_M1", dict(width_m1=W - 1)),
+            (f"NPU_SET_{which}_HEIGHT0_M1", dict(height_m1=H - 1)),
+            (f"NPU_SET_{which}_HEIGHT1_M1", dict(height_m1=H - 1)),
+            (f"NPU_SET_{which}_STRIDE_X", dict(addr=depth)),
+            (f"NPU_SET_{which}_STRIDE_Y", dict(addr=W * depth)),
+            (f"NPU_SET_{which}_STRIDE_C", dict(addr=1))]
+
+
+def build(dev, x, w, bias, scales, shifts) -> list[int]:
+    """Write the tensors and streams; return the command stream."""
+    dev.write(TENSORS + IFM_OFF, x.tobytes())
+    p = Wt.ordering_params(ofm_depth=OC, ifm_depth=C, kernel_hw=(3, 3), ofm_block_depth=16,
+                           macs_per_cc=dev.macs, microblock=2)
+    blob = Wt.encode_swd(Wt.order_weights(w, p)[0], zdiv=0, wdiv=5)
+    dev.write(WEIGHTS, blob)
+    sblob = Wt.encode_scale_stream(bias, scales, shifts, set_size=Wt.channels_in_set(dev.macs, 2))
+    dev.write(WEIGHTS + SCALE_OFF, sblob)
+    cmds = ([("NPU_SET_IFM_PRECISION", dict(activation_type="signed")),
+             ("NPU_SET_IFM_ZERO_POINT", dict(zero_point=IFM_ZP)),
+             ("NPU_SET_IFM_DEPTH_M1", dict(depth_m1=C - 1)), ("NPU_SET_IFM_UPSCALE", {})]
+            + geometry("IFM", IFM_OFF, C)
+            + [("NPU_SET_IFM_PAD_TOP", dict(pad=1)), ("NPU_SET_IFM_PAD_LEFT", dict(pad=1)),
+               ("NPU_SET_IFM_PAD_BOTTOM", dict(pad=1)), ("NPU_SET_IFM_PAD_RIGHT", dict(pad=1)),
+               ("NPU_SET_OFM_PRECISION", dict(activation_type="signed", scale_mode="per_channel")),
+               ("NPU_SET_OFM_ZERO_POINT", dict(zero_point=OFM_ZP)),
+               ("NPU_SET_OFM_HEIGHT_M1", dict(height_m1=H - 1)),
+               ("NPU_SET_OFM_WIDTH_M1", dict(width_m1=W - 1)),
+               ("NPU_SET_OFM_DEPTH_M1", dict(depth_m1=OC - 1))]
+            + geometry("OFM", OFM_OFF, OC)
+            + [("NPU_SET_OFM_BLK_HEIGHT_M1", dict(height_m1=15)),
+               ("NPU_SET_OFM_BLK_WIDTH_M1", dict(width_m1=15)),
+               ("NPU_SET_OFM_BLK_DEPTH_M1", dict(depth_m1=15)),
+               ("NPU_SET_KERNEL_HEIGHT_M1", dict(height_m1=2)),
+               ("NPU_SET_KERNEL_WIDTH_M1", dict(width_m1=2)), ("NPU_SET_KERNEL_STRIDE", {}),
+               ("NPU_SET_WEIGHT_FORMAT", {}), ("NPU_SET_WEIGHT_REGION", dict(region=2)),
+               ("NPU_SET_WEIGHT_BASE", dict(addr=0)), ("NPU_SET_WEIGHT_LENGTH", dict(length=len(blob))),
+               ("NPU_SET_SCALE_REGION", dict(region=2)), ("NPU_SET_SCALE_BASE", dict(addr=SCALE_OFF)),
+               ("NPU_SET_SCALE_LENGTH", dict(length=len(sblob))),
+               ("NPU_SET_OFM_SCALE", dict(round_mode="double_symmetric")),
+               ("NPU_SET_ACTIVATION", {}), ("NPU_SET_ACTIVATION_MIN", dict(clip_boundary=-128)),
+               ("NPU_SET_ACTIVATION_MAX", dict(clip_boundary=127)),
+               ("NPU_SET_ACC_FORMAT", dict(microblock="u1x4")),
+               ("NPU_OP_CONV", {}), ("NPU_OP_STOP", dict(mask=1))])
+    return es.encode_stream(cmds)
+
+
+def run_device(dev, words: list[int]) -> float:
+    """Start the stream as the driver does and run to the IRQ; wall seconds."""
+    h = Host(dev)
+    dev.write(QBASE, es.to_bytes(words))
+    for region, addr in ((1, TENSORS), (2, WEIGHTS)):
+        h.w(f"BASEP{region}_LO", addr)
+        h.w(f"BASEP{region}_HI", 0)
+    h.w("QBASE_LO", QBASE)
+    h.w("QBASE_HI", 0)
+    h.w("QSIZE", 4 * len(words))
+    t0 = time.perf_counter()
+    h.w("CMD", 0x5)
+    rc = RunControl(dev)
+    rc.resume()
+    stop = rc.wait(600)
+    dt = time.perf_counter() - t0
+    if stop is None or dev.regs.field("STATUS", "cmd_parse_error"):
+        raise RuntimeError(f"the device did not finish the convolution: {stop}")
+    h.w("CMD", 0x6)  # clear_irq
+    return dt
+
+
+def check_exact(dev, x, w, bias, scales, shifts) -> tuple[bool, bool]:
+    got = np.frombuffer(dev.read(TENSORS + OFM_OFF, H * W * OC), np.int8).reshape(H, W, OC)
+    cfg = P.out_config(ofm_bits=8, ofm_signed=True, zero_point=OFM_ZP, act_min=-128, act_max=127,
+                       round_mode=P.RND_DOUBLE_SYMMETRIC, per_channel=True)
+    kern = K.conv2d(x, w, (H, W), pad=(1, 1, 1, 1), ifm_zp=IFM_ZP, cfg=cfg, bias=bias,
+                    scales=scales, shifts=shifts)
+    from tests import ethosu85_reference as ref
+
+    o = dict(bits=8, signed=True, zp=OFM_ZP, amin=-128, amax=127, scale=0, shift=0, rnd=0,
+             per_channel=True)
+    ok_ref = True
+    for r in (0, 37):  # the top row (padding) and an inner one
+        lo = max(r - 1, 0)
+        v = ref.values(x[lo:r + 2], IFM_ZP, 8, True)
+        exp = ref.conv(v, w, 1, W, (1, 1), (1, 1), (1 if r == 0 else 0, 1), o, bytes(2048),
+                       bias, scales, shifts)
+        ok_ref &= bool(np.array_equal(got[r].astype(np.int64), np.asarray(exp[0], np.int64)))
+    return bool(np.array_equal(got, kern)), ok_ref
+
+
+def bench_torch(x, w, repeat: int) -> float:
+    import torch
+    import torch.nn.functional as F
+
+    xt = torch.from_numpy((x.astype(np.float32) - IFM_ZP).transpose(2, 0, 1)[None].copy())
+    wt = torch.from_numpy(w.astype(np.float32).transpose(0, 3, 1, 2).copy())
+    F.conv2d(xt, wt, padding=1)  # warm-up
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        F.conv2d(xt, wt, padding=1)
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def bench_gdb_prompt() -> dict | None:
+    gdb = shutil.which("gdb-multiarch")
+    if gdb is None:
+        return None
+    t0 = time.perf_counter()
+    exe = shutil.which("accelstub")
+    argv = [exe] if exe else [sys.executable, "-m", "accelstub.stub.cli"]
+    proc = subprocess.Popen(argv + ["serve", "ethos-u85", "--port", "0"], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        line = proc.stdout.readline()
+        while line and not line.startswith("accelstub ready"):
+            line = proc.stdout.readline()
+        t_ready = time.perf_counter() - t0
+        port = json.loads(line.split(" ", 2)[2])["gdb"][0]
+        master, slave = pty.openpty()
+        t1 = time.perf_counter()
+        g = subprocess.Popen([gdb, "-q", "-nx", "-ex", "set pagination off",
+                              "-ex", f"target remote 127.0.0.1:{port}"],
+                             stdin=slave, stdout=slave, stderr=slave, close_fds=True)
+        os.close(slave)
+        buf = b""
+        deadline = time.time() + 60
+        while b"(gdb) " not in buf and time.time() < deadline:
+            r, _, _ = select.select([master], [], [], 1)
+            if r:
+                try:
+                    buf += os.read(master, 4096)
+                except OSError:
+                    break
+        t_prompt = time.perf_counter()
+        os.write(master, b"detach\nquit\n")
+        try:
+            g.wait(10)
+        except subprocess.TimeoutExpired:
+            g.kill()
+        os.close(master)
+        if b"(gdb) " not in buf:
+            raise RuntimeError(f"no gdb prompt: {buf.decode(errors='replace')}")
+        return {"serve_to_ready_s": t_ready, "gdb_start_to_prompt_s": t_prompt - t1,
+                "serve_to_prompt_s": t_prompt - t0,
+                "connected": b"Remote debugging using" in buf}
+    finally:
+        proc.terminate()
+        proc.wait(5)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    macs = H * W * OC * 9 * C
+    x, w, bias, scales, shifts = conv_problem()
+    dev = open_device("ethos-u85")
+    Host(dev).w("CMD", 0x4)
+    words = build(dev, x, w, bias, scales, shifts)
+    first = run_device(dev, words)
+    times = [run_device(dev, words) for _ in range(args.repeat)]
+    dev_s = float(np.median(times))
+    assert dev.counters()["macs"] == macs * (args.repeat + 1), dev.counters()["macs"]
+    exact_kernel, exact_ref = check_exact(dev, x, w, bias, scales, shifts)
+    torch_s = bench_torch(x, w, max(5, args.repeat))
+    print(f"conv 64->64 3x3, 64x64 int8, {macs / 1e6:.1f} M MACs (device counter agrees)")
+    print(f"  device (command stream, run to IRQ): {dev_s * 1e3:8.1f} ms  "
+          f"{macs / dev_s / 1e9:7.3f} GMAC/s  (first run incl. JIT/cache load {first * 1e3:.0f} ms)")
+    print(f"  torch {__import__('torch').__version__} float32 conv2d:      {torch_s * 1e3:8.1f} ms  "
+          f"{macs / torch_s / 1e9:7.3f} GMAC/s")
+    print(f"  ratio device/torch: {torch_s / dev_s:.4f}")
+    print(f"  bit-exact: kernel {exact_kernel}, reference (rows 0, 37) {exact_ref}")
+    g = bench_gdb_prompt()
+    if g is None:
+        print("gdb-multiarch is not installed")
+    else:
+        print(f"accelstub serve ethos-u85 --port 0 -> ready line {g['serve_to_ready_s'] * 1e3:.0f} ms;"
+              f" gdb start -> first prompt (connected: {g['connected']}) "
+              f"{g['gdb_start_to_prompt_s'] * 1e3:.0f} ms; serve -> gdb prompt "
+              f"{g['serve_to_prompt_s'] * 1e3:.0f} ms")
+    return 0 if exact_kernel and exact_ref else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

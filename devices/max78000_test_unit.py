@@ -1,0 +1,246 @@
+"""MAX78000 per-quadrant BIST / zeroization (CNNx16_n_TEST), memory power (CNNx16_n_SRAM.pd/ds,
+CNN_AOD_CTRL.pd/dsleep) and the Mlator (CTRL.mlat_ld, CTRL.mlatch_sel, CNNx16_n_MLAT).
+
+Seed 000 (S0) lines; digest shared/devices/max78000-registers.md sections 3.4, 3.5, 4.1 E-H, 7.
+
+BIST / zeroization (S0:L2613-3023, digest 3.4 and 4.1 F/G):
+* run (xbistrun) and zeroize (xramz) bits act on a 0->1 edge; writing 1 while 1 does nothing.
+  The emulator completes at once: the memory's done bit (xallbdone / xallzdone) and the aggregate
+  (bistdone / zerodone) are set by the same write. BIST always passes (no emulated memory has a
+  fault): xallbfail = bistfail = 0. BIST does not change memory contents (R7#19).
+* zeroization clears every location of that memory type of the quadrant (SRAM: its 4 data
+  memories; MRAM / TRAM: its 16 blocks; BRAM: its bias memory).
+* writing a run / zeroize bit back to 0 clears that memory's done and fail bits; bistdone (and
+  bistfail) clear when all four BIST run bits are 0, zerodone when all four zeroize bits are 0.
+* bistsel (13:8) is stored; the selected controller's status ("on the memory read data bus",
+  unclear, R7#19) is shown by ``monitor cnn test`` only.
+
+Memory power (S0:L2388-2419, L1789-1822):
+* SRAM.pd 0->1 loses the contents of all four memory types of the quadrant (cleared to 0);
+  while pd = 1, CPU writes to them are dropped and CPU reads return 0.
+* SRAM.ds = 1 (and pd = 0): contents kept, CPU reads return 0 ("outputs read 0", L2412), CPU
+  writes are dropped. **The debugger's read (Device.read, gdb `x`, `mdw`) shows the retained
+  contents** (R7#41: the debugger bypasses; a read never has side effects); the CPU view is
+  :meth:`cpu_read` (used by driver replays, ``monitor cnn cpuread``).
+* CNN_AOD_CTRL.pd bit n: the MRAM of quadrant n is lost (cleared on the 0->1 edge); dsleep bit n:
+  retained, CPU reads 0. Both are independent of CNNx16_n_SRAM.
+* A layer that needs a memory that is powered down or asleep stops with a fault naming the
+  register (the hardware would compute on zeros; a debugger user wants to know).
+
+Mlator (S0:L2125-2147, L4226-4244; R7#20):
+* CTRL.mlat_ld 0->1 loads the address counter from CNNx16_n_L0_WPTR_BASE (layer 0: the register
+  the izer's mlator unload writes before mlat_ld). The value is the 17-bit global write-pointer
+  address (bits 16:13 = data memory, 12:0 = word, R7#26).
+* MLAT = byte ``mlatch_sel`` of the 4 words at the counter, **first-fetched byte in bits 7:0**
+  (R7#20 recommendation). A CPU read of MLAT returns that word and advances the counter by 4 words.
+* A debugger read of MLAT returns the same word without advancing (DESIGN.md: reads never have
+  side effects); ``monitor mlat [n]`` performs n CPU-style reads and prints them. The 4-clock
+  fetch delay is not modelled (data are valid at once).
+"""
+from __future__ import annotations
+
+from .errors import DeviceError
+
+QUADRANTS = 4
+SRAM_BASE, MRAM_BASE, TRAM_BASE, BRAM_BASE = 0x5040_0000, 0x5018_0000, 0x5011_0000, 0x5010_8000
+QUAD_STRIDE = 0x40_0000
+
+# TEST bits: (run bit, done bit, fail bit or None) per memory type (S0:L2614-3006)
+BIST = {"sram": (0, 18, 14), "mram": (2, 19, 15), "tram": (4, 20, 16), "bram": (6, 21, 17)}
+ZERO = {"sram": (1, 22), "mram": (3, 23), "tram": (5, 24), "bram": (7, 25)}
+BISTDONE, BISTFAIL, ZERODONE = 27, 26, 28
+
+
+def memory_regions(device, q: int, kind: str) -> list[str]:
+    """Names of the bus regions of memory type ``kind`` (sram/mram/tram/bram) of quadrant q."""
+    prefix = {"sram": f"sram_q{q}_", "mram": f"mram_q{q}_", "tram": f"tram_q{q}_",
+              "bram": f"bram_q{q}"}[kind]
+    return [n for n in device.bus.memories if n == prefix or n.startswith(prefix)]
+
+
+def region_owner(name: str) -> tuple[str, int] | None:
+    """(kind, quadrant) of a memory region name, or None."""
+    for kind in ("sram", "mram", "tram", "bram"):
+        if name.startswith(f"{kind}_q"):
+            return kind, int(name[len(kind) + 2])
+    return None
+
+
+class TestUnit:
+    """TEST register behaviour, memory power and the Mlator of all four quadrants."""
+
+    def __init__(self, device) -> None:
+        self.dev = device
+        self.mlat_addr = [0] * QUADRANTS  # Mlator address counter (global word address)
+        self.mlat_loaded = [False] * QUADRANTS
+        for q in range(QUADRANTS):
+            device.regs.on_write(f"CNNx16_{q}_TEST", self._make(self._test_written, q))
+            device.regs.on_write(f"CNNx16_{q}_SRAM", self._make(self._sram_written, q))
+            device.regs.on_read(f"CNNx16_{q}_MLAT", self._make_mlat_read(q))
+        device.regs.on_write("CNN_AOD_CTRL", self._aod_written)
+        bus = device.bus
+        for name in list(bus.memories):
+            owner = region_owner(name)
+            if owner is None:
+                continue
+            inner = bus._write_hooks.get(name)
+            bus.on_memory_write(name, self._power_hook(name, owner, inner))
+
+    @staticmethod
+    def _make(fn, q):
+        return lambda reg, old, new: fn(q, old, new)
+
+    # -- state ---------------------------------------------------------------------------------
+    def reset(self) -> None:
+        self.mlat_addr = [0] * QUADRANTS
+        self.mlat_loaded = [False] * QUADRANTS
+
+    def state(self) -> dict:
+        return {"mlat_addr": list(self.mlat_addr), "mlat_loaded": list(self.mlat_loaded)}
+
+    def set_state(self, s: dict) -> None:
+        self.mlat_addr, self.mlat_loaded = list(s["mlat_addr"]), list(s["mlat_loaded"])
+
+    # -- BIST / zeroization --------------------------------------------------------------------
+    def _clear(self, q: int, kind: str) -> None:
+        for name in memory_regions(self.dev, q, kind):
+            self.dev.bus.memories[name].clear()
+
+    def _test_written(self, q: int, old: int, new: int) -> None:
+        regs = self.dev.regs
+        name = f"CNNx16_{q}_TEST"
+        v = regs.peek(name)
+        for kind, (run, done, fail) in BIST.items():
+            was, now = (old >> run) & 1, (new >> run) & 1
+            if now and not was:
+                v |= 1 << done
+                v &= ~(1 << fail)  # BIST passes
+                v |= 1 << BISTDONE
+            elif was and not now:
+                v &= ~(1 << done | 1 << fail)
+        for kind, (run, done) in ZERO.items():
+            was, now = (old >> run) & 1, (new >> run) & 1
+            if now and not was:
+                self._clear(q, kind)
+                v |= 1 << done | 1 << ZERODONE
+            elif was and not now:
+                v &= ~(1 << done)
+        if not any((new >> r) & 1 for r, _, _ in BIST.values()):
+            v &= ~(1 << BISTDONE | 1 << BISTFAIL)
+        if not any((new >> r) & 1 for r, _ in ZERO.values()):
+            v &= ~(1 << ZERODONE)
+        fails = any((v >> f) & 1 for _, _, f in BIST.values())
+        v = (v & ~(1 << BISTFAIL)) | (int(fails) << BISTFAIL)
+        regs.poke(name, v)
+
+    def bist_status(self, q: int) -> str:
+        """The controller bistsel selects (S0:L2857-2881): [5] SRAM/bias group ([2:0] instance,
+        100 = bias), [4] MRAM ([3:0] instance), [3] TRAM ([3:0] instance)."""
+        v = self.dev.regs.peek(f"CNNx16_{q}_TEST")
+        sel = (v >> 8) & 0x3F
+        if sel & 0x20:
+            kind, inst = ("bram", 0) if sel & 7 == 4 else ("sram", sel & 7)
+        elif sel & 0x10:
+            kind, inst = "mram", sel & 0xF
+        elif sel & 0x08:
+            kind, inst = "tram", sel & 0xF
+        else:
+            return f"bistsel {sel:#04x}: no controller selected"
+        _, done, fail = BIST[kind]
+        return (f"bistsel {sel:#04x}: {kind} instance {inst}: done {(v >> done) & 1}, "
+                f"fail {(v >> fail) & 1}")
+
+    # -- memory power --------------------------------------------------------------------------
+    def _sram_written(self, q: int, old: int, new: int) -> None:
+        if (new >> 16) & 1 and not (old >> 16) & 1:  # pd 0->1: contents lost (L2388)
+            for kind in ("sram", "mram", "tram", "bram"):
+                self._clear(q, kind)
+
+    def _aod_written(self, reg, old: int, new: int) -> None:
+        rising = (new >> 12) & ~(old >> 12) & 0xF
+        for q in range(QUADRANTS):
+            if (rising >> q) & 1:  # AOD pd: MRAM contents not maintained (L1789)
+                self._clear(q, "mram")
+
+    def power_state(self, q: int, kind: str) -> str | None:
+        """Why memory type ``kind`` of quadrant q is not accessible, or None."""
+        regs = self.dev.regs
+        sram = regs.peek(f"CNNx16_{q}_SRAM")
+        if (sram >> 16) & 1:
+            return f"CNNx16_{q}_SRAM.pd = 1 (quadrant {q} memories powered down)"
+        if (sram >> 15) & 1:
+            return f"CNNx16_{q}_SRAM.ds = 1 (quadrant {q} memories in deep sleep)"
+        if kind == "mram":
+            aod = regs.peek("CNN_AOD_CTRL")
+            if (aod >> (12 + q)) & 1:
+                return f"CNN_AOD_CTRL.pd bit {q} = 1 (quadrant {q} MRAM powered down)"
+            if (aod >> (8 + q)) & 1:
+                return f"CNN_AOD_CTRL.dsleep bit {q} = 1 (quadrant {q} MRAM in deep sleep)"
+        return None
+
+    def _power_hook(self, name: str, owner: tuple[str, int], inner):
+        kind, q = owner
+
+        def hook(region, address: int, data: bytes) -> bool:
+            why = self.power_state(q, kind)
+            if why is not None:
+                self.dev.warn(f"write to {address:#010x} dropped: {why}", key=("power-write", q))
+                return True
+            return bool(inner(region, address, data)) if inner is not None else False
+        return hook
+
+    def check_layer(self, cfg) -> None:
+        """Fault if a memory the layer reads or writes is off (see module doc)."""
+        quads = set(cfg.quadrants) | {q for q, _ in getattr(cfg, "bias", ())}
+        for q in sorted(quads):
+            for kind in ("sram", "mram", "tram"):
+                why = self.power_state(q, kind)
+                if why is not None:
+                    raise DeviceError(f"layer {cfg.layer} needs quadrant {q}'s "
+                                      f"{kind.upper()}: {why}")
+
+    def cpu_view(self, addr: int, data: bytes) -> bytes:
+        """Apply the CPU's view (ds/pd/dsleep memories read 0) to ``data`` read at ``addr``."""
+        out = bytearray(data)
+        pos = 0
+        bus = self.dev.bus
+        while pos < len(out):
+            a = addr + pos
+            region = bus.region_at(a)
+            n = min(len(out) - pos, region.end - a) if region is not None else len(out) - pos
+            owner = region_owner(region.name) if region is not None else None
+            if owner is not None and self.power_state(owner[1], owner[0]) is not None:
+                out[pos:pos + n] = bytes(n)
+            pos += n
+        return bytes(out)
+
+    # -- Mlator ----------------------------------------------------------------------------------
+    def ctrl_written(self, q: int, old: int, new: int) -> None:
+        if (new >> 16) & 1 and not (old >> 16) & 1:  # mlat_ld 0->1 (L2138)
+            self.mlat_addr[q] = self.dev.regs.peek(f"CNNx16_{q}_L0_WPTR_BASE") & 0x1FFFF
+            self.mlat_loaded[q] = True
+
+    def mlat_word(self, q: int) -> int:
+        """The packed word MLAT shows now (no side effects)."""
+        if not self.mlat_loaded[q]:
+            return 0
+        sel = (self.dev.regs.peek(f"CNNx16_{q}_CTRL") >> 17) & 3
+        from .max78000_datapath import sram_address
+
+        v = 0
+        for i in range(4):
+            a = self.mlat_addr[q] + i
+            mem, word = (a >> 13) & 0xF, a & 0x1FFF
+            m, off = self.dev.bus.memory_at(sram_address(mem, word))
+            v |= int(m.data[off + sel]) << (8 * i)  # first-fetched byte in bits 7:0 (R7#20)
+        return v
+
+    def _make_mlat_read(self, q: int):
+        return lambda reg, stored: self.mlat_word(q)
+
+    def mlat_cpu_read(self, q: int) -> int:
+        """A CPU read of CNNx16_q_MLAT: the word, then the counter advances by 4 words."""
+        v = self.mlat_word(q)
+        if self.mlat_loaded[q]:
+            self.mlat_addr[q] = (self.mlat_addr[q] + 4) & 0x1FFFF
+        return v
