@@ -88,8 +88,11 @@ class SerialConnection:
         return b""
 
     def send(self, data: bytes) -> None:
-        self.ser.write(data)
-        self.ser.flush()
+        try:
+            self.ser.write(data)
+            self.ser.flush()
+        except Exception as e:  # pyserial raises its own types (or TypeError once closed)
+            raise OSError(f"serial port {self.peer}: {e}") from e
 
     def close(self) -> None:
         self._closed.set()

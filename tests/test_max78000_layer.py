@@ -65,6 +65,7 @@ class Spec:
     oned: int = 0  # 1-D kernel width (ONED.oned_en): rows = length, cols must be 1
     flatten: bool = False  # POST.flatten_en + xpmp_cnt: in_passes may exceed 16 (1x1 data)
     sum_quadrant: int | None = None  # quadrant holding cnnsi_en (may have no processors)
+    deconv: bool = False  # POST.deconv_en: RCNT/CCNT count the zero-stuffed 2H x 2W input
     tensors: dict = field(default_factory=dict)
 
     @property
@@ -164,13 +165,14 @@ def program(dev, s: Spec) -> None:
             w32(dev, QB[q] + OFF[name] + 4 * s.layer, v)
         # CTRL: clk_en bit 3 (L2272), poolrnd bit 13 (L2171)
         w32(dev, QB[q], 1 << 3 | (1 << 13 if s.pool_round else 0))
-        lreg("RCNT", s.pad << 16 | (2 * s.pad + s.rows - 1))  # L3056, L3082
+        f = 2 if s.deconv else 1  # [izer] in_row = stride*H for ConvTranspose2d
+        lreg("RCNT", s.pad << 16 | (2 * s.pad + f * s.rows - 1))  # L3056, L3082
         if s.oned:  # 1-D along the rows: CCNT 0 (one column, no pad) as the izer writes it
             assert s.cols == 1
             lreg("CCNT", 0)
             lreg("ONED", 1 << 12 | s.oned << 8 | oned_sad << 4)  # oned_en/width/sad (L3243-63)
         else:
-            lreg("CCNT", s.pad << 16 | (2 * s.pad + s.cols - 1))  # L3116
+            lreg("CCNT", s.pad << 16 | (2 * s.pad + f * s.cols - 1))  # L3116
             lreg("ONED", (1 << 8) if s.kernel == 1 else 0)  # oned_width 11:8 (L3253)
         lreg("PRCNT", s.pool[0] - 1)  # L3312
         lreg("PCCNT", s.pool[1] - 1)  # L3352
@@ -213,11 +215,17 @@ def program(dev, s: Spec) -> None:
             post |= 1 << 26  # out_abs (L3998)
         if q == s.bias_quadrant:
             post |= 1 << 12 | s.bias_offset  # bptr_en, bptr_sad (L4110, L4122)
-        lreg("POST", post | post_f)
+        lreg("POST", post | post_f | (1 << 28 if s.deconv else 0))  # deconv_en (L3979)
 
 
 def expected(s: Spec) -> np.ndarray:
     t = s.tensors
+    if s.deconv:  # zero after every byte and a zero row after every row (S0:L3979-3988)
+        x = t["x"]
+        st = np.zeros((x.shape[0], 2 * x.shape[1], 2 * x.shape[2]), dtype=np.int64)
+        st[:, ::2, ::2] = x
+        return ref.layer(st, t["w"], t["bias"], pad=(s.pad, s.pad), shift=s.shift, act=s.act,
+                         wide=s.wide)
     return ref.layer(t["x"], t["w"], t["bias"], pool_size=s.pool, pool_stride=s.pool_stride,
                      pool_kind=s.pool_kind, avg_policy="away" if s.pool_round else "trunc",
                      pad=(s.pad, 0 if s.oned else s.pad), shift=s.shift, act=s.act,
@@ -369,11 +377,108 @@ def test_flatten_pass_count_with_xpmp(passes, bits):
     assert cfg.in_passes == passes and cfg.flatten == (passes > 16)
 
 
+@pytest.mark.parametrize("pad", [0, 1, 2])
+def test_transposed_convolution(pad):
+    s = Spec(in_procs=[0, 1, 2, 20], in_passes=1, rows=5, cols=7, out_channels=4,
+             out_first_proc=0, pad=pad, deconv=True, shift=-1, act="relu", bias_quadrant=1,
+             seed=pad)
+    _, cfg, _ = run(s)
+    assert cfg.deconv and (cfg.out_rows, cfg.out_cols) == (10 + 2 * pad - 2, 14 + 2 * pad - 2)
+
+
+def _ewise_ref(xs, fn):
+    """Left fold over operands at full resolution, then clip (digest 1.10), plain numpy."""
+    v = xs[0].astype(np.int64)
+    for b in xs[1:]:
+        if fn == "add":
+            v = v + b
+        elif fn == "sub":
+            v = v - b
+        else:
+            u = (v & 0xFF) | (b & 0xFF) if fn == "or" else (v & 0xFF) ^ (b & 0xFF)
+            v = np.where(u >= 128, u - 256, u)
+    return np.clip(v, -128, 127)
+
+
+@pytest.mark.parametrize("procs,ops,fn,pool,prepool,passes", [
+    ([0, 1, 2], 1, None, "none", False, 1),          # plain pass-through
+    ([0, 4, 8, 12, 16], 1, None, "max", False, 1),   # packed output lanes, two quadrants
+    (list(range(16)), 1, None, "avg", False, 2),     # 4 timeslots, multi-pass
+    (list(range(7)), 2, "add", "none", False, 1),
+    (list(range(6)), 3, "sub", "max", True, 1),      # pool each operand, then subtract
+    (list(range(5)), 4, "xor", "avg", False, 1),     # xor, then pool
+    ([0, 1, 2, 3, 17], 2, "or", "none", False, 2),
+])
+def test_passthrough_and_elementwise(procs, ops, fn, pool, prepool, passes):
+    dev = open_device("max78000")
+    rng = np.random.default_rng(len(procs) * ops)
+    n, rows, cols = len(procs), 6, 5
+    x = rng.integers(-128, 128, size=(ops, n * passes, rows, cols))
+    # input: word ((pixel*passes + e)*ops + o), lane p%4 (operands interleaved, S3:L2041)
+    words: dict[int, int] = {}
+    for o in range(ops):
+        for c in range(n * passes):
+            p, e = procs[c % n], c // n
+            for pix in range(rows * cols):
+                a = mem_addr(p // 4) + 4 * ((pix * passes + e) * ops + o)
+                words[a] = words.get(a, 0) | (int(x[o, c].flat[pix]) & 0xFF) << 8 * (p % 4)
+    for a, v in words.items():
+        w32(dev, a, v)
+    psz, pstride = ((1, 1), 1) if pool == "none" else ((2, 2), 2)
+    fcode = {None: 0, "sub": 0, "add": 1, "or": 2, "xor": 3}[fn]
+    for q in sorted({p // 16 for p in procs}):
+        mine = [p for p in procs if p // 16 == q]
+        def lreg(name, v, q=q):
+            w32(dev, QB[q] + OFF[name], v)
+        w32(dev, QB[q], 1 << 3)
+        lreg("RCNT", rows - 1)
+        lreg("CCNT", cols - 1)
+        lreg("PRCNT", psz[0] - 1)
+        lreg("PCCNT", psz[1] - 1)
+        lreg("STRIDE", pstride - 1)
+        lreg("WPTR_BASE", (4 * q + 2) << 13 | 0x100)  # this quadrant's memory 2 (R7#26)
+        lreg("WPTR_TOFF", 1 << 13)  # timeslot -> next data memory (L3470)
+        lreg("WPTR_CHOFF", 1)
+        lctrl0 = 1 << 11 | 1 << 5 | (1 << 7 if pool != "none" else 0) \
+            | (1 << 8 if pool == "max" else 0)
+        lreg("LCTRL0", lctrl0)
+        lreg("LCTRL1", passes - 1)
+        lreg("MCNT", (passes - 1) * 8)  # [izer] (out_expand-1)*8 for operation None
+        tsc = (len(mine) - 1) // 4
+        if ops == 1:  # tscnt_max, 1x1; POST ts_en|onexone_en (L3273, L4014-4048)
+            lreg("ONED", tsc | 1 << 8)
+            lreg("POST", 3 << 24)
+        else:  # ewise_en, func, prepool, count (L3172-3240); POST ts_en
+            lreg("ONED", tsc | 1 << 13 | fcode << 14 | (1 << 16 if prepool else 0)
+                 | (ops - 1) << 18)
+            lreg("POST", 1 << 24)
+        lreg("EN", sum(1 << (p % 16) for p in mine))  # pro_en only, no mask_en
+    cfg = decode_layer(dev.regs.read, range(4), 0)
+    run_layer(dev.bus, cfg)
+    pooled_first = [ref.pool(x[o], *psz, pstride, pool) for o in range(ops)]
+    if ops == 1:
+        want = pooled_first[0]
+    elif prepool:
+        want = _ewise_ref(pooled_first, fn)
+    else:
+        want = ref.pool(_ewise_ref(list(x), fn), *psz, pstride, pool)
+    h, w_ = want.shape[1:]
+    for c in range(n * passes):
+        j, e = c % n, c // n
+        q = procs[j] // 16
+        k = [p for p in procs if p // 16 == q].index(procs[j])  # packed per quadrant
+        base = mem_addr(4 * q + 2 + k // 4) + 4 * 0x100
+        for pix in range(h * w_):
+            a = base + 4 * (pix * passes + e) + k % 4
+            got = int.from_bytes(dev.read(a, 1), "little", signed=True)
+            assert got == want[c].flat[pix], (c, pix)
+
+
 def test_unsupported_raises_device_error_naming_register():
     dev = open_device("max78000")
     s = Spec(in_procs=[0], in_passes=1, rows=3, cols=3, out_channels=1, out_first_proc=0)
     program(dev, s)
-    w32(dev, QB[0] + OFF["ONED"], 1 << 13)  # ewise_en (S0:L3230)
+    w32(dev, QB[0] + OFF["ONED"], 1 << 13 | 1 << 12 | 3 << 8)  # ewise_en with oned_en (S3:L620)
     with pytest.raises(DeviceError, match=r"layer 0: CNNx16_0_L0_ONED"):
         decode_layer(dev.regs.read, range(4), 0)
     w32(dev, QB[0] + OFF["ONED"], 0)
