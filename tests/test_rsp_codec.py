@@ -68,3 +68,9 @@ def test_reader_never_raises_on_noise(chunks):
                               "bad_checksum", "oversized"}
             if e.kind == "packet":
                 assert checksum(e.payload) is not None
+
+
+@settings(max_examples=50)
+@given(st.binary(min_size=500, max_size=3000))
+def test_checksum_of_large_payloads_is_the_byte_sum_mod_256(data):
+    assert checksum(data) == sum(data) % 256
