@@ -963,6 +963,15 @@ def cmd_status(ctx: CommandContext, args: list[str]) -> str:
     return "\n".join(lines)
 
 
+def cmd_regions(ctx: CommandContext, args: list[str]) -> str:
+    """The memory map with names: one ``0x%08x 0x%08x <name> <kind>`` line ([start, end)) per
+    populated range (gdb's memory-map XML has no names; the TUI reads this)."""
+    if args:
+        raise _usage("regions")
+    return "\n".join(f"0x{s:08x} 0x{e:08x} {r.name} {r.kind}"
+                     for r in ctx.target.device.description.regions for s, e in r.populated)
+
+
 def cmd_svd(ctx: CommandContext, args: list[str]) -> str:
     if len(args) != 1:
         raise _usage("svd")
@@ -1021,6 +1030,7 @@ _COMMANDS: dict[str, tuple[str, Handler, str]] = {
     "units": ("", cmd_units, "list the program: one line per layer/command/job"),
     "status": ("", cmd_status, "run state, pc, interrupt lines and counters"),
     "svd": ("filename", cmd_svd, "write the device's CMSIS-SVD description to a file"),
+    "regions": ("", cmd_regions, "list the memory map: start, end, name and kind of each range"),
 }
 
 #: OpenOCD commands that have no meaning for an accelerator, and what it lacks

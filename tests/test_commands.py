@@ -492,3 +492,9 @@ def test_reset_init_runs_the_init_handler_and_reset_halt_does_not(ctx, rc, logs)
     execute(ctx, "reset init")
     assert not rc.device.finished() and rc.device.pc == 0x50100010
     assert logs[-1] == "[max78000.cnn] halted due to debug-request, layer: Layer 0\npc: 0x50100010"
+
+
+def test_regions_lists_named_populated_ranges(ctx):
+    lines = execute(ctx, "regions").splitlines()
+    assert "0x50400000 0x50408000 sram_q0_g0 ram" in lines
+    assert "0x50180000 0x50183000 mram_q0_p0 weights" in lines  # 12 KiB of the 16 KiB block

@@ -308,7 +308,8 @@ def test_memory_view_goto_region_and_changed_bytes(target, other):
             assert "0x50400000-0x5041ffff" in info and "128 KiB" in info
             await pilot.press("right", "right")
             assert hexv.cursor == 0x50400002
-            assert "cursor 0x50400002 = 0x03" in str(app.query_one("#mem-info").render())
+            info = str(app.query_one("#mem-info").render())
+            assert "cursor 0x50400002 = 0x03" in info and "sram_q0_g0" in info
             # another client writes; the next stop refreshes and marks the bytes
             other.write_memory(0x50400020, b"\xaa\xbb")
             await pilot.press("s")

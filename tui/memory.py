@@ -177,6 +177,9 @@ class MemoryView(Widget):
             text.append("  not in the memory map", style="red")
         else:
             s, e = rng
+            name = self.target.region_name(address)
+            if name:
+                text.append(f"  {name}", style="bold")
             text.append(f"  in {s:#010x}-{e - 1:#010x} ({_size(e - s)})", style="dim")
         self.query_one("#mem-info", Static).update(text)
 

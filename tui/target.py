@@ -19,7 +19,7 @@ from typing import Callable
 from accelstub.stub.client import RspClient, RspError
 
 __all__ = ["RspError", "FieldInfo", "RegInfo", "BlockInfo", "TargetDescription", "Unit",
-           "parse_target_xml", "parse_memory_map", "parse_units", "parse_status", "Target"]
+           "parse_target_xml", "parse_memory_map", "parse_regions", "parse_units", "parse_status", "Target"]
 
 
 @dataclass(frozen=True)
@@ -124,6 +124,19 @@ def parse_memory_map(text: str) -> list[tuple[int, int, str]]:
     return sorted(out)
 
 
+def parse_regions(text: str) -> list[tuple[int, int, str]]:
+    """[(start, end, name)] from ``monitor regions`` (lines ``0xSTART 0xEND name kind``)."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[0].startswith("0x"):
+            try:
+                out.append((int(parts[0], 16), int(parts[1], 16), parts[2]))
+            except ValueError:
+                continue
+    return out
+
+
 @dataclass(frozen=True)
 class Unit:
     address: int
@@ -195,6 +208,10 @@ class Target:
             self.ctl._regs = {r.name: (r.regnum, r.bits) for b in self.desc.blocks
                               for r in b.registers}
             self.memory = parse_memory_map(self.poll.memory_map())
+            try:  # names are a nicety: a stub without `monitor regions` still works
+                self.region_names = parse_regions(self.poll.monitor("regions"))
+            except RspError:
+                self.region_names = []
         except BaseException:
             self.ctl.close()
             raise
@@ -231,6 +248,12 @@ class Target:
 
     def read_named(self, *names: str) -> dict[str, int | None]:
         return {n: self.read_reg(r) for n in names if (r := self.desc.register(n)) is not None}
+
+    def region_name(self, addr: int) -> str | None:
+        for s, e, name in self.region_names:
+            if s <= addr < e:
+                return name
+        return None
 
     def readable(self, addr: int) -> tuple[int, int] | None:
         for s, e, _ in self.memory:
