@@ -26,6 +26,18 @@ def require_gdb() -> str:
     return GDB
 
 
+@pytest.fixture(scope="session", autouse=True)
+def compiled_kernels():
+    """Run one layer before any test: on a fresh clone numba compiles the MAX78000 kernels
+    (several seconds, then cached on disk), and tests with halt/step time limits must not pay
+    for that inside a unit that cannot be interrupted."""
+    import threading
+
+    device = open_device("max78000")
+    programs.apply(device, 1)
+    device.step(threading.Event())
+
+
 @pytest.fixture
 def stub():
     """A StubServer on free loopback ports serving max78000 with programs.chain_writes(4)
