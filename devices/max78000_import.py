@@ -624,30 +624,37 @@ class _Importer:
             raise Ai8xImportError(f"{where}: unsupported kernel loader loop body")
         if arr is None:
             raise Ai8xImportError(f"{where}: kernel loop without 'const uint32_t *ptr = ...;'")
-        vals = self._array(arr, where)
-        macro = self.bindings[arr][0]
-        src = self.arrays[macro].where
-        k = 0
-        while True:
-            if k >= len(vals):
-                raise Ai8xImportError(f"{src}: {macro}: records not terminated by 0")
-            addr = vals[k] & MASK32
-            if addr == 0:
-                break
-            if k + 1 >= len(vals):
-                raise Ai8xImportError(f"{src}: {macro}: record at element {k} has no length")
-            n = vals[k + 1]
-            words = vals[k + 2:k + 2 + n]
-            if len(words) != n:
-                raise Ai8xImportError(f"{src}: {macro}: record at element {k} ({addr:#010x}) "
-                                      f"wants {n} words, {len(words)} left")
+        for macro, src, k, addr, head, words in self._records(arr, where, "record", 1):
             if addr & 3:
                 raise Ai8xImportError(f"{src}: {macro}: record address {addr:#010x} misaligned")
             if mexpress:
                 self._emit(Access(addr | 1, b"\x01", "=", f"{where} ({macro} element {k})"))
             self._emit(Access(addr, b"".join((w & MASK32).to_bytes(4, "little") for w in words),
                               "=", f"{where} ({macro} element {k})"))
-            k += 2 + n
+
+    def _records(self, arr: str, where: str, kind: str, extra: int):
+        """Walk a header array of records ``addr, <extra header values>, n, n values`` ended by
+        addr 0 (KERNELS and SAMPLE_OUTPUT): yields (macro, source, element index, addr,
+        extra header values, values); malformed records are errors naming the array."""
+        vals = self._array(arr, where)
+        macro = self.bindings[arr][0]
+        src = self.arrays[macro].where
+        k = 0
+        while True:
+            if k >= len(vals):
+                raise Ai8xImportError(f"{src}: {macro}: {kind}s not terminated by 0")
+            addr = vals[k] & MASK32
+            if addr == 0:
+                return
+            if k + extra >= len(vals):
+                raise Ai8xImportError(f"{src}: {macro}: {kind} at element {k} is truncated")
+            head, n = vals[k + 1:k + extra], vals[k + extra]
+            body = vals[k + 1 + extra:k + 1 + extra + n]
+            if len(body) != n:
+                raise Ai8xImportError(f"{src}: {macro}: {kind} at element {k} ({addr:#010x}) "
+                                      f"wants {n} values, {len(body)} left")
+            yield macro, src, k, addr, head, body
+            k += 1 + extra + n
 
     def _fifo_loop(self, n: int, body: list[str], where: str) -> None:
         """The FIFO loop of load_input: each iteration optionally polls CNN_FIF0_STAT.full of
@@ -692,26 +699,10 @@ class _Importer:
     def _check_table(self, arr: str | None, where: str) -> None:
         if arr is None:
             raise Ai8xImportError(f"{where}: check loop without 'const uint32_t *ptr = ...;'")
-        vals = self._array(arr, where)
-        macro = self.bindings[arr][0]
-        src = self.arrays[macro].where
-        k = 0
-        while True:
-            if k >= len(vals):
-                raise Ai8xImportError(f"{src}: {macro}: blocks not terminated by 0")
-            addr = vals[k] & MASK32
-            if addr == 0:
-                break
-            if k + 2 >= len(vals):
-                raise Ai8xImportError(f"{src}: {macro}: block at element {k} is truncated")
-            mask, n = vals[k + 1] & MASK32, vals[k + 2]
-            block = vals[k + 3:k + 3 + n]
-            if len(block) != n:
-                raise Ai8xImportError(f"{src}: {macro}: block at element {k} ({addr:#010x}) "
-                                      f"wants {n} values, {len(block)} left")
+        for _, _, _, addr, head, block in self._records(arr, where, "block", 2):
+            mask = head[0] & MASK32
             for j, v in enumerate(block):
                 self.prog.expected.append((addr + 4 * j, v & MASK32, mask))
-            k += 3 + n
 
     # -- the flow --------------------------------------------------------------------------------
     def run(self) -> Max78000Program:
