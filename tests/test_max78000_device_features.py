@@ -5,13 +5,11 @@ the `monitor layers` listing. "Lnnnn" = line of seed 000 (shared/seeds/000_1c275
 """
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
 from accelstub.devices import open_device
 from accelstub.devices.max78000_fifo import FIFO_DEPTH
-from accelstub.devices.max78000_import import load_ai8x_program, run_ai8x_program
 from accelstub.devices.runcontrol import RunControl
 from accelstub.stub.commands import CommandContext, CommandError, execute
 
@@ -159,24 +157,6 @@ def test_fifo_chw_routing_goes_to_the_first_processor_of_each_quadrant(dev):
     assert f.routing(None, True, True) == {n: (n, -1) for n in range(4)}
     assert f.routing(None, False, False)[17] == (1, 1)
     assert isinstance(f, Fifos)
-
-
-VENDOR = Path("/tmp/ai8x-out/cats-dogs-fifo")
-
-
-@pytest.mark.skipif(not VENDOR.is_dir(), reason="vendor project not generated (/tmp/ai8x-check.sh)")
-def test_vendor_cats_dogs_fifo_streaming_project_passes():
-    """ai8xize.py --fifo project (main.c:62 pushes 16384 words to CNN_FIFO_WR0 after
-    cnn_start, layers 0-1 stream, L2158): imported and run, it matches the known answer."""
-    dev = open_device("max78000")
-    load_ai8x_program(dev, VENDOR)
-    text = execute(CommandContext([RunControl(dev)]), "layers").splitlines()
-    assert text[0].startswith("Layer 0: 3x128x128 streaming, no pooling, conv2d with kernel "
-                              "size 3x3, stride 1/1, pad 1/1, ReLU, 16x128x128 output (")
-    assert text[6].startswith("Layer 6: 16x8x8 flattened to 1024x1x1, no pooling, linear, "
-                              "no activation, 2x1x1 32-bit output")
-    r = run_ai8x_program(dev, dev.ai8x_program)
-    assert r.ok, r.line()
 
 
 # == 2. streaming ===============================================================================
