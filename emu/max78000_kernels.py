@@ -347,6 +347,38 @@ def run_layer_kernel(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
         return layer_deconv(x, w, b, int(pool[0]), int(pool[1]), int(pool_stride),
                             int(pool_mode), int(avg_policy), int(pad[0]), int(pad[1]),
                             int(shift), int(act), bool(wide))
-    return layer(x, w, b, int(pool[0]), int(pool[1]), int(pool_stride), int(pool_mode),
-                 int(avg_policy), int(pad[0]), int(pad[1]), int(conv_stride), int(shift),
-                 int(act), bool(wide))
+    pooled = pool2d(x, int(pool[0]), int(pool[1]), int(pool_stride), int(pool_mode),
+                    int(avg_policy))
+    acc = conv2d_acc_gemm(pooled, w, b, int(pad[0]), int(pad[1]), int(conv_stride))
+    if acc is None:  # degenerate shapes: the plain loop
+        acc = conv2d_acc(pooled, w, b, int(pad[0]), int(pad[1]), int(conv_stride))
+    return wide_output(acc) if wide else requantize(acc, int(shift), int(act))
+
+
+#: products of two int8 values are at most 2**14 in magnitude, so any sum of at most 1023 of
+#: them stays below 2**24, where float32 holds every integer exactly: a float32 GEMM over
+#: chunks of 1023 reduction terms is exact whatever order BLAS adds in
+GEMM_CHUNK = 1023
+
+
+def conv2d_acc_gemm(x: np.ndarray, w: np.ndarray, bias: np.ndarray, pad_h: int, pad_w: int,
+                    stride: int) -> np.ndarray | None:
+    """:func:`conv2d_acc` as an exact float32 GEMM (BLAS) over im2col columns, chunked so every
+    partial sum is an exactly representable integer (see GEMM_CHUNK); the chunks are added in
+    int64. ``x`` holds int8-range values (pooled data), ``w`` int8. None if the output is
+    empty."""
+    c_n, h, wd = x.shape
+    k_n, _, kh, kw = w.shape
+    ho = (h + 2 * pad_h - kh) // stride + 1
+    wo = (wd + 2 * pad_w - kw) // stride + 1
+    if ho <= 0 or wo <= 0 or c_n == 0:
+        return None
+    xp = np.pad(x.astype(np.float32), ((0, 0), (pad_h, pad_h), (pad_w, pad_w)))
+    win = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(1, 2))
+    win = win[:, :(ho - 1) * stride + 1:stride, :(wo - 1) * stride + 1:stride]
+    cols = np.ascontiguousarray(win.transpose(1, 2, 0, 3, 4)).reshape(ho * wo, c_n * kh * kw)
+    wm = w.reshape(k_n, c_n * kh * kw).astype(np.float32)
+    acc = np.repeat((bias.astype(np.int64) * 128)[:, None], ho * wo, axis=1)
+    for s in range(0, c_n * kh * kw, GEMM_CHUNK):
+        acc += (wm[:, s:s + GEMM_CHUNK] @ cols[:, s:s + GEMM_CHUNK].T).astype(np.int64)
+    return acc.reshape(k_n, ho, wo)
