@@ -19,11 +19,16 @@ MemWriteHook = Callable[[Region, int, bytes], bool]  # (region, address, data) -
 
 
 class Memory:
-    """Backing store of one memory region (bytes); stores only the bits ``word_mask`` keeps."""
+    """Backing store of one memory region (bytes); stores only the bits ``word_mask`` keeps.
+
+    ``version`` changes whenever the contents may have changed (write, clear, restore; code that
+    stores into ``data`` directly calls :meth:`touch`), so a device model can keep values derived
+    from a memory (decoded weights) until it changes."""
 
     def __init__(self, region: Region) -> None:
         self.region = region
         self.data = np.zeros(region.size, dtype=np.uint8)
+        self.version = 0
         period = 4 * len(region.word_mask)
         pattern = np.frombuffer(np.array(region.word_mask, dtype="<u4").tobytes(), dtype=np.uint8)
         self._full = bool(np.all(pattern == 0xFF))
@@ -38,9 +43,15 @@ class Memory:
             idx = (np.arange(off, off + len(buf)) % self._period)
             buf = buf & self._pattern[idx]
         self.data[off:off + len(buf)] = buf
+        self.version += 1
 
     def clear(self) -> None:
         self.data[:] = 0
+        self.version += 1
+
+    def touch(self) -> None:
+        """Record a change made to ``data`` directly."""
+        self.version += 1
 
 
 class Bus:
@@ -54,10 +65,25 @@ class Bus:
         self.memories: dict[str, Memory] = {
             r.name: Memory(r) for r in self.regions if r.kind not in ("registers", "pseudo")}
         self._write_hooks: dict[str, MemWriteHook] = {}
+        #: 2-D views over groups of equal memories (see stack)
+        self.stacks: dict[str, np.ndarray] = {}
+        #: values a device model derives from memories, kept with the Memory.version they were
+        #: derived from (owned by the model that stores them)
+        self.derived: dict[str, dict] = {}
         #: (start, end) ranges flattened and sorted, with their region, for fast decoding
         pops = sorted((s, e, r) for r in self.regions for s, e in r.populated)
         self._pop_starts = [p[0] for p in pops]
         self._pops = pops
+
+    def stack(self, key: str, names: list[str]) -> np.ndarray:
+        """Give the memories ``names`` (all of one size) a single 2-D backing array, row i =
+        ``names[i]``, so that a kernel indexes all of them at once (the MAX78000's 64 MRAM
+        blocks); each Memory keeps a view of its row, so every other access path is unchanged."""
+        rows = np.stack([self.memories[n].data for n in names])
+        for i, n in enumerate(names):
+            self.memories[n].data = rows[i]
+        self.stacks[key] = rows
+        return rows
 
     def on_memory_write(self, region_name: str, hook: MemWriteHook) -> None:
         """Route bus writes to a memory region through ``hook`` (e.g. MRAM staging)."""
@@ -165,3 +191,4 @@ class Bus:
     def restore(self, snap: dict[str, np.ndarray]) -> None:
         for k, arr in snap.items():
             self.memories[k].data[:] = arr
+            self.memories[k].touch()

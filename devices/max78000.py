@@ -50,6 +50,11 @@ class Max78000(Device):
         self.paused = False  # one-shot: a layer ran, waiting for the next cnn_en edge (L2213)
         self.layer = 0  # next layer to run
         self.history: list[tuple[int, Touched]] = []  # (layer, touched) since the start edge
+        self._decoded: dict[int, tuple] = {}  # layer -> (addresses read, their values, config)
+        # one 2-D array per memory kind so the datapath's kernels index every processor at once:
+        # row = global processor (MRAM) / global data memory q*4+g (SRAM)
+        self.bus.stack("mram", [f"mram_q{p // 16}_p{p % 16}" for p in range(16 * QUADRANTS)])
+        self.bus.stack("sram", [f"sram_q{m // 4}_g{m % 4}" for m in range(4 * QUADRANTS)])
         for q in range(QUADRANTS):
             self.regs.on_write(f"CNNx16_{q}_CTRL", self._ctrl_written)
         install_mram_hooks(self)  # CTRL.mexpress packed weight loading (L2109)
@@ -170,7 +175,23 @@ class Max78000(Device):
         return out
 
     def layer_config(self, y: int) -> LayerConfig:
-        return decode_layer(self.regs.peek, range(QUADRANTS), y)
+        """decode_layer of layer ``y``, memoised on the values of exactly the registers that
+        decode read (a decode is a pure function of them), so an unchanged layer is not decoded
+        again on the next inference or step."""
+        hit = self._decoded.get(y)
+        if hit is not None and self.regs.peek_addresses(hit[0]) == hit[1]:
+            return hit[2]
+        read: list[int] = []
+
+        def peek(name: str) -> int:
+            reg = self.description.register(name)
+            read.append(reg.address)
+            return self.regs.peek(reg)
+
+        cfg = decode_layer(peek, range(QUADRANTS), y)
+        addresses = tuple(dict.fromkeys(read))
+        self._decoded[y] = (addresses, self.regs.peek_addresses(addresses), cfg)
+        return cfg
 
     def execute_unit(self, halt_requested: threading.Event) -> Touched:
         from .max78000_stream import run_stream_layer, stream_count, validate

@@ -27,12 +27,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..emu import max78000_kernels as K
+from ..emu import max78000_memory as M
 from .device import Touched
 from .errors import DeviceError
-from .max78000_layer import (BRAM_BASE, QUAD_STRIDE, SRAM_BASE, SRAM_WORDS, LayerConfig)
-
-# MRAM byte positions of k0..k8 inside one 16-byte word (see module docstring)
-_K_BYTES = np.array([0, 7, 6, 5, 4, 11, 10, 9, 8], dtype=np.intp)
+from .max78000_layer import BRAM_BASE, QUAD_STRIDE, SRAM_BASE, LayerConfig
 
 _POOL = {"none": K.POOL_NONE, "max": K.POOL_MAX, "avg": K.POOL_AVG}
 _ACT = {"none": K.ACT_NONE, "relu": K.ACT_RELU, "abs": K.ACT_ABS}
@@ -41,6 +39,11 @@ _ACT = {"none": K.ACT_NONE, "relu": K.ACT_RELU, "abs": K.ACT_ABS}
 def sram_address(memory: int, word: int) -> int:
     """CPU address of ``word`` of data memory ``memory`` (0..15 = quadrant*4 + group)."""
     return SRAM_BASE + (memory >> 2) * QUAD_STRIDE + (memory & 3) * 0x8000 + word * 4
+
+
+def _sram_addresses(memory: np.ndarray, word) -> np.ndarray:
+    """sram_address over arrays."""
+    return SRAM_BASE + (memory >> 2) * QUAD_STRIDE + (memory & 3) * 0x8000 + np.asarray(word) * 4
 
 
 def _ranges(addrs: np.ndarray, size: int) -> list[tuple[int, int]]:
@@ -55,66 +58,67 @@ def _ranges(addrs: np.ndarray, size: int) -> list[tuple[int, int]]:
 
 
 def _weights(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
-    """W[slot, pass*n_procs + j, kh, kw] int8 from each processor's MRAM."""
-    n_p = len(cfg.processors)
-    bits = cfg.weight_bits
-    kh, kw = cfg.kernel_rows, cfg.kernel_cols
-    w = np.zeros((cfg.out_slots, cfg.in_passes * n_p, kh, kw), dtype=np.int8)
-    reads = []
-    seq = (np.arange(cfg.out_slots)[:, None] * cfg.in_passes
-           + np.arange(cfg.in_passes)[None, :])  # mask step index S = t*passes + e
-    for j, p in enumerate(cfg.processors):
-        mem, off = bus.memory_at(p.mram_base)
-        block = mem.data[off:off + 0x3000].reshape(768, 16)
-        cnt = p.mcnt_sad + seq * bits  # mask counter value, a bit address (R7#24)
-        shift = (cnt & 7).astype(np.int64)
-        # kernel A = cnt >> 3 of ksize bytes starts at byte A*ksize + oned_sad of the layer's
-        # byte stream; element j sits at stream byte start + ksize-1-j, stream byte B at word
-        # B//9, k-position 8 - B%9 ([izer] kernels.py add_kernel_data fills k8 down to k0 and
-        # adds k[ksize-1-i] in order; for 3x3 this is k_j = element j, for 1x1 one byte each)
-        ks = cfg.kernel_bytes
-        start = (cnt >> 3) * ks + cfg.oned_sad
-        byte = start[..., None] + (ks - 1 - np.arange(ks))  # [slots, passes, ks]
-        col = byte // 9
-        raw = block[col, _K_BYTES[8 - byte % 9]]  # [slots, passes, ks]
-        shifted = np.ascontiguousarray(
-            (raw.astype(np.int64) >> shift[..., None]) & 0xFF, dtype=np.uint8)
-        vals = K.sign_extend(shifted, 0, bits).reshape(cfg.out_slots, cfg.in_passes, kh, kw)
-        for e in range(cfg.in_passes):
-            w[:, e * n_p + j] = vals[:, e]
-        cols = np.unique(col)
-        reads += _ranges(p.mram_base + cols * 16, 16)
-    return w, reads
+    """W[slot, pass*n_procs + j, kh, kw] int8 from each processor's MRAM.
+
+    Mask counter (R7#24): one step of ``weight_bits`` per (output slot t, input pass e), a bit
+    address. Kernel A = cnt >> 3 of ksize bytes starts at byte A*ksize + oned_sad of the layer's
+    byte stream; element i sits at stream byte start + ksize-1-i, stream byte B at word B//9,
+    k-position 8 - B%9 ([izer] kernels.py add_kernel_data fills k8 down to k0 and adds
+    k[ksize-1-i] in order; for 3x3 this is k_i = element i, for 1x1 one byte each)."""
+    mram = [bus.memory_at(p.mram_base)[0] for p in cfg.processors]
+    key = (tuple((p.index, p.mcnt_sad) for p in cfg.processors), cfg.out_slots, cfg.in_passes,
+           cfg.weight_bits, cfg.kernel_bytes, cfg.oned_sad, cfg.kernel_rows, cfg.kernel_cols)
+    versions = [m.version for m in mram]
+    cache = bus.derived.setdefault("max78000_weights", {})
+    hit = cache.get(key)
+    if hit is not None and hit[0] == versions:  # MRAM unchanged since (Memory.version)
+        return hit[1], hit[2]
+    procs = np.array([p.index for p in cfg.processors], dtype=np.int64)
+    mcnt = np.array([p.mcnt_sad for p in cfg.processors], dtype=np.int64)
+    w, used, bad = M.gather_weights(bus.stacks["mram"], procs, mcnt, cfg.out_slots,
+                                    cfg.in_passes, cfg.weight_bits, cfg.kernel_bytes,
+                                    cfg.oned_sad)
+    if bad >= 0:
+        p = cfg.processors[bad]
+        raise DeviceError(f"layer {cfg.layer}: CNNx16_{p.quadrant}_L{cfg.layer}_MCNT: the mask "
+                          f"counter of processor {p.index} runs past MRAM word 767")
+    base = np.array([p.mram_base for p in cfg.processors], dtype=np.int64)
+    n_p = len(procs)
+    reads = M.mask_ranges(used, base, 16, np.zeros(n_p, np.int64),
+                          np.full(n_p, M.MRAM_WORDS, np.int64))
+    w = w.reshape(cfg.out_slots, cfg.in_passes * n_p, cfg.kernel_rows, cfg.kernel_cols)
+    w.flags.writeable = False  # shared by later runs of the layer
+    reads = list(map(tuple, reads.tolist()))
+    if len(cache) >= 64:
+        cache.clear()
+    cache[key] = (versions, w, reads)
+    return w, list(reads)
 
 
 def _inputs(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
     """X[(o*passes + pass)*n_procs + j, H, W] int8: pixel (r, c) pass e operand o of processor
     p is byte ``lane`` of word ``read_word + ((r*W + c)*passes + e)*operands + o`` of its data
     memory (S3:L689, L898; operands interleaved, "each machine fetch gathers one operand",
-    S3:L2041, digest 1.2 address formula)."""
-    n_p = len(cfg.processors)
+    S3:L2041, digest 1.2 address formula). CHW: pixel i of the channel is byte i%4 of word
+    read_word + i//4 (module doc)."""
     h, w_ = cfg.in_rows, cfg.in_cols
-    ops = cfg.operands
-    n_words = -(-h * w_ // 4) if cfg.chw else h * w_ * cfg.in_passes * ops
-    x = np.zeros((ops * cfg.in_passes * n_p, h, w_), dtype=np.int8)
-    reads = []
-    for j, p in enumerate(cfg.processors):
-        base = sram_address(p.memory, 0)
-        mem, off = bus.memory_at(base)
-        words = mem.data[off:off + SRAM_WORDS * 4].reshape(SRAM_WORDS, 4)
-        if cfg.chw:
-            # CHW: pixel i of the channel is byte i%4 of word read_word + i//4 (module doc)
-            seq = words[p.read_word:p.read_word + n_words].reshape(-1).view(np.int8)
-            x[j] = seq[:h * w_].reshape(h, w_)
-            reads.append((base + 4 * p.read_word, base + 4 * (p.read_word + n_words)))
-            continue
-        lane = words[p.read_word:p.read_word + n_words, p.lane].view(np.int8)
-        lane = lane.reshape(h, w_, cfg.in_passes, ops)
-        for o in range(ops):
-            for e in range(cfg.in_passes):
-                x[(o * cfg.in_passes + e) * n_p + j] = lane[:, :, e, o]
-        reads.append((base + 4 * p.read_word, base + 4 * (p.read_word + n_words)))
-    return x, reads
+    memory = np.array([p.memory for p in cfg.processors], dtype=np.int64)
+    read_word = np.array([p.read_word for p in cfg.processors], dtype=np.int64)
+    if cfg.chw:
+        x, bad = M.gather_chw(bus.stacks["sram"], memory, read_word, h, w_)
+        n_words = -(-h * w_ // 4)
+    else:
+        lane = np.array([p.lane for p in cfg.processors], dtype=np.int64)
+        x, bad = M.gather_hwc(bus.stacks["sram"], memory, lane, read_word, h, w_,
+                              cfg.in_passes, cfg.operands)
+        n_words = h * w_ * cfg.in_passes * cfg.operands
+    if bad >= 0:
+        p = cfg.processors[bad]
+        raise DeviceError(f"layer {cfg.layer}: CNNx16_{p.quadrant}_L{cfg.layer}_RPTR_BASE: the "
+                          f"input of processor {p.index} runs past the end of data memory "
+                          f"{p.memory}")
+    start = _sram_addresses(memory, read_word)
+    return x, list(zip(start.tolist(), (start + 4 * n_words).tolist()))
 
 
 def _bias(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
@@ -133,45 +137,39 @@ def _bias(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
 def _scatter(bus, cfg: LayerConfig, out: np.ndarray) -> list[tuple[int, int]]:
     """Write out[slot, y, x] through ``wptr_base + (k//4)*moff + e*choff + pixel*pixel_step``
     (slot = e*slots_per_pass + k), lane k%4 (8-bit) or word +k%4 (32-bit)."""
-    pix = np.arange(cfg.out_rows * cfg.out_cols)
     if cfg.passthrough:
         # channel e*n_procs + j: processor j's (word, lane) + pass e * CHOFF (layer doc)
         n_p = len(cfg.processors)
-        ch = np.arange(n_p * cfg.in_passes)
-        e, j = np.divmod(ch, n_p)
-        base = np.array([w for w, _ in cfg.pt_out], dtype=np.int64)[j]
+        e, j = np.divmod(np.arange(n_p * cfg.in_passes), n_p)
         k = np.array([ln for _, ln in cfg.pt_out], dtype=np.int64)[j]
-        wptr = (base + e * cfg.wptr_choff)[:, None] + pix[None, :] * cfg.pixel_step
+        base = np.array([w for w, _ in cfg.pt_out], dtype=np.int64)[j] + e * cfg.wptr_choff
     else:
-        slots = np.arange(cfg.out_slots)
-        e, k = np.divmod(slots, cfg.slots_per_pass)
-        wptr = (cfg.wptr_base + (k // 4) * cfg.wptr_moff + e * cfg.wptr_choff)[:, None] \
-            + pix[None, :] * cfg.pixel_step
+        e, k = np.divmod(np.arange(cfg.out_slots), cfg.slots_per_pass)
+        base = cfg.wptr_base + (k // 4) * cfg.wptr_moff + e * cfg.wptr_choff
     if cfg.wide:
-        wptr = wptr + (k % 4)[:, None]
-    if wptr.size and int(wptr.max()) >= 1 << 17:
+        base, lanes = base + k % 4, np.full(len(k), -1, dtype=np.int64)
+    else:
+        lanes = k % 4
+    n_pix = cfg.out_rows * cfg.out_cols
+    if len(base) and n_pix and int(base.max()) + (n_pix - 1) * cfg.pixel_step >= 1 << 17:
         raise DeviceError(f"layer {cfg.layer}: CNNx16_{cfg.master}_L{cfg.layer}_WPTR_BASE: "
                           "write pointer runs past the last data memory")
-    memory, word = wptr >> 13, wptr & 0x1FFF
-    flat = out.reshape(out.shape[0], -1)
-    addrs = []
-    for m in np.unique(memory):
-        sel = memory == m
-        base = sram_address(int(m), 0)
-        mem, off = bus.memory_at(base)
-        words = mem.data[off:off + SRAM_WORDS * 4].reshape(SRAM_WORDS, 4)
-        wsel = word[sel]
-        if cfg.wide:
-            vals = flat[sel].astype(np.int64) & 0xFFFFFFFF
-            words[wsel] = vals.astype("<u4").view(np.uint8).reshape(-1, 4)
-            addrs.append(base + 4 * wsel)
-        else:
-            lanes = np.broadcast_to((k % 4)[:, None], wptr.shape)[sel]
-            words[wsel, lanes] = (flat[sel] & 0xFF).astype(np.uint8)
-            addrs.append(base + 4 * wsel + lanes)
-    if not addrs:
-        return []
-    return _ranges(np.concatenate(addrs), 4 if cfg.wide else 1)
+    sram = bus.stacks["sram"]
+    # bytes written; kept zero between layers (cleared below) to spare a 512 KiB allocation
+    touched = bus.derived.setdefault("max78000_touched", np.zeros(sram.shape, dtype=np.uint8))
+    lo = np.full(len(sram), sram.shape[1], dtype=np.int64)
+    hi = np.zeros(len(sram), dtype=np.int64)
+    M.scatter(sram, np.ascontiguousarray(out.reshape(out.shape[0], -1), dtype=np.int64),
+              np.ascontiguousarray(base, dtype=np.int64), np.ascontiguousarray(lanes, np.int64),
+              cfg.pixel_step, touched, lo, hi)
+    written = np.flatnonzero(hi > lo)
+    for m in written:
+        bus.memory_at(sram_address(int(m), 0))[0].touch()
+    rows = _sram_addresses(np.arange(len(sram)), 0)
+    ranges = M.mask_ranges(touched, rows, 1, lo, hi)
+    for m in written:
+        touched[m, lo[m]:hi[m]] = 0
+    return list(map(tuple, ranges.tolist()))
 
 
 def compute_layer(bus, cfg: LayerConfig, x: np.ndarray | None = None
@@ -211,13 +209,15 @@ def compute_layer(bus, cfg: LayerConfig, x: np.ndarray | None = None
 
 
 def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    out: list[list[int]] = []
+    """Sorted ranges with overlapping or touching ones joined."""
+    out: list[tuple[int, int]] = []
     for s, e in sorted(ranges):
         if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
+            if e > out[-1][1]:
+                out[-1] = (out[-1][0], e)
         else:
-            out.append([s, e])
-    return [(s, e) for s, e in out]
+            out.append((s, e))
+    return out
 
 
 def run_layer(bus, cfg: LayerConfig, x: np.ndarray | None = None) -> Touched:

@@ -180,6 +180,7 @@ def scatter_stream(bus, cfg, out: np.ndarray, fbuf: int | None) -> tuple[FrameBu
         view = mem.data[off:off + SRAM_WORDS * 4].reshape(SRAM_WORDS, 4)
         # in order: the last write of each wrapped word wins, as on the hardware
         view[wrapped, lanes[t]] = flat[t]
+        mem.touch()
         addrs.append(sram_address(memory, 0) + 4 * np.unique(wrapped) + lanes[t])
     writes = _merge(_ranges(np.concatenate(addrs), 1)) if addrs else []
     return fb, writes

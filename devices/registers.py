@@ -74,6 +74,12 @@ class RegisterFile:
         """The stored value, for device models (bypasses read hooks)."""
         return self._values[self._reg(reg).address]
 
+    def peek_addresses(self, addresses: tuple[int, ...]) -> tuple[int, ...]:
+        """Stored values of the registers at ``addresses`` (cheap change detection for memoised
+        decodes)."""
+        values = self._values
+        return tuple([values[a] for a in addresses])
+
     def poke(self, reg: Register | str, value: int) -> None:
         """Set the stored value as the hardware does (status bits); no hooks, no access rules."""
         reg = self._reg(reg)

@@ -21,6 +21,8 @@ distinct signatures is kept at one per kernel (C-contiguous int8/int64 arrays, i
 """
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 from numba import njit
 
@@ -347,12 +349,31 @@ def run_layer_kernel(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
         return layer_deconv(x, w, b, int(pool[0]), int(pool[1]), int(pool_stride),
                             int(pool_mode), int(avg_policy), int(pad[0]), int(pad[1]),
                             int(shift), int(act), bool(wide))
-    pooled = pool2d(x, int(pool[0]), int(pool[1]), int(pool_stride), int(pool_mode),
-                    int(avg_policy))
+    if pool_mode == POOL_NONE and pool_stride == 1:
+        pooled = x  # a 1x1 window with stride 1 is the identity
+    else:
+        pooled = pool2d(x, int(pool[0]), int(pool[1]), int(pool_stride), int(pool_mode),
+                        int(avg_policy))
     acc = conv2d_acc_gemm(pooled, w, b, int(pad[0]), int(pad[1]), int(conv_stride))
-    if acc is None:  # degenerate shapes: the plain loop
-        acc = conv2d_acc(pooled, w, b, int(pad[0]), int(pad[1]), int(conv_stride))
+    if acc is None:  # degenerate shapes or stride: the plain loop
+        acc = conv2d_acc(pooled.astype(np.int64), w, b, int(pad[0]), int(pad[1]),
+                         int(conv_stride))
     return wide_output(acc) if wide else requantize(acc, int(shift), int(act))
+
+
+_SCRATCH = threading.local()
+
+
+def _scratch(key: str, shape: tuple[int, ...], dtype) -> np.ndarray:
+    """A work array reused by later calls in the same thread: a fresh multi-megabyte array
+    costs a page fault per 4 KiB on first touch (measured: 1.5 ms of a 4.5 ms 64->64 layer),
+    more than filling it."""
+    bufs = _SCRATCH.__dict__.setdefault("bufs", {})
+    size = int(np.prod(shape))
+    buf = bufs.get(key)
+    if buf is None or buf.size < size or buf.dtype != dtype:
+        buf = bufs[key] = np.empty(size, dtype=dtype)
+    return buf[:size].reshape(shape)
 
 
 #: products of two int8 values are at most 2**14 in magnitude, so any sum of at most 1023 of
@@ -363,22 +384,56 @@ GEMM_CHUNK = 1023
 
 def conv2d_acc_gemm(x: np.ndarray, w: np.ndarray, bias: np.ndarray, pad_h: int, pad_w: int,
                     stride: int) -> np.ndarray | None:
-    """:func:`conv2d_acc` as an exact float32 GEMM (BLAS) over im2col columns, chunked so every
-    partial sum is an exactly representable integer (see GEMM_CHUNK); the chunks are added in
-    int64. ``x`` holds int8-range values (pooled data), ``w`` int8. None if the output is
-    empty."""
+    """:func:`conv2d_acc` as exact float32 GEMMs (BLAS), chunked so every partial sum is an
+    exactly representable integer (see GEMM_CHUNK); the chunks are added in int64. ``x`` holds
+    int8-range values (pooled data), ``w`` int8. None if the output is empty or the stride is
+    not 1 (the MAX78000 always convolves with stride 1, A§1.11; callers use conv2d_acc then).
+    The result is a work array (see _scratch), valid until the next call in the same thread.
+
+    Stride 1 on the zero-padded input flattened per channel (row length ``wp``): the input of
+    kernel tap (i, j) for every output position is the contiguous slice starting at
+    ``i*wp + j`` when outputs are computed on the padded width (the ``wp - wo`` extra columns
+    per row are dropped), so the GEMM operand is nine row copies, not a gather."""
     c_n, h, wd = x.shape
     k_n, _, kh, kw = w.shape
     ho = (h + 2 * pad_h - kh) // stride + 1
     wo = (wd + 2 * pad_w - kw) // stride + 1
-    if ho <= 0 or wo <= 0 or c_n == 0:
+    if ho <= 0 or wo <= 0 or c_n == 0 or stride != 1:
         return None
-    xp = np.pad(x.astype(np.float32), ((0, 0), (pad_h, pad_h), (pad_w, pad_w)))
-    win = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(1, 2))
-    win = win[:, :(ho - 1) * stride + 1:stride, :(wo - 1) * stride + 1:stride]
-    cols = np.ascontiguousarray(win.transpose(1, 2, 0, 3, 4)).reshape(ho * wo, c_n * kh * kw)
-    wm = w.reshape(k_n, c_n * kh * kw).astype(np.float32)
-    acc = np.repeat((bias.astype(np.int64) * 128)[:, None], ho * wo, axis=1)
-    for s in range(0, c_n * kh * kw, GEMM_CHUNK):
-        acc += (wm[:, s:s + GEMM_CHUNK] @ cols[:, s:s + GEMM_CHUNK].T).astype(np.int64)
-    return acc.reshape(k_n, ho, wo)
+    wp = wd + 2 * pad_w
+    # one spare row: the last tap's slice runs kw-1 elements past the padded image
+    xp = _scratch("xp", (c_n, h + 2 * pad_h + 1, wp), np.float32)
+    xp.fill(0)
+    xp[:, pad_h:pad_h + h, pad_w:pad_w + wd] = x
+    flat = xp.reshape(c_n, -1)
+    n = ho * wp
+    taps = kh * kw
+    group = max(1, GEMM_CHUNK // taps)  # input channels per exact chunk
+    acc = _scratch("acc", (k_n, ho, wo), np.int64)
+    for c0 in range(0, c_n, group):
+        c1 = min(c_n, c0 + group)
+        cols = _scratch("cols", (taps, c1 - c0, n), np.float32)
+        for i in range(kh):
+            for j in range(kw):
+                cols[i * kw + j] = flat[c0:c1, i * wp + j:i * wp + j + n]
+        wm = w[:, c0:c1].transpose(0, 2, 3, 1).reshape(k_n, -1).astype(np.float32)
+        part = np.matmul(wm, cols.reshape(-1, n), out=_scratch("part", (k_n, n), np.float32))
+        _add_chunk(acc, part.reshape(k_n, ho, wp), bias, c0 == 0)
+    return acc
+
+
+@njit(nogil=True, cache=True)
+def _add_chunk(acc, part, bias, first):
+    """acc[k] (+)= the exact integers of ``part[k, :, :wo]`` (+ 128*bias[k] for the first
+    chunk): float32 -> int64 and the padded-width crop in one pass."""
+    k_n, ho, wo = acc.shape
+    for k in range(k_n):
+        b = bias[k] * 128
+        for y in range(ho):
+            for x in range(wo):
+                v = np.int64(part[k, y, x])
+                if first:
+                    acc[k, y, x] = b + v
+                else:
+                    acc[k, y, x] += v
+

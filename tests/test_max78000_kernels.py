@@ -174,3 +174,25 @@ def test_sign_extend_matches_reference(byte, shift, bits):
     assume(shift + bits <= 8)
     got = K.sign_extend(np.array([byte], np.uint8), shift, bits)[0]
     assert got == ref.sign_extend(byte >> shift, bits)
+
+
+@pytest.mark.parametrize("fill", [None, -128])
+def test_gemm_chunks_stay_exact_past_float32_mantissa(fill):
+    # 230 channels x 9 taps = 2070 products per output: more than one exact float32 chunk
+    # (GEMM_CHUNK), and with every operand -128 the sum (33.9 M) is past 2**24, where a single
+    # float32 sum would round; the 32-bit output shows the raw accumulator
+    rng = np.random.default_rng(7)
+    c = 230
+    x = rng.integers(-128, 128, (c, 6, 5)).astype(np.int8)
+    w = rng.integers(-128, 128, (3, c, 3, 3)).astype(np.int8)
+    bias = rng.integers(-128, 128, 3)
+    if fill is not None:
+        x[:], w[:], bias[:] = fill, fill, fill
+    got = K.run_layer_kernel(x, w, bias, pad=(1, 1), wide=True)
+    want = ref.layer(x, w, bias, pool_size=(1, 1), pool_stride=1, pool_kind="none",
+                     avg_policy="trunc", pad=(1, 1), conv_stride=1, shift=0, act="none",
+                     wide=True)
+    assert c * 9 > K.GEMM_CHUNK
+    np.testing.assert_array_equal(got, want)
+    if fill is not None:
+        assert got[0, 2, 2] == c * 9 * 128 * 128 - 128 * 128  # interior: every tap, bias -128

@@ -524,3 +524,31 @@ def specs(draw):
 @given(specs())
 def test_random_layers_through_registers(s):
     run(s)
+
+
+def test_rerun_sees_every_kind_of_mram_change():
+    # decoded weights are kept between runs of a layer (Memory.version): a gdb write to MRAM,
+    # a snapshot restore and a zeroize must each be seen by the next run
+    s = Spec(in_procs=[0, 1], in_passes=1, rows=3, cols=3, out_channels=2, out_first_proc=4,
+             wide=True, seed=5)
+    dev, cfg, _ = run(s)
+    first = unload(dev, s, expected(s).shape)
+    snap = dev.snapshot()
+    # processor 0, kernel of output 0 at column 4: set k0 (byte 0) to w+1 -> output changes
+    col = MRAM + 4 * 16
+    old = dev.read(col, 1)[0]
+    dev.write(col, bytes([(old + 1) & 0xFF]))
+    run_layer(dev.bus, cfg)
+    after_write = unload(dev, s, first.shape)
+    x = s.tensors["x"]
+    delta = int(np.uint8(old + 1 & 0xFF).view(np.int8)) - int(np.uint8(old).view(np.int8))
+    want = first.copy()
+    want[0, 1:, 1:] += delta * x[0, :-1, :-1]  # tap (0, 0) of a 3x3 pad-1 kernel
+    np.testing.assert_array_equal(after_write, want)
+    dev.restore(snap)
+    run_layer(dev.bus, cfg)
+    np.testing.assert_array_equal(unload(dev, s, first.shape), first)
+    for p in range(64):  # what a zeroize does to each block
+        dev.bus.memory_at(MRAM + (p // 16) * 0x40_0000 + (p % 16) * 0x4000)[0].clear()
+    run_layer(dev.bus, cfg)
+    assert not unload(dev, s, first.shape).any()  # no weights, no bias: all zero

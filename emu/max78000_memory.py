@@ -1,0 +1,192 @@
+"""MAX78000 memory traffic of one layer as numba loops: gather the input channels from data SRAM,
+the kernels from MRAM, scatter the outputs back, and turn the touched bytes into address ranges.
+
+Pure kernels on 2-D uint8 arrays (one row per memory: ``sram[16, 0x8000]`` for the 16 data
+memories, ``mram[64, 0x4000]`` for the 64 processors' MRAM blocks); the address formulas and
+their sources are documented in devices/max78000_datapath.py, which computes the per-processor
+and per-slot parameters and calls these. Every kernel checks its indices and returns an error
+code instead of reading or writing outside the memory (numba does not bounds-check).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+#: MRAM byte positions of k0..k8 inside one 16-byte word (devices/max78000_datapath.py)
+K_BYTES = np.array([0, 7, 6, 5, 4, 11, 10, 9, 8], dtype=np.int64)
+
+SRAM_WORDS = 8192
+MRAM_WORDS = 768
+
+
+@njit(nogil=True, cache=True)
+def gather_hwc(sram, memory, lane, read_word, h, w, passes, ops):
+    """HWC input: channel ``(o*passes + e)*n + j`` pixel (r, c) is byte ``lane[j]`` of word
+    ``read_word[j] + ((r*w + c)*passes + e)*ops + o`` of data memory ``memory[j]``. Returns
+    (int8 ``[ops*passes*n, h, w]``, -1 or the first processor index j whose words run past the
+    memory)."""
+    n = memory.shape[0]
+    x = np.zeros((ops * passes * n, h, w), dtype=np.int8)
+    n_words = h * w * passes * ops
+    for j in range(n):
+        if read_word[j] + n_words > SRAM_WORDS:
+            return x, j
+    hw = h * w
+    flat = x.reshape(ops * passes * n, hw)
+    s8 = sram.view(np.int8)
+    step = 4 * passes * ops
+    for j in range(n):
+        m = memory[j]
+        for e in range(passes):
+            for o in range(ops):
+                src = 4 * (read_word[j] + e * ops + o) + lane[j]
+                dst = flat[(o * passes + e) * n + j]
+                for pix in range(hw):  # one constant stride: the loop numba compiles best
+                    dst[pix] = s8[m, src + pix * step]
+    return x, -1
+
+
+@njit(nogil=True, cache=True)
+def gather_chw(sram, memory, read_word, h, w):
+    """CHW input: pixel i of processor j's channel is byte ``i`` of the words from
+    ``read_word[j]`` of its data memory (4 pixels per word). Returns (int8 ``[n, h, w]``, -1 or
+    the first j that runs past the memory)."""
+    n = memory.shape[0]
+    x = np.zeros((n, h, w), dtype=np.int8)
+    n_words = (h * w + 3) // 4
+    for j in range(n):
+        if read_word[j] + n_words > SRAM_WORDS:
+            return x, j
+    for j in range(n):
+        row = sram[memory[j]]
+        start = 4 * read_word[j]
+        for i in range(h * w):
+            v = np.int64(row[start + i])
+            x[j, i // w, i % w] = v if v < 128 else v - 256
+    return x, -1
+
+
+@njit(nogil=True, cache=True)
+def gather_weights(mram, proc, mcnt_sad, slots, passes, bits, ks, oned_sad):
+    """Kernels of every (output slot t, input pass e, processor j): mask counter
+    ``cnt = mcnt_sad[j] + (t*passes + e)*bits`` (a bit address), kernel start byte
+    ``(cnt >> 3)*ks + oned_sad`` of processor ``proc[j]``'s stream, element i at stream byte
+    ``start + ks-1-i`` = word ``B//9``, k-position ``8 - B%9``, field at bit ``cnt & 7``,
+    sign-extended from ``bits``. Returns (int8 ``[slots, passes*n, ks]``, uint8 ``[n, 768]``
+    words used, -1 or the first j whose counter runs past MRAM word 767)."""
+    n = proc.shape[0]
+    w = np.zeros((slots, passes * n, ks), dtype=np.int8)
+    used = np.zeros((n, MRAM_WORDS), dtype=np.uint8)
+    mask = (1 << bits) - 1
+    sign = 1 << (bits - 1)
+    for j in range(n):
+        row = mram[proc[j]]
+        for t in range(slots):
+            for e in range(passes):
+                cnt = mcnt_sad[j] + (t * passes + e) * bits
+                shift = cnt & 7
+                start = (cnt >> 3) * ks + oned_sad
+                for i in range(ks):
+                    byte = start + ks - 1 - i
+                    col = byte // 9
+                    if col >= MRAM_WORDS or byte < 0:
+                        return w, used, j
+                    used[j, col] = 1
+                    v = (np.int64(row[16 * col + K_BYTES[8 - byte % 9]]) >> shift) & mask
+                    if v & sign:
+                        v -= mask + 1
+                    w[t, e * n + j, i] = v
+    return w, used, -1
+
+
+@njit(nogil=True, cache=True)
+def scatter(sram, out, slot_word, slot_lane, pixel_step, touched, lo, hi):
+    """Write ``out[slot, pixel]`` at global word ``slot_word[slot] + pixel*pixel_step`` (bits
+    16:13 = data memory, 12:0 = word): byte lane ``slot_lane[slot]`` of the low byte (8-bit
+    output), or the whole little-endian word when the lane is -1 (32-bit output). Marks every
+    byte written in ``touched`` (same shape as ``sram``) and widens the per-memory byte bounds
+    ``[lo, hi)`` so that mask_ranges scans only those. The caller checks the pointers' range."""
+    s_n, p_n = out.shape
+    if p_n == 0:
+        return
+    for s in range(s_n):
+        lane = slot_lane[s]
+        g0 = slot_word[s]
+        m0 = g0 >> 13
+        if (g0 + (p_n - 1) * pixel_step) >> 13 == m0 and pixel_step >= 0:
+            # the common case: the slot stays in one data memory, a constant byte stride
+            b0 = 4 * (g0 & 0x1FFF)
+            bs = 4 * pixel_step
+            lo[m0] = min(lo[m0], b0)
+            hi[m0] = max(hi[m0], b0 + bs * (p_n - 1) + 4)
+            row, trow = sram[m0], touched[m0]
+            if lane < 0:
+                for p in range(p_n):
+                    v = out[s, p]
+                    b = b0 + p * bs
+                    for i in range(4):
+                        row[b + i] = (v >> (8 * i)) & 0xFF
+                        trow[b + i] = 1
+            else:
+                for p in range(p_n):
+                    b = b0 + p * bs + lane
+                    row[b] = out[s, p] & 0xFF
+                    trow[b] = 1
+            continue
+        for p in range(p_n):
+            g = g0 + p * pixel_step
+            m = g >> 13
+            b = 4 * (g & 0x1FFF)
+            v = out[s, p]
+            lo[m] = min(lo[m], b)
+            hi[m] = max(hi[m], b + 4)
+            if lane < 0:
+                for i in range(4):
+                    sram[m, b + i] = (v >> (8 * i)) & 0xFF
+                    touched[m, b + i] = 1
+            else:
+                sram[m, b + lane] = v & 0xFF
+                touched[m, b + lane] = 1
+
+
+_ONES = 0x0101010101010101  # eight mask bytes of 1
+
+
+@njit(nogil=True, cache=True)
+def _skip(row, row64, i, n, val, word):
+    """First index >= i (< n) where ``row`` differs from ``val``, eight bytes at a time where
+    aligned (``row64`` is ``row`` viewed as uint64, ``word`` eight bytes of ``val``)."""
+    word = np.uint64(word)  # uint64 == int64 would compare as float64 and round
+    while i < n:
+        if (i & 7) == 0 and i + 8 <= n and row64[i >> 3] == word:
+            i += 8
+        elif row[i] != val:
+            return i
+        else:
+            i += 1
+    return n
+
+
+@njit(nogil=True, cache=True)
+def mask_ranges(mask, row_base, unit, lo, hi):
+    """Runs of 1 in the 0/1 ``mask[row, i]`` for ``lo[row] <= i < hi[row]`` as ``[start, end)``
+    byte addresses ``row_base[row] + i*unit``; int64 ``[k, 2]`` sorted by row then address
+    (runs that touch across rows are merged by the caller). Rows are a multiple of 8 long."""
+    out = np.empty((64, 2), dtype=np.int64)
+    k = 0
+    for r in range(mask.shape[0]):
+        row = mask[r]
+        row64 = row.view(np.uint64)
+        n = min(hi[r], row.shape[0])
+        i = _skip(row, row64, lo[r], n, 0, 0)
+        while i < n:
+            j = _skip(row, row64, i, n, 1, _ONES)
+            if k == out.shape[0]:
+                bigger = np.empty((2 * k, 2), dtype=np.int64)
+                bigger[:k] = out
+                out = bigger
+            out[k, 0] = row_base[r] + i * unit
+            out[k, 1] = row_base[r] + j * unit
+            k += 1
+            i = _skip(row, row64, j, n, 0, 0)
+    return out[:k]

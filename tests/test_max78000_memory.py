@@ -1,0 +1,136 @@
+"""MAX78000 memory kernels (accelstub.emu.max78000_memory: gathers, scatter, touched ranges)
+against straightforward per-element Python written from the address formulas in
+devices/max78000_datapath.py's docstrings (no code shared with the kernels)."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from accelstub.emu import max78000_memory as M
+
+K_BYTES = [0, 7, 6, 5, 4, 11, 10, 9, 8]  # k0..k8 byte positions in a 16-byte MRAM word
+
+
+def byte_ranges(addresses) -> list[tuple[int, int]]:
+    out: list[list[int]] = []
+    for a in sorted(set(addresses)):
+        if out and out[-1][1] == a:
+            out[-1][1] = a + 1
+        else:
+            out.append([a, a + 1])
+    return [(s, e) for s, e in out]
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 5), st.integers(1, 5), st.integers(1, 3),
+       st.integers(1, 3), st.integers(0, 2**32 - 1))
+def test_gather_hwc_matches_word_formula(n, h, w, passes, ops, seed):
+    rng = np.random.default_rng(seed)
+    sram = rng.integers(0, 256, (16, 0x8000)).astype(np.uint8)
+    memory = rng.integers(0, 16, n)
+    lane = rng.integers(0, 4, n)
+    read_word = rng.integers(0, 8192 - h * w * passes * ops + 1, n)
+    x, bad = M.gather_hwc(sram, memory, lane, read_word, h, w, passes, ops)
+    assert bad == -1
+    for j in range(n):
+        for r in range(h):
+            for c in range(w):
+                for e in range(passes):
+                    for o in range(ops):
+                        word = read_word[j] + ((r * w + c) * passes + e) * ops + o
+                        byte = int(sram[memory[j], 4 * word + lane[j]])
+                        assert x[(o * passes + e) * n + j, r, c] == (byte ^ 0x80) - 0x80
+
+
+def test_gathers_refuse_reads_past_the_memory():
+    sram = np.zeros((16, 0x8000), np.uint8)
+    ok = np.array([0, 8192 - 4], np.int64)
+    _, bad = M.gather_hwc(sram, np.array([0, 1]), np.array([0, 0]), ok, 2, 2, 1, 1)
+    assert bad == -1
+    _, bad = M.gather_hwc(sram, np.array([0, 1]), np.array([0, 0]), ok + [0, 1], 2, 2, 1, 1)
+    assert bad == 1
+    _, bad = M.gather_chw(sram, np.array([3]), np.array([8190]), 3, 3)  # 9 bytes = 3 words
+    assert bad == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 4), st.integers(1, 2), st.sampled_from([1, 2, 4, 8]),
+       st.sampled_from([9, 1, 5]), st.integers(0, 8), st.integers(0, 2**32 - 1))
+def test_gather_weights_matches_mask_counter_formula(n, slots, passes, bits, ks, oned, seed):
+    rng = np.random.default_rng(seed)
+    mram = rng.integers(0, 256, (64, 0x4000)).astype(np.uint8)
+    proc = rng.choice(64, n, replace=False)
+    mcnt = rng.integers(0, 4000, n)
+    w, used, bad = M.gather_weights(mram, proc, mcnt, slots, passes, bits, ks, oned)
+    assert bad == -1
+    words = set()
+    for j in range(n):
+        for t in range(slots):
+            for e in range(passes):
+                cnt = mcnt[j] + (t * passes + e) * bits
+                start = (cnt >> 3) * ks + oned
+                for i in range(ks):
+                    byte = start + ks - 1 - i
+                    raw = int(mram[proc[j], 16 * (byte // 9) + K_BYTES[8 - byte % 9]])
+                    v = (raw >> (cnt & 7)) & ((1 << bits) - 1)
+                    v -= (v >> (bits - 1)) << bits  # two's complement of the field
+                    assert w[t, e * n + j, i] == v
+                    words.add((j, byte // 9))
+    assert {(j, c) for j, c in zip(*np.nonzero(used))} == words
+    _, _, bad = M.gather_weights(mram, proc[:1], np.array([767 * 72 + 8]), 2, 1, 8, 9, 0)
+    assert bad == 0  # the second kernel would start in word 768
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 40), st.integers(1, 3), st.booleans(),
+       st.integers(0, 2**32 - 1))
+def test_scatter_writes_and_marks_exactly_the_addressed_bytes(slots, pixels, step, wide, seed):
+    rng = np.random.default_rng(seed)
+    sram = rng.integers(0, 256, (16, 0x8000)).astype(np.uint8)
+    want = sram.copy()
+    out = rng.integers(-(1 << 31), 1 << 31, (slots, pixels))
+    # some slots start near the end of a data memory, so their pixels cross into the next one
+    slot_word = rng.integers(0, (1 << 17) - pixels * step, slots)
+    slot_word[0] = min(8190, (1 << 17) - pixels * step - 1)
+    lanes = np.full(slots, -1) if wide else rng.integers(0, 4, slots)
+    written = []
+    for s in range(slots):
+        for p in range(pixels):
+            g = slot_word[s] + p * step
+            m, b = g >> 13, 4 * (g & 0x1FFF)
+            if wide:
+                want[m, b:b + 4] = np.frombuffer(int(out[s, p] & 0xFFFFFFFF).to_bytes(4, "little"),
+                                                 np.uint8)
+                written += [m * 0x8000 + b + i for i in range(4)]
+            else:
+                want[m, b + lanes[s]] = out[s, p] & 0xFF
+                written.append(m * 0x8000 + b + lanes[s])
+    touched = np.zeros(sram.shape, np.uint8)
+    lo, hi = np.full(16, 0x8000), np.zeros(16, np.int64)
+    M.scatter(sram, out, slot_word, lanes, step, touched, lo, hi)
+    np.testing.assert_array_equal(sram, want)
+    got = M.mask_ranges(touched, np.arange(16) * 0x8000, 1, lo, hi)
+    merged = []
+    for s, e in got.tolist():  # runs are per row; rows are adjacent here, as in a quadrant
+        if merged and merged[-1][1] == s:
+            merged[-1][1] = e
+        else:
+            merged.append([s, e])
+    assert [tuple(r) for r in merged] == byte_ranges(written)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.lists(st.booleans(), min_size=40, max_size=40), min_size=1, max_size=3),
+       st.integers(1, 16))
+def test_mask_ranges_finds_every_run(rows, unit):
+    mask = np.zeros((len(rows), 40), np.uint8)
+    mask[:, :] = rows
+    base = np.arange(len(rows)) * 10_000
+    got = M.mask_ranges(mask, base, unit, np.zeros(len(rows), np.int64),
+                        np.full(len(rows), 40, np.int64)).tolist()
+    want = []
+    for r, row in enumerate(rows):
+        for s, e in byte_ranges([i for i, v in enumerate(row) if v]):
+            want.append([base[r] + s * unit, base[r] + e * unit])
+    assert got == want
