@@ -65,8 +65,9 @@ class Bus:
         self.memories: dict[str, Memory] = {
             r.name: Memory(r) for r in self.regions if r.kind not in ("registers", "pseudo")}
         self._write_hooks: dict[str, MemWriteHook] = {}
-        #: 2-D views over groups of equal memories (see stack)
+        #: 2-D views over groups of equal memories, and those memories in row order (stack)
         self.stacks: dict[str, np.ndarray] = {}
+        self.stack_members: dict[str, list[Memory]] = {}
         #: values a device model derives from memories, kept with the Memory.version they were
         #: derived from (owned by the model that stores them)
         self.derived: dict[str, dict] = {}
@@ -83,6 +84,7 @@ class Bus:
         for i, n in enumerate(names):
             self.memories[n].data = rows[i]
         self.stacks[key] = rows
+        self.stack_members[key] = [self.memories[n] for n in names]
         return rows
 
     def on_memory_write(self, region_name: str, hook: MemWriteHook) -> None:

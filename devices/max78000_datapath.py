@@ -21,6 +21,10 @@ Memory formats (public facts from ai8x-synthesis, digest max78000-registers.md s
   4 consecutive pixels per word, pixel i in byte i%4 (A§1.2, [izer] load.py).
 * Kernels of any size (3x3, 1x1, 1-D 1..9 taps) form one byte stream per processor: stream
   byte B is k-position 8 - B%9 of word B//9 (so 1x1 and 1-D kernels pack across words).
+
+Values derived from a LayerConfig (index arrays, write pointers, decoded weights with the MRAM
+versions they came from) are kept in ``cfg.extra``: Max78000.layer_config memoises the config,
+so a layer run again finds them there.
 """
 from __future__ import annotations
 
@@ -65,14 +69,11 @@ def _weights(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
     byte stream; element i sits at stream byte start + ksize-1-i, stream byte B at word B//9,
     k-position 8 - B%9 ([izer] kernels.py add_kernel_data fills k8 down to k0 and adds
     k[ksize-1-i] in order; for 3x3 this is k_i = element i, for 1x1 one byte each)."""
-    mram = [bus.memory_at(p.mram_base)[0] for p in cfg.processors]
-    key = (tuple((p.index, p.mcnt_sad) for p in cfg.processors), cfg.out_slots, cfg.in_passes,
-           cfg.weight_bits, cfg.kernel_bytes, cfg.oned_sad, cfg.kernel_rows, cfg.kernel_cols)
-    versions = [m.version for m in mram]
-    cache = bus.derived.setdefault("max78000_weights", {})
-    hit = cache.get(key)
-    if hit is not None and hit[0] == versions:  # MRAM unchanged since (Memory.version)
-        return hit[1], hit[2]
+    mems = bus.stack_members["mram"]
+    versions = [mems[p.index].version for p in cfg.processors]
+    hit = cfg.extra.get("weights")  # cfg is memoised per device (Max78000.layer_config)
+    if hit is not None and hit[0] is mems and hit[1] == versions:  # MRAM unchanged since
+        return hit[2], list(hit[3])
     procs = np.array([p.index for p in cfg.processors], dtype=np.int64)
     mcnt = np.array([p.mcnt_sad for p in cfg.processors], dtype=np.int64)
     w, used, bad = M.gather_weights(bus.stacks["mram"], procs, mcnt, cfg.out_slots,
@@ -89,9 +90,7 @@ def _weights(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
     w = w.reshape(cfg.out_slots, cfg.in_passes * n_p, cfg.kernel_rows, cfg.kernel_cols)
     w.flags.writeable = False  # shared by later runs of the layer
     reads = list(map(tuple, reads.tolist()))
-    if len(cache) >= 64:
-        cache.clear()
-    cache[key] = (versions, w, reads)
+    cfg.extra["weights"] = (mems, versions, w, reads)
     return w, list(reads)
 
 
@@ -102,13 +101,15 @@ def _inputs(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
     S3:L2041, digest 1.2 address formula). CHW: pixel i of the channel is byte i%4 of word
     read_word + i//4 (module doc)."""
     h, w_ = cfg.in_rows, cfg.in_cols
-    memory = np.array([p.memory for p in cfg.processors], dtype=np.int64)
-    read_word = np.array([p.read_word for p in cfg.processors], dtype=np.int64)
+    if "inputs" not in cfg.extra:
+        cfg.extra["inputs"] = tuple(np.array([getattr(p, f) for p in cfg.processors],
+                                             dtype=np.int64)
+                                    for f in ("memory", "read_word", "lane"))
+    memory, read_word, lane = cfg.extra["inputs"]
     if cfg.chw:
         x, bad = M.gather_chw(bus.stacks["sram"], memory, read_word, h, w_)
         n_words = -(-h * w_ // 4)
     else:
-        lane = np.array([p.lane for p in cfg.processors], dtype=np.int64)
         x, bad = M.gather_hwc(bus.stacks["sram"], memory, lane, read_word, h, w_,
                               cfg.in_passes, cfg.operands)
         n_words = h * w_ * cfg.in_passes * cfg.operands
@@ -134,9 +135,10 @@ def _bias(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
     return b, reads
 
 
-def _scatter(bus, cfg: LayerConfig, out: np.ndarray) -> list[tuple[int, int]]:
-    """Write out[slot, y, x] through ``wptr_base + (k//4)*moff + e*choff + pixel*pixel_step``
-    (slot = e*slots_per_pass + k), lane k%4 (8-bit) or word +k%4 (32-bit)."""
+def _write_pointers(cfg: LayerConfig) -> tuple[np.ndarray, np.ndarray]:
+    """Global word of pixel 0 and byte lane (-1: whole word, 32-bit output) of every slot:
+    ``wptr_base + (k//4)*moff + e*choff`` (slot = e*slots_per_pass + k), lane k%4 (8-bit) or
+    word +k%4 (32-bit)."""
     if cfg.passthrough:
         # channel e*n_procs + j: processor j's (word, lane) + pass e * CHOFF (layer doc)
         n_p = len(cfg.processors)
@@ -154,17 +156,25 @@ def _scatter(bus, cfg: LayerConfig, out: np.ndarray) -> list[tuple[int, int]]:
     if len(base) and n_pix and int(base.max()) + (n_pix - 1) * cfg.pixel_step >= 1 << 17:
         raise DeviceError(f"layer {cfg.layer}: CNNx16_{cfg.master}_L{cfg.layer}_WPTR_BASE: "
                           "write pointer runs past the last data memory")
+    return (np.ascontiguousarray(base, dtype=np.int64),
+            np.ascontiguousarray(lanes, dtype=np.int64))
+
+
+def _scatter(bus, cfg: LayerConfig, out: np.ndarray) -> list[tuple[int, int]]:
+    """Write out[slot, y, x] at the slot's write pointer (_write_pointers) + pixel*pixel_step."""
+    if "scatter" not in cfg.extra:
+        cfg.extra["scatter"] = _write_pointers(cfg)
+    base, lanes = cfg.extra["scatter"]
     sram = bus.stacks["sram"]
     # bytes written; kept zero between layers (cleared below) to spare a 512 KiB allocation
     touched = bus.derived.setdefault("max78000_touched", np.zeros(sram.shape, dtype=np.uint8))
     lo = np.full(len(sram), sram.shape[1], dtype=np.int64)
     hi = np.zeros(len(sram), dtype=np.int64)
     M.scatter(sram, np.ascontiguousarray(out.reshape(out.shape[0], -1), dtype=np.int64),
-              np.ascontiguousarray(base, dtype=np.int64), np.ascontiguousarray(lanes, np.int64),
-              cfg.pixel_step, touched, lo, hi)
+              base, lanes, cfg.pixel_step, touched, lo, hi)
     written = np.flatnonzero(hi > lo)
     for m in written:
-        bus.memory_at(sram_address(int(m), 0))[0].touch()
+        bus.stack_members["sram"][m].touch()
     rows = _sram_addresses(np.arange(len(sram)), 0)
     ranges = M.mask_ranges(touched, rows, 1, lo, hi)
     for m in written:

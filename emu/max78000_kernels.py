@@ -21,6 +21,7 @@ distinct signatures is kept at one per kernel (C-contiguous int8/int64 arrays, i
 """
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
@@ -163,27 +164,41 @@ def requantize(acc, shift, act):
     out = np.empty(acc.shape, dtype=np.int64)
     fa = acc.ravel()
     fo = out.ravel()
-    t = 7 - shift
     for i in range(fa.size):
-        a = fa[i]
-        if t > 0:
-            v = (a + (np.int64(1) << (t - 1))) >> t
-        else:
-            v = a << (-t)
+        fo[i] = _requant1(fa[i], shift, act)
+    return out
+
+
+@njit(nogil=True, cache=True)
+def _requant1(a, shift, act):
+    """:func:`requantize` of one accumulator value."""
+    t = 7 - shift
+    if t > 0:
+        v = (a + (np.int64(1) << (t - 1))) >> t
+    else:
+        v = a << (-t)
+    if v > 127:
+        v = 127
+    elif v < -128:
+        v = -128
+    if act == ACT_RELU:
+        if v < 0:
+            v = 0
+    elif act == ACT_ABS:
+        if v < 0:
+            v = -v
         if v > 127:
             v = 127
-        elif v < -128:
-            v = -128
-        if act == ACT_RELU:
-            if v < 0:
-                v = 0
-        elif act == ACT_ABS:
-            if v < 0:
-                v = -v
-            if v > 127:
-                v = 127
-        fo[i] = v
-    return out
+    return v
+
+
+@njit(nogil=True, cache=True)
+def _wrap32(a):
+    """:func:`wide_output` of one accumulator value."""
+    v = a & 0xFFFFFFFF
+    if v >= 0x80000000:
+        v -= 0x100000000
+    return v
 
 
 @njit(nogil=True, cache=True)
@@ -194,10 +209,7 @@ def wide_output(acc):
     fa = acc.ravel()
     fo = out.ravel()
     for i in range(fa.size):
-        v = fa[i] & 0xFFFFFFFF
-        if v >= 0x80000000:
-            v -= 0x100000000
-        fo[i] = v
+        fo[i] = _wrap32(fa[i])
     return out
 
 
@@ -354,11 +366,13 @@ def run_layer_kernel(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
     else:
         pooled = pool2d(x, int(pool[0]), int(pool[1]), int(pool_stride), int(pool_mode),
                         int(avg_policy))
-    acc = conv2d_acc_gemm(pooled, w, b, int(pad[0]), int(pad[1]), int(conv_stride))
-    if acc is None:  # degenerate shapes or stride: the plain loop
+    out = conv_gemm(pooled, w, b, int(pad[0]), int(pad[1]), int(conv_stride), int(shift),
+                    int(act), bool(wide))
+    if out is None:  # degenerate shapes or stride: the plain loop
         acc = conv2d_acc(pooled.astype(np.int64), w, b, int(pad[0]), int(pad[1]),
                          int(conv_stride))
-    return wide_output(acc) if wide else requantize(acc, int(shift), int(act))
+        out = wide_output(acc) if wide else requantize(acc, int(shift), int(act))
+    return out
 
 
 _SCRATCH = threading.local()
@@ -369,7 +383,7 @@ def _scratch(key: str, shape: tuple[int, ...], dtype) -> np.ndarray:
     costs a page fault per 4 KiB on first touch (measured: 1.5 ms of a 4.5 ms 64->64 layer),
     more than filling it."""
     bufs = _SCRATCH.__dict__.setdefault("bufs", {})
-    size = int(np.prod(shape))
+    size = math.prod(shape)
     buf = bufs.get(key)
     if buf is None or buf.size < size or buf.dtype != dtype:
         buf = bufs[key] = np.empty(size, dtype=dtype)
@@ -382,13 +396,14 @@ def _scratch(key: str, shape: tuple[int, ...], dtype) -> np.ndarray:
 GEMM_CHUNK = 1023
 
 
-def conv2d_acc_gemm(x: np.ndarray, w: np.ndarray, bias: np.ndarray, pad_h: int, pad_w: int,
-                    stride: int) -> np.ndarray | None:
-    """:func:`conv2d_acc` as exact float32 GEMMs (BLAS), chunked so every partial sum is an
-    exactly representable integer (see GEMM_CHUNK); the chunks are added in int64. ``x`` holds
-    int8-range values (pooled data), ``w`` int8. None if the output is empty or the stride is
-    not 1 (the MAX78000 always convolves with stride 1, A§1.11; callers use conv2d_acc then).
-    The result is a work array (see _scratch), valid until the next call in the same thread.
+def conv_gemm(x: np.ndarray, w: np.ndarray, bias: np.ndarray, pad_h: int, pad_w: int,
+              stride: int, shift: int, act: int, wide: bool) -> np.ndarray | None:
+    """:func:`conv2d_acc` followed by :func:`requantize` (or :func:`wide_output` if ``wide``),
+    with the convolution as exact float32 GEMMs (BLAS), chunked so every partial sum is an
+    exactly representable integer (see GEMM_CHUNK); chunks add in int64 and the last one is
+    requantized in the same pass. ``x`` holds int8-range values (pooled data), ``w`` int8.
+    None if the output is empty or the stride is not 1 (the MAX78000 always convolves with
+    stride 1, A§1.11; callers use conv2d_acc then).
 
     Stride 1 on the zero-padded input flattened per channel (row length ``wp``): the input of
     kernel tap (i, j) for every output position is the contiguous slice starting at
@@ -418,22 +433,27 @@ def conv2d_acc_gemm(x: np.ndarray, w: np.ndarray, bias: np.ndarray, pad_h: int, 
                 cols[i * kw + j] = flat[c0:c1, i * wp + j:i * wp + j + n]
         wm = w[:, c0:c1].transpose(0, 2, 3, 1).reshape(k_n, -1).astype(np.float32)
         part = np.matmul(wm, cols.reshape(-1, n), out=_scratch("part", (k_n, n), np.float32))
-        _add_chunk(acc, part.reshape(k_n, ho, wp), bias, c0 == 0)
-    return acc
+        out = _add_chunk(acc, part.reshape(k_n, ho, wp), bias, c0 == 0, c1 == c_n, shift, act,
+                         wide)
+    return out
 
 
 @njit(nogil=True, cache=True)
-def _add_chunk(acc, part, bias, first):
+def _add_chunk(acc, part, bias, first, last, shift, act, wide):
     """acc[k] (+)= the exact integers of ``part[k, :, :wo]`` (+ 128*bias[k] for the first
-    chunk): float32 -> int64 and the padded-width crop in one pass."""
+    chunk): float32 -> int64 and the padded-width crop in one pass. The last chunk writes the
+    layer's output (requantized, or wrapped to 32 bits) instead, returned as a new array."""
     k_n, ho, wo = acc.shape
+    out = np.empty((k_n, ho, wo), dtype=np.int64) if last else acc
     for k in range(k_n):
         b = bias[k] * 128
         for y in range(ho):
             for x in range(wo):
-                v = np.int64(part[k, y, x])
-                if first:
-                    acc[k, y, x] = b + v
+                v = np.int64(part[k, y, x]) + (b if first else acc[k, y, x])
+                if not last:
+                    acc[k, y, x] = v
+                elif wide:
+                    out[k, y, x] = _wrap32(v)
                 else:
-                    acc[k, y, x] += v
-
+                    out[k, y, x] = _requant1(v, shift, act)
+    return out
