@@ -539,35 +539,53 @@ class EthosU85(Device):
         dst_idx = s.get("DMA0_DST_REGION", "idx_mode")
         require(src_mode == 0, "src_region_mode == external", "L8383")
         require(not (src_idx and dst_idx), "!(src_idx_mode && dst_idx_mode)", "L8384")
-        if src_idx or dst_idx:
-            raise ops.not_implemented("DMA gather/scatter (idx_mode enabled)")
         require(stride_mode != 3, "stride_mode is not reserved", "L9507")
         length = s.get("DMA0_LEN", "addr")
         require(length > 0, "DMA0_LEN > 0", "L11243")
         width = s.get("DMA0_SIZE0", "size") if stride_mode != 0 else 1
         height = s.get("DMA0_SIZE1", "size") if stride_mode == 2 else 1
         src_p, dst_p = s.get("DMA0_SRC", "addr"), s.get("DMA0_DST", "addr")
-        ss0 = s.get("DMA0_SRC_STRIDE0", "addr") if width > 1 else 0
-        ds0 = s.get("DMA0_DST_STRIDE0", "addr") if width > 1 else 0
+        # stride 0 scales x, or in 1-D mode only the index of an index-mode side (L8388-8392)
+        ss0 = s.get("DMA0_SRC_STRIDE0", "addr") if width > 1 or src_idx else 0
+        ds0 = s.get("DMA0_DST_STRIDE0", "addr") if width > 1 or dst_idx else 0
         ss1 = s.get("DMA0_SRC_STRIDE1", "addr") if height > 1 else 0
         ds1 = s.get("DMA0_DST_STRIDE1", "addr") if height > 1 else 0
+        indexed = bool(src_idx or dst_idx)
+        if indexed:  # gather (source) or scatter (destination) through an int32 index stream
+            idx_r = s.get("DMA0_IDX_REGION", "region")
+            idx_p, idx_max = s.get("DMA0_IDX", "addr"), s.get("DMA0_IDX_MAX", "idx_max")
+            skip1 = s.get("DMA0_IDX_SKIP1", "addr") if height > 1 else 0
         if dst_internal:
             require(dst_p % 16 == 0 and length % 16 == 0,
                     "dst_addr % 16 == 0 && length % 16 == 0 (internal destination)", "L6268")
         moved = 0
         for _ in range(height):
             for x in range(width):
-                data = self._dma_read(src_r, src_p + x * ss0, length)
+                si = di = x
+                if indexed:
+                    # load_int32(idx_p, idx_region); an index outside 0..idx_max skips the
+                    # copy (L8407-8419)
+                    idx = int(self._dma_read(idx_r, idx_p, 4).view("<i4")[0])
+                    idx_p += 4
+                    if not 0 <= idx <= idx_max:
+                        continue
+                    if src_idx:
+                        si = idx
+                    else:
+                        di = idx
+                data = self._dma_read(src_r, src_p + si * ss0, length)
                 if dst_internal:
-                    d = dst_p + x * ds0
+                    d = dst_p + di * ds0
                     require(0 <= d and d + length <= LUT_BYTES,
                             f"LUT RAM write {d:#x}+{length} inside {LUT_BYTES} bytes", "L6246")
                     self.lut[d:d + length] = data
                 else:
-                    self._dma_write(dst_r, dst_p + x * ds0, data, src_r, src_p + x * ss0)
+                    self._dma_write(dst_r, dst_p + di * ds0, data, src_r, src_p + si * ss0)
                 moved += length
             src_p += ss1
             dst_p += ds1
+            if indexed:
+                idx_p += skip1
         self.stats["dma_bytes"] += moved
         self._unit_ctx["cycles"] += -(-moved // 16)
 

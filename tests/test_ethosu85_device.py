@@ -458,17 +458,6 @@ def test_command_fetch_bus_fault(dev, host):
     assert host.field("STATUS", "bus_status") == 1 and host.field("STATUS", "faulting_channel") == 0
 
 
-def test_not_implemented_operation_leaves_the_npu_at_the_operation(dev, host):
-    host.start(stream([("NPU_SET_DMA0_SRC_REGION", dict(region=1, idx_mode="enabled")),
-                       ("NPU_SET_DMA0_DST_REGION", dict(region=2)), ("NPU_OP_DMA_START", {})],
-                      STOP))
-    with pytest.raises(DeviceError,
-                       match="NPU_OP_DMA_START at offset 0x0008.*not implemented yet"):
-        dev.step()
-    assert host.field("STATUS", "state") == 1 and host.r("STATUS") & ~1 == 0
-    assert dev.pc == QBASE + 8
-
-
 def test_branch_and_branch_fault(dev, host):
     load_add_inputs(dev)
     body = stream(add_example(), STOP)
@@ -524,6 +513,60 @@ def test_dma_1d_2d_3d_copies(dev, host):
     assert dev.read(BUF2 + 0x208, 2) == src[0x60:0x62]
     assert dev.read(BUF2 + 0x206, 2) == src[0x64:0x66]
     assert dev.counters()["dma_bytes"] == 16 + 12 + 8
+
+
+def idx_dma(side: str, mode: str, length: int, size0: int, strides: tuple[int, int],
+            idx_max: int, size1: int = 1, strides1: tuple[int, int] = (0, 0),
+            skip1: int = 0) -> list:
+    """A gather (side "src") or scatter ("dst") DMA reading int32 indices at BUF+0x300."""
+    on = dict(idx_mode="enabled")
+    return [("NPU_SET_DMA0_SRC_REGION", dict(region=1, stride_mode=mode,
+                                             **(on if side == "src" else {}))),
+            ("NPU_SET_DMA0_DST_REGION", dict(region=2, **(on if side == "dst" else {}))),
+            ("NPU_SET_DMA0_SRC", dict(addr=0)), ("NPU_SET_DMA0_DST", dict(addr=0)),
+            ("NPU_SET_DMA0_LEN", dict(addr=length)),
+            ("NPU_SET_DMA0_SIZE0", dict(size=size0)), ("NPU_SET_DMA0_SIZE1", dict(size=size1)),
+            ("NPU_SET_DMA0_SRC_STRIDE0", dict(addr=strides[0])),
+            ("NPU_SET_DMA0_DST_STRIDE0", dict(addr=strides[1])),
+            ("NPU_SET_DMA0_SRC_STRIDE1", dict(addr=strides1[0])),
+            ("NPU_SET_DMA0_DST_STRIDE1", dict(addr=strides1[1])),
+            ("NPU_SET_DMA0_IDX_REGION", dict(region=1)), ("NPU_SET_DMA0_IDX", dict(addr=0x300)),
+            ("NPU_SET_DMA0_IDX_MAX", dict(idx_max=idx_max)),
+            ("NPU_SET_DMA0_IDX_SKIP1", dict(addr=skip1)),
+            ("NPU_OP_DMA_START", {}), ("NPU_OP_DMA_WAIT", dict(k=0))]
+
+
+def test_dma_gather_takes_source_rows_from_the_index_stream(dev, host):
+    """L8407-8419: per x an int32 index is read from IDX (region IDX_REGION) and replaces x on
+    the source side; an index < 0 or > IDX_MAX skips that copy (the destination keeps its
+    bytes)."""
+    src = bytes(range(256))
+    dev.write(BUF, src)
+    dev.write(BUF + 0x300, np.array([5, -1, 2, 40], "<i4").tobytes())
+    dev.write(BUF2, b"\xee" * 16)
+    host.start(stream(idx_dma("src", "d2", 4, size0=4, strides=(8, 4), idx_max=10), STOP))
+    assert run_to_irq(dev).reason == "done"
+    assert dev.read(BUF2, 16) == src[40:44] + b"\xee" * 4 + src[16:20] + b"\xee" * 4
+    assert dev.counters()["dma_bytes"] == 8
+
+
+def test_dma_scatter_and_the_3d_index_skip(dev, host):
+    """Scatter: the index picks the destination slot. 3-D: after each row the source and
+    destination advance by stride 1 and the index pointer by IDX_SKIP1 (L8421-8431)."""
+    src = bytes(range(256))
+    dev.write(BUF, src)
+    dev.write(BUF + 0x300, np.array([3, 0, 99, 1, 2], "<i4").tobytes())
+    dev.write(BUF2, bytes(64))
+    host.start(stream(idx_dma("dst", "d3", 2, size0=2, strides=(8, 2), idx_max=7, size1=2,
+                              strides1=(0x20, 0x10), skip1=4), STOP))
+    assert run_to_irq(dev).reason == "done"
+    want = bytearray(64)
+    want[6:8] = src[0:2]  # row 0: x=0 index 3 -> dst 0 + 3*2
+    want[0:2] = src[8:10]  # x=1 index 0
+    # row 1: the index 99 is skipped by IDX_SKIP1; indices 1 and 2, rows advanced by stride 1
+    want[0x12:0x14] = src[0x20:0x22]
+    want[0x14:0x16] = src[0x28:0x2A]
+    assert dev.read(BUF2, 64) == bytes(want)
 
 
 def test_dma_to_the_internal_lut_ram(dev, host):
