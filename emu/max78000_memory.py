@@ -167,24 +167,29 @@ def _skip(row, row64, i, n, val, word):
     return n
 
 
-@njit(nogil=True, cache=True)
-def mask_ranges(mask, row_base, unit, lo, hi):
+def mask_ranges(mask: np.ndarray, row_base: np.ndarray, unit: int, lo: np.ndarray,
+                hi: np.ndarray) -> np.ndarray:
     """Runs of 1 in the 0/1 ``mask[row, i]`` for ``lo[row] <= i < hi[row]`` as ``[start, end)``
     byte addresses ``row_base[row] + i*unit``; int64 ``[k, 2]`` sorted by row then address
-    (runs that touch across rows are merged by the caller). Rows are a multiple of 8 long."""
-    out = np.empty((64, 2), dtype=np.int64)
+    (runs that touch across rows are merged by the caller). Rows are a multiple of 8 long and
+    C-contiguous. (The uint64 view is taken here: inside numba, ``view`` costs seconds of
+    compilation.)"""
+    return _mask_runs(mask, mask.view(np.uint64), row_base, unit, lo, hi)
+
+
+@njit(nogil=True, cache=True)
+def _mask_runs(mask, mask64, row_base, unit, lo, hi):
+    bound = 0  # at most one run per two positions
+    for r in range(mask.shape[0]):
+        bound += (max(0, min(hi[r], mask.shape[1]) - lo[r]) + 1) // 2
+    out = np.empty((bound, 2), dtype=np.int64)
     k = 0
     for r in range(mask.shape[0]):
-        row = mask[r]
-        row64 = row.view(np.uint64)
+        row, row64 = mask[r], mask64[r]
         n = min(hi[r], row.shape[0])
         i = _skip(row, row64, lo[r], n, 0, 0)
         while i < n:
             j = _skip(row, row64, i, n, 1, _ONES)
-            if k == out.shape[0]:
-                bigger = np.empty((2 * k, 2), dtype=np.int64)
-                bigger[:k] = out
-                out = bigger
             out[k, 0] = row_base[r] + i * unit
             out[k, 1] = row_base[r] + j * unit
             k += 1
