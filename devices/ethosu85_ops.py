@@ -468,8 +468,6 @@ def weights(s: SetState, mem: MemoryPort, cfg: NpuConfig, *, depth: int, ifm_dep
     if p[17] and not depthwise:  # mb_i16only; decision: a conv rule (it only changes the
         # ifm_block_depth of depth-first conv; Vela's 8-bit depthwise uses u1x2 at 256 MACs)
         require(ifm16 and dilated == (1, 1), "!mb_i16only || (ifm16bit && kernel 1x1)", "L7385")
-    if fwd and cfg.num_wd > 1:
-        raise not_implemented(f"FWD weight stream with {cfg.num_wd} weight decoders")
     region = s.get("WEIGHT_REGION", "region")
     streams = []
     for k in range(1 if fwd else cfg.num_wd):

@@ -449,17 +449,9 @@ def encode_swd(values, *, zdiv: int = 0, wdiv: int = 0, wtrunc: bool = False,
 # weight ordering (digest 6.2, G-W1..G-W6)
 
 @njit(nogil=True, cache=True)
-def _walk(p, fill, ws_out, idx_out):
-    """Walk the decoder stream order of digest 6.2; returns the number of emitted values.
-    With fill, stores each value's stream number in ws_out and its flat index into
-    W[oc][kh_u][kw_u][icn] (or -1 for padding) in idx_out. p: ofm_depth, ifm_depth,
-    kernel_h, kernel_w (dilated), dil_y, dil_x (0/1), stride_y, stride_x, ofm_block_depth,
-    decomp_size, partkernel, depthwise, sparse, ifm16bit, wblk_o (microblock depth), num_wd,
-    dw_pad_k, mb_i16only."""
-    ofm_depth, ifm_depth, kh, kw, dy, dx = p[0], p[1], p[2], p[3], p[4], p[5]
-    sty, stx, obd, dsz, partk, dwise, sparse, i16 = p[6], p[7], p[8], p[9], p[10], p[11], p[12], p[13]
-    wblk_o, num_wd, dw_pad_k, mb16 = p[14], p[15], p[16], p[17]
-    partk = partk or dwise
+def _block_dims(p):
+    """(ifm_block_depth, wblk_k, wblk_i) of the ordering (digest 6.2, L7380-7400)."""
+    partk, dwise, sparse, i16, mb16 = p[10] or p[11], p[11], p[12], p[13], p[17]
     if partk:
         ibd = 16
     elif (not sparse) and mb16:
@@ -478,6 +470,22 @@ def _walk(p, fill, ws_out, idx_out):
         wblk_i = 8
     else:
         wblk_i = ibd
+    return ibd, wblk_k, wblk_i
+
+
+@njit(nogil=True, cache=True)
+def _walk(p, fill, ws_out, idx_out):
+    """Walk the decoder stream order of digest 6.2; returns the number of emitted values.
+    With fill, stores each value's stream number in ws_out and its flat index into
+    W[oc][kh_u][kw_u][icn] (or -1 for padding) in idx_out. p: ofm_depth, ifm_depth,
+    kernel_h, kernel_w (dilated), dil_y, dil_x (0/1), stride_y, stride_x, ofm_block_depth,
+    decomp_size, partkernel, depthwise, sparse, ifm16bit, wblk_o (microblock depth), num_wd,
+    dw_pad_k, mb_i16only."""
+    ofm_depth, ifm_depth, kh, kw, dy, dx = p[0], p[1], p[2], p[3], p[4], p[5]
+    sty, stx, obd, dsz, partk, dwise, sparse, i16 = p[6], p[7], p[8], p[9], p[10], p[11], p[12], p[13]
+    wblk_o, num_wd, dw_pad_k = p[14], p[15], p[16]
+    partk = partk or dwise
+    ibd, wblk_k, wblk_i = _block_dims(p)
     kw_u = (kw + (1 << dx) - 1) >> dx
     kh_u = (kh + (1 << dy) - 1) >> dy
     dw_ = dsz >> dx
@@ -618,20 +626,36 @@ def order_weights(weights, p) -> list[np.ndarray]:
     return [vals[ws == k] for k in range(int(p[15]))]
 
 
+def _fwd_block(p) -> int:
+    """wblk_size = wblk_k*wblk_o*wblk_i/num_wd (L7542)."""
+    _, wblk_k, wblk_i = _block_dims(p)
+    return int(wblk_k) * int(p[14]) * int(wblk_i) // int(p[15])
+
+
 def fwd_merge(streams, p) -> np.ndarray:
-    """FWD merge (L7540-7553): interleave the num_wd streams in blocks of
-    wblk_k*wblk_o*wblk_i/num_wd values (stream 0 block, stream 1 block, ...)."""
+    """FWD merge (L7540-7553): interleave the num_wd streams in blocks of wblk_size values
+    (stream 0 block, stream 1 block, ...), over the length of stream 0."""
     num_wd = int(p[15])
     if num_wd == 1:
         return np.asarray(streams[0], np.int64)
-    raise NotImplementedError("FWD with several weight decoders")
+    size = _fwd_block(p)
+    parts = [np.asarray(st, np.int64) for st in streams]
+    out = []
+    for i in range(0, len(parts[0]), size):
+        out += [part[i:i + size] for part in parts]
+    return np.concatenate(out) if out else np.zeros(0, np.int64)
 
 
 def fwd_split(values, p) -> list[np.ndarray]:
-    """Inverse of fwd_merge for the single-decoder case."""
-    if int(p[15]) == 1:
-        return [np.asarray(values, np.int64)]
-    raise NotImplementedError("FWD with several weight decoders")
+    """Inverse of fwd_merge: the merged stream back into num_wd decoder streams."""
+    num_wd = int(p[15])
+    values = np.asarray(values, np.int64)
+    if num_wd == 1:
+        return [values]
+    size = _fwd_block(p)
+    blocks = [values[i:i + size] for i in range(0, len(values), size)]
+    return [np.concatenate(blocks[k::num_wd]) if blocks[k::num_wd] else np.zeros(0, np.int64)
+            for k in range(num_wd)]
 
 
 def decode_weights(streams, p, fwd=False, diag=None) -> np.ndarray:

@@ -304,10 +304,26 @@ def test_weight_order_roundtrip(seed, kind, macs, k, stride, dil, i16):
     enc = [Wt.encode_swd(s, zdiv=0, wdiv=5) for s in streams]
     diag = []
     assert (Wt.decode_weights(enc, p, diag=diag) == W).all() and diag == []
-    if Wt.WD_CONFIG[macs][0] == 1 and kind != "dw":
-        f = Wt.encode_fwd(streams[0], "raw", zero_point=0) if np.abs(W).max() < 128 else None
-        if f is not None:
-            assert (Wt.decode_weights([f], p, fwd=True) == W).all()
+    if kind != "dw" and np.abs(W).max() < 128:  # FWD raw mode holds -128..127 here
+        f = Wt.encode_fwd(Wt.fwd_merge(streams, p), "raw", zero_point=0)
+        assert (Wt.decode_weights([f], p, fwd=True) == W).all()
+
+
+def test_fwd_merge_interleaves_decoder_blocks():
+    """L7540-7553 with num_wd = 2 (512 MACs): blocks of wblk_k*wblk_o*wblk_i/num_wd values,
+    stream 0's block then stream 1's, over the length of stream 0."""
+    p = Wt.ordering_params(ofm_depth=16, ifm_depth=8, kernel_hw=(1, 1), dilation=(1, 1),
+                           stride=(1, 1), ofm_block_depth=16, macs_per_cc=512,
+                           microblock=0, depthwise=False, part_kernel_first=False,
+                           decomposition_d4x4=False, ifm16bit=False)
+    assert int(p[15]) == 2
+    size = Wt._fwd_block(p)
+    a, b = np.arange(3 * size), 1000 + np.arange(3 * size)
+    merged = Wt.fwd_merge([a, b], p)
+    assert merged[:size].tolist() == a[:size].tolist()
+    assert merged[size:2 * size].tolist() == b[:size].tolist()
+    assert merged[2 * size:3 * size].tolist() == a[size:2 * size].tolist()
+    assert [x.tolist() for x in Wt.fwd_split(merged, p)] == [a.tolist(), b.tolist()]
 
 
 # ================================================================================================

@@ -131,17 +131,22 @@ def acc_format(acc48=False, acc_input="reset", acc_output="enable", microblock="
 
 def weight_cmds(dev, W: np.ndarray, *, ofm_blk_depth: int, kernel_hw, dilation=(1, 1),
                 stride=(1, 1), depthwise=False, ifm16=False, microblock=2, off=0,
-                part_kernel_first=False) -> list:
-    """Encode W[oc][ky][kx][ic] into SWD stream(s) at BUF2+off and the commands pointing at them."""
+                part_kernel_first=False, fwd=False) -> list:
+    """Encode W[oc][ky][kx][ic] into SWD stream(s) at BUF2+off and the commands pointing at them
+    (or, with ``fwd``, the decoder streams merged into one raw-mode FWD stream, L7540-7553)."""
     p = Wt.ordering_params(ofm_depth=W.shape[0], ifm_depth=W.shape[3] if not depthwise else W.shape[0],
                            kernel_hw=kernel_hw, dilation=dilation, stride=stride,
                            ofm_block_depth=ofm_blk_depth, macs_per_cc=dev.macs,
                            microblock=microblock, depthwise=depthwise, ifm16bit=ifm16,
                            part_kernel_first=part_kernel_first)
-    cmds = [("NPU_SET_WEIGHT_FORMAT", {}), ("NPU_SET_WEIGHT_REGION", dict(region=2))]
+    cmds = [("NPU_SET_WEIGHT_FORMAT", dict(weight_format="fwd") if fwd else {}),
+            ("NPU_SET_WEIGHT_REGION", dict(region=2))]
     names = ("", "1", "2", "3")
-    for k, vals in enumerate(Wt.order_weights(W, p)):
-        blob = Wt.encode_swd(vals, zdiv=0, wdiv=5)
+    streams = Wt.order_weights(W, p)
+    if fwd:
+        streams = [Wt.fwd_merge(streams, p)]
+    for k, vals in enumerate(streams):
+        blob = Wt.encode_fwd(vals, "raw") if fwd else Wt.encode_swd(vals, zdiv=0, wdiv=5)
         dev.write(BUF2 + off, blob)
         cmds += [(f"NPU_SET_WEIGHT{names[k]}_BASE", dict(addr=off)),
                  (f"NPU_SET_WEIGHT{names[k]}_LENGTH", dict(length=len(blob)))]
@@ -186,13 +191,13 @@ LUT0 = bytes(2048)
 
 
 def conv_case(dev, host, *, ishape, oc, k, stride=(1, 1), dil=(1, 1), pad=(0, 0, 0, 0), bits=8,
-              zp=3, fmt="nhwc", ofmt="nhwc", acc48=False, o=None, seed=0):
+              zp=3, fmt="nhwc", ofmt="nhwc", acc48=False, o=None, seed=0, fwd=False):
     rng = np.random.default_rng(seed)
     IH, IW, IC = ishape
     signed = True
     lo, hi = (-128, 127) if bits == 8 else (-3000, 3000)
     x = rng.integers(lo, hi + 1, ishape)
-    W = rng.integers(-255, 256, (oc, k, k, IC))
+    W = rng.integers(-128, 128, (oc, k, k, IC)) if fwd else rng.integers(-255, 256, (oc, k, k, IC))
     dh, dw = (k - 1) * dil[0] + 1, (k - 1) * dil[1] + 1
     H = (IH + pad[0] + pad[2] - dh) // stride[0] + 1
     Wd = (IW + pad[1] + pad[3] - dw) // stride[1] + 1
@@ -211,8 +216,9 @@ def conv_case(dev, host, *, ishape, oc, k, stride=(1, 1), dil=(1, 1), pad=(0, 0,
             + ofm((H, Wd, oc), ofm_off, o, fmt=ofmt, blk=(H, Wd, blk))
             + kernel(k, k, stride, dil, pad) + acc_format(acc48)
             + weight_cmds(dev, W, ofm_blk_depth=blk, kernel_hw=(dh, dw), dilation=dil,
-                          stride=stride, ifm16=bits == 16)
-            + scale_cmds(dev, bias, scales, shifts, acc48=acc48)
+                          stride=stride, ifm16=bits == 16, fwd=fwd)
+            # raw FWD weights are not compressed: the scale stream goes past them
+            + scale_cmds(dev, bias, scales, shifts, acc48=acc48, off=0x20000 if fwd else 0x4000)
             + [("NPU_OP_CONV", {})])
     run(dev, host, cmds)
     v = ref.values(x, zp if bits == 8 else 0, bits, signed)
@@ -250,6 +256,14 @@ def test_conv_several_weight_decoders():
     h = Host(d)
     h.boot()
     conv_case(d, h, ishape=(4, 5, 9), oc=20, k=3, pad=(1, 1, 1, 1), seed=4)
+
+
+@pytest.mark.parametrize("macs", [256, 1024])
+def test_conv_fast_weight_decoder_stream(macs):
+    d = open_device("ethos-u85", macs=macs)  # num_wd 1 and 4: one merged FWD stream
+    h = Host(d)
+    h.boot()
+    conv_case(d, h, ishape=(4, 5, 9), oc=20, k=3, pad=(1, 1, 1, 1), seed=5, fwd=True)
 
 
 #: digest 10.2, word for word
