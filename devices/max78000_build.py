@@ -24,7 +24,8 @@ Register values are written from the seeds and digests, independently of the emu
   with steps = output channels * input passes (mask step = out*passes + pass); xpch_max =
   (output processors per pass - 1)*bits; the first layer column of a layer is a multiple of 4
   (S3:L938); TPTR = output columns - 1 for 3x3 layers; LCTRL0 always has master and sramlsrc,
-  maxpl_en unless average pooling; WPTR_TOFF = 1 and WPTR_CHOFF = 4 for 32-bit output; CTRL
+  maxpl_en unless average pooling; WPTR_TOFF = 1 for 1x1 and linear layers; WPTR_CHOFF = 4
+  for 32-bit output (1 for 8-bit) with more than one output pass; CTRL
   "Stop SM" = clk_en|mexpress, start = each used quadrant with ext_sync 0b100, the others with
   cnn_en, then quadrant 0 with cnn_en alone ("Master enable"); SRAM control 0x40e;
 * memory layouts: HWC, channel c of a layer with P processors per pass is processor c % P in pass
@@ -33,6 +34,11 @@ Register values are written from the seeds and digests, independently of the emu
   32-bit outputs take a word per channel, 4 channels of a quad in 4 consecutive words; MRAM
   72-bit words as k0..k8 (row-major 3x3; 1x1 kernels fill k8 down to k0; sub-8-bit weights at
   bit offset ``mask_counter & 7``), bias one byte per 32-bit BRAM word, added as bias*128.
+
+Layer kinds (``Layer.op``): conv2d, conv1d, deconv (transposed 3x3, stride 2), linear (with
+flattening), passthrough; element-wise operations on the first layer (``Layer.operands``); CHW
+input (``Network.chw``). The register fields of each are listed in :func:`_layer_registers`,
+the mask byte stream shared by all kernel sizes in :func:`_kernel_columns`.
 
 The expected output (sampleoutput.h) comes from the independent integer reference in
 max78000_reference.py.
@@ -46,7 +52,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -79,29 +85,63 @@ class BuildError(ValueError):
 
 @dataclass
 class Layer:
-    """One layer: optional pooling, then a 3x3 or 1x1 convolution (stride 1)."""
+    """One layer: optional element-wise operation and pooling, then the operation ``op``.
+
+    * ``conv2d``: 3x3 or 1x1 kernel, pad 0..2, stride 1 (S3:L994-1002);
+    * ``conv1d``: a kernel of 1..9 taps along the rows of an H x 1 input, pad 0..3 (S3:L1001,
+      A A2; RCNT holds the length, CCNT 0: S0:L3243 "if rcnt_max is non-zero, the row count is
+      used");
+    * ``deconv``: transposed 3x3 convolution, stride 2 (S3:L1004, "ConvTranspose2d 3x3, stride
+      2"): the input is zero-stuffed to 2H x 2W (POST.deconv_en, S0:L3979-3988) and convolved
+      with the kernel as stored, padded by ``pad`` (the hardware pad; PyTorch padding 1 with
+      output padding 1 is ``pad=1`` and gives 2H x 2W). ``weights`` are the kernels the hardware
+      applies (ai8x-synthesis flips a checkpoint's ConvTranspose2d weights before storing them);
+    * ``linear``: fully connected over the flattened C*H*W input (S3:L1036-1038), kernel 1,
+      pad 0, weights ``[out, C*H*W, 1, 1]`` in PyTorch's flatten order (c*H*W + pixel); with
+      H*W > 1 the pixels become passes (POST.flatten_en, S0:L3990);
+    * ``passthrough``: no convolution (POST.onexone_en without mask_en, S0:L4014-4029); the
+      output is the pooled input, so ``out_channels`` must equal the input channels, and like
+      the public generator we refuse pad, shift, activation and bias there.
+
+    ``operands`` > 1 (2..16, S3:L1040; ONED.ewise_cnt S0:L3172) makes the layer element-wise:
+    the input holds ``operands`` tensors of C channels interleaved word by word (S3:L2041) and
+    they are combined with ``eltwise`` (add | sub | or | xor, ONED.ewise_func S0:L3210) before
+    the operation; ``pool_first`` pools each operand first (ONED.prepool, S0:L3199), otherwise
+    the sum is pooled. Only the first layer can have operands (its input is loaded interleaved,
+    as the public generator's loader writes multi-operand input); the builder has no
+    multi-producer (write gap) layers yet.
+    """
 
     out_channels: int
-    kernel: int = 3  # 3 or 1
-    pad: int = 1  # 0..2
+    kernel: int = 3  # conv2d: 3 or 1; conv1d: 1..9; deconv: 3; linear: 1
+    pad: int = 1  # 0..2 (conv1d 0..3)
     pool: str = "none"  # none | max | avg
-    pool_size: int = 2
+    pool_size: int = 2  # square window (conv1d: size x 1)
     pool_stride: int = 2
     shift: int = 0  # total output shift s of v = floor(acc * 2**s / 128 + 1/2), -15..15
     activation: str = "none"  # none | relu | abs
     weight_bits: int = 8  # 8, 4, 2, 1
     bias: bool = False
     wide: bool = False  # 32-bit output (last layer only, no activation)
+    op: str = "conv2d"  # conv2d | conv1d | deconv | linear | passthrough
+    operands: int = 1  # element-wise operands, 1 (none) or 2..16 (first layer only)
+    eltwise: str = "add"  # add | sub | or | xor
+    pool_first: bool = True  # with operands > 1 and pooling: pool the operands, then combine
+
+
+OPS = ("conv2d", "conv1d", "deconv", "linear", "passthrough")
+ELTWISE_FN = {"sub": 0b00, "add": 0b01, "or": 0b10, "xor": 0b11}  # ONED.ewise_func (S0:L3210)
 
 
 @dataclass
 class Network:
-    in_channels: int
+    in_channels: int  # channels of one operand
     in_rows: int
     in_cols: int
     layers: list[Layer]
     avg_pool_rounding: bool = False  # CTRL.poolrnd (global)
     name: str = "accelstub"
+    chw: bool = False  # input in CHW ("big data", LCTRL0.parallel S0:L3756) instead of HWC
 
     @staticmethod
     def from_dict(d: dict) -> "Network":
@@ -114,11 +154,11 @@ class Network:
                 raise BuildError(f"layer {i}: unknown keys {sorted(bad)}")
             layers.append(Layer(**ld))
         return Network(c, h, w, layers, d.get("avg_pool_rounding", False),
-                       d.get("name", "accelstub"))
+                       d.get("name", "accelstub"), d.get("chw", False))
 
     def to_dict(self) -> dict:
         return {"name": self.name, "input": [self.in_channels, self.in_rows, self.in_cols],
-                "avg_pool_rounding": self.avg_pool_rounding,
+                "avg_pool_rounding": self.avg_pool_rounding, "chw": self.chw,
                 "layers": [asdict(lay) for lay in self.layers]}
 
 
@@ -143,10 +183,10 @@ class _Plan:
 
     index: int
     layer: Layer
-    c_in: int
-    rows: int
+    c_in: int  # channels of one operand
+    rows: int  # stored input rows/columns (before pooling)
     cols: int
-    passes_in: int
+    passes_in: int  # passes of the stored input (ceil(C/64))
     per_in: int
     passes_out: int
     per_out: int
@@ -154,21 +194,83 @@ class _Plan:
     out: tuple[int, int]
     in_word: int
     out_word: int
+    procs: list[int] = field(default_factory=list)  # input processors (global), one per j
+    chw: bool = False
     column: int = 0  # first MRAM column
     columns: int = 0
     bias_offset: int = 0
 
     @property
+    def op(self) -> str:
+        return self.layer.op
+
+    @property
+    def conv(self) -> bool:
+        """A layer with a convolution (mask memory); pass-through and element-wise-only
+        layers have none ([izer] operator None)."""
+        return self.layer.op != "passthrough"
+
+    @property
+    def flat(self) -> bool:
+        """A linear layer over more than one pixel: the pixels become passes."""
+        return self.layer.op == "linear" and self.rows * self.cols > 1
+
+    @property
+    def hw_passes(self) -> int:
+        """The pass count the registers hold: with flattening in_expand * H * W ([izer]
+        flatten_prod + 1, S0:L3990 "extended multi-pass count")."""
+        return self.passes_in * (self.rows * self.cols if self.flat else 1)
+
+    @property
+    def pool_window(self) -> tuple[int, int]:
+        lay = self.layer
+        if lay.pool == "none":
+            return 1, 1
+        return (lay.pool_size, 1) if lay.op == "conv1d" else (lay.pool_size, lay.pool_size)
+
+    @property
+    def ksize(self) -> int:
+        """Bytes of one 8-bit kernel in a processor's mask byte stream: 9 for 3x3, 1 for 1x1
+        and linear, the width of a 1-D kernel (S0:L3253-3263 oned_sad "offset within 9-byte
+        mask width")."""
+        lay = self.layer
+        if lay.op == "conv1d":
+            return lay.kernel
+        if lay.op in ("conv2d", "deconv"):
+            return lay.kernel * lay.kernel
+        return 1
+
+    @property
     def steps(self) -> int:
-        return self.layer.out_channels * self.passes_in
+        return self.layer.out_channels * self.hw_passes
 
     @property
     def quadrants(self) -> list[int]:
-        return sorted({p // 16 for p in range(self.per_in)})
+        return sorted({p // 16 for p in self.procs})
+
+    @property
+    def koffs_sad(self) -> tuple[int, int]:
+        """(kernel index, oned_sad) of the layer's first mask byte 9*column: [izer]
+        ``koffs, oned_sad = divmod(9 * kern_offs, kernel bytes)`` (S0:L3253-3263)."""
+        return divmod(9 * self.column, self.ksize)
 
     @property
     def mcnt_sad(self) -> int:
-        return (8 if self.layer.kernel == 3 else 72) * self.column
+        return 8 * self.koffs_sad[0]  # MCNT is a bit address (R7#24)
+
+    @property
+    def mcnt_max(self) -> int:
+        return self.mcnt_sad + (self.steps - 1) * self.layer.weight_bits
+
+    def source(self, j: int, pass_: int) -> int | None:
+        """Input-channel index (in the weights' second axis) that processor j sees in
+        register pass ``pass_``, or None for an unused slot. Normally channel
+        pass*per + j (S3:L685-691); a flattened linear layer reads pixel ``pass_`` of channel
+        j (one pass per pixel, the input being single-pass), PyTorch index c*H*W + pixel."""
+        if self.flat:
+            return j * self.rows * self.cols + pass_ if j < self.c_in else None
+        c = pass_ * self.per_in + j
+        return c if c < self.c_in else None
 
 
 @dataclass
@@ -178,7 +280,7 @@ class Project:
     network: Network
     files: dict[str, str]
     inputs: np.ndarray
-    weights: list[np.ndarray]
+    weights: list[np.ndarray | None]
     biases: list[np.ndarray | None]
     outputs: list[np.ndarray]  # reference output of every layer
     expected: list[tuple[int, int, int]]  # (address, value, mask)
@@ -192,6 +294,80 @@ class Project:
 
 
 # -- planning ----------------------------------------------------------------------------------
+def _check_layer(i: int, lay: Layer, net: Network, c: int, h: int, w: int) -> None:
+    """Refuse what the hardware (seeds) or the public generator does not allow."""
+    if lay.op not in OPS:
+        raise BuildError(f"layer {i}: op must be one of {', '.join(OPS)}")
+    if lay.op == "conv2d" and lay.kernel not in (1, 3):
+        raise BuildError(f"layer {i}: kernel must be 3 or 1")
+    if lay.op == "conv1d" and not 1 <= lay.kernel <= 9:
+        raise BuildError(f"layer {i}: conv1d kernel must be 1..9 (S3:L1001)")
+    if lay.op == "deconv" and lay.kernel != 3:
+        raise BuildError(f"layer {i}: deconv kernel must be 3 (S3:L1004)")
+    if lay.op == "linear" and (lay.kernel != 1 or lay.pad != 0):
+        raise BuildError(f"layer {i}: linear layers have kernel 1 and pad 0")
+    if not 0 <= lay.pad <= (3 if lay.op == "conv1d" else 2):
+        raise BuildError(f"layer {i}: pad must be 0..2 (conv1d 0..3)")
+    if lay.weight_bits not in WEIGHT_RANGE:
+        raise BuildError(f"layer {i}: weight_bits must be 8, 4, 2 or 1")
+    if lay.activation not in ("none", "relu", "abs"):
+        raise BuildError(f"layer {i}: activation must be none, relu or abs")
+    if lay.pool not in ("none", "max", "avg"):
+        raise BuildError(f"layer {i}: pool must be none, max or avg")
+    if not -15 <= lay.shift <= 15:
+        raise BuildError(f"layer {i}: total shift must be in [-15, 15] (S3:L1799)")
+    if lay.wide and (i != len(net.layers) - 1 or lay.activation != "none"):
+        raise BuildError(f"layer {i}: 32-bit output only on the last layer, without "
+                         "activation (S3:L1708)")
+    if not 1 <= lay.out_channels <= 1024 or not 1 <= c <= 1024:
+        raise BuildError(f"layer {i}: 1..1024 channels (S3:L1022)")
+    if lay.op == "conv1d" and w != 1:
+        raise BuildError(f"layer {i}: conv1d needs an H x 1 input, not {h}x{w}")
+    if lay.op == "passthrough":
+        # [izer] max7800x.py refuses activation, padding and output_shift on passthrough
+        # layers, and bias/32-bit output have no meaning without a convolution
+        if lay.out_channels != c:
+            raise BuildError(f"layer {i}: a pass-through layer keeps its {c} channels")
+        if lay.pad or lay.shift or lay.activation != "none" or lay.bias or lay.wide:
+            raise BuildError(f"layer {i}: pass-through layers have no pad, shift, activation, "
+                             "bias or 32-bit output")
+    if lay.op == "deconv" and lay.pool != "none":
+        # [izer] writes STRIDE = 0 for ConvTranspose2d, so no pooling stride can be expressed
+        raise BuildError(f"layer {i}: no pooling in a deconv layer")
+    if lay.op == "linear" and lay.pool != "none" and h * w > 1:
+        raise BuildError(f"layer {i}: flattening is not compatible with pooling ([izer])")
+    if lay.op == "linear" and h * w > 1 and c > 64:
+        # the flattened pass order (pixel, pass) of multi-pass input is not pinned down by the
+        # seeds; the builder keeps to single-pass input here
+        raise BuildError(f"layer {i}: flattening more than 64 channels is not supported")
+    if lay.operands != 1:
+        if not 2 <= lay.operands <= 16:
+            raise BuildError(f"layer {i}: 2..16 element-wise operands (S3:L1040)")
+        if i != 0:
+            raise BuildError(f"layer {i}: element-wise operands only on the first layer "
+                             "(no multi-producer layers in the builder)")
+        if lay.eltwise not in ELTWISE_FN:
+            raise BuildError(f"layer {i}: eltwise must be add, sub, or or xor")
+        if lay.op in ("conv1d", "linear", "deconv"):
+            # S3:L620 "1D convolutions (without element-wise operations)"
+            raise BuildError(f"layer {i}: element-wise operations with {lay.op}")
+        if net.chw:
+            raise BuildError(f"layer {i}: element-wise operations need HWC input")
+        if lay.pool != "none" and not lay.pool_first and lay.operands > 2:
+            # [izer] MAX_POOL_LAST_ELEMENTS = 2 on MAX78000
+            raise BuildError(f"layer {i}: pooling after the operation supports 2 operands")
+    if i == 0 and net.chw:
+        if lay.op == "passthrough":
+            raise BuildError("layer 0: CHW input needs a convolution")
+        if c > 16:
+            # one processor per data memory, single pass (S3:L920, A 1.2 CHW)
+            raise BuildError("layer 0: CHW input has at most 16 channels")
+        if lay.op == "linear" and h * w > 1:
+            # flattening makes every pixel a pass: multi-pass CHW input ([izer] load.py:
+            # "does not currently support multi-pass CHW input")
+            raise BuildError("layer 0: CHW input cannot be flattened")
+
+
 def _plan(net: Network) -> list[_Plan]:
     if not 1 <= len(net.layers) <= 32:
         raise BuildError("a network has 1 to 32 layers (S3:L1024)")
@@ -200,33 +376,28 @@ def _plan(net: Network) -> list[_Plan]:
     column = 0
     bias_offset = 0
     for i, lay in enumerate(net.layers):
-        if lay.kernel not in (1, 3):
-            raise BuildError(f"layer {i}: kernel must be 3 or 1")
-        if not 0 <= lay.pad <= 2:
-            raise BuildError(f"layer {i}: pad must be 0..2")
-        if lay.weight_bits not in WEIGHT_RANGE:
-            raise BuildError(f"layer {i}: weight_bits must be 8, 4, 2 or 1")
-        if lay.activation not in ("none", "relu", "abs"):
-            raise BuildError(f"layer {i}: activation must be none, relu or abs")
-        if lay.pool not in ("none", "max", "avg"):
-            raise BuildError(f"layer {i}: pool must be none, max or avg")
-        if not -15 <= lay.shift <= 15:
-            raise BuildError(f"layer {i}: total shift must be in [-15, 15] (S3:L1799)")
-        if lay.wide and (i != len(net.layers) - 1 or lay.activation != "none"):
-            raise BuildError(f"layer {i}: 32-bit output only on the last layer, without "
-                             "activation (S3:L1708)")
-        if not 1 <= lay.out_channels <= 1024 or not 1 <= c <= 1024:
-            raise BuildError(f"layer {i}: 1..1024 channels (S3:L1022)")
+        _check_layer(i, lay, net, c, h, w)
+        chw = net.chw and i == 0
         if lay.pool != "none":
             if not (1 <= lay.pool_size <= 16 and 1 <= lay.pool_stride <= 16):
                 raise BuildError(f"layer {i}: pool size and stride 1..16")
-            if lay.pool_size > min(h, w):
+            pr, pc = (lay.pool_size, 1) if lay.op == "conv1d" else (lay.pool_size,) * 2
+            if pr > h or pc > w:
                 raise BuildError(f"layer {i}: pool window larger than the input")
-            ph = (h - lay.pool_size) // lay.pool_stride + 1
-            pw = (w - lay.pool_size) // lay.pool_stride + 1
+            ph = (h - pr) // lay.pool_stride + 1
+            pw = (w - pc) // lay.pool_stride + 1
         else:
             ph, pw = h, w
-        oh, ow = ph + 2 * lay.pad - lay.kernel + 1, pw + 2 * lay.pad - lay.kernel + 1
+        if lay.op == "conv2d":
+            oh, ow = ph + 2 * lay.pad - lay.kernel + 1, pw + 2 * lay.pad - lay.kernel + 1
+        elif lay.op == "conv1d":
+            oh, ow = ph + 2 * lay.pad - lay.kernel + 1, 1
+        elif lay.op == "deconv":
+            oh, ow = 2 * ph + 2 * lay.pad - 2, 2 * pw + 2 * lay.pad - 2
+        elif lay.op == "linear":
+            oh, ow = 1, 1
+        else:
+            oh, ow = ph, pw
         if oh < 1 or ow < 1:
             raise BuildError(f"layer {i}: empty output")
         passes_in, per_in = processors_per_pass(c)
@@ -234,19 +405,27 @@ def _plan(net: Network) -> list[_Plan]:
         if passes_in > 16:
             raise BuildError(f"layer {i}: more than 16 input passes")
         in_word, out_word = (0, HALF) if i % 2 == 0 else (HALF, 0)
-        if h * w * passes_in > HALF:
+        words_in = -(-h * w // 4) if chw else h * w * passes_in * lay.operands
+        if words_in > HALF:
             raise BuildError(f"layer {i}: input {c}x{h}x{w} does not fit half a data memory")
         if oh * ow * passes_out * (4 if lay.wide else 1) > HALF:
             raise BuildError(f"layer {i}: output does not fit half a data memory")
+        procs = [4 * j for j in range(c)] if chw else list(range(per_in))
         p = _Plan(i, lay, c, h, w, passes_in, per_in, passes_out, per_out, (ph, pw), (oh, ow),
-                  in_word, out_word)
-        nbits = p.steps * lay.weight_bits
-        nbytes = -(-nbits // 8)
-        p.column = column
-        p.columns = nbytes if lay.kernel == 3 else -(-nbytes // 9)
-        column += -(-p.columns // 4) * 4  # next layer starts at a multiple of 4 (S3:L938)
-        if p.column + p.columns > MRAM_COLUMNS:
-            raise BuildError(f"layer {i}: weights do not fit the 768 MRAM words")
+                  in_word, out_word, procs, chw)
+        if p.flat and p.hw_passes > 256:
+            raise BuildError(f"layer {i}: flattening {c}x{h}x{w} needs more than 256 passes "
+                             "(S0:L3990)")
+        if p.conv:
+            p.column = column
+            koffs, sad = p.koffs_sad
+            last_byte = (p.mcnt_max >> 3) * p.ksize + sad + p.ksize - 1
+            p.columns = last_byte // 9 + 1 - column
+            column += -(-p.columns // 4) * 4  # next layer starts at a multiple of 4 (S3:L938)
+            if p.column + p.columns > MRAM_COLUMNS:
+                raise BuildError(f"layer {i}: weights do not fit the 768 MRAM words")
+            if p.mcnt_max >= 1 << 16:
+                raise BuildError(f"layer {i}: mask count {p.mcnt_max:#x} beyond MCNT's 16 bits")
         if lay.bias:
             p.bias_offset = bias_offset
             bias_offset += lay.out_channels
@@ -260,29 +439,73 @@ def _plan(net: Network) -> list[_Plan]:
 # -- register values ---------------------------------------------------------------------------
 def _layer_registers(net: Network, p: _Plan, used: list[int]) -> dict[int, list[tuple]]:
     """{quadrant: [(offset, value, comment)]} for one layer, zero values left out (as the
-    generator does without --write-zero-registers)."""
+    generator does without --write-zero-registers).
+
+    Layer kinds (fields per seed 000, values as the public generator writes them):
+
+    * CHW input: LCTRL0.parallel (bit 6, S0:L3756), processors 0, 4, 8, ... ("the first
+      processor in each group of 4").
+    * conv1d: ONED oned_en 12 | oned_width 11:8 | oned_sad 7:4 (S0:L3243-3263), RCNT = length,
+      CCNT = 0 (one column).
+    * deconv: POST.deconv_en 28 (S0:L3979); RCNT/CCNT count the stuffed 2H x 2W input and
+      STRIDE is 0 ([izer] in_row = stride*H, STRIDE 0 for ConvTranspose2d).
+    * linear over H*W > 1 pixels: RCNT = CCNT = 0, pass count in_expand*H*W - 1 split over
+      LCTRL1.inpchexp (3:0) and POST.xpmp_cnt (21:18) with POST.flatten_en 27 when it needs
+      more than 4 bits (S0:L3990 "extended multi-pass count"); TPTR = n<<16 | 2n+1 then ([izer]).
+    * pass-through: POST ts_en 24 | onexone_en 25 with EN.mask_en = 0 (S0:L4014-4048), ONED
+      tscnt_max | 1<<8, MCNT = (passes-1)*8, WPTR_BASE per quadrant at its own first data
+      memory, WPTR_TOFF = one data memory (0x2000) per timeslot when more than 4 processors
+      ([izer] INSTANCE_SIZE*4; else INSTANCE_SIZE = 0x800), no WPTR_MOFF, no cnnsi_en.
+    * element-wise: ONED ewise_en 13 | ewise_func 15:14 | prepool 16 | 2d_conv 17 |
+      ewise_cnt 21:18 = operands-1 (S0:L3172-3240); without a convolution POST.ts_en (S0:L3230:
+      "tscnt_max and ts_en must be set") and the pass-through output path.
+    """
     lay = p.layer
-    bits = lay.weight_bits
+    bits = lay.weight_bits if p.conv else 8
     active = p.quadrants
     out: dict[int, list[tuple]] = {}
     pool_on = lay.pool != "none"
     wide = lay.wide
+    one_by_one = p.op == "linear" or (p.op == "conv2d" and lay.kernel == 1)
+    # timeslots of a layer without convolution: ceil(processors of a quadrant / 4) ([izer])
+    tscnt = 0 if p.conv else max((sum(1 for x in p.procs if x // 16 == q) - 1) // 4
+                                 for q in active)
+    if p.op == "linear":
+        rows_hw = cols_hw = 1  # [izer] in_row = pool rows = 1 when flattening
+    elif p.op == "deconv":
+        rows_hw, cols_hw = 2 * p.rows, 2 * p.cols
+    else:
+        rows_hw, cols_hw = p.rows, p.cols
+    pad_r = lay.pad
+    pad_c = 0 if p.op == "conv1d" else lay.pad
+    flat_n = p.hw_passes - 1
     for q in used:
         regs = []
-        regs.append((RCNT, lay.pad << 16 | (p.rows - 1 + 2 * lay.pad), "Rows"))
-        regs.append((CCNT, lay.pad << 16 | (p.cols - 1 + 2 * lay.pad), "Columns"))
+        regs.append((RCNT, pad_r << 16 | (rows_hw - 1 + 2 * pad_r), "Rows"))
+        regs.append((CCNT, pad_c << 16 | (cols_hw - 1 + 2 * pad_c), "Columns"))
         if pool_on:
-            regs.append((PRCNT, lay.pool_size - 1, "Pooling rows"))
-            regs.append((PCCNT, lay.pool_size - 1, "Pooling columns"))
+            pr, pc = p.pool_window
+            regs.append((PRCNT, pr - 1, "Pooling rows"))
+            regs.append((PCCNT, pc - 1, "Pooling columns"))
             regs.append((STRIDE, lay.pool_stride - 1, "Stride"))
-        regs.append((WPTR_BASE, p.out_word, "SRAM write ptr"))  # memory 0 (bits 16:13)
-        if wide:
-            regs.append((WPTR_TOFF, 1, "Write ptr time slot offs"))
-        regs.append((WPTR_MOFF, 0x2000, "Write ptr mask offs"))  # next memory (+1 << 13)
+        mine = [x for x in p.procs if x // 16 == q]
+        if p.conv:
+            regs.append((WPTR_BASE, p.out_word, "SRAM write ptr"))  # memory 0 (bits 16:13)
+            if one_by_one:
+                regs.append((WPTR_TOFF, 1, "Write ptr time slot offs"))
+            regs.append((WPTR_MOFF, 0x2000, "Write ptr mask offs"))  # next memory (+1 << 13)
+        else:
+            first_mem = mine[0] // 4 if mine else 0
+            regs.append((WPTR_BASE, first_mem << 13 | p.out_word, "SRAM write ptr"))
+            toff = 0x2000 if len(p.procs) > 4 or (lay.operands > 1 and p.passes_in > 1) \
+                else 0x800
+            regs.append((WPTR_TOFF, toff, "Write ptr time slot offs"))
         if p.passes_out > 1:
             regs.append((WPTR_CHOFF, 4 if wide else 1, "Write ptr multi-pass channel offs"))
         regs.append((RPTR_BASE, p.in_word, "SRAM read ptr"))
         lctrl0 = 0x20 | 0x800  # master, sramlsrc
+        if p.chw:
+            lctrl0 |= 0x40
         if pool_on:
             lctrl0 |= 0x80
         if lay.pool != "avg":
@@ -291,19 +514,34 @@ def _layer_registers(net: Network, p: _Plan, used: list[int]) -> dict[int, list[
             lctrl0 |= 0x200
         if wide:
             lctrl0 |= 1 << 16
-        if q == active[0]:
+        if p.conv and q == active[0]:
             for other in active[1:]:
                 lctrl0 |= 1 << (12 + other)
         regs.append((LCTRL0, lctrl0, "Layer control"))
         xpch = (p.per_out - 1) * bits
-        regs.append((LCTRL1, xpch << 8 | (p.passes_out - 1) << 4 | (p.passes_in - 1),
-                     "Layer control 2"))
-        sad = p.mcnt_sad
-        regs.append((MCNT, sad << 16 | (sad + (p.steps - 1) * bits), "Mask offset and count"))
-        if lay.kernel == 3:
-            regs.append((TPTR, p.out[1] - 1, "TRAM ptr max"))
+        in_exp = flat_n & 0xF
+        inc = (p.passes_out - 1) if p.conv else 0  # [izer] passthrough: write_gap only
+        regs.append((LCTRL1, xpch << 8 | inc << 4 | in_exp, "Layer control 2"))
+        if p.conv:
+            regs.append((MCNT, p.mcnt_sad << 16 | p.mcnt_max, "Mask offset and count"))
         else:
-            regs.append((ONED, 0x100, "1D"))
+            regs.append((MCNT, (p.passes_in - 1) * 8, "Mask offset and count"))
+        if p.op in ("conv2d", "deconv") and not one_by_one:
+            regs.append((TPTR, p.out[1] - 1, "TRAM ptr max"))
+        elif p.flat and flat_n >= 16:
+            regs.append((TPTR, flat_n << 16 | (2 * flat_n + 1), "TRAM ptr max"))
+        oned = tscnt
+        if p.op == "conv1d":
+            oned |= 1 << 12 | lay.kernel << 8 | p.koffs_sad[1] << 4
+        elif one_by_one or (not p.conv and lay.operands == 1):
+            oned |= 0x100
+        if lay.operands > 1:
+            oned |= 1 << 13 | ELTWISE_FN[lay.eltwise] << 14 | (lay.operands - 1) << 18
+            if pool_on and lay.pool_first:
+                oned |= 1 << 16
+            if p.conv:
+                oned |= 1 << 17
+        regs.append((ONED, oned, "1D"))
         post = MASK_SIZE[bits] << 22
         if not wide and lay.shift:
             post |= (abs(lay.shift) << 13) | ((1 << 17) if lay.shift < 0 else 0)
@@ -311,42 +549,61 @@ def _layer_registers(net: Network, p: _Plan, used: list[int]) -> dict[int, list[
             post |= 1 << 26
         if lay.bias and q == 0:
             post |= 1 << 12 | p.bias_offset
+        if not p.conv:
+            post |= (3 << 24) if lay.operands == 1 else (1 << 24)
+        if p.flat and flat_n >= 16:
+            post |= 1 << 27 | (flat_n >> 4) << 18
+        if p.op == "deconv":
+            post |= 1 << 28
         regs.append((POST, post, "Post processing register"))
-        if q in active:
-            pro = sum(1 << (x % 16) for x in range(p.per_in) if x // 16 == q)
-            regs.append((EN, pro << 16 | pro, "Mask and processor enables"))
+        if mine:
+            pro = sum(1 << (x % 16) for x in mine)
+            regs.append((EN, (pro << 16 if p.conv else 0) | pro, "Mask and processor enables"))
         out[q] = [(off, v, c) for off, v, c in regs if v]
     return out
 
 
 # -- memory images -----------------------------------------------------------------------------
-def _kernel_columns(plans: list[_Plan], weights: list[np.ndarray]) -> dict[int, dict[int, bytes]]:
-    """{processor: {column: 9 bytes k0..k8}} for every layer."""
+def _kernel_elements(w: np.ndarray, t: int, ch: int) -> list[int]:
+    """Elements 0..ksize-1 of the kernel of output t and input channel ch: row-major for 3x3
+    (k0..k8 = w[0][0]..w[2][2], [izer] kernels.py), the taps for conv1d."""
+    return [int(v) for v in w[t, ch].reshape(-1)]
+
+
+def _kernel_columns(plans: list[_Plan], weights: list) -> dict[int, dict[int, bytes]]:
+    """{processor: {column: 9 bytes k0..k8}} for every layer.
+
+    Every kernel size is one byte stream per processor ([izer] kernels.py add_kernel_data
+    fills each 72-bit word from k8 down to k0 and adds a kernel's elements last to first):
+    stream byte B is k-position 8 - B%9 of word B//9; mask step s = t*passes + pass counts the
+    bit address cnt = mcnt_sad + s*bits (R7#24), its kernel starts at stream byte
+    (cnt >> 3)*ksize + oned_sad and element i sits at that start + ksize-1-i, sub-8-bit fields
+    at bit ``cnt & 7`` (S3:L758-762). For 3x3 kernels this is k_i = element i of word cnt>>3;
+    for 1x1, 9 kernels per word from k8 down."""
     mem: dict[int, dict[int, bytearray]] = {}
     for p, w in zip(plans, weights):
+        if not p.conv:
+            continue
         lay = p.layer
         bits = lay.weight_bits
         fmask = (1 << bits) - 1
-        for j in range(p.per_in):
-            cols = mem.setdefault(j, {})
+        ks = p.ksize
+        sad_byte = p.koffs_sad[1]
+        for j, proc in enumerate(p.procs):
+            cols = mem.setdefault(proc, {})
             for c in range(p.column, p.column + p.columns):
                 cols.setdefault(c, bytearray(9))
             for t in range(lay.out_channels):
-                for e in range(p.passes_in):
-                    ch = e * p.per_in + j
-                    step = t * p.passes_in + e
-                    cnt = p.mcnt_sad + step * bits  # mask counter: a bit address (R7#24)
-                    off = cnt & 7
-                    if ch >= p.c_in:
+                for e in range(p.hw_passes):
+                    ch = p.source(j, e)
+                    if ch is None:
                         continue
-                    if lay.kernel == 3:
-                        k = cols[cnt >> 3]
-                        flat = w[t, ch].reshape(9)
-                        for i in range(9):
-                            k[i] |= (int(flat[i]) & fmask) << off
-                    else:
-                        b = cnt >> 3  # byte address in the 9-byte words, filled k8 down to k0
-                        cols[b // 9][8 - b % 9] |= (int(w[t, ch, 0, 0]) & fmask) << off
+                    cnt = p.mcnt_sad + (t * p.hw_passes + e) * bits
+                    off = cnt & 7
+                    start = (cnt >> 3) * ks + sad_byte
+                    for i, v in enumerate(_kernel_elements(w, t, ch)):
+                        b = start + ks - 1 - i
+                        cols[b // 9][8 - b % 9] |= (v & fmask) << off
     return {p: {c: bytes(k) for c, k in cols.items()} for p, cols in mem.items()}
 
 
@@ -395,42 +652,107 @@ def _st(addr: int, value: int, comment: str = "", width: int = 32) -> str:
 
 
 def _describe(p: _Plan) -> str:
+    """The layer's comment line in cnn.c, in the public generator's wording
+    (``[Nx]CxHxW[ flattened to Kx1x1], [pool], [N-element fn, ]<op ...>, <act>, <out> output``;
+    1-D sizes as one number)."""
     lay = p.layer
-    pool = "no pooling" if lay.pool == "none" else (
-        f"{lay.pool} pool {lay.pool_size}x{lay.pool_size} with stride "
-        f"{lay.pool_stride}/{lay.pool_stride}")
+    one_d = p.op == "conv1d"
+    dims = (lambda r, c: f"{r}") if one_d else (lambda r, c: f"{r}x{c}")
+    head = f"{str(lay.operands) + 'x' if lay.operands > 1 else ''}{p.c_in}x{dims(p.rows, p.cols)}"
+    if p.flat:
+        head += f" flattened to {p.c_in * p.rows * p.cols}x1x1"
+    parts = [head]
+    elt = f"{lay.operands}-element {lay.eltwise}"
+    if lay.operands > 1 and not lay.pool_first:
+        parts.append(elt)
+    if lay.pool == "none":
+        parts.append("no pooling")
+    else:
+        pr, pc = p.pool_window
+        stride = f"{lay.pool_stride}" if one_d else f"{lay.pool_stride}/{lay.pool_stride}"
+        parts.append(f"{lay.pool} pool {dims(pr, pc)} with stride {stride}")
+    if lay.operands > 1 and lay.pool_first:
+        parts.append(elt)
     act = {"none": "no activation", "relu": "ReLU", "abs": "Abs"}[lay.activation]
-    return (f"// Layer {p.index}: {p.c_in}x{p.rows}x{p.cols}, {pool}, conv2d with kernel size "
-            f"{lay.kernel}x{lay.kernel}, stride 1/1, pad {lay.pad}/{lay.pad}, {act}, "
-            f"{lay.out_channels}x{p.out[0]}x{p.out[1]} output"
-            f"{' (32-bit)' if lay.wide else ''}\n")
+    if p.op == "passthrough":
+        parts.append("no convolution")
+    elif p.op == "linear":
+        parts += ["linear", act]
+    elif p.op == "conv1d":
+        parts += [f"conv1d with kernel size {lay.kernel}, stride 1, pad {lay.pad}", act]
+    elif p.op == "deconv":
+        tp = 2 - lay.pad  # the PyTorch padding the generator prints (hardware pad = 2 - it)
+        parts += [f"convtranspose2d with kernel size 3x3, stride 2/2, pad {tp}/{tp}", act]
+    else:
+        parts += [f"conv2d with kernel size {lay.kernel}x{lay.kernel}, stride 1/1, "
+                  f"pad {lay.pad}/{lay.pad}", act]
+    parts.append(f"{lay.out_channels}x{dims(*p.out)} output{' (32-bit)' if lay.wide else ''}")
+    return f"// Layer {p.index}: " + ", ".join(parts) + "\n"
 
 
 # -- the build ---------------------------------------------------------------------------------
+def weight_shape(p: _Plan) -> tuple[int, ...] | None:
+    """Shape of a layer's weights: [out, in, kh, kw]; conv1d [out, in, k, 1]; linear
+    [out, C*H*W, 1, 1]; None for pass-through."""
+    lay = p.layer
+    if p.op == "passthrough":
+        return None
+    if p.op == "conv1d":
+        return (lay.out_channels, p.c_in, lay.kernel, 1)
+    if p.op == "linear":
+        return (lay.out_channels, p.c_in * p.rows * p.cols, 1, 1)
+    return (lay.out_channels, p.c_in, lay.kernel, lay.kernel)
+
+
 def random_arrays(net: Network, seed: int = 0):
-    """Random int8 input, weights in each layer's range, biases (or None)."""
+    """Random int8 input (``operands`` x C channels for an element-wise first layer), weights
+    in each layer's range (None for pass-through), biases (or None)."""
+    plans = _plan(net)
     rng = np.random.default_rng(seed)
-    x = rng.integers(-128, 128, (net.in_channels, net.in_rows, net.in_cols), dtype=np.int64)
+    x = rng.integers(-128, 128, (net.in_channels * net.layers[0].operands, net.in_rows,
+                                 net.in_cols), dtype=np.int64)
     ws, bs = [], []
-    c = net.in_channels
-    for lay in net.layers:
+    for p in plans:
+        lay = p.layer
         lo, hi = WEIGHT_RANGE[lay.weight_bits]
-        ws.append(rng.integers(lo, hi + 1, (lay.out_channels, c, lay.kernel, lay.kernel),
-                               dtype=np.int64))
+        shape = weight_shape(p)
+        ws.append(None if shape is None else rng.integers(lo, hi + 1, shape, dtype=np.int64))
         bs.append(rng.integers(-128, 128, lay.out_channels, dtype=np.int64) if lay.bias
                   else None)
-        c = lay.out_channels
     return x, ws, bs
 
 
 def reference_outputs(net: Network, x, ws, bs) -> list[np.ndarray]:
+    """Every layer's output from the independent reference (max78000_reference.py): operands
+    combined (pooled first with pool_first), pooled, then the operation."""
     policy = "away" if net.avg_pool_rounding else "trunc"  # digest A3 (izer HEAD)
     outs = []
     for lay, w, b in zip(net.layers, ws, bs):
-        x = ref.layer(x, w, b, pool_size=(lay.pool_size, lay.pool_size) if lay.pool != "none"
-                      else (1, 1), pool_stride=lay.pool_stride if lay.pool != "none" else 1,
-                      pool_kind=lay.pool, avg_policy=policy, pad=(lay.pad, lay.pad),
-                      shift=lay.shift, act=lay.activation, wide=lay.wide)
+        if lay.pool != "none":
+            win = (lay.pool_size, 1) if lay.op == "conv1d" else (lay.pool_size, lay.pool_size)
+
+            def pool(v, win=win, lay=lay):
+                return ref.pool(v, win[0], win[1], lay.pool_stride, lay.pool, policy)
+        else:
+            def pool(v):
+                return np.asarray(v, dtype=np.int64)
+        if lay.operands > 1:
+            ops = np.split(np.asarray(x, dtype=np.int64), lay.operands)
+            if lay.pool_first:
+                x = ref.eltwise([pool(o) for o in ops], lay.eltwise)
+            else:
+                x = pool(ref.eltwise(ops, lay.eltwise))
+        else:
+            x = pool(x)
+        if lay.op == "passthrough":
+            outs.append(x)
+            continue
+        pad = (lay.pad, 0 if lay.op == "conv1d" else lay.pad)
+        if lay.op == "deconv":
+            x = ref.zero_stuff(x)
+        elif lay.op == "linear":
+            x = x.reshape(-1, 1, 1)
+        x = ref.layer(x, w, b, pad=pad, shift=lay.shift, act=lay.activation, wide=lay.wide)
         outs.append(x)
     return outs
 
@@ -439,22 +761,26 @@ def build(net: Network, x=None, weights=None, biases=None, *, seed: int = 0,
           mexpress: bool = True, loader: str = "new", one_shot: bool = False) -> Project:
     """Generate the project files. Arrays not given are random (``seed``). ``loader``: "new"
     (the KERNELS record loop, ai8xize's default) or "old" (KERNELS_n + memcpy32 /
-    memcpy_96to128)."""
+    memcpy_96to128). ``x`` is [operands*C, H, W] (operand o = channels o*C..o*C+C-1, the
+    public generator's sample-data order); ``weights`` as :func:`weight_shape`."""
     plans = _plan(net)
     rx, rw, rb = random_arrays(net, seed)
     x = np.asarray(rx if x is None else x, dtype=np.int64)
-    weights = [np.asarray(w, dtype=np.int64) for w in (rw if weights is None else weights)]
+    weights = [None if w is None else np.asarray(w, dtype=np.int64)
+               for w in (rw if weights is None else weights)]
     biases = [None if b is None else np.asarray(b, dtype=np.int64)
               for b in (rb if biases is None else biases)]
-    if x.shape != (net.in_channels, net.in_rows, net.in_cols):
-        raise BuildError(f"input shape {x.shape} != {(net.in_channels, net.in_rows, net.in_cols)}")
+    want = (net.in_channels * net.layers[0].operands, net.in_rows, net.in_cols)
+    if x.shape != want:
+        raise BuildError(f"input shape {x.shape} != {want}")
     for p, w, b in zip(plans, weights, biases):
         lay = p.layer
-        shape = (lay.out_channels, p.c_in, lay.kernel, lay.kernel)
-        if w.shape != shape:
-            raise BuildError(f"layer {p.index}: weights shape {w.shape} != {shape}")
+        shape = weight_shape(p)
+        if (None if w is None else w.shape) != shape:
+            raise BuildError(f"layer {p.index}: weights shape "
+                             f"{None if w is None else w.shape} != {shape}")
         lo, hi = WEIGHT_RANGE[lay.weight_bits]
-        if w.size and (w.min() < lo or w.max() > hi):
+        if w is not None and w.size and (w.min() < lo or w.max() > hi):
             raise BuildError(f"layer {p.index}: weights outside [{lo}, {hi}]")
         if lay.bias != (b is not None):
             raise BuildError(f"layer {p.index}: bias given/missing against the description")
@@ -533,7 +859,8 @@ def build(net: Network, x=None, weights=None, biases=None, *, seed: int = 0,
 
     # -- cnn.c ---------------------------------------------------------------------------------
     c = HEADER.format(name=name) + "// Regenerate with devices/max78000_build.py rather than editing.\n\n"
-    c += f"// Configuring {len(plans)} layer{'s' if len(plans) > 1 else ''}\n// Input data: HWC\n"
+    c += (f"// Configuring {len(plans)} layer{'s' if len(plans) > 1 else ''}\n"
+          f"// Input data: {'CHW' if net.chw else 'HWC'}\n")
     c += "".join(_describe(p) for p in plans)
     c += ('\n#include <stdlib.h>\n#include <stdint.h>\n#include <string.h>\n#include <stdio.h>\n'
           '#include "mxc.h"\n#include "gcfr_regs.h"\n#include "cnn.h"\n#include "weights.h"\n\n')
@@ -603,18 +930,37 @@ def build(net: Network, x=None, weights=None, biases=None, *, seed: int = 0,
     sd = HEADER.format(name=name)
     decls, loads = "", ""
     h, w = net.in_rows, net.in_cols
-    for m in range(-(-p0.per_in // 4)):
+    ops = p0.layer.operands
+    if p0.chw:
+        # CHW: channel c on processor 4c, alone in data memory c, 4 pixels per word, pixel i in
+        # byte i%4 of word i//4 (S0:L3756 "read in byte order from byte 0 to byte 3 and then
+        # by memory depth"; [izer] load.py shift = (row*W + col) % 4)
+        for ch in range(net.in_channels):
+            flat = [int(v) & 0xFF for v in x[ch].reshape(-1)]
+            flat += [0] * (-len(flat) % 4)
+            words = [flat[i] | flat[i + 1] << 8 | flat[i + 2] << 16 | flat[i + 3] << 24
+                     for i in range(0, len(flat), 4)]
+            proc = 4 * ch
+            sd += _define(f"SAMPLE_INPUT_{proc}", words)
+            decls += (f"// CHW {h}x{w}, channel {ch}\n"
+                      f"static const uint32_t input_{proc}[] = SAMPLE_INPUT_{proc};\n\n")
+            loads += (f"  memcpy32((uint32_t *) 0x{memory_address(ch, p0.in_word):08x}, "
+                      f"input_{proc}, {len(words)});\n")
+    for m in range(0 if p0.chw else -(-p0.per_in // 4)):
+        # HWC: word (pixel*passes + pass)*operands + operand, lane = processor % 4 (S3:L689,
+        # L898; operands interleaved, S3:L2041; [izer] load.py)
         words = []
         for pix in range(h * w):
             r, col = divmod(pix, w)
             for e in range(p0.passes_in):
-                v = 0
-                for lane in range(4):
-                    proc = 4 * m + lane
-                    ch = e * p0.per_in + proc
-                    if proc < p0.per_in and ch < net.in_channels:
-                        v |= (int(x[ch, r, col]) & 0xFF) << (8 * lane)
-                words.append(v)
+                for o in range(ops):
+                    v = 0
+                    for lane in range(4):
+                        proc = 4 * m + lane
+                        ch = e * p0.per_in + proc
+                        if proc < p0.per_in and ch < net.in_channels:
+                            v |= (int(x[o * net.in_channels + ch, r, col]) & 0xFF) << (8 * lane)
+                    words.append(v)
         first = 4 * m
         last_ch = min(4 * m + 3, p0.per_in - 1)
         sd += _define(f"SAMPLE_INPUT_{first}", words)

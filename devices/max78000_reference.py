@@ -11,7 +11,9 @@ sampleoutput.h; the tests use it through tests/max78000_reference.py.
 * acc = sum w*x over the zero-padded pooled input + 128*bias (section 1.8);
 * 8-bit output v = floor(acc * 2**s / 128 + 1/2) (S3:L770), clipped to [-128, 127], then
   ReLU -> clip [0, 127] or Abs -> min(|v|, 127);
-* 32-bit output = acc as a signed 32-bit value.
+* 32-bit output = acc as a signed 32-bit value;
+* element-wise operations (``eltwise``) and the zero insertion of transposed convolutions
+  (``zero_stuff``) as separate steps the caller chains with ``pool`` and ``layer``.
 
 The rounding is evaluated as an exact rational floor (see ``_round``), a different formulation
 from the emulator's shift-based one.
@@ -97,6 +99,34 @@ def layer(x, w, bias=None, *, pool_size=(1, 1), pool_stride=1, pool_kind="none",
     if wide:
         return to_int32(acc)
     return requant(acc, shift, act)
+
+
+def zero_stuff(x: np.ndarray) -> np.ndarray:
+    """Transposed-convolution input: "a 0 byte after each actual input data byte ... and a row
+    of 0s following each row" (S0:L3979-3988): [C,H,W] -> [C,2H,2W], x at even positions."""
+    x = np.asarray(x, dtype=np.int64)
+    out = np.zeros((x.shape[0], 2 * x.shape[1], 2 * x.shape[2]), dtype=np.int64)
+    out[:, ::2, ::2] = x
+    return out
+
+
+def eltwise(xs, fn: str) -> np.ndarray:
+    """Element-wise operation over operands xs[0], xs[1], ... (S0:L3210 ewise_func: sub, add,
+    or, xor), folded left to right at full resolution and clipped to int8 once at the end
+    (section 7 A4, A9: operand 0 - operand 1 - ...); OR/XOR act on the two's complement bytes."""
+    v = np.asarray(xs[0], dtype=np.int64)
+    for b in xs[1:]:
+        b = np.asarray(b, dtype=np.int64)
+        if fn == "add":
+            v = v + b
+        elif fn == "sub":
+            v = v - b
+        elif fn in ("or", "xor"):
+            u = (v & 0xFF) | (b & 0xFF) if fn == "or" else (v & 0xFF) ^ (b & 0xFF)
+            v = sign_extend(u, 8)
+        else:
+            raise ValueError(fn)
+    return np.clip(v, -128, 127).astype(np.int64)
 
 
 def sign_extend(v, bits: int):

@@ -275,3 +275,250 @@ def test_expected_matches_reference_words(project):
     assert len(prog.expected) == y.size  # 32-bit output: one word per value
     vals = sorted(v for _, v, _ in prog.expected)
     assert vals == sorted(int(v) & 0xFFFFFFFF for v in np.asarray(y).ravel())
+
+
+# -- layer kinds beyond conv2d (issue 3): CHW input, conv1d, transposed conv, pass-through,
+#    element-wise, flatten/linear; each built, imported, run and checked against the reference --
+def _pass(tmp_path, net: Network, seed: int = 0, **kw):
+    proj = build(net, seed=seed, **kw)
+    r = run_dir(proj.write(tmp_path / "net"))
+    assert r.ok, (r.line(), net)
+    assert r.layers == len(net.layers)
+    y = proj.outputs[-1]
+    assert len(np.unique(y)) > min(3, y.size // 2), "degenerate known answer"  # not all clipped
+    return proj
+
+
+def _reg(proj, offset: int, layer: int, q: int = 0) -> int:
+    """The value cnn.c stores into a per-layer register (0 when not written)."""
+    addr = 0x5010_0000 + q * 0x40_0000 + offset + 4 * layer
+    m = re.search(rf"\*\(\(volatile uint32_t \*\) 0x{addr:08x}\) = 0x([0-9a-f]+);",
+                  proj.files["cnn.c"])
+    return int(m.group(1), 16) if m else 0
+
+
+@pytest.mark.parametrize("net", [
+    Network(3, 12, 10, [Layer(8, activation="relu", shift=-2, bias=True),
+                        Layer(4, kernel=1, pad=0, shift=-1)], chw=True),
+    Network(16, 9, 9, [Layer(5, pool="max", shift=-3), Layer(3, kernel=1, pad=0, wide=True)],
+            chw=True),
+    Network(2, 20, 1, [Layer(4, op="conv1d", kernel=9, pad=3, shift=-3)], chw=True),
+], ids=["3ch", "16ch-4-quadrants", "conv1d"])
+def test_chw_input_pass(tmp_path, net):
+    proj = _pass(tmp_path, net, seed=7)
+    assert "// Input data: CHW" in proj.files["cnn.c"]
+    assert _reg(proj, 0x590, 0) & 0x40  # LCTRL0.parallel (S0:L3756)
+    assert "// CHW " in proj.files["main.c"]
+    # channel c alone on processor 4c: EN of quadrant 0 = processors 0, 4, 8, 12
+    want = sum(1 << (4 * c) for c in range(min(4, net.in_channels)))
+    assert _reg(proj, 0x710, 0) & 0xFFFF == want
+
+
+@pytest.mark.parametrize("k", range(1, 10))
+def test_conv1d_pass(tmp_path, k):
+    net = Network(70, 15, 1, [
+        Layer(9, kernel=3, pad=1, shift=-4),
+        Layer(6, op="conv1d", kernel=k, pad=k % 4, weight_bits=(8, 4, 2, 1)[k % 4], shift=-2,
+              bias=True, pool="avg" if k % 2 else "max", pool_size=2, pool_stride=1 + k % 2,
+              activation="abs" if k % 3 == 0 else "none")])
+    proj = _pass(tmp_path, net, seed=k)
+    oned = _reg(proj, 0x110, 1)
+    assert oned >> 12 & 1 and oned >> 8 & 15 == k  # oned_en, oned_width (S0:L3243-3253)
+    # layer 0 takes 9 outputs x 2 passes = 18 columns, so layer 1 starts at column 20:
+    # mask byte 9*20 = kernel (180 // k) + oned_sad (180 % k)
+    assert oned >> 4 & 15 == 180 % k
+    assert _reg(proj, 0x610, 1) >> 16 == 8 * (180 // k)  # MCNT.mcnt_sad
+    assert proj.outputs[-1].shape[2] == 1
+
+
+@pytest.mark.parametrize("pad", [0, 1, 2])
+def test_transposed_convolution_pass(tmp_path, pad):
+    net = Network(5, 4, 5, [Layer(6, op="deconv", pad=pad, shift=-2, activation="relu",
+                                  bias=True, weight_bits=8 if pad else 2),
+                            Layer(3, kernel=1, pad=0, wide=True)])
+    proj = _pass(tmp_path, net, seed=pad)
+    assert proj.outputs[0].shape == (6, 8 + 2 * pad - 2, 10 + 2 * pad - 2)
+    assert _reg(proj, 0x790, 0) >> 28 & 1  # POST.deconv_en (S0:L3979)
+    assert _reg(proj, 0x010, 0) & 0x3FF == 8 - 1 + 2 * pad  # RCNT counts the stuffed rows
+
+
+@pytest.mark.parametrize("net", [
+    Network(7, 6, 6, [Layer(7, op="passthrough", pad=0, pool="max", pool_size=2,
+                            pool_stride=2), Layer(3, shift=-3)]),
+    Network(20, 6, 5, [Layer(20, shift=-2), Layer(20, op="passthrough", pad=0, pool="avg",
+                                                 pool_size=2, pool_stride=1),
+                       Layer(3, kernel=1, pad=0, shift=-4)], avg_pool_rounding=True),
+    Network(100, 4, 4, [Layer(100, op="passthrough", pad=0), Layer(5, kernel=1, pad=0,
+                                                                  shift=-4)]),
+], ids=["pool", "two-quadrants-avg", "multipass"])
+def test_passthrough_pass(tmp_path, net):
+    proj = _pass(tmp_path, net, seed=3)
+    y = [i for i, lay in enumerate(net.layers) if lay.op == "passthrough"][0]
+    assert _reg(proj, 0x790, y) == 3 << 24  # ts_en | onexone_en (S0:L4014-4048)
+    assert _reg(proj, 0x710, y) >> 16 == 0  # no mask_en: pass-through processors
+
+
+@pytest.mark.parametrize("ops,fn,conv,pool,pool_first,c", [
+    (2, "add", False, "none", True, 5),
+    (3, "sub", False, "max", True, 5),
+    (2, "xor", False, "avg", False, 6),
+    (4, "or", False, "none", True, 3),
+    (16, "add", False, "none", True, 2),
+    (2, "add", False, "none", True, 70),    # multi-pass operands
+    (2, "sub", True, "max", True, 4),       # element-wise fused with conv 3x3 (2d_conv)
+    (3, "xor", True, "none", True, 70),
+    (2, "or", True, "avg", False, 8),
+])
+def test_elementwise_pass(tmp_path, ops, fn, conv, pool, pool_first, c):
+    first = (Layer(6, operands=ops, eltwise=fn, pool=pool, pool_first=pool_first, shift=-3,
+                   bias=True, activation="relu") if conv else
+             Layer(c, op="passthrough", pad=0, operands=ops, eltwise=fn, pool=pool,
+                   pool_first=pool_first))
+    net = Network(c, 6, 6, [first, Layer(3, kernel=1, pad=0, shift=-5, wide=True)])
+    proj = _pass(tmp_path, net, seed=ops)
+    oned = _reg(proj, 0x110, 0)
+    assert oned >> 13 & 1 and oned >> 18 & 15 == ops - 1  # ewise_en, ewise_cnt (S0:L3172)
+    assert oned >> 14 & 3 == {"sub": 0, "add": 1, "or": 2, "xor": 3}[fn]
+    assert oned >> 17 & 1 == conv and oned >> 16 & 1 == (pool != "none" and pool_first)
+    assert (_reg(proj, 0x790, 0) >> 24 & 1) == (not conv)  # ts_en without convolution
+
+
+@pytest.mark.parametrize("net,passes", [
+    (Network(6, 4, 4, [Layer(10, op="linear", kernel=1, pad=0, shift=-3, bias=True,
+                             wide=True)]), 16),
+    (Network(8, 6, 6, [Layer(10, op="linear", kernel=1, pad=0, shift=-4, weight_bits=4,
+                             bias=True)]), 36),
+    (Network(2, 16, 16, [Layer(7, op="linear", kernel=1, pad=0, shift=2, weight_bits=1)]),
+     256),
+    (Network(3, 8, 8, [Layer(12, shift=-3, activation="relu", pool="max"),
+                       Layer(10, op="linear", kernel=1, pad=0, shift=-4, weight_bits=2,
+                             bias=True)]), 16),
+    (Network(300, 1, 1, [Layer(20, op="linear", kernel=1, pad=0, shift=0,
+                               weight_bits=2)]), 5),
+], ids=["16-passes", "xpmp", "256-passes", "after-conv", "1x1-multipass"])
+def test_flatten_linear_pass(tmp_path, net, passes):
+    proj = _pass(tmp_path, net, seed=passes)
+    y = len(net.layers) - 1
+    post, lctrl1 = _reg(proj, 0x790, y), _reg(proj, 0xA10, y)
+    # pass count = (xpmp_cnt << 4 | inpchexp) + 1 with flatten_en (S0:L3990)
+    assert ((post >> 18 & 15) << 4 | (lctrl1 & 15)) + 1 == passes
+    assert (post >> 27 & 1) == (passes > 16)
+    assert proj.outputs[-1].shape[1:] == (1, 1)
+
+
+def test_layer_comments_in_ai8x_wording():
+    """cnn.c's layer comments follow the public generator's wording for every layer kind."""
+    nets = [Network(4, 8, 1, [Layer(4, op="passthrough", pad=0, operands=2, eltwise="sub"),
+                              Layer(6, op="conv1d", kernel=5, pad=2, activation="relu",
+                                    pool="max", pool_stride=2),
+                              Layer(3, op="linear", kernel=1, pad=0)]),
+            Network(4, 6, 6, [Layer(4, op="passthrough", pad=0, operands=2, eltwise="xor",
+                                    pool="avg", pool_first=False),
+                              Layer(6, op="deconv", activation="abs"),
+                              Layer(3, op="linear", kernel=1, pad=0, wide=True)])]
+    got = [ln for net in nets for ln in build(net).files["cnn.c"].splitlines()
+           if re.match(r"// Layer \d+: ", ln)]
+    assert got == [
+        "// Layer 0: 2x4x8x1, no pooling, 2-element sub, no convolution, 4x8x1 output",
+        "// Layer 1: 4x8, max pool 2 with stride 2, conv1d with kernel size 5, stride 1, pad 2, "
+        "ReLU, 6x4 output",
+        "// Layer 2: 6x4x1 flattened to 24x1x1, no pooling, linear, no activation, 3x1x1 output",
+        "// Layer 0: 2x4x6x6, 2-element xor, avg pool 2x2 with stride 2/2, no convolution, "
+        "4x3x3 output",
+        "// Layer 1: 4x3x3, no pooling, convtranspose2d with kernel size 3x3, stride 2/2, "
+        "pad 1/1, Abs, 6x6x6 output",
+        "// Layer 2: 6x6x6 flattened to 216x1x1, no pooling, linear, no activation, 3x1x1 "
+        "output (32-bit)"]
+
+
+def test_builder_rejects_unsupported_layer_kinds():
+    with pytest.raises(BuildError, match="conv1d needs an H x 1 input"):
+        build(Network(2, 4, 4, [Layer(2, op="conv1d", kernel=3)]))
+    with pytest.raises(BuildError, match="pass-through layers have no pad"):
+        build(Network(2, 4, 4, [Layer(2, op="passthrough", pad=1)]))
+    with pytest.raises(BuildError, match="keeps its 2 channels"):
+        build(Network(2, 4, 4, [Layer(3, op="passthrough", pad=0)]))
+    with pytest.raises(BuildError, match="element-wise operands only on the first layer"):
+        build(Network(2, 4, 4, [Layer(2), Layer(2, operands=2)]))
+    with pytest.raises(BuildError, match="CHW input has at most 16 channels"):
+        build(Network(17, 4, 4, [Layer(2)], chw=True))
+    with pytest.raises(BuildError, match="no pooling in a deconv layer"):
+        build(Network(2, 4, 4, [Layer(2, op="deconv", pool="max")]))
+    with pytest.raises(BuildError, match="more than 256 passes"):
+        build(Network(2, 17, 16, [Layer(2, op="linear", kernel=1, pad=0)]))
+    with pytest.raises(BuildError, match="pooling after the operation supports 2 operands"):
+        build(Network(2, 4, 4, [Layer(2, operands=3, pool="max", pool_first=False)]))
+
+
+@st.composite
+def mixed_networks(draw):
+    """Small networks mixing CHW input, element-wise first layers, conv1d, conv2d, transposed
+    convolution, pass-through and flatten/linear layers."""
+    one_d = draw(st.booleans())
+    chw = draw(st.booleans())
+    c = draw(st.sampled_from([1, 3, 4, 16] if chw else [1, 3, 5, 16, 70]))
+    rows = draw(st.integers(3, 12)) if one_d else draw(st.integers(2, 6))
+    cols = 1 if one_d else draw(st.integers(2, 6))
+    h0, w0 = rows, cols
+    layers: list[Layer] = []
+    ch, n = c, draw(st.integers(1, 3))
+    for i in range(n):
+        kinds = ["conv2d", "passthrough"] + (["conv1d"] if cols == 1 else ["deconv"])
+        if (ch <= 64 and not (i == 0 and chw)) or rows * cols == 1:
+            kinds.append("linear")
+        if i == 0 and chw:
+            kinds.remove("passthrough")
+        op = draw(st.sampled_from(kinds))
+        operands = 1
+        if i == 0 and not chw and op in ("conv2d", "passthrough"):
+            operands = draw(st.sampled_from([1, 2, 3]))
+        pool, size, stride = "none", 2, 2
+        if op not in ("deconv", "linear") and draw(st.booleans()):
+            pool = draw(st.sampled_from(["max", "avg"]))
+            size = draw(st.integers(1, min(3, rows, 3 if op == "conv1d" else cols)))
+            stride = draw(st.integers(1, 2))
+        pool_first = draw(st.booleans()) or operands > 2
+        pr = (rows - size) // stride + 1 if pool != "none" else rows
+        pc = (cols - (1 if op == "conv1d" else size)) // stride + 1 if pool != "none" else cols
+        last = i == n - 1
+        wide = last and op != "passthrough" and draw(st.booleans())
+        kw = dict(pool=pool, pool_size=size, pool_stride=stride, operands=operands,
+                  eltwise=draw(st.sampled_from(["add", "sub", "or", "xor"])),
+                  pool_first=pool_first)
+        if op == "passthrough":
+            lay = Layer(ch, op=op, pad=0, **kw)
+            out_r, out_c = pr, pc
+        else:
+            out = draw(st.sampled_from([1, 3, 8, 66] if not wide else [1, 3, 4]))
+            kw.update(shift=draw(st.integers(-6, 2)), weight_bits=draw(st.sampled_from(
+                [8, 4, 2, 1])), bias=draw(st.booleans()), wide=wide,
+                activation="none" if wide else draw(st.sampled_from(["none", "relu", "abs"])))
+            if op == "conv2d":
+                k = draw(st.sampled_from([1, 3]))
+                pad = draw(st.integers(1 if k == 3 and min(pr, pc) < 3 else 0, 2)) if k == 3 \
+                    else 0
+                out_r, out_c = pr + 2 * pad - k + 1, pc + 2 * pad - k + 1
+            elif op == "conv1d":
+                pad = draw(st.integers(0, 3))
+                k = draw(st.integers(1, min(9, pr + 2 * pad)))
+                out_r, out_c = pr + 2 * pad - k + 1, 1
+            elif op == "deconv":
+                k, pad = 3, draw(st.integers(1 if min(pr, pc) == 1 else 0, 2))
+                out_r, out_c = 2 * pr + 2 * pad - 2, 2 * pc + 2 * pad - 2
+            else:
+                k, pad, out_r, out_c = 1, 0, 1, 1
+            lay = Layer(out, op=op, kernel=k, pad=pad, **kw)
+        layers.append(lay)
+        ch, rows, cols = lay.out_channels, out_r, out_c
+    return Network(c, h0, w0, layers, avg_pool_rounding=draw(st.booleans()), chw=chw)
+
+
+@settings(max_examples=20, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(net=mixed_networks(), seed=st.integers(0, 2**16), mexpress=st.booleans())
+def test_random_mixed_networks_pass(tmp_path_factory, net, seed, mexpress):
+    d = tmp_path_factory.mktemp("mix")
+    build(net, seed=seed, mexpress=mexpress).write(d)
+    r = run_dir(d)
+    assert r.ok, (r.line(), net)
+    assert r.layers == len(net.layers)
