@@ -686,7 +686,7 @@ def _describe(p: _Plan) -> str:
     else:
         parts += [f"conv2d with kernel size {lay.kernel}x{lay.kernel}, stride 1/1, "
                   f"pad {lay.pad}/{lay.pad}", act]
-    parts.append(f"{lay.out_channels}x{dims(*p.out)} output{' (32-bit)' if lay.wide else ''}")
+    parts.append(f"{lay.out_channels}x{dims(*p.out)} output")  # the izer marks no 32-bit output
     return f"// Layer {p.index}: " + ", ".join(parts) + "\n"
 
 

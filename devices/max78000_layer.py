@@ -148,14 +148,6 @@ class LayerConfig:
     def in_channels(self) -> int:
         return len(self.processors) * self.in_passes
 
-    def summary(self) -> str:
-        pool = "" if self.pool_kind == "none" and self.pool_stride == 1 else (
-            f"{self.pool_kind}pool {self.pool_rows}x{self.pool_cols}/{self.pool_stride}, ")
-        return (f"{self.in_channels}x{self.in_rows}x{self.in_cols} -> {pool}"
-                f"conv {self.kernel_rows}x{self.kernel_cols} pad {self.pad_rows}, "
-                f"{self.weight_bits}-bit w -> {self.out_slots}x{self.out_rows}x{self.out_cols}"
-                f"{' 32-bit' if self.wide else ''}, {self.activation}")
-
 
 def _f(value: int, msb: int, lsb: int) -> int:
     return (value >> lsb) & ((1 << (msb - lsb + 1)) - 1)

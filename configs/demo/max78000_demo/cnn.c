@@ -7,7 +7,7 @@
 // Input data: HWC
 // Layer 0: 3x16x16, no pooling, conv2d with kernel size 3x3, stride 1/1, pad 1/1, ReLU, 16x16x16 output
 // Layer 1: 16x16x16, max pool 2x2 with stride 2/2, conv2d with kernel size 3x3, stride 1/1, pad 1/1, ReLU, 8x8x8 output
-// Layer 2: 8x8x8, no pooling, conv2d with kernel size 1x1, stride 1/1, pad 0/0, no activation, 4x8x8 output (32-bit)
+// Layer 2: 8x8x8, no pooling, conv2d with kernel size 1x1, stride 1/1, pad 0/0, no activation, 4x8x8 output
 
 #include <stdlib.h>
 #include <stdint.h>
