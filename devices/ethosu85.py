@@ -73,6 +73,7 @@ import threading
 
 import numpy as np
 
+from ..emu.ethosu85_axi import burst_counts
 from .description import load_description
 from .device import Device, Touched, Unit
 from .errors import BusError, DeviceError
@@ -97,12 +98,7 @@ SRAM_SUM, EXT_SUM, SRAM_PORT, EXT_PORT = 128, 384, 512, 640
 S_RD_ACC, S_RD_DONE, S_RD_BEAT, S_WR_ACC, S_WR_BEAT, S_ENABLED = 0, 1, 2, 4, 7, 12
 
 
-def _parity_array(v: np.ndarray) -> np.ndarray:
-    """Parity of every element of a non-negative int64 array."""
-    v = v.copy()
-    for sh in (32, 16, 8, 4, 2, 1):
-        v ^= v >> sh
-    return v & 1
+INT63 = (1 << 63) - 1  # addresses are non-negative int64: hash bits above 62 never match
 
 
 class EthosU85(Device):
@@ -330,6 +326,90 @@ class EthosU85(Device):
         mem.data[idx] = raw[:, :size]
         self._record(self.region_family(region), channel, True, self._ranges(addrs, size))
 
+    def _box_span(self, region: int, offset: int, shape: tuple, strides: tuple,
+                  size: int) -> tuple[int, int] | None:
+        """[lo, hi) of a box with non-negative strides that does not wrap the address space;
+        None for anything else (the element path handles it)."""
+        if any(int(st) < 0 for st in strides) or min(shape) <= 0:
+            return None
+        lo = (self.basep(region) + int(offset)) & ADDR_MASK
+        hi = lo + sum((int(n) - 1) * int(st) for n, st in zip(shape, strides)) + size
+        if hi - 1 > ADDR_MASK:
+            return None
+        return lo, hi
+
+    def _box_ranges(self, lo: int, shape: tuple, strides: tuple, size: int) -> list:
+        """Merged byte ranges of a box, identical to ``_ranges`` of all its element addresses:
+        the innermost dimensions that are contiguous (stride <= run length) fold into one run,
+        the outer ones enumerate run starts."""
+        dims = sorted((int(st), int(n)) for n, st in zip(shape, strides) if n > 1)
+        run, outer = size, []
+        for st, n in dims:
+            if not outer and st <= run:
+                run += (n - 1) * st
+            else:
+                outer.append((st, n))
+        starts = np.zeros(1, np.int64) + lo
+        for st, n in outer:
+            starts = (starts[:, None] + np.arange(n, dtype=np.int64)[None, :] * st).ravel()
+        return self._ranges(starts, run)
+
+    @staticmethod
+    def _injective(shape: tuple, strides: tuple, size: int) -> bool:
+        """No two elements of the box share a byte (so one view assignment equals the element
+        stores in any order)."""
+        span = size
+        for st, n in sorted((int(st), int(n)) for n, st in zip(shape, strides) if n > 1):
+            if st < span:
+                return False
+            span += (n - 1) * st
+        return True
+
+    def gather_box(self, region: int, offset: int, shape: tuple, strides: tuple, size: int,
+                   signed: bool, channel: int) -> np.ndarray | None:
+        """:meth:`gather` of the box offset + sum(i_k * strides[k]) as one strided view of the
+        memory (same window check, Touched ranges and AXI bytes): the stored integer type,
+        int64 for 8-byte elements as gather gives. None when the box is not a plain view (the
+        caller uses gather)."""
+        require(0 <= region < 8, "0 <= region && region < 8", "L6228")
+        span = self._box_span(region, offset, shape, strides, size)
+        if span is None:
+            return None
+        lo, hi = span
+        mem, moff = self._window(lo, hi, channel, region, f"region {region} read")
+        if not mem.data.flags.c_contiguous:
+            return None
+        view = np.ndarray(tuple(shape), dtype=f"<{'i' if signed else 'u'}{size}",
+                          buffer=mem.data, offset=moff, strides=tuple(strides))
+        vals = view.astype(np.int64) if size == 8 else view.copy()
+        self._record(self.region_family(region), channel, False,
+                     self._box_ranges(lo, shape, strides, size))
+        return vals
+
+    def scatter_box(self, region: int, offset: int, shape: tuple, strides: tuple, size: int,
+                    values: np.ndarray, channel: int) -> bool:
+        """:meth:`scatter` of ``values`` (box-shaped) into the box: the low ``size`` bytes of
+        each value, little-endian, through one strided view. False (nothing written) when the
+        box is not a plain injective view (the caller uses scatter)."""
+        require(0 <= region < 8, "0 <= region && region < 8", "L6244")
+        span = self._box_span(region, offset, shape, strides, size)
+        if span is None or not self._injective(shape, strides, size):
+            return False
+        lo, hi = span
+        mem, moff = self._window(lo, hi, channel, region, f"region {region} write")
+        if not mem.data.flags.c_contiguous:
+            return False
+        view = np.ndarray(tuple(shape), dtype=f"<u{size}", buffer=mem.data, offset=moff,
+                          strides=tuple(strides))
+        v = np.asarray(values)
+        if v.dtype.kind in "iu" and v.dtype.itemsize == size:
+            view[...] = v.view(f"<u{size}")
+        else:
+            view[...] = v.astype(np.int64).astype(f"<u{size}")
+        self._record(self.region_family(region), channel, True,
+                     self._box_ranges(lo, shape, strides, size))
+        return True
+
     def read_bytes(self, region: int, offset: int, length: int, channel: int) -> bytes:
         """A stream read (weights, scale and bias): ``length`` bytes at BASEP[region] + offset."""
         require(0 <= region < 8, "0 <= region && region < 8", "L6228")
@@ -353,10 +433,24 @@ class EthosU85(Device):
         mem, off = self._window(self.qbase, self.qbase + n, ops.RD_CMD, -1, "command stream")
         return mem.data[off:off + n].view("<u4")
 
-    @staticmethod
-    def _decode_at(words: np.ndarray, offset: int) -> es.Command:
+    _DECODE_CACHE_MAX = 1 << 14
+    _decode_cache: dict = {}  # (offset, word, next word) -> Command (frozen), shared
+
+    @classmethod
+    def _decode_at(cls, words: np.ndarray, offset: int) -> es.Command:
+        """The command at byte ``offset``. Memoised on (offset, its two words): a command is a
+        pure function of them (Command is frozen), and a program's commands repeat on every
+        run, so decoding costs once per distinct command rather than per execution."""
         i = offset // 4
-        return es.decode_one(words[i:i + 2].tolist(), 0, offset)
+        ws = tuple(words[i:i + 2].tolist())
+        key = (offset,) + ws
+        cmd = cls._decode_cache.get(key)
+        if cmd is None:
+            cmd = es.decode_one(list(ws), 0, offset)
+            if len(cls._decode_cache) >= cls._DECODE_CACHE_MAX:
+                cls._decode_cache.clear()
+            cls._decode_cache[key] = cmd
+        return cmd
 
     def decoded_stream(self) -> list[es.Command]:
         """The whole stream [0, QSIZE) decoded linearly ([] if not readable)."""
@@ -444,6 +538,8 @@ class EthosU85(Device):
             raise self._error("bus_status", f"{e} (command fetch at QBASE {self.qbase:#x})",
                               self._family(r.field("QCONFIG", "cmd_region0")), ops.RD_CMD)
         cmd_family = self._family(r.field("QCONFIG", "cmd_region0"))
+        qbase = self.qbase  # QBASE cannot change inside a unit (the words were fetched from it)
+        bp = self._bp
         while True:
             q = r.peek("QREAD")
             if q >= qsize:
@@ -451,22 +547,22 @@ class EthosU85(Device):
                 return
             cmd = self._decode_at(words, q)
             self._record(cmd_family, ops.RD_CMD, False,
-                         [(self.qbase + q, self.qbase + q + 4 * len(cmd.words))])
+                         [(qbase + q, qbase + q + 4 * len(cmd.words))])
             self._unit_ctx["cycles"] += CMD_ISSUE_CYCLES
             self.stats["commands"] += 1
-            where = f"at offset {q:#06x} (address {self.qbase + q:#010x})"
             if cmd.name == es.UNKNOWN:
-                raise self._error("cmd_parse_error", f"command parse error {where}: "
-                                  f"{cmd.field_text()}")
+                raise self._error("cmd_parse_error", f"command parse error "
+                                  f"{self._where(q)}: {cmd.field_text()}")
             if not cmd.is_operation:
                 self.sets.set(cmd)
                 r.poke("QREAD", q + cmd.size)
                 if r.peek("QREAD") >= qsize:
                     self._end_of_stream()
                     return
-                if self.pc in self._bp:
+                if bp and self.pc in bp:
                     return  # breakpoint inside the unit: stop before that command
                 continue
+            where = self._where(q)
             self.stats["operations"] += 1
             try:
                 self._operation(cmd, q, qsize)
@@ -484,6 +580,9 @@ class EthosU85(Device):
             if self.running and r.peek("QREAD") >= qsize:
                 self._end_of_stream()
             return
+
+    def _where(self, q: int) -> str:
+        return f"at offset {q:#06x} (address {self.qbase + q:#010x})"
 
     def _operation(self, cmd: es.Command, q: int, qsize: int) -> None:
         r = self.regs
@@ -644,28 +743,21 @@ class EthosU85(Device):
             n, granule = self._ports(family)
             align = self._burst_bytes(family)
             fams[family] = (n, min(align, granule) if granule else align, self._hashes(family))
+        # every count below is a sum over bursts, so the accesses of one (port family, channel,
+        # direction) are split and counted together: one vectorised pass instead of one per
+        # command fetch
+        groups: dict[tuple[int, int, bool], list] = {}
         for family, channel, write, ranges in self._unit_ctx["axi"]:
-            if not ranges:
-                continue
+            if ranges:
+                groups.setdefault((family, channel, write), []).extend(ranges)
+        for (family, channel, write), ranges in groups.items():
             base = SRAM_PORT if family == 0 else EXT_PORT
             n, align, hashes = fams[family]
             count_bw = not bw_sel or channel == ch_sel
-            # split every range into bursts at the alignment (vectorised)
-            r = np.asarray(ranges, dtype=np.int64)
-            s0, e0 = r[:, 0], r[:, 1]
-            nb = (e0 - 1) // align - s0 // align + 1  # bursts per range
-            idx = np.repeat(np.arange(len(r)), nb)
-            k = np.arange(int(nb.sum())) - np.repeat(np.cumsum(nb) - nb, nb)
-            a = np.where(k == 0, s0[idx], (s0[idx] // align + k) * align)
-            b = np.minimum(e0[idx], (a // align + 1) * align)
-            port = np.zeros(a.shape, dtype=np.int64)
-            for bit, h in enumerate(hashes):
-                port |= _parity_array(a & h) << bit
-            port %= n
-            beats = (b + 15) // 16 - a // 16
-            trans = np.bincount(port, minlength=n)
-            nbeats = np.bincount(port, weights=beats, minlength=n).astype(np.int64)
-            nbytes = np.bincount(port, weights=b - a, minlength=n).astype(np.int64)
+            # split every range into bursts at the alignment, ports by the address hashes
+            masks = np.asarray([h & INT63 for h in hashes], np.int64)
+            trans, nbeats, nbytes, nbursts = burst_counts(np.asarray(ranges, dtype=np.int64),
+                                                          align, masks, n)
             for p in range(n):
                 if not trans[p]:
                     continue
@@ -679,7 +771,7 @@ class EthosU85(Device):
                        f"{'write' if write else 'read'}_bytes")
                 self.stats[key] = self.stats.get(key, 0) + int(nbytes[p])
             if channel == ch_sel and family == axi_sel:
-                ev[EV_AXI_LATENCY_ANY] = ev.get(EV_AXI_LATENCY_ANY, 0) + len(a)
+                ev[EV_AXI_LATENCY_ANY] = ev.get(EV_AXI_LATENCY_ANY, 0) + int(nbursts)
         return ev
 
     def _hashes(self, family: int) -> tuple[int, ...]:

@@ -244,6 +244,14 @@ class MemoryPort(Protocol):
 
     def read_bytes(self, region: int, offset: int, length: int, channel: int) -> bytes: ...
 
+    # optional (read_raw / write_ofm use them when present, else gather / scatter): one strided
+    # box of elements at offset + sum(i_k * strides[k]); None / False = use the element path
+    def gather_box(self, region: int, offset: int, shape: tuple, strides: tuple, size: int,
+                   signed: bool, channel: int) -> np.ndarray | None: ...
+
+    def scatter_box(self, region: int, offset: int, shape: tuple, strides: tuple, size: int,
+                    values: np.ndarray, channel: int) -> bool: ...
+
     def set_result_flag(self, value: int) -> None: ...
 
 
@@ -303,10 +311,8 @@ def tensor(s: SetState, which: str) -> Tensor:
     return t
 
 
-def addresses(t: Tensor, shape: tuple[int, int, int]) -> np.ndarray:
-    """Region-relative byte offsets of a logical [H, W, C] tensor: element_address_in_region
-    (L6448-6498) through emu/ethosu85_layout, with the alignment asserts. NHWC adds
-    ``c * element_size`` (digest gap G-A1: the literal ``+ c`` misaligns wide types)."""
+def _check_addressable(t: Tensor) -> None:
+    """element_address_in_region's storage and alignment asserts (L6462, L6487, L6492)."""
     require(t.storage in (0, 1), f"{t.name} storage is tile2x2 or tile3x1", "L6462")
     es = t.size
     if t.fmt == 0:
@@ -317,15 +323,59 @@ def addresses(t: Tensor, shape: tuple[int, int, int]) -> np.ndarray:
         require(all(b % 16 == 0 for b in t.bases) and t.stride_c % (16 * es) == 0
                 and t.stride_y % (16 * es) == 0,
                 f"{t.name} base % 16 == 0 && stride_c/stride_y % (16*element_size) == 0", "L6492")
+
+
+def addresses(t: Tensor, shape: tuple[int, int, int]) -> np.ndarray:
+    """Region-relative byte offsets of a logical [H, W, C] tensor: element_address_in_region
+    (L6448-6498) through emu/ethosu85_layout, with the alignment asserts. NHWC adds
+    ``c * element_size`` (digest gap G-A1: the literal ``+ c`` misaligns wide types)."""
+    _check_addressable(t)
     return L.element_addresses(shape, t.bases, t.stride_y, t.stride_x, t.stride_c, t.width0,
-                               t.heights, t.storage, es, t.fmt)
+                               t.heights, t.storage, t.size, t.fmt)
+
+
+def box(t: Tensor, shape: tuple[int, int, int]) -> tuple[int, tuple, tuple, bool] | None:
+    """The tensor as one strided box of memory, when it is: every element in tile 0 (the usual
+    single-tile tensor), NHWC, or NHCWB16 with depth <= 16 or a multiple of 16. Returns
+    (offset, box shape, byte strides, bricked) where bricked means the box is
+    [H, C/16, W, 16] (NHCWB16) rather than [H, W, C]; None otherwise (the element-address path
+    runs). Why: a box is read and written as one numpy view instead of an address per element,
+    with exactly the same addresses (element_address_in_region, L6448-6498)."""
+    H, W, C = shape
+    if min(shape) <= 0:
+        return None
+    if t.storage == 0:
+        tile0 = W <= t.width0 and H <= t.heights[0]
+    elif t.storage == 1:
+        tile0 = H <= t.heights[0] and H <= t.heights[1]
+    else:
+        return None
+    if not tile0:
+        return None
+    es = t.size
+    if t.fmt == 0:
+        return t.bases[0], (H, W, C), (t.stride_y, t.stride_x, es), False
+    if C <= 16:
+        return t.bases[0], (H, W, C), (t.stride_y, 16 * es, es), False
+    if C % 16 == 0:
+        return t.bases[0], (H, C // 16, W, 16), (t.stride_y, t.stride_c, 16 * es, es), True
+    return None
 
 
 def read_raw(mem: MemoryPort, t: Tensor, shape: tuple[int, int, int], channel: int) -> np.ndarray:
-    """The stored integers of a [H, W, C] tensor (memory or chaining FIFO), int64; read_ifm's
-    value part (zero point, upscale) is the kernel's."""
+    """The stored integers of a [H, W, C] tensor (memory or chaining FIFO): int64, or the
+    stored integer type when the tensor is one box (:func:`box`, read through the port's
+    ``gather_box``); read_ifm's value part (zero point, upscale) is the kernel's."""
     if t.storage == 2:
         return mem.npu.pop(t.region, int(np.prod(shape))).reshape(shape)
+    _check_addressable(t)
+    b = box(t, shape)
+    gather_box = getattr(mem, "gather_box", None)
+    if b is not None and gather_box is not None:
+        off, bshape, strides, bricked = b
+        vals = gather_box(t.region, off, bshape, strides, t.size, t.signed, channel)
+        if vals is not None:
+            return vals.transpose(0, 2, 1, 3).reshape(shape) if bricked else vals
     offs = addresses(t, shape)
     return mem.gather(t.region, offs.ravel(), t.size, t.signed, channel).reshape(shape)
 
@@ -478,7 +528,7 @@ def weights(s: SetState, mem: MemoryPort, cfg: NpuConfig, *, depth: int, ifm_dep
         require(length % align == 0, f"{lname} % {align} == 0", "L12501")
         streams.append(mem.read_bytes(region, base, length, RD_WEIGHTS))
     diag: list[str] = []
-    w = Wt.decode_weights(streams, p, fwd=fwd, diag=diag)
+    w = Wt.decode_weights_memo(streams, p, fwd=fwd, diag=diag)
     _check_diag(diag, "weight stream")
     return w
 
@@ -574,6 +624,17 @@ def write_ofm(mem: MemoryPort, s: SetState, cfg: NpuConfig, value: np.ndarray,
            3: (bw <= 128 and bd <= 128 and bh <= 1024)}
     require(lim.get(tr, True), "OFM block fits the transpose limits (128 / 1024)", "L6710-6740")
     stored = np.transpose(v, _TRANSPOSE_PERM[tr])
+    _check_addressable(t)
+    b = box(t, stored.shape)
+    scatter_box = getattr(mem, "scatter_box", None)
+    if b is not None and scatter_box is not None:
+        off, bshape, strides, bricked = b
+        vals = stored
+        if bricked:
+            h, w, c = stored.shape
+            vals = stored.reshape(h, w, c // 16, 16).transpose(0, 2, 1, 3)
+        if scatter_box(t.region, off, bshape, strides, t.size, vals, WR_OFM):
+            return
     offs = addresses(t, stored.shape)
     mem.scatter(t.region, offs.ravel(), t.size, np.ascontiguousarray(stored).ravel(), WR_OFM)
 

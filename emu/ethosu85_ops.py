@@ -186,12 +186,206 @@ def _conv_kernel(v, w, acc_in, geo, cfg, bias, scales, shifts, lut):
     return out
 
 
+# Exact BLAS path. float32 represents every integer of magnitude <= 2**24 and float64 every one
+# <= 2**53, so a product-sum is exact in any summation order when the bound
+# max|v| * max_oc sum|w[oc]| of every partial sum stays below that; the GEMM then gives the
+# integer sum of the pseudocode's products, and the accumulator wrap (mod 2**acc_bits) commutes
+# with addition. Beyond float64 the numba loop runs.
+F32_EXACT = 1 << 24
+F64_EXACT = 1 << 53
+
+
+def _gemm_dtype(vmax: int, w: np.ndarray) -> type | None:
+    """float32 / float64 when every partial sum of v * w is exactly representable (see above);
+    None when not even float64 is (the loop kernel runs)."""
+    if w.size == 0:
+        return np.float32
+    wsum = int(np.abs(w).reshape(w.shape[0], -1).sum(axis=1).max())
+    bound = int(vmax) * wsum
+    if bound < F32_EXACT:
+        return np.float32
+    if bound < F64_EXACT:
+        return np.float64
+    return None
+
+
+def _padded(v: np.ndarray, zp: int, hp: int, wp: int, pt: int, pl: int, ih: int, iw: int,
+            dt) -> np.ndarray:
+    """The IFM in the padded frame as float ``dt``: rows [pt, pt+ih), columns [pl, pl+iw) hold
+    v - zp (v cut or zero-extended to ih x iw as _fit does), everything else 0 (padding reads 0,
+    L8201). One spare row so the flattened tap slices of the stride-1 path stay in bounds."""
+    c = v.shape[2]
+    xp = np.zeros((hp + 1, wp, c), dt)
+    hh, ww = min(ih, v.shape[0]), min(iw, v.shape[1])
+    region = xp[pt:pt + hh, pl:pl + ww]
+    region[...] = v[:hh, :ww]
+    if zp:
+        region -= zp
+    return xp
+
+
+def _conv_sums(xp: np.ndarray, w: np.ndarray, H: int, W: int, sy: int, sx: int, dy: int,
+               dx: int, depthwise: bool) -> np.ndarray:
+    """sum over kernel positions and input channels of xp * w, float, exact (the caller chose
+    the dtype with :func:`_gemm_dtype`). Returns [H, Wc, OC] with Wc >= W (columns >= W are
+    scratch). Stride 1: no im2col; each kernel position (ky, kx) is the contiguous slice of the
+    flattened padded IFM that starts ky*dy*Wp + kx*dx, and the output is computed on the padded
+    width. Other strides: one strided copy of the IFM per kernel position."""
+    dt = xp.dtype
+    oc_n, kh, kw = w.shape[0], w.shape[1], w.shape[2]
+    wp, c = xp.shape[1], xp.shape[2]
+    wf = np.ascontiguousarray(w.transpose(1, 2, 3, 0), dt)          # [KH, KW, IC, OC]
+    flat = xp.reshape(-1, c)
+    if sy == 1 and sx == 1:
+        rows, wc = H * wp, wp
+    else:
+        rows, wc = H * W, W
+    acc = np.empty((rows, oc_n), dt)
+    tmp = np.empty((rows, oc_n), dt)
+    first = True
+    for ky in range(kh):
+        for kx in range(kw):
+            if sy == 1 and sx == 1:
+                o = ky * dy * wp + kx * dx
+                a = flat[o:o + rows]
+            else:
+                a = xp[ky * dy:ky * dy + (H - 1) * sy + 1:sy,
+                       kx * dx:kx * dx + (W - 1) * sx + 1:sx].reshape(rows, c)
+            dst = acc if first else tmp
+            if depthwise:
+                np.multiply(a[:, :oc_n], wf[ky, kx, 0], out=dst)
+            else:
+                np.matmul(a, wf[ky, kx], out=dst)
+            if not first:
+                acc += tmp
+            first = False
+    return acc.reshape(H, wc, oc_n)
+
+
+def _tap_mask(n: int, stride: int, dil: int, k: int, pad: int, extent: int) -> np.ndarray:
+    """1 where output row (column) n has at least one kernel row (column) inside the IFM: the
+    pseudocode calls accumulate() there at all (an output of padding only keeps its start
+    value unwrapped)."""
+    o = np.arange(n)[:, None] * stride - pad + np.arange(k)[None, :] * dil
+    return ((o >= 0) & (o < extent)).any(axis=1).astype(np.int64)
+
+
+@njit(nogil=True, cache=True)
+def _round_terms(shift, mode, dbl_rnd):
+    """The rounding addends R of rounded_shift_right (L6906-6934) for acc >= 0 and acc < 0,
+    so the output loop needs no per-element mode dispatch (same arithmetic as
+    P.rounded_shift_right; shift 1..63)."""
+    half = np.int64(1) << (shift - 1)
+    d = np.int64(0)
+    if dbl_rnd <= 30 and shift > 31 - dbl_rnd:
+        d = np.int64(1) << (30 - dbl_rnd)
+    rp = half
+    rn = half
+    if mode == P.RND_DOUBLE_SYMMETRIC:
+        rp, rn = half + d, half - d
+    elif mode == P.RND_DOUBLE_ASYMMETRIC:
+        rp, rn = half + d, half + d
+    elif mode == P.RND_TRUNCATE_TO_ZERO:
+        rp, rn = np.int64(0), (half - 1) + half
+    elif mode == P.RND_TRUNCATE_TO_LOWER:
+        rp, rn = np.int64(0), np.int64(0)
+    elif mode == P.RND_SYMMETRIC:
+        rp, rn = half, half - 1
+    return rp, rn
+
+
+@njit(nogil=True, cache=True)
+def _conv_finish_kernel(tot, acc_in, rows, cols, geo, cfg, bias, scales, shifts, lut):
+    """The accumulator and output stage of the GEMM path: per output
+    acc = read_accumulator(...) (0 for reset); if any kernel position was inside the IFM:
+    acc = sign_extend(acc + sum, acc_bits) (= the chain of wrapping accumulate() calls);
+    write_accumulator(acc, rescale_mode_normal) = P.finish. tot: [H, Wc, OC] exact integer
+    float sums; geo: H, W, use acc_in.
+
+    P.finish per element costs ~70 ns here (array arguments through nested calls); the common
+    output stage (no LUT function, OFM narrower than 64 bits, shifts 0..63) is therefore
+    inlined with the per-channel scale, shift and rounding addends hoisted out of the loop.
+    Everything else calls P.finish."""
+    H, W, use_acc = geo[0], geo[1], geo[2]
+    oc_n = tot.shape[2]
+    bits = cfg[C_ACC_BITS]
+    out = np.empty((H, W, oc_n), np.int64)
+    per_ch = cfg[P.C_SCALE_MODE] == 0
+    raw_out = cfg[C_ACC_OUTPUT] != 0
+    obits = cfg[C_OFM_BITS]
+    osigned = cfg[C_OFM_SIGNED] != 0
+    inline = cfg[P.C_FUNC] == P.LUT_NONE and obits != 64
+    sc = np.empty(oc_n, np.int64)
+    sh = np.empty(oc_n, np.int64)
+    bi = np.zeros(oc_n, np.int64)
+    rp = np.zeros(oc_n, np.int64)
+    rn = np.zeros(oc_n, np.int64)
+    for oc in range(oc_n):
+        if per_ch:
+            sc[oc], sh[oc], bi[oc] = scales[oc], shifts[oc], bias[oc]
+        else:
+            sc[oc], sh[oc] = cfg[C_SCALE], cfg[C_SHIFT]
+        if sh[oc] < 0 or sh[oc] > 63:
+            inline = False
+        elif sh[oc] > 0:
+            rp[oc], rn[oc] = _round_terms(sh[oc], cfg[P.C_ROUND], cfg[P.C_DBL_RND])
+    if osigned:
+        zp = P.sign_extend(cfg[C_ZP], 16)
+        lo = P.sign_extend(cfg[P.C_ACT_MIN], 16)
+        hi = P.sign_extend(cfg[P.C_ACT_MAX], 16)
+    else:
+        zp = cfg[C_ZP] & 0xFFFF
+        lo = cfg[P.C_ACT_MIN] & 0xFFFF
+        hi = cfg[P.C_ACT_MAX] & 0xFFFF
+    clip = cfg[P.C_CLIP] == 0
+    # branch-free forms of sign_extend/truncate (x + h) & m - h, loop-invariant choices outside
+    ah, am = np.int64(1) << (bits - 1), (np.int64(1) << bits) - 1
+    oh, om = (np.int64(1) << (obits - 1)) if osigned else np.int64(0), (np.int64(1) << obits) - 1
+    pos = sh > 0
+    sm1 = np.maximum(sh - 1, 0)
+    a = np.empty(oc_n, np.int64)
+    for oy in range(H):
+        for ox in range(W):
+            tap = rows[oy] != 0 and cols[ox] != 0
+            for oc in range(oc_n):
+                a[oc] = acc_in[oy, ox, oc] if use_acc else np.int64(0)
+            if tap:
+                for oc in range(oc_n):
+                    a[oc] = ((a[oc] + np.int64(tot[oy, ox, oc]) + ah) & am) - ah
+            if raw_out:
+                out[oy, ox, :] = a
+            elif not inline:
+                for oc in range(oc_n):
+                    out[oy, ox, oc] = P.finish(a[oc], oc, RESCALE_NORMAL, cfg, bias, scales,
+                                               shifts, lut)
+            else:
+                if per_ch:
+                    for oc in range(oc_n):
+                        a[oc] = ((a[oc] + bi[oc] + ah) & am) - ah
+                for oc in range(oc_n):
+                    r = a[oc] * sc[oc]
+                    rr = rp[oc] if r >= 0 else rn[oc]
+                    q = ((r >> 1) + (rr >> 1) + (((r & 1) + (rr & 1)) >> 1)) >> sm1[oc]
+                    r = q if pos[oc] else r
+                    t = ((r + zp + 0x80000000) & 0xFFFFFFFF) - 0x80000000
+                    if clip:
+                        t = lo if t < lo else (hi if t > hi else t)
+                    out[oy, ox, oc] = ((t + oh) & om) - oh
+    return out
+
+
+def _native(raw: np.ndarray, bits: int, signed: bool) -> bool:
+    """The stored integers already have the tensor's type (no reinterpretation needed)."""
+    return raw.dtype == np.dtype(("i" if signed else "u") + str(bits // 8))
+
+
 def _conv_common(ifm, weights, ofm_hw, stride, dilation, pad, ifm_zp, ifm_bits, ifm_signed,
-                 upscale_mode, cfg, bias, scales, shifts, lut, acc_in, diag, depthwise):
+                 upscale_mode, cfg, bias, scales, shifts, lut, acc_in, diag, depthwise,
+                 method="auto"):
     cfg = _cfg(cfg)
     bits, signed = _infer_type(ifm, ifm_bits, ifm_signed)
     _diag(diag, bits == 8 or (bits == 16 and signed), "CONV/DEPTHWISE IFM must be b8 or signed b16 (L8180)")
-    v = upscale(read_values(ifm, ifm_zp, bits, signed, diag), upscale_mode)
+    raw = np.asarray(ifm)
     w = np.asarray(weights, np.int64)
     if depthwise and w.ndim == 3:
         w = w[..., None]
@@ -203,29 +397,62 @@ def _conv_common(ifm, weights, ofm_hw, stride, dilation, pad, ifm_zp, ifm_bits, 
     dh, dw = (kh - 1) * dy + 1, (kw - 1) * dx + 1                 # KERNEL_*_M1 + 1 (L8150-8151)
     ih = (H - 1) * sy + dh - (pt + pb)                              # derived IFM extent (L8168-8169)
     iw = (W - 1) * sx + dw - (pl + pr)
+    zp, zp_ok = P.ifm_zero_point(ifm_zp, bits, signed)
+    gemm = None
+    if method != "loop" and bits <= 16 and ih >= 1 and iw >= 1 and H >= 1 and W >= 1 \
+            and min(pt, pl, pb, pr) >= 0 and raw.ndim == 3 \
+            and ((depthwise and w.shape[3] == 1) or (not depthwise and raw.shape[2] >= w.shape[3])):
+        lo, hi = P.type_range(bits, signed)
+        gemm = _gemm_dtype(max(abs(lo - zp), abs(hi - zp)), w)
+    if gemm is not None and upscale_mode == UPSCALE_NONE:
+        # read_values without the int64 round trip: native stored integers go straight into
+        # the padded float frame, the zero point is subtracted there
+        _diag(diag, zp_ok, f"IFM zero point {zp} invalid for {'s' if signed else 'u'}{bits} (L6550-6556)")
+        v, vzp = (raw, zp) if _native(raw, bits, signed) else (read_values(raw, zp, bits, signed), 0)
+    else:
+        v, vzp = upscale(read_values(raw, ifm_zp, bits, signed, diag), upscale_mode), 0
     _diag(diag, ih >= 1 and iw >= 1, "derived IFM extent < 1 (L8174)")
     _diag(diag, dh * dw <= 4096 and (dh <= 64 or dw <= 64), "kernel too large (L8175-8176)")
     _diag(diag, upscale_mode == UPSCALE_NONE or (sy == 1 and sx == 1), "upscale needs stride 1 (L6519)")
     _diag(diag, v.shape[0] >= ih and v.shape[1] >= iw, f"IFM {v.shape[:2]} smaller than derived extent {(ih, iw)}")
     if depthwise:
         _diag(diag, v.shape[2] >= oc_n, "DEPTHWISE IFM depth < OFM depth")
+    acc = np.zeros((1, 1, 1), np.int64) if acc_in is None else np.ascontiguousarray(acc_in, np.int64)
+    if gemm is not None:
+        if depthwise and v.shape[2] < oc_n:
+            v = np.concatenate([v, np.zeros(v.shape[:2] + (oc_n - v.shape[2],), v.dtype)], axis=2)
+        elif not depthwise:
+            v = v[:, :, :w.shape[3]]                                 # the loop reads ic < IC only
+        hp, wp = (H - 1) * sy + dh, (W - 1) * sx + dw
+        xp = _padded(v, vzp, hp, wp, pt, pl, ih, iw, gemm)
+        tot = _conv_sums(xp, w, H, W, sy, sx, dy, dx, depthwise)
+        geo = np.array([H, W, 0 if acc_in is None else 1], np.int64)
+        out = _conv_finish_kernel(tot, acc, _tap_mask(H, sy, dy, kh, pt, ih),
+                                  _tap_mask(W, sx, dx, kw, pl, iw), geo, cfg, _chan(bias, oc_n),
+                                  _chan(scales, oc_n), _chan(shifts, oc_n), _lut(lut))
+        return out.astype(ofm_dtype(cfg))
     v = _fit(v, max(ih, 0), max(iw, 0))
     if depthwise and v.shape[2] < oc_n:
         v = np.concatenate([v, np.zeros(v.shape[:2] + (oc_n - v.shape[2],), np.int64)], axis=2)
-    acc = np.zeros((H, W, oc_n), np.int64) if acc_in is None else np.ascontiguousarray(acc_in, np.int64)
+    if acc_in is None:
+        acc = np.zeros((H, W, oc_n), np.int64)
     geo = np.array([H, W, sy, sx, dy, dx, pt, pl, dh, dw, 1 if depthwise else 0], np.int64)
-    out = _conv_kernel(np.ascontiguousarray(v), np.ascontiguousarray(w), acc, geo, cfg,
+    out = _conv_kernel(np.ascontiguousarray(v), np.require(w, requirements=["C", "W"]), acc, geo, cfg,
                        _chan(bias, oc_n), _chan(scales, oc_n), _chan(shifts, oc_n), _lut(lut))
     return out.astype(ofm_dtype(cfg))
 
 
 def conv2d(ifm, weights, ofm_hw=None, *, stride=(1, 1), dilation=(1, 1), pad=(0, 0, 0, 0),
            ifm_zp=0, ifm_bits=None, ifm_signed=None, upscale_mode=UPSCALE_NONE, cfg=None,
-           bias=None, scales=None, shifts=None, lut=None, acc_in=None, diag=None):
+           bias=None, scales=None, shifts=None, lut=None, acc_in=None, diag=None,
+           method: str = "auto") -> np.ndarray:
     """NPU_OP_CONV (weights_ifm2 = 0). ifm [H,W,C] or [N,H,W,C] raw stored integers;
     weights [OC, KH, KW, IC] int9 with UNDILATED kernel indices (as decoded from the weight
     stream); pad = (top, left, bottom, right); ofm_hw defaults to the TFLite-style full output.
-    bias/scales/shifts per OFM channel (decoded scale stream, used when cfg is per_channel)."""
+    bias/scales/shifts per OFM channel (decoded scale stream, used when cfg is per_channel).
+    method "auto" sums with an exact float BLAS GEMM whenever exactness is provable (see
+    _gemm_dtype), else with the numba loop; "loop" always runs the loop (the reference the GEMM
+    path is tested against). Both give identical results."""
     ifm = np.asarray(ifm)
     if ofm_hw is None:
         w = np.asarray(weights)
@@ -233,13 +460,16 @@ def conv2d(ifm, weights, ofm_hw=None, *, stride=(1, 1), dilation=(1, 1), pad=(0,
         dh, dw = (w.shape[1] - 1) * dilation[0] + 1, (w.shape[2] - 1) * dilation[1] + 1
         ofm_hw = ((ih + pad[0] + pad[2] - dh) // stride[0] + 1, (iw + pad[1] + pad[3] - dw) // stride[1] + 1)
     return _batched(_conv_common, ifm, weights, ofm_hw, stride, dilation, pad, ifm_zp, ifm_bits,
-                    ifm_signed, upscale_mode, cfg, bias, scales, shifts, lut, acc_in, diag, False)
+                    ifm_signed, upscale_mode, cfg, bias, scales, shifts, lut, acc_in, diag, False,
+                    method)
 
 
 def depthwise2d(ifm, weights, ofm_hw=None, *, stride=(1, 1), dilation=(1, 1), pad=(0, 0, 0, 0),
                 ifm_zp=0, ifm_bits=None, ifm_signed=None, upscale_mode=UPSCALE_NONE, cfg=None,
-                bias=None, scales=None, shifts=None, lut=None, acc_in=None, diag=None):
-    """NPU_OP_DEPTHWISE (channel multiplier 1): weights [C, KH, KW] or [C, KH, KW, 1]."""
+                bias=None, scales=None, shifts=None, lut=None, acc_in=None, diag=None,
+                method: str = "auto") -> np.ndarray:
+    """NPU_OP_DEPTHWISE (channel multiplier 1): weights [C, KH, KW] or [C, KH, KW, 1];
+    ``method`` as for :func:`conv2d` (the exact path is a float multiply-add per position)."""
     w = np.asarray(weights)
     if w.ndim == 3:
         w = w[..., None]
@@ -249,11 +479,13 @@ def depthwise2d(ifm, weights, ofm_hw=None, *, stride=(1, 1), dilation=(1, 1), pa
         dh, dw = (w.shape[1] - 1) * dilation[0] + 1, (w.shape[2] - 1) * dilation[1] + 1
         ofm_hw = ((ih + pad[0] + pad[2] - dh) // stride[0] + 1, (iw + pad[1] + pad[3] - dw) // stride[1] + 1)
     return _batched(_conv_common, ifm, w, ofm_hw, stride, dilation, pad, ifm_zp, ifm_bits,
-                    ifm_signed, upscale_mode, cfg, bias, scales, shifts, lut, acc_in, diag, True)
+                    ifm_signed, upscale_mode, cfg, bias, scales, shifts, lut, acc_in, diag, True,
+                    method)
 
 
 def matmul(ifm, ifm2, *, ifm_zp=0, ifm2_zp=0, ifm_bits=None, ifm_signed=None, cfg=None,
-           bias=None, scales=None, shifts=None, lut=None, acc_in=None, diag=None):
+           bias=None, scales=None, shifts=None, lut=None, acc_in=None, diag=None,
+           method: str = "auto") -> np.ndarray:
     """NPU_OP_CONV with weights_ifm2 = 1 (L8178-8189, L8208): OFM [1, W, D] =
     IFM [1, W, IC] x IFM2 read as [1][IC][D] (y = 0, x = ic, c = oc), both zero-point corrected;
     kernel 1x1, stride 1, no padding (asserts L8181-8186)."""
@@ -263,7 +495,7 @@ def matmul(ifm, ifm2, *, ifm_zp=0, ifm2_zp=0, ifm_bits=None, ifm_signed=None, cf
                                 if np.asarray(ifm2).ndim == 4 else ifm2, ifm_zp=ifm_zp,
                                 ifm2_zp=ifm2_zp, ifm_bits=ifm_bits, ifm_signed=ifm_signed, cfg=cfg,
                                 bias=bias, scales=scales, shifts=shifts, lut=lut, acc_in=acc_in,
-                                diag=diag) for n in range(ifm.shape[0])])
+                                diag=diag, method=method) for n in range(ifm.shape[0])])
     bits, signed = _infer_type(ifm, ifm_bits, ifm_signed)
     _diag(diag, ifm.shape[0] == 1, "matmul needs OFM height 1 (L8181)")
     b = read_values(ifm2, ifm2_zp, bits, signed, diag, "IFM2")     # IFM2 precision == IFM's (L8183)
@@ -271,7 +503,8 @@ def matmul(ifm, ifm2, *, ifm_zp=0, ifm2_zp=0, ifm_bits=None, ifm_signed=None, cf
         b = b[0]
     w = np.ascontiguousarray(b.T[:, None, None, :])                  # W[oc][0][0][ic] = ifm2[0][ic][oc]
     return _conv_common(ifm, w, (ifm.shape[0], ifm.shape[1]), (1, 1), (1, 1), (0, 0, 0, 0), ifm_zp,
-                        bits, signed, UPSCALE_NONE, cfg, bias, scales, shifts, lut, acc_in, diag, False)
+                        bits, signed, UPSCALE_NONE, cfg, bias, scales, shifts, lut, acc_in, diag, False,
+                        method)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ description, not from the decoder's code.
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 
 import numpy as np
 from numba import njit
@@ -672,6 +673,39 @@ def decode_weights(streams, p, fwd=False, diag=None) -> np.ndarray:
             diag.append(f"weight decoder {k}: SWD status {status}")
         dec.append(v)
     return unorder_weights(dec, p, diag)
+
+
+_DECODED: OrderedDict = OrderedDict()  # (stream bytes, params, fwd) -> (read-only W, diag)
+_DECODED_MAX_ENTRIES = 64
+_DECODED_MAX_BYTES = 64 << 20
+
+
+def decode_weights_memo(streams, p, fwd: bool = False, diag: list | None = None) -> np.ndarray:
+    """:func:`decode_weights` memoised on the exact stream bytes and ordering parameters.
+
+    Why: a program reruns the same layers (every inference, every ``monitor reset init``) and
+    decoding is a pure function of the bytes, so the decoder's milliseconds need not be paid
+    again. The key is the full content (not an address), so a changed stream decodes afresh.
+    Returns a read-only array; the diag messages of the decode are replayed on every hit.
+    Bounded to 64 entries / 64 MiB of stream bytes (least recently used out)."""
+    key = (tuple(bytes(st) for st in streams), np.asarray(p, np.int64).tobytes(), bool(fwd))
+    hit = _DECODED.get(key)
+    if hit is None:
+        msgs: list[str] = []
+        w = decode_weights(streams, p, fwd=fwd, diag=msgs)
+        w.flags.writeable = False
+        hit = (w, tuple(msgs))
+        _DECODED[key] = hit
+        total = sum(sum(len(b) for b in k[0]) for k in _DECODED)
+        while len(_DECODED) > 1 and (len(_DECODED) > _DECODED_MAX_ENTRIES
+                                     or total > _DECODED_MAX_BYTES):
+            old, _ = _DECODED.popitem(last=False)
+            total -= sum(len(b) for b in old[0])
+    else:
+        _DECODED.move_to_end(key)
+    if diag is not None:
+        diag.extend(hit[1])
+    return hit[0]
 
 
 # ------------------------------------------------------------------------------------------------

@@ -1,0 +1,363 @@
+"""Ethos-U85 fast paths against the reference paths they replace, bit for bit:
+
+* the exact float BLAS GEMM of CONV / DEPTHWISE / matmul (emu/ethosu85_ops, method "auto")
+  against the numba loop (method "loop") on random shapes, zero points, strides, dilations,
+  pads, IFM types (int8 / uint8 / int16), accumulator inputs, 32/48-bit accumulators, raw
+  accumulator output, LUT functions, and against an independent numpy integer computation of the
+  accumulator sums;
+* the strided-box gather/scatter of the device (gather_box / scatter_box) against the
+  element-address path (gather / scatter): values, memory, Touched ranges and PMU counters;
+* the memoised weight decoder against the plain one.
+"""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from accelstub.devices import open_device
+from accelstub.devices import ethosu85_stream as es
+from accelstub.devices.device import Touched
+from accelstub.emu import ethosu85_ops as O
+from accelstub.emu import ethosu85_primitives as P
+from accelstub.emu import ethosu85_weights as Wt
+from tests.test_ethosu85_device import BUF, Host
+from tests.test_ethosu85_ops_device import (STOP, acc_format, ifm, kernel, ofm, out, scale_cmds,
+                                            tensor_bytes, weight_cmds)
+
+ITYPES = [(8, True), (8, False), (16, True)]
+
+
+def random_cfg(rng, acc_bits: int, raw: bool) -> tuple[np.ndarray, bool]:
+    """A random output stage; LUT functions now and then (they take P.finish per element)."""
+    bits, signed = [(8, True), (8, False), (16, True), (32, True)][int(rng.integers(0, 4))]
+    func = int(rng.choice([0, 0, 0, 1, 4, 8, 10]))
+    per_channel = bool(rng.integers(0, 2))
+    lo, hi = P.type_range(min(bits, 16), signed)
+    amin = int(rng.integers(lo, hi + 1))
+    amax = int(rng.integers(amin, hi + 1))
+    cfg = P.out_config(ofm_bits=bits, ofm_signed=signed,
+                       zero_point=int(rng.integers(-128, 128)) if signed else int(rng.integers(0, 256)),
+                       act_min=amin, act_max=amax,
+                       scale=int(rng.integers(0, 1 << (15 if acc_bits == 48 else 31))),
+                       shift=int(rng.integers(0, 64)), round_mode=int(rng.integers(0, 6)),
+                       dbl_rnd=int(rng.integers(0, 31)), per_channel=per_channel,
+                       acc_bits=acc_bits, function=func, table=0,
+                       clip_none=bool(rng.integers(0, 2)) and bits == 8, acc_output_disable=raw)
+    return cfg, per_channel
+
+
+def conv_problem(rng, depthwise: bool):
+    while True:
+        prob = _conv_problem(rng, depthwise)
+        if prob is not None:
+            return prob
+
+
+def _conv_problem(rng, depthwise: bool):
+    bits, signed = ITYPES[int(rng.integers(0, 3))]
+    lo, hi = P.type_range(bits, signed)
+    kh, kw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    sy, sx = int(rng.integers(1, 4)), int(rng.integers(1, 3))
+    dy, dx = int(rng.integers(1, 3)), int(rng.integers(1, 3))
+    H, W = int(rng.integers(1, 9)), int(rng.integers(1, 9))
+    pad = tuple(int(p) for p in rng.integers(0, 3, 4))
+    dh, dw = (kh - 1) * dy + 1, (kw - 1) * dx + 1
+    ih, iw = (H - 1) * sy + dh - pad[0] - pad[2], (W - 1) * sx + dw - pad[1] - pad[3]
+    if ih < 1 or iw < 1:
+        return None
+    c = int(rng.integers(1, 40))
+    oc = c if depthwise else int(rng.integers(1, 20))
+    # stored IFM a little larger / smaller than the derived extent now and then (_fit)
+    sh = (max(1, ih + int(rng.integers(-1, 2))), max(1, iw + int(rng.integers(-1, 2))), c)
+    x = rng.integers(lo, hi + 1, sh).astype({(8, True): np.int8, (8, False): np.uint8,
+                                             (16, True): np.int16}[(bits, signed)])
+    if rng.integers(0, 4) == 0:
+        x = x.astype(np.int64)           # raw int64 storage (the element-gather path gives that)
+    zp = int(rng.integers(lo, hi + 1)) if bits == 8 else 0
+    wmax = int(rng.choice([9, 255, 300]))
+    w = rng.integers(-wmax, wmax + 1, (oc, kh, kw, 1 if depthwise else c))
+    acc_bits = 48 if (bits == 16 or rng.integers(0, 2)) else 32
+    raw = bool(rng.integers(0, 4) == 0)
+    cfg, _ = random_cfg(rng, acc_bits, raw)
+    acc_in = None
+    if rng.integers(0, 3) == 0:    # acc_input keep/ifm2: also values outside the accumulator range
+        acc_in = rng.integers(-(1 << 62), 1 << 62, (H, W, oc))
+    lb = 1 << (acc_bits - 1)
+    kw_ = dict(stride=(sy, sx), dilation=(dy, dx), pad=pad, ifm_zp=zp, ifm_bits=bits,
+               ifm_signed=signed, cfg=cfg, bias=rng.integers(-lb, lb, oc),
+               scales=rng.integers(0, 1 << (15 if acc_bits == 48 else 31), oc),
+               shifts=rng.integers(0, 64, oc), lut=rng.integers(0, 256, 2048).astype(np.uint8),
+               acc_in=acc_in)
+    return x, w, (H, W), kw_
+
+
+@pytest.mark.parametrize("seed", range(60))
+@pytest.mark.parametrize("depthwise", [False, True])
+def test_gemm_path_equals_loop(seed, depthwise):
+    rng = np.random.default_rng(1000 * seed + depthwise)
+    x, w, hw, kw_ = conv_problem(rng, depthwise)
+    fn = O.depthwise2d if depthwise else O.conv2d
+    d1, d2 = [], []
+    got = fn(x, w, hw, diag=d1, **kw_)
+    exp = fn(x, w, hw, diag=d2, method="loop", **kw_)
+    assert got.dtype == exp.dtype
+    np.testing.assert_array_equal(got, exp)
+    assert d1 == d2
+
+
+def numpy_sums(x, w, hw, stride, dilation, pad, zp, depthwise):
+    """Independent accumulator sums in int64 numpy (no wrap): zero-padded IFM, one slice per
+    kernel position, einsum over input channels."""
+    H, W = hw
+    kh, kw = w.shape[1], w.shape[2]
+    v = x.astype(np.int64) - zp
+    dh, dw = (kh - 1) * dilation[0] + 1, (kw - 1) * dilation[1] + 1
+    ih = (H - 1) * stride[0] + dh - pad[0] - pad[2]
+    iw = (W - 1) * stride[1] + dw - pad[1] - pad[3]
+    frame = np.zeros((ih + pad[0] + pad[2], iw + pad[1] + pad[3], v.shape[2]), np.int64)
+    hh, ww = min(ih, v.shape[0]), min(iw, v.shape[1])
+    frame[pad[0]:pad[0] + hh, pad[1]:pad[1] + ww] = v[:hh, :ww]
+    tot = np.zeros((H, W, w.shape[0]), np.int64)
+    for ky in range(kh):
+        for kx in range(kw):
+            a = frame[ky * dilation[0]:ky * dilation[0] + (H - 1) * stride[0] + 1:stride[0],
+                      kx * dilation[1]:kx * dilation[1] + (W - 1) * stride[1] + 1:stride[1]]
+            if depthwise:
+                tot += a[:, :, :w.shape[0]] * w[:, ky, kx, 0]
+            else:
+                tot += np.einsum("hwc,oc->hwo", a, w[:, ky, kx, :].astype(np.int64))
+    return tot
+
+
+@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize("depthwise", [False, True])
+def test_gemm_sums_equal_numpy_integers(seed, depthwise):
+    """Raw 48-bit accumulators out (acc_output disable) = the integer sums wrapped to 48 bits."""
+    rng = np.random.default_rng(7000 + seed)
+    x, w, hw, kw_ = conv_problem(rng, depthwise)
+    bits, signed = kw_["ifm_bits"], kw_["ifm_signed"]
+    kw_.update(cfg=P.out_config(acc_bits=48, acc_output_disable=True), acc_in=None)
+    fn = O.depthwise2d if depthwise else O.conv2d
+    got = fn(x, w, hw, **kw_)
+    raw = O.read_values(x, 0, bits, signed)
+    tot = numpy_sums(raw, w, hw, kw_["stride"], kw_["dilation"], kw_["pad"], kw_["ifm_zp"], depthwise)
+    exp = np.vectorize(lambda t: int(P.sign_extend(int(t), 48)))(tot) if tot.size else tot
+    # positions with no kernel tap inside the IFM keep the reset value 0 either way
+    np.testing.assert_array_equal(got, exp)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_matmul_gemm_equals_loop(seed):
+    rng = np.random.default_rng(300 + seed)
+    bits = 8 if seed % 2 else 16
+    lo, hi = P.type_range(bits, True)
+    Wd, ic, d = int(rng.integers(1, 40)), int(rng.integers(1, 70)), int(rng.integers(1, 30))
+    a = rng.integers(lo, hi + 1, (1, Wd, ic)).astype(np.int8 if bits == 8 else np.int16)
+    b = rng.integers(lo, hi + 1, (1, ic, d)).astype(np.int8 if bits == 8 else np.int16)
+    zp, zp2 = (int(rng.integers(-128, 128)), int(rng.integers(-128, 128))) if bits == 8 else (0, 0)
+    cfg, _ = random_cfg(rng, 48 if bits == 16 else 32, bool(seed % 5 == 0))
+    kw_ = dict(ifm_zp=zp, ifm2_zp=zp2, ifm_bits=bits, ifm_signed=True, cfg=cfg,
+               bias=rng.integers(-999, 999, d), scales=rng.integers(0, 1 << 15, d),
+               shifts=rng.integers(0, 50, d), lut=rng.integers(0, 256, 2048).astype(np.uint8))
+    np.testing.assert_array_equal(O.matmul(a, b, **kw_), O.matmul(a, b, method="loop", **kw_))
+
+
+def test_gemm_dtype_bounds():
+    """float32 only while max|v| * max_oc sum|w| < 2**24, float64 below 2**53, else the loop."""
+    w = np.full((2, 1, 1, 64), 255)
+    assert O._gemm_dtype(255, w) is np.float32                  # 255*255*64 < 2**24
+    assert O._gemm_dtype(255, np.full((1, 3, 3, 64), 255)) is np.float64
+    assert O._gemm_dtype(1 << 16, np.full((1, 1, 1, 1), 1 << 40)) is None
+
+
+def test_large_sums_use_float64_and_stay_exact():
+    """A 1x1 conv over 2048 channels of extreme int8 values: partial sums beyond 2**24."""
+    rng = np.random.default_rng(5)
+    x = rng.choice([-128, -127], (3, 5, 2048)).astype(np.int8)
+    w = -256 + rng.integers(0, 2, (4, 1, 1, 2048))
+    assert O._gemm_dtype(255, w) is np.float64
+    cfg = P.out_config(acc_bits=48, acc_output_disable=True)
+    got = O.conv2d(x, w, ifm_zp=127, cfg=cfg)
+    np.testing.assert_array_equal(got, O.conv2d(x, w, ifm_zp=127, cfg=cfg, method="loop"))
+    assert np.abs(got).max() > 1 << 24
+
+
+def test_padding_only_outputs_keep_unwrapped_start_value():
+    """No tap inside the IFM: no accumulate() call, the start value is not wrapped (L8195)."""
+    x = np.ones((1, 1, 1), np.int8)
+    w = np.ones((1, 1, 1, 1))
+    acc_in = np.full((3, 3, 1), 1 << 60)
+    cfg = P.out_config(acc_bits=32, acc_output_disable=True)
+    got = O.conv2d(x, w, (3, 3), pad=(1, 1, 1, 1), cfg=cfg, acc_in=acc_in)
+    exp = O.conv2d(x, w, (3, 3), pad=(1, 1, 1, 1), cfg=cfg, acc_in=acc_in, method="loop")
+    np.testing.assert_array_equal(got, exp)
+    assert got[0, 0, 0] == 1 << 60 and got[1, 1, 0] == P.sign_extend((1 << 60) + 1, 32)
+
+
+# ---------------------------------------------------------------------------------------------
+# device: strided boxes against element addresses
+
+
+def fresh():
+    d = open_device("ethos-u85")
+    Host(d).boot()
+    return d
+
+
+def without_boxes(d):
+    d.gather_box = lambda *a, **k: None
+    d.scatter_box = lambda *a, **k: False
+    return d
+
+
+def test_box_gather_scatter_equal_element_path():
+    d = fresh()
+    Host(d).w("BASEP1_LO", BUF)
+    Host(d).w("BASEP1_HI", 0)
+    rng = np.random.default_rng(11)
+    d.write(BUF, rng.integers(0, 256, 0x4000).astype(np.uint8).tobytes())
+    base = d.basep(1)
+    for _ in range(40):
+        size = int(rng.choice([1, 2, 4, 8]))
+        shape = tuple(int(n) for n in rng.integers(1, 6, 3))
+        strides = [size]
+        for n in shape[:0:-1]:
+            strides.insert(0, strides[0] * n + size * int(rng.integers(0, 3)))
+        strides = tuple(strides)
+        perm = rng.permutation(3)                    # also boxes in non-C order
+        shape = tuple(shape[i] for i in perm)
+        strides = tuple(strides[i] for i in perm)
+        off = int(rng.integers(0, 64)) * size
+        idx = np.indices(shape).reshape(3, -1).T
+        offs = off + idx @ np.array(strides)
+        signed = bool(rng.integers(0, 2))
+        ctx = {"touched": Touched(), "axi": [], "bytes": 0}
+        d._unit_ctx = ctx
+        a = d.gather_box(1, off, shape, strides, size, signed, 1)
+        ctx2 = {"touched": Touched(), "axi": [], "bytes": 0}
+        d._unit_ctx = ctx2
+        b = d.gather(1, offs, size, signed, 1).reshape(shape)
+        np.testing.assert_array_equal(np.asarray(a, np.int64), b)
+        assert ctx["touched"].reads == ctx2["touched"].reads and ctx["bytes"] == ctx2["bytes"]
+        assert ctx["axi"] == ctx2["axi"]
+        vals = rng.integers(-(1 << 40), 1 << 40, shape)
+        before = d.read(BUF, 0x4000)
+        d._unit_ctx = ctx
+        assert d.scatter_box(1, off, shape, strides, size, vals, 8)
+        after_box = d.read(BUF, 0x4000)
+        d.write(BUF, before)
+        d._unit_ctx = ctx2
+        d.scatter(1, offs, size, vals.ravel(), 8)
+        assert d.read(BUF, 0x4000) == after_box
+        assert ctx["touched"].writes == ctx2["touched"].writes and ctx["axi"] == ctx2["axi"]
+    d._unit_ctx = None
+    assert base == d.basep(1)
+    # a self-overlapping box is left to the element path
+    assert not d.scatter_box(1, 0, (2, 3), (1, 1), 1, np.zeros((2, 3)), 8)
+
+
+def conv_program(d, rng, fmt, ofmt, transpose, shape, oc, k=3):
+    IH, IW, IC = shape
+    x = rng.integers(-128, 128, shape)
+    W = rng.integers(-255, 256, (oc, k, k, IC))
+    d.write(BUF, tensor_bytes(x, 8, True, fmt))
+    o = out(zp=-2, rnd=0, per_channel=True)
+    pad = (1, 1, 1, 1)
+    stored = {"HWC": None, "WHC": (IW, IH, oc), "HCW": (IH, oc, IW), "CHW": (oc, IH, IW),
+              "WCH": (IW, oc, IH), "CWH": (oc, IW, IH)}[transpose]
+    blk = (16, 16, 16) if ofmt == "nhcwb16" else (IH, IW, 16)
+    return (ifm("IFM", shape, 0, fmt=fmt, zp=3) + [("NPU_SET_IFM_DEPTH_M1", dict(depth_m1=IC - 1))]
+            + ofm((IH, IW, oc), 0x4000, o, fmt=ofmt, transpose=transpose, stored=stored, blk=blk)
+            + kernel(k, k, pad=pad) + acc_format()
+            + weight_cmds(d, W, ofm_blk_depth=16, kernel_hw=(k, k))
+            + scale_cmds(d, rng.integers(-5000, 5000, oc), rng.integers(1 << 29, 1 << 31, oc),
+                         rng.integers(36, 42, oc))
+            + [("NPU_OP_CONV", {})])
+
+
+@pytest.mark.parametrize("fmt, ofmt, transpose, shape, oc, used", [
+    ("nhwc", "nhwc", "HWC", (6, 7, 5), 9, (True, True)),
+    ("nhcwb16", "nhcwb16", "HWC", (5, 4, 32), 16, (True, True)),    # whole bricks: 4-D boxes
+    ("nhcwb16", "nhcwb16", "HWC", (5, 4, 20), 18, (False, False)),  # partial bricks: elements
+    ("nhcwb16", "nhwc", "HWC", (4, 5, 12), 7, (True, True)),        # one brick
+    ("nhwc", "nhwc", "WHC", (5, 6, 3), 4, (True, True)),
+    ("nhwc", "nhwc", "CHW", (4, 6, 3), 5, (True, True)),
+    ("nhwc", "nhcwb16", "HCW", (3, 16, 3), 16, (True, True)),
+])
+def test_device_box_path_equals_element_path(fmt, ofmt, transpose, shape, oc, used):
+    """The same conv through both paths: OFM memory, Touched ranges, PMU counters identical."""
+    results = []
+    for boxes in (True, False):
+        d = fresh() if boxes else without_boxes(fresh())
+        calls = []
+        if boxes:
+            def spy(fn, tag):
+                def call(*a):
+                    r = fn(*a)
+                    calls.append((tag, r is not None and r is not False))
+                    return r
+                return call
+            d.gather_box = spy(d.gather_box, "g")
+            d.scatter_box = spy(d.scatter_box, "s")
+        rng = np.random.default_rng(42)
+        cmds = conv_program(d, rng, fmt, ofmt, transpose, shape, oc)
+        Host(d).start(es.encode_stream(cmds + STOP))
+        t = d.execute_unit(threading.Event())
+        assert not Host(d).field("STATUS", "cmd_parse_error")
+        results.append((d.read(BUF, 0x8000), t.reads, t.writes, d.counters()))
+        if boxes:
+            assert (("g", True) in calls) == used[0] and (("s", True) in calls) == used[1]
+    assert results[0] == results[1]
+
+
+def test_weight_decode_memo():
+    rng = np.random.default_rng(3)
+    W = rng.integers(-255, 256, (20, 3, 3, 9))
+    p = Wt.ordering_params(ofm_depth=20, ifm_depth=9, kernel_hw=(3, 3), ofm_block_depth=16,
+                           macs_per_cc=256, microblock=2)
+    streams = [Wt.encode_swd(s, zdiv=0, wdiv=5) for s in Wt.order_weights(W, p)]
+    a = Wt.decode_weights_memo(streams, p)
+    b = Wt.decode_weights_memo(list(streams), p)
+    assert a is b and not a.flags.writeable
+    np.testing.assert_array_equal(a, Wt.decode_weights(streams, p))
+    np.testing.assert_array_equal(a, W)
+    # a changed stream decodes afresh; diag messages are replayed on a hit
+    bad = [streams[0][:16]]
+    d1, d2 = [], []
+    Wt.decode_weights_memo(bad, p, diag=d1)
+    Wt.decode_weights_memo(bad, p, diag=d2)
+    ref_diag: list[str] = []
+    Wt.decode_weights(bad, p, diag=ref_diag)
+    assert d1 == d2 == ref_diag and d1
+
+
+def test_axi_burst_counts_equal_vectorised_split():
+    """The numba burst kernel against the vectorised numpy split it replaced (per range:
+    bursts at the alignment, port = hash parities % ports)."""
+    from accelstub.emu.ethosu85_axi import burst_counts
+
+    rng = np.random.default_rng(9)
+    for _ in range(50):
+        s0 = rng.integers(0, 1 << 40, int(rng.integers(1, 30)))
+        e0 = s0 + rng.integers(1, 5000, s0.size)
+        align = int(rng.choice([64, 128, 256, 32]))
+        hashes = [int(h) for h in rng.integers(0, 1 << 47, int(rng.integers(0, 3)))]
+        n = int(rng.choice([1, 2, 4]))
+        nb = (e0 - 1) // align - s0 // align + 1
+        idx = np.repeat(np.arange(s0.size), nb)
+        k = np.arange(int(nb.sum())) - np.repeat(np.cumsum(nb) - nb, nb)
+        a = np.where(k == 0, s0[idx], (s0[idx] // align + k) * align)
+        b = np.minimum(e0[idx], (a // align + 1) * align)
+        port = np.zeros(a.shape, np.int64)
+        for bit, h in enumerate(hashes):
+            port |= np.array([bin(int(x) & h).count("1") & 1 for x in a], np.int64) << bit
+        port %= n
+        trans, beats, nbytes, total = burst_counts(np.stack([s0, e0], 1), align,
+                                                   np.asarray(hashes, np.int64), n)
+        np.testing.assert_array_equal(trans, np.bincount(port, minlength=n))
+        np.testing.assert_array_equal(beats, np.bincount(port, weights=(b + 15) // 16 - a // 16,
+                                                         minlength=n).astype(np.int64))
+        np.testing.assert_array_equal(nbytes, np.bincount(port, weights=b - a, minlength=n))
+        assert total == a.size
