@@ -22,9 +22,7 @@ one implementation of each operation. The kernels report a violated assert in ``
 turns the first one into :class:`Unpredictable` before anything is written.
 
 Not modelled (raise :class:`NotImplementedYet`, "... not implemented yet", no state change):
-sparse_2_4 weights (the stream format is not in the seed, digest G-W6), FWD with several weight
-decoders, even dilated kernel sizes with dilation 2 (the kernel derives the IFM extent from the
-undilated size).
+sparse_2_4 weights (the stream format is not in the seed, digest G-W6).
 """
 from __future__ import annotations
 
@@ -697,8 +695,6 @@ def _conv_like(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig,
         require(s.get("WEIGHT_FORMAT", "weight_sparsity") == 0, "weight_sparsity == none",
                 "L8292")
     up = _upscale(s, ifm, sy, sx)
-    if (dy == 2 and dh % 2 == 0) or (dx == 2 and dw % 2 == 0):
-        raise not_implemented("dilation x2 with an even dilated kernel size")
     kh_u, kw_u = (dh + dy - 1) // dy, (dw + dx - 1) // dx
     kcfg = out_config(s, accumulator_path=True)
     acc_in = acc_input(s, mem, (H, W, D), acc48)
@@ -733,7 +729,8 @@ def _conv_like(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig,
         fn = K.depthwise2d if depthwise else K.conv2d
         out = fn(raw, w, (H, W), stride=(sy, sx), dilation=(dy, dx), pad=(pt, pl, pb, pr),
                  ifm_zp=zp, ifm_bits=ifm.bits, ifm_signed=ifm.signed, upscale_mode=up, cfg=kcfg,
-                 bias=bias, scales=scales, shifts=shifts, lut=mem.lut, acc_in=acc_in, diag=diag)
+                 bias=bias, scales=scales, shifts=shifts, lut=mem.lut, acc_in=acc_in, diag=diag,
+                 dilated=(dh, dw))
     _check_diag(diag, cmd.name)
     _finish(mem, s, cfg, out, kcfg, True)
     n = H * W * D

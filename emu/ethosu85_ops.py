@@ -381,7 +381,7 @@ def _native(raw: np.ndarray, bits: int, signed: bool) -> bool:
 
 def _conv_common(ifm, weights, ofm_hw, stride, dilation, pad, ifm_zp, ifm_bits, ifm_signed,
                  upscale_mode, cfg, bias, scales, shifts, lut, acc_in, diag, depthwise,
-                 method="auto"):
+                 method="auto", dilated=None):
     cfg = _cfg(cfg)
     bits, signed = _infer_type(ifm, ifm_bits, ifm_signed)
     _diag(diag, bits == 8 or (bits == 16 and signed), "CONV/DEPTHWISE IFM must be b8 or signed b16 (L8180)")
@@ -394,7 +394,9 @@ def _conv_common(ifm, weights, ofm_hw, stride, dilation, pad, ifm_zp, ifm_bits, 
     sy, sx = stride
     dy, dx = dilation
     pt, pl, pb, pr = pad
-    dh, dw = (kh - 1) * dy + 1, (kw - 1) * dx + 1                 # KERNEL_*_M1 + 1 (L8150-8151)
+    # KERNEL_*_M1 + 1 (L8150-8151); with dilation x2 it may be even, one more than the taps
+    # reach (ky*dil < dilated size, L8188), and still counts in the IFM extent
+    dh, dw = dilated or ((kh - 1) * dy + 1, (kw - 1) * dx + 1)
     ih = (H - 1) * sy + dh - (pt + pb)                              # derived IFM extent (L8168-8169)
     iw = (W - 1) * sx + dw - (pl + pr)
     zp, zp_ok = P.ifm_zero_point(ifm_zp, bits, signed)
@@ -445,14 +447,15 @@ def _conv_common(ifm, weights, ofm_hw, stride, dilation, pad, ifm_zp, ifm_bits, 
 def conv2d(ifm, weights, ofm_hw=None, *, stride=(1, 1), dilation=(1, 1), pad=(0, 0, 0, 0),
            ifm_zp=0, ifm_bits=None, ifm_signed=None, upscale_mode=UPSCALE_NONE, cfg=None,
            bias=None, scales=None, shifts=None, lut=None, acc_in=None, diag=None,
-           method: str = "auto") -> np.ndarray:
+           method: str = "auto", dilated: tuple[int, int] | None = None) -> np.ndarray:
     """NPU_OP_CONV (weights_ifm2 = 0). ifm [H,W,C] or [N,H,W,C] raw stored integers;
     weights [OC, KH, KW, IC] int9 with UNDILATED kernel indices (as decoded from the weight
     stream); pad = (top, left, bottom, right); ofm_hw defaults to the TFLite-style full output.
     bias/scales/shifts per OFM channel (decoded scale stream, used when cfg is per_channel).
     method "auto" sums with an exact float BLAS GEMM whenever exactness is provable (see
     _gemm_dtype), else with the numba loop; "loop" always runs the loop (the reference the GEMM
-    path is tested against). Both give identical results."""
+    path is tested against). Both give identical results. ``dilated`` = KERNEL_HEIGHT/WIDTH_M1
+    + 1 when it is not (k-1)*dilation + 1 (an even size with dilation x2)."""
     ifm = np.asarray(ifm)
     if ofm_hw is None:
         w = np.asarray(weights)
@@ -461,15 +464,16 @@ def conv2d(ifm, weights, ofm_hw=None, *, stride=(1, 1), dilation=(1, 1), pad=(0,
         ofm_hw = ((ih + pad[0] + pad[2] - dh) // stride[0] + 1, (iw + pad[1] + pad[3] - dw) // stride[1] + 1)
     return _batched(_conv_common, ifm, weights, ofm_hw, stride, dilation, pad, ifm_zp, ifm_bits,
                     ifm_signed, upscale_mode, cfg, bias, scales, shifts, lut, acc_in, diag, False,
-                    method)
+                    method, dilated)
 
 
 def depthwise2d(ifm, weights, ofm_hw=None, *, stride=(1, 1), dilation=(1, 1), pad=(0, 0, 0, 0),
                 ifm_zp=0, ifm_bits=None, ifm_signed=None, upscale_mode=UPSCALE_NONE, cfg=None,
                 bias=None, scales=None, shifts=None, lut=None, acc_in=None, diag=None,
-                method: str = "auto") -> np.ndarray:
+                method: str = "auto", dilated: tuple[int, int] | None = None) -> np.ndarray:
     """NPU_OP_DEPTHWISE (channel multiplier 1): weights [C, KH, KW] or [C, KH, KW, 1];
-    ``method`` as for :func:`conv2d` (the exact path is a float multiply-add per position)."""
+    ``method`` and ``dilated`` as for :func:`conv2d` (the exact path is a float multiply-add
+    per position)."""
     w = np.asarray(weights)
     if w.ndim == 3:
         w = w[..., None]
@@ -480,7 +484,7 @@ def depthwise2d(ifm, weights, ofm_hw=None, *, stride=(1, 1), dilation=(1, 1), pa
         ofm_hw = ((ih + pad[0] + pad[2] - dh) // stride[0] + 1, (iw + pad[1] + pad[3] - dw) // stride[1] + 1)
     return _batched(_conv_common, ifm, w, ofm_hw, stride, dilation, pad, ifm_zp, ifm_bits,
                     ifm_signed, upscale_mode, cfg, bias, scales, shifts, lut, acc_in, diag, True,
-                    method)
+                    method, dilated)
 
 
 def matmul(ifm, ifm2, *, ifm_zp=0, ifm2_zp=0, ifm_bits=None, ifm_signed=None, cfg=None,

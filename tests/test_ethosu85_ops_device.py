@@ -111,10 +111,11 @@ def out(bits=8, signed=True, zp=0, scale=1, shift=0, rnd=1, **kw) -> dict:
 
 
 def kernel(kh: int, kw: int, stride=(1, 1), dilation=(1, 1), pad=(0, 0, 0, 0),
-           order="depth_first") -> list:
+           order="depth_first", extra=0) -> list:
+    """``extra`` adds to the dilated sizes (an even dilated size with dilation 2)."""
     sy, sx = stride[0] - 1, stride[1] - 1
-    return [("NPU_SET_KERNEL_HEIGHT_M1", dict(height_m1=(kh - 1) * dilation[0])),
-            ("NPU_SET_KERNEL_WIDTH_M1", dict(width_m1=(kw - 1) * dilation[1])),
+    return [("NPU_SET_KERNEL_HEIGHT_M1", dict(height_m1=(kh - 1) * dilation[0] + extra)),
+            ("NPU_SET_KERNEL_WIDTH_M1", dict(width_m1=(kw - 1) * dilation[1] + extra)),
             ("NPU_SET_KERNEL_STRIDE", dict(stride_y_lsb=sy & 1, stride_y_msb=sy >> 1,
                                            stride_x_lsb=sx & 1, stride_x_msb=sx >> 1,
                                            dilation_y=dilation[0] - 1, dilation_x=dilation[1] - 1,
@@ -191,14 +192,14 @@ LUT0 = bytes(2048)
 
 
 def conv_case(dev, host, *, ishape, oc, k, stride=(1, 1), dil=(1, 1), pad=(0, 0, 0, 0), bits=8,
-              zp=3, fmt="nhwc", ofmt="nhwc", acc48=False, o=None, seed=0, fwd=False):
+              zp=3, fmt="nhwc", ofmt="nhwc", acc48=False, o=None, seed=0, fwd=False, extra=0):
     rng = np.random.default_rng(seed)
     IH, IW, IC = ishape
     signed = True
     lo, hi = (-128, 127) if bits == 8 else (-3000, 3000)
     x = rng.integers(lo, hi + 1, ishape)
     W = rng.integers(-128, 128, (oc, k, k, IC)) if fwd else rng.integers(-255, 256, (oc, k, k, IC))
-    dh, dw = (k - 1) * dil[0] + 1, (k - 1) * dil[1] + 1
+    dh, dw = (k - 1) * dil[0] + 1 + extra, (k - 1) * dil[1] + 1 + extra
     H = (IH + pad[0] + pad[2] - dh) // stride[0] + 1
     Wd = (IW + pad[1] + pad[3] - dw) // stride[1] + 1
     bias = rng.integers(-5000, 5000, oc)
@@ -214,7 +215,7 @@ def conv_case(dev, host, *, ishape, oc, k, stride=(1, 1), dil=(1, 1), pad=(0, 0,
     cmds = (ifm("IFM", ishape, 0, bits=bits, fmt=fmt, zp=zp if bits == 8 else 0)
             + [("NPU_SET_IFM_DEPTH_M1", dict(depth_m1=IC - 1))]
             + ofm((H, Wd, oc), ofm_off, o, fmt=ofmt, blk=(H, Wd, blk))
-            + kernel(k, k, stride, dil, pad) + acc_format(acc48)
+            + kernel(k, k, stride, dil, pad, extra=extra) + acc_format(acc48)
             + weight_cmds(dev, W, ofm_blk_depth=blk, kernel_hw=(dh, dw), dilation=dil,
                           stride=stride, ifm16=bits == 16, fwd=fwd)
             # raw FWD weights are not compressed: the scale stream goes past them
@@ -236,6 +237,12 @@ def conv_case(dev, host, *, ishape, oc, k, stride=(1, 1), dil=(1, 1), pad=(0, 0,
 def test_conv3x3_stride_pad_dilation(dev, host, stride, dil, pad):
     macs = conv_case(dev, host, ishape=(9, 8, 5), oc=6, k=3, stride=stride, dil=dil, pad=pad)
     assert dev.counters()["macs"] == macs
+
+
+def test_conv_dilation2_with_an_even_dilated_size(dev, host):
+    """Dilated size 6 with dilation x2: taps ky*2 < 6 are 0, 2, 4 (L8181-8190), the undilated
+    kernel is (6+1)>>1 = 3 (L7338), and the IFM extent counts the full dilated size (L8168)."""
+    conv_case(dev, host, ishape=(10, 9, 5), oc=6, k=3, dil=(2, 2), pad=(1, 1, 0, 1), extra=1)
 
 
 def test_conv_nhcwb16_ifm_and_ofm(dev, host):
