@@ -1,42 +1,137 @@
 """The TUI's live update rate and what its polling costs the emulation.
 
-    python benchmarks/bench_tui.py [--seconds 10] [--view registers|memory|status|...]
+    python benchmarks/bench_tui.py [--view status|registers|memory|program|tensor|all]
+                                   [--pairs 60] [--chunk 10]
 
-Set-up as ``accelstub tui max78000``: the stub runs in a child process (``accelstub serve``), the
-TUI (headless, 120x40) attaches over RSP, and a gdb-like client controls run state.
+Set-up as ``accelstub tui max78000`` with gdb beside it: three processes. The stub runs in a
+child process (``accelstub serve``); the TUI (headless, 120x40, the chosen view) runs in a second
+child process; this process is the gdb-like client that controls run state and times the runs.
 The workload is a network with the layer shapes of the ai8x MNIST example (10.8 M MACs), built
 by devices/max78000_build.py.
 
 1. Update rate: a run that gdb continues, slowed to 0.5 s per layer (EMU_THROTTLE_US), while
-   the TUI watches: poll results the app applied per second of run.
-2. Slowdown: `monitor reset init` (reload) then `continue` to completion, again and again for N
-   seconds; the mean wall time of the continues without the TUI, with the TUI attached and
-   polling at its running rate, and without it again (to show the noise).
+   the TUI watches: poll results the app applied while running, per second of run, and the TUI
+   process's CPU use meanwhile (percent of one core: what it takes from the emulation's cores).
+2. Slowdown: `monitor reset init` (reload) then a timed `continue` to completion, in pairs: one
+   with the TUI polling, one with the TUI process stopped (SIGSTOP: attached but silent, the
+   baseline), in alternating order (on-off, off-on, ...), so both halves of a pair see the same
+   load from the rest of the machine. A continue takes a few ms when the machine is quiet and
+   tens of ms when other processes compete for the 2 cores (BLAS threads wait for each other),
+   so one figure needs many pairs: per chunk of ``--chunk`` pairs, the mean continue time with
+   the TUI over the mean without, minus 1; reported are the median over the chunks, their
+   spread (min, max) and the figure over all pairs, with the TUI process's CPU use (percent of
+   one core) and its update rate while polling. Nothing is pinned to a core.
 
-Prints one JSON line. Not a test: nothing here asserts a speed.
+Why the TUI is a process of its own: gdb is one, and a client sharing the TUI's interpreter
+would time the TUI's hold on that interpreter's GIL (its reply waits behind the UI thread's
+rendering), not the emulation.
+
+Prints one JSON line per view. Not a test: nothing here asserts a speed.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
-import time
-
 import os
+import signal
+import statistics
+import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
-
-from accelstub.devices.max78000_build import Layer, Network, build
-from accelstub.stub.client import RspClient
-from accelstub.tui.app import AccelApp, StubProcess
-from accelstub.tui.target import Target
 
 POLL = float(os.environ.get("BENCH_POLL", "0.08"))
 IDLE = float(os.environ.get("BENCH_IDLE", "0.1"))
 VIEW_KEYS = {"registers": "1", "memory": "2", "program": "3", "status": "4", "tensor": "5"}
 
 
-def start_stub(tmp: str) -> StubProcess:
+# -- the TUI child ---------------------------------------------------------------------------------
+
+def tui_child(port: int, view: str) -> None:
+    """Run the headless app on ``view``; answer each stdin line with a JSON line of counters
+    (``quit`` ends it). Runs in its own process, started by :func:`main`."""
+    import threading
+
+    from accelstub.tui.app import AccelApp
+    from accelstub.tui.target import Target
+
+    target = Target("127.0.0.1", port)
+    app = AccelApp(target, label="bench", poll_period=POLL, idle_period=IDLE)
+    done = asyncio.Event()
+
+    def stats() -> str:
+        return json.dumps({"applied": app.applied, "polls": app.polls,
+                           "cpu": time.process_time(), "t": time.monotonic()})
+
+    async def body() -> None:
+        loop = asyncio.get_running_loop()
+
+        def read_stdin() -> None:
+            for line in sys.stdin:
+                if line.strip() == "quit":
+                    break
+                print(stats(), flush=True)
+            loop.call_soon_threadsafe(done.set)
+
+        async with app.run_test(size=(120, 40)) as pilot:
+            await pilot.pause(0.5)
+            await pilot.press(VIEW_KEYS[view])
+            await pilot.pause(0.5)
+            print("ready " + stats(), flush=True)
+            threading.Thread(target=read_stdin, daemon=True).start()
+            await done.wait()
+
+    try:
+        asyncio.run(body())
+    finally:
+        target.close()
+
+
+class TuiProcess:
+    """The TUI child: counters on request, SIGSTOP/SIGCONT to silence and resume it."""
+
+    def __init__(self, port: int, view: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--tui-child", str(port), "--view", view],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()  # type: ignore[union-attr]
+        if not line.startswith("ready "):
+            raise RuntimeError(f"the TUI did not start: {line!r}")
+        self.stopped = False
+
+    def stats(self) -> dict:
+        self.proc.stdin.write("?\n")  # type: ignore[union-attr]
+        self.proc.stdin.flush()  # type: ignore[union-attr]
+        return json.loads(self.proc.stdout.readline())  # type: ignore[union-attr]
+
+    def pause(self) -> None:
+        self.proc.send_signal(signal.SIGSTOP)
+        self.stopped = True
+
+    def resume(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
+        self.stopped = False
+
+    def close(self) -> None:
+        if self.stopped:
+            self.resume()
+        try:
+            self.proc.stdin.write("quit\n")  # type: ignore[union-attr]
+            self.proc.stdin.close()  # type: ignore[union-attr]
+            self.proc.wait(10)
+        except Exception:
+            self.proc.kill()
+            self.proc.wait()
+
+
+# -- the controlling client ------------------------------------------------------------------------
+
+def start_stub(tmp: str):
+    from accelstub.devices.max78000_build import Layer, Network, build
+    from accelstub.tui.app import StubProcess
+
     net = Network(1, 28, 28, [
         Layer(60, kernel=3, pad=1, activation="relu", shift=-1),
         Layer(60, kernel=3, pad=2, pool="max", activation="relu", shift=-1),
@@ -47,78 +142,116 @@ def start_stub(tmp: str) -> StubProcess:
     return StubProcess("max78000", str(path))
 
 
-def continue_times(client: RspClient, seconds: float) -> float:
-    """Reload and run to completion repeatedly: mean seconds per continue."""
+def one_continue(client) -> float:
+    """Reload, then run to completion: the wall time of the continue."""
+    client.monitor("reset init")
+    t0 = time.perf_counter()
+    reply = client.cont(timeout=60)
+    dt = time.perf_counter() - t0
+    if not reply.startswith("T"):
+        raise RuntimeError(f"continue failed: {reply}")
+    return dt
+
+
+def continue_times(client, seconds: float) -> list[float]:
+    """Reload and run to completion repeatedly for ``seconds``: the wall time of each continue."""
     times = []
     t_end = time.perf_counter() + seconds
     while time.perf_counter() < t_end:
-        client.monitor("reset init")
-        t0 = time.perf_counter()
-        reply = client.cont(timeout=60)
-        times.append(time.perf_counter() - t0)
-        if not reply.startswith("T"):
-            raise RuntimeError(f"continue failed: {reply}")
-    return sum(times) / len(times)
+        times.append(one_continue(client))
+    return times
 
 
-async def with_app(target: Target, view: str, work) -> tuple[object, AccelApp]:
-    app = AccelApp(target, label="bench", poll_period=POLL, idle_period=IDLE)
-    async with app.run_test(size=(120, 40)) as pilot:
-        await pilot.pause(0.5)
-        await pilot.press(VIEW_KEYS[view])
-        await pilot.pause(0.5)
-        result = await asyncio.get_running_loop().run_in_executor(None, work, app)
-        await pilot.pause(0.1)
-    return result, app
+def live_run(gdb, tui: TuiProcess) -> dict:
+    """A run slowed to 0.5 s per layer: the TUI's updates per second of run."""
+    gdb.monitor("reset init")
+    gdb.write_register("EMU_THROTTLE_US", 500_000)
+    s0 = tui.stats()
+    t0 = time.perf_counter()
+    reply = gdb.cont(timeout=60)
+    run_s = time.perf_counter() - t0
+    time.sleep(0.3)
+    s1 = tui.stats()
+    gdb.write_register("EMU_THROTTLE_US", 0)
+    n = s1["polls"] - s0["polls"]
+    return {"stop": reply, "run_s": round(run_s, 3), "updates": n,
+            "updates_per_s": round(n / run_s, 1),
+            "tui_cpu_pct": round(100 * (s1["cpu"] - s0["cpu"]) / (s1["t"] - s0["t"]), 1)}
+
+
+def measure_view(gdb, port: int, view: str, pairs: int, chunk: int) -> dict:
+    """The live run, then ``pairs`` pairs of continues, one with the TUI polling and one with
+    it stopped, in alternating order (on-off, off-on, ...): the two halves of a pair run within
+    a fraction of a second of each other, so the machine's other load hits both alike."""
+    tui = TuiProcess(port, view)
+    try:
+        live = live_run(gdb, tui)
+        on: list[float] = []
+        off: list[float] = []
+        applied = cpu = busy = 0.0
+        for i in range(pairs):
+            for phase in (("on", "off") if i % 2 == 0 else ("off", "on")):
+                if phase == "off":
+                    if not tui.stopped:
+                        tui.pause()
+                    off.append(one_continue(gdb))
+                else:
+                    if tui.stopped:
+                        tui.resume()
+                        time.sleep(0.1)  # let it catch up with the notifications it missed
+                    s0 = tui.stats()
+                    on.append(one_continue(gdb))
+                    s1 = tui.stats()
+                    applied += s1["applied"] - s0["applied"]
+                    cpu += s1["cpu"] - s0["cpu"]
+                    busy += s1["t"] - s0["t"]
+    finally:
+        tui.close()
+    # per chunk of pairs: mean with the TUI over mean without; the median over the chunks and
+    # their spread, and the ratio of all the means
+    ratios = [100 * (statistics.fmean(on[k:k + chunk]) / statistics.fmean(off[k:k + chunk]) - 1)
+              for k in range(0, pairs - chunk + 1, chunk)]
+
+    def r1(x: float) -> float:
+        return round(x, 1)
+
+    return {"view": view, "live_run": live,
+            "slowdown_pct_median": r1(statistics.median(ratios)),
+            "slowdown_pct_min": r1(min(ratios)), "slowdown_pct_max": r1(max(ratios)),
+            "slowdown_pct_chunks": [r1(x) for x in ratios],
+            "slowdown_pct_all": r1(100 * (statistics.fmean(on) / statistics.fmean(off) - 1)),
+            "ms_per_run_with_tui": round(statistics.fmean(on) * 1e3, 2),
+            "ms_per_run_without_tui": round(statistics.fmean(off) * 1e3, 2),
+            "ms_per_run_medians": [round(statistics.median(on) * 1e3, 2),
+                                   round(statistics.median(off) * 1e3, 2)],
+            "tui_updates_per_s_during_runs": r1(applied / busy),
+            "tui_cpu_pct": r1(100 * cpu / busy)}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=10.0)
-    ap.add_argument("--view", choices=sorted(VIEW_KEYS), default="status")
+    ap.add_argument("--view", choices=sorted(VIEW_KEYS) + ["all"], default="status")
+    ap.add_argument("--pairs", type=int, default=60, help="pairs of continues per view")
+    ap.add_argument("--chunk", type=int, default=10, help="pairs per slowdown figure")
+    ap.add_argument("--tui-child", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    out: dict = {"view": args.view}
+    if args.tui_child is not None:
+        tui_child(args.tui_child, args.view)
+        return
+    from accelstub.stub.client import RspClient
+
+    views = list(VIEW_KEYS) if args.view == "all" else [args.view]
     with tempfile.TemporaryDirectory() as tmp:
         stub = start_stub(tmp)
         try:
             gdb = RspClient("127.0.0.1", stub.port)  # first: controls run state
-            target = Target("127.0.0.1", stub.port)
             continue_times(gdb, 1.0)  # warm up (numba cache)
-
-            def live_run(app: AccelApp) -> dict:
-                gdb.monitor("reset init")
-                gdb.write_register("EMU_THROTTLE_US", 500_000)
-                polls0 = app.polls
-                t0 = time.perf_counter()
-                reply = gdb.cont(timeout=60)
-                run_s = time.perf_counter() - t0
-                time.sleep(0.3)
-                gdb.write_register("EMU_THROTTLE_US", 0)
-                return {"stop": reply, "run_s": round(run_s, 3), "updates": app.polls - polls0,
-                        "updates_per_s": round((app.polls - polls0) / run_s, 1)}
-
-            out["live_run"], _ = asyncio.run(with_app(target, args.view, live_run))
-            base = continue_times(gdb, args.seconds)
-
-            def loaded(app: AccelApp) -> dict:
-                polls0, t0 = app.applied, time.perf_counter()
-                mean = continue_times(gdb, args.seconds)
-                return {"mean": mean, "tui_updates_per_s":
-                        round((app.applied - polls0) / (time.perf_counter() - t0), 1)}
-
-            with_tui, _ = asyncio.run(with_app(target, args.view, loaded))
-            base2 = continue_times(gdb, args.seconds)
-            ref = (base + base2) / 2
-            out.update(ms_per_run_without_tui=round(base * 1e3, 2),
-                       ms_per_run_without_tui_again=round(base2 * 1e3, 2),
-                       ms_per_run_with_tui=round(with_tui["mean"] * 1e3, 2),
-                       tui_updates_per_s_during_runs=with_tui["tui_updates_per_s"],
-                       slowdown_pct=round(100 * (with_tui["mean"] / ref - 1), 1))
+            for view in views:
+                out = measure_view(gdb, stub.port, view, args.pairs, args.chunk)
+                print("BENCH " + json.dumps(out), flush=True)
             gdb.close()
-            target.close()
         finally:
             stub.stop()
-    print("BENCH " + json.dumps(out))
 
 
 if __name__ == "__main__":

@@ -65,6 +65,17 @@ async def started(pilot):
     await wait_for(pilot, lambda: "pc 0x" in statusline(pilot.app), what="first poll")
 
 
+async def show(pilot, key: str, view_id: str):
+    """Press a view's number and wait until the view is active and holds the focus (focus moves
+    through Textual's message queue: a key pressed before it lands would go to the old view)."""
+    app = pilot.app
+    await pilot.press(key)
+    view = app.query_one(f"#{view_id}")
+    await wait_for(pilot, lambda: app.active_view is view and app.focused is not None
+                   and view in app.focused.ancestors_with_self, what=f"{view_id} focused")
+    return view
+
+
 # -- parsers ------------------------------------------------------------------------------------
 
 def test_parse_target_xml_blocks_fields_enums(target):
@@ -156,18 +167,20 @@ def test_continue_completes(target, other):
 
 
 def test_halt_while_running_and_live_updates(target, other):
-    other.write_register("EMU_THROTTLE_US", 400_000)  # 0.4 s per layer: a run to watch
+    other.write_register("EMU_THROTTLE_US", 1_000_000)  # 1 s per layer: a run to watch
 
     async def go():
         app = make_app(target)
         async with app.run_test(size=(80, 24)) as pilot:
             await started(pilot)
-            await pilot.press("4")  # the Status view, updating live
+            await show(pilot, "4", "status-view")  # the Status view, updating live
             await pilot.press("c")
             await wait_for(pilot, lambda: "RUNNING" in statusline(app), what="running")
             polls = app.polls
-            await pilot.pause(0.6)
-            assert app.polls - polls >= 3  # 10/s nominal; loose bound for slow CI machines
+            # several updates while it runs (10/s nominal: benchmarks/bench_tui.py measures the
+            # rate; a time bound here would fail on a loaded machine)
+            await wait_for(pilot, lambda: app.polls - polls >= 3, what="live updates")
+            assert "RUNNING" in statusline(app)
             await pilot.press("h")
             await wait_for(pilot, lambda: not app.continue_pending and "halted" in
                            statusline(app), what="halt")
@@ -282,7 +295,8 @@ def test_registers_fields_decoded(target):
             await wait_for(pilot, lambda: view.values.get("CNNx16_0_CTRL") == 0x9)
             app.query_one("#reg-table").move_cursor(
                 row=[r.name for r in view.block.registers].index("CNNx16_0_CTRL"))
-            await pilot.pause(0.1)
+            await wait_for(pilot, lambda: "cnn_en" in str(app.query_one("#reg-fields").render()),
+                           what="CTRL's fields")
             fields = str(app.query_one("#reg-fields").render())
             assert "cnn_en" in fields and "start" in fields and "inactive" in fields
     run(go())
@@ -293,8 +307,7 @@ def test_memory_view_goto_region_and_changed_bytes(target, other):
         app = make_app(target)
         async with app.run_test(size=(80, 24)) as pilot:
             await started(pilot)
-            await pilot.press("2")
-            mem = app.query_one("#memory-view")
+            await show(pilot, "2", "memory-view")
             await pilot.press("g")
             goto = app.query_one("#mem-goto")
             assert goto.has_focus
@@ -331,8 +344,7 @@ def test_program_view_units_pc_and_breakpoint(target, other):
         app = make_app(target)
         async with app.run_test(size=(80, 24)) as pilot:
             await started(pilot)
-            await pilot.press("3")
-            prog = app.query_one("#program-view")
+            prog = await show(pilot, "3", "program-view")
             table = app.query_one("#prog-table")
             await wait_for(pilot, lambda: table.row_count == 4, what="4 units")
             assert prog.pc == 0x50100010
@@ -360,8 +372,7 @@ def test_status_view_counters_and_interrupts(target):
         app = make_app(target)
         async with app.run_test(size=(80, 24)) as pilot:
             await started(pilot)
-            await pilot.press("4")
-            status = app.query_one("#status-view")
+            status = await show(pilot, "4", "status-view")
             await wait_for(pilot, lambda: "halted" in str(
                 app.query_one("#status-table").render()))
             await pilot.press("c")
@@ -370,10 +381,10 @@ def test_status_view_counters_and_interrupts(target):
             irq = [k for k in status.status if k.startswith("irq.")]
             await wait_for(pilot, lambda: any(status.status.get(k) == "1" for k in irq),
                            what="an interrupt line up")
-            await pilot.pause(0.2)
             from textual.widgets import Sparkline
-            sparks = app.query(Sparkline)
-            assert len(sparks) >= 1 and all(s.data for s in sparks)
+            # the sparklines are mounted and filled after a refresh: wait for them
+            await wait_for(pilot, lambda: len(app.query(Sparkline)) >= 1 and
+                           all(s.data for s in app.query(Sparkline)), what="sparklines drawn")
     run(go())
 
 
@@ -384,16 +395,14 @@ def test_tensor_view_layouts_and_dtypes(target, other):
         app = make_app(target)
         async with app.run_test(size=(80, 24)) as pilot:
             await started(pilot)
-            await pilot.press("5")
-            tv = app.query_one("#tensor-view")
+            tv = await show(pilot, "5", "tensor-view")
             await wait_for(pilot, lambda: tv.data is not None, what="tensor read")
             # HWC, C=4: the first word holds channels 0..3 of pixel (0,0)
             assert [tv.value_at(c, 0, 0) for c in range(4)] == [1, 2, 3, 4]
             assert tv.value_at(0, 0, 1) == -1  # 0xff as int8
             assert " -1" in str(app.query_one("#tensor-map").render())
             tv.query_one("#tensor-dtype").value = "uint8"
-            await pilot.pause(0.1)
-            assert tv.value_at(0, 0, 1) == 255
+            await wait_for(pilot, lambda: tv.value_at(0, 0, 1) == 255, what="uint8 shown")
             tv.query_one("#tensor-layout").value = "CHW"
             await wait_for(pilot, lambda: tv.order == "CHW" and tv.data is not None)
             assert [tv.value_at(0, 0, w) for w in range(4)] == [1, 2, 3, 4]

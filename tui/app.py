@@ -47,7 +47,7 @@ HELP = """\
   b        Program: toggle a breakpoint on the selected unit
   [ ] v    Tensor: previous/next channel, channel/grid
 
-Changed values are highlighted until the next refresh.
+Values changed by the last stop, write or poll are highlighted.
 Press Escape or ? to close this help."""
 
 
@@ -172,10 +172,20 @@ class AccelApp(App[int]):
         self.active_view = self._views.get(event.pane.id or "")
         if self.active_view is not None:
             self._focus_view(self.active_view)
+            shown = getattr(self.active_view, "shown", None)
+            if shown is not None:
+                shown()  # views skip drawing while hidden: catch up now
         self.request_refresh()
 
     def _focus_view(self, view: Any) -> None:
-        """Focus the view's main widget, so its keys work and show in the footer."""
+        """Focus the view's main widget, so its keys work and show in the footer.
+
+        Only while ``view``'s tab is still the active one: the first focus waits for a refresh,
+        and if the user has switched views meanwhile, focusing the old view's widget would make the
+        TabbedContent switch back to it (and eat the key that switched)."""
+        shown = self.query_one("#views", TabbedContent).active
+        if self._views.get(shown) is not view:
+            return
         main = getattr(view, "MAIN", None)
         if main:
             try:
@@ -216,7 +226,12 @@ class AccelApp(App[int]):
                 status = t.status()
                 running = status.get("state") == "running" or self.continue_pending
                 view = self.active_view
-                data = view.fetch(t, full or running) if view is not None else None
+                data = None
+                if view is not None:
+                    # a LIVE view re-reads at every poll while the target runs (the target
+                    # changes what it shows); the others only on a refresh while halted
+                    live = getattr(view, "LIVE", True)
+                    data = view.fetch(t, (full or running) if live else (full and not running))
                 prog = self.program_view
                 units = None
                 if view is not prog and prog is not None and prog.units is None:
@@ -254,7 +269,8 @@ class AccelApp(App[int]):
                 self._notified(msg.notified)
             if msg.running:
                 self.polls += 1
-            self.view("status").record(msg.status, msg.running)
+            status_view = self.view("status")
+            status_view.record(msg.status, msg.running, visible=self.active_view is status_view)
             if msg.view is not None:
                 msg.view.apply(msg.data, msg.status)
             if msg.units is not None and self.program_view is not None:
@@ -276,7 +292,7 @@ class AccelApp(App[int]):
         if self.lost:
             t.append("✖ connection lost ", style="bold")
             t.append(self.error)
-            line.update(t)
+            self._set_statusline(line, t)
             return
         if self.running:
             t.append("▶ RUNNING", style="bold")
@@ -298,7 +314,15 @@ class AccelApp(App[int]):
         if note:
             t.append("  │ ")
             t.append(note, style="bold" if self.error else "")
-        line.update(t)
+        self._set_statusline(line, t)
+
+    def _set_statusline(self, line: Static, text: Text) -> None:
+        """Update the line only when its text changes: every poll calls this, and an update
+        re-lays out the screen (the line mostly changes once per unit)."""
+        key = (text.plain, tuple(text.spans))
+        if key != getattr(self, "_statusline_key", None):
+            self._statusline_key = key
+            line.update(text)
 
     def _show_error(self, text: str) -> None:
         self.error = text

@@ -15,6 +15,10 @@ from .target import Target, Unit, parse_int
 
 class ProgramView(Widget):
     MAIN = "#prog-table"  # focused when the view is shown
+    #: the units do not change while the target runs (only register writes and resets change
+    #: them, and both need a halted target): the app re-reads them after stops, never live;
+    #: the pc marker follows the status poll
+    LIVE = False
     BINDINGS = [Binding("b", "toggle_breakpoint", "Breakpoint")]
 
     def __init__(self, **kw: Any) -> None:
@@ -41,13 +45,21 @@ class ProgramView(Widget):
         return target.units(), target.units_note
 
     def apply(self, data: tuple[list[Unit], str] | None, status: dict[str, str]) -> None:
+        """Follow pc (two marker cells change) and take new units; unchanged, nothing is
+        redrawn: a DataTable update repaints the whole table."""
         pc = parse_int(status.get("pc", "")) if status else None
+        if data is not None and data == (self.units, self.note) and \
+                self.query_one("#prog-table", DataTable).row_count == len(self.units or []):
+            data = None  # the same units as on screen
         if data is None and pc == self.pc:
             return
-        self.pc = pc
+        old_pc, self.pc = self.pc, pc
         if data is not None:
             self.units, self.note = data
-        self._render_table()
+            self._render_table()
+        else:
+            self._update_marks({old_pc, pc})
+            self._render_note()
 
     def _mark(self, u: Unit) -> Text:
         t = Text()
@@ -55,11 +67,17 @@ class ProgramView(Widget):
         t.append("●" if u.address in self.breakpoints else " ", style="bold red")
         return t
 
+    def _update_marks(self, addresses: set[int | None]) -> None:
+        table = self.query_one("#prog-table", DataTable)
+        for u in self.units or []:
+            if u.address in addresses and str(u.address) in table.rows:
+                table.update_cell(str(u.address), "mark", self._mark(u))
+
     def _render_table(self) -> None:
         table = self.query_one("#prog-table", DataTable)
         units = self.units or []
         keys = [str(u.address) for u in units]
-        if list(table.rows) != [k for k in keys] or table.row_count != len(units):
+        if [k.value for k in table.rows] != keys:
             row = table.cursor_row
             table.clear()
             for u in units:
@@ -71,12 +89,19 @@ class ProgramView(Widget):
             for u in units:
                 table.update_cell(str(u.address), "mark", self._mark(u))
                 table.update_cell(str(u.address), "summary", u.summary)
+        self._render_note()
+
+    def _render_note(self) -> None:
+        units = self.units or []
         note = self.note
         if units and self.pc is not None and all(u.address != self.pc for u in units):
             note = f"pc {self.pc:#010x}: no unit left to run" if not note else note
+        text = note or f"{len(units)} units; b toggles a breakpoint on the selected one"
+        if text == getattr(self, "_note_shown", None):
+            return
+        self._note_shown = text
         self.query_one("#prog-note", Static).update(
-            Text(note or f"{len(units)} units; b toggles a breakpoint on the selected one",
-                 style="yellow" if note else "dim"))
+            Text(text, style="yellow" if note else "dim"))
 
     def selected(self) -> Unit | None:
         units = self.units or []
@@ -92,4 +117,4 @@ class ProgramView(Widget):
 
     def breakpoint_changed(self, address: int, on: bool) -> None:
         (self.breakpoints.add if on else self.breakpoints.discard)(address)
-        self._render_table()
+        self._update_marks({address})

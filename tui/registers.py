@@ -161,6 +161,12 @@ class RegistersView(Widget):
     def apply(self, data: dict[str, int | None], status: dict[str, str]) -> None:
         if not data:
             return
+        halted = status.get("state") != "running" if status else True
+        if halted and all(n in self.values and self.values[n] == v for n, v in data.items()):
+            # nothing new: the highlights (what the last stop or write changed) stay, however
+            # many times the registers are re-read while halted (one stop may cause one
+            # refresh or two)
+            return
         table = self.query_one("#reg-table", DataTable)
         self._old = {n: self.values.get(n) for n in data}
         for name, v in data.items():

@@ -58,8 +58,10 @@ class StatusView(Widget):
     def apply(self, data: Any, status: dict[str, str]) -> None:
         pass
 
-    def record(self, status: dict[str, str], running: bool) -> None:
-        """Called by the app with every status poll (whichever view is visible)."""
+    def record(self, status: dict[str, str], running: bool, visible: bool = True) -> None:
+        """Called by the app with every status poll (whichever view is visible): the history
+        grows at every poll; the widgets are redrawn only while ``visible`` (hidden, they would
+        still cost a layout and a render at every poll), and by :meth:`shown`."""
         numeric = {k: v for k, v in ((k, parse_int(s)) for k, s in status.items()
                                      if k not in HIDDEN) if v is not None}
         changed = status != self.status
@@ -74,7 +76,15 @@ class StatusView(Widget):
             else:
                 hist.append(float(max(0, v - self.last.get(k, v))))
             self.last[k] = v
-        if self.is_mounted:
+        if self.is_mounted and visible:
+            self._update()
+        else:
+            self._stale = True
+
+    def shown(self) -> None:
+        """The view became visible: draw what was recorded while it was hidden."""
+        if getattr(self, "_stale", False) and self.is_mounted:
+            self._stale = False
             self._update()
 
     def _update(self) -> None:

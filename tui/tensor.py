@@ -143,6 +143,11 @@ class TensorView(Widget):
         addr, shape, values = data
         if addr != self.address or shape != self.shape:
             return  # the user changed the request meanwhile; the next poll brings it
+        halted = status.get("state") != "running" if status else True
+        if not self.stale and values == self.data and (halted or self.previous == self.data):
+            # the picture on screen is current; halted, the highlights (what the last stop
+            # changed) stay however many times the tensor is re-read, running they clear
+            return
         self.previous = self.data
         self.data = values
         self.stale = False
