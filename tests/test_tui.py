@@ -381,10 +381,13 @@ def test_status_view_counters_and_interrupts(target):
             irq = [k for k in status.status if k.startswith("irq.")]
             await wait_for(pilot, lambda: any(status.status.get(k) == "1" for k in irq),
                            what="an interrupt line up")
-            from textual.widgets import Sparkline
-            # the sparklines are mounted and filled after a refresh: wait for them
-            await wait_for(pilot, lambda: len(app.query(Sparkline)) >= 1 and
-                           all(s.data for s in app.query(Sparkline)), what="sparklines drawn")
+            # every metric has a history line; the interrupt line's ends on a raised level
+            spark = app.query_one("#status-metrics").render()
+            await wait_for(pilot, lambda: all(k in str(app.query_one("#status-metrics").render())
+                                              for k in irq), what="history lines drawn")
+            lines = str(app.query_one("#status-metrics").render()).splitlines()
+            raised = [ln for ln in lines if ln.startswith(irq[0])]
+            assert spark is not None and raised and raised[0].rstrip().endswith("█ 1")
     run(go())
 
 

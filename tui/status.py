@@ -13,9 +13,9 @@ from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical
 from textual.widget import Widget
-from textual.widgets import Label, Sparkline, Static
+from textual.widgets import Label, Static
 
 from .target import Target, parse_int
 
@@ -23,17 +23,23 @@ HISTORY = 120  # samples kept: 12 s at the running poll rate
 HIDDEN = {"state", "pc", "stop"}
 
 
-class Metric(Horizontal):
-    def __init__(self, key: str, **kw: Any) -> None:
-        super().__init__(classes="metric", **kw)
-        self.key = key
-        self.level = key.startswith("irq.")
+BARS = "▁▂▃▄▅▆▇█"
 
-    def compose(self) -> ComposeResult:
-        label = self.key + ("" if self.level else " Δ")
-        yield Label(label, classes="metric-name")
-        yield Sparkline([0], classes="metric-spark")
-        yield Label("", classes="metric-value")
+
+def sparkline(values: list[float], width: int) -> str:
+    """The newest ``width`` values as bar characters, scaled to their maximum (zeros and a flat
+    history draw as the lowest bar). Drawn as text so the whole history panel is one widget:
+    a Sparkline widget per metric cost a layout and a render each at every poll."""
+    vals = values[-width:]
+    top = max(vals, default=0.0)
+    if top <= 0:
+        return BARS[0] * len(vals)
+    n = len(BARS) - 1
+    return "".join(BARS[int(round(n * max(0.0, v) / top))] for v in vals)
+
+
+class History(Static, can_focus=True):
+    """The history panel (focusable, so the view has a place for the keyboard focus)."""
 
 
 class StatusView(Widget):
@@ -50,7 +56,7 @@ class StatusView(Widget):
             yield Static(id="status-table")
             with Vertical(id="status-right"):
                 yield Label("history (newest right)", id="status-caption")
-                yield VerticalScroll(id="status-metrics")
+                yield History(id="status-metrics")
 
     def fetch(self, target: Target, full: bool) -> None:
         return None  # the status itself is polled by the app on every tick
@@ -104,27 +110,15 @@ class StatusView(Widget):
             style = "bold red" if k.startswith("irq.") and v not in ("0", "") else ""
             t.append(f"{v}\n", style=style)
         self.query_one("#status-table", Static).update(t)
-        box = self.query_one("#status-metrics", VerticalScroll)
-        have = {m.key: m for m in box.query(Metric)}
-        for k in self.history:
-            if k not in have:
-                m = Metric(k)
-                box.mount(m)
-                have[k] = m
-        for k, m in have.items():
-            if not m.is_mounted or not m.children:
-                self.call_after_refresh(self._update_metric, m)
-            else:
-                self._update_metric(m)
-
-    def _update_metric(self, m: Metric) -> None:
-        hist = self.history.get(m.key)
-        if not hist or not m.children:
-            return
-        # a fixed-length window (zeros before the first sample): the newest sample is always at
-        # the right edge and an all-zero history draws as a flat low line
-        m.query_one(".metric-spark", Sparkline).data = [0.0] * (HISTORY - len(hist)) + list(hist)
-        m.query_one(".metric-value", Label).update(self.status.get(m.key, ""))
+        box = self.query_one("#status-metrics", Static)
+        width = max(8, (box.size.width or 60) - 16 - 13)
+        lines = Text()
+        for k, hist in self.history.items():
+            label = k + ("" if k.startswith("irq.") else " Δ")
+            lines.append(f"{label[:15]:<16}", style="dim")
+            lines.append(sparkline(list(hist), width), style="cyan")
+            lines.append(f" {self.status.get(k, '')[:12]}\n")
+        box.update(lines)
 
     def on_mount(self) -> None:
         if self.status:
