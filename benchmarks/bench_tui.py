@@ -53,10 +53,11 @@ def tui_child(port: int, view: str) -> None:
     (``quit`` ends it). Runs in its own process, started by :func:`main`."""
     import threading
 
-    from accelstub.tui.app import AccelApp
+    from accelstub.tui.app import AccelApp, yield_cpu
     from accelstub.tui.target import Target
 
     target = Target("127.0.0.1", port)
+    yield_cpu()  # as run_tui does
     app = AccelApp(target, label="bench", poll_period=POLL, idle_period=IDLE)
     done = asyncio.Event()
 

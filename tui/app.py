@@ -11,6 +11,7 @@ short worker threads, one at a time; while a continue is pending, only ``interru
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import threading
 import time
@@ -119,6 +120,7 @@ class AccelApp(App[int]):
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._refresh = threading.Event()
+        self._view_at = 0.0  # when the active view was last read/updated by a poll
         self._applied = threading.Event()
         self._poll_thread: threading.Thread | None = None
         self._notified_stop: str | None = None
@@ -227,7 +229,11 @@ class AccelApp(App[int]):
                 running = status.get("state") == "running" or self.continue_pending
                 view = self.active_view
                 data = None
+                if view is not None and running and not full and \
+                        time.perf_counter() - self._view_at < getattr(view, "RUN_PERIOD", 0.0):
+                    view = None  # this view follows a run at its own, lower rate
                 if view is not None:
+                    self._view_at = time.perf_counter()
                     # a LIVE view re-reads at every poll while the target runs (the target
                     # changes what it shows); the others only on a refresh while halted
                     live = getattr(view, "LIVE", True)
@@ -576,6 +582,21 @@ class StubProcess:
             self.proc.kill()
 
 
+#: how far below the emulator the TUI runs (os.nice): on a busy machine the scheduler then gives
+#: the emulation's threads the cores first, and the TUI the time they leave
+NICE = 10
+
+
+def yield_cpu() -> None:
+    """Lower this process's CPU priority (after any stub child has started: children inherit
+    it). The emulation's BLAS threads wait for each other, so a TUI that takes part of one core
+    at equal priority slowed a run by more than the CPU it used."""
+    try:
+        os.nice(NICE)
+    except OSError:
+        pass
+
+
 def run_tui(connect: str | None = None, device: str | None = None,
             program: str | None = None) -> int:
     """Attach to a stub at ``connect`` (HOST:PORT), or start one for ``device`` in the
@@ -592,6 +613,7 @@ def run_tui(connect: str | None = None, device: str | None = None,
             print("accelstub tui: give --connect HOST:PORT or a device", file=sys.stderr)
             return 2
         target = Target(host, port)
+        yield_cpu()
     except Exception as e:  # unknown device, bad program, nothing listening, ...
         print(f"accelstub tui: error: {e}", file=sys.stderr)
         if server is not None:

@@ -165,6 +165,9 @@ class HexView(Widget, can_focus=True):
 
 class MemoryView(Widget):
     MAIN = "#mem-hex"  # focused when the view is shown
+    #: while the target runs, updated at most every RUN_PERIOD s (the Status and Registers
+    #: views follow every poll; a large view's redraw costs the emulation more than it shows)
+    RUN_PERIOD = 0.25
     BINDINGS = [Binding("g", "goto", "Go to address")]
 
     def __init__(self, target: Target, address: int | None = None, **kw: Any) -> None:

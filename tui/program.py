@@ -15,6 +15,9 @@ from .target import Target, Unit, parse_int
 
 class ProgramView(Widget):
     MAIN = "#prog-table"  # focused when the view is shown
+    #: while the target runs, updated at most every RUN_PERIOD s (the Status and Registers
+    #: views follow every poll; a large view's redraw costs the emulation more than it shows)
+    RUN_PERIOD = 0.25
     #: the units do not change while the target runs (only register writes and resets change
     #: them, and both need a halted target): the app re-reads them after stops, never live;
     #: the pc marker follows the status poll

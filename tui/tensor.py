@@ -60,6 +60,9 @@ def heat(v: int, dtype: str) -> Style:
 
 class TensorView(Widget):
     MAIN = "#tensor-scroll"  # focused when the view is shown
+    #: while the target runs, updated at most every RUN_PERIOD s (the Status and Registers
+    #: views follow every poll; a large view's redraw costs the emulation more than it shows)
+    RUN_PERIOD = 0.25
     BINDINGS = [
         Binding("left_square_bracket", "channel(-1)", "Prev ch"),
         Binding("right_square_bracket", "channel(1)", "Next ch"),
