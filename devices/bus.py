@@ -68,9 +68,8 @@ class Bus:
         #: 2-D views over groups of equal memories, and those memories in row order (stack)
         self.stacks: dict[str, np.ndarray] = {}
         self.stack_members: dict[str, list[Memory]] = {}
-        #: values a device model derives from memories, kept with the Memory.version they were
-        #: derived from (owned by the model that stores them)
-        self.derived: dict[str, dict] = {}
+        #: work arrays a device model keeps with this bus between units (owned by that model)
+        self.derived: dict[str, object] = {}
         #: (start, end) ranges flattened and sorted, with their region, for fast decoding
         pops = sorted((s, e, r) for r in self.regions for s, e in r.populated)
         self._pop_starts = [p[0] for p in pops]
