@@ -19,6 +19,12 @@ main() is followed call by call from its start to ``if (check_output() != CNN_OK
 * SDK calls outside the accelerator (MXC_GCFR / MXC_GCR clock and power registers,
   MXC_SYS_*, MXC_NVIC_SetVector, timers, cache, delays, printf) are recognised and skipped.
 
+RISC-V projects (``ai8xize.py --riscv``: main.c, main_riscv.c, Makefile.RISCV): the Arm core's
+main.c only sets the RISC-V boot address, enables its clock and sleeps; main_riscv.c drives the
+accelerator with the same cnn.c. The program is then main_riscv.c's main() (its ISR is
+``CNN_IRQHandler``, its wait ``asm volatile("wfi")``, its end the semaphore signal to the Arm
+core); main.c is checked to contain nothing but that boot sequence.
+
 Anything else -- a statement form, an SDK call, a header record that is missing or malformed --
 raises :class:`Ai8xImportError` naming the file and the line.
 
@@ -35,6 +41,7 @@ from pathlib import Path
 
 MASK32 = 0xFFFF_FFFF
 FILES = ("cnn.c", "main.c")
+RISCV_MAIN = "main_riscv.c"  # present in --riscv projects: the RISC-V core runs the network
 HEADERS = ("weights.h", "sampledata.h", "sampleoutput.h", "cnn.h")
 
 
@@ -289,17 +296,22 @@ _SDK_SKIP = re.compile(
     r"MXC_TMR_SW_Start|MXC_TMR_SW_Stop|MXC_ICC_Enable|MXC_SYS_Clock_Select|MXC_Delay|"
     r"MXC_LP_EnterSleepMode|MXC_GPIO_Config|MXC_GPIO_OutSet|MXC_GPIO_OutClr|MXC_SYS_Reset_Periph|"
     r"NVIC_EnableIRQ|NVIC_DisableIRQ|SystemCoreClockUpdate|printf|puts|LED_On|LED_Off|"
+    r"NVIC_EnableEVENT|NVIC_DisableEVENT|NVIC_ClearPendingIRQ|NVIC_ClearPendingEVENT|"
     r"Debug_Init|__WFI|__enable_irq|__disable_irq)\s*\(.*\)"
     r"|CNN_START|CNN_COMPLETE|SYS_START|SYS_COMPLETE"
     r"|cnn_time\s*=\s*\w*"
     r"|SCB->SCR\s*(\||&)?=.*"
+    r"|MXC_SEMA->irq0\s*=.*"  # RISC-V main: semaphore interrupt telling the Arm core it is done
     r")\s*;$", re.S)
 
 _STORE = re.compile(r"^\*\(\(volatile(uint8_t|uint16_t|uint32_t)\*\)(.+?)\)(\||&)?=(.+);$")
 _CALL = re.compile(r"^(\w+)\((.*)\);$")
 _DECL = re.compile(r"^(static|const|volatile|unsigned|signed|\s)*(u?int(8|16|32)_t|int|q15_t|"
                    r"q31_t)\s*\**\s*\w+(\s*\[\s*\w*\s*\])?(\s*,\s*\**\s*\w+)*\s*;$")
-_BIND = re.compile(r"^(static\s+)?const\s+(uint8_t|uint32_t)\s+(\w+)\s*\[\s*\]\s*=\s*(\w+)\s*;$")
+# (--riscv projects put the input arrays in the RISC-V flash: a leading
+# __attribute__ ((section(".rvflash_section"))))
+_BIND = re.compile(r"^(__attribute__\s*\(\(section\(\"[\w.]+\"\)\)\)\s*)?"
+                   r"(static\s+)?const\s+(uint8_t|uint32_t)\s+(\w+)\s*\[\s*\]\s*=\s*(\w+)\s*;$")
 _PTR_BIND = re.compile(r"^const\s+uint32_t\s*\*\s*ptr\s*=\s*(\w+)\s*;$")
 # FIFO form of load_input (izer load.py loadfifo): "const uint32_t *in0 = input_0;" then
 # for (i = 0; i < N; i++) { [while ((STAT & 1<<c) != 0);] FIFO_WRc = *inc++; ... }
@@ -320,8 +332,12 @@ _KLOOP_PLAIN = _KLOOP_MEX[1:]
 _CHECK_LOOP = ["mask=*ptr++;", "len=*ptr++;", "for(i=0;i<len;i++)if((*addr++&mask)!=*ptr++){"]
 _FLOW = {"cnn_enable", "cnn_init", "cnn_load_weights", "cnn_load_bias", "cnn_configure",
          "load_input", "cnn_start", "cnn_continue", "cnn_stop", "check_output", "CNN_ISR",
-         "cnn_boost_enable", "cnn_boost_disable", "memcpy32", "memcpy_8to32", "memcpy_96to128"}
-_WAIT = re.compile(r"^while\(cnn_time==0\)(MXC_LP_EnterSleepMode\(\)|__WFI\(\))?;$")
+         "CNN_IRQHandler", "cnn_boost_enable", "cnn_boost_disable", "memcpy32", "memcpy_8to32",
+         "memcpy_96to128"}
+_WAIT = re.compile(r"^while\(cnn_time==0\)(MXC_LP_EnterSleepMode\(\)|__WFI\(\)|"
+                   r"asmvolatile\(\"wfi\"\))?;$")
+# The Arm core's main() of a --riscv project: boot the RISC-V core and sleep
+_RISCV_BOOT = re.compile(r"^MXC_FCR->urvbootaddr\s*=\s*\(uint32_t\)\s*&\s*__FlashStart_\s*;$")
 
 
 class _Importer:
@@ -335,6 +351,7 @@ class _Importer:
         self.out: list[Access] | None = None
         self.phase = "setup"
         self.fifo_in: dict[str, tuple[str, str]] = {}  # load_input's inN -> (array, where)
+        self.main_file = "main.c"  # main_riscv.c in --riscv projects
 
     # -- reading -------------------------------------------------------------------------------
     def read(self) -> None:
@@ -349,10 +366,34 @@ class _Importer:
         for h in HEADERS:
             if (self.dir / h).is_file():
                 _parse_header(self.dir / h, self.arrays, self.scalars)
-        for f in FILES:
-            self._parse_c(self.dir / f)
+        if (self.dir / RISCV_MAIN).is_file():
+            self.main_file = RISCV_MAIN
+            self._parse_c(self.dir / "cnn.c")
+            self._parse_c(self.dir / RISCV_MAIN)
+            arm: dict[str, _Func] = {}
+            self._parse_c(self.dir / "main.c", arm)
+            self._check_arm_boot(arm)
+        else:
+            for f in FILES:
+                self._parse_c(self.dir / f)
 
-    def _parse_c(self, path: Path) -> None:
+    def _check_arm_boot(self, arm: dict[str, _Func]) -> None:
+        """main.c of a --riscv project must only boot the RISC-V core (no accelerator access:
+        the program the device sees is main_riscv.c's)."""
+        if "main" not in arm:
+            raise Ai8xImportError(f"{self.dir / 'main.c'}:1: no main() function")
+        f = arm["main"]
+        for it in f.body:
+            if it.kind == "pp":
+                continue
+            if it.kind != "stmt" or not (_SDK_SKIP.match(it.text) or _RISCV_BOOT.match(it.text)
+                                         or it.compact == "return0;"):
+                raise Ai8xImportError(f"main.c:{it.line}: a --riscv project's Arm main() may "
+                                      "only boot the RISC-V core (set urvbootaddr, enable its "
+                                      f"clock, sleep); found: {it.text}")
+
+    def _parse_c(self, path: Path, funcs: dict[str, _Func] | None = None) -> None:
+        funcs = self.funcs if funcs is None else funcs
         items = _items(_strip_comments(path.read_text(encoding="utf-8", errors="replace")))
         i = 0
         while i < len(items):
@@ -366,7 +407,8 @@ class _Importer:
                 i += 1
                 continue
             if it.kind == "open":
-                m = re.match(r"^(?:static\s+|inline\s+)*[\w\s\*]*?\b(\w+)\s*\(([^()]*)\)\s*"
+                m = re.match(r"^(?:static\s+|inline\s+)*[\w\s\*]*?"
+                             r"(?:__attribute__\s*\(\(.*?\)\)\s*)?\b(\w+)\s*\(([^()]*)\)\s*"
                              r"(__attribute__\s*\(\(.*\)\))?\s*\{$", it.text)
                 depth, j = 1, i + 1
                 while j < len(items) and depth:
@@ -378,14 +420,14 @@ class _Importer:
                 if depth:
                     raise Ai8xImportError(f"{where}: block not closed")
                 if m and not re.match(r"^(while|for|if|switch|do)\b", it.text):
-                    self.funcs[m.group(1)] = _Func(m.group(1), items[i + 1:j - 1], path.name,
+                    funcs[m.group(1)] = _Func(m.group(1), items[i + 1:j - 1], path.name,
                                                    it.line)
                 i = j
                 continue
             if it.kind == "stmt":
                 m = _BIND.match(it.text)
                 if m:
-                    self.bindings[m.group(3)] = (m.group(4), where)
+                    self.bindings[m.group(4)] = (m.group(5), where)
             i += 1
 
     # -- helpers ---------------------------------------------------------------------------------
@@ -708,24 +750,28 @@ class _Importer:
     def run(self) -> Max78000Program:
         self.read()
         if "main" not in self.funcs:
-            raise Ai8xImportError(f"{self.dir / 'main.c'}:1: no main() function")
+            raise Ai8xImportError(f"{self.dir / self.main_file}:1: no main() function")
         main = self.funcs["main"]
         self.out = self.prog.setup
         end = self.block(main, main.body, ("main",))
         if end != "checked":
-            raise Ai8xImportError(f"main.c:{main.line}: main() does not reach "
+            raise Ai8xImportError(f"{self.main_file}:{main.line}: main() does not reach "
                                   "'if (check_output() != CNN_OK) fail();' after cnn_start() "
                                   "and the wait for the CNN")
-        if "CNN_ISR" in self.funcs:
+        # the CNN interrupt handler: CNN_ISR (Arm, set with MXC_NVIC_SetVector) or
+        # CNN_IRQHandler (RISC-V vector table name)
+        isr_name = next((n for n in ("CNN_ISR", "CNN_IRQHandler") if n in self.funcs), None)
+        if isr_name:
             self.out = self.prog.isr
-            isr = self.funcs["CNN_ISR"]
-            self.block(isr, isr.body, ("CNN_ISR",))
+            isr = self.funcs[isr_name]
+            self.block(isr, isr.body, (isr_name,))
         self.out = None
         if not self.prog.start:
             raise Ai8xImportError(f"cnn.c:{self.funcs['cnn_start'].line}: cnn_start() writes "
                                   "nothing")
         if not self.prog.expected:
-            raise Ai8xImportError(f"main.c:{self.funcs['check_output'].line}: check_output() "
+            raise Ai8xImportError(f"{self.main_file}:{self.funcs['check_output'].line}: "
+                                  "check_output() "
                                   "checks nothing (no known answer)")
         return self.prog
 

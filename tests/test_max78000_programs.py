@@ -268,6 +268,76 @@ def test_run_unsupported_layer_exit_2(project, capsys):
     assert "cpad_only is not supported" in capsys.readouterr().err
 
 
+
+# -- ai8xize.py --riscv projects: the Arm main.c boots the RISC-V core, main_riscv.c runs the
+#    network with the same cnn.c (ISR CNN_IRQHandler, wait "wfi", input arrays in RISC-V flash)
+_ARM_BOOT = """#include "mxc.h"
+extern volatile void const *__FlashStart_; // Defined in linker file
+
+void WakeISR(void)
+{
+  MXC_SEMA->irq0 = MXC_F_SEMA_IRQ0_EN & ~MXC_F_SEMA_IRQ0_CM4_IRQ;
+}
+
+int main(void)
+{
+  MXC_ICC_Enable(MXC_ICC0); // Enable cache
+  MXC_SYS_Clock_Select(MXC_SYS_CLOCK_IPO);
+  SystemCoreClockUpdate();
+  MXC_FCR->urvbootaddr = (uint32_t) &__FlashStart_; // Set RISC-V boot address
+  MXC_SYS_ClockEnable(MXC_SYS_PERIPH_CLOCK_SMPHR); // Enable Semaphore clock
+  MXC_NVIC_SetVector(RISCV_IRQn, WakeISR); // Set wakeup ISR
+%s
+  MXC_Delay(SEC(2)); // Let debugger interrupt if needed
+  MXC_SYS_ClockEnable(MXC_SYS_PERIPH_CLOCK_CPU1); // Enable RISC-V clock
+  MXC_LP_EnterSleepMode(); // Let RISC-V run
+
+  return 0;
+}
+"""
+
+
+def _to_riscv(project: Path, arm_extra: str = "") -> Path:
+    main = (project / "main.c").read_text()
+    for old, new in (
+            ("static const uint32_t input_0[]",
+             '__attribute__ ((section(".rvflash_section")))\nstatic const uint32_t input_0[]'),
+            ("    MXC_LP_EnterSleepMode(); // Wait for CNN", '    asm volatile("wfi"); // Wait'),
+            ("  return 0;\n}", "  MXC_SEMA->irq0 = MXC_F_SEMA_IRQ0_EN | MXC_F_SEMA_IRQ0_CM4_IRQ;"
+                                "\n  return 0;\n}")):
+        assert old in main, old
+        main = main.replace(old, new)
+    (project / "main_riscv.c").write_text(main)
+    (project / "main.c").write_text(_ARM_BOOT % arm_extra)
+    _edit(project / "cnn.c", "void CNN_ISR(void)",
+          'void __attribute__((interrupt("machine"))) CNN_IRQHandler(void)')
+    _edit(project / "cnn.c", "  MXC_NVIC_SetVector(CNN_IRQn, CNN_ISR); // Set CNN complete vector",
+          "  NVIC_EnableEVENT(CNN_IRQn);")
+    return project
+
+
+def test_riscv_project_runs_main_riscv(project):
+    arm = import_ai8x_project(project)
+    prog = import_ai8x_project(_to_riscv(project))
+    # the same accelerator accesses, the same known answer, the ISR found under its RISC-V name
+    def acc(accesses):
+        return [(a.address, a.data, a.op) for a in accesses]
+    assert acc(prog.setup) == acc(arm.setup) and acc(prog.start) == acc(arm.start)
+    assert acc(prog.isr) == acc(arm.isr) != []
+    assert prog.expected == arm.expected
+    r = run_dir(project)
+    assert r.ok and r.layers == 3, r.line()
+
+
+def test_riscv_project_arm_main_may_only_boot(project):
+    _to_riscv(project, "  *((volatile uint32_t *) 0x50100000) = 0x00100008;")
+    line = (project / "main.c").read_text().split("\n").index(
+        "  *((volatile uint32_t *) 0x50100000) = 0x00100008;") + 1
+    with pytest.raises(Ai8xImportError, match=rf"^main\.c:{line}: a --riscv project's Arm main\(\) "
+                       "may only boot the RISC-V core"):
+        import_ai8x_project(project)
+
+
 def test_expected_matches_reference_words(project):
     prog = import_ai8x_project(project)
     proj = build(small_net(), seed=5)
