@@ -40,14 +40,10 @@ _POOL = {"none": K.POOL_NONE, "max": K.POOL_MAX, "avg": K.POOL_AVG}
 _ACT = {"none": K.ACT_NONE, "relu": K.ACT_RELU, "abs": K.ACT_ABS}
 
 
-def sram_address(memory: int, word: int) -> int:
-    """CPU address of ``word`` of data memory ``memory`` (0..15 = quadrant*4 + group)."""
+def sram_address(memory, word):
+    """CPU address of ``word`` of data memory ``memory`` (0..15 = quadrant*4 + group); ints or
+    numpy integer arrays."""
     return SRAM_BASE + (memory >> 2) * QUAD_STRIDE + (memory & 3) * 0x8000 + word * 4
-
-
-def _sram_addresses(memory: np.ndarray, word) -> np.ndarray:
-    """sram_address over arrays."""
-    return SRAM_BASE + (memory >> 2) * QUAD_STRIDE + (memory & 3) * 0x8000 + np.asarray(word) * 4
 
 
 def _ranges(addrs: np.ndarray, size: int) -> list[tuple[int, int]]:
@@ -118,7 +114,7 @@ def _inputs(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
         raise DeviceError(f"layer {cfg.layer}: CNNx16_{p.quadrant}_L{cfg.layer}_RPTR_BASE: the "
                           f"input of processor {p.index} runs past the end of data memory "
                           f"{p.memory}")
-    start = _sram_addresses(memory, read_word)
+    start = sram_address(memory, read_word)
     return x, list(zip(start.tolist(), (start + 4 * n_words).tolist()))
 
 
@@ -175,7 +171,7 @@ def _scatter(bus, cfg: LayerConfig, out: np.ndarray) -> list[tuple[int, int]]:
     written = np.flatnonzero(hi > lo)
     for m in written:
         bus.stack_members["sram"][m].touch()
-    rows = _sram_addresses(np.arange(len(sram)), 0)
+    rows = sram_address(np.arange(len(sram)), 0)
     ranges = M.mask_ranges(touched, rows, 1, lo, hi)
     for m in written:
         touched[m, lo[m]:hi[m]] = 0

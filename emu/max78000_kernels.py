@@ -44,21 +44,25 @@ ACT_ABS = 2
 
 
 @njit(nogil=True, cache=True)
+def field_value(raw, shift, bits):
+    """The weight field ``bits`` wide at bit ``shift`` of the byte ``raw``, two's complement
+    (digest 1.3, public fact: izer kernels.py ``& (2**bits-1)``); ranges 8-bit [-128,127], 4-bit
+    [-8,7], 2-bit [-2,1], 1-bit [-1,0] (S3:L758-762)."""
+    mask = (1 << bits) - 1
+    v = (np.int64(raw) >> shift) & mask
+    if v & (1 << (bits - 1)):
+        v -= mask + 1
+    return v
+
+
+@njit(nogil=True, cache=True)
 def sign_extend(raw, shift, bits):
-    """Weight field ``bits`` wide at bit ``shift`` of each byte of ``raw`` (uint8), sign-extended
-    to int8. Storage is two's complement masked to ``bits`` (digest 1.3, public fact: izer
-    kernels.py ``& (2**bits-1)``); ranges 8-bit [-128,127], 4-bit [-8,7], 2-bit [-2,1], 1-bit
-    [-1,0] (S3:L758-762)."""
+    """:func:`field_value` of each byte of ``raw`` (uint8), as int8."""
     out = np.empty(raw.shape, dtype=np.int8)
     flat_in = raw.ravel()
     flat_out = out.ravel()
-    mask = (1 << bits) - 1
-    sign = 1 << (bits - 1)
     for i in range(flat_in.size):
-        v = (np.int64(flat_in[i]) >> shift) & mask
-        if v & sign:
-            v -= mask + 1
-        flat_out[i] = v
+        flat_out[i] = field_value(flat_in[i], shift, bits)
     return out
 
 
@@ -213,19 +217,6 @@ def wide_output(acc):
     return out
 
 
-@njit(nogil=True, cache=True)
-def layer(x, w, bias, pool_h, pool_w, pool_stride, pool_mode, avg_policy,
-          pad_h, pad_w, conv_stride, shift, act, wide):
-    """One MAX78000 layer: pool2d -> conv2d_acc -> requantize (8-bit) or wide_output (32-bit).
-    ``x`` int8 ``[C,H,W]``; returns int64 ``[K,Ho,Wo]`` (8-bit values, or int32 values if
-    ``wide``)."""
-    pooled = pool2d(x, pool_h, pool_w, pool_stride, pool_mode, avg_policy)
-    acc = conv2d_acc(pooled, w, bias, pad_h, pad_w, conv_stride)
-    if wide:
-        return wide_output(acc)
-    return requantize(acc, shift, act)
-
-
 # element-wise functions, ONED.ewise_func encoding (S0:L3220: 00 subtract, 01 add, 10 OR, 11 XOR)
 EW_SUB = 0
 EW_ADD = 1
@@ -351,8 +342,9 @@ def run_layer_kernel(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
                      pad: tuple[int, int] = (0, 0), conv_stride: int = 1, shift: int = 0,
                      act: int = ACT_NONE, wide: bool = False,
                      deconv: bool = False) -> np.ndarray:
-    """Python convenience wrapper around :func:`layer` (or :func:`layer_deconv`) that
-    normalises dtypes and contiguity so numba compiles (and caches) exactly one signature."""
+    """One layer: pool2d -> convolution (:func:`conv_gemm`, :func:`conv2d_acc` for what it
+    declines, :func:`layer_deconv` for transposed convolution) -> requantize / wide_output.
+    Normalises dtypes and contiguity so numba compiles (and caches) one signature per kernel."""
     x = np.ascontiguousarray(x, dtype=np.int8)
     w = np.ascontiguousarray(w, dtype=np.int8)
     b = np.zeros(w.shape[0], dtype=np.int64) if bias is None else \

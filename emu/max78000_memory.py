@@ -12,6 +12,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .max78000_kernels import field_value
+
 #: MRAM byte positions of k0..k8 inside one 16-byte word (devices/max78000_datapath.py)
 K_BYTES = np.array([0, 7, 6, 5, 4, 11, 10, 9, 8], dtype=np.int64)
 
@@ -77,8 +79,6 @@ def gather_weights(mram, proc, mcnt_sad, slots, passes, bits, ks, oned_sad):
     n = proc.shape[0]
     w = np.zeros((slots, passes * n, ks), dtype=np.int8)
     used = np.zeros((n, MRAM_WORDS), dtype=np.uint8)
-    mask = (1 << bits) - 1
-    sign = 1 << (bits - 1)
     for j in range(n):
         row = mram[proc[j]]
         for t in range(slots):
@@ -92,10 +92,8 @@ def gather_weights(mram, proc, mcnt_sad, slots, passes, bits, ks, oned_sad):
                     if col >= MRAM_WORDS or byte < 0:
                         return w, used, j
                     used[j, col] = 1
-                    v = (np.int64(row[16 * col + K_BYTES[8 - byte % 9]]) >> shift) & mask
-                    if v & sign:
-                        v -= mask + 1
-                    w[t, e * n + j, i] = v
+                    w[t, e * n + j, i] = field_value(row[16 * col + K_BYTES[8 - byte % 9]],
+                                                     shift, bits)
     return w, used, -1
 
 

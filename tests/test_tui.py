@@ -382,12 +382,11 @@ def test_status_view_counters_and_interrupts(target):
             await wait_for(pilot, lambda: any(status.status.get(k) == "1" for k in irq),
                            what="an interrupt line up")
             # every metric has a history line; the interrupt line's ends on a raised level
-            spark = app.query_one("#status-metrics").render()
             await wait_for(pilot, lambda: all(k in str(app.query_one("#status-metrics").render())
                                               for k in irq), what="history lines drawn")
             lines = str(app.query_one("#status-metrics").render()).splitlines()
             raised = [ln for ln in lines if ln.startswith(irq[0])]
-            assert spark is not None and raised and raised[0].rstrip().endswith("█ 1")
+            assert raised and raised[0].rstrip().endswith("█ 1")
     run(go())
 
 
