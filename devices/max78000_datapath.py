@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..emu import int_conv as IC
 from ..emu import max78000_kernels as K
 from ..emu import max78000_memory as M
 from .device import Touched
@@ -57,8 +58,10 @@ def _ranges(addrs: np.ndarray, size: int) -> list[tuple[int, int]]:
     return [(int(s), int(e)) for s, e in zip(starts, ends)]
 
 
-def _weights(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
-    """W[slot, pass*n_procs + j, kh, kw] int8 from each processor's MRAM.
+def _weights(bus, cfg: LayerConfig
+             ) -> tuple[np.ndarray, IC.PackedWeights, list[tuple[int, int]]]:
+    """W[slot, pass*n_procs + j, kh, kw] int8 from each processor's MRAM (and the same in the
+    convolution kernel's layout, kept with it for later runs).
 
     Mask counter (R7#24): one step of ``weight_bits`` per (output slot t, input pass e), a bit
     address. Kernel A = cnt >> 3 of ksize bytes starts at byte A*ksize + oned_sad of the layer's
@@ -69,7 +72,7 @@ def _weights(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
     versions = [mems[p.index].version for p in cfg.processors]
     hit = cfg.extra.get("weights")  # cfg is memoised per device (Max78000.layer_config)
     if hit is not None and hit[0] is mems and hit[1] == versions:  # MRAM unchanged since
-        return hit[2], list(hit[3])
+        return hit[2], hit[3], list(hit[4])
     procs = np.array([p.index for p in cfg.processors], dtype=np.int64)
     mcnt = np.array([p.mcnt_sad for p in cfg.processors], dtype=np.int64)
     w, used, bad = M.gather_weights(bus.stacks["mram"], procs, mcnt, cfg.out_slots,
@@ -86,8 +89,9 @@ def _weights(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
     w = w.reshape(cfg.out_slots, cfg.in_passes * n_p, cfg.kernel_rows, cfg.kernel_cols)
     w.flags.writeable = False  # shared by later runs of the layer
     reads = list(map(tuple, reads.tolist()))
-    cfg.extra["weights"] = (mems, versions, w, reads)
-    return w, list(reads)
+    packed = IC.pack_weights(w.transpose(0, 2, 3, 1))
+    cfg.extra["weights"] = (mems, versions, w, packed, reads)
+    return w, packed, list(reads)
 
 
 def _inputs(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
@@ -157,25 +161,24 @@ def _write_pointers(cfg: LayerConfig) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _scatter(bus, cfg: LayerConfig, out: np.ndarray) -> list[tuple[int, int]]:
-    """Write out[slot, y, x] at the slot's write pointer (_write_pointers) + pixel*pixel_step."""
+    """Write out[slot, y, x] at the slot's write pointer (_write_pointers) + pixel*pixel_step;
+    the byte ranges written, merged and sorted."""
     if "scatter" not in cfg.extra:
         cfg.extra["scatter"] = _write_pointers(cfg)
     base, lanes = cfg.extra["scatter"]
     sram = bus.stacks["sram"]
-    # bytes written; kept zero between layers (cleared below) to spare a 512 KiB allocation
-    touched = bus.derived.setdefault("max78000_touched", np.zeros(sram.shape, dtype=np.uint8))
-    lo = np.full(len(sram), sram.shape[1], dtype=np.int64)
-    hi = np.zeros(len(sram), dtype=np.int64)
-    M.scatter(sram, np.ascontiguousarray(out.reshape(out.shape[0], -1), dtype=np.int64),
-              base, lanes, cfg.pixel_step, touched, lo, hi)
-    written = np.flatnonzero(hi > lo)
-    for m in written:
-        bus.stack_members["sram"][m].touch()
-    rows = sram_address(np.arange(len(sram)), 0)
-    ranges = M.mask_ranges(touched, rows, 1, lo, hi)
-    for m in written:
-        touched[m, lo[m]:hi[m]] = 0
-    return list(map(tuple, ranges.tolist()))
+    work = bus.derived.get("max78000_scatter")
+    if work is None:  # a byte mask of the data memories (kept all 0 between layers)
+        touched = np.zeros(sram.shape, dtype=np.uint8)
+        work = bus.derived["max78000_scatter"] = (
+            touched, touched.view(np.uint64), sram_address(np.arange(len(sram)), 0))
+    runs, written = M.scatter_runs(
+        sram, np.ascontiguousarray(out.reshape(out.shape[0], -1), dtype=np.int64),
+        base, lanes, cfg.pixel_step, *work)
+    members = bus.stack_members["sram"]
+    for m in np.flatnonzero(written):
+        members[m].touch()
+    return list(map(tuple, runs.tolist()))
 
 
 def compute_layer(bus, cfg: LayerConfig, x: np.ndarray | None = None
@@ -204,13 +207,13 @@ def compute_layer(bus, cfg: LayerConfig, x: np.ndarray | None = None
             pool_mode=pool_mode, avg_policy=cfg.avg_policy,
             pad=(cfg.pad_rows, cfg.pad_cols), shift=cfg.shift, act=_ACT[cfg.activation])
         return out, Touched(reads=r_in)
-    w, r_w = _weights(bus, cfg)
+    w, packed, r_w = _weights(bus, cfg)
     b, r_b = _bias(bus, cfg)
     out = K.run_layer_kernel(
         x, w, b, pool=pool, pool_stride=pool_stride,
         pool_mode=pool_mode, avg_policy=cfg.avg_policy,
         pad=(cfg.pad_rows, cfg.pad_cols), conv_stride=cfg.conv_stride, shift=cfg.shift,
-        act=_ACT[cfg.activation], wide=cfg.wide, deconv=cfg.deconv)
+        act=_ACT[cfg.activation], wide=cfg.wide, deconv=cfg.deconv, packed=packed)
     return out, Touched(reads=r_in + r_w + r_b)
 
 
@@ -232,5 +235,5 @@ def run_layer(bus, cfg: LayerConfig, x: np.ndarray | None = None) -> Touched:
     compute_layer."""
     out, touched = compute_layer(bus, cfg, x)
     touched.reads = _merge(touched.reads)
-    touched.writes = _merge(_scatter(bus, cfg, out))
+    touched.writes = _scatter(bus, cfg, out)
     return touched

@@ -226,5 +226,5 @@ def run_stream_layer(dev, cfg, x, n_streams: int) -> Touched:
         dev.stream_frames[y] = fb
         touched.writes = writes
     else:
-        touched.writes = _merge(_scatter(dev.bus, cfg, out))
+        touched.writes = _scatter(dev.bus, cfg, out)
     return touched

@@ -6,6 +6,7 @@ per device, so a breakpoint set from gdb shows in ``bp`` on telnet and a stop is
 """
 from __future__ import annotations
 
+import queue
 import threading
 import traceback
 from typing import Callable
@@ -26,7 +27,12 @@ class RunControl:
         self._lock = threading.Lock()  # guards state transitions
         self._idle = threading.Event()
         self._idle.set()
+        #: one worker thread for the device's whole life, fed through _jobs: numba's thread
+        #: pool and the kernels' per-thread work arrays (emu/scratch.py) belong to the thread
+        #: that runs them, and a new thread per run paid for both again (page faults of
+        #: megabytes of work arrays, a new OpenMP team) on every continue
         self._worker: threading.Thread | None = None
+        self._jobs: queue.SimpleQueue[Callable[[], Stop]] = queue.SimpleQueue()
         self._listeners: list[StopListener] = []
         self._run_listeners: list[Callable[[], None]] = []
         #: what `reset init` runs after the reset (OpenOCD's reset-init event): the stub sets it
@@ -103,11 +109,17 @@ class RunControl:
                 raise TargetRunning("resume")
             self._halt.clear()
             self._idle.clear()
-            self._worker = threading.Thread(target=self._work, args=(job,), daemon=True,
-                                            name=f"{self.device.name}-run")
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._serve_jobs, daemon=True,
+                                                name=f"{self.device.name}-run")
+                self._worker.start()
             for fn in list(self._run_listeners):
                 fn()
-            self._worker.start()
+            self._jobs.put(job)
+
+    def _serve_jobs(self) -> None:
+        while True:
+            self._work(self._jobs.get())
 
     def _work(self, job: Callable[[], Stop]) -> None:
         try:

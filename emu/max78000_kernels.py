@@ -21,11 +21,10 @@ distinct signatures is kept at one per kernel (C-contiguous int8/int64 arrays, i
 """
 from __future__ import annotations
 
-import math
-import threading
-
 import numpy as np
 from numba import njit
+
+from . import int_conv as IC
 
 # pooling modes
 POOL_NONE = 0  # 1x1 window: plain decimation by the stride (public fact: izer pooling_layer)
@@ -96,30 +95,34 @@ def pool2d(x, pool_h, pool_w, stride, mode, avg_policy):
         ho = 0
     if wo < 0:
         wo = 0
-    out = np.zeros((c_n, ho, wo), dtype=np.int64)
+    out = np.empty((c_n, ho, wo), dtype=np.int64)
     n = pool_h * pool_w
-    for c in range(c_n):
-        for oy in range(ho):
-            for ox in range(wo):
-                y0 = oy * stride
-                x0 = ox * stride
-                if mode == POOL_MAX:
+    # one loop per mode (the mode test inside the window loops cost 4x on a 2x2 max pool)
+    if mode == POOL_MAX:
+        for c in range(c_n):
+            for oy in range(ho):
+                for ox in range(wo):
                     m = np.int64(-129)
                     for i in range(pool_h):
+                        row = x[c, oy * stride + i]
                         for j in range(pool_w):
-                            v = np.int64(x[c, y0 + i, x0 + j])
-                            if v > m:
-                                m = v
+                            m = max(m, np.int64(row[ox * stride + j]))
                     out[c, oy, ox] = m
-                elif mode == POOL_AVG:
-                    s = np.int64(0)
+    elif mode == POOL_AVG:
+        for c in range(c_n):
+            for oy in range(ho):
+                for ox in range(wo):
+                    t = np.int64(0)
                     for i in range(pool_h):
+                        row = x[c, oy * stride + i]
                         for j in range(pool_w):
-                            s += x[c, y0 + i, x0 + j]
-                    v = _avg(s, n, avg_policy)
-                    out[c, oy, ox] = min(max(v, -128), 127)  # digest A20
-                else:
-                    out[c, oy, ox] = x[c, y0, x0]
+                            t += row[ox * stride + j]
+                    out[c, oy, ox] = min(max(_avg(t, n, avg_policy), -128), 127)  # digest A20
+    else:
+        for c in range(c_n):
+            for oy in range(ho):
+                for ox in range(wo):
+                    out[c, oy, ox] = x[c, oy * stride, ox * stride]
     return out
 
 
@@ -324,128 +327,69 @@ def zero_stuff(x):
     return out
 
 
-@njit(nogil=True, cache=True)
-def layer_deconv(x, w, bias, pool_h, pool_w, pool_stride, pool_mode, avg_policy,
-                 pad_h, pad_w, shift, act, wide):
-    """Transposed convolution (POST.deconv_en): pool2d -> zero_stuff -> conv2d_acc with the
-    stored kernel and RCNT/CCNT padding -> requantize or wide_output."""
-    pooled = pool2d(x, pool_h, pool_w, pool_stride, pool_mode, avg_policy)
-    acc = conv2d_acc(zero_stuff(pooled), w, bias, pad_h, pad_w, 1)
-    if wide:
-        return wide_output(acc)
-    return requantize(acc, shift, act)
-
-
 def run_layer_kernel(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
                      pool: tuple[int, int] = (1, 1), pool_stride: int = 1,
                      pool_mode: int = POOL_NONE, avg_policy: int = AVG_TRUNC,
                      pad: tuple[int, int] = (0, 0), conv_stride: int = 1, shift: int = 0,
                      act: int = ACT_NONE, wide: bool = False,
-                     deconv: bool = False) -> np.ndarray:
-    """One layer: pool2d -> convolution (:func:`conv_gemm`, :func:`conv2d_acc` for what it
-    declines, :func:`layer_deconv` for transposed convolution) -> requantize / wide_output.
+                     deconv: bool = False, packed: IC.PackedWeights | None = None
+                     ) -> np.ndarray:
+    """One layer: pool2d -> convolution (:func:`conv_int`, :func:`conv2d_acc` for empty
+    shapes) -> requantize / wide_output. A transposed convolution (POST.deconv_en) convolves
+    the zero-stuffed pooled input (:func:`zero_stuff`) with the stored kernel and the RCNT/CCNT
+    padding. ``packed``: ``w`` already in int_conv's layout (callers that keep it across runs).
     Normalises dtypes and contiguity so numba compiles (and caches) one signature per kernel."""
     x = np.ascontiguousarray(x, dtype=np.int8)
     w = np.ascontiguousarray(w, dtype=np.int8)
     b = np.zeros(w.shape[0], dtype=np.int64) if bias is None else \
         np.ascontiguousarray(bias, dtype=np.int64)
-    if deconv:
-        return layer_deconv(x, w, b, int(pool[0]), int(pool[1]), int(pool_stride),
-                            int(pool_mode), int(avg_policy), int(pad[0]), int(pad[1]),
-                            int(shift), int(act), bool(wide))
     if pool_mode == POOL_NONE and pool_stride == 1:
         pooled = x  # a 1x1 window with stride 1 is the identity
     else:
         pooled = pool2d(x, int(pool[0]), int(pool[1]), int(pool_stride), int(pool_mode),
                         int(avg_policy))
-    out = conv_gemm(pooled, w, b, int(pad[0]), int(pad[1]), int(conv_stride), int(shift),
-                    int(act), bool(wide))
-    if out is None:  # degenerate shapes or stride: the plain loop
+    if deconv:
+        pooled, conv_stride = zero_stuff(pooled), 1
+    if packed is None:
+        packed = IC.pack_weights(w.transpose(0, 2, 3, 1))
+    out = conv_int(pooled.astype(np.int8), packed, b, int(pad[0]), int(pad[1]),
+                   int(conv_stride), int(shift), int(act), bool(wide))
+    if out is None:  # empty shapes: the plain loop
         acc = conv2d_acc(pooled.astype(np.int64), w, b, int(pad[0]), int(pad[1]),
                          int(conv_stride))
         out = wide_output(acc) if wide else requantize(acc, int(shift), int(act))
     return out
 
 
-_SCRATCH = threading.local()
-
-
-def _scratch(key: str, shape: tuple[int, ...], dtype) -> np.ndarray:
-    """A work array reused by later calls in the same thread: a fresh multi-megabyte array
-    costs a page fault per 4 KiB on first touch (measured: 1.5 ms of a 4.5 ms 64->64 layer),
-    more than filling it."""
-    bufs = _SCRATCH.__dict__.setdefault("bufs", {})
-    size = math.prod(shape)
-    buf = bufs.get(key)
-    if buf is None or buf.size < size or buf.dtype != dtype:
-        buf = bufs[key] = np.empty(size, dtype=dtype)
-    return buf[:size].reshape(shape)
-
-
-#: products of two int8 values are at most 2**14 in magnitude, so any sum of at most 1023 of
-#: them stays below 2**24, where float32 holds every integer exactly: a float32 GEMM over
-#: chunks of 1023 reduction terms is exact whatever order BLAS adds in
-GEMM_CHUNK = 1023
-
-
-def conv_gemm(x: np.ndarray, w: np.ndarray, bias: np.ndarray, pad_h: int, pad_w: int,
-              stride: int, shift: int, act: int, wide: bool) -> np.ndarray | None:
+def conv_int(x: np.ndarray, w: IC.PackedWeights, bias: np.ndarray, pad_h: int, pad_w: int,
+             stride: int, shift: int, act: int, wide: bool) -> np.ndarray | None:
     """:func:`conv2d_acc` followed by :func:`requantize` (or :func:`wide_output` if ``wide``),
-    with the convolution as exact float32 GEMMs (BLAS), chunked so every partial sum is an
-    exactly representable integer (see GEMM_CHUNK); chunks add in int64 and the last one is
-    requantized in the same pass. ``x`` holds int8-range values (pooled data), ``w`` int8.
-    None if the output is empty or the stride is not 1 (the MAX78000 always convolves with
-    stride 1, A§1.11; callers use conv2d_acc then).
-
-    Stride 1 on the zero-padded input flattened per channel (row length ``wp``): the input of
-    kernel tap (i, j) for every output position is the contiguous slice starting at
-    ``i*wp + j`` when outputs are computed on the padded width (the ``wp - wo`` extra columns
-    per row are dropped), so the GEMM operand is nine row copies, not a gather."""
+    with the sums from the shared integer kernel (emu/int_conv.py): |data| <= 128 and |weight|
+    <= 128 give at most 1024 x 9 products of 2**14 per output, below 2**28, so its int32 sums
+    are exact. ``x`` int8 [C, H, W]. None if the output is empty (callers use conv2d_acc)."""
     c_n, h, wd = x.shape
-    k_n, _, kh, kw = w.shape
-    ho = (h + 2 * pad_h - kh) // stride + 1
-    wo = (wd + 2 * pad_w - kw) // stride + 1
-    if ho <= 0 or wo <= 0 or c_n == 0 or stride != 1:
+    ho = (h + 2 * pad_h - w.kh) // stride + 1
+    wo = (wd + 2 * pad_w - w.kw) // stride + 1
+    if ho <= 0 or wo <= 0 or c_n == 0:
         return None
-    wp = wd + 2 * pad_w
-    # one spare row: the last tap's slice runs kw-1 elements past the padded image
-    xp = _scratch("xp", (c_n, h + 2 * pad_h + 1, wp), np.float32)
-    xp.fill(0)
-    xp[:, pad_h:pad_h + h, pad_w:pad_w + wd] = x
-    flat = xp.reshape(c_n, -1)
-    n = ho * wp
-    taps = kh * kw
-    group = max(1, GEMM_CHUNK // taps)  # input channels per exact chunk
-    acc = _scratch("acc", (k_n, ho, wo), np.int64)
-    for c0 in range(0, c_n, group):
-        c1 = min(c_n, c0 + group)
-        cols = _scratch("cols", (taps, c1 - c0, n), np.float32)
-        for i in range(kh):
-            for j in range(kw):
-                cols[i * kw + j] = flat[c0:c1, i * wp + j:i * wp + j + n]
-        wm = w[:, c0:c1].transpose(0, 2, 3, 1).reshape(k_n, -1).astype(np.float32)
-        part = np.matmul(wm, cols.reshape(-1, n), out=_scratch("part", (k_n, n), np.float32))
-        out = _add_chunk(acc, part.reshape(k_n, ho, wp), bias, c0 == 0, c1 == c_n, shift, act,
-                         wide)
-    return out
+    sums = IC.conv_sums(x, w, (ho, wo), pad=(pad_h, pad_w), stride=(stride, stride))
+    return _finish(sums, bias, shift, act, wide)
 
 
 @njit(nogil=True, cache=True)
-def _add_chunk(acc, part, bias, first, last, shift, act, wide):
-    """acc[k] (+)= the exact integers of ``part[k, :, :wo]`` (+ 128*bias[k] for the first
-    chunk): float32 -> int64 and the padded-width crop in one pass. The last chunk writes the
-    layer's output (requantized, or wrapped to 32 bits) instead, returned as a new array."""
-    k_n, ho, wo = acc.shape
-    out = np.empty((k_n, ho, wo), dtype=np.int64) if last else acc
+def _finish(sums, bias, shift, act, wide):
+    """out[k] = requantize (or wrap to 32 bits) of sums[k] + 128*bias[k] (bias << 7, S0:L4118),
+    as int64 [K, Ho, Wo]."""
+    k_n, ho, wo = sums.shape
+    out = np.empty((k_n, ho, wo), dtype=np.int64)
     for k in range(k_n):
         b = bias[k] * 128
         for y in range(ho):
-            for x in range(wo):
-                v = np.int64(part[k, y, x]) + (b if first else acc[k, y, x])
-                if not last:
-                    acc[k, y, x] = v
-                elif wide:
-                    out[k, y, x] = _wrap32(v)
-                else:
-                    out[k, y, x] = _requant1(v, shift, act)
+            row, dst = sums[k, y], out[k, y]
+            if wide:
+                for x in range(wo):
+                    dst[x] = _wrap32(np.int64(row[x]) + b)
+            else:
+                for x in range(wo):
+                    dst[x] = _requant1(np.int64(row[x]) + b, shift, act)
     return out

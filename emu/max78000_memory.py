@@ -193,3 +193,30 @@ def _mask_runs(mask, mask64, row_base, unit, lo, hi):
             k += 1
             i = _skip(row, row64, j, n, 0, 0)
     return out[:k]
+
+
+@njit(nogil=True, cache=True)
+def scatter_runs(sram, out, slot_word, slot_lane, pixel_step, touched, touched64, row_base):
+    """:func:`scatter`, then the bytes written as sorted ``[start, end)`` address runs with
+    touching runs joined (``row_base`` ascending: each row's CPU address), and which rows were
+    written. ``touched`` is all 0 before and after (cleared here); ``touched64`` is its uint64
+    view. One call instead of scatter + mask_ranges + a Python merge: per layer the Python
+    glue cost more than the scatter itself."""
+    n_rows = sram.shape[0]
+    lo = np.full(n_rows, sram.shape[1], dtype=np.int64)
+    hi = np.zeros(n_rows, dtype=np.int64)
+    scatter(sram, out, slot_word, slot_lane, pixel_step, touched, lo, hi)
+    runs = _mask_runs(touched, touched64, row_base, 1, lo, hi)
+    written = hi > lo
+    for r in range(n_rows):
+        if written[r]:
+            touched[r, lo[r]:hi[r]] = 0
+    k = 0
+    for i in range(runs.shape[0]):
+        if k > 0 and runs[i, 0] <= runs[k - 1, 1]:
+            runs[k - 1, 1] = max(runs[k - 1, 1], runs[i, 1])
+        else:
+            runs[k, 0] = runs[i, 0]
+            runs[k, 1] = runs[i, 1]
+            k += 1
+    return runs[:k], written

@@ -176,13 +176,14 @@ def test_sign_extend_matches_reference(byte, shift, bits):
     assert got == ref.sign_extend(byte >> shift, bits)
 
 
+@pytest.mark.parametrize("c", [1023, 1024])
 @pytest.mark.parametrize("fill", [None, -128])
-def test_gemm_chunks_stay_exact_past_float32_mantissa(fill):
-    # 230 channels x 9 taps = 2070 products per output: more than one exact float32 chunk
-    # (GEMM_CHUNK), and with every operand -128 the sum (33.9 M) is past 2**24, where a single
-    # float32 sum would round; the 32-bit output shows the raw accumulator
+def test_sums_exact_at_the_largest_accumulation(fill, c):
+    # up to 1024 channels x 9 taps = 9216 products per output (the most a layer has: 16
+    # passes of 64 processors); with every operand -128 the sum (151 M) is far past 2**24 and
+    # near the int32 kernel's limit; an odd count leaves half a channel pair empty. The 32-bit
+    # output shows the raw accumulator
     rng = np.random.default_rng(7)
-    c = 230
     x = rng.integers(-128, 128, (c, 6, 5)).astype(np.int8)
     w = rng.integers(-128, 128, (3, c, 3, 3)).astype(np.int8)
     bias = rng.integers(-128, 128, 3)
@@ -192,7 +193,6 @@ def test_gemm_chunks_stay_exact_past_float32_mantissa(fill):
     want = ref.layer(x, w, bias, pool_size=(1, 1), pool_stride=1, pool_kind="none",
                      avg_policy="trunc", pad=(1, 1), conv_stride=1, shift=0, act="none",
                      wide=True)
-    assert c * 9 > K.GEMM_CHUNK
     np.testing.assert_array_equal(got, want)
     if fill is not None:
         assert got[0, 2, 2] == c * 9 * 128 * 128 - 128 * 128  # interior: every tap, bias -128

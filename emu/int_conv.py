@@ -1,0 +1,223 @@
+"""Exact integer 2-D convolution sums for int16-range operands, shared by the MAX78000 and
+Ethos-U85 datapaths.
+
+Why a kernel of our own: both accelerators multiply small integers and accumulate exactly. A
+float32 BLAS GEMM is exact only while partial sums stay below 2**24 and reached ~70 GMAC/s on
+the 2-core machine; integer multiply-add of int16 pairs (``vpmaddwd``, see ``emu/simd.py``)
+does twice the work per instruction of a float32 FMA and is exact for any int32 result.
+
+Sums are int32 and wrap modulo 2**32; callers use them only where the true sum provably fits
+(MAX78000: |data| <= 128, |weight| <= 128, at most 1024 x 9 products per output, so below 2**28;
+Ethos-U85: checked by :func:`fits_int32`).
+
+Layouts (chosen so the innermost loop reads contiguous memory):
+* input, packed by :func:`_pack_input`: per padded row, per channel pair, per column phase
+  (column ``c`` of the padded row lies in phase ``c % stride_x`` at position ``c // stride_x``,
+  so the inputs of 8 consecutive outputs for one kernel column are 8 consecutive words with any
+  stride), one int32 word per position holding channels (2p, 2p+1);
+* weights, packed by :func:`pack_weights`: ``[K rounded up to 4, kh, kw, channel pairs]`` words;
+* sums: ``[K rounded up to 4, Ho, Wo rounded up to 16]`` int32; callers get the ``[K, Ho, Wo]``
+  view. Work arrays are reused per thread (:func:`emu.scratch.scratch`): a result is valid until
+  the same thread's next call.
+"""
+from __future__ import annotations
+
+import functools
+import threading
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit, prange
+
+from .scratch import scratch
+from .simd import vbcast, vget, vload, vmadd, vstore, vzero
+
+KB = 4   # output channels per block (4 x 2 accumulator registers)
+XB = 16  # output columns per block (two 8-lane vectors)
+
+#: numba's parallel kernels may not be entered by two threads at once under every threading
+#: layer (workqueue aborts); a device's run thread and a test's thread could do that
+PARALLEL = threading.Lock()
+
+
+class PackedWeights(NamedTuple):
+    words: np.ndarray   # int32 [kp * kh * kw * c2]
+    k: int              # output channels
+    c: int              # input channels
+    kh: int
+    kw: int
+
+    @property
+    def kp(self) -> int:
+        """Output channels rounded up to whole blocks."""
+        return -(-self.k // KB) * KB
+
+
+def pack_weights(w: np.ndarray) -> PackedWeights:
+    """``w`` [K, kh, kw, C] integers in int16 range -> the kernel's word layout (zero-filled to
+    a multiple of 4 output channels and of 2 input channels)."""
+    k, kh, kw, c = w.shape
+    kp, c2 = -(-k // KB) * KB, (c + 1) // 2
+    half = np.zeros((kp, kh, kw, 2 * c2), np.int16)
+    half[:k, :, :, :c] = w
+    return PackedWeights(half.view(np.int32).reshape(-1), k, c, kh, kw)
+
+
+def fits_int32(lo: int, hi: int, w: np.ndarray) -> bool:
+    """Input values in [lo, hi] (after the zero point) and weights ``w`` [K, ...] fit the
+    kernel's int16 operands (weights above -32768, so no vpmaddwd pair reaches 2**31) and
+    every partial sum stays inside int32: the sums are then exact."""
+    if lo < -32768 or hi > 32767 or (w.size and int(np.abs(w).max()) > 32767):
+        return False
+    wsum = int(np.abs(w).reshape(w.shape[0], -1).sum(axis=1).max()) if w.size else 0
+    return max(-lo, hi) * wsum < 1 << 31
+
+
+@njit(parallel=True, cache=True)
+def _pack_input(v, zp, rows, top, dst_col, channels_last, x16):
+    """x16[padded row, pair, dst_col[col], half] = v[c, row, col] - zp at padded row
+    ``row + top``; zero elsewhere (padding reads 0). ``v`` is indexed [C, H, W] (any strides;
+    ``channels_last``: C varies fastest in memory, as in an NHWC tensor); rows >= ``rows`` and
+    columns with dst_col < 0 are not used. Padded rows in parallel."""
+    c_n = v.shape[0]
+    for pr in prange(x16.shape[0]):
+        x16[pr] = 0
+        r = pr - top
+        if r < 0 or r >= rows:
+            continue
+        dst = x16[pr]
+        if channels_last:
+            for col in range(dst_col.shape[0]):
+                d = dst_col[col]
+                if d >= 0:
+                    for c in range(c_n):
+                        dst[c // 2, d, c % 2] = v[c, r, col] - zp
+        else:
+            for c in range(c_n):
+                for col in range(dst_col.shape[0]):
+                    d = dst_col[col]
+                    if d >= 0:
+                        dst[c // 2, d, c % 2] = v[c, r, col] - zp
+
+
+@njit(parallel=True, cache=True)
+def _conv_blocks(x2, w2, acc, ho, wob, c2, kh, kw, kn, sy, row_words, plane, row_off, col_off,
+                 hwc):
+    """acc[k, y, x] (or acc[y, x, k] if ``hwc``) = sum over (i, j, pair) of vpmaddwd(input
+    words, weight word) for blocks of 4 output channels x 16 output columns, one (row, channel
+    block) per parallel task."""
+    ws = kh * kw * c2
+    kp = kn * KB
+    s = ho * wob
+    for t in prange(ho * kn):
+        y = t // kn
+        k0 = (t % kn) * KB
+        for x0 in range(0, wob, XB):
+            a0 = vzero()
+            a1 = vzero()
+            b0 = vzero()
+            b1 = vzero()
+            c0 = vzero()
+            c1 = vzero()
+            d0 = vzero()
+            d1 = vzero()
+            for i in range(kh):
+                rbase = (y * sy + row_off[i]) * row_words + x0
+                for j in range(kw):
+                    xi = rbase + col_off[j]
+                    wi = ((k0 * kh + i) * kw + j) * c2
+                    for cp in range(c2):
+                        lo = vload(x2, xi)
+                        hi = vload(x2, xi + 8)
+                        wv = vbcast(w2, wi)
+                        a0 = vmadd(a0, lo, wv)
+                        a1 = vmadd(a1, hi, wv)
+                        wv = vbcast(w2, wi + ws)
+                        b0 = vmadd(b0, lo, wv)
+                        b1 = vmadd(b1, hi, wv)
+                        wv = vbcast(w2, wi + 2 * ws)
+                        c0 = vmadd(c0, lo, wv)
+                        c1 = vmadd(c1, hi, wv)
+                        wv = vbcast(w2, wi + 3 * ws)
+                        d0 = vmadd(d0, lo, wv)
+                        d1 = vmadd(d1, hi, wv)
+                        xi += plane
+                        wi += 1
+            if hwc:  # acc[y, x, k]: lane by lane (64 stores against 2304 multiply-adds)
+                for p in range(8):
+                    o = (y * wob + x0 + p) * kp + k0
+                    acc[o] = vget(a0, p)
+                    acc[o + 1] = vget(b0, p)
+                    acc[o + 2] = vget(c0, p)
+                    acc[o + 3] = vget(d0, p)
+                    o += 8 * kp
+                    acc[o] = vget(a1, p)
+                    acc[o + 1] = vget(b1, p)
+                    acc[o + 2] = vget(c1, p)
+                    acc[o + 3] = vget(d1, p)
+            else:  # acc[k, y, x]
+                o = (k0 * ho + y) * wob + x0
+                vstore(acc, o, a0)
+                vstore(acc, o + 8, a1)
+                vstore(acc, o + s, b0)
+                vstore(acc, o + s + 8, b1)
+                vstore(acc, o + 2 * s, c0)
+                vstore(acc, o + 2 * s + 8, c1)
+                vstore(acc, o + 3 * s, d0)
+                vstore(acc, o + 3 * s + 8, d1)
+
+
+class _Plan(NamedTuple):
+    hp: int               # padded rows read
+    c2: int               # channel pairs
+    wq: int               # positions per column phase
+    wob: int              # output columns computed (a multiple of XB)
+    dst_col: np.ndarray   # input column -> phase * wq + position, -1 if not read
+    row_off: np.ndarray   # kernel row -> padded row offset
+    col_off: np.ndarray   # kernel column -> phase * wq + position offset
+
+
+@functools.lru_cache(maxsize=256)
+def _plan(c: int, cols: int, kh: int, kw: int, ho: int, wo: int, left: int, sy: int, sx: int,
+          dy: int, dx: int) -> _Plan:
+    """The index arithmetic of one convolution geometry (a layer runs the same one each time:
+    computing it per call cost more than the smallest layers' kernels)."""
+    wob = -(-wo // XB) * XB
+    hp = (ho - 1) * sy + (kh - 1) * dy + 1
+    wq = wob + ((kw - 1) * dx) // sx        # the last position a block's loads reach, + 1
+    pc = np.arange(cols, dtype=np.int64) + left
+    dst_col = np.where((pc >= 0) & (pc // sx < wq), (pc % sx) * wq + pc // sx, -1)
+    row_off = np.arange(kh, dtype=np.int64) * dy
+    col_off = np.array([((j * dx) % sx) * wq + (j * dx) // sx for j in range(kw)], np.int64)
+    return _Plan(hp, (c + 1) // 2, wq, wob, dst_col, row_off, col_off)
+
+
+def conv_sums(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_point: int = 0,
+              in_hw: tuple[int, int] | None = None, pad: tuple[int, int] = (0, 0),
+              stride: tuple[int, int] = (1, 1), dilation: tuple[int, int] = (1, 1),
+              hwc: bool = False) -> np.ndarray:
+    """int32 [K, Ho, Wo] (``hwc``: [Ho, Wo, K]): out[k, y, x] = sum over c, i, j of
+    (v[c, y*sy + i*dy - top, x*sx + j*dx - left] - zero_point) * w[k, i, j, c], positions
+    outside the input (or outside ``in_hw``, the rows and columns of ``v`` to use) reading 0.
+    ``v`` is indexed [C, H, W] with any strides and int16-range values after the zero point;
+    the sums wrap modulo 2**32 (see the module docstring for when they are exact)."""
+    c, h, wd = v.shape
+    if c != w.c:
+        raise ValueError(f"input has {c} channels, weights {w.c}")
+    ho, wo = out_hw
+    rows, cols = in_hw or (h, wd)
+    sx = stride[1]
+    p = _plan(c, min(cols, wd), w.kh, w.kw, ho, wo, pad[1], stride[0], sx, dilation[0],
+              dilation[1])
+    plane = sx * p.wq
+    buf = scratch("int_conv.x", (p.hp * p.c2 * plane,), np.int32)
+    kp = w.kp
+    acc = scratch("int_conv.acc", (kp * ho * p.wob,), np.int32)
+    with PARALLEL:
+        _pack_input(v, zero_point, min(rows, h), pad[0], p.dst_col, v.strides[0] < v.strides[2],
+                    buf.view(np.int16).reshape(p.hp, p.c2, plane, 2))
+        _conv_blocks(buf, w.words, acc, ho, p.wob, p.c2, w.kh, w.kw, kp // KB, stride[0],
+                     p.c2 * plane, plane, p.row_off, p.col_off, hwc)
+    if hwc:
+        return acc.reshape(ho, p.wob, kp)[:, :wo, :w.k]
+    return acc.reshape(kp, ho, p.wob)[:w.k, :, :wo]

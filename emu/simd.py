@@ -1,0 +1,129 @@
+"""Eight-lane int32 vectors for numba kernels, written as plain LLVM vector IR.
+
+Why: numba's loop vectoriser turns an int16 dot product into ``vpmaddwd`` only for a single
+reduction; with the several accumulators a register-blocked convolution needs it falls back to
+widening multiplies (``vpmulld``, a quarter of the throughput). These intrinsics state the
+operation directly: :func:`vmadd` is "multiply int16 pairs, add each pair into one int32 lane",
+written as sign-extend, multiply, even/odd shuffle and add, which LLVM's x86 backend selects as
+one ``vpmaddwd`` on AVX2 (and lowers to ordinary vector code elsewhere). Every product of two
+int16 values and every pair sum is exact in int32 unless both pairs are (-32768)*(-32768), which
+callers exclude by keeping one operand above -32768.
+
+Only used with 1-D C-contiguous int32 arrays; a "word" holds two int16 values, the even one in
+the low half (little endian, as ``ndarray.view(np.int16)`` sees it).
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic, models, register_model
+
+_I32 = ir.IntType(32)
+_V8 = ir.VectorType(_I32, 8)
+_V16_I16 = ir.VectorType(ir.IntType(16), 16)
+_V16_I32 = ir.VectorType(_I32, 16)
+_EVEN = ir.Constant(_V8, list(range(0, 16, 2)))
+_ODD = ir.Constant(_V8, list(range(1, 16, 2)))
+
+
+class I32x8Type(types.Type):
+    """Eight int32 lanes held in one vector register."""
+
+    def __init__(self) -> None:
+        super().__init__(name="I32x8")
+
+
+i32x8 = I32x8Type()
+
+
+@register_model(I32x8Type)
+class _I32x8Model(models.PrimitiveModel):
+    def __init__(self, dmm, fe_type):
+        super().__init__(dmm, fe_type, _V8)
+
+
+def _is_words(arr) -> bool:
+    return isinstance(arr, types.Array) and arr.dtype == types.int32 and arr.ndim == 1 \
+        and arr.layout == "C"
+
+
+def _address(context, builder, arrty, arr, idx):
+    data = context.make_array(arrty)(context, builder, arr).data
+    return builder.gep(data, [idx])
+
+
+@intrinsic
+def vzero(typingctx):
+    """All lanes 0."""
+    def codegen(context, builder, signature, args):
+        return ir.Constant(_V8, None)
+    return i32x8(), codegen
+
+
+@intrinsic
+def vload(typingctx, arr, idx):
+    """arr[idx:idx+8] (no bounds check: callers size their arrays)."""
+    if not (_is_words(arr) and isinstance(idx, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        p = _address(context, builder, signature.args[0], args[0], args[1])
+        return builder.load(builder.bitcast(p, _V8.as_pointer()), align=4)
+    return i32x8(arr, idx), codegen
+
+
+@intrinsic
+def vbcast(typingctx, arr, idx):
+    """arr[idx] in every lane."""
+    if not (_is_words(arr) and isinstance(idx, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        s = builder.load(_address(context, builder, signature.args[0], args[0], args[1]), align=4)
+        v = builder.insert_element(ir.Constant(_V8, ir.Undefined), s, ir.Constant(_I32, 0))
+        return builder.shuffle_vector(v, ir.Constant(_V8, ir.Undefined), ir.Constant(_V8, None))
+    return i32x8(arr, idx), codegen
+
+
+@intrinsic
+def vmadd(typingctx, acc, x, w):
+    """acc + (x.lo16 * w.lo16 + x.hi16 * w.hi16) per lane, products and sums in int32 (the
+    accumulation wraps modulo 2**32)."""
+    if not (acc == i32x8 and x == i32x8 and w == i32x8):
+        return None
+
+    def codegen(context, builder, signature, args):
+        a, xv, wv = args
+        x32 = builder.sext(builder.bitcast(xv, _V16_I16), _V16_I32)
+        w32 = builder.sext(builder.bitcast(wv, _V16_I16), _V16_I32)
+        m = builder.mul(x32, w32)
+        undef = ir.Constant(_V16_I32, ir.Undefined)
+        pairs = builder.add(builder.shuffle_vector(m, undef, _EVEN),
+                            builder.shuffle_vector(m, undef, _ODD))
+        return builder.add(a, pairs)
+    return i32x8(acc, x, w), codegen
+
+
+@intrinsic
+def vstore(typingctx, arr, idx, v):
+    """arr[idx:idx+8] = v."""
+    if not (_is_words(arr) and isinstance(idx, types.Integer) and v == i32x8):
+        return None
+
+    def codegen(context, builder, signature, args):
+        p = _address(context, builder, signature.args[0], args[0], args[1])
+        builder.store(args[2], builder.bitcast(p, _V8.as_pointer()), align=4)
+        return context.get_dummy_value()
+    return types.void(arr, idx, v), codegen
+
+
+@intrinsic
+def vget(typingctx, v, i):
+    """Lane ``i`` of ``v`` (int32)."""
+    if not (v == i32x8 and isinstance(i, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.extract_element(args[0], builder.trunc(args[1], _I32)
+                                       if args[1].type.width > 32 else args[1])
+    return types.int32(v, i), codegen

@@ -1,0 +1,116 @@
+"""The shared integer convolution kernel (accelstub.emu.int_conv) and its vector intrinsics
+(accelstub.emu.simd), against plain integer numpy written here (no code shared)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from numba import njit
+
+from accelstub.emu import int_conv as IC
+from accelstub.emu.simd import vbcast, vget, vload, vmadd, vstore, vzero
+
+
+def reference(v, w, zp, out_hw, in_hw, pad, stride, dilation):
+    """out[k, y, x] = sum over taps and channels of (v - zp) * w, outside the used input 0;
+    v [C, H, W], w [K, kh, kw, C]; int64 throughout."""
+    c, h, wd = v.shape
+    k, kh, kw, _ = w.shape
+    rows, cols = min(in_hw[0], h), min(in_hw[1], wd)
+    ho, wo = out_hw
+    x = np.zeros((c, rows + 2 * kh * dilation[0] + ho * stride[0] + pad[0],
+                  cols + 2 * kw * dilation[1] + wo * stride[1] + pad[1]), np.int64)
+    x[:, pad[0]:pad[0] + rows, pad[1]:pad[1] + cols] = v[:, :rows, :cols].astype(np.int64) - zp
+    out = np.zeros((k, ho, wo), np.int64)
+    for i in range(kh):
+        for j in range(kw):
+            r0, c0 = i * dilation[0], j * dilation[1]
+            patch = x[:, r0:r0 + ho * stride[0]:stride[0], c0:c0 + wo * stride[1]:stride[1]]
+            out += np.einsum("kc,chw->khw", w[:, i, j, :].astype(np.int64), patch)
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_sums_match_reference_for_random_geometries(data):
+    d = data.draw
+    c, k = d(st.integers(1, 21)), d(st.integers(1, 13))
+    h, wd = d(st.integers(1, 14)), d(st.integers(1, 40))
+    kh, kw = d(st.integers(1, 4)), d(st.integers(1, 5))
+    stride = (d(st.integers(1, 3)), d(st.integers(1, 3)))
+    dilation = (d(st.integers(1, 3)), d(st.integers(1, 3)))
+    pad = (d(st.integers(0, 3)), d(st.integers(0, 3)))
+    in_hw = (d(st.integers(1, h)), d(st.integers(1, wd)))
+    ho = (h + 2 * pad[0] - (kh - 1) * dilation[0] - 1) // stride[0] + 1
+    wo = (wd + 2 * pad[1] - (kw - 1) * dilation[1] - 1) // stride[1] + 1
+    if ho < 1 or wo < 1:
+        return
+    rng = np.random.default_rng(d(st.integers(0, 2**32 - 1)))
+    dtype = d(st.sampled_from([np.int8, np.uint8, np.int16]))
+    info = np.iinfo(dtype)
+    zp = d(st.integers(-128, 127)) if dtype != np.int16 else 0
+    channels_last = d(st.booleans())
+    if channels_last:  # an NHWC tensor seen as [C, H, W], as the Ethos-U85 passes it
+        v = rng.integers(info.min, info.max + 1, (h, wd, c)).astype(dtype).transpose(2, 0, 1)
+    else:
+        v = rng.integers(info.min, info.max + 1, (c, h, wd)).astype(dtype)
+    w = rng.integers(-256, 256, (k, kh, kw, c))
+    hwc = d(st.booleans())
+    got = IC.conv_sums(v, IC.pack_weights(w), (ho, wo), zero_point=zp, in_hw=in_hw, pad=pad,
+                       stride=stride, dilation=dilation, hwc=hwc)
+    want = reference(v, w, zp, (ho, wo), in_hw, pad, stride, dilation)
+    if hwc:
+        want = want.transpose(1, 2, 0)
+    if IC.fits_int32(int(info.min) - zp, int(info.max) - zp, w):
+        np.testing.assert_array_equal(got, want)
+    else:  # outside the proven range the sums are still right modulo 2**32
+        np.testing.assert_array_equal(got, want.astype(np.int32))
+
+
+def test_sums_exact_at_the_int32_limit():
+    # every product -128 * -128 = 2**14 over 64 channels x 9 taps, and int16 extremes: the
+    # largest sums the proof admits, far past float32's 2**24
+    v = np.full((64, 6, 6), -128, np.int8)
+    w = np.full((4, 3, 3, 64), -128)
+    got = IC.conv_sums(v, IC.pack_weights(w), (4, 4))
+    assert (got == 64 * 9 * 2**14).all()
+    v16 = np.full((2, 3, 3), -32768, np.int16)
+    w16 = np.full((1, 1, 1, 2), 32767)
+    assert IC.fits_int32(-32768, 32767, w16)
+    got = IC.conv_sums(v16, IC.pack_weights(w16), (3, 3))
+    assert (got == 2 * -32768 * 32767).all()
+
+
+@pytest.mark.parametrize("lo, hi, w, fits", [
+    (-128, 127, np.full((2, 3, 3, 64), 127), True),          # 128 * 73152 < 2**31
+    (-32768, 32767, np.full((1, 1, 1, 2), 32767), True),
+    (-32768, 32767, np.full((1, 1, 1, 2), -32768), False),   # the one vpmaddwd overflow pair
+    (-32769, 100, np.ones((1, 1, 1, 1)), False),             # input does not fit int16
+    (0, 32767, np.full((1, 3, 3, 8), 32767), False),         # sum past 2**31
+])
+def test_fits_int32_bounds(lo, hi, w, fits):
+    assert IC.fits_int32(lo, hi, w) is fits
+
+
+@njit
+def _madd_lanes(x, w, acc):
+    out = np.empty(16, np.int32)
+    a = vmadd(vload(acc, 0), vload(x, 0), vbcast(w, 0))
+    vstore(out, 0, a)
+    b = vzero()
+    for i in range(8):
+        out[8 + i] = vget(b, i)
+    return out
+
+
+def test_vmadd_multiplies_int16_pairs_into_int32_lanes():
+    halves = np.array([32767, -32768, -32768, -32768, 1, -1, 300, 7,
+                       -5, 5, 0, 9, 12345, -12345, 2, 3], np.int16)
+    w = np.array([-32768, 32767], np.int16)
+    acc = np.arange(8, dtype=np.int32) * 1000
+    got = _madd_lanes(halves.view(np.int32), w.view(np.int32), acc)
+    pairs = halves.astype(np.int64).reshape(8, 2)
+    want = (pairs[:, 0] * -32768 + pairs[:, 1] * 32767 + acc).astype(np.int32)
+    np.testing.assert_array_equal(got[:8], want)
+    assert (got[8:] == 0).all()
