@@ -1,6 +1,6 @@
 """MAX78000 emulation speed (figures for the closing note; nothing here asserts a speed).
 
-    python benchmarks/bench_max78000.py
+    python benchmarks/bench_max78000.py [--skip-first-run]
 
 1. One 64->64-channel 3x3 layer on 64x64 data: emulated MACs/s as a ratio to torch's float32
    conv2d on the same data in the same run (torch is imported only here), checked bit-exact

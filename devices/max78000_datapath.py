@@ -118,8 +118,10 @@ def _inputs(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
         raise DeviceError(f"layer {cfg.layer}: CNNx16_{p.quadrant}_L{cfg.layer}_RPTR_BASE: the "
                           f"input of processor {p.index} runs past the end of data memory "
                           f"{p.memory}")
-    start = sram_address(memory, read_word)
-    return x, list(zip(start.tolist(), (start + 4 * n_words).tolist()))
+    if "input_reads" not in cfg.extra:
+        start = sram_address(memory, read_word)
+        cfg.extra["input_reads"] = list(zip(start.tolist(), (start + 4 * n_words).tolist()))
+    return x, list(cfg.extra["input_reads"])
 
 
 def _bias(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
@@ -181,12 +183,25 @@ def _scatter(bus, cfg: LayerConfig, out: np.ndarray) -> list[tuple[int, int]]:
     return list(map(tuple, runs.tolist()))
 
 
+def _merged_reads(cfg: LayerConfig, from_memory: bool, reads: list[tuple[int, int]]
+                  ) -> list[tuple[int, int]]:
+    """_merge(reads), kept with the layer: the ranges change only with the decoded weights
+    (their MRAM words) and with where the input comes from."""
+    weights = cfg.extra.get("weights")
+    hit = cfg.extra.get("merged_reads")
+    if hit is None or hit[0] is not weights or hit[1] != from_memory:
+        hit = cfg.extra["merged_reads"] = (weights, from_memory, _merge(reads))
+    return list(hit[2])
+
+
 def compute_layer(bus, cfg: LayerConfig, x: np.ndarray | None = None
                   ) -> tuple[np.ndarray, Touched]:
-    """Compute the layer's output [slots, out_rows, out_cols] (int64) without writing it.
-    ``x`` (int8 [in_channels, H, W], the order of _inputs) replaces the gather from data SRAM
-    for input that does not come from memory (FIFO input, frame-at-once streaming)."""
-    if x is None:
+    """Compute the layer's output [slots, out_rows, out_cols] (int64) without writing it, and
+    the ranges it read (merged, sorted). ``x`` (int8 [in_channels, H, W], the order of
+    _inputs) replaces the gather from data SRAM for input that does not come from memory (FIFO
+    input, frame-at-once streaming)."""
+    from_memory = x is None
+    if from_memory:
         x, r_in = _inputs(bus, cfg)
     else:
         r_in = []
@@ -206,7 +221,7 @@ def compute_layer(bus, cfg: LayerConfig, x: np.ndarray | None = None
             x, pool=pool, pool_stride=pool_stride,
             pool_mode=pool_mode, avg_policy=cfg.avg_policy,
             pad=(cfg.pad_rows, cfg.pad_cols), shift=cfg.shift, act=_ACT[cfg.activation])
-        return out, Touched(reads=r_in)
+        return out, Touched(reads=_merged_reads(cfg, from_memory, r_in))
     w, packed, r_w = _weights(bus, cfg)
     b, r_b = _bias(bus, cfg)
     out = K.run_layer_kernel(
@@ -214,7 +229,7 @@ def compute_layer(bus, cfg: LayerConfig, x: np.ndarray | None = None
         pool_mode=pool_mode, avg_policy=cfg.avg_policy,
         pad=(cfg.pad_rows, cfg.pad_cols), conv_stride=cfg.conv_stride, shift=cfg.shift,
         act=_ACT[cfg.activation], wide=cfg.wide, deconv=cfg.deconv, packed=packed)
-    return out, Touched(reads=r_in + r_w + r_b)
+    return out, Touched(reads=_merged_reads(cfg, from_memory, r_in + r_w + r_b))
 
 
 def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -234,6 +249,5 @@ def run_layer(bus, cfg: LayerConfig, x: np.ndarray | None = None) -> Touched:
     sorted; reads happen before writes, as the whole input is gathered first). ``x``: see
     compute_layer."""
     out, touched = compute_layer(bus, cfg, x)
-    touched.reads = _merge(touched.reads)
     touched.writes = _scatter(bus, cfg, out)
     return touched

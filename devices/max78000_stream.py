@@ -207,7 +207,7 @@ def gather_stream(fb: FrameBuffer, cfg) -> np.ndarray:
 
 def run_stream_layer(dev, cfg, x, n_streams: int) -> Touched:
     """Run stream layer ``cfg.layer`` frame-at-once (x: its input or None = from memory)."""
-    from .max78000_datapath import _merge, _scatter, compute_layer
+    from .max78000_datapath import _scatter, compute_layer
 
     y = cfg.layer
     if y > 0 and x is None:
@@ -217,7 +217,6 @@ def run_stream_layer(dev, cfg, x, n_streams: int) -> Touched:
                               f"{y - 1} (run the frame from layer 0)")
         x = gather_stream(fb, cfg)
     out, touched = compute_layer(dev.bus, cfg, x)
-    touched.reads = _merge(touched.reads)
     if y + 1 < n_streams:
         nxt = dev.layer_config(y + 1)
         lilbuf = (dev.regs.peek("CNNx16_0_CTRL") >> 19) & 1

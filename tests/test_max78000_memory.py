@@ -118,6 +118,24 @@ def test_scatter_writes_and_marks_exactly_the_addressed_bytes(slots, pixels, ste
         else:
             merged.append([s, e])
     assert [tuple(r) for r in merged] == byte_ranges(written)
+    # the one-call form the datapath uses: same bytes, runs merged, the mask left all 0
+    sram2, mask = want.copy(), np.zeros(sram.shape, np.uint8)
+    runs, rows = M.scatter_runs(sram2, out, slot_word, lanes, step, mask, mask.view(np.uint64),
+                                np.arange(16) * 0x8000)
+    np.testing.assert_array_equal(sram2, want)
+    assert [tuple(r) for r in runs.tolist()] == byte_ranges(written)
+    assert set(np.flatnonzero(rows)) == {a // 0x8000 for a in written}
+
+
+def test_scatter_runs_clears_its_mask():
+    sram = np.zeros((16, 0x8000), np.uint8)
+    touched = np.zeros(sram.shape, np.uint8)
+    runs, _ = M.scatter_runs(sram, np.arange(1, 7).reshape(2, 3), np.array([5, 9000]),
+                             np.array([1, 2]), 1, touched, touched.view(np.uint64),
+                             np.arange(16) * 0x8000)
+    assert not touched.any()
+    assert runs.tolist() == [[21, 22], [25, 26], [29, 30], [36002, 36003], [36006, 36007],
+                             [36010, 36011]]
 
 
 @settings(max_examples=100, deadline=None)
