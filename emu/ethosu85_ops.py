@@ -16,11 +16,10 @@ Every wrapper returns the OFM values truncated to the OFM type (dtype from ``cfg
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from . import ethosu85_primitives as P
 from . import int_conv as IC
-from .split import run_split
 from .ethosu85_primitives import (C_ACC_BITS, C_OFM_BITS, C_OFM_SIGNED, C_ACC_OUTPUT, C_SHIFT,
                                   C_SCALE, C_ZP, RESCALE_AVPOOL, RESCALE_GLOBAL, RESCALE_NONE,
                                   RESCALE_NORMAL, RESCALE_SHIFT_ONLY)
@@ -296,16 +295,15 @@ def _round_terms(shift, mode, dbl_rnd):
     return rp, rn
 
 
-@njit(nogil=True, cache=True)
-def _conv_finish_kernel(tot, acc_in, rows, cols, geo, cfg, bias, scales, shifts, lut, out, y0,
-                        y1):
+@njit(parallel=True, cache=True)
+def _conv_finish_kernel(tot, acc_in, rows, cols, geo, cfg, bias, scales, shifts, lut, out):
     """The accumulator and output stage of the GEMM path: per output
     acc = read_accumulator(...) (0 for reset); if any kernel position was inside the IFM:
     acc = sign_extend(acc + sum, acc_bits) (= the chain of wrapping accumulate() calls);
     write_accumulator(acc, rescale_mode_normal) = P.finish. tot: [H, Wc, OC] exact integer
     float sums; geo: H, W, use acc_in; ``out`` [H, W, OC] of the OFM's integer type (stores
-    truncate, as astype does); rows y0..y1-1 (emu/split.py: per element this stage costs about
-    a third of the convolution, so it runs on all cores too).
+    truncate, as astype does). Rows in parallel (numba prange): per element this stage costs
+    about a third of the GEMM.
 
     P.finish per element costs ~70 ns here (array arguments through nested calls); the common
     output stage (no LUT function, OFM narrower than 64 bits, shifts 0..63) is therefore
@@ -347,7 +345,7 @@ def _conv_finish_kernel(tot, acc_in, rows, cols, geo, cfg, bias, scales, shifts,
     oh, om = (np.int64(1) << (obits - 1)) if osigned else np.int64(0), (np.int64(1) << obits) - 1
     pos = sh > 0
     sm1 = np.maximum(sh - 1, 0)
-    for oy in range(y0, y1):
+    for oy in prange(H):
         a = np.empty(oc_n, np.int64)
         for ox in range(W):
             tap = rows[oy] != 0 and cols[ox] != 0
@@ -442,10 +440,10 @@ def _conv_common(ifm, weights, ofm_hw, stride, dilation, pad, ifm_zp, ifm_bits, 
                              dy, dx, depthwise)
         geo = np.array([H, W, 0 if acc_in is None else 1], np.int64)
         out = np.empty((H, W, oc_n), ofm_dtype(cfg))
-        run_split(_conv_finish_kernel, H, tot, acc, _tap_mask(H, sy, dy, kh, pt, ih),
-                  _tap_mask(W, sx, dx, kw, pl, iw), geo, cfg, _chan(bias, oc_n),
-                  _chan(scales, oc_n), _chan(shifts, oc_n), _lut(lut), out,
-                  min_part=max(1, 4096 // max(1, W * oc_n)))
+        with IC.PARALLEL:
+            _conv_finish_kernel(tot, acc, _tap_mask(H, sy, dy, kh, pt, ih),
+                                _tap_mask(W, sx, dx, kw, pl, iw), geo, cfg, _chan(bias, oc_n),
+                                _chan(scales, oc_n), _chan(shifts, oc_n), _lut(lut), out)
         return out
     v = _fit(v, max(ih, 0), max(iw, 0))
     if depthwise and v.shape[2] < oc_n:

@@ -23,17 +23,21 @@ Layouts (chosen so the innermost loop reads contiguous memory):
 from __future__ import annotations
 
 import functools
+import threading
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from .scratch import scratch
 from .simd import vbcast, vget, vload, vmadd, vstore, vzero
-from .split import run_split
 
 KB = 4   # output channels per block (4 x 2 accumulator registers)
 XB = 16  # output columns per block (two 8-lane vectors)
+
+#: numba's parallel kernels may not be entered by two threads at once under every threading
+#: layer (workqueue aborts); a device's run thread and a test's thread could do that
+PARALLEL = threading.Lock()
 
 
 class PackedWeights(NamedTuple):
@@ -69,14 +73,14 @@ def fits_int32(lo: int, hi: int, w: np.ndarray) -> bool:
     return max(-lo, hi) * wsum < 1 << 31
 
 
-@njit(nogil=True, cache=True)
-def _pack_input(v, zp, rows, top, dst_col, channels_last, x16, p0, p1):
+@njit(parallel=True, cache=True)
+def _pack_input(v, zp, rows, top, dst_col, channels_last, x16):
     """x16[padded row, pair, dst_col[col], half] = v[c, row, col] - zp at padded row
     ``row + top``; zero elsewhere (padding reads 0). ``v`` is indexed [C, H, W] (any strides;
     ``channels_last``: C varies fastest in memory, as in an NHWC tensor); rows >= ``rows`` and
-    columns with dst_col < 0 are not used. Padded rows p0..p1-1 (run_split)."""
+    columns with dst_col < 0 are not used. Padded rows in parallel."""
     c_n = v.shape[0]
-    for pr in range(p0, p1):
+    for pr in prange(x16.shape[0]):
         x16[pr] = 0
         r = pr - top
         if r < 0 or r >= rows:
@@ -96,16 +100,16 @@ def _pack_input(v, zp, rows, top, dst_col, channels_last, x16, p0, p1):
                         dst[c // 2, d, c % 2] = v[c, r, col] - zp
 
 
-@njit(nogil=True, cache=True)
+@njit(parallel=True, cache=True)
 def _conv_blocks(x2, w2, acc, ho, wob, c2, kh, kw, kn, sy, row_words, plane, row_off, col_off,
-                 hwc, t0, t1):
+                 hwc):
     """acc[k, y, x] (or acc[y, x, k] if ``hwc``) = sum over (i, j, pair) of vpmaddwd(input
-    words, weight word) for blocks of 4 output channels x 16 output columns, tasks t0..t1-1 of
-    the (row, channel block) pairs (run_split)."""
+    words, weight word) for blocks of 4 output channels x 16 output columns, one (row, channel
+    block) per parallel task."""
     ws = kh * kw * c2
     kp = kn * KB
     s = ho * wob
-    for t in range(t0, t1):
+    for t in prange(ho * kn):
         y = t // kn
         k0 = (t % kn) * KB
         for x0 in range(0, wob, XB):
@@ -209,14 +213,11 @@ def conv_sums(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_
     buf = scratch("int_conv.x", (p.hp * p.c2 * plane,), np.int32)
     kp = w.kp
     acc = scratch("int_conv.acc", (kp * ho * p.wob,), np.int32)
-    run_split(_pack_input, p.hp, v, zero_point, min(rows, h), pad[0], p.dst_col,
-              v.strides[0] < v.strides[2], buf.view(np.int16).reshape(p.hp, p.c2, plane, 2),
-              min_part=8)
-    kn = kp // KB
-    # a part of at least ~64 k multiply-adds: below that a thread hand-off costs more
-    run_split(_conv_blocks, ho * kn, buf, w.words, acc, ho, p.wob, p.c2, w.kh, w.kw, kn,
-              stride[0], p.c2 * plane, plane, p.row_off, p.col_off, hwc,
-              min_part=max(1, 65536 // (KB * p.wob * w.kh * w.kw * p.c2 * 2)))
+    with PARALLEL:
+        _pack_input(v, zero_point, min(rows, h), pad[0], p.dst_col, v.strides[0] < v.strides[2],
+                    buf.view(np.int16).reshape(p.hp, p.c2, plane, 2))
+        _conv_blocks(buf, w.words, acc, ho, p.wob, p.c2, w.kh, w.kw, kp // KB, stride[0],
+                     p.c2 * plane, plane, p.row_off, p.col_off, hwc)
     if hwc:
         return acc.reshape(ho, p.wob, kp)[:, :wo, :w.k]
     return acc.reshape(kp, ho, p.wob)[:w.k, :, :wo]

@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 from numba import njit
 
 from accelstub.emu import int_conv as IC
-from accelstub.emu import split
 from accelstub.emu.simd import vbcast, vget, vload, vmadd, vstore, vzero
 
 
@@ -116,23 +115,3 @@ def test_vmadd_multiplies_int16_pairs_into_int32_lanes():
     np.testing.assert_array_equal(got[:8], want)
     assert (got[8:] == 0).all()
 
-
-@pytest.mark.parametrize("n, min_part", [(0, 1), (1, 1), (7, 1), (100, 30), (100, 200)])
-def test_run_split_covers_the_range_once(n, min_part, monkeypatch):
-    monkeypatch.setattr(split, "CORES", 3)
-    seen = []
-    split.run_split(lambda tag, lo, hi: seen.append((tag, lo, hi)), n, "x", min_part=min_part)
-    covered = sorted(i for _, lo, hi in seen for i in range(lo, hi))
-    assert covered == list(range(n))
-    assert all(tag == "x" for tag, _, _ in seen)
-    assert len(seen) == max(1, min(3, n // min_part))
-
-
-def test_run_split_reports_a_failing_part(monkeypatch):
-    monkeypatch.setattr(split, "CORES", 2)
-
-    def kernel(lo, hi):
-        if lo > 0:
-            raise ValueError("second part")
-    with pytest.raises(ValueError, match="second part"):
-        split.run_split(kernel, 10)
