@@ -72,7 +72,7 @@ def _weights(bus, cfg: LayerConfig
     versions = [mems[p.index].version for p in cfg.processors]
     hit = cfg.extra.get("weights")  # cfg is memoised per device (Max78000.layer_config)
     if hit is not None and hit[0] is mems and hit[1] == versions:  # MRAM unchanged since
-        return hit[2], hit[3], list(hit[4])
+        return hit[2], hit[3], hit[4]
     procs = np.array([p.index for p in cfg.processors], dtype=np.int64)
     mcnt = np.array([p.mcnt_sad for p in cfg.processors], dtype=np.int64)
     w, used, bad = M.gather_weights(bus.stacks["mram"], procs, mcnt, cfg.out_slots,
@@ -91,7 +91,7 @@ def _weights(bus, cfg: LayerConfig
     reads = list(map(tuple, reads.tolist()))
     packed = IC.pack_weights(w.transpose(0, 2, 3, 1))
     cfg.extra["weights"] = (mems, versions, w, packed, reads)
-    return w, packed, list(reads)
+    return w, packed, reads
 
 
 def _inputs(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
@@ -121,7 +121,7 @@ def _inputs(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
     if "input_reads" not in cfg.extra:
         start = sram_address(memory, read_word)
         cfg.extra["input_reads"] = list(zip(start.tolist(), (start + 4 * n_words).tolist()))
-    return x, list(cfg.extra["input_reads"])
+    return x, cfg.extra["input_reads"]
 
 
 def _bias(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:

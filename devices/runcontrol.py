@@ -9,6 +9,7 @@ from __future__ import annotations
 import queue
 import threading
 import traceback
+import weakref
 from typing import Callable
 
 from .device import SIGTRAP, Device, Stop, Watchpoint
@@ -18,6 +19,9 @@ StopListener = Callable[[Stop], None]
 
 
 class RunControl:
+    #: seconds an idle worker thread waits for the next run before it ends
+    IDLE_EXIT_S = 60.0
+
     def __init__(self, device: Device) -> None:
         self.device = device
         self.breakpoints: set[int] = set()
@@ -27,10 +31,11 @@ class RunControl:
         self._lock = threading.Lock()  # guards state transitions
         self._idle = threading.Event()
         self._idle.set()
-        #: one worker thread for the device's whole life, fed through _jobs: numba's thread
-        #: pool and the kernels' per-thread work arrays (emu/scratch.py) belong to the thread
-        #: that runs them, and a new thread per run paid for both again (page faults of
-        #: megabytes of work arrays, a new OpenMP team) on every continue
+        #: one worker thread reused by later runs, fed through _jobs: numba's thread pool and
+        #: the kernels' per-thread work arrays (emu/scratch.py) belong to the thread that runs
+        #: them, and a new thread per run paid for both again (page faults of megabytes of work
+        #: arrays, a new OpenMP team) on every continue. It holds the RunControl only while a
+        #: job runs and ends after IDLE_EXIT_S without one, so a dropped device is freed.
         self._worker: threading.Thread | None = None
         self._jobs: queue.SimpleQueue[Callable[[], Stop]] = queue.SimpleQueue()
         self._listeners: list[StopListener] = []
@@ -110,16 +115,32 @@ class RunControl:
             self._halt.clear()
             self._idle.clear()
             if self._worker is None:
-                self._worker = threading.Thread(target=self._serve_jobs, daemon=True,
-                                                name=f"{self.device.name}-run")
+                self._worker = threading.Thread(target=RunControl._serve_jobs,
+                                                args=(weakref.ref(self), self._jobs),
+                                                daemon=True, name=f"{self.device.name}-run")
                 self._worker.start()
             for fn in list(self._run_listeners):
                 fn()
             self._jobs.put(job)
 
-    def _serve_jobs(self) -> None:
+    @staticmethod
+    def _serve_jobs(ref: weakref.ref, jobs: queue.SimpleQueue) -> None:
         while True:
-            self._work(self._jobs.get())
+            try:
+                job = jobs.get(timeout=RunControl.IDLE_EXIT_S)
+            except queue.Empty:
+                rc = ref()
+                if rc is None:
+                    return
+                with rc._lock:  # _start puts jobs under this lock: none can be left behind
+                    if jobs.empty():
+                        rc._worker = None
+                        return
+                continue
+            rc = ref()
+            if rc is not None:
+                rc._work(job)
+            del rc, job
 
     def _work(self, job: Callable[[], Stop]) -> None:
         try:

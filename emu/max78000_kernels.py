@@ -352,7 +352,7 @@ def run_layer_kernel(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
         pooled, conv_stride = zero_stuff(pooled), 1
     if packed is None:
         packed = IC.pack_weights(w.transpose(0, 2, 3, 1))
-    out = conv_int(pooled.astype(np.int8), packed, b, int(pad[0]), int(pad[1]),
+    out = conv_int(pooled.astype(np.int8, copy=False), packed, b, int(pad[0]), int(pad[1]),
                    int(conv_stride), int(shift), int(act), bool(wide))
     if out is None:  # empty shapes: the plain loop
         acc = conv2d_acc(pooled.astype(np.int64), w, b, int(pad[0]), int(pad[1]),

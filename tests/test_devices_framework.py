@@ -178,3 +178,32 @@ def test_reset_restores_reset_values():
     rc.reset("halt")
     assert dev.read_register("CNNx16_0_CTRL") == 0x6
     assert dev.finished()
+
+
+def _run_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "max78000-run"]
+
+
+def test_run_thread_is_reused_then_ends_and_frees_the_device(monkeypatch):
+    import gc
+    import weakref
+
+    monkeypatch.setattr(RunControl, "IDLE_EXIT_S", 0.3)
+    before = set(_run_threads())
+    dev = open_device("max78000")
+    programs.apply(dev, 4)
+    rc = RunControl(dev)
+    rc.step(30)
+    worker = set(_run_threads()) - before
+    assert len(worker) == 1
+    rc.step(30)
+    assert set(_run_threads()) - before == worker  # the same thread ran the second step
+    deadline = time.monotonic() + 10
+    while set(_run_threads()) & worker and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not set(_run_threads()) & worker        # idle: the thread ended
+    assert rc.step(30).reason == "step"             # and a new one runs the next step
+    ref = weakref.ref(dev)
+    del dev, rc
+    gc.collect()
+    assert ref() is None                            # no thread keeps a dropped device alive
