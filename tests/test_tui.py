@@ -140,6 +140,24 @@ def test_attach_shows_halted_state_and_pc(target):
     run(go())
 
 
+def test_a_poll_landing_while_the_app_closes_is_dropped(target):
+    """The poll thread may post a result after shutdown began (seen in CI): the widgets it would
+    update are gone, and applying it raised NoMatches out of the app."""
+    from accelstub.tui.app import PollResult
+
+    async def go():
+        app = make_app(target)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await started(pilot)
+            view = app.query_one("#registers-view")
+            names = [r.name for r in view.block.registers[:2]]
+            status = dict(app.status)
+        applied = app.applied
+        app.on_poll_result(PollResult(status, view, {n: 1 for n in names}, False))
+        assert app.applied == applied  # nothing applied, nothing raised
+    run(go())
+
+
 def test_step_advances_pc_by_4(target):
     async def go():
         app = make_app(target)

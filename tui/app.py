@@ -267,6 +267,8 @@ class AccelApp(App[int]):
 
     def on_poll_result(self, msg: PollResult) -> None:
         try:
+            if self._exit or not self.is_running:
+                return  # closing: the views' widgets are being removed, a poll may still land
             self.status = msg.status
             was_running = self.running
             self.running = msg.running
