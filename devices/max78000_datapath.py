@@ -164,7 +164,8 @@ def _write_pointers(cfg: LayerConfig) -> tuple[np.ndarray, np.ndarray]:
 
 def _scatter(bus, cfg: LayerConfig, out: np.ndarray) -> list[tuple[int, int]]:
     """Write out[slot, y, x] at the slot's write pointer (_write_pointers) + pixel*pixel_step;
-    the byte ranges written, merged and sorted."""
+    the byte ranges written, merged and sorted. Which bytes a layer writes depends only on its
+    configuration, so the ranges (found by marking bytes on the first run) are kept with it."""
     if "scatter" not in cfg.extra:
         cfg.extra["scatter"] = _write_pointers(cfg)
     base, lanes = cfg.extra["scatter"]
@@ -174,13 +175,19 @@ def _scatter(bus, cfg: LayerConfig, out: np.ndarray) -> list[tuple[int, int]]:
         touched = np.zeros(sram.shape, dtype=np.uint8)
         work = bus.derived["max78000_scatter"] = (
             touched, touched.view(np.uint64), sram_address(np.arange(len(sram)), 0))
-    runs, written = M.scatter_runs(
-        sram, np.ascontiguousarray(out.reshape(out.shape[0], -1), dtype=np.int64),
-        base, lanes, cfg.pixel_step, *work)
+    out = np.ascontiguousarray(out.reshape(out.shape[0], -1), dtype=np.int32)
+    writes = cfg.extra.get("writes")
+    if writes is None:
+        runs, written = M.scatter_runs(sram, out, base, lanes, cfg.pixel_step, *work)
+        writes = cfg.extra["writes"] = (list(map(tuple, runs.tolist())),
+                                        np.flatnonzero(written).tolist())
+    else:
+        M.scatter(sram, out, base, lanes, cfg.pixel_step, work[0], base, base, False)  # no
+        # marking: the mask and the bounds (here any int64 arrays) are not used
     members = bus.stack_members["sram"]
-    for m in np.flatnonzero(written):
+    for m in writes[1]:
         members[m].touch()
-    return list(map(tuple, runs.tolist()))
+    return list(writes[0])
 
 
 def _merged_reads(cfg: LayerConfig, from_memory: bool, reads: list[tuple[int, int]]
@@ -196,7 +203,7 @@ def _merged_reads(cfg: LayerConfig, from_memory: bool, reads: list[tuple[int, in
 
 def compute_layer(bus, cfg: LayerConfig, x: np.ndarray | None = None
                   ) -> tuple[np.ndarray, Touched]:
-    """Compute the layer's output [slots, out_rows, out_cols] (int64) without writing it, and
+    """Compute the layer's output [slots, out_rows, out_cols] (int32) without writing it, and
     the ranges it read (merged, sorted). ``x`` (int8 [in_channels, H, W], the order of
     _inputs) replaces the gather from data SRAM for input that does not come from memory (FIFO
     input, frame-at-once streaming)."""
@@ -221,7 +228,7 @@ def compute_layer(bus, cfg: LayerConfig, x: np.ndarray | None = None
             x, pool=pool, pool_stride=pool_stride,
             pool_mode=pool_mode, avg_policy=cfg.avg_policy,
             pad=(cfg.pad_rows, cfg.pad_cols), shift=cfg.shift, act=_ACT[cfg.activation])
-        return out, Touched(reads=_merged_reads(cfg, from_memory, r_in))
+        return out.astype(np.int32), Touched(reads=_merged_reads(cfg, from_memory, r_in))
     w, packed, r_w = _weights(bus, cfg)
     b, r_b = _bias(bus, cfg)
     out = K.run_layer_kernel(

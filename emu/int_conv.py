@@ -195,12 +195,14 @@ def _plan(c: int, cols: int, kh: int, kw: int, ho: int, wo: int, left: int, sy: 
 def conv_sums(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_point: int = 0,
               in_hw: tuple[int, int] | None = None, pad: tuple[int, int] = (0, 0),
               stride: tuple[int, int] = (1, 1), dilation: tuple[int, int] = (1, 1),
-              hwc: bool = False) -> np.ndarray:
+              hwc: bool = False, padded: bool = False) -> np.ndarray:
     """int32 [K, Ho, Wo] (``hwc``: [Ho, Wo, K]): out[k, y, x] = sum over c, i, j of
     (v[c, y*sy + i*dy - top, x*sx + j*dx - left] - zero_point) * w[k, i, j, c], positions
     outside the input (or outside ``in_hw``, the rows and columns of ``v`` to use) reading 0.
     ``v`` is indexed [C, H, W] with any strides and int16-range values after the zero point;
-    the sums wrap modulo 2**32 (see the module docstring for when they are exact)."""
+    the sums wrap modulo 2**32 (see the module docstring for when they are exact).
+    ``padded``: the whole C-contiguous work array instead ([K rounded up, Ho, Wo rounded up],
+    not with ``hwc``): numba vectorises loops over a C-contiguous array, not over the view."""
     c, h, wd = v.shape
     if c != w.c:
         raise ValueError(f"input has {c} channels, weights {w.c}")
@@ -220,4 +222,5 @@ def conv_sums(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_
                      p.c2 * plane, plane, p.row_off, p.col_off, hwc)
     if hwc:
         return acc.reshape(ho, p.wob, kp)[:, :wo, :w.k]
-    return acc.reshape(kp, ho, p.wob)[:w.k, :, :wo]
+    acc = acc.reshape(kp, ho, p.wob)
+    return acc if padded else acc[:w.k, :, :wo]

@@ -97,32 +97,35 @@ def pool2d(x, pool_h, pool_w, stride, mode, avg_policy):
         wo = 0
     out = np.empty((c_n, ho, wo), dtype=np.int64)
     n = pool_h * pool_w
-    # one loop per mode (the mode test inside the window loops cost 4x on a 2x2 max pool)
-    if mode == POOL_MAX:
-        for c in range(c_n):
-            for oy in range(ho):
-                for ox in range(wo):
-                    m = np.int64(-129)
-                    for i in range(pool_h):
-                        row = x[c, oy * stride + i]
-                        for j in range(pool_w):
-                            m = max(m, np.int64(row[ox * stride + j]))
-                    out[c, oy, ox] = m
-    elif mode == POOL_AVG:
-        for c in range(c_n):
-            for oy in range(ho):
-                for ox in range(wo):
-                    t = np.int64(0)
-                    for i in range(pool_h):
-                        row = x[c, oy * stride + i]
-                        for j in range(pool_w):
-                            t += row[ox * stride + j]
-                    out[c, oy, ox] = min(max(_avg(t, n, avg_policy), -128), 127)  # digest A20
-    else:
-        for c in range(c_n):
-            for oy in range(ho):
-                for ox in range(wo):
-                    out[c, oy, ox] = x[c, oy * stride, ox * stride]
+    cols = (wo - 1) * stride + pool_w if wo > 0 else 0
+    # the window's rows are first folded into one row (max or sum per column, a loop over
+    # contiguous bytes), then each output takes its columns of that row: 2x faster than a loop
+    # per output over its window. Plain indexing, no row views: in numba each view costs a
+    # reference count update
+    fold = np.empty(cols, dtype=np.int64)
+    for c in range(c_n):
+        for oy in range(ho):
+            r0 = oy * stride
+            for xx in range(cols):
+                fold[xx] = x[c, r0, xx]
+            for i in range(1, pool_h):
+                if mode == POOL_MAX:
+                    for xx in range(cols):
+                        fold[xx] = max(fold[xx], np.int64(x[c, r0 + i, xx]))
+                else:
+                    for xx in range(cols):
+                        fold[xx] += x[c, r0 + i, xx]
+            for ox in range(wo):
+                c0 = ox * stride
+                v = fold[c0]
+                for j in range(1, pool_w):
+                    if mode == POOL_MAX:
+                        v = max(v, fold[c0 + j])
+                    else:
+                        v += fold[c0 + j]
+                if mode == POOL_AVG:
+                    v = min(max(_avg(v, n, avg_policy), -128), 127)  # digest A20
+                out[c, oy, ox] = v
     return out
 
 
@@ -338,7 +341,8 @@ def run_layer_kernel(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
     shapes) -> requantize / wide_output. A transposed convolution (POST.deconv_en) convolves
     the zero-stuffed pooled input (:func:`zero_stuff`) with the stored kernel and the RCNT/CCNT
     padding. ``packed``: ``w`` already in int_conv's layout (callers that keep it across runs).
-    Normalises dtypes and contiguity so numba compiles (and caches) one signature per kernel."""
+    Returns int32 [K, Ho, Wo]. Normalises dtypes and contiguity so numba compiles (and caches) one
+    signature per kernel."""
     x = np.ascontiguousarray(x, dtype=np.int8)
     w = np.ascontiguousarray(w, dtype=np.int8)
     b = np.zeros(w.shape[0], dtype=np.int64) if bias is None else \
@@ -357,7 +361,8 @@ def run_layer_kernel(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
     if out is None:  # empty shapes: the plain loop
         acc = conv2d_acc(pooled.astype(np.int64), w, b, int(pad[0]), int(pad[1]),
                          int(conv_stride))
-        out = wide_output(acc) if wide else requantize(acc, int(shift), int(act))
+        out = (wide_output(acc) if wide else requantize(acc, int(shift), int(act))
+               ).astype(np.int32)
     return out
 
 
@@ -372,24 +377,42 @@ def conv_int(x: np.ndarray, w: IC.PackedWeights, bias: np.ndarray, pad_h: int, p
     wo = (wd + 2 * pad_w - w.kw) // stride + 1
     if ho <= 0 or wo <= 0 or c_n == 0:
         return None
-    sums = IC.conv_sums(x, w, (ho, wo), pad=(pad_h, pad_w), stride=(stride, stride))
-    return _finish(sums, bias, shift, act, wide)
+    sums = IC.conv_sums(x, w, (ho, wo), pad=(pad_h, pad_w), stride=(stride, stride),
+                        padded=True)
+    return _finish(sums, w.k, wo, bias, shift, act, wide)
 
 
 @njit(nogil=True, cache=True)
-def _finish(sums, bias, shift, act, wide):
-    """out[k] = requantize (or wrap to 32 bits) of sums[k] + 128*bias[k] (bias << 7, S0:L4118),
-    as int64 [K, Ho, Wo]."""
-    k_n, ho, wo = sums.shape
-    out = np.empty((k_n, ho, wo), dtype=np.int64)
+def _finish(sums, k_n, wo, bias, shift, act, wide):
+    """out[k] = requantize (or wrap to 32 bits) of sums[k, :, :wo] + 128*bias[k] (bias << 7,
+    S0:L4118) for k < k_n, as int32 [k_n, Ho, wo]; ``sums`` is int_conv's padded C-contiguous
+    int32 array.
+
+    Why floats: for the usual right shift t = 7 - shift > 0, ``(a + 2**(t-1)) >> t`` equals
+    ``floor((a + 2**(t-1)) * 2**-t)``, exact in float64 because |a| < 2**29 (conv_int). numba
+    widens integer arithmetic to int64 and AVX2 has no 64-bit arithmetic shift, so the integer
+    form ran one element at a time (4x slower); the float form is vectorised. Left shifts
+    (t <= 0) keep :func:`_requant1`."""
+    ho = sums.shape[1]
+    out = np.empty((k_n, ho, wo), dtype=np.int32)
+    t = 7 - shift
+    scale = 2.0 ** -t
+    lo = 0.0 if act == ACT_RELU else -128.0
+    absolute = act == ACT_ABS
     for k in range(k_n):
         b = bias[k] * 128
+        r = float(b + (1 << (t - 1))) if t > 0 else 0.0
         for y in range(ho):
-            row, dst = sums[k, y], out[k, y]
             if wide:
                 for x in range(wo):
-                    dst[x] = _wrap32(np.int64(row[x]) + b)
+                    out[k, y, x] = np.int32(np.int64(sums[k, y, x]) + b)  # low 32 bits
+            elif t > 0:
+                for x in range(wo):
+                    v = np.floor((float(sums[k, y, x]) + r) * scale)
+                    if absolute:
+                        v = abs(v)
+                    out[k, y, x] = np.int32(min(max(v, lo), 127.0))
             else:
                 for x in range(wo):
-                    dst[x] = _requant1(np.int64(row[x]) + b, shift, act)
+                    out[k, y, x] = _requant1(np.int64(sums[k, y, x]) + b, shift, act)
     return out

@@ -98,12 +98,14 @@ def gather_weights(mram, proc, mcnt_sad, slots, passes, bits, ks, oned_sad):
 
 
 @njit(nogil=True, cache=True)
-def scatter(sram, out, slot_word, slot_lane, pixel_step, touched, lo, hi):
+def scatter(sram, out, slot_word, slot_lane, pixel_step, touched, lo, hi, mark=True):
     """Write ``out[slot, pixel]`` at global word ``slot_word[slot] + pixel*pixel_step`` (bits
     16:13 = data memory, 12:0 = word): byte lane ``slot_lane[slot]`` of the low byte (8-bit
-    output), or the whole little-endian word when the lane is -1 (32-bit output). Marks every
-    byte written in ``touched`` (same shape as ``sram``) and widens the per-memory byte bounds
-    ``[lo, hi)`` so that mask_ranges scans only those. The caller checks the pointers' range."""
+    output), or the whole little-endian word when the lane is -1 (32-bit output). With
+    ``mark``, marks every byte written in ``touched`` (same shape as ``sram``) and widens the
+    per-memory byte bounds ``[lo, hi)`` so that mask_ranges scans only those (the bytes a
+    layer writes depend only on its configuration: callers that kept them pass False). The
+    caller checks the pointers' range."""
     s_n, p_n = out.shape
     if p_n == 0:
         return
@@ -115,36 +117,39 @@ def scatter(sram, out, slot_word, slot_lane, pixel_step, touched, lo, hi):
             # the common case: the slot stays in one data memory, a constant byte stride
             b0 = 4 * (g0 & 0x1FFF)
             bs = 4 * pixel_step
-            lo[m0] = min(lo[m0], b0)
-            hi[m0] = max(hi[m0], b0 + bs * (p_n - 1) + 4)
-            row, trow = sram[m0], touched[m0]
             if lane < 0:
                 for p in range(p_n):
                     v = out[s, p]
                     b = b0 + p * bs
                     for i in range(4):
-                        row[b + i] = (v >> (8 * i)) & 0xFF
-                        trow[b + i] = 1
+                        sram[m0, b + i] = (v >> (8 * i)) & 0xFF
             else:
                 for p in range(p_n):
-                    b = b0 + p * bs + lane
-                    row[b] = out[s, p] & 0xFF
-                    trow[b] = 1
+                    sram[m0, b0 + p * bs + lane] = out[s, p] & 0xFF
+            if mark:
+                lo[m0] = min(lo[m0], b0)
+                hi[m0] = max(hi[m0], b0 + bs * (p_n - 1) + 4)
+                first, n = (b0, 4) if lane < 0 else (b0 + lane, 1)
+                for p in range(p_n):
+                    for i in range(n):
+                        touched[m0, first + p * bs + i] = 1
             continue
         for p in range(p_n):
             g = g0 + p * pixel_step
             m = g >> 13
             b = 4 * (g & 0x1FFF)
             v = out[s, p]
-            lo[m] = min(lo[m], b)
-            hi[m] = max(hi[m], b + 4)
             if lane < 0:
                 for i in range(4):
                     sram[m, b + i] = (v >> (8 * i)) & 0xFF
-                    touched[m, b + i] = 1
             else:
                 sram[m, b + lane] = v & 0xFF
-                touched[m, b + lane] = 1
+            if mark:
+                lo[m] = min(lo[m], b)
+                hi[m] = max(hi[m], b + 4)
+                first, n = (b, 4) if lane < 0 else (b + lane, 1)
+                for i in range(n):
+                    touched[m, first + i] = 1
 
 
 _ONES = 0x0101010101010101  # eight mask bytes of 1

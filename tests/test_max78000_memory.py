@@ -88,8 +88,8 @@ def test_gather_weights_matches_mask_counter_formula(n, slots, passes, bits, ks,
 def test_scatter_writes_and_marks_exactly_the_addressed_bytes(slots, pixels, step, wide, seed):
     rng = np.random.default_rng(seed)
     sram = rng.integers(0, 256, (16, 0x8000)).astype(np.uint8)
-    want = sram.copy()
-    out = rng.integers(-(1 << 31), 1 << 31, (slots, pixels))
+    want, before = sram.copy(), sram.copy()
+    out = rng.integers(-(1 << 31), 1 << 31, (slots, pixels)).astype(np.int32)  # as _finish
     # some slots start near the end of a data memory, so their pixels cross into the next one
     slot_word = rng.integers(0, (1 << 17) - pixels * step, slots)
     slot_word[0] = min(8190, (1 << 17) - pixels * step - 1)
@@ -100,8 +100,8 @@ def test_scatter_writes_and_marks_exactly_the_addressed_bytes(slots, pixels, ste
             g = slot_word[s] + p * step
             m, b = g >> 13, 4 * (g & 0x1FFF)
             if wide:
-                want[m, b:b + 4] = np.frombuffer(int(out[s, p] & 0xFFFFFFFF).to_bytes(4, "little"),
-                                                 np.uint8)
+                word = (int(out[s, p]) & 0xFFFFFFFF).to_bytes(4, "little")
+                want[m, b:b + 4] = np.frombuffer(word, np.uint8)
                 written += [m * 0x8000 + b + i for i in range(4)]
             else:
                 want[m, b + lanes[s]] = out[s, p] & 0xFF
@@ -118,6 +118,12 @@ def test_scatter_writes_and_marks_exactly_the_addressed_bytes(slots, pixels, ste
         else:
             merged.append([s, e])
     assert [tuple(r) for r in merged] == byte_ranges(written)
+    # unmarked (a layer whose written bytes are known): the same bytes, nothing marked
+    sram3, mask3 = before, np.zeros(sram.shape, np.uint8)
+    lo3, hi3 = np.full(16, 0x8000), np.zeros(16, np.int64)
+    M.scatter(sram3, out, slot_word, lanes, step, mask3, lo3, hi3, False)
+    np.testing.assert_array_equal(sram3, want)
+    assert not mask3.any() and (lo3 == 0x8000).all() and not hi3.any()
     # the one-call form the datapath uses: same bytes, runs merged, the mask left all 0
     sram2, mask = want.copy(), np.zeros(sram.shape, np.uint8)
     runs, rows = M.scatter_runs(sram2, out, slot_word, lanes, step, mask, mask.view(np.uint64),
