@@ -68,6 +68,7 @@ a DMA takes its bytes / 16 (one 128-bit beat per cycle).
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 
@@ -338,10 +339,13 @@ class EthosU85(Device):
             return None
         return lo, hi
 
-    def _box_ranges(self, lo: int, shape: tuple, strides: tuple, size: int) -> list:
+    @staticmethod
+    @functools.lru_cache(maxsize=256)
+    def _box_ranges(lo: int, shape: tuple, strides: tuple, size: int) -> tuple:
         """Merged byte ranges of a box, identical to ``_ranges`` of all its element addresses:
         the innermost dimensions that are contiguous (stride <= run length) fold into one run,
-        the outer ones enumerate run starts."""
+        the outer ones enumerate run starts. Memoised: a program's tensors are the same boxes
+        on every run."""
         dims = sorted((int(st), int(n)) for n, st in zip(shape, strides) if n > 1)
         run, outer = size, []
         for st, n in dims:
@@ -352,7 +356,7 @@ class EthosU85(Device):
         starts = np.zeros(1, np.int64) + lo
         for st, n in outer:
             starts = (starts[:, None] + np.arange(n, dtype=np.int64)[None, :] * st).ravel()
-        return self._ranges(starts, run)
+        return tuple(EthosU85._ranges(starts, run))
 
     @staticmethod
     def _injective(shape: tuple, strides: tuple, size: int) -> bool:
@@ -383,7 +387,8 @@ class EthosU85(Device):
                           buffer=mem.data, offset=moff, strides=tuple(strides))
         vals = view.astype(np.int64) if size == 8 else view.copy()
         self._record(self.region_family(region), channel, False,
-                     self._box_ranges(lo, shape, strides, size))
+                     list(self._box_ranges(int(lo), tuple(map(int, shape)),
+                                           tuple(map(int, strides)), int(size))))
         return vals
 
     def scatter_box(self, region: int, offset: int, shape: tuple, strides: tuple, size: int,
@@ -407,7 +412,8 @@ class EthosU85(Device):
         else:
             view[...] = v.astype(np.int64).astype(f"<u{size}")
         self._record(self.region_family(region), channel, True,
-                     self._box_ranges(lo, shape, strides, size))
+                     list(self._box_ranges(int(lo), tuple(map(int, shape)),
+                                           tuple(map(int, strides)), int(size))))
         return True
 
     def read_bytes(self, region: int, offset: int, length: int, channel: int) -> bytes:

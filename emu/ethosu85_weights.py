@@ -11,6 +11,8 @@ description, not from the decoder's code.
 """
 from __future__ import annotations
 
+import functools
+
 import math
 from collections import OrderedDict
 
@@ -716,8 +718,16 @@ def decode_scale_stream(stream, depth: int, acc48: bool = False, set_size: int =
     """Parse 10-byte records (LSB first, L7275-7295): i32 bias:32 scale:31 res:1 shift:6 res:10;
     i48 bias:48 scale:15 res:1 shift:6 res:10. Records come in sets of ``set_size``
     (channels_in_set) in OFM channel order, the sets reversed for OFM reverse C (L7235-7266).
-    Bias is two's complement (G-R2). Returns int64 (bias, scale, shift) of length ``depth``."""
-    b = bytes(stream)
+    Bias is two's complement (G-R2). Returns int64 (bias, scale, shift) of length ``depth``,
+    read-only: memoised on the bytes and the parameters (a layer decodes the same stream on
+    every run, ~70 us for 64 channels)."""
+    return _scale_stream_memo(bytes(stream), int(depth), bool(acc48), int(set_size),
+                              bool(reverse_c))
+
+
+@functools.lru_cache(maxsize=64)
+def _scale_stream_memo(b: bytes, depth: int, acc48: bool, set_size: int,
+                       reverse_c: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     bias = np.zeros(depth, np.int64)
     scale = np.zeros(depth, np.int64)
     shift = np.zeros(depth, np.int64)
@@ -737,6 +747,8 @@ def decode_scale_stream(stream, depth: int, acc48: bool = False, set_size: int =
             bv, sc, sh = r & 0xFFFFFFFF, (r >> 32) & 0x7FFFFFFF, (r >> 64) & 63
             bv = bv - (1 << 32) if bv >> 31 else bv
         bias[oc], scale[oc], shift[oc] = bv, sc, sh
+    for a in (bias, scale, shift):
+        a.flags.writeable = False
     return bias, scale, shift
 
 

@@ -107,6 +107,32 @@ def test_gemm_path_equals_loop(seed, depthwise):
     assert d1 == d2
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_usual_output_stage_equals_loop(seed):
+    """The branch-free output stage (32-bit accumulator, no LUT, no accumulator input, shifts
+    <= 62): every rounding mode, double rounding, clip on and off, each OFM type, biases and
+    scales up to the field limits, against the loop's per-element pseudocode."""
+    rng = np.random.default_rng(7000 + seed)
+    bits, signed = [(8, True), (8, False), (16, True), (32, True)][seed % 4]
+    lo, hi = P.type_range(min(bits, 16), signed)
+    amin = int(rng.integers(lo, hi + 1))
+    per_channel = bool(seed % 3)
+    cfg = P.out_config(ofm_bits=bits, ofm_signed=signed,
+                       zero_point=int(rng.integers(-128, 128)) if signed else int(rng.integers(0, 256)),
+                       act_min=amin, act_max=int(rng.integers(amin, hi + 1)),
+                       scale=int(rng.integers(0, 1 << 31)), shift=int(rng.integers(0, 63)),
+                       round_mode=seed % 6, dbl_rnd=int(rng.integers(0, 31)),
+                       per_channel=per_channel, acc_bits=32, clip_none=seed % 5 == 0 and bits == 8)
+    oc, c = int(rng.integers(1, 40)), int(rng.integers(1, 30))
+    x = rng.integers(-128, 128, (6, 7, c)).astype(np.int8)
+    w = rng.integers(-255, 256, (oc, 3, 3, c))
+    kw_ = dict(pad=(1, 1, 1, 1), ifm_zp=int(rng.integers(-128, 128)), ifm_bits=8,
+               ifm_signed=True, cfg=cfg, bias=rng.integers(-(1 << 31), 1 << 31, oc),
+               scales=rng.integers(0, 1 << 31, oc), shifts=rng.integers(0, 63, oc))
+    got = O.conv2d(x, w, (6, 7), **kw_)
+    np.testing.assert_array_equal(got, O.conv2d(x, w, (6, 7), method="loop", **kw_))
+
+
 def numpy_sums(x, w, hw, stride, dilation, pad, zp, depthwise):
     """Independent accumulator sums in int64 numpy (no wrap): zero-padded IFM, one slice per
     kernel position, einsum over input channels."""

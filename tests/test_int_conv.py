@@ -115,3 +115,21 @@ def test_vmadd_multiplies_int16_pairs_into_int32_lanes():
     np.testing.assert_array_equal(got[:8], want)
     assert (got[8:] == 0).all()
 
+
+
+def test_packed_weights_kept_for_read_only_arrays_while_they_live():
+    w = np.arange(-30, 42).reshape(2, 3, 3, 4)
+    w.flags.writeable = False
+    first = IC.packed_weights(w)
+    assert IC.packed_weights(w) is first  # kept: the second run of a layer does not repack
+    np.testing.assert_array_equal(first.words, IC.pack_weights(w).words)
+    assert IC.fits_int32(-128, 127, w) == (128 * int(np.abs(w).reshape(2, -1).sum(1).max())
+                                           < 1 << 31)
+    key = id(w)
+    assert key in IC._FACTS
+    del w
+    assert key not in IC._FACTS  # freed with its array
+    writable = np.ones((1, 1, 1, 2), np.int64)
+    IC.packed_weights(writable)
+    writable[...] = 5  # a writable array may change: never kept
+    assert IC.packed_weights(writable).words.view(np.int16)[:2].tolist() == [5, 5]
