@@ -95,7 +95,8 @@ def _weights(bus, cfg: LayerConfig
 
 
 def _inputs(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
-    """X[(o*passes + pass)*n_procs + j, H, W] int8: pixel (r, c) pass e operand o of processor
+    """X[(o*passes + pass)*n_procs + j, H, W] int8 (HWC input: a view of channels-last
+    memory, see gather_hwc): pixel (r, c) pass e operand o of processor
     p is byte ``lane`` of word ``read_word + ((r*W + c)*passes + e)*operands + o`` of its data
     memory (S3:L689, L898; operands interleaved, "each machine fetch gathers one operand",
     S3:L2041, digest 1.2 address formula). CHW: pixel i of the channel is byte i%4 of word
@@ -106,12 +107,21 @@ def _inputs(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
                                              dtype=np.int64)
                                     for f in ("memory", "read_word", "lane"))
     memory, read_word, lane = cfg.extra["inputs"]
+    if "input_words" not in cfg.extra:
+        cfg.extra["input_words"] = _word_groups(memory, read_word, lane)
+    words = cfg.extra["input_words"]
     if cfg.chw:
         x, bad = M.gather_chw(bus.stacks["sram"], memory, read_word, h, w_)
         n_words = -(-h * w_ // 4)
     else:
-        x, bad = M.gather_hwc(bus.stacks["sram"], memory, lane, read_word, h, w_,
-                              cfg.in_passes, cfg.operands)
+        sram = bus.stacks["sram"]
+        if words is not None:
+            x, bad = M.gather_hwc_words(sram.view(np.uint32), *words, h, w_, cfg.in_passes,
+                                        cfg.operands, len(memory))
+        else:
+            x, bad = M.gather_hwc(sram, memory, lane, read_word, h, w_, cfg.in_passes,
+                                  cfg.operands)
+        x = x.transpose(2, 0, 1)  # [C, H, W] order over channels-last memory
         n_words = h * w_ * cfg.in_passes * cfg.operands
     if bad >= 0:
         p = cfg.processors[bad]
@@ -122,6 +132,19 @@ def _inputs(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
         start = sram_address(memory, read_word)
         cfg.extra["input_reads"] = list(zip(start.tolist(), (start + 4 * n_words).tolist()))
     return x, cfg.extra["input_reads"]
+
+
+def _word_groups(memory: np.ndarray, read_word: np.ndarray, lane: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray] | None:
+    """(memory, read word) per group of four processors when every group reads lanes 0-3 of
+    one word (M.gather_hwc_words applies), else None."""
+    n = len(memory)
+    if n == 0 or n % 4:
+        return None
+    m4, r4, l4 = memory.reshape(-1, 4), read_word.reshape(-1, 4), lane.reshape(-1, 4)
+    if not ((m4 == m4[:, :1]).all() and (r4 == r4[:, :1]).all() and (l4 == np.arange(4)).all()):
+        return None
+    return np.ascontiguousarray(m4[:, 0]), np.ascontiguousarray(r4[:, 0])
 
 
 def _bias(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:

@@ -80,52 +80,55 @@ def _avg(total, n, policy):
 
 
 @njit(nogil=True, cache=True)
-def pool2d(x, pool_h, pool_w, stride, mode, avg_policy):
+def pool_hwc(x, pool_h, pool_w, stride, mode, avg_policy):
     """In-flight pooling before the convolution, no padding (S3:L1010-1014): output size
     ``(H - pool)//stride + 1`` per dimension; max = window maximum; average = window sum / N
     rounded per ``avg_policy`` (default AVG_TRUNC, or AVG_ROUND_AWAY when CTRL.poolrnd=1; digest
-    1.9 and A3). ``mode == POOL_NONE`` decimates (1x1 window). Returns int64 ``[C, Ho, Wo]``."""
-    c_n, h, w = x.shape
+    1.9 and A3), clamped to int8 (digest A20). ``mode == POOL_NONE`` decimates (1x1 window).
+    ``x`` int8 ``[H, W, C]`` (channels last, as the data memories hold them: the loops run
+    along contiguous channels, which numba vectorises); returns int8 ``[Ho, Wo, C]``."""
+    h, w, c_n = x.shape
     if mode == POOL_NONE:
         pool_h = 1
         pool_w = 1
-    ho = (h - pool_h) // stride + 1
-    wo = (w - pool_w) // stride + 1
-    if ho < 0:
-        ho = 0
-    if wo < 0:
-        wo = 0
-    out = np.empty((c_n, ho, wo), dtype=np.int64)
+    ho = max((h - pool_h) // stride + 1, 0)
+    wo = max((w - pool_w) // stride + 1, 0)
+    out = np.empty((ho, wo, c_n), dtype=np.int8)
+    acc = np.empty(c_n, dtype=np.int32)  # a 16x16 window of -128 sums to -32768: fits
     n = pool_h * pool_w
-    cols = (wo - 1) * stride + pool_w if wo > 0 else 0
-    # the window's rows are first folded into one row (max or sum per column, a loop over
-    # contiguous bytes), then each output takes its columns of that row: 2x faster than a loop
-    # per output over its window. Plain indexing, no row views: in numba each view costs a
-    # reference count update
-    fold = np.empty(cols, dtype=np.int64)
-    for c in range(c_n):
-        for oy in range(ho):
-            r0 = oy * stride
-            for xx in range(cols):
-                fold[xx] = x[c, r0, xx]
-            for i in range(1, pool_h):
+    for oy in range(ho):
+        for ox in range(wo):
+            r0, c0 = oy * stride, ox * stride
+            for c in range(c_n):
+                acc[c] = x[r0, c0, c]
+            for k in range(1, n):
+                r, col = r0 + k // pool_w, c0 + k % pool_w
                 if mode == POOL_MAX:
-                    for xx in range(cols):
-                        fold[xx] = max(fold[xx], np.int64(x[c, r0 + i, xx]))
+                    for c in range(c_n):
+                        acc[c] = max(acc[c], np.int32(x[r, col, c]))
                 else:
-                    for xx in range(cols):
-                        fold[xx] += x[c, r0 + i, xx]
-            for ox in range(wo):
-                c0 = ox * stride
-                v = fold[c0]
-                for j in range(1, pool_w):
-                    if mode == POOL_MAX:
-                        v = max(v, fold[c0 + j])
-                    else:
-                        v += fold[c0 + j]
-                if mode == POOL_AVG:
-                    v = min(max(_avg(v, n, avg_policy), -128), 127)  # digest A20
-                out[c, oy, ox] = v
+                    for c in range(c_n):
+                        acc[c] += x[r, col, c]
+            if mode == POOL_AVG:
+                for c in range(c_n):
+                    out[oy, ox, c] = min(max(_avg(np.int64(acc[c]), n, avg_policy), -128), 127)
+            else:
+                for c in range(c_n):
+                    out[oy, ox, c] = acc[c]
+    return out
+
+
+@njit(nogil=True, cache=True)
+def pool2d(x, pool_h, pool_w, stride, mode, avg_policy):
+    """:func:`pool_hwc` of each channel of ``x`` int8 ``[C, H, W]``; returns int64
+    ``[C, Ho, Wo]`` (the element-wise and pass-through stages, which hold CHW)."""
+    c_n, h, w = x.shape
+    ph, pw = (1, 1) if mode == POOL_NONE else (pool_h, pool_w)
+    out = np.empty((c_n, max((h - ph) // stride + 1, 0), max((w - pw) // stride + 1, 0)),
+                   dtype=np.int64)
+    for c in range(c_n):
+        out[c] = pool_hwc(x[c].reshape(h, w, 1), pool_h, pool_w, stride, mode,
+                          avg_policy)[:, :, 0]
     return out
 
 
@@ -320,13 +323,13 @@ def run_passthrough_kernel(x: np.ndarray, *, pool: tuple[int, int] = (1, 1),
 @njit(nogil=True, cache=True)
 def zero_stuff(x):
     """Deconvolution input: "a 0 after every byte shifted into TRAM and a row of 0s after every
-    row" (S0:L3979-3988): ``[C,H,W]`` -> ``[C,2H,2W]`` with x at even positions."""
-    c_n, h, w = x.shape
-    out = np.zeros((c_n, 2 * h, 2 * w), dtype=np.int64)
-    for c in range(c_n):
-        for y in range(h):
-            for xx in range(w):
-                out[c, 2 * y, 2 * xx] = x[c, y, xx]
+    row" (S0:L3979-3988): ``[H,W,C]`` -> ``[2H,2W,C]`` with x at even positions."""
+    h, w, c_n = x.shape
+    out = np.zeros((2 * h, 2 * w, c_n), dtype=x.dtype)
+    for y in range(h):
+        for xx in range(w):
+            for c in range(c_n):
+                out[2 * y, 2 * xx, c] = x[y, xx, c]
     return out
 
 
@@ -337,30 +340,32 @@ def run_layer_kernel(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
                      act: int = ACT_NONE, wide: bool = False,
                      deconv: bool = False, packed: IC.PackedWeights | None = None
                      ) -> np.ndarray:
-    """One layer: pool2d -> convolution (:func:`conv_int`, :func:`conv2d_acc` for empty
+    """One layer: pool_hwc -> convolution (:func:`conv_int`, :func:`conv2d_acc` for empty
     shapes) -> requantize / wide_output. A transposed convolution (POST.deconv_en) convolves
     the zero-stuffed pooled input (:func:`zero_stuff`) with the stored kernel and the RCNT/CCNT
-    padding. ``packed``: ``w`` already in int_conv's layout (callers that keep it across runs).
-    Returns int32 [K, Ho, Wo]. Normalises dtypes and contiguity so numba compiles (and caches) one
-    signature per kernel."""
-    x = np.ascontiguousarray(x, dtype=np.int8)
+    padding. ``x`` [C, H, W]: a view of channels-last int8 memory (what the datapath gathers)
+    is used as it is, anything else is copied channels last. ``packed``: ``w`` already in
+    int_conv's layout (callers that keep it across runs). Returns int32 [K, Ho, Wo].
+    Normalises dtypes and contiguity so numba compiles (and caches) one signature per kernel."""
+    hwc = x.transpose(1, 2, 0)  # the datapath gathers channels last (gather_hwc)
+    if hwc.dtype != np.int8 or not hwc.flags.c_contiguous:
+        hwc = np.ascontiguousarray(hwc, dtype=np.int8)
     w = np.ascontiguousarray(w, dtype=np.int8)
     b = np.zeros(w.shape[0], dtype=np.int64) if bias is None else \
         np.ascontiguousarray(bias, dtype=np.int64)
-    if pool_mode == POOL_NONE and pool_stride == 1:
-        pooled = x  # a 1x1 window with stride 1 is the identity
-    else:
-        pooled = pool2d(x, int(pool[0]), int(pool[1]), int(pool_stride), int(pool_mode),
-                        int(avg_policy))
+    if pool_mode != POOL_NONE or pool_stride != 1:  # a 1x1 window, stride 1: the identity
+        hwc = pool_hwc(hwc, int(pool[0]), int(pool[1]), int(pool_stride), int(pool_mode),
+                       int(avg_policy))
     if deconv:
-        pooled, conv_stride = zero_stuff(pooled), 1
+        hwc, conv_stride = zero_stuff(hwc), 1
     if packed is None:
         packed = IC.pack_weights(w.transpose(0, 2, 3, 1))
-    out = conv_int(pooled.astype(np.int8, copy=False), packed, b, int(pad[0]), int(pad[1]),
-                   int(conv_stride), int(shift), int(act), bool(wide))
+    pooled = hwc.transpose(2, 0, 1)
+    out = conv_int(pooled, packed, b, int(pad[0]), int(pad[1]), int(conv_stride), int(shift),
+                   int(act), bool(wide))
     if out is None:  # empty shapes: the plain loop
-        acc = conv2d_acc(pooled.astype(np.int64), w, b, int(pad[0]), int(pad[1]),
-                         int(conv_stride))
+        acc = conv2d_acc(np.ascontiguousarray(pooled, dtype=np.int64), w, b, int(pad[0]),
+                         int(pad[1]), int(conv_stride))
         out = (wide_output(acc) if wide else requantize(acc, int(shift), int(act))
                ).astype(np.int32)
     return out

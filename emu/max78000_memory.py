@@ -25,16 +25,18 @@ MRAM_WORDS = 768
 def gather_hwc(sram, memory, lane, read_word, h, w, passes, ops):
     """HWC input: channel ``(o*passes + e)*n + j`` pixel (r, c) is byte ``lane[j]`` of word
     ``read_word[j] + ((r*w + c)*passes + e)*ops + o`` of data memory ``memory[j]``. Returns
-    (int8 ``[ops*passes*n, h, w]``, -1 or the first processor index j whose words run past the
-    memory)."""
+    (int8 ``[h, w, ops*passes*n]``, -1 or the first processor index j whose words run past the
+    memory): the channels of a pixel side by side, as the memories hold them, so pooling and
+    the convolution's input packing run along contiguous channels."""
     n = memory.shape[0]
-    x = np.zeros((ops * passes * n, h, w), dtype=np.int8)
+    c_n = ops * passes * n
+    x = np.zeros((h, w, c_n), dtype=np.int8)
     n_words = h * w * passes * ops
     for j in range(n):
         if read_word[j] + n_words > SRAM_WORDS:
             return x, j
     hw = h * w
-    flat = x.reshape(ops * passes * n, hw)
+    flat = x.reshape(hw, c_n)
     s8 = sram.view(np.int8)
     step = 4 * passes * ops
     for j in range(n):
@@ -42,10 +44,37 @@ def gather_hwc(sram, memory, lane, read_word, h, w, passes, ops):
         for e in range(passes):
             for o in range(ops):
                 src = 4 * (read_word[j] + e * ops + o) + lane[j]
-                dst = flat[(o * passes + e) * n + j]
+                c = (o * passes + e) * n + j
                 for pix in range(hw):  # one constant stride: the loop numba compiles best
-                    dst[pix] = s8[m, src + pix * step]
+                    flat[pix, c] = s8[m, src + pix * step]
     return x, -1
+
+
+@njit(nogil=True, cache=True)
+def gather_hwc_words(sram32, memory, read_word, h, w, passes, ops, n):
+    """:func:`gather_hwc` when the ``n`` processors come in groups of four that share a data
+    memory and a read pointer and take lanes 0-3 in order (the usual layout: processor p reads
+    lane p % 4 of memory p // 4): then the four channels of a group are one 32-bit word of the
+    memory and one aligned word of the output row. ``sram32`` is the data memories as uint32
+    words; ``memory``, ``read_word`` per group. Returns (int8 ``[h, w, ops*passes*n]``, -1 or
+    the first processor index whose words run past the memory)."""
+    g_n = memory.shape[0]
+    c4 = ops * passes * n // 4
+    x32 = np.zeros((h * w, c4), dtype=np.uint32)
+    n_words = h * w * passes * ops
+    for g in range(g_n):
+        if read_word[g] + n_words > SRAM_WORDS:
+            return x32.view(np.int8).reshape(h, w, 4 * c4), 4 * g
+    step = passes * ops
+    for g in range(g_n):
+        m = memory[g]
+        for e in range(passes):
+            for o in range(ops):
+                src = read_word[g] + e * ops + o
+                dst = (o * passes + e) * n // 4 + g
+                for pix in range(h * w):
+                    x32[pix, dst] = sram32[m, src + pix * step]
+    return x32.view(np.int8).reshape(h, w, 4 * c4), -1
 
 
 @njit(nogil=True, cache=True)
