@@ -108,7 +108,7 @@ def _inputs(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
                                     for f in ("memory", "read_word", "lane"))
     memory, read_word, lane = cfg.extra["inputs"]
     if "input_words" not in cfg.extra:
-        cfg.extra["input_words"] = _word_groups(memory, read_word, lane)
+        cfg.extra["input_words"] = _word_groups(lane, memory, read_word)
     words = cfg.extra["input_words"]
     if cfg.chw:
         x, bad = M.gather_chw(bus.stacks["sram"], memory, read_word, h, w_)
@@ -134,17 +134,17 @@ def _inputs(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
     return x, cfg.extra["input_reads"]
 
 
-def _word_groups(memory: np.ndarray, read_word: np.ndarray, lane: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """(memory, read word) per group of four processors when every group reads lanes 0-3 of
-    one word (M.gather_hwc_words applies), else None."""
-    n = len(memory)
-    if n == 0 or n % 4:
+def _word_groups(lane: np.ndarray, *fields: np.ndarray) -> tuple[np.ndarray, ...] | None:
+    """Each of ``fields`` (memory, word: per processor or output slot) once per group of four,
+    when every group has lanes 0-3 in order and one value of each field: then the group's four
+    bytes are one 32-bit word (M.gather_hwc_words, M.scatter_words). Else None."""
+    n = len(lane)
+    if n == 0 or n % 4 or not (lane.reshape(-1, 4) == np.arange(4)).all():
         return None
-    m4, r4, l4 = memory.reshape(-1, 4), read_word.reshape(-1, 4), lane.reshape(-1, 4)
-    if not ((m4 == m4[:, :1]).all() and (r4 == r4[:, :1]).all() and (l4 == np.arange(4)).all()):
+    groups = [f.reshape(-1, 4) for f in fields]
+    if not all((g == g[:, :1]).all() for g in groups):
         return None
-    return np.ascontiguousarray(m4[:, 0]), np.ascontiguousarray(r4[:, 0])
+    return tuple(np.ascontiguousarray(g[:, 0]) for g in groups)
 
 
 def _bias(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
@@ -190,8 +190,9 @@ def _scatter(bus, cfg: LayerConfig, out: np.ndarray) -> list[tuple[int, int]]:
     the byte ranges written, merged and sorted. Which bytes a layer writes depends only on its
     configuration, so the ranges (found by marking bytes on the first run) are kept with it."""
     if "scatter" not in cfg.extra:
-        cfg.extra["scatter"] = _write_pointers(cfg)
-    base, lanes = cfg.extra["scatter"]
+        base, lanes = _write_pointers(cfg)
+        cfg.extra["scatter"] = (base, lanes, _word_groups(lanes, base))
+    base, lanes, words = cfg.extra["scatter"]
     sram = bus.stacks["sram"]
     work = bus.derived.get("max78000_scatter")
     if work is None:  # a byte mask of the data memories (kept all 0 between layers)
@@ -204,6 +205,8 @@ def _scatter(bus, cfg: LayerConfig, out: np.ndarray) -> list[tuple[int, int]]:
         runs, written = M.scatter_runs(sram, out, base, lanes, cfg.pixel_step, *work)
         writes = cfg.extra["writes"] = (list(map(tuple, runs.tolist())),
                                         np.flatnonzero(written).tolist())
+    elif words is not None:
+        M.scatter_words(sram.view(np.uint32), out, words[0], cfg.pixel_step)
     else:
         M.scatter(sram, out, base, lanes, cfg.pixel_step, work[0], base, base, False)  # no
         # marking: the mask and the bounds (here any int64 arrays) are not used

@@ -181,6 +181,29 @@ def scatter(sram, out, slot_word, slot_lane, pixel_step, touched, lo, hi, mark=T
                     touched[m, first + i] = 1
 
 
+@njit(nogil=True, cache=True)
+def scatter_words(sram32, out, group_word, pixel_step):
+    """:func:`scatter` (8-bit output, no marking) when the slots come in groups of four that
+    share a write pointer and take lanes 0-3 in order: slots 4g..4g+3 of a pixel are one
+    little-endian word at global word ``group_word[g] + pixel*pixel_step`` (bits 16:13 = data
+    memory). ``sram32`` is the data memories as uint32 words; ``out`` int32 [4G, pixels]."""
+    p_n = out.shape[1]
+    for g in range(group_word.shape[0]):
+        g0, k = group_word[g], 4 * g
+        if pixel_step == 1 and (g0 + p_n - 1) >> 13 == g0 >> 13:
+            # consecutive words of one memory: a plain loop, which numba vectorises
+            row, w0 = sram32[g0 >> 13], g0 & 0x1FFF
+            for p in range(p_n):
+                row[w0 + p] = ((out[k, p] & 0xFF) | (out[k + 1, p] & 0xFF) << 8
+                               | (out[k + 2, p] & 0xFF) << 16 | (out[k + 3, p] & 0xFF) << 24)
+            continue
+        for p in range(p_n):
+            a = g0 + p * pixel_step
+            sram32[a >> 13, a & 0x1FFF] = ((out[k, p] & 0xFF) | (out[k + 1, p] & 0xFF) << 8
+                                           | (out[k + 2, p] & 0xFF) << 16
+                                           | (out[k + 3, p] & 0xFF) << 24)
+
+
 _ONES = 0x0101010101010101  # eight mask bytes of 1
 
 

@@ -95,17 +95,24 @@ def test_gather_weights_matches_mask_counter_formula(n, slots, passes, bits, ks,
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(1, 6), st.integers(1, 40), st.integers(1, 3), st.booleans(),
-       st.integers(0, 2**32 - 1))
-def test_scatter_writes_and_marks_exactly_the_addressed_bytes(slots, pixels, step, wide, seed):
+@given(st.integers(1, 6), st.integers(1, 40), st.integers(1, 3),
+       st.sampled_from(["bytes", "wide", "grouped"]), st.integers(0, 2**32 - 1))
+def test_scatter_writes_and_marks_exactly_the_addressed_bytes(slots, pixels, step, kind, seed):
     rng = np.random.default_rng(seed)
     sram = rng.integers(0, 256, (16, 0x8000)).astype(np.uint8)
     want, before = sram.copy(), sram.copy()
+    wide, groups = kind == "wide", slots
+    if kind == "grouped":  # groups of four slots on lanes 0-3 of one write pointer
+        slots *= 4
     out = rng.integers(-(1 << 31), 1 << 31, (slots, pixels)).astype(np.int32)  # as _finish
     # some slots start near the end of a data memory, so their pixels cross into the next one
-    slot_word = rng.integers(0, (1 << 17) - pixels * step, slots)
+    slot_word = rng.integers(0, (1 << 17) - pixels * step, groups)
     slot_word[0] = min(8190, (1 << 17) - pixels * step - 1)
-    lanes = np.full(slots, -1) if wide else rng.integers(0, 4, slots)
+    if kind == "grouped":
+        group_word, slot_word = slot_word, np.repeat(slot_word, 4)
+        lanes = np.tile(np.arange(4), groups)
+    else:
+        lanes = np.full(slots, -1) if wide else rng.integers(0, 4, slots)
     written = []
     for s in range(slots):
         for p in range(pixels):
@@ -131,11 +138,15 @@ def test_scatter_writes_and_marks_exactly_the_addressed_bytes(slots, pixels, ste
             merged.append([s, e])
     assert [tuple(r) for r in merged] == byte_ranges(written)
     # unmarked (a layer whose written bytes are known): the same bytes, nothing marked
-    sram3, mask3 = before, np.zeros(sram.shape, np.uint8)
+    sram3, mask3 = before.copy(), np.zeros(sram.shape, np.uint8)
     lo3, hi3 = np.full(16, 0x8000), np.zeros(16, np.int64)
     M.scatter(sram3, out, slot_word, lanes, step, mask3, lo3, hi3, False)
     np.testing.assert_array_equal(sram3, want)
     assert not mask3.any() and (lo3 == 0x8000).all() and not hi3.any()
+    if kind == "grouped":  # one word per group and pixel: the same bytes
+        sram4 = before.copy()
+        M.scatter_words(sram4.view(np.uint32), out, group_word, step)
+        np.testing.assert_array_equal(sram4, want)
     # the one-call form the datapath uses: same bytes, runs merged, the mask left all 0
     sram2, mask = want.copy(), np.zeros(sram.shape, np.uint8)
     runs, rows = M.scatter_runs(sram2, out, slot_word, lanes, step, mask, mask.view(np.uint64),
