@@ -116,8 +116,8 @@ def _inputs(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
     else:
         sram = bus.stacks["sram"]
         if words is not None:
-            x, bad = M.gather_hwc_words(sram.view(np.uint32), *words, h, w_, cfg.in_passes,
-                                        cfg.operands, len(memory))
+            x, bad = M.gather_hwc_words(sram, *words, h, w_, cfg.in_passes, cfg.operands,
+                                        len(memory))
         else:
             x, bad = M.gather_hwc(sram, memory, lane, read_word, h, w_, cfg.in_passes,
                                   cfg.operands)
@@ -188,32 +188,33 @@ def _write_pointers(cfg: LayerConfig) -> tuple[np.ndarray, np.ndarray]:
 def _scatter(bus, cfg: LayerConfig, out: np.ndarray) -> list[tuple[int, int]]:
     """Write out[slot, y, x] at the slot's write pointer (_write_pointers) + pixel*pixel_step;
     the byte ranges written, merged and sorted. Which bytes a layer writes depends only on its
-    configuration, so the ranges (found by marking bytes on the first run) are kept with it."""
+    configuration, so they are worked out once and kept with it (_written)."""
+    out = np.ascontiguousarray(out.reshape(out.shape[0], -1), dtype=np.int32)
     if "scatter" not in cfg.extra:
         base, lanes = _write_pointers(cfg)
-        cfg.extra["scatter"] = (base, lanes, _word_groups(lanes, base))
-    base, lanes, words = cfg.extra["scatter"]
+        cfg.extra["scatter"] = (base, lanes, _word_groups(lanes, base),
+                                _written(base, lanes, out.shape[1], cfg.pixel_step, cfg.wide))
+    base, lanes, words, (writes, memories) = cfg.extra["scatter"]
     sram = bus.stacks["sram"]
-    work = bus.derived.get("max78000_scatter")
-    if work is None:  # a byte mask of the data memories (kept all 0 between layers)
-        touched = np.zeros(sram.shape, dtype=np.uint8)
-        work = bus.derived["max78000_scatter"] = (
-            touched, touched.view(np.uint64), sram_address(np.arange(len(sram)), 0))
-    out = np.ascontiguousarray(out.reshape(out.shape[0], -1), dtype=np.int32)
-    writes = cfg.extra.get("writes")
-    if writes is None:
-        runs, written = M.scatter_runs(sram, out, base, lanes, cfg.pixel_step, *work)
-        writes = cfg.extra["writes"] = (list(map(tuple, runs.tolist())),
-                                        np.flatnonzero(written).tolist())
-    elif words is not None:
+    if words is not None:
         M.scatter_words(sram.view(np.uint32), out, words[0], cfg.pixel_step)
     else:
-        M.scatter(sram, out, base, lanes, cfg.pixel_step, work[0], base, base, False)  # no
-        # marking: the mask and the bounds (here any int64 arrays) are not used
+        M.scatter(sram, out, base, lanes, cfg.pixel_step)
     members = bus.stack_members["sram"]
-    for m in writes[1]:
+    for m in memories:
         members[m].touch()
-    return list(writes[0])
+    return list(writes)
+
+
+def _written(base: np.ndarray, lanes: np.ndarray, pixels: int, pixel_step: int, wide: bool
+             ) -> tuple[list[tuple[int, int]], list[int]]:
+    """The byte ranges M.scatter writes (``pixels`` per slot; merged, sorted) and the data
+    memories they lie in."""
+    words = base[:, None] + np.arange(pixels) * pixel_step
+    addrs = sram_address(words >> 13, words & 0x1FFF)
+    if not wide:
+        addrs = addrs + lanes[:, None]
+    return _ranges(addrs.ravel(), 4 if wide else 1), np.unique(words >> 13).tolist()
 
 
 def _merged_reads(cfg: LayerConfig, from_memory: bool, reads: list[tuple[int, int]]

@@ -21,8 +21,22 @@ SRAM_WORDS = 8192
 MRAM_WORDS = 768
 
 
+def gather_hwc(sram: np.ndarray, memory: np.ndarray, lane: np.ndarray, read_word: np.ndarray,
+               h: int, w: int, passes: int, ops: int) -> tuple[np.ndarray, int]:
+    """:func:`_gather_hwc` of the data memories ``sram`` (uint8). The int8 view is taken here:
+    inside numba, ``view`` costs a second of compilation."""
+    return _gather_hwc(sram.view(np.int8), memory, lane, read_word, h, w, passes, ops)
+
+
+def gather_hwc_words(sram: np.ndarray, memory: np.ndarray, read_word: np.ndarray, h: int,
+                     w: int, passes: int, ops: int, n: int) -> tuple[np.ndarray, int]:
+    """:func:`_gather_hwc_words` of the data memories ``sram`` (uint8), as int8 [h, w, C]."""
+    x32, bad = _gather_hwc_words(sram.view(np.uint32), memory, read_word, h, w, passes, ops, n)
+    return x32.view(np.int8).reshape(h, w, 4 * x32.shape[1]), bad
+
+
 @njit(nogil=True, cache=True)
-def gather_hwc(sram, memory, lane, read_word, h, w, passes, ops):
+def _gather_hwc(s8, memory, lane, read_word, h, w, passes, ops):
     """HWC input: channel ``(o*passes + e)*n + j`` pixel (r, c) is byte ``lane[j]`` of word
     ``read_word[j] + ((r*w + c)*passes + e)*ops + o`` of data memory ``memory[j]``. Returns
     (int8 ``[h, w, ops*passes*n]``, -1 or the first processor index j whose words run past the
@@ -37,7 +51,6 @@ def gather_hwc(sram, memory, lane, read_word, h, w, passes, ops):
             return x, j
     hw = h * w
     flat = x.reshape(hw, c_n)
-    s8 = sram.view(np.int8)
     step = 4 * passes * ops
     for j in range(n):
         m = memory[j]
@@ -51,20 +64,20 @@ def gather_hwc(sram, memory, lane, read_word, h, w, passes, ops):
 
 
 @njit(nogil=True, cache=True)
-def gather_hwc_words(sram32, memory, read_word, h, w, passes, ops, n):
+def _gather_hwc_words(sram32, memory, read_word, h, w, passes, ops, n):
     """:func:`gather_hwc` when the ``n`` processors come in groups of four that share a data
     memory and a read pointer and take lanes 0-3 in order (the usual layout: processor p reads
     lane p % 4 of memory p // 4): then the four channels of a group are one 32-bit word of the
     memory and one aligned word of the output row. ``sram32`` is the data memories as uint32
-    words; ``memory``, ``read_word`` per group. Returns (int8 ``[h, w, ops*passes*n]``, -1 or
-    the first processor index whose words run past the memory)."""
+    words; ``memory``, ``read_word`` per group. Returns (uint32 ``[h*w, ops*passes*n/4]``, -1
+    or the first processor index whose words run past the memory)."""
     g_n = memory.shape[0]
     c4 = ops * passes * n // 4
     x32 = np.zeros((h * w, c4), dtype=np.uint32)
     n_words = h * w * passes * ops
     for g in range(g_n):
         if read_word[g] + n_words > SRAM_WORDS:
-            return x32.view(np.int8).reshape(h, w, 4 * c4), 4 * g
+            return x32, 4 * g
     step = passes * ops
     for g in range(g_n):
         m = memory[g]
@@ -74,7 +87,7 @@ def gather_hwc_words(sram32, memory, read_word, h, w, passes, ops, n):
                 dst = (o * passes + e) * n // 4 + g
                 for pix in range(h * w):
                     x32[pix, dst] = sram32[m, src + pix * step]
-    return x32.view(np.int8).reshape(h, w, 4 * c4), -1
+    return x32, -1
 
 
 @njit(nogil=True, cache=True)
@@ -127,58 +140,24 @@ def gather_weights(mram, proc, mcnt_sad, slots, passes, bits, ks, oned_sad):
 
 
 @njit(nogil=True, cache=True)
-def scatter(sram, out, slot_word, slot_lane, pixel_step, touched, lo, hi, mark=True):
+def scatter(sram, out, slot_word, slot_lane, pixel_step):
     """Write ``out[slot, pixel]`` at global word ``slot_word[slot] + pixel*pixel_step`` (bits
     16:13 = data memory, 12:0 = word): byte lane ``slot_lane[slot]`` of the low byte (8-bit
-    output), or the whole little-endian word when the lane is -1 (32-bit output). With
-    ``mark``, marks every byte written in ``touched`` (same shape as ``sram``) and widens the
-    per-memory byte bounds ``[lo, hi)`` so that mask_ranges scans only those (the bytes a
-    layer writes depend only on its configuration: callers that kept them pass False). The
-    caller checks the pointers' range."""
+    output), or the whole little-endian word when the lane is -1 (32-bit output). The caller
+    checks the pointers' range (and knows which bytes this writes: they depend only on the
+    arguments, devices/max78000_datapath.py keeps them per layer)."""
     s_n, p_n = out.shape
-    if p_n == 0:
-        return
     for s in range(s_n):
         lane = slot_lane[s]
-        g0 = slot_word[s]
-        m0 = g0 >> 13
-        if (g0 + (p_n - 1) * pixel_step) >> 13 == m0 and pixel_step >= 0:
-            # the common case: the slot stays in one data memory, a constant byte stride
-            b0 = 4 * (g0 & 0x1FFF)
-            bs = 4 * pixel_step
-            if lane < 0:
-                for p in range(p_n):
-                    v = out[s, p]
-                    b = b0 + p * bs
-                    for i in range(4):
-                        sram[m0, b + i] = (v >> (8 * i)) & 0xFF
-            else:
-                for p in range(p_n):
-                    sram[m0, b0 + p * bs + lane] = out[s, p] & 0xFF
-            if mark:
-                lo[m0] = min(lo[m0], b0)
-                hi[m0] = max(hi[m0], b0 + bs * (p_n - 1) + 4)
-                first, n = (b0, 4) if lane < 0 else (b0 + lane, 1)
-                for p in range(p_n):
-                    for i in range(n):
-                        touched[m0, first + p * bs + i] = 1
-            continue
         for p in range(p_n):
-            g = g0 + p * pixel_step
-            m = g >> 13
-            b = 4 * (g & 0x1FFF)
+            g = slot_word[s] + p * pixel_step
+            m, b = g >> 13, 4 * (g & 0x1FFF)
             v = out[s, p]
             if lane < 0:
                 for i in range(4):
                     sram[m, b + i] = (v >> (8 * i)) & 0xFF
             else:
                 sram[m, b + lane] = v & 0xFF
-            if mark:
-                lo[m] = min(lo[m], b)
-                hi[m] = max(hi[m], b + 4)
-                first, n = (b, 4) if lane < 0 else (b + lane, 1)
-                for i in range(n):
-                    touched[m, first + i] = 1
 
 
 @njit(nogil=True, cache=True)
@@ -250,30 +229,3 @@ def _mask_runs(mask, mask64, row_base, unit, lo, hi):
             k += 1
             i = _skip(row, row64, j, n, 0, 0)
     return out[:k]
-
-
-@njit(nogil=True, cache=True)
-def scatter_runs(sram, out, slot_word, slot_lane, pixel_step, touched, touched64, row_base):
-    """:func:`scatter`, then the bytes written as sorted ``[start, end)`` address runs with
-    touching runs joined (``row_base`` ascending: each row's CPU address), and which rows were
-    written. ``touched`` is all 0 before and after (cleared here); ``touched64`` is its uint64
-    view. One call instead of scatter + mask_ranges + a Python merge: per layer the Python
-    glue cost more than the scatter itself."""
-    n_rows = sram.shape[0]
-    lo = np.full(n_rows, sram.shape[1], dtype=np.int64)
-    hi = np.zeros(n_rows, dtype=np.int64)
-    scatter(sram, out, slot_word, slot_lane, pixel_step, touched, lo, hi)
-    runs = _mask_runs(touched, touched64, row_base, 1, lo, hi)
-    written = hi > lo
-    for r in range(n_rows):
-        if written[r]:
-            touched[r, lo[r]:hi[r]] = 0
-    k = 0
-    for i in range(runs.shape[0]):
-        if k > 0 and runs[i, 0] <= runs[k - 1, 1]:
-            runs[k - 1, 1] = max(runs[k - 1, 1], runs[i, 1])
-        else:
-            runs[k, 0] = runs[i, 0]
-            runs[k, 1] = runs[i, 1]
-            k += 1
-    return runs[:k], written

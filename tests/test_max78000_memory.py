@@ -7,6 +7,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from accelstub.devices.max78000_datapath import _written, sram_address
 from accelstub.emu import max78000_memory as M
 
 K_BYTES = [0, 7, 6, 5, 4, 11, 10, 9, 8]  # k0..k8 byte positions in a 16-byte MRAM word
@@ -47,12 +48,11 @@ def test_gather_hwc_matches_word_formula(n, h, w, passes, ops, grouped, seed):
                         byte = int(sram[memory[j], 4 * word + lane[j]])
                         assert x[r, c, (o * passes + e) * n + j] == (byte ^ 0x80) - 0x80
     if grouped:  # the word form the datapath uses for such groups: the same bytes
-        s32 = sram.view(np.uint32)
-        got, bad = M.gather_hwc_words(s32, g_mem, g_word, h, w, passes, ops, n)
+        got, bad = M.gather_hwc_words(sram, g_mem, g_word, h, w, passes, ops, n)
         assert bad == -1
         np.testing.assert_array_equal(got, x)
         g_word[-1] = span  # one word too far: the last group's first processor is named
-        assert M.gather_hwc_words(s32, g_mem, g_word, h, w, passes, ops, n)[1] == n - 4
+        assert M.gather_hwc_words(sram, g_mem, g_word, h, w, passes, ops, n)[1] == n - 4
 
 
 def test_gathers_refuse_reads_past_the_memory():
@@ -97,7 +97,7 @@ def test_gather_weights_matches_mask_counter_formula(n, slots, passes, bits, ks,
 @settings(max_examples=60, deadline=None)
 @given(st.integers(1, 6), st.integers(1, 40), st.integers(1, 3),
        st.sampled_from(["bytes", "wide", "grouped"]), st.integers(0, 2**32 - 1))
-def test_scatter_writes_and_marks_exactly_the_addressed_bytes(slots, pixels, step, kind, seed):
+def test_scatter_writes_and_reports_exactly_the_addressed_bytes(slots, pixels, step, kind, seed):
     rng = np.random.default_rng(seed)
     sram = rng.integers(0, 256, (16, 0x8000)).astype(np.uint8)
     want, before = sram.copy(), sram.copy()
@@ -125,46 +125,17 @@ def test_scatter_writes_and_marks_exactly_the_addressed_bytes(slots, pixels, ste
             else:
                 want[m, b + lanes[s]] = out[s, p] & 0xFF
                 written.append(m * 0x8000 + b + lanes[s])
-    touched = np.zeros(sram.shape, np.uint8)
-    lo, hi = np.full(16, 0x8000), np.zeros(16, np.int64)
-    M.scatter(sram, out, slot_word, lanes, step, touched, lo, hi)
+    M.scatter(sram, out, slot_word, lanes, step)
     np.testing.assert_array_equal(sram, want)
-    got = M.mask_ranges(touched, np.arange(16) * 0x8000, 1, lo, hi)
-    merged = []
-    for s, e in got.tolist():  # runs are per row; rows are adjacent here, as in a quadrant
-        if merged and merged[-1][1] == s:
-            merged[-1][1] = e
-        else:
-            merged.append([s, e])
-    assert [tuple(r) for r in merged] == byte_ranges(written)
-    # unmarked (a layer whose written bytes are known): the same bytes, nothing marked
-    sram3, mask3 = before.copy(), np.zeros(sram.shape, np.uint8)
-    lo3, hi3 = np.full(16, 0x8000), np.zeros(16, np.int64)
-    M.scatter(sram3, out, slot_word, lanes, step, mask3, lo3, hi3, False)
-    np.testing.assert_array_equal(sram3, want)
-    assert not mask3.any() and (lo3 == 0x8000).all() and not hi3.any()
     if kind == "grouped":  # one word per group and pixel: the same bytes
         sram4 = before.copy()
         M.scatter_words(sram4.view(np.uint32), out, group_word, step)
         np.testing.assert_array_equal(sram4, want)
-    # the one-call form the datapath uses: same bytes, runs merged, the mask left all 0
-    sram2, mask = want.copy(), np.zeros(sram.shape, np.uint8)
-    runs, rows = M.scatter_runs(sram2, out, slot_word, lanes, step, mask, mask.view(np.uint64),
-                                np.arange(16) * 0x8000)
-    np.testing.assert_array_equal(sram2, want)
-    assert [tuple(r) for r in runs.tolist()] == byte_ranges(written)
-    assert set(np.flatnonzero(rows)) == {a // 0x8000 for a in written}
-
-
-def test_scatter_runs_clears_its_mask():
-    sram = np.zeros((16, 0x8000), np.uint8)
-    touched = np.zeros(sram.shape, np.uint8)
-    runs, _ = M.scatter_runs(sram, np.arange(1, 7).reshape(2, 3), np.array([5, 9000]),
-                             np.array([1, 2]), 1, touched, touched.view(np.uint64),
-                             np.arange(16) * 0x8000)
-    assert not touched.any()
-    assert runs.tolist() == [[21, 22], [25, 26], [29, 30], [36002, 36003], [36006, 36007],
-                             [36010, 36011]]
+    # what the datapath reports as written: exactly these bytes, as CPU address ranges
+    cpu = sorted({int(sram_address(a // 0x8000, 0)) + a % 0x8000 for a in written})
+    ranges, memories = _written(slot_word, lanes, pixels, step, wide)
+    assert ranges == byte_ranges(cpu)
+    assert memories == sorted({a // 0x8000 for a in written})
 
 
 @settings(max_examples=100, deadline=None)
