@@ -348,7 +348,7 @@ def _conv_finish_kernel(tot, acc_in, rows, cols, geo, cfg, bias, scales, shifts,
     # branch-free forms of sign_extend/truncate (x + h) & m - h, loop-invariant choices outside
     ah, am = np.int64(1) << (bits - 1), (np.int64(1) << bits) - 1
     oh, om = (np.int64(1) << (obits - 1)) if osigned else np.int64(0), (np.int64(1) << obits) - 1
-    if inline and not use_acc and not raw_out and bits == 32 and sh.max() <= 62 \
+    if inline and not use_acc and not raw_out and bits == 32 and oc_n and sh.max() <= 62 \
             and np.abs(sc).max() < 1 << 31:
         # the usual case (32-bit accumulator, TFLite-style scales): |acc * scale| < 2**62 and
         # shift <= 62, so acc * scale + R cannot overflow and needs no halving; written without
