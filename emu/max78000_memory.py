@@ -1,5 +1,6 @@
 """MAX78000 memory traffic of one layer as numba loops: gather the input channels from data SRAM,
-the kernels from MRAM, scatter the outputs back, and turn the touched bytes into address ranges.
+the kernels from MRAM, scatter the outputs back, and turn a mask of used MRAM words into address
+ranges.
 
 Pure kernels on 2-D uint8 arrays (one row per memory: ``sram[16, 0x8000]`` for the 16 data
 memories, ``mram[64, 0x4000]`` for the 64 processors' MRAM blocks); the address formulas and
