@@ -342,12 +342,18 @@ class EthosU85(Device):
         return lo, hi
 
     @staticmethod
+    def _box_ranges(lo: int, shape: tuple, strides: tuple, size: int) -> list:
+        """Merged byte ranges of a box, identical to ``_ranges`` of all its element addresses
+        (a fresh list: the caller's Touched may grow it)."""
+        return list(EthosU85._box_runs(int(lo), tuple(map(int, shape)), tuple(map(int, strides)),
+                                       int(size)))
+
+    @staticmethod
     @functools.lru_cache(maxsize=256)
-    def _box_ranges(lo: int, shape: tuple, strides: tuple, size: int) -> tuple:
-        """Merged byte ranges of a box, identical to ``_ranges`` of all its element addresses:
-        the innermost dimensions that are contiguous (stride <= run length) fold into one run,
-        the outer ones enumerate run starts. Memoised: a program's tensors are the same boxes
-        on every run."""
+    def _box_runs(lo: int, shape: tuple, strides: tuple, size: int) -> tuple:
+        """:meth:`_box_ranges`: the innermost dimensions that are contiguous (stride <= run
+        length) fold into one run, the outer ones enumerate run starts. Memoised: a program's
+        tensors are the same boxes on every run."""
         dims = sorted((int(st), int(n)) for n, st in zip(shape, strides) if n > 1)
         run, outer = size, []
         for st, n in dims:
@@ -389,8 +395,7 @@ class EthosU85(Device):
                           buffer=mem.data, offset=moff, strides=tuple(strides))
         vals = view.astype(np.int64) if size == 8 else view.copy()
         self._record(self.region_family(region), channel, False,
-                     list(self._box_ranges(int(lo), tuple(map(int, shape)),
-                                           tuple(map(int, strides)), int(size))))
+                     self._box_ranges(lo, shape, strides, size))
         return vals
 
     def scatter_box(self, region: int, offset: int, shape: tuple, strides: tuple, size: int,
@@ -414,8 +419,7 @@ class EthosU85(Device):
         else:
             view[...] = v.astype(np.int64).astype(f"<u{size}")
         self._record(self.region_family(region), channel, True,
-                     list(self._box_ranges(int(lo), tuple(map(int, shape)),
-                                           tuple(map(int, strides)), int(size))))
+                     self._box_ranges(lo, shape, strides, size))
         return True
 
     def read_bytes(self, region: int, offset: int, length: int, channel: int) -> bytes:

@@ -103,13 +103,11 @@ def _inputs(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
     read_word + i//4 (module doc)."""
     h, w_ = cfg.in_rows, cfg.in_cols
     if "inputs" not in cfg.extra:
-        cfg.extra["inputs"] = tuple(np.array([getattr(p, f) for p in cfg.processors],
-                                             dtype=np.int64)
-                                    for f in ("memory", "read_word", "lane"))
-    memory, read_word, lane = cfg.extra["inputs"]
-    if "input_words" not in cfg.extra:
-        cfg.extra["input_words"] = _word_groups(lane, memory, read_word)
-    words = cfg.extra["input_words"]
+        memory, read_word, lane = (np.array([getattr(p, f) for p in cfg.processors],
+                                            dtype=np.int64)
+                                   for f in ("memory", "read_word", "lane"))
+        cfg.extra["inputs"] = (memory, read_word, lane, _word_groups(lane, memory, read_word))
+    memory, read_word, lane, words = cfg.extra["inputs"]
     if cfg.chw:
         x, bad = M.gather_chw(bus.stacks["sram"], memory, read_word, h, w_)
         n_words = -(-h * w_ // 4)

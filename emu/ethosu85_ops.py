@@ -306,8 +306,8 @@ def _conv_finish_kernel(tot, acc_in, rows, cols, geo, cfg, bias, scales, shifts,
     acc = read_accumulator(...) (0 for reset); if any kernel position was inside the IFM:
     acc = sign_extend(acc + sum, acc_bits) (= the chain of wrapping accumulate() calls);
     write_accumulator(acc, rescale_mode_normal) = P.finish. tot: [H, Wc, OC] exact integer
-    sums (float from the BLAS path, int32 from emu/int_conv.py); geo: H, W, use acc_in; ``out`` [H, W, OC] of the OFM's integer type (stores
-    truncate, as astype does). Rows in parallel (numba prange): per element this stage costs
+    sums (float from the BLAS path, int32 from emu/int_conv.py); geo: H, W, use acc_in;
+    ``out`` [H, W, OC] of the OFM's integer type (stores truncate, as astype does). Rows in parallel (numba prange): per element this stage costs
     about a third of the GEMM.
 
     P.finish per element costs ~70 ns here (array arguments through nested calls); the common

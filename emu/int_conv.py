@@ -17,8 +17,10 @@ Layouts (chosen so the innermost loop reads contiguous memory):
   stride), one int32 word per position holding channels (2p, 2p+1);
 * weights, packed by :func:`pack_weights`: ``[K rounded up to 4, kh, kw, channel pairs]`` words;
 * sums: ``[K rounded up to 4, Ho, Wo rounded up to 16]`` int32 (or ``[Ho, Wo rounded up, K
-  rounded up]`` for NHWC callers); callers get the ``[K, Ho, Wo]`` (``[Ho, Wo, K]``) view. Work arrays are reused per thread (:func:`emu.scratch.scratch`): a result is valid until
-  the same thread's next call.
+  rounded up]`` for NHWC callers); callers get the ``[K, Ho, Wo]`` (``[Ho, Wo, K]``) view.
+
+Work arrays are reused per thread (:func:`emu.scratch.scratch`): a result is valid until the
+same thread's next call.
 """
 from __future__ import annotations
 

@@ -410,7 +410,7 @@ def _finish(sums, k_n, wo, bias, shift, act, wide):
         for y in range(ho):
             if wide:
                 for x in range(wo):
-                    out[k, y, x] = np.int32(np.int64(sums[k, y, x]) + b)  # low 32 bits
+                    out[k, y, x] = _wrap32(np.int64(sums[k, y, x]) + b)
             elif t > 0:
                 for x in range(wo):
                     v = np.floor((float(sums[k, y, x]) + r) * scale)

@@ -149,21 +149,40 @@ def scatter(sram, out, slot_word, slot_lane, pixel_step):
     arguments, devices/max78000_datapath.py keeps them per layer)."""
     s_n, p_n = out.shape
     for s in range(s_n):
-        lane = slot_lane[s]
+        lane, g0 = slot_lane[s], slot_word[s]
+        if p_n and pixel_step >= 0 and (g0 + (p_n - 1) * pixel_step) >> 13 == g0 >> 13:
+            # the slot stays in one data memory: a constant byte stride (half the time of the
+            # per-pixel address split below)
+            row, b0 = sram[g0 >> 13], 4 * (g0 & 0x1FFF)
+            for p in range(p_n):
+                _store(row, b0 + 4 * p * pixel_step, out[s, p], lane)
+            continue
         for p in range(p_n):
-            g = slot_word[s] + p * pixel_step
-            m, b = g >> 13, 4 * (g & 0x1FFF)
-            v = out[s, p]
-            if lane < 0:
-                for i in range(4):
-                    sram[m, b + i] = (v >> (8 * i)) & 0xFF
-            else:
-                sram[m, b + lane] = v & 0xFF
+            g = g0 + p * pixel_step
+            _store(sram[g >> 13], 4 * (g & 0x1FFF), out[s, p], lane)
+
+
+@njit(nogil=True, cache=True)
+def _store(row, b, v, lane):
+    """Byte ``lane`` of the word at byte ``b`` of ``row`` = the low byte of v, or (lane -1) the
+    whole little-endian word = v."""
+    if lane < 0:
+        for i in range(4):
+            row[b + i] = (v >> (8 * i)) & 0xFF
+    else:
+        row[b + lane] = v & 0xFF
+
+
+@njit(nogil=True, cache=True)
+def _word(out, k, p):
+    """The little-endian word of output slots k..k+3 (low bytes) at pixel p."""
+    return ((out[k, p] & 0xFF) | (out[k + 1, p] & 0xFF) << 8 | (out[k + 2, p] & 0xFF) << 16
+            | (out[k + 3, p] & 0xFF) << 24)
 
 
 @njit(nogil=True, cache=True)
 def scatter_words(sram32, out, group_word, pixel_step):
-    """:func:`scatter` (8-bit output, no marking) when the slots come in groups of four that
+    """:func:`scatter` of 8-bit output when the slots come in groups of four that
     share a write pointer and take lanes 0-3 in order: slots 4g..4g+3 of a pixel are one
     little-endian word at global word ``group_word[g] + pixel*pixel_step`` (bits 16:13 = data
     memory). ``sram32`` is the data memories as uint32 words; ``out`` int32 [4G, pixels]."""
@@ -174,14 +193,11 @@ def scatter_words(sram32, out, group_word, pixel_step):
             # consecutive words of one memory: a plain loop, which numba vectorises
             row, w0 = sram32[g0 >> 13], g0 & 0x1FFF
             for p in range(p_n):
-                row[w0 + p] = ((out[k, p] & 0xFF) | (out[k + 1, p] & 0xFF) << 8
-                               | (out[k + 2, p] & 0xFF) << 16 | (out[k + 3, p] & 0xFF) << 24)
+                row[w0 + p] = _word(out, k, p)
             continue
         for p in range(p_n):
             a = g0 + p * pixel_step
-            sram32[a >> 13, a & 0x1FFF] = ((out[k, p] & 0xFF) | (out[k + 1, p] & 0xFF) << 8
-                                           | (out[k + 2, p] & 0xFF) << 16
-                                           | (out[k + 3, p] & 0xFF) << 24)
+            sram32[a >> 13, a & 0x1FFF] = _word(out, k, p)
 
 
 _ONES = 0x0101010101010101  # eight mask bytes of 1

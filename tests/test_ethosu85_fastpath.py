@@ -131,6 +131,45 @@ def test_usual_output_stage_equals_loop(seed):
                scales=rng.integers(0, 1 << 31, oc), shifts=rng.integers(0, 63, oc))
     got = O.conv2d(x, w, (6, 7), **kw_)
     np.testing.assert_array_equal(got, O.conv2d(x, w, (6, 7), method="loop", **kw_))
+    # and against the output stage written here from the seed (Python integers, no overflow)
+    tot = numpy_sums(x, w, (6, 7), (1, 1), (1, 1), kw_["pad"], kw_["ifm_zp"], False)
+    if per_channel:
+        bias, scales, shifts = kw_["bias"], kw_["scales"], kw_["shifts"]
+    else:  # OFM_SCALE for every channel, no bias (G-R1)
+        bias, scales, shifts = np.zeros(oc, int), [int(cfg[P.C_SCALE])] * oc, \
+            [int(cfg[P.C_SHIFT])] * oc
+    zp = int(cfg[P.C_ZP]) - (0x10000 if signed and cfg[P.C_ZP] & 0x8000 else 0)
+    act = [int(cfg[c]) - (0x10000 if signed and cfg[c] & 0x8000 else 0)
+           for c in (P.C_ACT_MIN, P.C_ACT_MAX)]
+    want = np.array([[[output_stage(int(tot[y, x_, k]), int(bias[k]), int(scales[k]),
+                                    int(shifts[k]), seed % 6, int(cfg[P.C_DBL_RND]), zp, act,
+                                    not cfg[P.C_CLIP], bits, signed)
+                       for k in range(oc)] for x_ in range(7)] for y in range(6)])
+    np.testing.assert_array_equal(got.astype(np.int64), want)
+
+
+def wrap(v: int, bits: int, signed: bool = True) -> int:
+    v &= (1 << bits) - 1
+    return v - (1 << bits) if signed and v >> (bits - 1) else v
+
+
+def output_stage(acc: int, bias: int, scale: int, shift: int, mode: int, dbl: int, zp: int,
+                 act: list[int], clip: bool, bits: int, signed: bool) -> int:
+    """write_accumulator for a 32-bit accumulator and no LUT (seed L6841-6852, L6885-6896,
+    L6906-6934, L7075-7100, L6654): wrap(acc + bias), times scale, rounded shift right,
+    + zero point wrapped to 32 bits, clip, truncate to the OFM type."""
+    r = wrap(acc + bias, 32) * scale
+    if shift > 0:
+        half = 1 << (shift - 1)
+        d = 1 << (30 - dbl) if dbl <= 30 and shift > 31 - dbl else 0
+        rnd = {0: half + d if r >= 0 else half - d, 1: half, 2: half + d,
+               3: half if r >= 0 else half - 1, 4: 0 if r >= 0 else (1 << shift) - 1,
+               5: 0}[mode]
+        r = (r + rnd) >> shift
+    v = wrap(r + zp, 32)
+    if clip:
+        v = min(max(v, act[0]), act[1])
+    return wrap(v, bits, signed)
 
 
 def numpy_sums(x, w, hw, stride, dilation, pad, zp, depthwise):

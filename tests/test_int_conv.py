@@ -116,7 +116,6 @@ def test_vmadd_multiplies_int16_pairs_into_int32_lanes():
     assert (got[8:] == 0).all()
 
 
-
 def test_packed_weights_kept_for_read_only_arrays_while_they_live():
     w = np.arange(-30, 42).reshape(2, 3, 3, 4)
     w.flags.writeable = False

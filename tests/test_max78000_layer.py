@@ -232,26 +232,47 @@ def expected(s: Spec) -> np.ndarray:
                      wide=s.wide)
 
 
+def out_address(s: Spec, proc: int, e: int, pix: int) -> tuple[int, int]:
+    """(address, bytes) of output pass e, pixel pix of processor proc: word per pixel (x
+    out_passes), lane = processor % 4; 32-bit outputs take 4 consecutive words per quad."""
+    base = mem_addr(proc // 4) + s.out_offset
+    if s.wide:
+        return base + 4 * ((pix * s.out_passes + e) * 4 + proc % 4), 4
+    return base + 4 * (pix * s.out_passes + e) + proc % 4, 1
+
+
 def unload(dev, s: Spec, shape) -> np.ndarray:
     """Read the outputs back like the izer's unload: channel k on processor first+k (pass
-    k // per_pass when multi-pass), word per pixel (x out_passes), lane = processor % 4; 32-bit
-    outputs take 4 consecutive words per quad."""
+    k // per_pass when multi-pass)."""
     k_n, h, w_ = shape
     out = np.zeros(shape, dtype=np.int64)
     per_pass = -(-k_n // s.out_passes)
     for k in range(k_n):
         e, kk = divmod(k, per_pass) if s.out_passes > 1 else (0, k)
-        proc = s.out_first_proc + kk
-        base = mem_addr(proc // 4) + s.out_offset
         for pix in range(h * w_):
-            if s.wide:
-                a = base + 4 * ((pix * s.out_passes + e) * 4 + proc % 4)
-                v = int.from_bytes(dev.read(a, 4), "little", signed=True)
-            else:
-                a = base + 4 * (pix * s.out_passes + e) + proc % 4
-                v = int.from_bytes(dev.read(a, 1), "little", signed=True)
-            out[k, pix // w_, pix % w_] = v
+            a, n = out_address(s, s.out_first_proc + kk, e, pix)
+            out[k, pix // w_, pix % w_] = int.from_bytes(dev.read(a, n), "little", signed=True)
     return out
+
+
+def written_ranges(s: Spec, pixels: int) -> list[tuple[int, int]]:
+    """The byte ranges a layer writes: every output slot (those before the first channel's
+    processor in its group of four and the unused ones of a pass too), merged."""
+    start = s.out_first_proc % 4
+    per_pass = start + s.out_channels if s.out_passes == 1 else -(-s.out_channels // s.out_passes)
+    written = set()
+    for t in range(per_pass * s.out_passes):
+        e, kk = divmod(t, per_pass)
+        for pix in range(pixels):
+            a, n = out_address(s, s.out_first_proc - start + kk, e, pix)
+            written.update(range(a, a + n))
+    ranges: list[list[int]] = []
+    for a in sorted(written):
+        if ranges and ranges[-1][1] == a:
+            ranges[-1][1] += 1
+        else:
+            ranges.append([a, a + 1])
+    return [(a, b) for a, b in ranges]
 
 
 def run(s: Spec):
@@ -524,6 +545,7 @@ def specs(draw):
 @given(specs())
 def test_random_layers_through_registers(s):
     dev, cfg, touched = run(s)
+    assert touched.writes == written_ranges(s, cfg.out_rows * cfg.out_cols)
     # again with other data: the bytes a layer writes are kept with it after its first run
     s2 = replace(s, seed=s.seed + 1, tensors={})
     program(dev, s2)
