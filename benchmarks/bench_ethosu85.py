@@ -27,11 +27,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.ethosu85_reference
 
 from accelstub.devices import open_device  # noqa: E402
-from accelstub.devices import ethosu85_stream as es  # noqa: E402
+from accelstub.devices.ethos_u85 import stream as es  # noqa: E402
 from accelstub.devices.runcontrol import RunControl  # noqa: E402
-from accelstub.emu import ethosu85_ops as K  # noqa: E402
-from accelstub.emu import ethosu85_primitives as P  # noqa: E402
-from accelstub.emu import ethosu85_weights as Wt  # noqa: E402
+from accelstub.emu.conv import ethosu85 as conv_k  # noqa: E402
+from accelstub.emu.numeric import ethosu85 as P  # noqa: E402
+from accelstub.emu.weights import ethosu85 as Wt  # noqa: E402
 
 SRAM = 0x1000_0000
 QBASE, TENSORS, WEIGHTS = SRAM, SRAM + 0x10000, SRAM + 0x200000
@@ -134,7 +134,7 @@ def check_exact(dev, x, w, bias, scales, shifts) -> tuple[bool, bool]:
     got = np.frombuffer(dev.read(TENSORS + OFM_OFF, H * W * OC), np.int8).reshape(H, W, OC)
     cfg = P.out_config(ofm_bits=8, ofm_signed=True, zero_point=OFM_ZP, act_min=-128, act_max=127,
                        round_mode=P.RND_DOUBLE_SYMMETRIC, per_channel=True)
-    kern = K.conv2d(x, w, (H, W), pad=(1, 1, 1, 1), ifm_zp=IFM_ZP, cfg=cfg, bias=bias,
+    kern = conv_k.conv2d(x, w, (H, W), pad=(1, 1, 1, 1), ifm_zp=IFM_ZP, cfg=cfg, bias=bias,
                     scales=scales, shifts=shifts)
     from tests import ethosu85_reference as ref
 

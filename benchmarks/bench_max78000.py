@@ -30,9 +30,9 @@ from pathlib import Path
 import numpy as np
 
 from accelstub.devices import open_device
-from accelstub.devices.max78000_build import Layer, Network, build
-from accelstub.devices.max78000_datapath import sram_address
-from accelstub.devices.max78000_import import (apply_accesses, load_ai8x_program,
+from accelstub.testkit.max78000_build import Layer, Network, build
+from accelstub.devices.max78000.datapath import sram_address
+from accelstub.devices.max78000.ai8x import (apply_accesses, load_ai8x_program,
                                                run_ai8x_program)
 from accelstub.stub.cli import demo_program
 

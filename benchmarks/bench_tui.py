@@ -7,7 +7,7 @@ Set-up as ``accelstub tui max78000`` with gdb beside it: three processes. The st
 child process (``accelstub serve``); the TUI (headless, 120x40, the chosen view) runs in a second
 child process; this process is the gdb-like client that controls run state and times the runs.
 The workload: 12 layers (all the MRAM holds) of 64->64-channel 3x3 convolutions on 64x64 data
-(1.8 G MACs, built by devices/max78000_build.py), tens of ms per continue.
+(1.8 G MACs, built by testkit/max78000_build.py), tens of ms per continue.
 
 1. Update rate: a run that gdb continues, slowed to 0.25 s per layer (EMU_THROTTLE_US), while
    the TUI watches: poll results the app applied while running, per second of run, and the TUI
@@ -131,8 +131,8 @@ class TuiProcess:
 def start_stub(tmp: str):
     """The stub serving the workload (module doc) and the program's CNN_ISR and start writes
     that arm it again after a run."""
-    from accelstub.devices.max78000_build import Layer, Network, build
-    from accelstub.devices.max78000_import import import_ai8x_project
+    from accelstub.testkit.max78000_build import Layer, Network, build
+    from accelstub.devices.max78000.ai8x import import_ai8x_project
     from accelstub.tui.app import StubProcess
 
     net = Network(64, 64, 64, [Layer(64, kernel=3, pad=1, shift=-3, activation="relu")

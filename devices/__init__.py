@@ -14,10 +14,10 @@ def open_device(name: str, **options: object) -> Device:
     """Create the device model ``name`` (one of :data:`DEVICES`); ethos-u85 takes ``macs``
     (MACs per cycle: 128, 256 (default), 512, 1024 or 2048)."""
     if name == "max78000":
-        from .max78000 import Max78000
+        from .max78000.model import Max78000
         return Max78000(**options)
     if name == "ethos-u85":
-        from .ethosu85 import EthosU85
+        from .ethos_u85.model import EthosU85
         return EthosU85(**options)  # options: macs=128|256|512|1024|2048
     raise ValueError(f"unknown device {name!r}; known devices: {', '.join(DEVICES)}")
 

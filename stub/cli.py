@@ -118,7 +118,7 @@ def _run_vela(args: argparse.Namespace) -> int:
     command stream, weights, scratch and input as the Ethos-U driver does, run, write/check the
     output."""
     from accelstub.devices.errors import DeviceError
-    from accelstub.devices.ethosu85_vela import VelaImportError, run_vela_cli
+    from accelstub.devices.ethos_u85.vela import VelaImportError, run_vela_cli
 
     try:
         code, line = run_vela_cli(open_device("ethos-u85", **_device_options(args)),
@@ -147,7 +147,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"accelstub: error: run supports max78000 and ethos-u85 programs (not "
               f"{args.device})", file=sys.stderr)
         return 2
-    from accelstub.devices.max78000_import import (Ai8xImportError, load_ai8x_program,
+    from accelstub.devices.max78000.ai8x import (Ai8xImportError, load_ai8x_program,
                                                    run_ai8x_program)
 
     device = open_device(args.device)
@@ -185,7 +185,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _disasm(path: str) -> int:
-    from accelstub.devices.ethosu85_stream import disassemble
+    from accelstub.devices.ethos_u85.stream import disassemble
 
     try:
         data = Path(path).read_bytes()

@@ -454,7 +454,7 @@ def test_units_lists_the_program_one_line_per_unit():
     rc = RunControl(open_device("max78000"))
     programs.apply(rc.device, 2)
     lines = execute(CommandContext([rc]), "units").splitlines()
-    # the wording of the ai8x tools' cnn.c comments (devices/max78000_listing.py)
+    # the wording of the ai8x tools' cnn.c comments (devices/max78000/listing.py)
     assert lines == [f"0x5010001{4 * y:x} Layer {y}: 4x2x2, no pooling, conv2d with kernel "
                      "size 1x1, stride 1/1, pad 0/0, no activation, 4x2x2 output"
                      for y in (0, 1)]

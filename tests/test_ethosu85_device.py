@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from accelstub.devices import DeviceError, open_device
-from accelstub.devices import ethosu85_stream as es
+from accelstub.devices.ethos_u85 import stream as es
 from accelstub.devices.runcontrol import RunControl
 from accelstub.stub.client import RspClient
 from accelstub.stub.commands import CommandContext, execute

@@ -1,6 +1,6 @@
 """Ethos-U85 fast paths against the reference paths they replace, bit for bit:
 
-* the exact float BLAS GEMM of CONV / DEPTHWISE / matmul (emu/ethosu85_ops, method "auto")
+* the exact float BLAS GEMM of CONV / DEPTHWISE / matmul (emu/conv/ethosu85.py, method "auto")
   against the numba loop (method "loop") on random shapes, zero points, strides, dilations,
   pads, IFM types (int8 / uint8 / int16), accumulator inputs, 32/48-bit accumulators, raw
   accumulator output, LUT functions, and against an independent numpy integer computation of the
@@ -17,11 +17,12 @@ import numpy as np
 import pytest
 
 from accelstub.devices import open_device
-from accelstub.devices import ethosu85_stream as es
+from accelstub.devices.ethos_u85 import stream as es
 from accelstub.devices.device import Touched
-from accelstub.emu import ethosu85_ops as O
-from accelstub.emu import ethosu85_primitives as P
-from accelstub.emu import ethosu85_weights as Wt
+from accelstub.emu.conv import ethosu85 as conv_k
+from accelstub.emu.numeric import ethosu85_values as values_k
+from accelstub.emu.numeric import ethosu85 as P
+from accelstub.emu.weights import ethosu85 as Wt
 from tests.test_ethosu85_device import BUF, Host
 from tests.test_ethosu85_ops_device import (STOP, acc_format, ifm, kernel, ofm, out, scale_cmds,
                                             tensor_bytes, weight_cmds)
@@ -98,7 +99,7 @@ def _conv_problem(rng, depthwise: bool):
 def test_gemm_path_equals_loop(seed, depthwise):
     rng = np.random.default_rng(1000 * seed + depthwise)
     x, w, hw, kw_ = conv_problem(rng, depthwise)
-    fn = O.depthwise2d if depthwise else O.conv2d
+    fn = conv_k.depthwise2d if depthwise else conv_k.conv2d
     d1, d2 = [], []
     got = fn(x, w, hw, diag=d1, **kw_)
     exp = fn(x, w, hw, diag=d2, method="loop", **kw_)
@@ -129,8 +130,8 @@ def test_usual_output_stage_equals_loop(seed):
     kw_ = dict(pad=(1, 1, 1, 1), ifm_zp=int(rng.integers(-128, 128)), ifm_bits=8,
                ifm_signed=True, cfg=cfg, bias=rng.integers(-(1 << 31), 1 << 31, oc),
                scales=rng.integers(0, 1 << 31, oc), shifts=rng.integers(0, 63, oc))
-    got = O.conv2d(x, w, (6, 7), **kw_)
-    np.testing.assert_array_equal(got, O.conv2d(x, w, (6, 7), method="loop", **kw_))
+    got = conv_k.conv2d(x, w, (6, 7), **kw_)
+    np.testing.assert_array_equal(got, conv_k.conv2d(x, w, (6, 7), method="loop", **kw_))
     # and against the output stage written here from the seed (Python integers, no overflow)
     tot = numpy_sums(x, w, (6, 7), (1, 1), (1, 1), kw_["pad"], kw_["ifm_zp"], False)
     if per_channel:
@@ -204,9 +205,9 @@ def test_gemm_sums_equal_numpy_integers(seed, depthwise):
     x, w, hw, kw_ = conv_problem(rng, depthwise)
     bits, signed = kw_["ifm_bits"], kw_["ifm_signed"]
     kw_.update(cfg=P.out_config(acc_bits=48, acc_output_disable=True), acc_in=None)
-    fn = O.depthwise2d if depthwise else O.conv2d
+    fn = conv_k.depthwise2d if depthwise else conv_k.conv2d
     got = fn(x, w, hw, **kw_)
-    raw = O.read_values(x, 0, bits, signed)
+    raw = values_k.read_values(x, 0, bits, signed)
     tot = numpy_sums(raw, w, hw, kw_["stride"], kw_["dilation"], kw_["pad"], kw_["ifm_zp"], depthwise)
     exp = np.vectorize(lambda t: int(P.sign_extend(int(t), 48)))(tot) if tot.size else tot
     # positions with no kernel tap inside the IFM keep the reset value 0 either way
@@ -226,15 +227,15 @@ def test_matmul_gemm_equals_loop(seed):
     kw_ = dict(ifm_zp=zp, ifm2_zp=zp2, ifm_bits=bits, ifm_signed=True, cfg=cfg,
                bias=rng.integers(-999, 999, d), scales=rng.integers(0, 1 << 15, d),
                shifts=rng.integers(0, 50, d), lut=rng.integers(0, 256, 2048).astype(np.uint8))
-    np.testing.assert_array_equal(O.matmul(a, b, **kw_), O.matmul(a, b, method="loop", **kw_))
+    np.testing.assert_array_equal(conv_k.matmul(a, b, **kw_), conv_k.matmul(a, b, method="loop", **kw_))
 
 
 def test_gemm_dtype_bounds():
     """float32 only while max|v| * max_oc sum|w| < 2**24, float64 below 2**53, else the loop."""
     w = np.full((2, 1, 1, 64), 255)
-    assert O._gemm_dtype(255, w) is np.float32                  # 255*255*64 < 2**24
-    assert O._gemm_dtype(255, np.full((1, 3, 3, 64), 255)) is np.float64
-    assert O._gemm_dtype(1 << 16, np.full((1, 1, 1, 1), 1 << 40)) is None
+    assert conv_k._gemm_dtype(255, w) is np.float32                  # 255*255*64 < 2**24
+    assert conv_k._gemm_dtype(255, np.full((1, 3, 3, 64), 255)) is np.float64
+    assert conv_k._gemm_dtype(1 << 16, np.full((1, 1, 1, 1), 1 << 40)) is None
 
 
 def test_large_sums_use_float64_and_stay_exact():
@@ -242,10 +243,10 @@ def test_large_sums_use_float64_and_stay_exact():
     rng = np.random.default_rng(5)
     x = rng.choice([-128, -127], (3, 5, 2048)).astype(np.int8)
     w = -256 + rng.integers(0, 2, (4, 1, 1, 2048))
-    assert O._gemm_dtype(255, w) is np.float64
+    assert conv_k._gemm_dtype(255, w) is np.float64
     cfg = P.out_config(acc_bits=48, acc_output_disable=True)
-    got = O.conv2d(x, w, ifm_zp=127, cfg=cfg)
-    np.testing.assert_array_equal(got, O.conv2d(x, w, ifm_zp=127, cfg=cfg, method="loop"))
+    got = conv_k.conv2d(x, w, ifm_zp=127, cfg=cfg)
+    np.testing.assert_array_equal(got, conv_k.conv2d(x, w, ifm_zp=127, cfg=cfg, method="loop"))
     assert np.abs(got).max() > 1 << 24
 
 
@@ -255,8 +256,8 @@ def test_padding_only_outputs_keep_unwrapped_start_value():
     w = np.ones((1, 1, 1, 1))
     acc_in = np.full((3, 3, 1), 1 << 60)
     cfg = P.out_config(acc_bits=32, acc_output_disable=True)
-    got = O.conv2d(x, w, (3, 3), pad=(1, 1, 1, 1), cfg=cfg, acc_in=acc_in)
-    exp = O.conv2d(x, w, (3, 3), pad=(1, 1, 1, 1), cfg=cfg, acc_in=acc_in, method="loop")
+    got = conv_k.conv2d(x, w, (3, 3), pad=(1, 1, 1, 1), cfg=cfg, acc_in=acc_in)
+    exp = conv_k.conv2d(x, w, (3, 3), pad=(1, 1, 1, 1), cfg=cfg, acc_in=acc_in, method="loop")
     np.testing.assert_array_equal(got, exp)
     assert got[0, 0, 0] == 1 << 60 and got[1, 1, 0] == P.sign_extend((1 << 60) + 1, 32)
 
@@ -401,7 +402,7 @@ def test_weight_decode_memo():
 def test_axi_burst_counts_equal_vectorised_split():
     """The numba burst kernel against the vectorised numpy split it replaced (per range:
     bursts at the alignment, port = hash parities % ports)."""
-    from accelstub.emu.ethosu85_axi import burst_counts
+    from accelstub.emu.memory.ethosu85_axi import burst_counts
 
     rng = np.random.default_rng(9)
     for _ in range(50):

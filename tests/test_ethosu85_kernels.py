@@ -15,10 +15,13 @@ from hypothesis import strategies as st
 sys.path.insert(0, os.path.dirname(__file__))
 import ethosu85_reference as R  # noqa: E402
 
-from accelstub.emu import ethosu85_layout as L  # noqa: E402
-from accelstub.emu import ethosu85_ops as O  # noqa: E402
-from accelstub.emu import ethosu85_primitives as P  # noqa: E402
-from accelstub.emu import ethosu85_weights as Wt  # noqa: E402
+from accelstub.emu.memory import ethosu85 as L  # noqa: E402
+from accelstub.emu.conv import ethosu85 as conv_k  # noqa: E402
+from accelstub.emu.eltwise import ethosu85 as eltwise_k  # noqa: E402
+from accelstub.emu.pool import ethosu85 as pool_k  # noqa: E402
+from accelstub.emu.resize import ethosu85 as resize_k  # noqa: E402
+from accelstub.emu.numeric import ethosu85 as P  # noqa: E402
+from accelstub.emu.weights import ethosu85 as Wt  # noqa: E402
 
 # ETHOSU85_EXAMPLES=500 for a stress run; CI keeps a few examples per property
 N_EXAMPLES = int(os.environ.get("ETHOSU85_EXAMPLES", "12"))
@@ -369,7 +372,7 @@ def test_elementwise_add_example_10_1():
     cfg = P.out_config(8, True, zero_point=5, act_min=-128, act_max=127, scale=5, shift=2,
                        round_mode=P.RND_DOUBLE_SYMMETRIC)
     diag = []
-    out = O.elementwise(O.EW_ADD, ifm, ifm2, ifm_zp=3, ifm2_zp=-2, ifm_scale=(3, 1, 1, 0),
+    out = eltwise_k.elementwise(eltwise_k.EW_ADD, ifm, ifm2, ifm_zp=3, ifm2_zp=-2, ifm_scale=(3, 1, 1, 0),
                         ifm2_scale=(1, 0, 1, 0), cfg=cfg, diag=diag)
     assert out.tobytes() == bytes.fromhex("2ef6fa7f80e3ed05") and diag == []
 
@@ -386,12 +389,12 @@ def test_conv_1x1_example_10_2():
     cfg = P.out_config(8, True, zero_point=-3, act_min=-128, act_max=127, per_channel=True,
                        round_mode=P.RND_DOUBLE_SYMMETRIC)
     diag = []
-    out = O.conv2d(ifm, W, (1, 2), ifm_zp=2, cfg=cfg, bias=bias, scales=scales, shifts=shifts,
+    out = conv_k.conv2d(ifm, W, (1, 2), ifm_zp=2, cfg=cfg, bias=bias, scales=scales, shifts=shifts,
                    diag=diag)
     assert out.tobytes() == bytes.fromhex("398016d8") and diag == []
     # natural rounding instead gives 59 - 3 = 56 = 0x38 for pixel 0 / oc 0 (digest 9 fact 58)
     cfg[P.C_ROUND] = P.RND_NATURAL
-    assert O.conv2d(ifm, W, (1, 2), ifm_zp=2, cfg=cfg, bias=bias, scales=scales,
+    assert conv_k.conv2d(ifm, W, (1, 2), ifm_zp=2, cfg=cfg, bias=bias, scales=scales,
                     shifts=shifts).tobytes()[0] == 0x38
 
 
@@ -400,22 +403,22 @@ def test_pool_hand_values():
     # average 3x3, pad top/left 1: derived IFM extent (L8831) = 3 - 1 = 2 -> window covers the
     # 4 valid values 1, 2, 4, 5 -> 12/4 = 3
     cfg = P.out_config(8, True, round_mode=P.RND_NATURAL)
-    out = O.pool2d(ifm, O.POOL_AVERAGE, (3, 3), (1, 1), pad=(1, 1, 0, 0), cfg=cfg)
+    out = pool_k.pool2d(ifm, pool_k.POOL_AVERAGE, (3, 3), (1, 1), pad=(1, 1, 0, 0), cfg=cfg)
     assert out.ravel().tolist() == [3]
     # max with negative data and padding: identity -2^31 never wins
     neg = -ifm
-    out = O.pool2d(neg, O.POOL_MAX, (3, 3), (1, 1), pad=(1, 1, 1, 1), cfg=P.out_config(scale=1))
+    out = pool_k.pool2d(neg, pool_k.POOL_MAX, (3, 3), (1, 1), pad=(1, 1, 1, 1), cfg=P.out_config(scale=1))
     assert out.ravel().tolist() == [-1]
     # argmax_x over a row [1, 9, 3]: acc = 9 + 65536*1; rescale scale 1 shift 16 natural -> 1
     row = np.array([1, 9, 3], np.int8).reshape(1, 3, 1)
     cfg = P.out_config(8, True, scale=1, shift=16, round_mode=P.RND_NATURAL)
-    assert O.pool2d(row, O.POOL_ARGMAX_X, (1, 3), (1, 1), cfg=cfg).ravel().tolist() == [1]
+    assert pool_k.pool2d(row, pool_k.POOL_ARGMAX_X, (1, 3), (1, 1), cfg=cfg).ravel().tolist() == [1]
     # sum with global scale 1 shift 0: 45
     cfg = P.out_config(16, True, scale=1, act_min=-32768, act_max=32767)
-    assert O.pool2d(ifm, O.POOL_SUM, (3, 3), (1, 1), cfg=cfg).ravel().tolist() == [45]
+    assert pool_k.pool2d(ifm, pool_k.POOL_SUM, (3, 3), (1, 1), cfg=cfg).ravel().tolist() == [45]
     # reduce_sum over channels of [[1, 2, 3]]: 6
     ch = np.array([1, 2, 3], np.int8).reshape(1, 1, 3)
-    assert O.pool2d(ch, O.POOL_REDUCE_SUM, (1, 1), (1, 1), cfg=cfg).ravel().tolist() == [6]
+    assert pool_k.pool2d(ch, pool_k.POOL_REDUCE_SUM, (1, 1), (1, 1), cfg=cfg).ravel().tolist() == [6]
 
 
 def test_resize_hand_values():
@@ -423,12 +426,12 @@ def test_resize_hand_values():
     # acc = (2 - xm)*v0 + xm*v1 with y weight 2 (ny 1? use ny=1): OFM shift 16 + log2(2*1)
     ifm = np.array([0, 100], np.int8).reshape(1, 2, 1)
     cfg = P.out_config(8, True, scale=1, shift=17, round_mode=P.RND_NATURAL)
-    out = O.resize(ifm, O.RESIZE_BILINEAR, (1, 4), scale_n=(1, 2), step=((1, 0), (0, 1)), cfg=cfg)
+    out = resize_k.resize(ifm, resize_k.RESIZE_BILINEAR, (1, 4), scale_n=(1, 2), step=((1, 0), (0, 1)), cfg=cfg)
     assert out.ravel().tolist() == [0, 50, 100, 100]
     cfg = P.out_config(8, True, scale=1, shift=16, round_mode=P.RND_NATURAL)   # no weights
-    out = O.resize(ifm, O.RESIZE_NEAREST, (1, 4), scale_n=(1, 2), step=((1, 0), (0, 1)), cfg=cfg)
+    out = resize_k.resize(ifm, resize_k.RESIZE_NEAREST, (1, 4), scale_n=(1, 2), step=((1, 0), (0, 1)), cfg=cfg)
     assert out.ravel().tolist() == [0, 100, 100, 100]      # 2*x_mod < 2 picks ix0 only at mod 0
-    out = O.resize(ifm, O.RESIZE_REPLICATE, (1, 4), scale_n=(1, 2), step=((1, 0), (0, 1)), cfg=cfg)
+    out = resize_k.resize(ifm, resize_k.RESIZE_REPLICATE, (1, 4), scale_n=(1, 2), step=((1, 0), (0, 1)), cfg=cfg)
     assert out.ravel().tolist() == [0, 0, 100, 100]
 
 
@@ -490,7 +493,7 @@ def test_conv_vs_reference(o, seed, ityp, kh, kw, sy, dy, raw_out):
     shifts = rng.integers(0, 64, oc)
     o["raw"] = raw_out
     lut = rand_lut(rng)
-    got = O.conv2d(ifm.astype(np.int64), w, (H, W), stride=(sy, sy), dilation=(dy, dy), pad=pad,
+    got = conv_k.conv2d(ifm.astype(np.int64), w, (H, W), stride=(sy, sy), dilation=(dy, dy), pad=pad,
                    ifm_zp=zp, ifm_bits=bits, ifm_signed=signed, cfg=cfg_of(o), bias=bias,
                    scales=scales, shifts=shifts, lut=lut)
     v = R.values(ifm, zp, bits, signed)
@@ -514,7 +517,7 @@ def test_depthwise_vs_reference(o, seed, k, s, up):
     w = rng.integers(-255, 256, (c, k, k))
     lut = rand_lut(rng)
     bias, scales, shifts = rng.integers(-1000, 1000, c), rng.integers(0, 1 << 15, c), rng.integers(0, 40, c)
-    got = O.depthwise2d(raw.astype(np.int8), w, (H, W), stride=(sy, sy), pad=pad, ifm_zp=zp,
+    got = conv_k.depthwise2d(raw.astype(np.int8), w, (H, W), stride=(sy, sy), pad=pad, ifm_zp=zp,
                         upscale_mode=up, cfg=cfg_of(o), bias=bias, scales=scales, shifts=shifts, lut=lut)
     v = R.values(raw, zp, 8, True)
     if up == 1:
@@ -546,7 +549,7 @@ def test_matmul_vs_reference(o, seed, ityp):
     scales = rng.integers(0, 1 << 15, d)
     shifts = rng.integers(0, 50, d)
     bias = rng.integers(-99, 99, d)
-    got = O.matmul(a, b, ifm_zp=zp, ifm2_zp=zp2, ifm_bits=bits, ifm_signed=True, cfg=cfg_of(o),
+    got = conv_k.matmul(a, b, ifm_zp=zp, ifm2_zp=zp2, ifm_bits=bits, ifm_signed=True, cfg=cfg_of(o),
                    bias=bias, scales=scales, shifts=shifts, lut=lut)
     va, vb = R.values(a, zp, bits, True), R.values(b, zp2, bits, True)
     w = np.array([[[[int(vb[0, i, oc]) for i in range(ic)]]] for oc in range(d)], dtype=object)
@@ -593,7 +596,7 @@ def test_pool_vs_reference(o, seed, mode, ityp, keep):
     acc0 = rng.integers(-(1 << 20), 1 << 20, (H, W, d)) if (keep or mode == 4) else None
     lut = rand_lut(rng)
     bias, scales, shifts = rng.integers(-500, 500, d), rng.integers(0, 1 << 15, d), rng.integers(0, 40, d)
-    got = O.pool2d(None if mode == 4 else raw, mode, (kh, kw), (H, W), stride=(sy, sx), pad=pad, ifm_zp=zp,
+    got = pool_k.pool2d(None if mode == 4 else raw, mode, (kh, kw), (H, W), stride=(sy, sx), pad=pad, ifm_zp=zp,
                    ifm_bits=bits, ifm_signed=signed, cfg=cfg_of(o), bias=bias, scales=scales,
                    shifts=shifts, lut=lut, acc_in=acc0, depth=d)
     v = R.values(raw, zp, bits, signed)
@@ -604,7 +607,7 @@ def test_pool_vs_reference(o, seed, mode, ityp, keep):
 
 
 @settings(max_examples=3 * N_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
-@given(out_stage(per_channel_ok=False), st.integers(0, 2 ** 31), st.sampled_from(O.EW_MODES),
+@given(out_stage(per_channel_ok=False), st.integers(0, 2 ** 31), st.sampled_from(eltwise_k.EW_MODES),
        st.sampled_from([(8, True), (8, False), (16, True), (16, False), (32, True)]),
        st.sampled_from([0, 1, 2, 4, 7]), st.sampled_from([0, 3, 6, 8]))
 def test_elementwise_vs_reference(o, seed, mode, ityp, bc1, bc2):
@@ -612,7 +615,7 @@ def test_elementwise_vs_reference(o, seed, mode, ityp, bc1, bc2):
     bits, signed = ityp
     lo, hi = P.type_range(bits, signed)
     shape = (int(rng.integers(1, 3)), int(rng.integers(1, 4)), int(rng.integers(1, 4)))
-    if bc2 == 8 and mode in O.EW_UNARY:
+    if bc2 == 8 and mode in eltwise_k.EW_UNARY:
         bc2 = 0
 
     def tensor(bc):
@@ -627,13 +630,13 @@ def test_elementwise_vs_reference(o, seed, mode, ityp, bc1, bc2):
         zp1 = zp2 = 32768
     else:
         zp1 = zp2 = 0
-    if mode == O.EW_DIV:
+    if mode == eltwise_k.EW_DIV:
         zp1 = zp2 = 0
     sc1 = (int(rng.integers(0, 1 << 31)), int(rng.integers(0, 64)), int(rng.integers(0, 2)), int(rng.integers(0, 31)))
     sc2 = (int(rng.integers(0, 1 << 31)), int(rng.integers(0, 64)), int(rng.integers(0, 2)), int(rng.integers(0, 31)))
     scalar = int(rng.integers(-(1 << 31), 1 << 31)) if rng.random() < 0.5 else int(rng.integers(-40, 40))
     lut = rand_lut(rng)
-    got = O.elementwise(mode, a, b if bc2 != 8 else None, shape, ifm_zp=zp1, ifm2_zp=zp2, ifm_bits=bits,
+    got = eltwise_k.elementwise(mode, a, b if bc2 != 8 else None, shape, ifm_zp=zp1, ifm2_zp=zp2, ifm_bits=bits,
                         ifm_signed=signed, ifm_scale=sc1, ifm2_scale=sc2, broadcast=bc1, broadcast2=bc2,
                         scalar=scalar, cfg=cfg_of(o), lut=lut)
     va = np.broadcast_to(R.values(a, zp1, bits, signed), shape)
@@ -641,7 +644,7 @@ def test_elementwise_vs_reference(o, seed, mode, ityp, bc1, bc2):
         vb = np.full(shape, scalar, dtype=object)
     else:
         vb = np.broadcast_to(R.values(b, zp2, bits, signed), shape)
-    if mode in O.EW_UNARY:
+    if mode in eltwise_k.EW_UNARY:
         vb = np.zeros(shape, dtype=object)
     exp = R.elementwise(mode, va, vb, bits, signed, sc1, sc2, o, lut.tobytes())
     assert same(got, exp)
@@ -662,8 +665,8 @@ def test_resize_vs_reference(o, seed, mode, i16):
     o["shift"] = int(rng.integers(16, 40))
     ifm = rng.integers(lo, hi + 1, (ih, iw, c))
     lut = rand_lut(rng)
-    step = (O.resize_step(ny, dy), O.resize_step(nx, dx))
-    got = O.resize(ifm, mode, (OH, OW), scale_n=(ny, nx), offset=(offy, offx), step=step,
+    step = (resize_k.resize_step(ny, dy), resize_k.resize_step(nx, dx))
+    got = resize_k.resize(ifm, mode, (OH, OW), scale_n=(ny, nx), offset=(offy, offx), step=step,
                    ifm_bits=bits, ifm_signed=True, cfg=cfg_of(o), lut=lut)
     exp = R.resize(R.values(ifm, 0, bits, True), mode, OH, OW, (ny, nx), (offy, offx), step, o,
                    lut.tobytes())
@@ -674,8 +677,8 @@ def test_nhwc_batch_and_dtype():
     x = np.arange(2 * 2 * 2 * 3, dtype=np.int64).reshape(2, 2, 2, 3).astype(np.int8)
     w = np.ones((4, 1, 1, 3), np.int64)
     cfg = P.out_config(16, True, scale=1, act_min=-32768, act_max=32767)
-    out = O.conv2d(x, w, cfg=cfg)
+    out = conv_k.conv2d(x, w, cfg=cfg)
     assert out.shape == (2, 2, 2, 4) and out.dtype == np.int16
     assert out[1, 1, 1, 0] == int(x[1, 1, 1].astype(int).sum())
     cfg = P.out_config(acc_output_disable=True)
-    assert O.conv2d(x, w, cfg=cfg).dtype == np.int64
+    assert conv_k.conv2d(x, w, cfg=cfg).dtype == np.int64

@@ -1,7 +1,7 @@
 """Ethos-U85 kernel operations through the device, driven as the driver does (bus writes of a
 command stream, BASEP, QBASE/QSIZE, CMD), OFM bytes checked against the independent reference
 tests/ethosu85_reference.py. Weight and scale streams come from the test encoders of
-emu/ethosu85_weights. "Lnnnn" cites seed 001; "digest" is
+emu/weights/ethosu85.py. "Lnnnn" cites seed 001; "digest" is
 shared/devices/ethos-u85-command-stream.md."""
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from accelstub.devices import DeviceError, open_device
-from accelstub.devices import ethosu85_stream as es
-from accelstub.emu import ethosu85_layout as L
-from accelstub.emu import ethosu85_weights as Wt
+from accelstub.devices.ethos_u85 import stream as es
+from accelstub.emu.memory import ethosu85 as L
+from accelstub.emu.weights import ethosu85 as Wt
 from tests import ethosu85_reference as ref
 from tests.test_ethosu85_device import BUF, BUF2, QBASE, Host, run_to_irq
 

@@ -1,4 +1,4 @@
-"""The Ethos-U85 command-stream codec (devices/ethosu85_stream.py) against the TRM's encoding
+"""The Ethos-U85 command-stream codec (devices/ethos_u85/stream.py) against the TRM's encoding
 (shared/devices/ethos-u85-command-stream.md sections 1, 9 and 10; "Lnnnn" cites seed 001)."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accelstub.devices import ethosu85_stream as cs
-from accelstub.devices.ethosu85_stream import OPCODES, UNKNOWN, decode, disassemble, encode
+from accelstub.devices.ethos_u85 import stream as cs
+from accelstub.devices.ethos_u85.stream import OPCODES, UNKNOWN, decode, disassemble, encode
 
 
 def words_of(text: str) -> list[int]:

@@ -1,8 +1,8 @@
 """Vela's output in the Ethos-U85 model, bit for bit against LiteRT's reference kernels.
 
-Models: the project's own generator (devices/ethosu85_models.py), compiled here with
+Models: the project's own generator (testkit/ethosu85_models.py), compiled here with
 ``vela --accelerator-config ethos-u85-256`` (ethos-u-vela, PyPI) into ``*_vela.tflite`` and
-``--output-format raw`` ``*_vela.npz``; both are loaded with devices/ethosu85_vela.py the way the
+``--output-format raw`` ``*_vela.npz``; both are loaded with devices/ethos_u85/vela.py the way the
 Ethos-U driver stack does and run in the device; the answer is LiteRT's interpreter
 (ai-edge-litert) with its *reference* kernels (OpResolverType.BUILTIN_REF, the kernels TFLM
 runs): LiteRT's optimized and XNNPACK kernels are not bit-exact with them for some of these
@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 
 from accelstub.devices import open_device
-from accelstub.devices import ethosu85_stream as es
-from accelstub.devices.ethosu85_vela import (COP1, VelaImportError, load_input,
+from accelstub.devices.ethos_u85 import stream as es
+from accelstub.devices.ethos_u85.vela import (COP1, VelaImportError, load_input,
                                              load_vela_file, load_vela_program, parse_payload,
                                              read_output, read_vela, run_vela_cli,
                                              run_vela_program)
@@ -44,7 +44,7 @@ needs_litert = pytest.mark.skipif(not HAVE_LITERT and not IN_CI, reason="ai-edge
                                   "(pip install -e '.[test]')")
 
 if HAVE_FLATBUFFERS:
-    from accelstub.devices.ethosu85_models import MODELS, build, sample_inputs
+    from accelstub.testkit.ethosu85_models import MODELS, build, sample_inputs
 else:  # the names still parametrize (and skip)
     MODELS = {n: None for n in ("conv", "depthwise", "max_pool", "avg_pool", "add", "mul",
                                 "fully_connected", "small_cnn", "add_int16", "max_pool_int16",

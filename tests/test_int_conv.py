@@ -1,5 +1,5 @@
-"""The shared integer convolution kernel (accelstub.emu.int_conv) and its vector intrinsics
-(accelstub.emu.simd), against plain integer numpy written here (no code shared)."""
+"""The shared integer convolution kernel (accelstub.emu.conv.int_conv) and its vector intrinsics
+(accelstub.emu.conv.simd), against plain integer numpy written here (no code shared)."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from numba import njit
 
-from accelstub.emu import int_conv as IC
-from accelstub.emu.simd import vbcast, vget, vload, vmadd, vstore, vzero
+from accelstub.emu.conv import int_conv as IC
+from accelstub.emu.conv.simd import vbcast, vget, vload, vmadd, vstore, vzero
 
 
 def reference(v, w, zp, out_hw, in_hw, pad, stride, dilation):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from accelstub.devices import open_device
-from accelstub.devices.max78000_fifo import FIFO_DEPTH
+from accelstub.devices.max78000.fifo import FIFO_DEPTH
 from accelstub.devices.runcontrol import RunControl
 from accelstub.stub.commands import CommandContext, CommandError, execute
 
@@ -150,7 +150,7 @@ def test_fifo_layer_waits_for_missing_data(dev):
 def test_fifo_chw_routing_goes_to_the_first_processor_of_each_quadrant(dev):
     """CHW (LCTRL0.parallel): FIFO n carries one channel, 4 pixels per word, to processor 16n;
     with fifogrp = 1 to processor n (L2085-2091, L3756)."""
-    from accelstub.devices.max78000_fifo import Fifos
+    from accelstub.devices.max78000.fifo import Fifos
 
     f = dev.fifos
     assert f.routing(None, True, False) == {0: (0, -1), 16: (1, -1), 32: (2, -1), 48: (3, -1)}
@@ -350,7 +350,7 @@ def test_monitor_layers_lists_the_program_like_cnn_c_comments(dev):
 
 
 def test_listing_wording_for_pooling(dev):
-    from accelstub.devices.max78000_listing import ai8x_summary
+    from accelstub.devices.max78000.listing import ai8x_summary
 
     programs.apply(dev, 1)
     cfg = dev.layer_config(0)

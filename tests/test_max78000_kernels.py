@@ -1,4 +1,4 @@
-"""MAX78000 kernels (accelstub.emu.max78000_kernels) against hand-computed numbers and against
+"""MAX78000 kernels (accelstub.emu.{conv,pool,eltwise,numeric}.max78000) against hand-computed numbers and against
 the independent plain-numpy reference (tests/max78000_reference.py). Test vectors T1-T14 are
 from shared/devices/max78000-ai8x.md section 5."""
 from __future__ import annotations
@@ -14,12 +14,14 @@ from hypothesis import strategies as st
 sys.path.insert(0, os.path.dirname(__file__))
 import max78000_reference as ref  # noqa: E402
 
-from accelstub.emu import max78000_kernels as K  # noqa: E402
+from accelstub.emu.conv import max78000 as conv_k  # noqa: E402
+from accelstub.emu.numeric import max78000 as numeric_k  # noqa: E402
+from accelstub.emu.pool import max78000 as pool_k  # noqa: E402
 
-POLICY = {K.AVG_TRUNC: "trunc", K.AVG_ROUND_AWAY: "away", K.AVG_FLOOR: "floor",
-          K.AVG_FLOOR_HALF: "floor_half"}
-POOLK = {K.POOL_NONE: "none", K.POOL_MAX: "max", K.POOL_AVG: "avg"}
-ACTS = {K.ACT_NONE: "none", K.ACT_RELU: "relu", K.ACT_ABS: "abs"}
+POLICY = {pool_k.AVG_TRUNC: "trunc", pool_k.AVG_ROUND_AWAY: "away", pool_k.AVG_FLOOR: "floor",
+          pool_k.AVG_FLOOR_HALF: "floor_half"}
+POOLK = {pool_k.POOL_NONE: "none", pool_k.POOL_MAX: "max", pool_k.POOL_AVG: "avg"}
+ACTS = {numeric_k.ACT_NONE: "none", numeric_k.ACT_RELU: "relu", numeric_k.ACT_ABS: "abs"}
 
 
 # -- hand-computed ------------------------------------------------------------------------------
@@ -27,13 +29,13 @@ def test_ones_3x3_pad1_on_4x4_counts_taps():
     # every output = number of in-image taps; shift 7 makes v = acc (floor(acc*128/128 + .5))
     x = np.ones((1, 4, 4), np.int8)
     w = np.ones((1, 1, 3, 3), np.int8)
-    out = K.run_layer_kernel(x, w, None, pad=(1, 1), shift=7)
+    out = conv_k.run_layer_kernel(x, w, None, pad=(1, 1), shift=7)
     assert out.tolist() == [[[4, 6, 6, 4], [6, 9, 9, 6], [6, 9, 9, 6], [4, 6, 6, 4]]]
     # the same with data 64 and shift 0: v = floor(64*n/128 + 1/2): n=4 -> 2, 6 -> 3, 9 -> 5
-    out = K.run_layer_kernel(np.full((1, 4, 4), 64, np.int8), w, None, pad=(1, 1))
+    out = conv_k.run_layer_kernel(np.full((1, 4, 4), 64, np.int8), w, None, pad=(1, 1))
     assert out.tolist() == [[[2, 3, 3, 2], [3, 5, 5, 3], [3, 5, 5, 3], [2, 3, 3, 2]]]
     # no padding: 2x2 output, all 9 taps
-    out = K.run_layer_kernel(x, w, None, pad=(0, 0), shift=7)
+    out = conv_k.run_layer_kernel(x, w, None, pad=(0, 0), shift=7)
     assert out.tolist() == [[[9, 9], [9, 9]]]
 
 
@@ -42,7 +44,7 @@ def test_rounding_table_T1():
     xs = [3.5, 3.25, 2.5, 1.5, 0.5, 0.25, 0, -0.25, -0.5, -0.75, -1.5, -1.75, -2.5, -2.75, -3.5]
     want = [4, 3, 3, 2, 1, 0, 0, 0, 0, -1, -1, -2, -2, -3, -3]
     acc = np.array([int(v * 128) for v in xs], np.int64)
-    assert K.requantize(acc, 0, K.ACT_NONE).tolist() == want
+    assert numeric_k.requantize(acc, 0, numeric_k.ACT_NONE).tolist() == want
     assert ref.requant(acc, 0, "none").tolist() == want
 
 
@@ -53,60 +55,60 @@ def test_rounding_table_T1():
     (1, 15, 127), (-1, 15, -128), (1 << 20, -15, 0), (3 << 21, -15, 2),
 ])
 def test_shift_round_saturate(acc, s, want):
-    assert K.requantize(np.array([acc], np.int64), s, K.ACT_NONE)[0] == want
+    assert numeric_k.requantize(np.array([acc], np.int64), s, numeric_k.ACT_NONE)[0] == want
 
 
 def test_activations_T9_T10():
     acc = np.array([200 * 128, -128 * 128, -5 * 128, 5 * 128], np.int64)
-    assert K.requantize(acc, 0, K.ACT_RELU).tolist() == [127, 0, 0, 5]
-    assert K.requantize(acc, 0, K.ACT_ABS).tolist() == [127, 127, 5, 5]
+    assert numeric_k.requantize(acc, 0, numeric_k.ACT_RELU).tolist() == [127, 0, 0, 5]
+    assert numeric_k.requantize(acc, 0, numeric_k.ACT_ABS).tolist() == [127, 127, 5, 5]
 
 
 def test_avg_pool_T8_and_negative_policies():
     x = np.array([[[0, 0], [0, 3]]], np.int8)
-    assert K.pool2d(x, 2, 2, 2, K.POOL_AVG, K.AVG_TRUNC).item() == 0
-    assert K.pool2d(x, 2, 2, 2, K.POOL_AVG, K.AVG_ROUND_AWAY).item() == 1
+    assert pool_k.pool2d(x, 2, 2, 2, pool_k.POOL_AVG, pool_k.AVG_TRUNC).item() == 0
+    assert pool_k.pool2d(x, 2, 2, 2, pool_k.POOL_AVG, pool_k.AVG_ROUND_AWAY).item() == 1
     n = np.array([[[0, 0], [0, -3]]], np.int8)  # mean -0.75
-    assert K.pool2d(n, 2, 2, 2, K.POOL_AVG, K.AVG_TRUNC).item() == 0
-    assert K.pool2d(n, 2, 2, 2, K.POOL_AVG, K.AVG_ROUND_AWAY).item() == -1
-    assert K.pool2d(n, 2, 2, 2, K.POOL_AVG, K.AVG_FLOOR).item() == -1
-    assert K.pool2d(n, 2, 2, 2, K.POOL_AVG, K.AVG_FLOOR_HALF).item() == -1
+    assert pool_k.pool2d(n, 2, 2, 2, pool_k.POOL_AVG, pool_k.AVG_TRUNC).item() == 0
+    assert pool_k.pool2d(n, 2, 2, 2, pool_k.POOL_AVG, pool_k.AVG_ROUND_AWAY).item() == -1
+    assert pool_k.pool2d(n, 2, 2, 2, pool_k.POOL_AVG, pool_k.AVG_FLOOR).item() == -1
+    assert pool_k.pool2d(n, 2, 2, 2, pool_k.POOL_AVG, pool_k.AVG_FLOOR_HALF).item() == -1
     h = np.array([[[0, 0], [-1, -1]]], np.int8)  # mean -0.5
-    assert K.pool2d(h, 2, 2, 2, K.POOL_AVG, K.AVG_ROUND_AWAY).item() == -1
-    assert K.pool2d(h, 2, 2, 2, K.POOL_AVG, K.AVG_FLOOR_HALF).item() == 0
+    assert pool_k.pool2d(h, 2, 2, 2, pool_k.POOL_AVG, pool_k.AVG_ROUND_AWAY).item() == -1
+    assert pool_k.pool2d(h, 2, 2, 2, pool_k.POOL_AVG, pool_k.AVG_FLOOR_HALF).item() == 0
 
 
 def test_max_pool_and_decimation():
     x = np.arange(16, dtype=np.int8).reshape(1, 4, 4) - 8
-    assert K.pool2d(x, 2, 2, 2, K.POOL_MAX, 0).tolist() == [[[-3, -1], [5, 7]]]
-    assert K.pool2d(x, 3, 3, 1, K.POOL_MAX, 0).tolist() == [[[2, 3], [6, 7]]]
-    assert K.pool2d(x, 1, 1, 2, K.POOL_NONE, 0).tolist() == [[[-8, -6], [0, 2]]]
+    assert pool_k.pool2d(x, 2, 2, 2, pool_k.POOL_MAX, 0).tolist() == [[[-3, -1], [5, 7]]]
+    assert pool_k.pool2d(x, 3, 3, 1, pool_k.POOL_MAX, 0).tolist() == [[[2, 3], [6, 7]]]
+    assert pool_k.pool2d(x, 1, 1, 2, pool_k.POOL_NONE, 0).tolist() == [[[-8, -6], [0, 2]]]
 
 
 def test_bias_is_shifted_by_7():
     x = np.zeros((1, 2, 2), np.int8)
     w = np.zeros((2, 1, 1, 1), np.int8)
-    out = K.run_layer_kernel(x, w, np.array([5, -7]), shift=0)
+    out = conv_k.run_layer_kernel(x, w, np.array([5, -7]), shift=0)
     assert out[:, 0, 0].tolist() == [5, -7]
-    out = K.run_layer_kernel(x, w, np.array([5, -7]), shift=-1)  # 2.5 -> 3, -3.5 -> -3
+    out = conv_k.run_layer_kernel(x, w, np.array([5, -7]), shift=-1)  # 2.5 -> 3, -3.5 -> -3
     assert out[:, 0, 0].tolist() == [3, -3]
 
 
 def test_sign_extend():
     raw = np.array([0x0F, 0x08, 0x07, 0xF0, 0x80], np.uint8)
-    assert K.sign_extend(raw, 0, 4).tolist() == [-1, -8, 7, 0, 0]
-    assert K.sign_extend(raw, 4, 4).tolist() == [0, 0, 0, -1, -8]
-    assert K.sign_extend(np.array([1, 0, 2, 3], np.uint8), 0, 1).tolist() == [-1, 0, 0, -1]
-    assert K.sign_extend(np.array([0, 1, 2, 3], np.uint8), 0, 2).tolist() == [0, 1, -2, -1]
-    assert K.sign_extend(np.array([0x80, 0x7F], np.uint8), 0, 8).tolist() == [-128, 127]
+    assert numeric_k.sign_extend(raw, 0, 4).tolist() == [-1, -8, 7, 0, 0]
+    assert numeric_k.sign_extend(raw, 4, 4).tolist() == [0, 0, 0, -1, -8]
+    assert numeric_k.sign_extend(np.array([1, 0, 2, 3], np.uint8), 0, 1).tolist() == [-1, 0, 0, -1]
+    assert numeric_k.sign_extend(np.array([0, 1, 2, 3], np.uint8), 0, 2).tolist() == [0, 1, -2, -1]
+    assert numeric_k.sign_extend(np.array([0x80, 0x7F], np.uint8), 0, 8).tolist() == [-128, 127]
 
 
 def test_wide_output_is_raw_accumulator():
     x = np.full((2, 1, 1), -128, np.int8)
     w = np.full((1, 2, 1, 1), -128, np.int8)
-    out = K.run_layer_kernel(x, w, np.array([3]), wide=True, act=K.ACT_RELU, shift=5)
+    out = conv_k.run_layer_kernel(x, w, np.array([3]), wide=True, act=numeric_k.ACT_RELU, shift=5)
     assert out.item() == 2 * 128 * 128 + 3 * 128
-    assert K.wide_output(np.array([1 << 31, -(1 << 31) - 1], np.int64)).tolist() == \
+    assert numeric_k.wide_output(np.array([1 << 31, -(1 << 31) - 1], np.int64)).tolist() == \
         [-(1 << 31), (1 << 31) - 1]
 
 
@@ -118,7 +120,7 @@ def layer_cases(draw):
     h = draw(st.integers(1, 9))
     w_ = draw(st.integers(1, 9))
     kern = draw(st.sampled_from([1, 3]))
-    pool_mode = draw(st.sampled_from([K.POOL_NONE, K.POOL_MAX, K.POOL_AVG]))
+    pool_mode = draw(st.sampled_from([pool_k.POOL_NONE, pool_k.POOL_MAX, pool_k.POOL_AVG]))
     ph = draw(st.integers(1, min(4, h)))
     pw = draw(st.integers(1, min(4, w_)))
     pstride = draw(st.integers(1, 3))
@@ -126,7 +128,7 @@ def layer_cases(draw):
     cstride = draw(st.integers(1, 2))
     bits = draw(st.sampled_from([1, 2, 4, 8]))
     shift = draw(st.integers(-15, 15))
-    act = draw(st.sampled_from([K.ACT_NONE, K.ACT_RELU, K.ACT_ABS]))
+    act = draw(st.sampled_from([numeric_k.ACT_NONE, numeric_k.ACT_RELU, numeric_k.ACT_ABS]))
     policy = draw(st.sampled_from(list(POLICY)))
     wide = draw(st.booleans())
     use_bias = draw(st.booleans())
@@ -144,13 +146,13 @@ def layer_cases(draw):
 @given(layer_cases())
 def test_layer_matches_reference(case):
     pm = case["pool_mode"]
-    ph, pw = case["pool"] if pm != K.POOL_NONE else (1, 1)
+    ph, pw = case["pool"] if pm != pool_k.POOL_NONE else (1, 1)
     h, w_ = case["x"].shape[1:]
     hp = (h - ph) // case["pool_stride"] + 1
     wp = (w_ - pw) // case["pool_stride"] + 1
     kern = case["w"].shape[2]
     assume(hp + 2 * case["pad"][0] >= kern and wp + 2 * case["pad"][1] >= kern)
-    got = K.run_layer_kernel(**case)
+    got = conv_k.run_layer_kernel(**case)
     want = ref.layer(case["x"], case["w"], case["bias"], pool_size=case["pool"],
                      pool_stride=case["pool_stride"], pool_kind=POOLK[pm],
                      avg_policy=POLICY[case["avg_policy"]], pad=case["pad"],
@@ -162,17 +164,17 @@ def test_layer_matches_reference(case):
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(-(1 << 31), (1 << 31) - 1), min_size=1, max_size=20),
-       st.integers(-15, 15), st.sampled_from([K.ACT_NONE, K.ACT_RELU, K.ACT_ABS]))
+       st.integers(-15, 15), st.sampled_from([numeric_k.ACT_NONE, numeric_k.ACT_RELU, numeric_k.ACT_ABS]))
 def test_requantize_matches_reference(accs, s, act):
     acc = np.array(accs, np.int64)
-    np.testing.assert_array_equal(K.requantize(acc, s, act), ref.requant(acc, s, ACTS[act]))
+    np.testing.assert_array_equal(numeric_k.requantize(acc, s, act), ref.requant(acc, s, ACTS[act]))
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.integers(0, 255), st.integers(0, 7), st.sampled_from([1, 2, 4, 8]))
 def test_sign_extend_matches_reference(byte, shift, bits):
     assume(shift + bits <= 8)
-    got = K.sign_extend(np.array([byte], np.uint8), shift, bits)[0]
+    got = numeric_k.sign_extend(np.array([byte], np.uint8), shift, bits)[0]
     assert got == ref.sign_extend(byte >> shift, bits)
 
 
@@ -189,7 +191,7 @@ def test_sums_exact_at_the_largest_accumulation(fill, c):
     bias = rng.integers(-128, 128, 3)
     if fill is not None:
         x[:], w[:], bias[:] = fill, fill, fill
-    got = K.run_layer_kernel(x, w, bias, pad=(1, 1), wide=True)
+    got = conv_k.run_layer_kernel(x, w, bias, pad=(1, 1), wide=True)
     want = ref.layer(x, w, bias, pool_size=(1, 1), pool_stride=1, pool_kind="none",
                      avg_policy="trunc", pad=(1, 1), conv_stride=1, shift=0, act="none",
                      wide=True)

@@ -15,8 +15,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 import max78000_reference as ref  # noqa: E402
 
 from accelstub.devices import DeviceError, open_device  # noqa: E402
-from accelstub.devices.max78000_datapath import run_layer  # noqa: E402
-from accelstub.devices.max78000_layer import decode_layer  # noqa: E402
+from accelstub.devices.max78000.datapath import run_layer  # noqa: E402
+from accelstub.devices.max78000.layer import decode_layer  # noqa: E402
 
 QB = [0x5010_0000 + q * 0x40_0000 for q in range(4)]  # quadrant register bases (S0:L1863-1878)
 # per-layer register offsets, Table 27-18 (S0:L1890-2033): addr = QB + off + 4*layer

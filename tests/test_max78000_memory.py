@@ -1,14 +1,14 @@
-"""MAX78000 memory kernels (accelstub.emu.max78000_memory: gathers, scatter, touched ranges)
+"""MAX78000 memory kernels (accelstub.emu.memory.max78000: gathers, scatter, touched ranges)
 against straightforward per-element Python written from the address formulas in
-devices/max78000_datapath.py's docstrings (no code shared with the kernels)."""
+devices/max78000/datapath.py's docstrings (no code shared with the kernels)."""
 from __future__ import annotations
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from accelstub.devices.max78000_datapath import _written, sram_address
-from accelstub.emu import max78000_memory as M
+from accelstub.devices.max78000.datapath import _written, sram_address
+from accelstub.emu.memory import max78000 as M
 
 K_BYTES = [0, 7, 6, 5, 4, 11, 10, 9, 8]  # k0..k8 byte positions in a 16-byte MRAM word
 

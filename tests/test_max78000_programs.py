@@ -1,6 +1,6 @@
 """MAX78000 programs as users bring them: project directories in ai8xize.py's format, written by
-the project's own builder (devices/max78000_build.py, never vendor files), read by the importer
-(devices/max78000_import.py), run on the emulator and checked against the known answer that the
+the project's own builder (testkit/max78000_build.py, never vendor files), read by the importer
+(devices/max78000/ai8x.py), run on the emulator and checked against the known answer that the
 independent reference computed.
 """
 from __future__ import annotations
@@ -15,11 +15,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from accelstub.devices import open_device
-from accelstub.devices.max78000_build import (BuildError, Layer, Network, build, build_demo,
+from accelstub.testkit.max78000_build import (BuildError, Layer, Network, build, build_demo,
                                               processors_per_pass)
-from accelstub.devices.max78000_import import (Ai8xImportError, import_ai8x_project,
+from accelstub.devices.max78000.ai8x import (Ai8xImportError, import_ai8x_project,
                                                load_ai8x_program, run_ai8x_program)
-from accelstub.devices.max78000_mram import install_mram_hooks
+from accelstub.devices.max78000.mram import install_mram_hooks
 from accelstub.stub.cli import main as cli_main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,18 +117,23 @@ def test_bundled_demo_is_current_and_passes(tmp_path):
     fresh = build_demo().write(tmp_path / "demo")
     for f in fresh.iterdir():
         assert (demo / f.name).read_text() == f.read_text(), \
-            f"{f.name}: regenerate with python -m accelstub.devices.max78000_build --demo " \
+            f"{f.name}: regenerate with python -m accelstub.testkit.max78000_build --demo " \
             "configs/demo/max78000_demo"
     assert run_dir(demo).ok
 
 
 def test_builder_shares_no_code_with_the_emulator():
-    tree = ast.parse((ROOT / "devices" / "max78000_build.py").read_text())
-    mods = {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)} | {
-        a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
-    names = {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
-    bad = {"max78000_layer", "max78000_datapath", "emu", "max78000_kernels", "max78000"}
-    assert not (bad & (mods | names)), mods | names
+    """The builder and its reference import nothing of devices/ or emu/: only each other."""
+    for name in ("max78000_build.py", "max78000_reference.py"):
+        tree = ast.parse((ROOT / "testkit" / name).read_text())
+        for n in ast.walk(tree):
+            if isinstance(n, ast.ImportFrom):
+                assert n.level in (0, 1), (name, n.module)
+                assert not (n.module or "").startswith("accelstub"), (name, n.module)
+                if n.level == 1:
+                    assert n.module is None and [a.name for a in n.names] == ["max78000_reference"]
+            elif isinstance(n, ast.Import):
+                assert not any(a.name.startswith("accelstub") for a in n.names), name
 
 
 def test_builder_rejects_bad_descriptions():
@@ -608,7 +613,7 @@ def test_random_mixed_networks_pass(tmp_path_factory, net, seed, mexpress):
 def test_listing_decoded_from_registers_matches_the_builders_comments(tmp_path, net):
     """`monitor layers` decodes the registers; the builder writes its cnn.c layer comments from
     the network description in the ai8x wording: the two must say the same."""
-    from accelstub.devices.max78000_listing import layers_text
+    from accelstub.devices.max78000.listing import layers_text
 
     path = build(net, seed=1).write(tmp_path / net.name)
     comments = re.findall(r"// (Layer \d+: .*)", (path / "cnn.c").read_text())

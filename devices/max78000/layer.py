@@ -7,7 +7,7 @@ shared/devices/max78000-registers.md, "A§x" = section x of shared/devices/max78
 "[izer]" marks a public fact read in analogdevicesinc/ai8x-synthesis (HEAD ab4f4c01): the value
 the generator writes into a register, which pins down a field's meaning the seeds leave open.
 
-Hardware model decoded here (the datapath in max78000_datapath.py executes it):
+Hardware model decoded here (the datapath in datapath.py executes it):
 
 * Processor p (global 0..63) = quadrant p//16, local l = p%16; it reads its own data memory
   q*4 + l//4, byte lane l%4 (S0:L4-11, S3:L681), and its own MRAM block (S0:L779).
@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
-from .errors import DeviceError
+from ..errors import DeviceError
 
 QUADRANTS = 4
 LAYERS = 32
@@ -47,7 +47,7 @@ MRAM_WORDS = 768  # 768 x 72 bit per processor (S0:L759)
 SRAM_WORDS = 8192  # 8192 x 32 bit per data memory (S3:L1034)
 BIAS_ENTRIES = 512  # 512 x 8 bit per quadrant (S0:L147)
 
-# average-pool policies (same numbers as accelstub.emu.max78000_kernels.AVG_*; A§7 A3)
+# average-pool policies (same numbers as accelstub.emu.{conv,pool,eltwise,numeric}.max78000.AVG_*; A§7 A3)
 AVG_POLICIES = {"izer": (0, 1), "seed": (2, 3)}
 
 
@@ -188,8 +188,8 @@ def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = ran
     s = next((q for q in quadrants if q <= m and _f(reg(q, "LCTRL0"), 15, 12)), m)
 
     # -- unsupported global modes --------------------------------------------------------------
-    # CTRL.fifo_en / stream_en: the device feeds such input itself (devices/max78000_fifo.py,
-    # max78000_stream.py): layer 0 from the FIFOs, stream layers frame-at-once
+    # CTRL.fifo_en / stream_en: the device feeds such input itself (devices/max78000/fifo.py,
+    # stream.py): layer 0 from the FIFOs, stream layers frame-at-once
     streamed = bool((ctrl >> 15) & 1 and y == 0) or bool(
         (ctrl >> 14) & 1 and y < 8 and regs_read(f"CNNx16_{m}_S{y}_STRM0") & 0x3FFF)
     for bit, name in ((22, "ffifo_en"), (31, "qupac"), (21, "simple1b")):

@@ -2,7 +2,7 @@
 
 Plain writes (CTRL.mexpress = 0) need nothing here: the bus stores them as addressed, and the
 region's word_mask keeps the 72 bits of each 16-byte word (+0 bits 7:0 = k0, +4 = k1..k4, +8 =
-k5..k8, +12 reads 0), which is the layout devices/max78000_datapath.py reads. The "4th word
+k5..k8, +12 reads 0), which is the layout devices/max78000/datapath.py reads. The "4th word
 commits the 72-bit word" staging of the generated code is not modelled: every word is visible at
 once (a debugger writing a single word sees it immediately).
 
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import functools
 
-from .errors import BusError
+from ..errors import BusError
 
 MRAM_BASE = 0x5018_0000
 QUAD_STRIDE = 0x40_0000

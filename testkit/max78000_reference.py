@@ -1,5 +1,5 @@
 """Independent plain-integer-numpy reference of one MAX78000 layer (no numba, nothing imported
-from accelstub.emu or the emulator's decoding in accelstub.devices.max78000_layer/_datapath),
+from accelstub.emu or the emulator's decoding in accelstub.devices.max78000.layer/_datapath),
 written from the arithmetic in shared/devices/max78000-ai8x.md. It lives in devices/ so the
 program builder (max78000_build.py) can compute the known answers it writes into
 sampleoutput.h; the tests use it through tests/max78000_reference.py.

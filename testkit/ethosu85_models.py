@@ -12,7 +12,7 @@ Quantization follows TFLite's int8 spec (public): weights symmetric (zero point 
 channel for CONV_2D (axis 0) and DEPTHWISE_CONV_2D (axis 3), biases int32 with scale
 input_scale * weight_scale and zero point 0; int16 activations have zero point 0.
 
-Regenerate: ``python -m accelstub.devices.ethosu85_models OUTDIR`` (writes OUTDIR/<name>.tflite).
+Regenerate: ``python -m accelstub.testkit.ethosu85_models OUTDIR`` (writes OUTDIR/<name>.tflite).
 """
 from __future__ import annotations
 
@@ -446,7 +446,7 @@ def sample_inputs(model: bytes | str, seed: int = 1234) -> list[np.ndarray]:
     """Deterministic random inputs for a model (built with :func:`build` or any model whose
     graph inputs are int8/int16), full range of the input type."""
     data = build(model) if isinstance(model, str) else model
-    from .ethosu85_vela import read_tflite  # the project's own flatbuffer reader
+    from accelstub.devices.ethos_u85.vela import read_tflite  # the project's own flatbuffer reader
     m = read_tflite(data)
     rng = np.random.default_rng(seed)
     out = []
@@ -468,7 +468,7 @@ def write_models(outdir: str | Path, names=None) -> list[Path]:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m accelstub.devices.ethosu85_models",
+    ap = argparse.ArgumentParser(prog="python -m accelstub.testkit.ethosu85_models",
                                  description="Write the project's small int8/int16 TFLite "
                                  "models (input to Vela) into OUTDIR.")
     ap.add_argument("outdir")

@@ -597,7 +597,7 @@ class _Importer:
             return
         if name == "load_input" and self.phase == "started" and f.name == "main":
             # FIFO input: the generated main() loads the FIFOs after cnn_start(); the pushes
-            # follow the start writes (the armed engine drains them, max78000_fifo.py)
+            # follow the start writes (the armed engine drains them, fifo.py)
             self.out = self.prog.start
             self.call(name, where, stack)
             self.out = None
@@ -794,7 +794,7 @@ def load_ai8x_program(device, path: str | Path) -> str:
     driver's view); the device then sits armed before layer 0. Stores the known answer as
     ``device.expected`` (list of (address, value, mask)) and the program as
     ``device.ai8x_program``. Returns a one-line summary."""
-    from .max78000_mram import install_mram_hooks
+    from .mram import install_mram_hooks
 
     prog = import_ai8x_project(path)
     install_mram_hooks(device)

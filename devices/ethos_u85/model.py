@@ -2,8 +2,8 @@
 
 Register map from ``configs/ethos-u85.toml`` (seed 001, the Ethos-U85 TRM, digested in
 shared/devices/ethos-u85-registers.md and ethos-u85-command-stream.md; "Lnnnn" = seed line).
-Kernel operations: :mod:`.ethosu85_ops` (NPU_SET_* state -> tensors, gather and scatter) over the
-bit-exact emu kernels (:mod:`accelstub.emu.ethosu85_ops`); the command format in :mod:`.ethosu85_stream`.
+Kernel operations: :mod:`.ops` (NPU_SET_* state -> tensors, gather and scatter) over the
+bit-exact emu kernels (:mod:`accelstub.emu.{conv,pool,eltwise,resize}.ethosu85`); the command format in :mod:`.stream`.
 
 The host's view (what a driver sees through bus writes):
 
@@ -74,13 +74,13 @@ import threading
 
 import numpy as np
 
-from ..emu.ethosu85_axi import burst_counts
-from .description import load_description
-from .device import Device, Touched, Unit
-from .errors import BusError, DeviceError
-from . import ethosu85_ops as ops
-from . import ethosu85_stream as es
-from .ethosu85_ops import (NotImplementedYet, NpuBusFault, NpuConfig, NpuInternal, SetState,
+from ...emu.memory.ethosu85_axi import burst_counts
+from ..description import load_description
+from ..device import Device, Touched, Unit
+from ..errors import BusError, DeviceError
+from . import ops
+from . import stream as es
+from .ops import (NotImplementedYet, NpuBusFault, NpuConfig, NpuInternal, SetState,
                            Unpredictable, require)
 
 #: per MAC configuration: CONFIG.macs_per_cc, num_wd, num_axi_sram, num_axi_ext (log2 fields),
@@ -301,7 +301,7 @@ class EthosU85(Device):
         ctx["axi"].append((family, channel, write, ranges))
         ctx["bytes"] += sum(e - s for s, e in ranges)
 
-    # MemoryPort (ethosu85_ops) ------------------------------------------------------------------
+    # MemoryPort (ops.py) ------------------------------------------------------------------
     def gather(self, region: int, offsets: np.ndarray, size: int, signed: bool,
                channel: int) -> np.ndarray:
         require(0 <= region < 8, "0 <= region && region < 8", "L6228")
@@ -881,7 +881,7 @@ class EthosU85(Device):
 
     def load_program(self, path) -> str:
         """Load Vela's ``*_vela.tflite`` or raw ``.npz`` as the Ethos-U driver does."""
-        from .ethosu85_vela import load_vela_file
+        from .vela import load_vela_file
 
         return load_vela_file(self, path, self.program_input)
 

@@ -39,8 +39,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .device import Touched
-from .errors import DeviceError
+from ..device import Touched
+from ..errors import DeviceError
 
 QUADRANTS = 4
 MAX_STREAMS = 8
@@ -137,7 +137,7 @@ class FrameBuffer:
 
 def slot_addresses(cfg) -> tuple[np.ndarray, np.ndarray]:
     """(slot base address [slots], word offset [slots, pixels]) of an 8-bit output, from the
-    write-pointer formula of max78000_layer.py."""
+    write-pointer formula of (layer.py)."""
     slots = np.arange(cfg.out_slots)
     e, k = np.divmod(slots, cfg.slots_per_pass)
     base = cfg.wptr_base + (k // 4) * cfg.wptr_moff + e * cfg.wptr_choff
@@ -149,7 +149,7 @@ def scatter_stream(bus, cfg, out: np.ndarray, fbuf: int | None) -> tuple[FrameBu
     """Write a stream producer's output: into a FrameBuffer (unwrapped, for the consumer) and
     into data SRAM wrapped modulo ``fbuf`` words (None: not wrapped). Returns the frame buffer
     and the written address ranges."""
-    from .max78000_datapath import _merge, _ranges, sram_address
+    from .datapath import address_ranges, merge_ranges, sram_address
 
     if cfg.wide:
         raise DeviceError(f"layer {cfg.layer}: 32-bit output (bigdwrt) cannot feed a stream layer")
@@ -182,7 +182,7 @@ def scatter_stream(bus, cfg, out: np.ndarray, fbuf: int | None) -> tuple[FrameBu
         view[wrapped, lanes[t]] = flat[t]
         mem.touch()
         addrs.append(sram_address(memory, 0) + 4 * np.unique(wrapped) + lanes[t])
-    writes = _merge(_ranges(np.concatenate(addrs), 1)) if addrs else []
+    writes = merge_ranges(address_ranges(np.concatenate(addrs), 1)) if addrs else []
     return fb, writes
 
 
@@ -207,7 +207,7 @@ def gather_stream(fb: FrameBuffer, cfg) -> np.ndarray:
 
 def run_stream_layer(dev, cfg, x, n_streams: int) -> Touched:
     """Run stream layer ``cfg.layer`` frame-at-once (x: its input or None = from memory)."""
-    from .max78000_datapath import _scatter, compute_layer
+    from .datapath import scatter_output, compute_layer
 
     y = cfg.layer
     if y > 0 and x is None:
@@ -225,5 +225,5 @@ def run_stream_layer(dev, cfg, x, n_streams: int) -> Touched:
         dev.stream_frames[y] = fb
         touched.writes = writes
     else:
-        touched.writes = _scatter(dev.bus, cfg, out)
+        touched.writes = scatter_output(dev.bus, cfg, out)
     return touched

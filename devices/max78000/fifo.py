@@ -36,7 +36,7 @@ from collections import deque
 
 import numpy as np
 
-from .errors import DeviceError
+from ..errors import DeviceError
 
 FIFOS = 4
 FIFO_DEPTH = 8  # 32-bit entries (decision, see module doc)

@@ -3,7 +3,7 @@ Ethos-U85 datapaths.
 
 Why a kernel of our own: both accelerators multiply small integers and accumulate exactly. A
 float32 BLAS GEMM is exact only while partial sums stay below 2**24 and reached ~70 GMAC/s on
-the 2-core machine; integer multiply-add of int16 pairs (``vpmaddwd``, see ``emu/simd.py``)
+the 2-core machine; integer multiply-add of int16 pairs (``vpmaddwd``, see ``emu/conv/simd.py``)
 does twice the work per instruction of a float32 FMA and is exact for any int32 result.
 
 Sums are int32 and wrap modulo 2**32; callers use them only where the true sum provably fits
@@ -32,7 +32,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit, prange
 
-from .scratch import scratch
+from ..scratch import scratch
 from .simd import vbcast, vget, vload, vmadd, vstore, vzero
 
 KB = 4   # output channels per block (4 x 2 accumulator registers)

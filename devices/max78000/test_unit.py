@@ -39,7 +39,7 @@ Mlator (S0:L2125-2147, L4226-4244; R7#20):
 """
 from __future__ import annotations
 
-from .errors import DeviceError
+from ..errors import DeviceError
 
 QUADRANTS = 4
 SRAM_BASE, MRAM_BASE, TRAM_BASE, BRAM_BASE = 0x5040_0000, 0x5018_0000, 0x5011_0000, 0x5010_8000
@@ -231,7 +231,7 @@ class TestUnit:
         if not self.mlat_loaded[q]:
             return 0
         sel = (self.dev.regs.peek(f"CNNx16_{q}_CTRL") >> 17) & 3
-        from .max78000_datapath import sram_address
+        from .datapath import sram_address
 
         v = 0
         for i in range(4):

@@ -45,7 +45,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import DeviceError
+from ..errors import DeviceError
 
 
 class VelaImportError(ValueError):

@@ -4,7 +4,7 @@ ranges.
 
 Pure kernels on 2-D uint8 arrays (one row per memory: ``sram[16, 0x8000]`` for the 16 data
 memories, ``mram[64, 0x4000]`` for the 64 processors' MRAM blocks); the address formulas and
-their sources are documented in devices/max78000_datapath.py, which computes the per-processor
+their sources are documented in devices/max78000/datapath.py, which computes the per-processor
 and per-slot parameters and calls these. Every kernel checks its indices and returns an error
 code instead of reading or writing outside the memory (numba does not bounds-check).
 """
@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .max78000_kernels import field_value
+from ..numeric.max78000 import field_value
 
-#: MRAM byte positions of k0..k8 inside one 16-byte word (devices/max78000_datapath.py)
+#: MRAM byte positions of k0..k8 inside one 16-byte word (devices/max78000/datapath.py)
 K_BYTES = np.array([0, 7, 6, 5, 4, 11, 10, 9, 8], dtype=np.int64)
 
 SRAM_WORDS = 8192
@@ -146,7 +146,7 @@ def scatter(sram, out, slot_word, slot_lane, pixel_step):
     16:13 = data memory, 12:0 = word): byte lane ``slot_lane[slot]`` of the low byte (8-bit
     output), or the whole little-endian word when the lane is -1 (32-bit output). The caller
     checks the pointers' range (and knows which bytes this writes: they depend only on the
-    arguments, devices/max78000_datapath.py keeps them per layer)."""
+    arguments, devices/max78000/datapath.py keeps them per layer)."""
     s_n, p_n = out.shape
     for s in range(s_n):
         lane, g0 = slot_lane[s], slot_word[s]

@@ -96,9 +96,9 @@ LAYERS_HELP = ("list the program as ai8x comments cnn.c, with modelled cycles pe
 
 
 def layers_text(dev) -> str:
-    from .errors import DeviceError
-    from .max78000 import layer_cycles
-    from .max78000_stream import stream_count
+    from ..errors import DeviceError
+    from .model import layer_cycles
+    from .stream import stream_count
 
     lines = []
     total = 0

@@ -9,15 +9,15 @@ shared/devices/ethos-u85-command-stream.md; "Lnnnn" = seed line):
 
 * the prologue of each operation's pseudocode: the extents derived from the NPU_SET_* state and
   the asserts (a failed ``assert()`` is UNPREDICTABLE: :class:`Unpredictable`, L6004-6014);
-* the gather: tensor addresses from the IFM/IFM2 registers via :mod:`accelstub.emu.ethosu85_layout`
+* the gather: tensor addresses from the IFM/IFM2 registers via :mod:`accelstub.emu.memory.ethosu85`
   (``element_address_in_region``, NHWC and NHCWB16, tiles), read through the device's
   :class:`MemoryPort` (which checks the memory windows and records Touched ranges and AXI bytes);
   the weight streams (WEIGHT_BASE/WEIGHT1-3_BASE) and the scale-and-bias stream the same way;
 * the scatter: ``write_ofm`` (L6618-6757) with OFM reverse and transpose, chaining FIFOs, the
   accumulator storage (acc_input keep / ifm2, acc_output disable).
 
-All arithmetic is the emu kernels' (:mod:`accelstub.emu.ethosu85_ops`, weights from
-:mod:`accelstub.emu.ethosu85_weights`, output stage from :mod:`accelstub.emu.ethosu85_primitives`):
+All arithmetic is the emu kernels' (:mod:`accelstub.emu.{conv,pool,eltwise,resize}.ethosu85`, weights from
+:mod:`accelstub.emu.weights.ethosu85`, output stage from :mod:`accelstub.emu.numeric.ethosu85`):
 one implementation of each operation. The kernels report a violated assert in ``diag``; the device
 turns the first one into :class:`Unpredictable` before anything is written.
 
@@ -31,12 +31,16 @@ from typing import Protocol
 
 import numpy as np
 
-from ..emu import ethosu85_layout as L
-from ..emu import ethosu85_ops as K
-from ..emu import ethosu85_primitives as P
-from ..emu import ethosu85_weights as Wt
-from .errors import DeviceError
-from .ethosu85_stream import Command
+from ...emu.memory import ethosu85 as L
+from ...emu.conv import ethosu85 as conv_k
+from ...emu.eltwise import ethosu85 as eltwise_k
+from ...emu.pool import ethosu85 as pool_k
+from ...emu.resize import ethosu85 as resize_k
+from ...emu.numeric import ethosu85_values as values_k
+from ...emu.numeric import ethosu85 as P
+from ...emu.weights import ethosu85 as Wt
+from ..errors import DeviceError
+from .stream import Command
 
 # ------------------------------------------------------------------------------------------------
 # errors
@@ -325,7 +329,7 @@ def _check_addressable(t: Tensor) -> None:
 
 def addresses(t: Tensor, shape: tuple[int, int, int]) -> np.ndarray:
     """Region-relative byte offsets of a logical [H, W, C] tensor: element_address_in_region
-    (L6448-6498) through emu/ethosu85_layout, with the alignment asserts. NHWC adds
+    (L6448-6498) through emu/memory/ethosu85.py, with the alignment asserts. NHWC adds
     ``c * element_size`` (digest gap G-A1: the literal ``+ c`` misaligns wide types)."""
     _check_addressable(t)
     return L.element_addresses(shape, t.bases, t.stride_y, t.stride_x, t.stride_c, t.width0,
@@ -425,7 +429,7 @@ def microblock(s: SetState) -> int:
 
 def out_config(s: SetState, *, accumulator_path: bool) -> np.ndarray:
     """Pack OFM_PRECISION / OFM_SCALE / OFM_ZERO_POINT / ACTIVATION* / ACC_FORMAT into the
-    kernels' ``cfg`` (emu/ethosu85_primitives.out_config) with the asserts of rescale and
+    kernels' ``cfg`` (emu/numeric/ethosu85.py: out_config) with the asserts of rescale and
     activation (L6955-7000, L7075-7173). ``accumulator_path``: write_accumulator ops (conv,
     depthwise, pool) honour ACC_FORMAT (acc_format, acc_output) and per-channel scaling.
     Decision: ELEMENTWISE and RESIZE have their own int32/int64 accumulator (L8524, L9060), so
@@ -552,7 +556,7 @@ def acc_input(s: SetState, mem: MemoryPort, shape: tuple[int, int, int],
     require(t.signed and t.bits == (64 if acc48 else 32),
             f"IFM2 precision == {'b64' if acc48 else 'b32'} && signed (acc_input ifm2)", "L6572-6580")
     diag: list[str] = []
-    v = K.read_values(read_raw(mem, t, shape, RD_IFM_STREAM),
+    v = values_k.read_values(read_raw(mem, t, shape, RD_IFM_STREAM),
                       s.get("IFM2_ZERO_POINT", "zero_point"), t.bits, True, diag, "IFM2")
     _check_diag(diag, "read_ifm2")
     return v
@@ -719,14 +723,14 @@ def _conv_like(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig,
                 "L8185")
         require(order == 0, "weight_order == depth_first (weights_ifm2)", "L8186")
         raw2 = read_raw(mem, ifm2, (1, ifm_depth, D), RD_IFM_STREAM)
-        out = K.matmul(raw, raw2, ifm_zp=zp, ifm2_zp=s.get("IFM2_ZERO_POINT", "zero_point"),
+        out = conv_k.matmul(raw, raw2, ifm_zp=zp, ifm2_zp=s.get("IFM2_ZERO_POINT", "zero_point"),
                        ifm_bits=ifm.bits, ifm_signed=ifm.signed, cfg=kcfg, bias=bias,
                        scales=scales, shifts=shifts, lut=mem.lut, acc_in=acc_in, diag=diag)
     else:
         w = weights(s, mem, cfg, depth=D, ifm_depth=ifm_depth, dilated=(dh, dw),
                     dilation=(dy, dx), stride=(sy, sx), order=order, decomposition=decomp,
                     depthwise=depthwise, ifm16=ifm.bits == 16)
-        fn = K.depthwise2d if depthwise else K.conv2d
+        fn = conv_k.depthwise2d if depthwise else conv_k.conv2d
         out = fn(raw, w, (H, W), stride=(sy, sx), dilation=(dy, dx), pad=(pt, pl, pb, pr),
                  ifm_zp=zp, ifm_bits=ifm.bits, ifm_signed=ifm.signed, upscale_mode=up, cfg=kcfg,
                  bias=bias, scales=scales, shifts=shifts, lut=mem.lut, acc_in=acc_in, diag=diag,
@@ -763,10 +767,10 @@ def pool(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> OpResult
     iw = (W - 1) * sx + kw - (pl + pr)
     ain = s.get("ACC_FORMAT", "acc_input")
     acc48 = s.get("ACC_FORMAT", "acc_format") == 1
-    use_ifm = mode != K.POOL_NONE
+    use_ifm = mode != pool_k.POOL_NONE
     require(dy == 1 and dx == 1, "dilation_y == 1 && dilation_x == 1", "L8830")
     mem.npu.add_operation_to_chain(s, use_ifm, ain == 2, False)
-    if mode == K.POOL_NONE:
+    if mode == pool_k.POOL_NONE:
         require(s.get("OFM_PRECISION", "activation_storage") != 2, "OFM storage != chained "
                 "(pooling none)", "L8842-8845")
     require(ih >= 1 and iw >= 1, "ifm_height >= 1 && ifm_width >= 1", "L8850")
@@ -777,36 +781,36 @@ def pool(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> OpResult
                 "IFM precision == b8 || (b16 && signed) || (b32 && signed)", "L8852")
         up = _upscale(s, ifm, sy, sx)
     b32 = ifm is not None and ifm.bits == 32
-    if mode in (K.POOL_MAX, K.POOL_MIN):
+    if mode in (pool_k.POOL_MAX, pool_k.POOL_MIN):
         require(kh * kw <= 65536 and (kh <= 256 or kw <= 256),
                 "kh*kw <= 65536 && (kh <= 256 || kw <= 256)", "L8858")
         require(up != 2, "upscale != zeros", "L8859")
-    elif mode == K.POOL_AVERAGE:
+    elif mode == pool_k.POOL_AVERAGE:
         require(kh <= 8 and kw <= 8, "kh <= 8 && kw <= 8", "L8863")
         require(max(pt, pb) < kh and max(pl, pr) < kw, "pads < kernel", "L8865")
         require(decomp == 0, "decomposition == d8x8", "L8866")
         require(not b32, "IFM precision != b32", "L8867")
-    elif mode == K.POOL_REDUCE_SUM:
+    elif mode == pool_k.POOL_REDUCE_SUM:
         require(kh == 1 and kw == 1 and sy == 1 and sx == 1 and up == 0 and order == 0
                 and s.get("IFM_ZERO_POINT", "zero_point") == 0 and D == 1,
                 "reduce_sum: 1x1 kernel, stride 1, no upscale, depth_first, IFM zero point 0, "
                 "ofm_depth == 1", "L8870-8876")
-    elif mode == K.POOL_SUM:
+    elif mode == pool_k.POOL_SUM:
         require(not b32 and kh <= 65536 and kw <= 65536, "!b32 && kh, kw <= 65536", "L8877")
-    elif mode in (K.POOL_ARGMAX_X, K.POOL_ARGMAX_Y):
-        xm = mode == K.POOL_ARGMAX_X
+    elif mode in (pool_k.POOL_ARGMAX_X, pool_k.POOL_ARGMAX_Y):
+        xm = mode == pool_k.POOL_ARGMAX_X
         require(not b32 and decomp == 0 and sy == 1 and sx == 1 and up == 0
                 and (kh == 1 and W == 1 if xm else kw == 1 and H == 1),
                 f"argmax_{'x' if xm else 'y'}: !b32, d8x8, stride 1x1, no upscale, "
                 f"{'kh == 1 && W == 1' if xm else 'kw == 1 && H == 1'}", "L8878-8879")
-    require(mode in (K.POOL_SUM, K.POOL_REDUCE_SUM, K.POOL_NONE) or not acc48,
+    require(mode in (pool_k.POOL_SUM, pool_k.POOL_REDUCE_SUM, pool_k.POOL_NONE) or not acc48,
             "pooling_mode in {sum, reduce_sum, none} || acc_format == i32", "L8880")
     kcfg = out_config(s, accumulator_path=True)
     acc_in = acc_input(s, mem, (H, W, D), acc48)
     raw = None
     zp = 0
     if use_ifm:
-        if mode == K.POOL_REDUCE_SUM:
+        if mode == pool_k.POOL_REDUCE_SUM:
             shape = (H, W, s.get("IFM_DEPTH_M1", "depth_m1") + 1)
         else:
             shape = _ifm_extent(up, ih, iw) + (D,)
@@ -816,16 +820,16 @@ def pool(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> OpResult
     if not kcfg[P.C_ACC_OUTPUT] and kcfg[P.C_SCALE_MODE] == 0:
         bias, scales, shifts = scale_stream(s, mem, cfg, D, acc48)
     diag: list[str] = []
-    out = K.pool2d(raw, mode, (kh, kw), (H, W), stride=(sy, sx), pad=(pt, pl, pb, pr),
+    out = pool_k.pool2d(raw, mode, (kh, kw), (H, W), stride=(sy, sx), pad=(pt, pl, pb, pr),
                    ifm_zp=zp, ifm_bits=ifm.bits if ifm else 8,
                    ifm_signed=ifm.signed if ifm else True, upscale_mode=up, cfg=kcfg, bias=bias,
                    scales=scales, shifts=shifts, lut=mem.lut, acc_in=acc_in, depth=D, diag=diag)
     _check_diag(diag, "NPU_OP_POOL")
     _finish(mem, s, cfg, out, kcfg, True)
     n = H * W * D
-    if mode == K.POOL_REDUCE_SUM:
+    if mode == pool_k.POOL_REDUCE_SUM:
         macs = H * W * raw.shape[2]
-    elif mode == K.POOL_NONE:
+    elif mode == pool_k.POOL_NONE:
         macs = 0
     else:
         macs = n * kh * kw
@@ -852,8 +856,8 @@ def _in_scale(s: SetState, which: str, needed: bool) -> tuple[int, int, int, int
 
 def elementwise(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> OpResult:
     mode = cmd.fields["elementwise_mode"]
-    require(mode in K.EW_MODES, f"elementwise_mode {mode} is not reserved", "L8670-8698")
-    unary = mode in K.EW_UNARY
+    require(mode in eltwise_k.EW_MODES, f"elementwise_mode {mode} is not reserved", "L8670-8698")
+    unary = mode in eltwise_k.EW_UNARY
     ifm = tensor(s, "IFM")
     bm1 = s.get("IFM_BROADCAST", "broadcast_mode")
     bm2 = 0 if unary else s.get("IFM2_BROADCAST", "broadcast_mode")
@@ -861,8 +865,8 @@ def elementwise(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> O
     if ifm2 is not None:  # digest G-R12: only checked when IFM2 is used
         require(ifm.bits == ifm2.bits and ifm.signed == ifm2.signed,
                 "IFM precision == IFM2 precision", "L8497")
-    use_ifm2 = not (unary or bm2 == K.BC_SCALAR)
-    mem.npu.add_operation_to_chain(s, bm1 != K.BC_SCALAR, use_ifm2, True)
+    use_ifm2 = not (unary or bm2 == eltwise_k.BC_SCALAR)
+    mem.npu.add_operation_to_chain(s, bm1 != eltwise_k.BC_SCALAR, use_ifm2, True)
     require(ifm.bits in (8, 16) or (ifm.bits == 32 and ifm.signed),
             "IFM precision == b8 || b16 || (b32 && signed)", "L8509")
     require(s.get("OFM_PRECISION", "activation_reverse") == 0, "OFM reverse == none", "L8512")
@@ -876,7 +880,7 @@ def elementwise(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> O
     for which, t, bm in (("IFM", ifm, bm1), ("IFM2", ifm2, bm2)):
         if t is None:
             raws.append(None)
-        elif bm == K.BC_SCALAR:
+        elif bm == eltwise_k.BC_SCALAR:
             require(t.storage == 3, f"{which} storage == none for a scalar operand", "L9645")
             scalar = s.get("OP_SCALAR", "scalar")
             raws.append(None)
@@ -885,19 +889,19 @@ def elementwise(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> O
             if t.storage == 2:
                 require(bm == 0, "no broadcast from a chaining FIFO", "L6429-6434")
             raws.append(read_raw(mem, t, _operand_shape(bm, shape), RD_IFM_STREAM))
-    if bm1 == K.BC_SCALAR and bm2 == K.BC_SCALAR:
+    if bm1 == eltwise_k.BC_SCALAR and bm2 == eltwise_k.BC_SCALAR:
         require(False, "IFM_BROADCAST != scalar when IFM2 is scalar", "L8535")
     # scale_a / scale_b read IFM_SCALE / IFM2_SCALE for b8 and signed b16 inputs (L7008-7048);
     # div asserts on both (L8606-8619); mul never scales; lrelu scales a with IFM2_SCALE too
-    scaled = (ifm.bits == 8 or (ifm.bits == 16 and ifm.signed)) and mode != K.EW_MUL
-    sc1 = _in_scale(s, "IFM", scaled or mode == K.EW_DIV)
-    sc2 = _in_scale(s, "IFM2", (scaled and (not unary or mode == K.EW_LRELU))
-                    or mode == K.EW_DIV)
+    scaled = (ifm.bits == 8 or (ifm.bits == 16 and ifm.signed)) and mode != eltwise_k.EW_MUL
+    sc1 = _in_scale(s, "IFM", scaled or mode == eltwise_k.EW_DIV)
+    sc2 = _in_scale(s, "IFM2", (scaled and (not unary or mode == eltwise_k.EW_LRELU))
+                    or mode == eltwise_k.EW_DIV)
     for sc, which in ((sc1, "IFM"), (sc2, "IFM2")):
         require(sc[2] in (0, 1), f"{which}_SCALE.round_mode is not reserved", "L11814")
         require(0 <= sc[3] <= 30, "0 <= dbl_rnd && dbl_rnd <= 30", "L6912")
     diag: list[str] = []
-    out = K.elementwise(mode, raws[0], raws[1], shape,
+    out = eltwise_k.elementwise(mode, raws[0], raws[1], shape,
                         ifm_zp=s.get("IFM_ZERO_POINT", "zero_point", 0 if bm1 == 8 else None),
                         ifm2_zp=0 if raws[1] is None else s.get("IFM2_ZERO_POINT", "zero_point"),
                         ifm_bits=ifm.bits, ifm_signed=ifm.signed,
@@ -945,7 +949,7 @@ def resize(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> OpResu
     require(int(kcfg[P.C_SHIFT]) >= 16, "OFM_SCALE.shift >= 16", "L9103")
     raw = read_raw(mem, ifm, (ihm1 + 1, iwm1 + 1, D), RD_IFM)
     diag: list[str] = []
-    out = K.resize(raw, mode, (H, W), scale_n=(ny, nx), offset=(yo, xo),
+    out = resize_k.resize(raw, mode, (H, W), scale_n=(ny, nx), offset=(yo, xo),
                    step=((ysi, ysm), (xsi, xsm)), ifm_hw_m1=(ihm1, iwm1), ifm_zp=0,
                    ifm_bits=ifm.bits, ifm_signed=ifm.signed, cfg=kcfg, lut=mem.lut, diag=diag)
     _check_diag(diag, "NPU_OP_RESIZE")
@@ -957,7 +961,7 @@ def resize(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> OpResu
 
 OPERATIONS = {"NPU_OP_CONV": conv, "NPU_OP_DEPTHWISE": depthwise, "NPU_OP_POOL": pool,
               "NPU_OP_ELEMENTWISE": elementwise, "NPU_OP_RESIZE": resize}
-_UNARY = set(K.EW_UNARY)
+_UNARY = set(eltwise_k.EW_UNARY)
 
 
 def run_operation(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> OpResult:
@@ -1040,7 +1044,7 @@ def summarize(cmd: Command, s: SetState) -> str:
     fn = g("ACTIVATION", "activation_function")
     lo, hi = g("ACTIVATION_MIN", "clip_boundary"), g("ACTIVATION_MAX", "clip_boundary")
     if fn is not None:
-        from .ethosu85_stream import E_ACT_FUNCTION
+        from .stream import E_ACT_FUNCTION
 
         act = E_ACT_FUNCTION.get(fn, str(fn))
         if lo is not None and hi is not None and g("ACTIVATION", "activation_clip_range") == 0:

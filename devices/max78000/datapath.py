@@ -2,8 +2,8 @@
 
 Gathers the input channels from data SRAM, the weights from MRAM and the bias from BRAM
 (numpy views of the memory arrays, no per-byte bus calls), runs the pure kernels of
-accelstub.emu.max78000_kernels and scatters the outputs to data SRAM through the write-pointer
-formula documented in max78000_layer.py. Returns the address ranges read and written.
+accelstub.emu.{conv,pool,eltwise,numeric}.max78000 and scatters the outputs to data SRAM through the write-pointer
+formula documented in (layer.py). Returns the address ranges read and written.
 
 Memory formats (public facts from ai8x-synthesis, digest max78000-registers.md section 1.3):
 
@@ -30,15 +30,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..emu import int_conv as IC
-from ..emu import max78000_kernels as K
-from ..emu import max78000_memory as M
-from .device import Touched
-from .errors import DeviceError
-from .max78000_layer import BRAM_BASE, QUAD_STRIDE, SRAM_BASE, LayerConfig
+from ...emu.conv import int_conv as IC
+from ...emu.conv import max78000 as conv_k
+from ...emu.eltwise import max78000 as eltwise_k
+from ...emu.numeric import max78000 as numeric_k
+from ...emu.pool import max78000 as pool_k
+from ...emu.memory import max78000 as M
+from ..device import Touched
+from ..errors import DeviceError
+from .layer import BRAM_BASE, QUAD_STRIDE, SRAM_BASE, LayerConfig
 
-_POOL = {"none": K.POOL_NONE, "max": K.POOL_MAX, "avg": K.POOL_AVG}
-_ACT = {"none": K.ACT_NONE, "relu": K.ACT_RELU, "abs": K.ACT_ABS}
+_POOL = {"none": pool_k.POOL_NONE, "max": pool_k.POOL_MAX, "avg": pool_k.POOL_AVG}
+_ACT = {"none": numeric_k.ACT_NONE, "relu": numeric_k.ACT_RELU, "abs": numeric_k.ACT_ABS}
 
 
 def sram_address(memory, word):
@@ -47,7 +50,7 @@ def sram_address(memory, word):
     return SRAM_BASE + (memory >> 2) * QUAD_STRIDE + (memory & 3) * 0x8000 + word * 4
 
 
-def _ranges(addrs: np.ndarray, size: int) -> list[tuple[int, int]]:
+def address_ranges(addrs: np.ndarray, size: int) -> list[tuple[int, int]]:
     """Merge accesses of ``size`` bytes at ``addrs`` into sorted [start, end) ranges."""
     if addrs.size == 0:
         return []
@@ -183,7 +186,7 @@ def _write_pointers(cfg: LayerConfig) -> tuple[np.ndarray, np.ndarray]:
             np.ascontiguousarray(lanes, dtype=np.int64))
 
 
-def _scatter(bus, cfg: LayerConfig, out: np.ndarray) -> list[tuple[int, int]]:
+def scatter_output(bus, cfg: LayerConfig, out: np.ndarray) -> list[tuple[int, int]]:
     """Write out[slot, y, x] at the slot's write pointer (_write_pointers) + pixel*pixel_step;
     the byte ranges written, merged and sorted. Which bytes a layer writes depends only on its
     configuration, so they are worked out once and kept with it (_written)."""
@@ -212,17 +215,17 @@ def _written(base: np.ndarray, lanes: np.ndarray, pixels: int, pixel_step: int, 
     addrs = sram_address(words >> 13, words & 0x1FFF)
     if not wide:
         addrs = addrs + lanes[:, None]
-    return _ranges(addrs.ravel(), 4 if wide else 1), np.unique(words >> 13).tolist()
+    return address_ranges(addrs.ravel(), 4 if wide else 1), np.unique(words >> 13).tolist()
 
 
 def _merged_reads(cfg: LayerConfig, from_memory: bool, reads: list[tuple[int, int]]
                   ) -> list[tuple[int, int]]:
-    """_merge(reads), kept with the layer: the ranges change only with the decoded weights
+    """merge_ranges(reads), kept with the layer: the ranges change only with the decoded weights
     (their MRAM words) and with where the input comes from."""
     weights = cfg.extra.get("weights")
     hit = cfg.extra.get("merged_reads")
     if hit is None or hit[0] is not weights or hit[1] != from_memory:
-        hit = cfg.extra["merged_reads"] = (weights, from_memory, _merge(reads))
+        hit = cfg.extra["merged_reads"] = (weights, from_memory, merge_ranges(reads))
     return list(hit[2])
 
 
@@ -243,20 +246,20 @@ def compute_layer(bus, cfg: LayerConfig, x: np.ndarray | None = None
         # element-wise stage before the convolution; prepool pools each operand first, else
         # the layer's pooling follows the operation (S0:L3172-3240, S3:L1753)
         xs = x.reshape((cfg.operands, -1) + x.shape[1:])
-        x = K.run_ewise_kernel(xs, cfg.ewise_func, prepool=cfg.prepool, pool=pool,
+        x = eltwise_k.run_ewise_kernel(xs, cfg.ewise_func, prepool=cfg.prepool, pool=pool,
                                pool_stride=pool_stride, pool_mode=pool_mode,
                                avg_policy=cfg.avg_policy)
         if cfg.prepool:
-            pool_mode, pool, pool_stride = K.POOL_NONE, (1, 1), 1
+            pool_mode, pool, pool_stride = pool_k.POOL_NONE, (1, 1), 1
     if cfg.passthrough:
-        out = K.run_passthrough_kernel(
+        out = eltwise_k.run_passthrough_kernel(
             x, pool=pool, pool_stride=pool_stride,
             pool_mode=pool_mode, avg_policy=cfg.avg_policy,
             pad=(cfg.pad_rows, cfg.pad_cols), shift=cfg.shift, act=_ACT[cfg.activation])
         return out.astype(np.int32), Touched(reads=_merged_reads(cfg, from_memory, r_in))
     w, packed, r_w = _weights(bus, cfg)
     b, r_b = _bias(bus, cfg)
-    out = K.run_layer_kernel(
+    out = conv_k.run_layer_kernel(
         x, w, b, pool=pool, pool_stride=pool_stride,
         pool_mode=pool_mode, avg_policy=cfg.avg_policy,
         pad=(cfg.pad_rows, cfg.pad_cols), conv_stride=cfg.conv_stride, shift=cfg.shift,
@@ -264,7 +267,7 @@ def compute_layer(bus, cfg: LayerConfig, x: np.ndarray | None = None
     return out, Touched(reads=_merged_reads(cfg, from_memory, r_in + r_w + r_b))
 
 
-def _merge(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """Sorted ranges with overlapping or touching ones joined."""
     out: list[tuple[int, int]] = []
     for s, e in sorted(ranges):
@@ -281,5 +284,5 @@ def run_layer(bus, cfg: LayerConfig, x: np.ndarray | None = None) -> Touched:
     sorted; reads happen before writes, as the whole input is gathered first). ``x``: see
     compute_layer."""
     out, touched = compute_layer(bus, cfg, x)
-    touched.writes = _scatter(bus, cfg, out)
+    touched.writes = scatter_output(bus, cfg, out)
     return touched

@@ -1,0 +1,437 @@
+"""Ethos-U85 NPU_OP_CONV (incl. the IFM2 "matmul" form) and NPU_OP_DEPTHWISE on plain numpy
+tensors.
+
+Source: TRM 3.10 pseudocode (seed 001_f249bc9cdd166610.txt, "Lnnnn"; digest
+shared/devices/ethos-u85-command-stream.md section 4). No device knowledge: tensors are numpy
+arrays in HWC (or NHWC, batches are independent), already read from memory; register values
+come in as arguments. The numba kernels (``_*_kernel``) take int64 arrays plus packed int64
+parameter vectors only, so each compiles exactly one signature; the Python wrappers do
+read_ifm's value part (zero-point subtraction, upscale), derive the IFM extent and check the
+pseudocode's asserts. A violated assert is UNPREDICTABLE in the TRM (L6004-6014): the wrappers
+append a message to ``diag`` (a list, when given) and continue with the literal result.
+
+Every wrapper returns the OFM values truncated to the OFM type (dtype from ``cfg``; see
+:func:`ofm_dtype`), or the raw int64 accumulators when ``cfg`` has acc_output = disable.
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from numba import njit, prange
+
+from . import int_conv as IC
+from ..numeric import ethosu85 as P
+from ..numeric.ethosu85 import (C_ACC_BITS, C_ACC_OUTPUT, C_OFM_BITS, C_OFM_SIGNED, C_SCALE, C_SHIFT, C_ZP, RESCALE_NORMAL)
+from ..numeric.ethosu85_values import (UPSCALE_NONE, batched, check, config_or_default, fit_hw, infer_type, lut_bytes, ofm_dtype, per_channel, read_values, upscale)
+
+
+# ------------------------------------------------------------------------------------------------
+# CONV / DEPTHWISE (L8147-8228, L8256-8315)
+
+@njit(nogil=True, cache=True)
+def _conv_kernel(v, w, acc_in, geo, cfg, bias, scales, shifts, lut):
+    """NPU_OP_CONV / NPU_OP_DEPTHWISE loop (L8185-8226, L8295-8313)::
+
+        for oy, ox, oc: acc = read_accumulator(oy, ox, oc, 0)
+            for ky, kx (ky*dil_y < dilated_h ...), ic:
+                iy = -pad_y + oy*stride_y + ky*dil_y; ix = -pad_x + ox*stride_x + kx*dil_x
+                v = outside [0, ifm_h) x [0, ifm_w) ? 0 : read_ifm(iy, ix, depthwise ? oc : ic)
+                acc = accumulate(acc, v * W[oc][ky][kx][ic])
+            write_accumulator(oy, ox, oc, acc, rescale_mode_normal)
+
+    v: [ifm_h, ifm_w, C] zero-point-corrected; w: [OC, KHu, KWu, IC] undilated (IC = 1 for
+    depthwise); acc_in: [H, W, OC] start values (zeros for acc_input reset);
+    geo: H, W, stride_y, stride_x, dil_y, dil_x, pad_top, pad_left, dilated_h, dilated_w,
+    depthwise. Sums are wrapped per kernel position (wrapping commutes with addition)."""
+    H, W = geo[0], geo[1]
+    sy, sx, dy, dx, pt, pl, dh, dw, dwise = geo[2], geo[3], geo[4], geo[5], geo[6], geo[7], \
+        geo[8], geo[9], geo[10]
+    ih, iw = v.shape[0], v.shape[1]
+    oc_n, kh, kw, ic_n = w.shape[0], w.shape[1], w.shape[2], w.shape[3]
+    bits = cfg[C_ACC_BITS]
+    out = np.zeros((H, W, oc_n), np.int64)
+    for oy in range(H):
+        for ox in range(W):
+            for oc in range(oc_n):
+                acc = acc_in[oy, ox, oc]
+                for ky in range(kh):
+                    if ky * dy >= dh:
+                        break
+                    iy = -pt + oy * sy + ky * dy
+                    if iy < 0 or iy >= ih:
+                        continue
+                    for kx in range(kw):
+                        if kx * dx >= dw:
+                            break
+                        ix = -pl + ox * sx + kx * dx
+                        if ix < 0 or ix >= iw:
+                            continue
+                        s = np.int64(0)
+                        if dwise:
+                            s = v[iy, ix, oc] * w[oc, ky, kx, 0]
+                        else:
+                            for ic in range(ic_n):
+                                s += v[iy, ix, ic] * w[oc, ky, kx, ic]
+                        acc = P.accumulate(acc, s, bits)
+                out[oy, ox, oc] = P.finish(acc, oc, RESCALE_NORMAL, cfg, bias, scales, shifts, lut)
+    return out
+
+
+# Exact BLAS path. float32 represents every integer of magnitude <= 2**24 and float64 every one
+# <= 2**53, so a product-sum is exact in any summation order when the bound
+# max|v| * max_oc sum|w[oc]| of every partial sum stays below that; the GEMM then gives the
+# integer sum of the pseudocode's products, and the accumulator wrap (mod 2**acc_bits) commutes
+# with addition. Beyond float64 the numba loop runs.
+F32_EXACT = 1 << 24
+F64_EXACT = 1 << 53
+
+
+def _gemm_dtype(vmax: int, w: np.ndarray) -> type | None:
+    """float32 / float64 when every partial sum of v * w is exactly representable (see above);
+    None when not even float64 is (the loop kernel runs)."""
+    if w.size == 0:
+        return np.float32
+    wsum = int(np.abs(w).reshape(w.shape[0], -1).sum(axis=1).max())
+    bound = int(vmax) * wsum
+    if bound < F32_EXACT:
+        return np.float32
+    if bound < F64_EXACT:
+        return np.float64
+    return None
+
+
+def _padded(v: np.ndarray, zp: int, hp: int, wp: int, pt: int, pl: int, ih: int, iw: int,
+            dt) -> np.ndarray:
+    """The IFM in the padded frame as float ``dt``: rows [pt, pt+ih), columns [pl, pl+iw) hold
+    v - zp (v cut or zero-extended to ih x iw as fit_hw does), everything else 0 (padding reads 0,
+    L8201). One spare row so the flattened tap slices of the stride-1 path stay in bounds."""
+    c = v.shape[2]
+    xp = np.zeros((hp + 1, wp, c), dt)
+    hh, ww = min(ih, v.shape[0]), min(iw, v.shape[1])
+    region = xp[pt:pt + hh, pl:pl + ww]
+    region[...] = v[:hh, :ww]
+    if zp:
+        region -= zp
+    return xp
+
+
+def _conv_sums(xp: np.ndarray, w: np.ndarray, H: int, W: int, sy: int, sx: int, dy: int,
+               dx: int, depthwise: bool) -> np.ndarray:
+    """sum over kernel positions and input channels of xp * w, float, exact (the caller chose
+    the dtype with :func:`_gemm_dtype`). Returns [H, Wc, OC] with Wc >= W (columns >= W are
+    scratch). Stride 1: no im2col; each kernel position (ky, kx) is the contiguous slice of the
+    flattened padded IFM that starts ky*dy*Wp + kx*dx, and the output is computed on the padded
+    width. Other strides: one strided copy of the IFM per kernel position."""
+    dt = xp.dtype
+    oc_n, kh, kw = w.shape[0], w.shape[1], w.shape[2]
+    wp, c = xp.shape[1], xp.shape[2]
+    wf = np.ascontiguousarray(w.transpose(1, 2, 3, 0), dt)          # [KH, KW, IC, OC]
+    flat = xp.reshape(-1, c)
+    if sy == 1 and sx == 1:
+        rows, wc = H * wp, wp
+    else:
+        rows, wc = H * W, W
+    acc = np.empty((rows, oc_n), dt)
+    tmp = np.empty((rows, oc_n), dt)
+    first = True
+    for ky in range(kh):
+        for kx in range(kw):
+            if sy == 1 and sx == 1:
+                o = ky * dy * wp + kx * dx
+                a = flat[o:o + rows]
+            else:
+                a = xp[ky * dy:ky * dy + (H - 1) * sy + 1:sy,
+                       kx * dx:kx * dx + (W - 1) * sx + 1:sx].reshape(rows, c)
+            dst = acc if first else tmp
+            if depthwise:
+                np.multiply(a[:, :oc_n], wf[ky, kx, 0], out=dst)
+            else:
+                np.matmul(a, wf[ky, kx], out=dst)
+            if not first:
+                acc += tmp
+            first = False
+    return acc.reshape(H, wc, oc_n)
+
+
+@functools.lru_cache(maxsize=256)
+def _tap_mask(n: int, stride: int, dil: int, k: int, pad: int, extent: int) -> np.ndarray:
+    """1 where output row (column) n has at least one kernel row (column) inside the IFM: the
+    pseudocode calls accumulate() there at all (an output of padding only keeps its start
+    value unwrapped). Memoised (read-only): a layer has the same geometry on every run."""
+    o = np.arange(n)[:, None] * stride - pad + np.arange(k)[None, :] * dil
+    mask = ((o >= 0) & (o < extent)).any(axis=1).astype(np.int64)
+    mask.flags.writeable = False
+    return mask
+
+
+@njit(nogil=True, cache=True)
+def _round_terms(shift, mode, dbl_rnd):
+    """The rounding addends R of rounded_shift_right (L6906-6934) for acc >= 0 and acc < 0,
+    so the output loop needs no per-element mode dispatch (same arithmetic as
+    P.rounded_shift_right; shift 1..63)."""
+    half = np.int64(1) << (shift - 1)
+    d = np.int64(0)
+    if dbl_rnd <= 30 and shift > 31 - dbl_rnd:
+        d = np.int64(1) << (30 - dbl_rnd)
+    rp = half
+    rn = half
+    if mode == P.RND_DOUBLE_SYMMETRIC:
+        rp, rn = half + d, half - d
+    elif mode == P.RND_DOUBLE_ASYMMETRIC:
+        rp, rn = half + d, half + d
+    elif mode == P.RND_TRUNCATE_TO_ZERO:
+        rp, rn = np.int64(0), (half - 1) + half
+    elif mode == P.RND_TRUNCATE_TO_LOWER:
+        rp, rn = np.int64(0), np.int64(0)
+    elif mode == P.RND_SYMMETRIC:
+        rp, rn = half, half - 1
+    return rp, rn
+
+
+@njit(parallel=True, cache=True)
+def _conv_finish_kernel(tot, acc_in, rows, cols, geo, cfg, bias, scales, shifts, lut, out):
+    """The accumulator and output stage of the GEMM path: per output
+    acc = read_accumulator(...) (0 for reset); if any kernel position was inside the IFM:
+    acc = sign_extend(acc + sum, acc_bits) (= the chain of wrapping accumulate() calls);
+    write_accumulator(acc, rescale_mode_normal) = P.finish. tot: [H, Wc, OC] exact integer
+    sums (float from the BLAS path, int32 from emu/int_conv.py); geo: H, W, use acc_in;
+    ``out`` [H, W, OC] of the OFM's integer type (stores truncate, as astype does). Rows in parallel (numba prange): per element this stage costs
+    about a third of the GEMM.
+
+    P.finish per element costs ~70 ns here (array arguments through nested calls); the common
+    output stage (no LUT function, OFM narrower than 64 bits, shifts 0..63) is therefore
+    inlined with the per-channel scale, shift and rounding addends hoisted out of the loop.
+    Everything else calls P.finish."""
+    H, W, use_acc = geo[0], geo[1], geo[2]
+    oc_n = tot.shape[2]
+    bits = cfg[C_ACC_BITS]
+    per_ch = cfg[P.C_SCALE_MODE] == 0
+    raw_out = cfg[C_ACC_OUTPUT] != 0
+    obits = cfg[C_OFM_BITS]
+    osigned = cfg[C_OFM_SIGNED] != 0
+    inline = cfg[P.C_FUNC] == P.LUT_NONE and obits != 64
+    sc = np.empty(oc_n, np.int64)
+    sh = np.empty(oc_n, np.int64)
+    bi = np.zeros(oc_n, np.int64)
+    rp = np.zeros(oc_n, np.int64)
+    rn = np.zeros(oc_n, np.int64)
+    for oc in range(oc_n):
+        if per_ch:
+            sc[oc], sh[oc], bi[oc] = scales[oc], shifts[oc], bias[oc]
+        else:
+            sc[oc], sh[oc] = cfg[C_SCALE], cfg[C_SHIFT]
+        if sh[oc] < 0 or sh[oc] > 63:
+            inline = False
+        elif sh[oc] > 0:
+            rp[oc], rn[oc] = _round_terms(sh[oc], cfg[P.C_ROUND], cfg[P.C_DBL_RND])
+    if osigned:
+        zp = P.sign_extend(cfg[C_ZP], 16)
+        lo = P.sign_extend(cfg[P.C_ACT_MIN], 16)
+        hi = P.sign_extend(cfg[P.C_ACT_MAX], 16)
+    else:
+        zp = cfg[C_ZP] & 0xFFFF
+        lo = cfg[P.C_ACT_MIN] & 0xFFFF
+        hi = cfg[P.C_ACT_MAX] & 0xFFFF
+    clip = cfg[P.C_CLIP] == 0
+    # branch-free forms of sign_extend/truncate (x + h) & m - h, loop-invariant choices outside
+    ah, am = np.int64(1) << (bits - 1), (np.int64(1) << bits) - 1
+    oh, om = (np.int64(1) << (obits - 1)) if osigned else np.int64(0), (np.int64(1) << obits) - 1
+    if inline and not use_acc and not raw_out and bits == 32 and oc_n and sh.max() <= 62 \
+            and np.abs(sc).max() < 1 << 31:
+        # the usual case (32-bit accumulator, TFLite-style scales): |acc * scale| < 2**62 and
+        # shift <= 62, so acc * scale + R cannot overflow and needs no halving; written without
+        # branches or a ternary (numba then vectorises the channel loop: 2-4x faster)
+        if not clip:
+            lo, hi = -(np.int64(1) << 62), np.int64(1) << 62
+        for oy in prange(H):
+            for ox in range(W):
+                keep = -np.int64(rows[oy] != 0 and cols[ox] != 0)  # all ones, or 0: no tap
+                for oc in range(oc_n):
+                    a = (((np.int64(tot[oy, ox, oc]) & keep) + bi[oc] + 0x80000000)
+                         & 0xFFFFFFFF) - 0x80000000
+                    r = a * sc[oc]
+                    r = (r + rp[oc] + ((rn[oc] - rp[oc]) & (r >> 63))) >> sh[oc]
+                    t = ((r + zp + 0x80000000) & 0xFFFFFFFF) - 0x80000000
+                    out[oy, ox, oc] = min(max(t, lo), hi)  # the store truncates to OFM bits
+        return out
+    pos = sh > 0
+    sm1 = np.maximum(sh - 1, 0)
+    for oy in prange(H):
+        a = np.empty(oc_n, np.int64)
+        for ox in range(W):
+            tap = rows[oy] != 0 and cols[ox] != 0
+            for oc in range(oc_n):
+                a[oc] = acc_in[oy, ox, oc] if use_acc else np.int64(0)
+            if tap:
+                for oc in range(oc_n):
+                    a[oc] = ((a[oc] + np.int64(tot[oy, ox, oc]) + ah) & am) - ah
+            if raw_out:
+                for oc in range(oc_n):
+                    out[oy, ox, oc] = a[oc]
+            elif not inline:
+                for oc in range(oc_n):
+                    out[oy, ox, oc] = P.finish(a[oc], oc, RESCALE_NORMAL, cfg, bias, scales,
+                                               shifts, lut)
+            else:
+                if per_ch:
+                    for oc in range(oc_n):
+                        a[oc] = ((a[oc] + bi[oc] + ah) & am) - ah
+                for oc in range(oc_n):
+                    r = a[oc] * sc[oc]
+                    rr = rp[oc] if r >= 0 else rn[oc]
+                    q = ((r >> 1) + (rr >> 1) + (((r & 1) + (rr & 1)) >> 1)) >> sm1[oc]
+                    r = q if pos[oc] else r
+                    t = ((r + zp + 0x80000000) & 0xFFFFFFFF) - 0x80000000
+                    if clip:
+                        t = lo if t < lo else (hi if t > hi else t)
+                    out[oy, ox, oc] = ((t + oh) & om) - oh
+    return out
+
+
+def _native(raw: np.ndarray, bits: int, signed: bool) -> bool:
+    """The stored integers already have the tensor's type (no reinterpretation needed)."""
+    return raw.dtype == np.dtype(("i" if signed else "u") + str(bits // 8))
+
+
+def _conv_common(ifm, weights, ofm_hw, stride, dilation, pad, ifm_zp, ifm_bits, ifm_signed,
+                 upscale_mode, cfg, bias, scales, shifts, lut, acc_in, diag, depthwise,
+                 method="auto", dilated=None):
+    cfg = config_or_default(cfg)
+    bits, signed = infer_type(ifm, ifm_bits, ifm_signed)
+    check(diag, bits == 8 or (bits == 16 and signed), "CONV/DEPTHWISE IFM must be b8 or signed b16 (L8180)")
+    raw = np.asarray(ifm)
+    w = np.asarray(weights, np.int64)
+    if depthwise and w.ndim == 3:
+        w = w[..., None]
+    oc_n, kh, kw = w.shape[0], w.shape[1], w.shape[2]
+    H, W = int(ofm_hw[0]), int(ofm_hw[1])
+    sy, sx = stride
+    dy, dx = dilation
+    pt, pl, pb, pr = pad
+    # KERNEL_*_M1 + 1 (L8150-8151); with dilation x2 it may be even, one more than the taps
+    # reach (ky*dil < dilated size, L8188), and still counts in the IFM extent
+    dh, dw = dilated or ((kh - 1) * dy + 1, (kw - 1) * dx + 1)
+    ih = (H - 1) * sy + dh - (pt + pb)                              # derived IFM extent (L8168-8169)
+    iw = (W - 1) * sx + dw - (pl + pr)
+    zp, zp_ok = P.ifm_zero_point(ifm_zp, bits, signed)
+    gemm = None
+    if method != "loop" and bits <= 16 and ih >= 1 and iw >= 1 and H >= 1 and W >= 1 \
+            and min(pt, pl, pb, pr) >= 0 and raw.ndim == 3 \
+            and ((depthwise and w.shape[3] == 1) or (not depthwise and raw.shape[2] >= w.shape[3])):
+        lo, hi = P.type_range(bits, signed)
+        # the integer kernel (emu/int_conv.py) where its int32 sums are exact, else float BLAS
+        gemm = "int" if not depthwise and IC.fits_int32(lo - zp, hi - zp, w) else \
+            _gemm_dtype(max(abs(lo - zp), abs(hi - zp)), w)
+    if gemm is not None and upscale_mode == UPSCALE_NONE:
+        # read_values without the int64 round trip: native stored integers go straight into
+        # the padded float frame, the zero point is subtracted there
+        check(diag, zp_ok, f"IFM zero point {zp} invalid for {'s' if signed else 'u'}{bits} (L6550-6556)")
+        v, vzp = (raw, zp) if _native(raw, bits, signed) else (read_values(raw, zp, bits, signed), 0)
+    else:
+        v, vzp = upscale(read_values(raw, ifm_zp, bits, signed, diag), upscale_mode), 0
+    check(diag, ih >= 1 and iw >= 1, "derived IFM extent < 1 (L8174)")
+    check(diag, dh * dw <= 4096 and (dh <= 64 or dw <= 64), "kernel too large (L8175-8176)")
+    check(diag, upscale_mode == UPSCALE_NONE or (sy == 1 and sx == 1), "upscale needs stride 1 (L6519)")
+    check(diag, v.shape[0] >= ih and v.shape[1] >= iw, f"IFM {v.shape[:2]} smaller than derived extent {(ih, iw)}")
+    if depthwise:
+        check(diag, v.shape[2] >= oc_n, "DEPTHWISE IFM depth < OFM depth")
+    acc = np.zeros((1, 1, 1), np.int64) if acc_in is None else np.ascontiguousarray(acc_in, np.int64)
+    if gemm is not None:
+        if depthwise and v.shape[2] < oc_n:
+            v = np.concatenate([v, np.zeros(v.shape[:2] + (oc_n - v.shape[2],), v.dtype)], axis=2)
+        elif not depthwise:
+            v = v[:, :, :w.shape[3]]                                 # the loop reads ic < IC only
+        if gemm == "int":
+            tot = IC.conv_sums(v.transpose(2, 0, 1), IC.packed_weights(w), (H, W),
+                               zero_point=vzp, in_hw=(ih, iw), pad=(pt, pl), stride=(sy, sx),
+                               dilation=(dy, dx), hwc=True)
+        else:
+            hp, wp = (H - 1) * sy + dh, (W - 1) * sx + dw
+            tot = _conv_sums(_padded(v, vzp, hp, wp, pt, pl, ih, iw, gemm), w, H, W, sy, sx,
+                             dy, dx, depthwise)
+        geo = np.array([H, W, 0 if acc_in is None else 1], np.int64)
+        out = np.empty((H, W, oc_n), ofm_dtype(cfg))
+        with IC.PARALLEL:
+            _conv_finish_kernel(tot, acc, _tap_mask(H, sy, dy, kh, pt, ih),
+                                _tap_mask(W, sx, dx, kw, pl, iw), geo, cfg, per_channel(bias, oc_n),
+                                per_channel(scales, oc_n), per_channel(shifts, oc_n), lut_bytes(lut), out)
+        return out
+    v = fit_hw(v, max(ih, 0), max(iw, 0))
+    if depthwise and v.shape[2] < oc_n:
+        v = np.concatenate([v, np.zeros(v.shape[:2] + (oc_n - v.shape[2],), np.int64)], axis=2)
+    if acc_in is None:
+        acc = np.zeros((H, W, oc_n), np.int64)
+    geo = np.array([H, W, sy, sx, dy, dx, pt, pl, dh, dw, 1 if depthwise else 0], np.int64)
+    out = _conv_kernel(np.ascontiguousarray(v), np.require(w, requirements=["C", "W"]), acc, geo, cfg,
+                       per_channel(bias, oc_n), per_channel(scales, oc_n), per_channel(shifts, oc_n), lut_bytes(lut))
+    return out.astype(ofm_dtype(cfg))
+
+
+def conv2d(ifm, weights, ofm_hw=None, *, stride=(1, 1), dilation=(1, 1), pad=(0, 0, 0, 0),
+           ifm_zp=0, ifm_bits=None, ifm_signed=None, upscale_mode=UPSCALE_NONE, cfg=None,
+           bias=None, scales=None, shifts=None, lut=None, acc_in=None, diag=None,
+           method: str = "auto", dilated: tuple[int, int] | None = None) -> np.ndarray:
+    """NPU_OP_CONV (weights_ifm2 = 0). ifm [H,W,C] or [N,H,W,C] raw stored integers;
+    weights [OC, KH, KW, IC] int9 with UNDILATED kernel indices (as decoded from the weight
+    stream); pad = (top, left, bottom, right); ofm_hw defaults to the TFLite-style full output.
+    bias/scales/shifts per OFM channel (decoded scale stream, used when cfg is per_channel).
+    method "auto" sums with an exact float BLAS GEMM whenever exactness is provable (see
+    _gemm_dtype), else with the numba loop; "loop" always runs the loop (the reference the GEMM
+    path is tested against). Both give identical results. ``dilated`` = KERNEL_HEIGHT/WIDTH_M1
+    + 1 when it is not (k-1)*dilation + 1 (an even size with dilation x2)."""
+    ifm = np.asarray(ifm)
+    if ofm_hw is None:
+        w = np.asarray(weights)
+        ih, iw = ifm.shape[-3] * (2 if upscale_mode else 1), ifm.shape[-2] * (2 if upscale_mode else 1)
+        dh, dw = (w.shape[1] - 1) * dilation[0] + 1, (w.shape[2] - 1) * dilation[1] + 1
+        ofm_hw = ((ih + pad[0] + pad[2] - dh) // stride[0] + 1, (iw + pad[1] + pad[3] - dw) // stride[1] + 1)
+    return batched(_conv_common, ifm, weights, ofm_hw, stride, dilation, pad, ifm_zp, ifm_bits,
+                    ifm_signed, upscale_mode, cfg, bias, scales, shifts, lut, acc_in, diag, False,
+                    method, dilated)
+
+
+def depthwise2d(ifm, weights, ofm_hw=None, *, stride=(1, 1), dilation=(1, 1), pad=(0, 0, 0, 0),
+                ifm_zp=0, ifm_bits=None, ifm_signed=None, upscale_mode=UPSCALE_NONE, cfg=None,
+                bias=None, scales=None, shifts=None, lut=None, acc_in=None, diag=None,
+                method: str = "auto", dilated: tuple[int, int] | None = None) -> np.ndarray:
+    """NPU_OP_DEPTHWISE (channel multiplier 1): weights [C, KH, KW] or [C, KH, KW, 1];
+    ``method`` and ``dilated`` as for :func:`conv2d` (the exact path is a float multiply-add
+    per position)."""
+    w = np.asarray(weights)
+    if w.ndim == 3:
+        w = w[..., None]
+    ifm = np.asarray(ifm)
+    if ofm_hw is None:
+        ih, iw = ifm.shape[-3] * (2 if upscale_mode else 1), ifm.shape[-2] * (2 if upscale_mode else 1)
+        dh, dw = (w.shape[1] - 1) * dilation[0] + 1, (w.shape[2] - 1) * dilation[1] + 1
+        ofm_hw = ((ih + pad[0] + pad[2] - dh) // stride[0] + 1, (iw + pad[1] + pad[3] - dw) // stride[1] + 1)
+    return batched(_conv_common, ifm, w, ofm_hw, stride, dilation, pad, ifm_zp, ifm_bits,
+                    ifm_signed, upscale_mode, cfg, bias, scales, shifts, lut, acc_in, diag, True,
+                    method, dilated)
+
+
+def matmul(ifm, ifm2, *, ifm_zp=0, ifm2_zp=0, ifm_bits=None, ifm_signed=None, cfg=None,
+           bias=None, scales=None, shifts=None, lut=None, acc_in=None, diag=None,
+           method: str = "auto") -> np.ndarray:
+    """NPU_OP_CONV with weights_ifm2 = 1 (L8178-8189, L8208): OFM [1, W, D] =
+    IFM [1, W, IC] x IFM2 read as [1][IC][D] (y = 0, x = ic, c = oc), both zero-point corrected;
+    kernel 1x1, stride 1, no padding (asserts L8181-8186)."""
+    ifm = np.asarray(ifm)
+    if ifm.ndim == 4:
+        return np.stack([matmul(ifm[n], np.asarray(ifm2)[min(n, np.asarray(ifm2).shape[0] - 1)]
+                                if np.asarray(ifm2).ndim == 4 else ifm2, ifm_zp=ifm_zp,
+                                ifm2_zp=ifm2_zp, ifm_bits=ifm_bits, ifm_signed=ifm_signed, cfg=cfg,
+                                bias=bias, scales=scales, shifts=shifts, lut=lut, acc_in=acc_in,
+                                diag=diag, method=method) for n in range(ifm.shape[0])])
+    bits, signed = infer_type(ifm, ifm_bits, ifm_signed)
+    check(diag, ifm.shape[0] == 1, "matmul needs OFM height 1 (L8181)")
+    b = read_values(ifm2, ifm2_zp, bits, signed, diag, "IFM2")     # IFM2 precision == IFM's (L8183)
+    if b.ndim == 3:
+        b = b[0]
+    w = np.ascontiguousarray(b.T[:, None, None, :])                  # W[oc][0][0][ic] = ifm2[0][ic][oc]
+    return _conv_common(ifm, w, (ifm.shape[0], ifm.shape[1]), (1, 1), (1, 1), (0, 0, 0, 0), ifm_zp,
+                        bits, signed, UPSCALE_NONE, cfg, bias, scales, shifts, lut, acc_in, diag, False,
+                        method)
+
+

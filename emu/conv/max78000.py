@@ -1,0 +1,166 @@
+"""MAX78000 (AI85) convolution layer: pooling -> 2-D convolution (plain or transposed) ->
+bias -> requantize, on the shared exact integer convolution. Pure numba kernels.
+
+Sources ("S3:Lnnnn" = seed 003_edc58f2c72aa640d.txt, "S0:Lnnnn" = seed 000_1c275a1c02640bee.txt,
+digest = shared/devices/max78000-ai8x.md):
+
+* pipeline order pooling -> convolution -> bias -> shift/round/saturate -> activation
+  (S3:L618, L1753, L1847; digest 0.5);
+* products and sums at full resolution, saturation only at the very end (S3:L800);
+* bias enters as ``bias << 7`` (S0:L4118, digest A6);
+* ``v = floor(acc * 2**s / 128 + 1/2)`` (S3:L770 "round half towards positive infinity",
+  S3:L1797-1809 output shift; digest 1.8 canonical model), computed exactly in int64 (digest A5);
+* clamp to [-128, 127] (S3:L798), then ReLU = clamp [0, 127] (S3:L1779) or Abs = min(|v|, 127)
+  (digest T10, public fact: ai8x-synthesis izer/simulate.py clips abs to 2**(bits-1)-1);
+* the 32-bit (bigdwrt) output is the raw accumulator: no shift, rounding, clamp or activation
+  (S3:L756, L1809, S0:L3657).
+
+Array layout: data ``[C, H, W]``, weights ``[K, C, kh, kw]`` (already sign-extended to int8),
+bias ``[K]`` int64 holding the 8-bit bias values (zeros when the layer has none). The number of
+distinct signatures is kept at one per kernel (C-contiguous int8/int64 arrays, int64 scalars).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from . import int_conv as IC
+from ..numeric.max78000 import (ACT_ABS, ACT_NONE, ACT_RELU, requant1, requantize, wide_output, wrap32)
+from ..pool.max78000 import AVG_TRUNC, POOL_NONE, pool_hwc
+
+
+@njit(nogil=True, cache=True)
+def conv2d_acc(x, w, bias, pad_h, pad_w, stride):
+    """Full-resolution accumulator ``acc[k,y,x] = sum_c sum_i sum_j w[k,c,i,j] *
+    xpad[c, y*stride+i, x*stride+j] + 128*bias[k]`` (S3:L800 full resolution; bias << 7,
+    S0:L4118). Zero padding ``pad_h``/``pad_w`` on both sides (S3:L1837). ``x`` int64
+    ``[C,H,W]``, ``w`` int8 ``[K,C,kh,kw]``, ``bias`` int64 ``[K]``. Returns int64."""
+    c_n, h, wd = x.shape
+    k_n, _, kh, kw = w.shape
+    ho = (h + 2 * pad_h - kh) // stride + 1
+    wo = (wd + 2 * pad_w - kw) // stride + 1
+    if ho < 0:
+        ho = 0
+    if wo < 0:
+        wo = 0
+    out = np.zeros((k_n, ho, wo), dtype=np.int64)
+    for k in range(k_n):
+        b = bias[k] * 128
+        for oy in range(ho):
+            for ox in range(wo):
+                acc = b
+                for c in range(c_n):
+                    for i in range(kh):
+                        yy = oy * stride + i - pad_h
+                        if yy < 0 or yy >= h:
+                            continue
+                        for j in range(kw):
+                            xx = ox * stride + j - pad_w
+                            if xx < 0 or xx >= wd:
+                                continue
+                            acc += np.int64(w[k, c, i, j]) * x[c, yy, xx]
+                out[k, oy, ox] = acc
+    return out
+
+
+@njit(nogil=True, cache=True)
+def zero_stuff(x):
+    """Deconvolution input: "a 0 after every byte shifted into TRAM and a row of 0s after every
+    row" (S0:L3979-3988): ``[H,W,C]`` -> ``[2H,2W,C]`` with x at even positions."""
+    h, w, c_n = x.shape
+    out = np.zeros((2 * h, 2 * w, c_n), dtype=x.dtype)
+    for y in range(h):
+        for xx in range(w):
+            for c in range(c_n):
+                out[2 * y, 2 * xx, c] = x[y, xx, c]
+    return out
+
+
+def run_layer_kernel(x: np.ndarray, w: np.ndarray, bias: np.ndarray | None, *,
+                     pool: tuple[int, int] = (1, 1), pool_stride: int = 1,
+                     pool_mode: int = POOL_NONE, avg_policy: int = AVG_TRUNC,
+                     pad: tuple[int, int] = (0, 0), conv_stride: int = 1, shift: int = 0,
+                     act: int = ACT_NONE, wide: bool = False,
+                     deconv: bool = False, packed: IC.PackedWeights | None = None
+                     ) -> np.ndarray:
+    """One layer: pool_hwc -> convolution (:func:`conv_int`, :func:`conv2d_acc` for empty
+    shapes) -> requantize / wide_output. A transposed convolution (POST.deconv_en) convolves
+    the zero-stuffed pooled input (:func:`zero_stuff`) with the stored kernel and the RCNT/CCNT
+    padding. ``x`` [C, H, W]: a view of channels-last int8 memory (what the datapath gathers)
+    is used as it is, anything else is copied channels last. ``packed``: ``w`` already in
+    int_conv's layout (callers that keep it across runs). Returns int32 [K, Ho, Wo].
+    Normalises dtypes and contiguity so numba compiles (and caches) one signature per kernel."""
+    hwc = x.transpose(1, 2, 0)  # the datapath gathers channels last (gather_hwc)
+    if hwc.dtype != np.int8 or not hwc.flags.c_contiguous:
+        hwc = np.ascontiguousarray(hwc, dtype=np.int8)
+    w = np.ascontiguousarray(w, dtype=np.int8)
+    b = np.zeros(w.shape[0], dtype=np.int64) if bias is None else \
+        np.ascontiguousarray(bias, dtype=np.int64)
+    if pool_mode != POOL_NONE or pool_stride != 1:  # a 1x1 window, stride 1: the identity
+        hwc = pool_hwc(hwc, int(pool[0]), int(pool[1]), int(pool_stride), int(pool_mode),
+                       int(avg_policy))
+    if deconv:
+        hwc, conv_stride = zero_stuff(hwc), 1
+    if packed is None:
+        packed = IC.pack_weights(w.transpose(0, 2, 3, 1))
+    pooled = hwc.transpose(2, 0, 1)
+    out = conv_int(pooled, packed, b, int(pad[0]), int(pad[1]), int(conv_stride), int(shift),
+                   int(act), bool(wide))
+    if out is None:  # empty shapes: the plain loop
+        acc = conv2d_acc(np.ascontiguousarray(pooled, dtype=np.int64), w, b, int(pad[0]),
+                         int(pad[1]), int(conv_stride))
+        out = (wide_output(acc) if wide else requantize(acc, int(shift), int(act))
+               ).astype(np.int32)
+    return out
+
+
+def conv_int(x: np.ndarray, w: IC.PackedWeights, bias: np.ndarray, pad_h: int, pad_w: int,
+             stride: int, shift: int, act: int, wide: bool) -> np.ndarray | None:
+    """:func:`conv2d_acc` followed by :func:`requantize` (or :func:`wide_output` if ``wide``),
+    with the sums from the shared integer kernel (emu/int_conv.py): |data| <= 128 and |weight|
+    <= 128 give at most 1024 x 9 products of 2**14 per output, below 2**28, so its int32 sums
+    are exact. ``x`` int8 [C, H, W]. None if the output is empty (callers use conv2d_acc)."""
+    c_n, h, wd = x.shape
+    ho = (h + 2 * pad_h - w.kh) // stride + 1
+    wo = (wd + 2 * pad_w - w.kw) // stride + 1
+    if ho <= 0 or wo <= 0 or c_n == 0:
+        return None
+    sums = IC.conv_sums(x, w, (ho, wo), pad=(pad_h, pad_w), stride=(stride, stride),
+                        padded=True)
+    return _finish(sums, w.k, wo, bias, shift, act, wide)
+
+
+@njit(nogil=True, cache=True)
+def _finish(sums, k_n, wo, bias, shift, act, wide):
+    """out[k] = requantize (or wrap to 32 bits) of sums[k, :, :wo] + 128*bias[k] (bias << 7,
+    S0:L4118) for k < k_n, as int32 [k_n, Ho, wo]; ``sums`` is int_conv's padded C-contiguous
+    int32 array.
+
+    Why floats: for the usual right shift t = 7 - shift > 0, ``(a + 2**(t-1)) >> t`` equals
+    ``floor((a + 2**(t-1)) * 2**-t)``, exact in float64 because |a| < 2**29 (conv_int). numba
+    widens integer arithmetic to int64 and AVX2 has no 64-bit arithmetic shift, so the integer
+    form ran one element at a time (4x slower); the float form is vectorised. Left shifts
+    (t <= 0) keep :func:`requant1`."""
+    ho = sums.shape[1]
+    out = np.empty((k_n, ho, wo), dtype=np.int32)
+    t = 7 - shift
+    scale = 2.0 ** -t
+    lo = 0.0 if act == ACT_RELU else -128.0
+    absolute = act == ACT_ABS
+    for k in range(k_n):
+        b = bias[k] * 128
+        r = float(b + (1 << (t - 1))) if t > 0 else 0.0
+        for y in range(ho):
+            if wide:
+                for x in range(wo):
+                    out[k, y, x] = wrap32(np.int64(sums[k, y, x]) + b)
+            elif t > 0:
+                for x in range(wo):
+                    v = np.floor((float(sums[k, y, x]) + r) * scale)
+                    if absolute:
+                        v = abs(v)
+                    out[k, y, x] = np.int32(min(max(v, lo), 127.0))
+            else:
+                for x in range(wo):
+                    out[k, y, x] = requant1(np.int64(sums[k, y, x]) + b, shift, act)
+    return out

@@ -1,0 +1,1 @@
+"""Element-wise family: each device's element-wise (and pass-through) arithmetic."""

@@ -1,0 +1,216 @@
+"""Ethos-U85 NPU_OP_ELEMENTWISE (all 21 modes) on plain numpy tensors.
+
+Source: TRM 3.10 pseudocode (seed 001_f249bc9cdd166610.txt, "Lnnnn"; digest
+shared/devices/ethos-u85-command-stream.md section 4). No device knowledge: tensors are numpy
+arrays in HWC (or NHWC, batches are independent), already read from memory; register values
+come in as arguments. The numba kernels (``_*_kernel``) take int64 arrays plus packed int64
+parameter vectors only, so each compiles exactly one signature; the Python wrappers do
+read_ifm's value part (zero-point subtraction, upscale), derive the IFM extent and check the
+pseudocode's asserts. A violated assert is UNPREDICTABLE in the TRM (L6004-6014): the wrappers
+append a message to ``diag`` (a list, when given) and continue with the literal result.
+
+Every wrapper returns the OFM values truncated to the OFM type (dtype from ``cfg``; see
+:func:`ofm_dtype`), or the raw int64 accumulators when ``cfg`` has acc_output = disable.
+"""
+from __future__ import annotations
+
+
+import numpy as np
+from numba import njit
+
+from ..numeric import ethosu85 as P
+from ..numeric.ethosu85 import (C_SCALE, C_SHIFT, C_ZP, RESCALE_GLOBAL, RESCALE_NONE, RESCALE_SHIFT_ONLY)
+from ..numeric.ethosu85_values import (INT32_MIN, check, config_or_default, fit_hw, infer_type, lut_bytes, ofm_dtype, read_values)
+
+# elementwise_mode (Table 3-100, L8670-8698)
+EW_MUL, EW_ADD, EW_SUB, EW_MIN, EW_MAX, EW_LRELU, EW_ABS, EW_CLZ, EW_SHR, EW_SHL, EW_LSHR, \
+    EW_DIV = range(12)
+EW_CMP_EQ, EW_CMP_NE, EW_CMP_GE, EW_CMP_GT = 16, 17, 18, 19
+EW_AND, EW_OR, EW_XOR, EW_NOT, EW_AND_NOT = 33, 34, 35, 36, 42
+EW_UNARY = (EW_LRELU, EW_ABS, EW_CLZ, EW_NOT)  # L8499
+EW_MODES = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 16, 17, 18, 19, 33, 34, 35, 36, 42)
+# broadcast_mode bits (L9538, L9781)
+BC_H, BC_W, BC_C, BC_SCALAR = 1, 2, 4, 8
+
+
+# ------------------------------------------------------------------------------------------------
+# ELEMENTWISE (L8493-8648)
+
+@njit(nogil=True, cache=True)
+def _scale_in(a, bits, signed, scale, shift, rnd, dbl):
+    """scale_a / scale_b (L7008-7048): b8 or signed b16 -> (int32)rounded_shift_right(a*scale,
+    shift, round_mode_ifm, dbl_rnd); b32 and unsigned b16 inputs pass unscaled."""
+    if bits == 8 or (bits == 16 and signed):
+        return P.sign_extend(P.rounded_shift_right(a * scale, shift, rnd, dbl), 32)
+    return a
+
+
+@njit(nogil=True, cache=True)
+def _ew_kernel(a, b, ew, cfg, lut):
+    """NPU_OP_ELEMENTWISE per-element body (L8549-8646), acc int32 (wrapped, G-R7)::
+
+        mul: a*b (unscaled; b32 -> rescale shift_only)   add/sub/min/max: of sa, sb
+        lrelu: a >= 0 ? sa : scale_b(a)   abs: |sa|   clz: clz(sa, 32)
+        shr: rounded_shift_right(sa, sb & 31, OFM round) (no rescale)
+        shl: sa << (sb & 31) (no rescale)  lshr: (uint32)(sa & type mask) >> (sb & 31) (no rescale)
+        div: a / b truncating            cmp_*: -1 / 0   not/and/or/xor/and_not: bitwise
+        acc = rescale(acc, -1, mode); activation; truncate
+
+    a, b: [H, W, D] broadcast, zero-point-corrected (or the raw scalar); ew: mode, ifm bits,
+    ifm signed, ifm2 bits, ifm2 signed, ifm scale, shift, round, dbl_rnd, ifm2 scale, shift,
+    round, dbl_rnd."""
+    mode, ab, asg, bb, bsg = ew[0], ew[1], ew[2] != 0, ew[3], ew[4] != 0
+    s1, h1, r1, d1, s2, h2, r2, d2 = ew[5], ew[6], ew[7], ew[8], ew[9], ew[10], ew[11], ew[12]
+    H, W, D = a.shape[0], a.shape[1], a.shape[2]
+    out = np.zeros((H, W, D), np.int64)
+    empty = np.zeros(0, np.int64)
+    for y in range(H):
+        for x in range(W):
+            for c in range(D):
+                av = a[y, x, c]
+                bv = b[y, x, c]
+                rm = RESCALE_GLOBAL
+                acc = np.int64(0)
+                if mode == 0:
+                    acc = av * bv
+                    if not (ab == 8 or ab == 16):
+                        rm = RESCALE_SHIFT_ONLY
+                elif mode == 5:
+                    if av >= 0:
+                        acc = _scale_in(av, ab, asg, s1, h1, r1, d1)
+                    else:
+                        acc = _scale_in(av, bb, bsg, s2, h2, r2, d2)
+                elif mode == 11:
+                    if bv == 0:
+                        acc = np.int64(0)      # UNPREDICTABLE (assert b != 0, L8613): 0
+                    else:
+                        q = abs(av) // abs(bv)
+                        acc = q if (av < 0) == (bv < 0) else -q
+                else:
+                    sa = _scale_in(av, ab, asg, s1, h1, r1, d1)
+                    sb = _scale_in(bv, bb, bsg, s2, h2, r2, d2)
+                    if mode == 1:
+                        acc = sa + sb
+                    elif mode == 2:
+                        acc = sa - sb
+                    elif mode == 3:
+                        acc = min(sa, sb)
+                    elif mode == 4:
+                        acc = max(sa, sb)
+                    elif mode == 6:
+                        acc = abs(sa)
+                    elif mode == 7:
+                        acc = P.clz(sa, 32)
+                    elif mode == 8:
+                        acc = P.rounded_shift_right(sa, sb & 31, cfg[P.C_ROUND], cfg[P.C_DBL_RND])
+                        rm = RESCALE_NONE
+                    elif mode == 9:
+                        acc = sa << (sb & 31)        # ACTIVATION_MASK = 32-bit wrap (G-R4)
+                        rm = RESCALE_NONE
+                    elif mode == 10:
+                        t = sa
+                        if ab == 8:
+                            t = t & 0xFF
+                        elif ab == 16:
+                            t = t & 0xFFFF
+                        acc = (t & 0xFFFFFFFF) >> (sb & 31)
+                        rm = RESCALE_NONE
+                    elif mode == 16:
+                        acc = -1 if sa == sb else 0
+                    elif mode == 17:
+                        acc = -1 if sa != sb else 0
+                    elif mode == 18:
+                        acc = -1 if sa >= sb else 0
+                    elif mode == 19:
+                        acc = -1 if sa > sb else 0
+                    elif mode == 33:
+                        acc = sa & sb
+                    elif mode == 34:
+                        acc = sa | sb
+                    elif mode == 35:
+                        acc = sa ^ sb
+                    elif mode == 36:
+                        acc = ~sa
+                    elif mode == 42:
+                        acc = sa & ~sb
+                acc = P.sign_extend(acc, 32)                  # int32_t acc (L8524)
+                r = P.rescale(acc, -1, rm, cfg, empty, empty)
+                r = P.activation(r, cfg, lut)
+                out[y, x, c] = P.write_value(r, cfg)
+    return out
+
+
+def _broadcast(v, mode, shape, diag, name):
+    H, W, D = shape
+    ys = np.zeros(H, np.intp) if mode & BC_H else np.arange(H)
+    xs = np.zeros(W, np.intp) if mode & BC_W else np.arange(W)
+    cs = np.zeros(D, np.intp) if mode & BC_C else np.arange(D)
+    ok = v.shape[0] > ys.max(initial=0) and v.shape[1] > xs.max(initial=0) and v.shape[2] > cs.max(initial=0)
+    check(diag, ok, f"{name} smaller than the OFM on a non-broadcast axis")
+    if not ok:
+        v = fit_hw(v, max(v.shape[0], H), max(v.shape[1], W))
+        if v.shape[2] < D:
+            v = np.concatenate([v, np.zeros(v.shape[:2] + (D - v.shape[2],), np.int64)], axis=2)
+    return np.ascontiguousarray(v[ys][:, xs][:, :, cs])
+
+
+def elementwise(mode, ifm, ifm2=None, ofm_shape=None, *, ifm_zp=0, ifm2_zp=0, ifm_bits=None,
+                ifm_signed=None, ifm2_bits=None, ifm2_signed=None, ifm_scale=(1, 0, 1, 0),
+                ifm2_scale=(1, 0, 1, 0), broadcast=0, broadcast2=0, scalar=0, cfg=None, lut=None,
+                diag=None):
+    """NPU_OP_ELEMENTWISE ``mode`` (EW_*). ifm/ifm2 [H,W,C] raw stored integers (a broadcast axis
+    is read at coordinate 0, BC_H|BC_W|BC_C bits); broadcast/broadcast2 == BC_SCALAR uses the raw
+    signed 32-bit ``scalar`` (OP_SCALAR, no zero point) for that input. ifm_scale/ifm2_scale =
+    (scale, shift, round_mode_ifm 0 double_symmetric / 1 natural, dbl_rnd). cfg must be global
+    scale_mode (G-R9). ofm_shape (H, W, D) defaults to the non-broadcast input's shape."""
+    cfg = config_or_default(cfg)
+    unary = mode in EW_UNARY
+    ref = ifm if broadcast != BC_SCALAR else ifm2
+    if ofm_shape is None:
+        ofm_shape = np.asarray(ref).shape
+    ofm_shape = tuple(int(s) for s in ofm_shape)
+    if len(ofm_shape) == 4:
+        outs = []
+        for n in range(ofm_shape[0]):
+            pick = (lambda t: None if t is None else (np.asarray(t)[min(n, np.asarray(t).shape[0] - 1)]
+                                                      if np.asarray(t).ndim == 4 else t))
+            outs.append(elementwise(mode, pick(ifm), pick(ifm2), ofm_shape[1:], ifm_zp=ifm_zp,
+                                    ifm2_zp=ifm2_zp, ifm_bits=ifm_bits, ifm_signed=ifm_signed,
+                                    ifm2_bits=ifm2_bits, ifm2_signed=ifm2_signed, ifm_scale=ifm_scale,
+                                    ifm2_scale=ifm2_scale, broadcast=broadcast, broadcast2=broadcast2,
+                                    scalar=scalar, cfg=cfg, lut=lut, diag=diag))
+        return np.stack(outs)
+    bits, signed = infer_type(ref if ref is not None else np.zeros(1, np.int8), ifm_bits, ifm_signed)
+    bits2, signed2 = (bits, signed) if (ifm2_bits is None and ifm2_signed is None) else \
+        infer_type(ifm2 if ifm2 is not None else np.zeros(1, np.int8), ifm2_bits, ifm2_signed)
+    check(diag, (bits, signed) == (bits2, signed2), "IFM2 precision/type must match IFM (L8497, L9616)")
+    check(diag, bits in (8, 16) or (bits == 32 and signed), "ELEMENTWISE IFM b8, b16 or s32 (L8500)")
+    check(diag, cfg[P.C_SCALE_MODE] == 1, "ELEMENTWISE needs OFM scale_mode global (G-R9, L6968)")
+    check(diag, not (broadcast == BC_SCALAR and broadcast2 == BC_SCALAR), "both inputs scalar (L8538)")
+    if broadcast == BC_SCALAR:
+        a = np.full(ofm_shape, int(P.sign_extend(scalar, 32)), np.int64)
+    else:
+        a = _broadcast(read_values(ifm, ifm_zp, bits, signed, diag), broadcast, ofm_shape, diag, "IFM")
+    if unary:
+        b = np.zeros(ofm_shape, np.int64)
+    elif broadcast2 == BC_SCALAR:
+        b = np.full(ofm_shape, int(P.sign_extend(scalar, 32)), np.int64)
+    else:
+        b = _broadcast(read_values(ifm2, ifm2_zp, bits2, signed2, diag, "IFM2"), broadcast2,
+                       ofm_shape, diag, "IFM2")
+    if mode == EW_MUL:
+        check(diag, bits == 8 or signed or (ifm_zp & 0xFFFF == 32768 and ifm2_zp & 0xFFFF == 32768),
+              "uint16 mul needs zero points 32768 (L8559)")
+    if mode == EW_DIV:
+        check(diag, tuple(ifm_scale[:2]) == (1, 0) and tuple(ifm2_scale[:2]) == (1, 0)
+              and ifm_zp == 0 and ifm2_zp == 0 and int(cfg[C_SCALE]) == 1 and int(cfg[C_SHIFT]) == 0
+              and int(cfg[C_ZP]) == 0, "div: unit scales, zero points 0 (L8606-8619)")
+        check(diag, not np.any(b == 0), "div by zero (L8613): result 0")
+        check(diag, not np.any((b == -1) & (a == INT32_MIN)), "div INT32_MIN / -1 (L8614): wraps")
+    check(diag, mode in EW_MODES, f"reserved elementwise mode {mode} (L8670-8698)")
+    ew = np.array([mode, bits, 1 if signed else 0, bits2, 1 if signed2 else 0, *ifm_scale,
+                   *ifm2_scale], np.int64)
+    out = _ew_kernel(np.ascontiguousarray(a), np.ascontiguousarray(b), ew, cfg, lut_bytes(lut))
+    return out.astype(ofm_dtype(cfg))
+
+

@@ -1,0 +1,1 @@
+"""Memory family: tensor layouts, gathers and scatters, bus burst accounting."""

@@ -1,0 +1,113 @@
+"""Ethos-U85 tensor values as the kernel wrappers read them: the stored integers as the
+tensor type minus the zero point (read_ifm), IFM upscaling, OFM dtypes, and the small
+helpers every wrapper shares (assert notes, per-channel vectors, LUT bytes).
+
+Source: TRM 3.10 pseudocode (seed 001_f249bc9cdd166610.txt, "Lnnnn").
+"""
+from __future__ import annotations
+
+
+import numpy as np
+
+from . import ethosu85 as P
+from .ethosu85 import C_ACC_OUTPUT, C_OFM_BITS, C_OFM_SIGNED
+
+# IFM_UPSCALE.mode (L10097)
+UPSCALE_NONE, UPSCALE_NEAREST, UPSCALE_ZEROS = 0, 1, 2
+
+INT32_MIN = -(1 << 31)
+INT32_MAX = (1 << 31) - 1
+
+
+
+
+def ofm_dtype(cfg: np.ndarray) -> np.dtype:
+    """numpy dtype of the OFM values a wrapper returns for this ``cfg`` (int64 for raw
+    accumulators)."""
+    if cfg[C_ACC_OUTPUT]:
+        return np.dtype(np.int64)
+    bits, signed = int(cfg[C_OFM_BITS]), bool(cfg[C_OFM_SIGNED])
+    return np.dtype(("i" if signed else "u") + str(bits // 8))
+
+
+def check(diag, cond, msg):
+    if not cond and diag is not None:
+        diag.append(msg)
+
+
+def lut_bytes(lut):
+    if lut is None:
+        return np.zeros(P.LUT_BYTES, np.uint8)
+    b = np.frombuffer(bytes(lut), np.uint8) if not isinstance(lut, np.ndarray) else lut
+    out = np.zeros(P.LUT_BYTES, np.uint8)
+    b = b.view(np.uint8).ravel()[:P.LUT_BYTES]
+    out[:b.size] = b
+    return out
+
+
+def per_channel(a, d, default=0):
+    out = np.full(d, default, np.int64)
+    if a is not None:
+        a = np.asarray(a, np.int64).ravel()
+        out[:min(d, a.size)] = a[:d]
+    return out
+
+
+def config_or_default(cfg):
+    return P.out_config() if cfg is None else np.ascontiguousarray(cfg, np.int64)
+
+
+def infer_type(arr, bits, signed):
+    dt = np.asarray(arr).dtype
+    if bits is None:
+        bits = dt.itemsize * 8 if dt.kind in "iu" else 8
+    if signed is None:
+        signed = dt.kind != "u"
+    return int(bits), bool(signed)
+
+
+def read_values(raw, zero_point: int, bits: int, signed: bool, diag=None, name="IFM") -> np.ndarray:
+    """read_ifm's value part (L6540-6558): reinterpret the stored integers as the tensor type
+    (bits/signed) and subtract the zero point, interpreted as int16 or uint16 by the type.
+    Returns int64."""
+    raw = np.asarray(raw)
+    v = raw.astype(np.int64)
+    if bits < 64:
+        v = v & ((1 << bits) - 1)
+        if signed:
+            v = np.where(v >= (1 << (bits - 1)), v - (1 << bits), v)
+    zp, ok = P.ifm_zero_point(zero_point, bits, signed)
+    check(diag, ok, f"{name} zero point {zp} invalid for {'s' if signed else 'u'}{bits} (L6550-6556)")
+    return v - zp
+
+
+def upscale(v: np.ndarray, mode: int) -> np.ndarray:
+    """IFM_UPSCALE (L6518-6526) applied to zero-point-corrected HWC values: nearest doubles H
+    and W by replication, zeros puts v at even (y, x) and 0 (= the zero point) elsewhere."""
+    if mode == UPSCALE_NONE:
+        return v
+    h, w, c = v.shape
+    if mode == UPSCALE_NEAREST:
+        return np.repeat(np.repeat(v, 2, axis=0), 2, axis=1)
+    out = np.zeros((2 * h, 2 * w, c), np.int64)
+    out[0::2, 0::2] = v
+    return out
+
+
+def fit_hw(v, h, w):
+    """Return an (h, w, C) view/extension of v: positions beyond the stored array read 0."""
+    if v.shape[0] >= h and v.shape[1] >= w:
+        return np.ascontiguousarray(v[:h, :w])
+    out = np.zeros((h, w, v.shape[2]), np.int64)
+    hh, ww = min(h, v.shape[0]), min(w, v.shape[1])
+    out[:hh, :ww] = v[:hh, :ww]
+    return out
+
+
+def batched(fn, ifm, *args, **kw):
+    ifm = np.asarray(ifm)
+    if ifm.ndim == 4:
+        return np.stack([fn(ifm[n], *args, **kw) for n in range(ifm.shape[0])])
+    return fn(ifm, *args, **kw)
+
+

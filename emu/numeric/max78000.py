@@ -1,0 +1,116 @@
+"""MAX78000 (AI85) numeric primitives: weight fields, bias, output shift, rounding,
+saturation, activation and the 32-bit output. Pure numba kernels.
+
+Sources ("S3:Lnnnn" = seed 003_edc58f2c72aa640d.txt, "S0:Lnnnn" = seed 000_1c275a1c02640bee.txt,
+digest = shared/devices/max78000-ai8x.md):
+
+* pipeline order pooling -> convolution -> bias -> shift/round/saturate -> activation
+  (S3:L618, L1753, L1847; digest 0.5);
+* products and sums at full resolution, saturation only at the very end (S3:L800);
+* bias enters as ``bias << 7`` (S0:L4118, digest A6);
+* ``v = floor(acc * 2**s / 128 + 1/2)`` (S3:L770 "round half towards positive infinity",
+  S3:L1797-1809 output shift; digest 1.8 canonical model), computed exactly in int64 (digest A5);
+* clamp to [-128, 127] (S3:L798), then ReLU = clamp [0, 127] (S3:L1779) or Abs = min(|v|, 127)
+  (digest T10, public fact: ai8x-synthesis izer/simulate.py clips abs to 2**(bits-1)-1);
+* the 32-bit (bigdwrt) output is the raw accumulator: no shift, rounding, clamp or activation
+  (S3:L756, L1809, S0:L3657).
+
+Array layout: data ``[C, H, W]``, weights ``[K, C, kh, kw]`` (already sign-extended to int8),
+bias ``[K]`` int64 holding the 8-bit bias values (zeros when the layer has none). The number of
+distinct signatures is kept at one per kernel (C-contiguous int8/int64 arrays, int64 scalars).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+ACT_NONE = 0
+ACT_RELU = 1
+ACT_ABS = 2
+
+
+@njit(nogil=True, cache=True)
+def field_value(raw, shift, bits):
+    """The weight field ``bits`` wide at bit ``shift`` of the byte ``raw``, two's complement
+    (digest 1.3, public fact: izer kernels.py ``& (2**bits-1)``); ranges 8-bit [-128,127], 4-bit
+    [-8,7], 2-bit [-2,1], 1-bit [-1,0] (S3:L758-762)."""
+    mask = (1 << bits) - 1
+    v = (np.int64(raw) >> shift) & mask
+    if v & (1 << (bits - 1)):
+        v -= mask + 1
+    return v
+
+
+@njit(nogil=True, cache=True)
+def sign_extend(raw, shift, bits):
+    """:func:`field_value` of each byte of ``raw`` (uint8), as int8."""
+    out = np.empty(raw.shape, dtype=np.int8)
+    flat_in = raw.ravel()
+    flat_out = out.ravel()
+    for i in range(flat_in.size):
+        flat_out[i] = field_value(flat_in[i], shift, bits)
+    return out
+
+
+
+@njit(nogil=True, cache=True)
+def requantize(acc, shift, act):
+    """8-bit output: ``v = floor(acc * 2**shift / 128 + 1/2)`` with ``t = 7 - shift``:
+    ``(acc + 2**(t-1)) >> t`` for t > 0, else ``acc << -t`` (arithmetic shifts, exact in int64;
+    S3:L770, L1797-1809, digest 1.8); saturate to [-128, 127] (S3:L798); then ReLU clamps to
+    [0, 127] (S3:L1779) or Abs gives min(|v|, 127) (S0:L3998; abs wins over ReLU, S0:L4010).
+    ``shift`` is the total shift held in POST.scale_reg/scale_shft, in [-15, 15] (S3:L1799).
+    Returns int64 of the same shape."""
+    out = np.empty(acc.shape, dtype=np.int64)
+    fa = acc.ravel()
+    fo = out.ravel()
+    for i in range(fa.size):
+        fo[i] = requant1(fa[i], shift, act)
+    return out
+
+
+@njit(nogil=True, cache=True)
+def requant1(a, shift, act):
+    """:func:`requantize` of one accumulator value."""
+    t = 7 - shift
+    if t > 0:
+        v = (a + (np.int64(1) << (t - 1))) >> t
+    else:
+        v = a << (-t)
+    if v > 127:
+        v = 127
+    elif v < -128:
+        v = -128
+    if act == ACT_RELU:
+        if v < 0:
+            v = 0
+    elif act == ACT_ABS:
+        if v < 0:
+            v = -v
+        if v > 127:
+            v = 127
+    return v
+
+
+@njit(nogil=True, cache=True)
+def wrap32(a):
+    """:func:`wide_output` of one accumulator value."""
+    v = a & 0xFFFFFFFF
+    if v >= 0x80000000:
+        v -= 0x100000000
+    return v
+
+
+@njit(nogil=True, cache=True)
+def wide_output(acc):
+    """32-bit (bigdwrt) output: the accumulator's low 32 bits, two's complement (S3:L756 'Q17.14
+    unclipped', S3:L1809 'no hardware shift'; S0:L3657 'write 32-bit accumulator output')."""
+    out = np.empty(acc.shape, dtype=np.int64)
+    fa = acc.ravel()
+    fo = out.ravel()
+    for i in range(fa.size):
+        fo[i] = wrap32(fa[i])
+    return out
+
+

@@ -1,0 +1,1 @@
+"""Pooling family: each device's pooling arithmetic."""

@@ -1,0 +1,89 @@
+"""MAX78000 (AI85) pooling: max and average over HWC or CHW int8 data. Pure numba kernels.
+
+Sources: seed 003 (S3) and 000 (S0), digest shared/devices/max78000-ai8x.md.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+# pooling modes
+POOL_NONE = 0  # 1x1 window: plain decimation by the stride (public fact: izer pooling_layer)
+POOL_MAX = 1
+POOL_AVG = 2
+
+# average-pool rounding policies (digest A3; seed S3:L1015-1020 only covers non-negative sums)
+AVG_TRUNC = 0       # izer HEAD "floor" mode: integer mean truncated toward zero (np.nanmean int64)
+AVG_ROUND_AWAY = 1  # izer HEAD "rounding" mode: half away from zero (ceil(x-.5) for x<0)
+AVG_FLOOR = 2       # seed literal floor(sum/N) for every sign
+AVG_FLOOR_HALF = 3  # seed literal floor(sum/N + 1/2) for every sign (S0:L2171 wording)
+
+
+@njit(nogil=True, cache=True)
+def _avg(total, n, policy):
+    """Integer average of ``total`` over ``n`` elements under ``policy`` (see AVG_*)."""
+    if policy == AVG_TRUNC:
+        q = abs(total) // n
+        return q if total >= 0 else -q
+    if policy == AVG_ROUND_AWAY:
+        q = (2 * abs(total) + n) // (2 * n)
+        return q if total >= 0 else -q
+    if policy == AVG_FLOOR:
+        return total // n
+    return (2 * total + n) // (2 * n)  # floor(total/n + 1/2)
+
+
+@njit(nogil=True, cache=True)
+def pool_hwc(x, pool_h, pool_w, stride, mode, avg_policy):
+    """In-flight pooling before the convolution, no padding (S3:L1010-1014): output size
+    ``(H - pool)//stride + 1`` per dimension; max = window maximum; average = window sum / N
+    rounded per ``avg_policy`` (default AVG_TRUNC, or AVG_ROUND_AWAY when CTRL.poolrnd=1; digest
+    1.9 and A3), clamped to int8 (digest A20). ``mode == POOL_NONE`` decimates (1x1 window).
+    ``x`` int8 ``[H, W, C]`` (channels last, as the data memories hold them: the loops run
+    along contiguous channels, which numba vectorises); returns int8 ``[Ho, Wo, C]``."""
+    h, w, c_n = x.shape
+    if mode == POOL_NONE:
+        pool_h = 1
+        pool_w = 1
+    ho = max((h - pool_h) // stride + 1, 0)
+    wo = max((w - pool_w) // stride + 1, 0)
+    out = np.empty((ho, wo, c_n), dtype=np.int8)
+    acc = np.empty(c_n, dtype=np.int32)  # a 16x16 window of -128 sums to -32768: fits
+    n = pool_h * pool_w
+    for oy in range(ho):
+        for ox in range(wo):
+            r0, c0 = oy * stride, ox * stride
+            for c in range(c_n):
+                acc[c] = x[r0, c0, c]
+            for k in range(1, n):
+                r, col = r0 + k // pool_w, c0 + k % pool_w
+                if mode == POOL_MAX:
+                    for c in range(c_n):
+                        acc[c] = max(acc[c], np.int32(x[r, col, c]))
+                else:
+                    for c in range(c_n):
+                        acc[c] += x[r, col, c]
+            if mode == POOL_AVG:
+                for c in range(c_n):
+                    out[oy, ox, c] = min(max(_avg(np.int64(acc[c]), n, avg_policy), -128), 127)
+            else:
+                for c in range(c_n):
+                    out[oy, ox, c] = acc[c]
+    return out
+
+
+@njit(nogil=True, cache=True)
+def pool2d(x, pool_h, pool_w, stride, mode, avg_policy):
+    """:func:`pool_hwc` of each channel of ``x`` int8 ``[C, H, W]``; returns int64
+    ``[C, Ho, Wo]`` (the element-wise and pass-through stages, which hold CHW)."""
+    c_n, h, w = x.shape
+    ph, pw = (1, 1) if mode == POOL_NONE else (pool_h, pool_w)
+    out = np.empty((c_n, max((h - ph) // stride + 1, 0), max((w - pw) // stride + 1, 0)),
+                   dtype=np.int64)
+    for c in range(c_n):
+        out[c] = pool_hwc(x[c].reshape(h, w, 1), pool_h, pool_w, stride, mode,
+                          avg_policy)[:, :, 0]
+    return out
+
+

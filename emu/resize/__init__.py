@@ -1,0 +1,1 @@
+"""Resize family: Ethos-U85 RESIZE."""

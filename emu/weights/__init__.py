@@ -1,0 +1,1 @@
+"""Weight stream codecs."""
