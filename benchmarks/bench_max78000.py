@@ -23,7 +23,6 @@ import resource
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -32,38 +31,51 @@ import numpy as np
 from accelstub.devices import open_device
 from accelstub.testkit.max78000_build import Layer, Network, build
 from accelstub.devices.max78000.datapath import sram_address
-from accelstub.devices.max78000.ai8x import (apply_accesses, load_ai8x_program,
-                                               run_ai8x_program)
+from accelstub.devices.host import CheckWords, HostProgram, WaitIrq, apply_steps
+from accelstub.devices.max78000.ai8x import import_ai8x_project
+from accelstub.devices.runcontrol import RunControl
 from accelstub.stub.cli import demo_program
+from accelstub.stub.program import run_to_end
 
 
 def load(net: Network, tmp: str, seed: int = 1):
+    """A loaded project: run control with the program's setup and start writes applied (the
+    device armed before layer 0), the imported program, and its directory."""
     project = build(net, seed=seed)
     path = project.write(Path(tmp) / net.name)
-    dev = open_device("max78000")
-    load_ai8x_program(dev, path)
-    return dev, path
+    prog = import_ai8x_project(path)
+    rc = RunControl(open_device("max78000"))
+    rc.attach(None)
+    apply_steps(rc.device, prog.setup + prog.start)
+    return rc, prog, path
 
 
-def time_layers(dev) -> float:
-    """Run the armed program with device.step; seconds of emulation."""
+def time_layers(rc) -> float:
+    """Run the armed program layer by layer in this thread; seconds of emulation."""
     t0 = time.perf_counter()
-    halt = threading.Event()
-    while not dev.finished():
-        dev.step(halt)
+    while not rc.device.finished():
+        rc.run_here(single=True)
     return time.perf_counter() - t0
 
 
-def rerun(dev, sram: np.ndarray) -> float:
+def rerun(rc, prog, sram: np.ndarray) -> float:
     """One inference on a loaded device, timed from cnn_start to completion as the chip's
     latency is; then, untimed, the program's CNN_ISR writes, the input loaded again (data SRAM
     as it was after loading: layers overwrite their input) and the start writes."""
-    t = time_layers(dev)
-    apply_accesses(dev, dev.ai8x_program.isr)
+    t = time_layers(rc)
+    apply_steps(rc.device, prog.isr)
     for m, row in enumerate(sram):
-        dev.write(sram_address(m, 0), row.tobytes())
-    apply_accesses(dev, dev.ai8x_program.start)
+        rc.device.write(sram_address(m, 0), row.tobytes())
+    apply_steps(rc.device, prog.start)
     return t
+
+
+def check(rc, prog) -> str:
+    """The armed program run to the end as its main() does after cnn_start (wait for the CNN
+    interrupt, check_output) on the device as it is now."""
+    rc.attach(HostProgram("check", [WaitIrq("CNN"), CheckWords(prog.expected)],
+                          {"CNN": list(prog.isr)}))
+    return "\n".join(run_to_end(rc).lines)
 
 
 def macs(net: Network) -> int:
@@ -79,7 +91,8 @@ def macs(net: Network) -> int:
 
 def bench_conv(tmp: str) -> None:
     net = Network(64, 64, 64, [Layer(64, kernel=3, pad=1, shift=-3)], name="conv64")
-    dev, _ = load(net, tmp)
+    rc, prog, _ = load(net, tmp)
+    dev = rc.device
     sram = dev.bus.stacks["sram"].copy()
     import torch
 
@@ -91,14 +104,14 @@ def bench_conv(tmp: str) -> None:
     for _ in range(4):  # alternating blocks, so both see the same load from the rest of the
         # machine; a pause between blocks lets the other's thread pool stop spinning
         for _ in range(5):
-            ours_t.append(rerun(dev, sram))
+            ours_t.append(rerun(rc, prog, sram))
         time.sleep(0.3)
         for _ in range(5):
             t0 = time.perf_counter()
             torch.nn.functional.conv2d(x, wt, padding=1)
             torch_t.append(time.perf_counter() - t0)
         time.sleep(0.3)
-    check = run_ai8x_program(dev, dev.ai8x_program)  # the timed device, re-armed by rerun
+    verdict = check(rc, prog)  # the timed device, re-armed by rerun
     n = macs(net)
     best, t_ref = min(ours_t), min(torch_t)
     med = float(np.median(ours_t)) / float(np.median(torch_t))
@@ -106,7 +119,7 @@ def bench_conv(tmp: str) -> None:
     print(f"conv 64->64 3x3 on 64x64 ({n / 1e6:.1f} M MACs): emulator {best * 1e3:.1f} ms = "
           f"{ours / 1e9:.2f} GMAC/s; torch float32 conv2d {t_ref * 1e3:.1f} ms = "
           f"{ref / 1e9:.2f} GMAC/s; ratio {ours / ref:.2f} (of the medians {1 / med:.2f}); "
-          f"bit-exact: {check.line()}")
+          f"bit-exact: {verdict}")
 
 
 def bench_mnist(tmp: str) -> None:
@@ -117,17 +130,18 @@ def bench_mnist(tmp: str) -> None:
         Layer(12, kernel=3, pad=1, pool="avg", activation="relu", shift=-1),
         Layer(10, kernel=1, pad=0, wide=True),
     ], name="mnist_shapes")
-    dev, _ = load(net, tmp)
+    rc, prog, _ = load(net, tmp)
+    dev = rc.device
     sram = dev.bus.stacks["sram"].copy()
     c0 = dev.cycles
-    times = [rerun(dev, sram) for _ in range(20)]
+    times = [rerun(rc, prog, sram) for _ in range(20)]
     cycles = (dev.cycles - c0) // len(times)
-    check = run_ai8x_program(dev, dev.ai8x_program)
+    verdict = check(rc, prog)
     t = min(times)
     print(f"MNIST-shaped network ({macs(net) / 1e6:.1f} M MACs, {cycles} modelled cycles): "
           f"{t * 1e3:.2f} ms per inference (best of 20, median {np.median(times) * 1e3:.2f}) "
           f"vs silicon 1.40 ms: "
-          f"{1.40e-3 / t:.2f}x the chip's speed; {check.line()}")
+          f"{1.40e-3 / t:.2f}x the chip's speed; {verdict}")
 
 
 def bench_first_run() -> None:

@@ -1,26 +1,43 @@
-"""Device models: bus, register file, run control and one module per accelerator.
+"""Device models: the contract (device.py), bus, register file, run control, host programs, the
+description loader, and one package per accelerator.
 
-``open_device(name)`` is the single entry point the stub, the CLI and the tests use.
+The registry below is the one place that lists the devices: adding a device is its package (with
+a ``SPEC``, a :class:`DeviceSpec`) and one line here. ``open_device(name)`` is the single entry
+point the stub, the CLI and the tests use.
 """
 from __future__ import annotations
 
-from .device import Device
+import importlib
+
+from .device import Device, DeviceSpec
 from .errors import BusError, DescriptionError, DeviceError, TargetRunning
 
-DEVICES = ("max78000", "ethos-u85")
+#: device key -> package holding its SPEC
+REGISTRY = {
+    "max78000": "accelstub.devices.max78000",
+    "ethos-u85": "accelstub.devices.ethos_u85",
+}
+DEVICES = tuple(REGISTRY)
+
+
+def device_spec(name: str) -> DeviceSpec:
+    """The registry entry of ``name`` (imports only the package's light ``__init__``)."""
+    if name not in REGISTRY:
+        raise ValueError(f"unknown device {name!r}; known devices: {', '.join(DEVICES)}")
+    return importlib.import_module(REGISTRY[name]).SPEC
 
 
 def open_device(name: str, **options: object) -> Device:
-    """Create the device model ``name`` (one of :data:`DEVICES`); ethos-u85 takes ``macs``
-    (MACs per cycle: 128, 256 (default), 512, 1024 or 2048)."""
-    if name == "max78000":
-        from .max78000.model import Max78000
-        return Max78000(**options)
-    if name == "ethos-u85":
-        from .ethos_u85.model import EthosU85
-        return EthosU85(**options)  # options: macs=128|256|512|1024|2048
-    raise ValueError(f"unknown device {name!r}; known devices: {', '.join(DEVICES)}")
+    """Create the device model ``name`` with its construction ``options`` (DeviceSpec.options,
+    e.g. ethos-u85's ``macs``)."""
+    spec = device_spec(name)
+    known = {o.name for o in spec.options}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ValueError(f"{name} takes no option {', '.join(unknown)}"
+                         + (f" (its options: {', '.join(sorted(known))})" if known else ""))
+    return spec.create(**options)
 
 
-__all__ = ["Device", "open_device", "DEVICES", "BusError", "DescriptionError", "DeviceError",
-           "TargetRunning"]
+__all__ = ["Device", "DeviceSpec", "open_device", "device_spec", "DEVICES", "REGISTRY",
+           "BusError", "DescriptionError", "DeviceError", "TargetRunning"]

@@ -167,7 +167,7 @@ class Bus:
         end = addr + n
         word = addr & ~3
         while word < end:
-            value = self.regs.read(self._reg_at(word))
+            value = self.regs.read(self.regs.selected(self._reg_at(word)))
             raw = value.to_bytes(4, "little")
             lo, hi = max(addr, word) - word, min(end, word + 4) - word
             out += raw[lo:hi]
@@ -184,7 +184,7 @@ class Bus:
             raw = bytearray(4)
             raw[lo:hi] = data[word + lo - addr:word + hi - addr]
             lanes = int.from_bytes(bytes(0xFF if lo <= i < hi else 0 for i in range(4)), "little")
-            self.regs.write(reg, int.from_bytes(raw, "little"), lanes)
+            self.regs.write(self.regs.selected(reg), int.from_bytes(raw, "little"), lanes)
 
     def snapshot(self) -> dict[str, np.ndarray]:
         return {k: m.data.copy() for k, m in self.memories.items()}

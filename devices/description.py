@@ -72,6 +72,7 @@ class RegisterDef:
     fields: tuple[Field, ...] = ()
     aliases: tuple[str, ...] = ()
     bits: int = 32
+    banked: bool = False  # one copy per bank of the block (``banks``)
 
     @property
     def type_id(self) -> str:
@@ -89,6 +90,14 @@ class Register:
     group: str
     index: int = 0  # array index (0 for singles)
     aliases: tuple[str, ...] = ()
+    bank: int | None = None  # banked registers: which bank of the slot at this address
+    slot: str = ""  # banked registers: the name shared by the banks (prefix + register name)
+
+    @property
+    def key(self) -> int:
+        """Storage key: the address, plus bank * 2**32 for banked registers (one value per
+        bank at one address)."""
+        return self.address if self.bank is None else self.address | (self.bank + 1) << 32
 
     @property
     def fields(self) -> tuple[Field, ...]:
@@ -129,6 +138,9 @@ class BlockInstance:
     doc: str
     registers: tuple[Register, ...]
     kind_name: str  # name of the block definition (shared by all instances)
+    banks: tuple[str, ...] = ()  # bank names of the block's banked registers
+    bank_select: str = ""  # "REGISTER.field" (full register name) or "device"
+    bank_lock: str = ""  # "REGISTER.field" (slot name): writes to a bank ignored while it is 1
 
 
 @dataclass(frozen=True)
@@ -171,18 +183,26 @@ class Description:
         object.__setattr__(self, "registers", regs)
         by_name: dict[str, Register] = {}
         by_addr: dict[int, Register] = {}
+        banks: dict[int, list[Register]] = {}
         for r in regs:
             for n in (r.name, *r.aliases):
                 if n in by_name:
                     raise DescriptionError(self.source, f"register {n!r}", "name is used twice")
                 by_name[n] = r
+            if r.bank:  # a further bank of a slot: same address by design
+                banks[r.address].append(r)
+                continue
             if r.address in by_addr:
                 raise DescriptionError(
                     self.source, f"register {r.name!r}",
                     f"address {r.address:#010x} is already taken by {by_addr[r.address].name!r}")
             by_addr[r.address] = r
+            if r.bank == 0:
+                banks[r.address] = [r]
         object.__setattr__(self, "_by_name", by_name)
         object.__setattr__(self, "_by_addr", by_addr)
+        object.__setattr__(self, "_banks", {a: tuple(v) for a, v in banks.items()})
+        object.__setattr__(self, "_slots", {v[0].slot: a for a, v in banks.items()})
 
     def register(self, name: str) -> Register:
         try:
@@ -194,7 +214,22 @@ class Description:
         return self._by_name.get(name)  # type: ignore[attr-defined]
 
     def register_at(self, address: int) -> Register | None:
+        """The register at ``address`` (bank 0 of a banked slot)."""
         return self._by_addr.get(address)  # type: ignore[attr-defined]
+
+    def banks_at(self, address: int) -> tuple[Register, ...]:
+        """Every bank of the banked slot at ``address`` (empty if it is not banked)."""
+        return self._banks.get(address, ())  # type: ignore[attr-defined]
+
+    def slot_address(self, name: str) -> int | None:
+        """Address of the banked slot ``name`` (the register name without a bank suffix)."""
+        return self._slots.get(name)  # type: ignore[attr-defined]
+
+    def block_of(self, reg: Register) -> BlockInstance:
+        for b in self.blocks:
+            if b.name == reg.block:
+                return b
+        raise KeyError(reg.block)
 
     def groups(self) -> list[str]:
         seen: list[str] = []
@@ -264,7 +299,7 @@ def _parse_register(d: dict, where: str, src: str) -> RegisterDef:
         raise DescriptionError(src, where, "register has no name")
     where = f"{where} register {d['name']!r}"
     _check_keys(d, ("name", "offset", "count", "stride", "doc", "field", "access", "aliases",
-                    "reset", "bits"), where, src)
+                    "reset", "bits", "banked"), where, src)
     if "offset" not in d:
         raise DescriptionError(src, where, "missing 'offset'")
     access = d.get("access", "rw")
@@ -286,7 +321,7 @@ def _parse_register(d: dict, where: str, src: str) -> RegisterDef:
         raise DescriptionError(src, where, "two fields have the same name")
     rdef = RegisterDef(d["name"], _int(d["offset"], where, src), _int(d.get("count", 1), where, src),
                        _int(d.get("stride", 4), where, src), d.get("doc", ""), fields,
-                       tuple(d.get("aliases", ())), nbits)
+                       tuple(d.get("aliases", ())), nbits, bool(d.get("banked", False)))
     if "reset" in d and "field" in d:
         computed = sum(f.reset << f.lsb for f in fields)
         if computed != d["reset"]:
@@ -295,6 +330,53 @@ def _parse_register(d: dict, where: str, src: str) -> RegisterDef:
     if rdef.count > 1 and "{i}" not in rdef.name:
         raise DescriptionError(src, where, "an array register needs '{i}' in its name")
     return rdef
+
+
+def _bank_keys(b: dict, rdefs: list[RegisterDef], where: str, src: str
+               ) -> tuple[tuple[str, ...], str, str]:
+    """A block's ``banks`` (names), ``bank_select`` ("REGISTER.field" of an unbanked register of
+    the block, or "device") and optional ``bank_lock`` ("REGISTER.field" of a banked register):
+    checked for shape here, the named fields once the block is built."""
+    banks = tuple(str(x) for x in b.get("banks", ()))
+    select, lock = b.get("bank_select", ""), b.get("bank_lock", "")
+    banked = any(r.banked for r in rdefs)
+    if banked != bool(banks) or (len(banks) == 1):
+        raise DescriptionError(src, where, "a block with banked registers needs 'banks' with at "
+                               "least two names, and 'banks' needs a register with banked = true")
+    if banks and not select:
+        raise DescriptionError(src, where, "banked registers need 'bank_select' "
+                               "(\"REGISTER.field\" or \"device\")")
+    if len(set(banks)) != len(banks):
+        raise DescriptionError(src, where, f"bank names repeat: {list(banks)}")
+    for key, value in (("bank_select", select), ("bank_lock", lock)):
+        if value and value != "device" and value.count(".") != 1:
+            raise DescriptionError(src, where, f"{key} must be \"REGISTER.field\", not {value!r}")
+    if lock == "device":
+        raise DescriptionError(src, where, "bank_lock names a field (\"REGISTER.field\")")
+    return banks, select, lock
+
+
+def _check_bank_fields(blk: BlockInstance, where: str, src: str) -> None:
+    """The selector is a field of an unbanked register of the block wide enough for every bank;
+    the lock is a field of a banked register of the block."""
+    names = {r.name: r for r in blk.registers}
+    slots = {r.slot: r for r in blk.registers if r.bank is not None}
+    if blk.bank_select and blk.bank_select != "device":
+        reg_name, fname = blk.bank_select.split(".")
+        reg = names.get(reg_name)
+        f = next((f for f in reg.fields if f.name == fname), None) if reg else None
+        if f is None or reg.bank is not None:
+            raise DescriptionError(src, where, f"bank_select {blk.bank_select!r} is not a field of "
+                                   "an unbanked register of the block")
+        if (1 << f.width) < len(blk.banks):
+            raise DescriptionError(src, where, f"bank_select field {fname!r} cannot name "
+                                   f"{len(blk.banks)} banks")
+    if blk.bank_lock:
+        reg_name, fname = blk.bank_lock.split(".")
+        reg = slots.get(reg_name)
+        if reg is None or not any(f.name == fname for f in reg.fields):
+            raise DescriptionError(src, where, f"bank_lock {blk.bank_lock!r} is not a field of a "
+                                   "banked register of the block")
 
 
 def _expand(template: str, **kw: int) -> str:
@@ -321,11 +403,12 @@ def parse_description(data: dict, source: str) -> Description:
             raise DescriptionError(src, where, "block has no name")
         where = f"block {b['name']!r}"
         _check_keys(b, ("name", "base", "size", "instances", "stride", "group", "doc", "prefix",
-                        "register"), where, src)
+                        "register", "banks", "bank_select", "bank_lock"), where, src)
         for key in ("base", "size"):
             if key not in b:
                 raise DescriptionError(src, where, f"missing {key!r}")
         rdefs = [_parse_register(r, where, src) for r in b.get("register", [])]
+        banks, select, lock = _bank_keys(b, rdefs, where, src)
         n_inst = _int(b.get("instances", 1), where, src)
         for n in range(n_inst):
             base = _int(b["base"], where, src) + n * _int(b.get("stride", 0), where, src)
@@ -345,9 +428,18 @@ def parse_description(data: dict, source: str) -> Description:
                                                f"{b['size']:#x}")
                     name = prefix + _expand(rd.name, i=i, n=n)
                     aliases = tuple(_expand(a, i=i, n=n) for a in rd.aliases)
-                    regs.append(Register(name, base + off, rd, iname, group, i, aliases))
-            blocks.append(BlockInstance(iname, base, b["size"], group, _expand(b.get("doc", ""), n=n),
-                                        tuple(regs), b["name"]))
+                    if not rd.banked:
+                        regs.append(Register(name, base + off, rd, iname, group, i, aliases))
+                        continue
+                    for k, bank in enumerate(banks):  # one register per bank, same address
+                        regs.append(Register(f"{name}_{bank}", base + off, rd, iname, group, i,
+                                             tuple(f"{a}_{bank}" for a in aliases), k, name))
+            select_full = select if select in ("", "device") else prefix + select
+            blk = BlockInstance(iname, base, b["size"], group, _expand(b.get("doc", ""), n=n),
+                                tuple(regs), b["name"], banks, select_full,
+                                prefix + lock if lock else "")
+            _check_bank_fields(blk, where, src)
+            blocks.append(blk)
 
     regions: list[Region] = []
     for ri, r in enumerate(data.get("region", [])):

@@ -1,20 +1,44 @@
-"""The Device interface (DESIGN.md "The Device interface") and what all models share.
+"""The Device contract (DESIGN.md "The Device interface"): what every accelerator model offers,
+and every optional capability with its default, so that stub/, tui/, the CLI and run control
+never look for a feature with ``getattr`` or by device name.
 
-A model subclasses :class:`Device` and implements :meth:`Device.execute_unit`, :attr:`pc`,
-:meth:`units` and :meth:`finished`; stepping, running with breakpoints and watchpoints, halt
-requests, the emulator pseudo-registers and snapshots are done here once for all accelerators.
+A model subclasses :class:`Device` and implements the four required members: :attr:`Device.pc`,
+:meth:`Device.finished`, :meth:`Device.execute_unit` and (for listings) :meth:`Device.units`.
+Everything else has a default here:
+
+=====================  ==========================================================================
+capability             default
+=====================  ==========================================================================
+granularities          ``(unit_name,)``: a step runs one whole unit
+set_pc                 refused (the next unit cannot be chosen)
+host_read              the debugger's read (no host-visible side effects)
+load_program           ``None``: no importer; a command script is the only program form
+monitor_commands       none beyond the shared OpenOCD table
+interrupts             no interrupt lines
+counters               modelled cycles and units run
+bank_index             refused: only devices whose description has ``bank_select = "device"``
+unit_label             the listing's label of the unit at an address
+=====================  ==========================================================================
+
+Running (step, continue, breakpoints, watchpoints, halt requests, host programs) is run
+control's (:mod:`.runcontrol`); a device only executes one unit when asked, through
+:meth:`Device.execute_unit` with a :class:`UnitContext`.
 """
 from __future__ import annotations
 
 import copy
 import threading
-import time
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, ClassVar
 
 from .bus import Bus
-from .description import Description
+from .description import Description, Register
 from .errors import DeviceError
 from .registers import RegisterFile
+
+if TYPE_CHECKING:  # annotations only: host.py sits beside this module, not below it
+    from .host import HostProgram
 
 SIGINT, SIGTRAP = 2, 5
 
@@ -26,8 +50,8 @@ CORE_REGS = tuple(f"r{i}" for i in range(13)) + ("sp", "lr", "pc", "xpsr")
 @dataclass(frozen=True)
 class Stop:
     """Why the device halted. ``reason`` is one of: step, breakpoint, watchpoint, halt (a halt
-    request, e.g. Ctrl-C), done (the program completed), fault (the model reported an error),
-    idle (nothing to run)."""
+    request, e.g. Ctrl-C), done (the program completed), fault (the model or the host program
+    reported an error), idle (nothing to run)."""
 
     reason: str
     signal: int = SIGTRAP
@@ -61,11 +85,39 @@ class Watchpoint:
 
 @dataclass
 class Touched:
-    """Address ranges ([start, end)) one unit read and wrote, for watchpoints."""
+    """Address ranges ([start, end)) one unit read and wrote, for watchpoints and for naming the
+    unit that wrote a mismatching address. ``partial``: the unit stopped before its end (a halt
+    request, or a finer step granularity) and continues at the next execute_unit."""
 
     reads: list[tuple[int, int]] = field(default_factory=list)
     writes: list[tuple[int, int]] = field(default_factory=list)
-    interrupted: bool = False  # the unit saw a halt request and stopped early (resumable)
+    partial: bool = False
+
+
+@dataclass
+class UnitContext:
+    """What run control hands :meth:`Device.execute_unit`.
+
+    ``halt`` is set by a halt request (Ctrl-C, ``halt``): a long unit checks it where it can stop
+    and then returns with ``touched.partial`` set. ``breakpoints`` are the addresses a run stops
+    before (empty for a step); a unit made of several commands stops before one of them.
+    ``granularity`` is one of the device's :attr:`Device.granularities`: the first means the
+    whole unit, a finer one means "stop after one such part" (partial). ``touched`` records what
+    the unit read and wrote."""
+
+    halt: threading.Event = field(default_factory=threading.Event)
+    breakpoints: frozenset[int] = frozenset()
+    granularity: str = ""
+    touched: Touched = field(default_factory=Touched)
+
+    def halt_requested(self) -> bool:
+        return self.halt.is_set()
+
+    def read(self, start: int, end: int) -> None:
+        self.touched.reads.append((start, end))
+
+    def wrote(self, start: int, end: int) -> None:
+        self.touched.writes.append((start, end))
 
 
 @dataclass(frozen=True)
@@ -77,28 +129,155 @@ class Unit:
     summary: str
 
 
+@dataclass(frozen=True)
+class ProgramOptions:
+    """What a user gives with a program (``--input``, ``--output``, ``--expect``): file paths
+    the device's importer reads or writes. A device declares which it takes in
+    :attr:`DeviceSpec.program_options`; the CLI refuses the others."""
+
+    input: str | None = None
+    output: str | None = None
+    expect: str | None = None
+    verbose: bool = False
+
+
+@dataclass(frozen=True)
+class MonitorCommand:
+    """A device's own monitor command: ``handler(ctx, args) -> text`` (ctx is the stub's
+    command context; errors are DeviceError)."""
+
+    usage: str
+    handler: Callable[[object, list[str]], str]
+    summary: str = ""
+
+
+@dataclass(frozen=True)
+class DeviceOption:
+    """A construction option of a device (``--macs 1024``): the CLI offers it as a flag."""
+
+    name: str
+    type: type = int
+    choices: tuple = ()
+    default: object = None
+    help: str = ""
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """The registry entry of a device, importable without the model (the CLI builds its flags
+    from it): ``factory`` is "module:Class", imported when a device is opened."""
+
+    name: str
+    title: str
+    factory: str
+    options: tuple[DeviceOption, ...] = ()
+    program_help: str = "a command script (mww/mwb/load_image lines)"
+    program_options: tuple[str, ...] = ()  # subset of ("input", "output", "expect")
+
+    def create(self, **options: object) -> "Device":
+        import importlib
+
+        module, cls = self.factory.split(":")
+        return getattr(importlib.import_module(module), cls)(**options)
+
+
 class Device:
     """Base of every accelerator model."""
 
     #: device key, e.g. "max78000"
-    name = "device"
-    #: word used in listings: layer / command / job
-    unit_name = "unit"
+    name: ClassVar[str] = "device"
+    #: word used in listings and messages: layer / command / job
+    unit_name: ClassVar[str] = "unit"
 
     def __init__(self, description: Description) -> None:
         self.description = description
-        self.regs = RegisterFile(description)
+        self.regs = RegisterFile(description, self.bank_index)
         self.bus = Bus(description, self.regs)
         self.cycles = 0
         self.units_done = 0
         self.core = {name: 0 for name in CORE_REGS if name != "pc"}
         self.core["xpsr"] = 0x01000000
         self._emu_regs = {r.name: r for r in description.registers if r.block == "emu"}
-        if self._emu_regs:
-            for name in self._emu_regs:
-                self.regs.on_read(name, self._read_emu)
+        for name in self._emu_regs:
+            self.regs.on_read(name, self._read_emu)
 
-    # -- debugger view of memory --------------------------------------------------------------
+    # -- required ----------------------------------------------------------------------------
+    @property
+    def pc(self) -> int:
+        """A real address in the map that names the next unit (DESIGN.md "pc")."""
+        raise NotImplementedError
+
+    def finished(self) -> bool:
+        """True when there is no next unit to execute."""
+        raise NotImplementedError
+
+    def execute_unit(self, ctx: UnitContext) -> Touched:
+        """Run exactly one unit (or, with a finer ``ctx.granularity`` or a halt request, a part of
+        it, marking ``ctx.touched.partial``) and return ``ctx.touched``."""
+        raise NotImplementedError
+
+    def units(self) -> list[Unit]:
+        """The program listing."""
+        return []
+
+    # -- optional capabilities (defaults) ------------------------------------------------------
+    #: step granularities, coarsest first; the first is one whole unit
+    @property
+    def granularities(self) -> tuple[str, ...]:
+        return (self.unit_name,)
+
+    def set_pc(self, address: int) -> None:
+        raise DeviceError(f"{self.name}: the next {self.unit_name} cannot be chosen by writing pc")
+
+    def host_read(self, addr: int, size: int) -> bytes:
+        """A read by the driver's CPU, with the side effects the debugger's read never has (a
+        FIFO pop, a queue acquire); host programs poll through it."""
+        return self.read(addr, size)
+
+    def load_program(self, path: Path, options: ProgramOptions) -> "HostProgram | None":
+        """Import a program the user brings (a vendor tool's output) as a host program, or None
+        when ``path`` is not this device's format (the stub then reads a command script)."""
+        return None
+
+    def monitor_commands(self) -> dict[str, MonitorCommand]:
+        return {}
+
+    def interrupts(self) -> dict[str, bool]:
+        """Interrupt lines by name and their level, for `poll`, the TUI and host programs."""
+        return {}
+
+    def counters(self) -> dict[str, int]:
+        out = {"cycles": self.cycles, "units": self.units_done}
+        if self.regs.ignored_writes:
+            out["ignored_writes"] = sum(self.regs.ignored_writes.values())
+        return out
+
+    def bank_index(self, reg: Register) -> int:
+        """The bank a bus access to banked register ``reg`` reaches now, for descriptions whose
+        selector is the device's state (``bank_select = "device"``)."""
+        raise DeviceError(f"{self.name}: {reg.name} is banked by device state, but the model "
+                          "does not select banks")
+
+    def unit_label(self, address: int) -> str:
+        """How messages name the unit at ``address`` ("layer 2", "command 5")."""
+        for u in self.units():
+            if u.address == address:
+                return u.label
+        return f"{self.unit_name} at {address:#010x}"
+
+    def idle_message(self) -> str:
+        return f"no {self.unit_name} left to run"
+
+    def done_message(self) -> str:
+        return f"program complete after {self.units_done} {self.unit_name}s"
+
+    def reset(self, kind: str = "halt") -> None:
+        """Hardware reset: registers to their reset values, memories kept (as on silicon)."""
+        self.regs.reset()
+        self.cycles = 0
+        self.units_done = 0
+
+    # -- the debugger's view (no side effects) ---------------------------------------------------
     def read(self, addr: int, size: int) -> bytes:
         """The debugger's read: no side effects (no FIFO pop, no clear-on-read)."""
         return self.bus.read(addr, size)
@@ -111,9 +290,14 @@ class Device:
         return self.regs.read(name)
 
     def write_register(self, name: str, value: int) -> None:
+        """A bus write of register ``name``; a bank named explicitly is written directly, with
+        the rules of a bus write to that bank."""
         reg = self.description.register(name)
-        self.bus.write(reg.address, (value & ((1 << reg.bits) - 1)).to_bytes(reg.bits // 8,
-                                                                             "little"))
+        value &= (1 << reg.bits) - 1
+        if reg.bank is None:
+            self.bus.write(reg.address, value.to_bytes(reg.bits // 8, "little"))
+        else:
+            self.regs.write(reg, value)
 
     def read_core(self, name: str) -> int:
         return self.pc if name == "pc" else self.core[name]
@@ -124,110 +308,6 @@ class Device:
                 self.set_pc(value)
         else:
             self.core[name] = value & 0xFFFFFFFF
-
-    # -- to implement -----------------------------------------------------------------------
-    @property
-    def pc(self) -> int:
-        raise NotImplementedError
-
-    def set_pc(self, address: int) -> None:
-        raise DeviceError(f"{self.name}: the next {self.unit_name} cannot be chosen by writing pc")
-
-    def units(self) -> list[Unit]:
-        return []
-
-    def finished(self) -> bool:
-        """True when there is no next unit to execute."""
-        raise NotImplementedError
-
-    def execute_unit(self, halt_requested: threading.Event) -> Touched:
-        """Run exactly one unit and return what it touched."""
-        raise NotImplementedError
-
-    def interrupts(self) -> dict[str, bool]:
-        """Interrupt lines by name and their level, for `poll`, the TUI and stop messages."""
-        return {}
-
-    def counters(self) -> dict[str, int]:
-        return {"cycles": self.cycles, "units": self.units_done}
-
-    def reset(self, kind: str = "halt") -> None:
-        """Hardware reset: registers to their reset values, memories kept (as on silicon)."""
-        self.regs.reset()
-        self.cycles = 0
-        self.units_done = 0
-
-    # -- run control ------------------------------------------------------------------------
-    def _unit(self, halt_requested: threading.Event) -> Touched:
-        throttle = self.throttle_us
-        t0 = time.perf_counter()
-        touched = self.execute_unit(halt_requested)
-        if not touched.interrupted:
-            self.units_done += 1
-        if throttle:
-            left = throttle / 1e6 - (time.perf_counter() - t0)
-            if left > 0:
-                halt_requested.wait(left)
-        return touched
-
-    def step(self, halt_requested: threading.Event | None = None,
-             watchpoints: list[Watchpoint] = ()) -> Stop:
-        """Run exactly one unit and halt."""
-        if self.finished():
-            return Stop("idle", message=self.idle_message())
-        touched = self._unit(halt_requested or threading.Event())
-        if touched.interrupted:
-            return Stop("halt", SIGINT)
-        hit = self._watch_hit(watchpoints, touched)
-        if hit is not None:
-            return hit
-        if self.finished():
-            return Stop("done", message=self.done_message())
-        return Stop("step")
-
-    def run(self, breakpoints: set[int], watchpoints: list[Watchpoint],
-            halt_requested: threading.Event) -> Stop:
-        """Run until done, a breakpoint (before its unit), a watchpoint (after the unit that
-        touched it), a fault or a halt request (checked between units and inside long ones)."""
-        if self.finished():
-            return Stop("idle", message=self.idle_message())
-        first = True
-        while True:
-            if halt_requested.is_set():
-                return Stop("halt", SIGINT)
-            if not first and self.pc in breakpoints:
-                return Stop("breakpoint")
-            first = False
-            touched = self._unit(halt_requested)
-            if touched.interrupted:
-                return Stop("halt", SIGINT)
-            hit = self._watch_hit(watchpoints, touched)
-            if hit is not None:
-                return hit
-            if self.finished():
-                return Stop("done", message=self.done_message())
-
-    def idle_message(self) -> str:
-        return f"no {self.unit_name} left to run"
-
-    def done_message(self) -> str:
-        return f"program complete after {self.units_done} {self.unit_name}s"
-
-    @staticmethod
-    def _watch_hit(watchpoints: list[Watchpoint], t: Touched) -> Stop | None:
-        for wp in watchpoints:
-            addr = None
-            kind = "watch"
-            if wp.kind in ("w", "a"):
-                addr = wp.hit(t.writes)
-            if addr is None and wp.kind in ("r", "a"):
-                addr = wp.hit(t.reads)
-                kind = "rwatch" if wp.kind == "r" else "awatch"
-            elif addr is not None and wp.kind == "a":
-                kind = "awatch"
-            if addr is not None:
-                return Stop("watchpoint", watch=(kind, addr))
-        return None
 
     # -- emulator pseudo-registers (block "emu", outside the hardware map) --------------------
     @property

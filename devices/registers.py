@@ -4,92 +4,157 @@ Generated from a :class:`Description`; device models attach side effects with
 :meth:`RegisterFile.on_write` (called after the access rules are applied) and computed values with
 :meth:`RegisterFile.on_read` (pure: a debugger read never changes state, DESIGN.md "Device
 interface").
+
+Banked registers (several banks at one address, docs/description-format.md "Banks") keep one value
+per bank; a bus access at the address reaches the bank the block's selector names now
+(:meth:`RegisterFile.selected`), a named bank is reached directly. A write to a bank whose lock
+field is set is ignored, as the hardware ignores it, and counted in :attr:`ignored_writes`.
 """
 from __future__ import annotations
 
+from collections import Counter
 from typing import Callable
 
-from .description import Description, Register
+from .description import BlockInstance, Description, Field, Register
+from .errors import DeviceError
 
 WriteHook = Callable[[Register, int, int], None]  # (register, old value, new value)
 ReadHook = Callable[[Register, int], int]  # (register, stored value) -> value seen
+BankIndex = Callable[[Register], int]  # the device's selector for bank_select = "device"
 
 
 class RegisterFile:
-    def __init__(self, description: Description) -> None:
+    def __init__(self, description: Description, bank_index: BankIndex | None = None) -> None:
         self.description = description
         self._values: dict[int, int] = {}
         self._write_hooks: dict[int, list[WriteHook]] = {}
         self._read_hooks: dict[int, ReadHook] = {}
-        # per address: (writable rw|wo, w1c, w1s, readable-mask) computed once
+        # per register key: (writable rw|wo, w1c, w1s, readable-mask) computed once
         self._masks: dict[int, tuple[int, int, int, int]] = {}
         for r in description.registers:
             full = (1 << r.bits) - 1
-            self._masks[r.address] = (r.mask_of("rw", "wo"), r.mask_of("w1c"), r.mask_of("w1s"),
-                                      full & ~r.mask_of("wo", "rsvd"))
+            self._masks[r.key] = (r.mask_of("rw", "wo"), r.mask_of("w1c"), r.mask_of("w1s"),
+                                  full & ~r.mask_of("wo", "rsvd"))
+        #: banked slots: address -> (banks, selector, lock) with selector/lock resolved
+        self._bank_index = bank_index
+        self._slots: dict[int, tuple[tuple[Register, ...], object, tuple | None]] = {}
+        for blk in description.blocks:
+            if blk.banks:
+                self._add_slots(blk)
+        #: writes ignored because their bank was locked, by register name
+        self.ignored_writes: Counter[str] = Counter()
         self.reset()
+
+    def _add_slots(self, blk: BlockInstance) -> None:
+        d = self.description
+
+        def field_of(spec: str, bank: int | None) -> tuple[Register, Field]:
+            reg_name, fname = spec.split(".")
+            reg = d.register(reg_name) if bank is None else \
+                d.banks_at(d.slot_address(reg_name))[bank]
+            return reg, next(f for f in reg.fields if f.name == fname)
+
+        select = "device" if blk.bank_select == "device" else field_of(blk.bank_select, None)
+        for r in blk.registers:
+            if r.bank == 0:
+                banks = d.banks_at(r.address)
+                lock = tuple(field_of(blk.bank_lock, b) for b in range(len(banks))) \
+                    if blk.bank_lock else None
+                self._slots[r.address] = (banks, select, lock)
 
     def reset(self) -> None:
         for r in self.description.registers:
-            self._values[r.address] = r.reset
+            self._values[r.key] = r.reset
 
     # -- hooks ------------------------------------------------------------------------------
     def on_write(self, reg: Register | str, hook: WriteHook) -> None:
         reg = self._reg(reg)
-        self._write_hooks.setdefault(reg.address, []).append(hook)
+        self._write_hooks.setdefault(reg.key, []).append(hook)
 
     def on_read(self, reg: Register | str, hook: ReadHook) -> None:
-        self._read_hooks[self._reg(reg).address] = hook
+        self._read_hooks[self._reg(reg).key] = hook
 
     def _reg(self, reg: Register | str) -> Register:
         return self.description.register(reg) if isinstance(reg, str) else reg
+
+    # -- banks ------------------------------------------------------------------------------
+    def selected(self, reg: Register) -> Register:
+        """The register a bus access at ``reg``'s address reaches now: ``reg`` itself, or for a
+        banked slot the bank its selector names."""
+        slot = self._slots.get(reg.address)
+        if slot is None:
+            return reg
+        banks, select, _ = slot
+        if select == "device":
+            if self._bank_index is None:
+                raise DeviceError(f"{reg.slot} is banked by device state, and no device selects")
+            i = self._bank_index(banks[0])
+        else:
+            sel_reg, f = select
+            i = f.extract(self._values[sel_reg.key])
+        if not 0 <= i < len(banks):
+            raise DeviceError(f"{reg.slot}: the bank selector names bank {i}, which does not "
+                              f"exist ({len(banks)} banks)")
+        return banks[i]
+
+    def locked(self, reg: Register) -> bool:
+        """True when writes to this bank are ignored now (its lock field is set)."""
+        slot = self._slots.get(reg.address)
+        if slot is None or slot[2] is None or reg.bank is None:
+            return False
+        lock_reg, f = slot[2][reg.bank]
+        return bool(f.extract(self._values[lock_reg.key]))
 
     # -- access -----------------------------------------------------------------------------
     def read(self, reg: Register | str) -> int:
         """The value a bus read returns (write-only and reserved bits read 0). No side effects."""
         reg = self._reg(reg)
-        v = self._values[reg.address]
-        hook = self._read_hooks.get(reg.address)
+        v = self._values[reg.key]
+        hook = self._read_hooks.get(reg.key)
         if hook is not None:
             v = hook(reg, v)
-        return v & self._masks[reg.address][3]
+        return v & self._masks[reg.key][3]
 
     def write(self, reg: Register | str, value: int, lanes: int = 0xFFFFFFFF) -> None:
         """A bus write of ``value``; ``lanes`` masks the bits the access covers (byte writes).
 
         rw/wo bits take the value, w1c bits clear where 1 is written, w1s bits set, ro and
-        reserved bits keep their value. Then the write hooks run with (old, new)."""
+        reserved bits keep their value. Then the write hooks run with (old, new). A write to a
+        locked bank is ignored and counted."""
         reg = self._reg(reg)
-        rw, w1c, w1s, _ = self._masks[reg.address]
-        old = self._values[reg.address]
+        if reg.bank is not None and self.locked(reg):
+            self.ignored_writes[reg.name] += 1
+            return
+        rw, w1c, w1s, _ = self._masks[reg.key]
+        old = self._values[reg.key]
         value &= lanes
         new = (old & ~(rw & lanes)) | (value & rw)
         new &= ~(value & w1c)
         new |= value & w1s
-        self._values[reg.address] = new
-        for hook in self._write_hooks.get(reg.address, ()):
+        self._values[reg.key] = new
+        for hook in self._write_hooks.get(reg.key, ()):
             hook(reg, old, new)
 
     def peek(self, reg: Register | str) -> int:
         """The stored value, for device models (bypasses read hooks)."""
-        return self._values[self._reg(reg).address]
+        return self._values[self._reg(reg).key]
 
     def peek_addresses(self, addresses: tuple[int, ...]) -> tuple[int, ...]:
-        """Stored values of the registers at ``addresses`` (cheap change detection for memoised
-        decodes)."""
+        """Stored values of the (unbanked) registers at ``addresses`` (cheap change detection
+        for memoised decodes)."""
         values = self._values
         return tuple([values[a] for a in addresses])
 
     def poke(self, reg: Register | str, value: int) -> None:
         """Set the stored value as the hardware does (status bits); no hooks, no access rules."""
         reg = self._reg(reg)
-        self._values[reg.address] = value & ((1 << reg.bits) - 1)
+        self._values[reg.key] = value & ((1 << reg.bits) - 1)
 
     def field(self, reg: Register | str, name: str) -> int:
         reg = self._reg(reg)
         for f in reg.fields:
             if f.name == name:
-                return f.extract(self._values[reg.address])
+                return f.extract(self._values[reg.key])
         raise KeyError(f"{reg.name} has no field {name!r}")
 
     def set_field(self, reg: Register | str, name: str, value: int) -> None:
@@ -97,8 +162,8 @@ class RegisterFile:
         reg = self._reg(reg)
         for f in reg.fields:
             if f.name == name:
-                v = self._values[reg.address]
-                self._values[reg.address] = (v & ~f.mask) | ((value << f.lsb) & f.mask)
+                v = self._values[reg.key]
+                self._values[reg.key] = (v & ~f.mask) | ((value << f.lsb) & f.mask)
                 return
         raise KeyError(f"{reg.name} has no field {name!r}")
 

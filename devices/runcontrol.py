@@ -1,19 +1,32 @@
-"""Run control: the halted/running state of one device, its breakpoints and watchpoints, and the
-worker thread that runs it so the server stays responsive (Ctrl-C, a second client's reads).
+"""Run control: the halted/running state of one device, its breakpoints and watchpoints, the host
+program of the loaded program, the run loop, the device lock, and the worker thread that runs
+the device so the server stays responsive (Ctrl-C, a second client's reads).
 
-Every front end (each gdb connection, telnet, Tcl RPC, the TUI) shares one :class:`RunControl`
-per device, so a breakpoint set from gdb shows in ``bp`` on telnet and a stop is seen by all.
+Every front end (each gdb connection, telnet, Tcl RPC, the TUI through gdb connections, the
+``run`` command) shares one :class:`RunControl` per device, so a breakpoint set from gdb shows in
+``bp`` on telnet, a stop is seen by all, and every change of the device goes through
+:attr:`RunControl.lock` (:meth:`RunControl.halted_access`).
+
+The run loop (:meth:`RunControl._loop`) owns what a run means for every device alike: the host
+program advanced until it blocks, a breakpoint stops *before* its unit (not the first of a run),
+one unit executed with a :class:`UnitContext` (halt request, breakpoints, granularity, touched
+ranges), the interrupts it raised taken by the host program, a watchpoint stops *after* the unit
+that touched it, and the end of the program (done, or a fault when the driver waits for
+something the device will never do).
 """
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
+import time
 import traceback
 import weakref
-from typing import Callable
+from typing import Callable, Iterator
 
-from .device import SIGTRAP, Device, Stop, Watchpoint
+from .device import SIGINT, SIGTRAP, Device, Stop, Touched, UnitContext, Watchpoint
 from .errors import DeviceError, TargetRunning
+from .host import HostProgram
 
 StopListener = Callable[[Stop], None]
 
@@ -24,11 +37,15 @@ class RunControl:
 
     def __init__(self, device: Device) -> None:
         self.device = device
+        #: the device lock: taken by every front end to change the device (writes, loads,
+        #: resets) and by the start of a run, so a change never lands inside a unit
+        self.lock = threading.RLock()
         self.breakpoints: set[int] = set()
-        self.watchpoints: list[Watchpoint] = []
+        #: watchpoints in insertion order (a dict: O(1) insert and remove)
+        self._watch: dict[Watchpoint, None] = {}
+        self.host: HostProgram | None = None
         self.last_stop: Stop = Stop("halt", SIGTRAP, message="halted at start")
         self._halt = threading.Event()
-        self._lock = threading.Lock()  # guards state transitions
         self._idle = threading.Event()
         self._idle.set()
         #: one worker thread reused by later runs, fed through _jobs: numba's thread pool and
@@ -40,6 +57,7 @@ class RunControl:
         self._jobs: queue.SimpleQueue[Callable[[], Stop]] = queue.SimpleQueue()
         self._listeners: list[StopListener] = []
         self._run_listeners: list[Callable[[], None]] = []
+        self._unit_listeners: list[Callable[[int], None]] = []
         #: what `reset init` runs after the reset (OpenOCD's reset-init event): the stub sets it
         #: to reload the program, so `monitor reset init` starts the program over
         self.init_handler: Callable[[], object] | None = None
@@ -68,11 +86,33 @@ class RunControl:
         if fn in self._run_listeners:
             self._run_listeners.remove(fn)
 
+    def add_unit_listener(self, fn: Callable[[int], None]) -> None:
+        """``fn(units_done)`` after every unit, in the worker thread (progress lines)."""
+        self._unit_listeners.append(fn)
+
     def require_halted(self, what: str) -> None:
         if self.running:
             raise TargetRunning(what)
 
-    # -- breakpoints and watchpoints (unlimited) ---------------------------------------------
+    @contextlib.contextmanager
+    def halted_access(self, what: str) -> Iterator[Device]:
+        """Hold the device lock for a change that needs the target halted (a write, a load, a
+        reset); raises TargetRunning while it runs."""
+        with self.lock:
+            self.require_halted(what)
+            yield self.device
+
+    # -- programs --------------------------------------------------------------------------
+    def attach(self, host: HostProgram | None) -> None:
+        """Make ``host`` the driver of the device (None: no driver) and run its steps up to the
+        first that waits, so the device sits armed before its first unit."""
+        with self.halted_access("program load"):
+            self.host = host
+            if host is not None:
+                host.start(self.device)
+                host.advance()
+
+    # -- breakpoints and watchpoints (unlimited, O(1) insert and remove) -----------------------
     def add_breakpoint(self, addr: int) -> None:
         self.breakpoints.add(addr)
 
@@ -82,45 +122,71 @@ class RunControl:
             return True
         return False
 
+    @property
+    def watchpoints(self) -> list[Watchpoint]:
+        return list(self._watch)
+
     def add_watchpoint(self, kind: str, addr: int, length: int) -> None:
-        wp = Watchpoint(kind, addr, max(1, length))
-        if wp not in self.watchpoints:
-            self.watchpoints.append(wp)
+        self._watch[Watchpoint(kind, addr, max(1, length))] = None
 
     def remove_watchpoint(self, kind: str | None, addr: int, length: int | None = None) -> bool:
-        before = len(self.watchpoints)
-        self.watchpoints = [w for w in self.watchpoints
-                            if not (w.start == addr and (kind is None or w.kind == kind)
-                                    and (length is None or w.length == max(1, length)))]
-        return len(self.watchpoints) != before
+        if kind is not None and length is not None:
+            return self._watch.pop(Watchpoint(kind, addr, max(1, length)), 0) is None
+        gone = [w for w in self._watch if w.start == addr and (kind is None or w.kind == kind)
+                and (length is None or w.length == max(1, length))]
+        for w in gone:
+            del self._watch[w]
+        return bool(gone)
+
+    def clear_watchpoints(self) -> None:
+        self._watch.clear()
 
     # -- execution ---------------------------------------------------------------------------
     def resume(self) -> None:
         """Start running in the worker thread; returns at once."""
-        self._start(lambda: self.device.run(set(self.breakpoints), list(self.watchpoints),
-                                            self._halt))
+        self._start(lambda: self._loop(single=False))
 
-    def start_step(self) -> None:
-        """Start one unit in the worker thread; returns at once."""
-        self._start(lambda: self.device.step(self._halt, list(self.watchpoints)))
+    def start_step(self, granularity: str | None = None) -> None:
+        """Start one unit (or one part of it at a finer ``granularity``) in the worker thread;
+        returns at once."""
+        if granularity is not None and granularity not in self.device.granularities:
+            raise DeviceError(f"{self.device.name} steps by "
+                              f"{', '.join(self.device.granularities)}, not {granularity!r}")
+        self._start(lambda: self._loop(single=True, granularity=granularity))
 
-    def step(self, timeout: float | None = None) -> Stop:
-        self.start_step()
+    def step(self, timeout: float | None = None, granularity: str | None = None) -> Stop | None:
+        self.start_step(granularity)
         return self.wait(timeout)
 
-    def _start(self, job: Callable[[], Stop]) -> None:
-        with self._lock:
+    def run(self, timeout: float | None = None) -> Stop | None:
+        """Resume and wait for the stop (scripts, tests)."""
+        self.resume()
+        return self.wait(timeout)
+
+    def run_here(self, single: bool = False, granularity: str | None = None) -> Stop:
+        """Run (or step) in the calling thread, with the same state, listeners and stop as a
+        run in the worker: ``accelstub run`` and benchmarks, where no other client needs the
+        server to stay responsive and a thread hand-off per unit would only cost time."""
+        self._start(None)
+        self._work(lambda: self._loop(single, granularity))
+        return self.last_stop
+
+    def _start(self, job: Callable[[], Stop] | None) -> None:
+        """Mark running and hand ``job`` to the worker (None: the caller runs it)."""
+        with self.lock:
             if self.running:
                 raise TargetRunning("resume")
             self._halt.clear()
             self._idle.clear()
+            for fn in list(self._run_listeners):
+                fn()
+            if job is None:
+                return
             if self._worker is None:
                 self._worker = threading.Thread(target=RunControl._serve_jobs,
                                                 args=(weakref.ref(self), self._jobs),
                                                 daemon=True, name=f"{self.device.name}-run")
                 self._worker.start()
-            for fn in list(self._run_listeners):
-                fn()
             self._jobs.put(job)
 
     @staticmethod
@@ -132,7 +198,7 @@ class RunControl:
                 rc = ref()
                 if rc is None:
                     return
-                with rc._lock:  # _start puts jobs under this lock: none can be left behind
+                with rc.lock:  # _start puts jobs under this lock: none can be left behind
                     if jobs.empty():
                         rc._worker = None
                         return
@@ -150,7 +216,7 @@ class RunControl:
         except Exception as e:  # a model bug must not kill the server: report it as a fault
             stop = Stop("fault", SIGTRAP, message=f"internal error: {e!r}\n"
                         + traceback.format_exc(limit=3))
-        with self._lock:
+        with self.lock:
             self.last_stop = stop
             self._idle.set()
         for fn in list(self._listeners):
@@ -159,6 +225,68 @@ class RunControl:
             except Exception:
                 pass
 
+    # -- the run loop --------------------------------------------------------------------------
+    def _loop(self, single: bool, granularity: str | None = None) -> Stop:
+        """Run one unit (``single``) or until a stop; see the module docstring."""
+        dev, host, halt = self.device, self.host, self._halt
+        bps = frozenset() if single else frozenset(b & 0xFFFFFFFF for b in self.breakpoints)
+        wps = list(self._watch)
+        grain = granularity or dev.granularities[0]
+        progressed = False
+        if host is not None:
+            if host.t0 is None:
+                host.t0 = time.perf_counter()
+            progressed = host.advance()
+        first = True
+        while True:
+            if halt.is_set():
+                return Stop("halt", SIGINT)
+            if dev.finished():
+                return self._end(progressed)
+            if not first and dev.pc in bps:
+                return Stop("breakpoint")
+            first = False
+            touched = self._unit(UnitContext(halt, bps, grain))
+            progressed = True
+            if touched.partial:
+                return Stop("halt", SIGINT) if halt.is_set() else Stop("step")
+            hit = _watch_hit(wps, touched)
+            if host is not None:
+                host.advance()
+            if hit is not None:
+                return hit
+            if single:
+                return self._end(True) if dev.finished() else Stop("step")
+
+    def _unit(self, ctx: UnitContext) -> Touched:
+        dev = self.device
+        throttle = dev.throttle_us
+        t0 = time.perf_counter()
+        pc = dev.pc
+        touched = dev.execute_unit(ctx)
+        if not touched.partial:
+            dev.units_done += 1
+        if self.host is not None:
+            self.host.unit_ran(pc, touched)
+        for fn in list(self._unit_listeners):
+            fn(dev.units_done)
+        if throttle:
+            left = throttle / 1e6 - (time.perf_counter() - t0)
+            if left > 0:
+                ctx.halt.wait(left)
+        return touched
+
+    def _end(self, progressed: bool) -> Stop:
+        """The device has nothing to run: the program is done, stuck, or there was nothing."""
+        dev, host = self.device, self.host
+        if host is not None and not host.finished:
+            return Stop("fault", message=host.stuck_message())
+        if not progressed:
+            return Stop("idle", message=dev.idle_message())
+        lines = [dev.done_message()] + [r.line for r in (host.results if host else ())]
+        return Stop("done", message="\n".join(lines))
+
+    # -- halting and resetting ------------------------------------------------------------------
     def halt(self) -> None:
         """Request a halt; the worker stops at the next check (between units or inside one)."""
         if self.running:
@@ -175,12 +303,32 @@ class RunControl:
         return self.wait(timeout)
 
     def reset(self, kind: str = "halt") -> None:
-        """Reset the device. A running device is halted first. ``kind``: run | halt | init."""
+        """Reset the device. A running device is halted first. ``kind``: run | halt | init. The
+        loaded program's driver is dropped (the hardware forgot its setup); ``init`` loads the
+        program again through :attr:`init_handler`."""
         if self.running:
             self.halt_and_wait()
-        self.device.reset(kind)
-        if kind == "init" and self.init_handler is not None:
-            self.init_handler()
-        self.last_stop = Stop("halt", SIGTRAP, message=f"reset {kind}")
+        with self.halted_access("reset"):
+            self.device.reset(kind)
+            self.host = None
+            if kind == "init" and self.init_handler is not None:
+                self.init_handler()
+            self.last_stop = Stop("halt", SIGTRAP, message=f"reset {kind}")
         if kind == "run":
             self.resume()
+
+
+def _watch_hit(watchpoints: list[Watchpoint], t: Touched) -> Stop | None:
+    for wp in watchpoints:
+        addr = None
+        kind = "watch"
+        if wp.kind in ("w", "a"):
+            addr = wp.hit(t.writes)
+        if addr is None and wp.kind in ("r", "a"):
+            addr = wp.hit(t.reads)
+            kind = "rwatch" if wp.kind == "r" else "awatch"
+        elif addr is not None and wp.kind == "a":
+            kind = "awatch"
+        if addr is not None:
+            return Stop("watchpoint", watch=(kind, addr))
+    return None

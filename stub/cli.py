@@ -9,8 +9,12 @@ import threading
 from importlib import metadata, resources
 from pathlib import Path
 
-from accelstub.devices import DEVICES, open_device
+from accelstub.devices import DEVICES, device_spec, open_device
 from accelstub.devices.description import Description
+from accelstub.devices.device import ProgramOptions
+
+#: every construction option some device declares (DeviceSpec.options), by name
+_ALL_OPTIONS = {o.name: o for d in DEVICES for o in device_spec(d).options}
 
 
 def version() -> str:
@@ -51,6 +55,38 @@ def describe(desc: Description) -> str:
     return "\n".join(out) + "\n"
 
 
+def _device_options(args: argparse.Namespace) -> dict:
+    """The construction options given on the command line that apply to ``args.device``
+    (DeviceSpec.options); one that does not apply is an error naming the devices it is for."""
+    spec = device_spec(args.device)
+    mine = {o.name for o in spec.options}
+    out = {}
+    for name in sorted(_ALL_OPTIONS):
+        value = getattr(args, name, None)
+        if value is None:
+            continue
+        if name not in mine:
+            owners = [d for d in DEVICES if name in {o.name for o in device_spec(d).options}]
+            raise CliError(f"--{name} applies to {', '.join(owners)} only, not {args.device}")
+        out[name] = value
+    return out
+
+
+def _program_options(args: argparse.Namespace) -> ProgramOptions:
+    """--input/--output/--expect, refused for a device whose importer takes none of them."""
+    spec = device_spec(args.device)
+    given = {k: getattr(args, k, None) for k in ("input", "output", "expect")}
+    for k, v in given.items():
+        if v is not None and k not in spec.program_options:
+            raise CliError(f"--{k} does not apply to {args.device} (its programs carry their "
+                           "own data)")
+    return ProgramOptions(**given, verbose=bool(getattr(args, "verbose", False)))
+
+
+class CliError(Exception):
+    """A command-line mistake: printed as "accelstub: error: ...", exit status 2."""
+
+
 def _serve(args: argparse.Namespace) -> int:
     from .program import ProgramError
     from .server import StubServer
@@ -59,16 +95,8 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         stream=sys.stderr, format="accelstub: %(message)s")
     out = sys.stderr if args.stdio else sys.stdout
-    options = {}
-    if args.macs is not None:
-        if args.device != "ethos-u85":
-            print(f"accelstub: error: --macs applies to ethos-u85 only, not {args.device}",
-                  file=sys.stderr)
-            return 2
-        options["macs"] = args.macs
-    device = open_device(args.device, **options)
-    if args.input:
-        device.program_input = args.input  # the input a loaded model runs on (ethos-u85)
+    device = open_device(args.device, **_device_options(args))
+    options = _program_options(args)
     tcp = not args.stdio
     server = StubServer([device], host=args.bind, gdb_port=args.port if tcp else None,
                         telnet_port=args.telnet_port if tcp else None,
@@ -76,7 +104,8 @@ def _serve(args: argparse.Namespace) -> int:
     program = args.program or (None if args.no_demo else demo_program(args.device))
     if program is not None:
         try:
-            summary = server.load_program(program, log=lambda s: print(s, file=sys.stderr))
+            summary = server.load_program(program, log=lambda s: print(s, file=sys.stderr),
+                                          options=options)
         except ProgramError as e:
             print(f"accelstub: error: {e}", file=sys.stderr)
             return 2
@@ -113,75 +142,48 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_vela(args: argparse.Namespace) -> int:
-    """``accelstub run ethos-u85 --program M_vela.tflite|M.npz --input X.npy``: place the
-    command stream, weights, scratch and input as the Ethos-U driver does, run, write/check the
-    output."""
-    from accelstub.devices.errors import DeviceError
-    from accelstub.devices.ethos_u85.vela import VelaImportError, run_vela_cli
-
-    try:
-        code, line = run_vela_cli(open_device("ethos-u85", **_device_options(args)),
-                                  args.program, args.input, args.output, args.expect)
-    except (VelaImportError, DeviceError, OSError) as e:
-        print(f"accelstub: error: {e}", file=sys.stderr)
-        return 2
-    print(line)
-    return code
-
-
-def _device_options(args: argparse.Namespace) -> dict:
-    return {"macs": args.macs} if getattr(args, "macs", None) is not None else {}
-
-
 def _run(args: argparse.Namespace) -> int:
-    """``accelstub run DEVICE --program DIR``: load, run to completion, check the known answer.
-    Exit 0 = PASS, 1 = FAIL, 2 = bad input (unreadable or unsupported program, model fault)."""
+    """``accelstub run DEVICE --program P``: load (the device's importer or a command script),
+    run to the end with the program's driver, print each check. Exit 0 = every check passed,
+    1 = a check failed, 2 = bad input, a model fault or a stuck program."""
     import time
 
-    from accelstub.devices.errors import DeviceError
+    from accelstub.devices.runcontrol import RunControl
 
-    if args.device == "ethos-u85":
-        return _run_vela(args)
-    if args.device != "max78000":
-        print(f"accelstub: error: run supports max78000 and ethos-u85 programs (not "
-              f"{args.device})", file=sys.stderr)
-        return 2
-    from accelstub.devices.max78000.ai8x import (Ai8xImportError, load_ai8x_program,
-                                                   run_ai8x_program)
+    from .commands import CommandContext
+    from .program import ProgramError, load_program, run_to_end
 
-    device = open_device(args.device)
+    rc = RunControl(open_device(args.device, **_device_options(args)))
+    options = _program_options(args)
     try:
-        summary = load_ai8x_program(device, args.program)
-    except Ai8xImportError as e:
+        summary = load_program(CommandContext(targets=[rc]), args.program, options)
+    except ProgramError as e:
         print(f"accelstub: error: {e}", file=sys.stderr)
-        return 2
-    except (OSError, DeviceError) as e:
-        print(f"accelstub: error: {args.program}: {e}", file=sys.stderr)
         return 2
     if args.verbose:
         print(f"accelstub: loaded {summary}", file=sys.stderr)
     t0 = time.perf_counter()
     tty = sys.stderr.isatty()
+    total = (rc.host.total_units if rc.host else None) or len(rc.device.units()) or None
+    word = rc.device.unit_name
 
-    def progress(done: int, total: int) -> None:
+    def progress(done: int) -> None:
         # progress on stderr for long runs: always on a terminal, after 2 s otherwise
+        of = f"/{total}" if total else ""
         if tty:
-            print(f"\rlayer {done}/{total}", end="", file=sys.stderr, flush=True)
+            print(f"\r{word} {done}{of}", end="", file=sys.stderr, flush=True)
         elif time.perf_counter() - t0 > 2.0:
-            print(f"accelstub: layer {done}/{total}", file=sys.stderr, flush=True)
+            print(f"accelstub: {word} {done}{of}", file=sys.stderr, flush=True)
 
-    try:
-        result = run_ai8x_program(device, device.ai8x_program, progress)
-    except (DeviceError, Ai8xImportError) as e:
-        if tty:
-            print(file=sys.stderr)
-        print(f"accelstub: error: {e}", file=sys.stderr)
-        return 2
+    outcome = run_to_end(rc, progress)
     if tty:
         print("\r\033[K", end="", file=sys.stderr, flush=True)
-    print(result.line())
-    return 0 if result.ok else 1
+    for line in outcome.lines:
+        if outcome.code == 2:
+            print(f"accelstub: {line}", file=sys.stderr)
+        else:
+            print(line)
+    return outcome.code
 
 
 def _disasm(path: str) -> int:
@@ -210,7 +212,6 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("serve", help="serve a device to gdb, telnet and Tcl RPC clients")
     s.add_argument("device", choices=DEVICES)
     s.add_argument("--program", help="program to load (default: the bundled demo)")
-    s.add_argument("--input", help="ethos-u85: input tensor (.npy) for --program")
     s.add_argument("--no-demo", action="store_true", help="start with no program loaded")
     s.add_argument("--port", type=int, default=3333, help="gdb port (0 = pick a free one)")
     s.add_argument("--telnet-port", type=int, default=4444)
@@ -221,19 +222,14 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--baud", type=int, default=115200)
     s.add_argument("--stdio", action="store_true",
                    help="speak RSP on stdin/stdout (target remote | accelstub serve ... --stdio)")
-    s.add_argument("--macs", type=int, choices=(128, 256, 512, 1024, 2048),
-                   help="ethos-u85: MACs per cycle of the configuration (default 256)")
+    _program_arguments(s, run=False)
     s.add_argument("-v", "--verbose", action="store_true")
     r = sub.add_parser("run", help="load a program, run it to completion and check its known "
                        "answer (exit 0 PASS, 1 FAIL, 2 bad input)")
     r.add_argument("device", choices=DEVICES)
-    r.add_argument("--program", required=True, metavar="DIR|FILE",
-                   help="max78000: ai8xize.py project directory (cnn.c, main.c, weights.h, ...); "
-                   "ethos-u85: Vela's *_vela.tflite or raw .npz")
-    r.add_argument("--input", help="ethos-u85: input tensor (.npy)")
-    r.add_argument("--output", help="ethos-u85: write the output tensor here (.npy)")
-    r.add_argument("--expect", help="ethos-u85: expected output (.npy) to compare with")
-    r.add_argument("--macs", type=int, help="ethos-u85: MACs per cycle (default 256)")
+    r.add_argument("--program", required=True, metavar="DIR|FILE", help="; ".join(
+        f"{d}: {device_spec(d).program_help}" for d in DEVICES))
+    _program_arguments(r, run=True)
     r.add_argument("-v", "--verbose", action="store_true")
     d = sub.add_parser("describe", help="print the register map")
     d.add_argument("device", choices=DEVICES)
@@ -247,6 +243,33 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--connect", metavar="HOST:PORT", help="attach to a running stub")
     t.add_argument("--program", help="program to load (default: the bundled demo)")
     args = ap.parse_args(argv)
+    try:
+        return _dispatch(ap, args)
+    except CliError as e:
+        print(f"accelstub: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _program_arguments(p: argparse.ArgumentParser, run: bool) -> None:
+    """--input (and for run --output/--expect) and every device's construction options, with
+    the devices each applies to in the help."""
+    def owners(key: str) -> str:
+        return ", ".join(d for d in DEVICES if key in device_spec(d).program_options)
+
+    p.add_argument("--input", help=f"{owners('input')}: input tensor(s) for --program (.npy; "
+                   ".npz with one array per model input, in order)")
+    if run:
+        p.add_argument("--output", help=f"{owners('output')}: write the output tensor(s) here "
+                       "(.npy, or .npz for several)")
+        p.add_argument("--expect", help=f"{owners('expect')}: expected output(s) (.npy/.npz) "
+                       "to compare with")
+    for name, o in _ALL_OPTIONS.items():
+        devs = ", ".join(d for d in DEVICES if o in device_spec(d).options)
+        p.add_argument(f"--{name}", type=o.type, choices=o.choices or None,
+                       help=f"{devs}: {o.help}")
+
+
+def _dispatch(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.cmd == "tui":
         if (args.device is None) == (args.connect is None):
             ap.error("tui: give either DEVICE or --connect HOST:PORT")

@@ -272,9 +272,11 @@ def _mem_read(cmd: str, rc: RunControl, addr: int, size: int) -> bytes:
 
 
 def _mem_write(cmd: str, rc: RunControl, addr: int, data: bytes) -> None:
-    _halted(rc, cmd)
     try:
-        rc.device.write(addr, data)
+        with rc.halted_access(cmd):
+            rc.device.write(addr, data)
+    except TargetRunning as e:
+        raise CommandError(str(e)) from None
     except BusError as e:
         raise CommandError(f"{cmd}: cannot write memory: {e}") from None
     except DeviceError as e:
@@ -406,14 +408,23 @@ def cmd_resume(ctx: CommandContext, args: list[str]) -> str:
 
 
 def cmd_step(ctx: CommandContext, args: list[str]) -> str:
+    """``step [address]`` runs one unit (OpenOCD's form); ``step GRANULARITY`` one part of it,
+    for devices with finer granularities (Device.granularities, e.g. ne16's subtile)."""
     if len(args) > 1:
         raise _usage("step")
     rc = ctx.target
     _halted(rc, "step")
-    if args:
+    grains = rc.device.granularities
+    granularity = None
+    if args and args[0] in grains:
+        granularity = args[0]
+    elif args and args[0][:1].isalpha() and not args[0].lower().startswith("0x"):
+        raise CommandError(f"step: {rc.device.name} steps by {', '.join(grains)}; "
+                           f"{args[0]!r} is neither one of them nor an address")
+    elif args:
         _set_pc(ctx, "step", args[0])
     try:
-        rc.start_step()
+        rc.start_step(granularity)
     except TargetRunning as e:
         raise CommandError(str(e)) from None
     stop = rc.wait(STEP_TIMEOUT_S)
@@ -495,6 +506,25 @@ def _md(name: str) -> Callable[[CommandContext, list[str]], str]:
         return md_output(addr, size, data)
 
     return handler
+
+
+def cmd_host(ctx: CommandContext, args: list[str]) -> str:
+    """``host mdw ADDR [COUNT]``: Device.host_read, the read a driver's load instruction makes;
+    a change of the device, so the target must be halted."""
+    if not args or args[0] not in ("mdw", "mdh", "mdb") or not 2 <= len(args) <= 3:
+        raise _usage("host")
+    name, rc = args[0], ctx.target
+    size = _WIDTH[name[2]]
+    addr = parse_address("host", args[1])
+    count = parse_number("host", "count", args[2]) if len(args) == 3 else 1
+    if count * size > MAX_TRANSFER:
+        raise CommandError(f"host: {count * size} bytes is too much for one command")
+    try:
+        with rc.halted_access(f"host {name}"):
+            data = rc.device.host_read(addr, count * size)
+    except BusError as e:
+        raise CommandError(f"host: cannot read memory: {e}") from None
+    return md_output(addr, size, data)
 
 
 def _mw(name: str) -> Callable[[CommandContext, list[str]], str]:
@@ -768,12 +798,14 @@ def cmd_reg(ctx: CommandContext, args: list[str]) -> str:
     e = _find_reg(rc, entries, args[0])
     if len(args) == 2 and args[1] != "force":
         value = _fit("reg", parse_number("reg", "value", args[1], signed=True), e.bits)
-        _halted(rc, "reg write")
         try:
-            if e.core:
-                rc.device.write_core(e.name, value)
-            else:
-                rc.device.write_register(e.name, value)
+            with rc.halted_access("reg write"):
+                if e.core:
+                    rc.device.write_core(e.name, value)
+                else:
+                    rc.device.write_register(e.name, value)
+        except TargetRunning as err:
+            raise CommandError(str(err)) from None
         except BusError as err:
             raise CommandError(f"reg: cannot write {e.name}: {err}") from None
         except DeviceError as err:
@@ -993,7 +1025,10 @@ _COMMANDS: dict[str, tuple[str, Handler, str]] = {
     "halt": ("[milliseconds]", cmd_halt, "request a halt and wait for it"),
     "wait_halt": ("[milliseconds]", cmd_wait_halt, "wait for the target to halt"),
     "resume": ("[address]", cmd_resume, "resume, optionally from a new pc (next unit)"),
-    "step": ("[address]", cmd_step, "run one unit (layer/command/job) and halt"),
+    "step": ("[address | granularity]", cmd_step, "run one unit (layer/command/job) and "
+             "halt; a granularity (e.g. subtile) runs one part of it"),
+    "host": ("mdw|mdh|mdb address [count]", cmd_host, "read memory as the driver's CPU does, "
+             "with its side effects (a FIFO pop, a queue acquire); md* never has them"),
     "poll": ("['on'|'off']", cmd_poll, "show the target state"),
     "targets": ("[target]", cmd_targets, "list targets or select the current one"),
     "mdd": ("['phys'] address [count]", _md("mdd"), "display memory as 64-bit words"),
@@ -1052,11 +1087,9 @@ _NOT_APPLICABLE = {
 
 def _table(ctx: CommandContext) -> dict[str, tuple[str, Handler, str]]:
     table = dict(_COMMANDS)
-    extra = getattr(ctx.target.device, "monitor_commands", None) if ctx.targets else None
-    if callable(extra):
-        for name, entry in extra().items():  # (usage, handler[, one-line summary])
-            usage, handler = entry[0], entry[1]
-            table[name] = (usage, handler, entry[2] if len(entry) > 2 else "")
+    if ctx.targets:
+        for name, c in ctx.target.device.monitor_commands().items():
+            table[name] = (c.usage, c.handler, c.summary)
     return table
 
 

@@ -1,14 +1,22 @@
-"""Loading the program a user brings.
+"""Loading and running the program a user brings, for every device through the Device contract.
 
 A device may import its own artifacts (``Device.load_program``: ai8x-synthesis directories, Vela
-output, ...); their errors (ValueError / OSError, messages naming file and line) become
+output, ...) as a host program (devices/host.py) that run control interleaves with the units;
+importer errors (ValueError / OSError / DeviceError, messages naming file and line) become
 ProgramError. Every device also accepts a *command script*: a text file of the OpenOCD memory
-commands (``mww``, ``mwh``, ``mwb``, ``write_memory``, ``load_image``, ``reset``), one per line,
-``#`` comments — the form a register-level bring-up script takes. Errors name file and line.
+commands (``mww``, ``mwh``, ``mwb``, ``write_memory``, ``load_image``, ``reset``, ``reg``), one
+per line, ``#`` comments -- the form a register-level bring-up script takes. Errors name file and
+line.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
+
+from accelstub.devices import DeviceError, device_spec
+from accelstub.devices.device import ProgramOptions
+from accelstub.devices.runcontrol import RunControl
 
 from .commands import CommandContext, CommandError, execute
 
@@ -19,21 +27,25 @@ class ProgramError(Exception):
     pass
 
 
-def load_program(ctx: CommandContext, path: str | Path) -> str:
+def load_program(ctx: CommandContext, path: str | Path,
+                 options: ProgramOptions = ProgramOptions()) -> str:
     """Load ``path`` into the current target; returns a one-line summary."""
     path = Path(path)
-    device = ctx.target.device
+    rc = ctx.target
+    device = rc.device
     if not path.exists():
         raise ProgramError(f"{path}: no such file or directory")
-    loader = getattr(device, "load_program", None)
-    if loader is not None and path.suffix not in (".cfg", ".ocd", ".txt"):
-        try:
-            return loader(path)
-        except (ValueError, OSError) as e:  # importer errors name file and line
-            raise ProgramError(str(e)) from None
+    try:
+        host = device.load_program(path, options)
+        if host is not None:
+            rc.attach(host)
+            return host.summary
+    except (ValueError, OSError, DeviceError) as e:  # importer errors name file and line
+        raise ProgramError(str(e)) from None
     if path.is_dir():
-        raise ProgramError(f"{path}: is a directory, and {device.name} has no program importer "
-                           "(give a command script)")
+        raise ProgramError(f"{path}: is a directory, and {device.name} takes "
+                           f"{device_spec(device.name).program_help}")
+    rc.attach(None)
     return run_script(ctx, path)
 
 
@@ -41,7 +53,11 @@ def run_script(ctx: CommandContext, path: Path) -> str:
     n = 0
     script_ctx = CommandContext(targets=ctx.targets, current=ctx.current, log=lambda s: None,
                                 shutdown=None, cwd=path.parent)
-    for lineno, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ProgramError(f"{path}: cannot read the command script: {e}") from None
+    for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
@@ -55,3 +71,26 @@ def run_script(ctx: CommandContext, path: Path) -> str:
             raise ProgramError(f"{path}:{lineno}: {e}") from None
         n += 1
     return f"{path.name}: {n} commands"
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What ``accelstub run`` reports: exit code 0 (done, every check passed), 1 (a check
+    failed) or 2 (a fault, or the program is stuck); the lines to print."""
+
+    code: int
+    lines: list[str]
+
+
+def run_to_end(rc: RunControl, progress: Callable[[int], None] | None = None) -> RunOutcome:
+    """Run the loaded program to its end (its host program's checks included), in the calling
+    thread."""
+    if progress is not None:
+        rc.add_unit_listener(progress)
+    stop = rc.run_here()
+    if stop.reason != "done":  # a fault, a stuck driver, a halt, or nothing to run at all
+        return RunOutcome(2, [f"error: {stop.message or stop.reason}"])
+    host = rc.host
+    if host is not None and host.results:
+        return RunOutcome(0 if host.ok else 1, [r.line for r in host.results])
+    return RunOutcome(0, [stop.message])

@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from accelstub.devices.device import CORE_REGS, Device
+from accelstub.devices.device import CORE_REGS, Device, ProgramOptions
 from accelstub.devices.runcontrol import RunControl
 
 from .commands import CommandContext
@@ -33,7 +33,6 @@ class GdbServer(TcpListener):
         self.kind = "gdb"
         self.rc = rc
         self._context_factory = context_factory
-        self.device_lock = threading.RLock()
         desc = rc.device.description
         self.regnums = {e.regnum: e for e in register_table(desc)}
         self.core_names = sorted(CORE_REGS, key=lambda n: 25 if n == "xpsr" else CORE_REGS.index(n))
@@ -114,13 +113,14 @@ class StubServer:
 
     _context_factory = context
 
-    def load_program(self, path, target: int = 0, log: Callable[[str], None] = print) -> str:
+    def load_program(self, path, target: int = 0, log: Callable[[str], None] = print,
+                     options: ProgramOptions = ProgramOptions()) -> str:
         """Load ``path`` into a target and make `reset init` load it again."""
         from .program import load_program
 
         ctx = self.context(log=log, rc=self.targets[target])
-        summary = load_program(ctx, path)
-        self.targets[target].init_handler = lambda: load_program(ctx, path)
+        summary = load_program(ctx, path, options)
+        self.targets[target].init_handler = lambda: load_program(ctx, path, options)
         return summary
 
     def start(self) -> None:

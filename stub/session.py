@@ -275,9 +275,8 @@ class GdbSession:
             if entry.register is None:
                 self.device.write_core(entry.name, value)
             else:
-                self.rc.require_halted("register write")
-                with self.server.device_lock:
-                    self.device.bus.write(entry.register.address, raw)
+                with self.rc.halted_access("register write"):
+                    self.device.write_register(entry.register.name, value)
         except TargetRunning:
             return E_RUNNING
         except (BusError, DeviceError):
@@ -319,8 +318,7 @@ class GdbSession:
         if not data:
             return b"OK"
         try:
-            self.rc.require_halted("memory write")
-            with self.server.device_lock:
+            with self.rc.halted_access("memory write"):
                 self.device.write(addr, data)
         except TargetRunning:
             return E_RUNNING

@@ -79,13 +79,7 @@ class _Connection:
     def _unsubscribe(self) -> None:
         for rc, on_stop, on_run in self._hooks:
             rc.remove_stop_listener(on_stop)
-            remove = getattr(rc, "remove_run_listener", None)
-            if remove is not None:
-                remove(on_run)
-            else:  # RunControl has no remove_run_listener (yet)
-                listeners = getattr(rc, "_run_listeners", [])
-                if on_run in listeners:
-                    listeners.remove(on_run)
+            rc.remove_run_listener(on_run)
         self._hooks = []
 
     # -- requests -----------------------------------------------------------------------------

@@ -70,16 +70,18 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import threading
+from pathlib import Path
 
 import numpy as np
 
 from ...emu.memory.ethosu85_axi import burst_counts
 from ..description import load_description
-from ..device import Device, Touched, Unit
+from ..device import Device, MonitorCommand, ProgramOptions, Touched, Unit, UnitContext
 from ..errors import BusError, DeviceError
+from ..host import HostProgram
 from . import ops
 from . import stream as es
+from .vela import vela_host_program
 from .ops import (NotImplementedYet, NpuBusFault, NpuConfig, NpuInternal, SetState,
                            Unpredictable, require)
 
@@ -123,7 +125,6 @@ class EthosU85(Device):
         self._qread = self.description.register("QREAD")
         self.stop_reason = "not started"
         self.stats: dict[str, int] = {}
-        self._bp: set[int] = set()
         self._units_cache: tuple | None = None
         self._unit_ctx: dict | None = None
         r = self.regs
@@ -522,26 +523,21 @@ class EthosU85(Device):
                     " to start)")
         return f"no {self.unit_name} left to run: NPU stopped ({self.stop_reason})"
 
-    def run(self, breakpoints, watchpoints, halt_requested):
-        self._bp = {b & 0xFFFFFFFF for b in breakpoints}
-        try:
-            return super().run(breakpoints, watchpoints, halt_requested)
-        finally:
-            self._bp = set()
-
     # -- execution -----------------------------------------------------------------------------
-    def execute_unit(self, halt_requested: threading.Event) -> Touched:
-        touched = Touched()
+    def execute_unit(self, ctx: UnitContext) -> Touched:
+        """The NPU_SET_* commands from QREAD up to and including the next operation; a run's
+        breakpoint on a command inside stops before that command."""
+        touched = ctx.touched
         self._unit_ctx = {"touched": touched, "axi": [], "bytes": 0, "cycles": 0,
                           "mac_cycles": 0, "ao_cycles": 0}
         try:
-            self._run_unit()
+            self._run_unit(ctx.breakpoints)
         finally:
             self._account_unit()
             self._unit_ctx = None
         return touched
 
-    def _run_unit(self) -> None:
+    def _run_unit(self, bp: frozenset[int]) -> None:
         r = self.regs
         qsize = r.peek("QSIZE")
         try:
@@ -551,7 +547,6 @@ class EthosU85(Device):
                               self._family(r.field("QCONFIG", "cmd_region0")), ops.RD_CMD)
         cmd_family = self._family(r.field("QCONFIG", "cmd_region0"))
         qbase = self.qbase  # QBASE cannot change inside a unit (the words were fetched from it)
-        bp = self._bp
         qread = self._qread
         fetches: list[tuple[int, int]] = []  # command fetches not yet recorded
 
@@ -876,14 +871,12 @@ class EthosU85(Device):
                 self._status(pmu_irq_raised=1)
 
     # -- program listing -----------------------------------------------------------------------
-    #: input tensor file for the next load_program (``serve --input``); None = zeros
-    program_input: str | None = None
-
-    def load_program(self, path) -> str:
-        """Load Vela's ``*_vela.tflite`` or raw ``.npz`` as the Ethos-U driver does."""
-        from .vela import load_vela_file
-
-        return load_vela_file(self, path, self.program_input)
+    def load_program(self, path: Path, options: ProgramOptions) -> HostProgram | None:
+        """Vela's ``*_vela.tflite`` or raw ``.npz`` as the Ethos-U driver runs it (placement,
+        start, wait for the IRQ, outputs read and checked); anything else is not Vela's."""
+        if Path(path).suffix not in (".tflite", ".npz"):
+            return None
+        return vela_host_program(path, options)
 
     def units(self) -> list[Unit]:
         try:
@@ -915,8 +908,10 @@ class EthosU85(Device):
         return out
 
     # -- monitor commands ------------------------------------------------------------------------
-    def monitor_commands(self) -> dict:
-        return {"npu": ("state | disasm [count]", self._cmd_npu)}
+    def monitor_commands(self) -> dict[str, MonitorCommand]:
+        return {"npu": MonitorCommand("state | disasm [count]", self._cmd_npu,
+                                      "NPU_SET_* state of the next operation, or the commands "
+                                      "from QREAD on")}
 
     def _cmd_npu(self, ctx, args: list[str]) -> str:
         if (not args or args[0] not in ("state", "disasm") or len(args) > 2

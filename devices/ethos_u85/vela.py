@@ -37,15 +37,16 @@ like every program the debugger holds; :func:`run_vela_program` runs it to the e
 from __future__ import annotations
 
 import struct
-import threading
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
+from ..device import ProgramOptions
 from ..errors import DeviceError
+from ..host import Call, Check, CheckResult, HostProgram, WaitIrq
+from ..runcontrol import RunControl
 
 
 class VelaImportError(ValueError):
@@ -492,10 +493,16 @@ def _inputs(prog: VelaProgram, inputs) -> list[np.ndarray]:
 def load_vela_program(device, path: str | Path, input=None) -> VelaProgram:
     """Load Vela's output ``path`` into ``device`` with ``input`` (one array, or one per model
     input; None = zeros) exactly as the Ethos-U driver stack would, and start the NPU: it then
-    sits halted before its first command. Returns the program (addresses filled in); it is also
-    kept as ``device.vela_program``."""
+    sits halted before its first command. Returns the program (addresses filled in)."""
     prog = read_vela(path)
-    xs = _inputs(prog, input)
+    place_vela_program(device, prog, _inputs(prog, input))
+    return prog
+
+
+def place_vela_program(device, prog: VelaProgram, xs: list[np.ndarray]) -> None:
+    """The driver's setup of ``prog`` with inputs ``xs``: soft reset, memory attributes, the
+    payload in flash (dram), arena and fast scratch in sram, inputs, base pointers, QBASE/QSIZE,
+    then CMD.transition_to_running_state."""
     sram, dram = _window(device, "sram"), _window(device, "dram")
     # driver: soft reset, then the U85 defaults of ethosu_config_u85.h (module docstring)
     _w(device, "CMD", 0x4)
@@ -562,8 +569,6 @@ def load_vela_program(device, path: str | Path, input=None) -> VelaProgram:
     _w(device, "QSIZE", 4 * prog.command_words)
     # power/clock Q-channels disabled while the inference runs (ethosu_request_power)
     _w(device, "CMD", 0x1)  # transition_to_running_state
-    device.vela_program = prog
-    return prog
 
 
 def read_output(device, program: VelaProgram, index: int = 0) -> np.ndarray:
@@ -582,20 +587,19 @@ def run_vela_program(device, program: VelaProgram,
     """Run a loaded program to the end (as the driver waits for the IRQ) and return every
     output. A fault, an unimplemented operation or a stream that does not end with the NPU
     stopped raises DeviceError naming the file."""
-    halt = threading.Event()
-    timer = threading.Timer(timeout, halt.set) if timeout else None
-    if timer:
-        timer.start()
-    try:
-        stop = device.run(set(), [], halt)
-    except DeviceError as e:
-        raise DeviceError(f"{program.path}: {e}") from None
-    finally:
-        if timer:
-            timer.cancel()
+    rc = RunControl(device)
+    stop = rc.run(timeout)
+    if stop is None:
+        rc.halt_and_wait()
+        raise DeviceError(f"{program.path}: the NPU did not finish within {timeout} s")
     if stop.reason != "done":
         raise DeviceError(f"{program.path}: the NPU did not finish ({stop.reason}"
                           f"{': ' + stop.message if stop.message else ''})")
+    return _outputs(device, program)
+
+
+def _outputs(device, program: VelaProgram) -> list[np.ndarray]:
+    """Every output after the NPU stopped; a stop with an error bit set raises DeviceError."""
     status = _r(device, "STATUS")
     faults = [n for n, b in (("bus_status", 2), ("cmd_parse_error", 4), ("ecc_fault", 8),
                              ("branch_fault", 9)) if status >> b & 1]
@@ -622,58 +626,50 @@ def load_input(path: str | Path) -> list[np.ndarray]:
         raise VelaImportError(f"{path}: cannot read the input tensor ({e})") from None
 
 
-def run_vela_file(device, path: str | Path, inputs: Sequence[np.ndarray] | np.ndarray | None,
-                  timeout: float | None = None) -> tuple[VelaProgram, list[np.ndarray]]:
-    """Load and run in one call (what ``accelstub run ethos-u85`` needs)."""
-    prog = load_vela_program(device, path, inputs)
-    return prog, run_vela_program(device, prog, timeout)
+def vela_host_program(path: str | Path, options: ProgramOptions) -> HostProgram:
+    """Vela's output as the Ethos-U driver runs it: place and start (inputs from
+    ``options.input``, zeros without), wait for the NPU's IRQ, then read the outputs, write them
+    to ``options.output`` and compare them with ``options.expect``. The files are read here, so
+    their errors come at load time and name the file."""
+    prog = read_vela(path)
+    xs = _inputs(prog, load_input(options.input) if options.input else None)
+    want = load_input(options.expect) if options.expect else None
+    if want is not None and len(want) != len(prog.outputs):
+        raise VelaImportError(f"{options.expect}: {len(want)} array(s), the model has "
+                              f"{len(prog.outputs)} output(s)")
+    note = "" if options.input else " (input: zeros, no --input given)"
+    where = str(prog.path)
+    return HostProgram(Path(prog.path).name, [
+        Call(lambda hp: place_vela_program(hp.device, prog, xs), f"{where}: driver setup"),
+        WaitIrq("IRQ", f"{where}: wait for the NPU interrupt"),
+        Check(lambda hp: _check_outputs(hp, prog, options.output, want), f"{where}: outputs")],
+        summary=prog.summary() + note)
 
 
-# --- what the CLI calls -------------------------------------------------------------------------
-
-def load_vela_file(device, path: str | Path, input_path: str | Path | None = None) -> str:
-    """``serve ethos-u85 --program M_vela.tflite [--input X.npy]``: load (input None = zeros)
-    and return the one-line summary. Errors are VelaImportError (a ValueError, which
-    stub/program.py turns into a ProgramError) naming the file."""
-    inputs = load_input(input_path) if input_path is not None else None
-    prog = load_vela_program(device, path, inputs)
-    note = "" if input_path is not None else " (input: zeros, no --input given)"
-    return prog.summary() + note
-
-
-def run_vela_cli(device, path: str | Path, input_path: str | Path | None,
-                 output_path: str | Path | None = None,
-                 expect_path: str | Path | None = None) -> tuple[int, str]:
-    """``run ethos-u85 --program M_vela.tflite --input X.npy [--output Y.npy] [--expect R.npy]``:
-    (exit code, line to print). Exit 0 = ran (and matched --expect), 1 = differs from --expect,
-    2 = bad input or a model fault / unimplemented operation (VelaImportError / DeviceError
-    propagate; the CLI prints them and exits 2)."""
-    import time
-
-    t0 = time.perf_counter()
-    prog, outs = run_vela_file(device, path, load_input(input_path) if input_path else None)
-    ms = (time.perf_counter() - t0) * 1e3
-    n = device.counters().get("operations", device.units_done)
-    done = f"{len(outs)} output(s), {n} operations, {device.cycles} cycles (modelled), {ms:.0f} ms"
-    if output_path is not None:
+def _check_outputs(hp: HostProgram, prog: VelaProgram, output: str | None,
+                   want: list[np.ndarray] | None) -> CheckResult:
+    dev = hp.device
+    outs = _outputs(dev, prog)
+    n = dev.counters().get("operations", dev.units_done)
+    done = (f"{len(outs)} output(s), {n} operations, {dev.cycles} cycles (modelled), "
+            f"{hp.elapsed_ms():.0f} ms")
+    if output is not None:
         if len(outs) == 1:
-            np.save(output_path, outs[0])
+            np.save(output, outs[0])
         else:
-            np.savez(output_path, *outs)
-    if expect_path is None:
-        return 0, f"DONE ({done})"
-    want = load_input(expect_path)
-    if len(want) != len(outs):
-        raise VelaImportError(f"{expect_path}: {len(want)} array(s), the model has {len(outs)} "
-                              "output(s)")
+            np.savez(output, *outs)
+    if want is None:
+        return CheckResult(True, f"DONE ({done})")
     for i, (g, w) in enumerate(zip(outs, want)):
-        if g.size != w.size or not np.array_equal(g.ravel().astype(np.int64),
-                                                  np.asarray(w).ravel().astype(np.int64)):
-            if g.size != w.size:
-                return 1, f"FAIL output {i}: shape {g.shape}, expected {np.shape(w)}"
-            d = np.flatnonzero(g.ravel().astype(np.int64) != np.asarray(w).ravel())
+        w = np.asarray(w).ravel()
+        if g.size != w.size:
+            return CheckResult(False, f"FAIL output {i}: shape {g.shape}, expected "
+                               f"{np.shape(want[i])}")
+        d = np.flatnonzero(g.ravel().astype(np.int64) != w.astype(np.int64))
+        if d.size:
             k = int(d[0])
-            return 1, (f"FAIL output {i}: {d.size}/{g.size} elements differ, first at flat index "
-                       f"{k} (address {prog.outputs[i].address + k * g.itemsize:#010x}): "
-                       f"expected {np.asarray(w).ravel()[k]}, got {g.ravel()[k]}")
-    return 0, f"PASS ({done})"
+            return CheckResult(False, f"FAIL output {i}: {d.size}/{g.size} elements differ, "
+                               f"first at flat index {k} (address "
+                               f"{prog.outputs[i].address + k * g.itemsize:#010x}): expected "
+                               f"{w[k]}, got {g.ravel()[k]}")
+    return CheckResult(True, f"PASS ({done})")

@@ -35,9 +35,10 @@ from __future__ import annotations
 
 import ast
 import re
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from ..host import CheckWords, HostProgram, WaitIrq, Write
 
 MASK32 = 0xFFFF_FFFF
 FILES = ("cnn.c", "main.c")
@@ -49,39 +50,34 @@ class Ai8xImportError(ValueError):
     """A file of the project cannot be imported; the message starts with ``file:line:``."""
 
 
-@dataclass(frozen=True)
-class Access:
-    """One bus access of the driver: ``op`` "=" stores ``data`` at ``address``; "|=" and "&="
-    read the 32-bit word at ``address`` and store it combined with ``data`` (4 bytes)."""
-
-    address: int
-    data: bytes
-    op: str = "="
-    where: str = ""  # file:line of the statement
-
-    def apply(self, device) -> None:
-        if self.op == "=":
-            device.write(self.address, self.data)
-            return
-        old = int.from_bytes(device.read(self.address, len(self.data)), "little")
-        v = int.from_bytes(self.data, "little")
-        new = old | v if self.op == "|=" else old & v
-        device.write(self.address, new.to_bytes(len(self.data), "little"))
-
-
 @dataclass
 class Max78000Program:
     """What the stub holds of an ai8x project: bus accesses in driver order, the known answer."""
 
     path: Path
-    setup: list[Access] = field(default_factory=list)  # cnn_enable .. load_input
-    start: list[Access] = field(default_factory=list)  # cnn_start (the master enable is last)
-    isr: list[Access] = field(default_factory=list)  # CNN_ISR, applied after each completion
-    resume: list[Access] = field(default_factory=list)  # cnn_continue (one-shot)
+    setup: list[Write] = field(default_factory=list)  # cnn_enable .. load_input
+    start: list[Write] = field(default_factory=list)  # cnn_start (the master enable is last)
+    isr: list[Write] = field(default_factory=list)  # CNN_ISR, applied after each completion
+    resume: list[Write] = field(default_factory=list)  # cnn_continue (one-shot)
     continues: int = 0  # how often main() calls cnn_continue after the first completion
     expected: list[tuple[int, int, int]] = field(default_factory=list)  # (addr, value, mask)
     layers: int | None = None  # LCNT_MAX + 1 as written by cnn_init
     name: str = ""
+    wait_where: str = ""  # file:line of main()'s wait for the CNN
+    check_where: str = ""  # file:line of main()'s check_output() call
+
+    def host_program(self) -> HostProgram:
+        """main() as the driver runs it: setup and start writes, the wait for the CNN interrupt
+        (CNN_ISR runs when it rises), cnn_continue and the wait again for each one-shot layer,
+        then check_output against the known answer."""
+        wait = WaitIrq("CNN", self.wait_where)
+        steps = [*self.setup, *self.start, wait]
+        for _ in range(self.continues):
+            steps += [*self.resume, wait]
+        steps.append(CheckWords(self.expected, self.check_where))
+        total = (self.layers or 0) if not self.continues else self.continues + 1
+        return HostProgram(self.name, steps, {"CNN": list(self.isr)}, self.summary(),
+                           total or None)
 
     def writes(self) -> list[tuple[int, bytes]]:
         """The plain stores of setup + start as (address, bytes)."""
@@ -348,7 +344,7 @@ class _Importer:
         self.funcs: dict[str, _Func] = {}
         self.bindings: dict[str, tuple[str, str]] = {}  # C array name -> (macro, where)
         self.prog = Max78000Program(path, name=path.name)
-        self.out: list[Access] | None = None
+        self.out: list[Write] | None = None
         self.phase = "setup"
         self.fifo_in: dict[str, tuple[str, str]] = {}  # load_input's inN -> (array, where)
         self.main_file = "main.c"  # main_riscv.c in --riscv projects
@@ -441,7 +437,7 @@ class _Importer:
             raise Ai8xImportError(f"{decl}: {macro} (for {cname}) is not defined in {have}")
         return self.arrays[macro].values
 
-    def _emit(self, acc: Access) -> None:
+    def _emit(self, acc: Write) -> None:
         if self.out is None:
             raise Ai8xImportError(f"{acc.where}: bus write outside the supported program flow "
                                   f"(after cnn_start(): FIFO input is not supported)")
@@ -539,11 +535,13 @@ class _Importer:
                 if self.phase not in ("started", "wait"):
                     raise Ai8xImportError(f"{where}: waiting for the CNN before cnn_start()")
                 self.phase = "wait"
+                self.prog.wait_where = self.prog.wait_where or where
                 i += 1
                 continue
             if c == "if(check_output()!=CNN_OK)fail();" and f.name == "main":
                 if self.phase != "wait":
                     raise Ai8xImportError(f"{where}: check_output() before the CNN completed")
+                self.prog.check_where = where
                 saved, self.out = self.out, None
                 self.call("check_output", where, stack)
                 self.out = saved
@@ -628,7 +626,7 @@ class _Importer:
             raise Ai8xImportError(f"{where}: misaligned {8 * width}-bit store to {addr:#010x}")
         if op == "=" and width == 4 and addr == 0x5010_0008:
             self.prog.layers = (value & 0x1F) + 1  # CNNx16_0_LCNT_MAX (S0:L2577)
-        self._emit(Access(addr, value.to_bytes(width, "little"), op, where))
+        self._emit(Write(addr, value.to_bytes(width, "little"), op, where))
 
     def _memcpy(self, name: str, args: str, where: str) -> None:
         self._check_helper(name, where)
@@ -653,7 +651,7 @@ class _Importer:
                                      for v in vals[3 * k:3 * k + 3]) + bytes(4)
                             for k in range(n))
         if data:
-            self._emit(Access(dst, data, "=", where))
+            self._emit(Write(dst, data, "=", where))
 
     def _kernel_loop(self, arr: str | None, body: list[str], where: str) -> None:
         """``while ((addr = *ptr++) != 0) { [set address] len = *ptr++; while (len-- > 0)
@@ -670,8 +668,8 @@ class _Importer:
             if addr & 3:
                 raise Ai8xImportError(f"{src}: {macro}: record address {addr:#010x} misaligned")
             if mexpress:
-                self._emit(Access(addr | 1, b"\x01", "=", f"{where} ({macro} element {k})"))
-            self._emit(Access(addr, b"".join((w & MASK32).to_bytes(4, "little") for w in words),
+                self._emit(Write(addr | 1, b"\x01", "=", f"{where} ({macro} element {k})"))
+            self._emit(Write(addr, b"".join((w & MASK32).to_bytes(4, "little") for w in words),
                               "=", f"{where} ({macro} element {k})"))
 
     def _records(self, arr: str, where: str, kind: str, extra: int):
@@ -735,7 +733,7 @@ class _Importer:
             data[ptr] = vals
         for i in range(n):
             for addr, ptr in pushes:
-                self._emit(Access(addr, (data[ptr][i] & MASK32).to_bytes(4, "little"), "=",
+                self._emit(Write(addr, (data[ptr][i] & MASK32).to_bytes(4, "little"), "=",
                                   where))
 
     def _check_table(self, arr: str | None, where: str) -> None:
@@ -781,94 +779,8 @@ def import_ai8x_project(path: str | Path) -> Max78000Program:
     return _Importer(Path(path)).run()
 
 
-def apply_accesses(device, accesses: list[Access]) -> None:
-    for a in accesses:
-        try:
-            a.apply(device)
-        except Exception as e:  # a bus error names the address; add the statement
-            raise Ai8xImportError(f"{a.where}: {e}") from None
-
-
-def load_ai8x_program(device, path: str | Path) -> str:
-    """Import ``path`` and apply its setup and start writes through ``device.write`` (a
-    driver's view); the device then sits armed before layer 0. Stores the known answer as
-    ``device.expected`` (list of (address, value, mask)) and the program as
-    ``device.ai8x_program``. Returns a one-line summary."""
-    from .mram import install_mram_hooks
-
-    prog = import_ai8x_project(path)
-    install_mram_hooks(device)
-    apply_accesses(device, prog.setup)
-    apply_accesses(device, prog.start)
-    device.expected = list(prog.expected)
-    device.ai8x_program = prog
-    return prog.summary()
-
-
-# -- running and checking -----------------------------------------------------------------------
-@dataclass
-class RunResult:
-    ok: bool
-    checked: int
-    layers: int
-    ms: float
-    mismatch: tuple[int, int, int] | None = None  # (address, expected, got)
-    writer: int | None = None  # layer that last wrote the mismatching address
-    message: str = ""
-
-    def line(self) -> str:
-        if self.ok:
-            return f"PASS ({self.checked} words checked, {self.layers} layers, {self.ms:.0f} ms)"
-        a, exp, got = self.mismatch
-        by = f"written by layer {self.writer}" if self.writer is not None else \
-            "not written by any layer"
-        return f"FAIL at 0x{a:08x}: expected 0x{exp:08x}, got 0x{got:08x} ({by})"
-
-
-def run_ai8x_program(device, program: Max78000Program, progress=None) -> RunResult:
-    """Run a loaded program to completion as its main() does (the ISR after every completion,
-    cnn_continue for one-shot programs), then compare the known answer. Layers run one by one
-    with ``device.step``; the write ranges of each are kept to name the layer that wrote a
-    mismatching address. ``progress(done, total)`` is called after every layer."""
-    history: list[tuple[int, list[tuple[int, int]]]] = []
-    orig = device.execute_unit
-    current = [0]
-
-    def recorded(halt):
-        touched = orig(halt)
-        history.append((current[0], list(touched.writes)))
-        return touched
-
-    device.execute_unit = recorded
-    total = program.layers or len(device.units()) or 1
-    t0 = time.perf_counter()
-    ran = 0
-    continues = program.continues
-    try:
-        while True:
-            while not device.finished():
-                current[0] = getattr(device, "layer", ran)
-                device.step()
-                ran += 1
-                if progress is not None:
-                    progress(ran, total)
-            apply_accesses(device, program.isr)
-            if continues <= 0:
-                break
-            continues -= 1
-            apply_accesses(device, program.resume)
-            if device.finished():
-                break  # the continue did not restart the engine
-    finally:
-        del device.execute_unit
-    ms = (time.perf_counter() - t0) * 1000
-    for addr, exp, mask in program.expected:
-        got = int.from_bytes(device.read(addr, 4), "little") & mask
-        if got != exp:
-            writer = None
-            for y, writes in reversed(history):
-                if any(s < addr + 4 and addr < e for s, e in writes):
-                    writer = y
-                    break
-            return RunResult(False, len(program.expected), ran, ms, (addr, exp, got), writer)
-    return RunResult(True, len(program.expected), ran, ms)
+def load_ai8x_program(path: str | Path) -> HostProgram:
+    """Import ``path`` as the host program its main() is (raises Ai8xImportError naming
+    file:line). Run control applies its setup and start writes on attach, so the device then
+    sits armed before layer 0."""
+    return import_ai8x_project(path).host_program()

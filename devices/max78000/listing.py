@@ -9,6 +9,10 @@ registers (LayerConfig), plus the modelled cycle count of ``layer_cycles``.
 """
 from __future__ import annotations
 
+from ..errors import DeviceError
+from .layer import layer_cycles
+from .stream import stream_count
+
 _ACT = {"none": "no activation", "relu": "ReLU", "abs": "Abs"}
 _EWISE = {0: "sub", 1: "add", 2: "or", 3: "xor"}  # ONED.ewise_func (S0:L3220)
 
@@ -96,10 +100,6 @@ LAYERS_HELP = ("list the program as ai8x comments cnn.c, with modelled cycles pe
 
 
 def layers_text(dev) -> str:
-    from ..errors import DeviceError
-    from .model import layer_cycles
-    from .stream import stream_count
-
     lines = []
     total = 0
     streams = stream_count(dev)

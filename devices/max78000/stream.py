@@ -41,6 +41,7 @@ import numpy as np
 
 from ..device import Touched
 from ..errors import DeviceError
+from .datapath import address_ranges, compute_layer, merge_ranges, scatter_output, sram_address
 
 QUADRANTS = 4
 MAX_STREAMS = 8
@@ -149,7 +150,6 @@ def scatter_stream(bus, cfg, out: np.ndarray, fbuf: int | None) -> tuple[FrameBu
     """Write a stream producer's output: into a FrameBuffer (unwrapped, for the consumer) and
     into data SRAM wrapped modulo ``fbuf`` words (None: not wrapped). Returns the frame buffer
     and the written address ranges."""
-    from .datapath import address_ranges, merge_ranges, sram_address
 
     if cfg.wide:
         raise DeviceError(f"layer {cfg.layer}: 32-bit output (bigdwrt) cannot feed a stream layer")
@@ -207,7 +207,6 @@ def gather_stream(fb: FrameBuffer, cfg) -> np.ndarray:
 
 def run_stream_layer(dev, cfg, x, n_streams: int) -> Touched:
     """Run stream layer ``cfg.layer`` frame-at-once (x: its input or None = from memory)."""
-    from .datapath import scatter_output, compute_layer
 
     y = cfg.layer
     if y > 0 and x is None:

@@ -21,7 +21,7 @@ Memory power (S0:L2388-2419, L1789-1822):
 * SRAM.ds = 1 (and pd = 0): contents kept, CPU reads return 0 ("outputs read 0", L2412), CPU
   writes are dropped. **The debugger's read (Device.read, gdb `x`, `mdw`) shows the retained
   contents** (R7#41: the debugger bypasses; a read never has side effects); the CPU view is
-  :meth:`cpu_read` (used by driver replays, ``monitor cnn cpuread``).
+  :meth:`Max78000.host_read` (the driver's read, ``monitor mlat``).
 * CNN_AOD_CTRL.pd bit n: the MRAM of quadrant n is lost (cleared on the 0->1 edge); dsleep bit n:
   retained, CPU reads 0. Both are independent of CNNx16_n_SRAM.
 * A layer that needs a memory that is powered down or asleep stops with a fault naming the
@@ -40,6 +40,7 @@ Mlator (S0:L2125-2147, L4226-4244; R7#20):
 from __future__ import annotations
 
 from ..errors import DeviceError
+from .datapath import sram_address
 
 QUADRANTS = 4
 SRAM_BASE, MRAM_BASE, TRAM_BASE, BRAM_BASE = 0x5040_0000, 0x5018_0000, 0x5011_0000, 0x5010_8000
@@ -231,7 +232,6 @@ class TestUnit:
         if not self.mlat_loaded[q]:
             return 0
         sel = (self.dev.regs.peek(f"CNNx16_{q}_CTRL") >> 17) & 3
-        from .datapath import sram_address
 
         v = 0
         for i in range(4):

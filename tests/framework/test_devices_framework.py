@@ -6,7 +6,7 @@ import tomllib
 
 import pytest
 
-from . import programs
+from tests.max78000 import programs
 
 from accelstub.devices import BusError, TargetRunning, open_device
 from accelstub.devices.bus import Bus

@@ -12,6 +12,7 @@ from accelstub.devices import open_device
 from accelstub.devices.max78000.fifo import FIFO_DEPTH
 from accelstub.devices.runcontrol import RunControl
 from accelstub.stub.commands import CommandContext, CommandError, execute
+from tests.helpers import step
 
 from . import programs
 
@@ -124,7 +125,7 @@ def test_fifo_input_equals_memory_input(dev):
     fifo_chain(dev, 2)
     assert rd(dev, FIFO_STAT) & 0xF0 == 0x10  # the armed engine drained FIFO 0: empty
     while not dev.finished():
-        assert dev.step().reason in ("step", "done")
+        assert step(dev).reason in ("step", "done")
     got, want = chain_result(dev, 2)
     assert got == want
     assert dev.fifos.staged[0] == bytearray()
@@ -185,7 +186,7 @@ def test_streaming_results_equal_whole_frame_processing(dev):
     units = [u.summary for u in dev.units()]
     assert units[0].startswith("4x2x2 streaming, no pooling, conv2d")
     while not dev.finished():
-        dev.step()
+        step(dev)
     got, want = chain_result(dev, 2)
     assert got == want
     # layer 0 wrote 4 pixels into a 2-word circular buffer at word 0x40: pixels 2, 3 remain
@@ -198,7 +199,7 @@ def test_streaming_results_equal_whole_frame_processing(dev):
 def test_streaming_warns_on_quadrants_configured_differently(dev):
     """All quadrants must be configured identically (L2164, R7#38): a warning message."""
     stream_chain(dev, q1_ctrl=0x9)  # quadrant 1 enabled without stream_en
-    dev.step()
+    step(dev)
     assert any("CNNx16_1_CTRL" in w and "identically" in w for w in dev.warnings)
 
 
@@ -225,7 +226,7 @@ def test_mlator_sequence_e_cpu_reads_advance_debugger_reads_do_not(dev):
     mlat_setup(dev, sel=2)
     a = QB[0] + 0x1000
     assert rd(dev, a) == 0x23222120 and rd(dev, a) == 0x23222120
-    assert int.from_bytes(dev.cpu_read(a, 4), "little") == 0x23222120
+    assert int.from_bytes(dev.host_read(a, 4), "little") == 0x23222120
     assert rd(dev, a) == 0x27262524
     rc = RunControl(dev)
     out = execute(CommandContext([rc]), "mlat 0 1")
@@ -298,11 +299,11 @@ def test_sram_ds_reads_zero_for_the_cpu_and_keeps_contents(dev):
     retained contents (R7#41); CPU writes are dropped."""
     wr(dev, SRAM, 0x1234)
     wr(dev, QB[0] + 4, 0xE | 1 << 15)
-    assert dev.cpu_read(SRAM, 4) == bytes(4)
+    assert dev.host_read(SRAM, 4) == bytes(4)
     assert rd(dev, SRAM) == 0x1234
     wr(dev, SRAM, 0x9999)
     wr(dev, QB[0] + 4, 0xE)
-    assert rd(dev, SRAM) == 0x1234 and dev.cpu_read(SRAM, 4) == (0x1234).to_bytes(4, "little")
+    assert rd(dev, SRAM) == 0x1234 and dev.host_read(SRAM, 4) == (0x1234).to_bytes(4, "little")
 
 
 def test_aod_pd_and_dsleep_act_on_mram_only(dev):
@@ -311,7 +312,7 @@ def test_aod_pd_and_dsleep_act_on_mram_only(dev):
     wr(dev, MRAM, 0x11)
     wr(dev, SRAM, 0x22)
     wr(dev, AOD, 1 << 8)  # dsleep q0
-    assert dev.cpu_read(MRAM, 4) == bytes(4) and dev.cpu_read(SRAM, 1) == b"\x22"
+    assert dev.host_read(MRAM, 4) == bytes(4) and dev.host_read(SRAM, 1) == b"\x22"
     wr(dev, AOD, 1 << 12)  # pd q0
     wr(dev, AOD, 0)
     assert rd(dev, MRAM) == 0 and rd(dev, SRAM) == 0x22

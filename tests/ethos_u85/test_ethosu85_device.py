@@ -18,6 +18,7 @@ from accelstub.devices.runcontrol import RunControl
 from accelstub.stub.client import RspClient
 from accelstub.stub.commands import CommandContext, execute
 from accelstub.stub.server import StubServer
+from tests.helpers import step
 
 SRAM = 0x1000_0000
 DRAM = 0x6000_0000
@@ -273,7 +274,7 @@ def test_reset_sets_prot_from_the_pending_levels(host):
 def test_reset_stops_a_running_npu_and_clears_sticky_faults(dev, host):
     host.start([0x0000_0004])  # reserved cmd0 opcode 4
     with pytest.raises(DeviceError):
-        dev.step()
+        step(dev)
     assert host.field("STATUS", "cmd_parse_error") == 1
     host.clear_irq()
     assert host.field("STATUS", "cmd_parse_error") == 1  # cleared only by reset (L1269)
@@ -384,7 +385,7 @@ def test_stop_resumes_after_the_stop_unless_the_queue_is_rewritten(dev, host):
 def test_stop_request_stops_at_the_command_boundary(dev, host):
     load_add_inputs(dev)
     host.start(stream(add_example(), add_example(), STOP))
-    dev.step()
+    step(dev)
     q = host.r("QREAD")
     host.w("CMD", 0x14)  # stop_request (L1338)
     assert host.field("STATUS", "state") == 0 and host.field("STATUS", "irq_raised") == 1
@@ -417,7 +418,7 @@ def test_unknown_opcode_is_a_parse_error_naming_the_offset(dev, host):
 def test_cmd1_header_without_its_data_word_is_a_parse_error(dev, host):
     host.start(stream(STOP)[:0] + [0x0000_4000])  # NPU_SET_IFM_BASE0 header, QSIZE ends
     with pytest.raises(DeviceError, match="offset 0x0000.*data word"):
-        dev.step()
+        step(dev)
 
 
 def test_unpredictable_programming_is_reported_as_an_error(dev, host):
@@ -428,7 +429,7 @@ def test_unpredictable_programming_is_reported_as_an_error(dev, host):
             for c in add_example()]
     host.start(stream(cmds, STOP))
     with pytest.raises(DeviceError, match=r"NPU_OP_ELEMENTWISE at offset 0x00f4.*UNPREDICTABLE"):
-        dev.step()
+        step(dev)
     assert host.field("STATUS", "cmd_parse_error") == 1 and host.field("STATUS", "state") == 0
 
 
@@ -454,7 +455,7 @@ def test_command_fetch_bus_fault(dev, host):
     host.w("QSIZE", 8)
     host.w("CMD", 0x5)
     with pytest.raises(DeviceError, match="bus fault"):
-        dev.step()
+        step(dev)
     assert host.field("STATUS", "bus_status") == 1 and host.field("STATUS", "faulting_channel") == 0
 
 
@@ -469,7 +470,7 @@ def test_branch_and_branch_fault(dev, host):
     Host(dev).boot()
     host.start(stream([("NPU_OP_BRANCH", dict(branch_target=0x100))], STOP))
     with pytest.raises(DeviceError, match="branch target 0x100 >= QSIZE"):
-        dev.step()
+        step(dev)
     assert host.field("STATUS", "branch_fault") == 1
 
 

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from . import programs
+from tests.max78000 import programs
 
 from accelstub.devices import open_device
 from accelstub.devices.runcontrol import RunControl

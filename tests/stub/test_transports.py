@@ -6,7 +6,7 @@ import threading
 from accelstub.stub.rsp_codec import PacketReader, frame
 from accelstub.stub.transports import SerialConnection
 
-from .conftest import serve_cmd
+from tests.helpers import serve_cmd
 
 
 def test_serial_loop_url_carries_bytes_both_ways():

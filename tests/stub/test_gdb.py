@@ -6,15 +6,13 @@ import re
 import select
 import shlex
 import subprocess
-import sys
 import threading
 import time
 
-import pytest
 
 from accelstub.stub.client import RspClient
 
-from .conftest import require_gdb, run_gdb, serve_cmd
+from tests.helpers import require_gdb, run_gdb, serve_cmd
 
 PC0 = 0x50100010
 

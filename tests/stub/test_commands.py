@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from . import programs
+from tests.max78000 import programs
 
 from accelstub.devices import open_device
 from accelstub.devices.runcontrol import RunControl
@@ -440,8 +440,11 @@ def test_several_commands_on_one_line(ctx):
 
 
 def test_device_monitor_commands(ctx, rc):
+    from accelstub.devices.device import MonitorCommand
+
     rc.device.monitor_commands = lambda: {
-        "hello": ("name", lambda c, args: f"hello {args[0]} from {c.target.device.name}")}
+        "hello": MonitorCommand("name", lambda c, args: f"hello {args[0]} from "
+                                f"{c.target.device.name}")}
     assert execute(ctx, "hello world") == "hello world from max78000"
     assert "hello name" in execute(ctx, "help").split("\n")
 

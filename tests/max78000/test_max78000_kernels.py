@@ -3,20 +3,17 @@ the independent plain-numpy reference (tests/max78000_reference.py). Test vector
 from shared/devices/max78000-ai8x.md section 5."""
 from __future__ import annotations
 
-import os
-import sys
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, os.path.dirname(__file__))
-import max78000_reference as ref  # noqa: E402
+from accelstub.testkit import max78000_reference as ref
 
-from accelstub.emu.conv import max78000 as conv_k  # noqa: E402
-from accelstub.emu.numeric import max78000 as numeric_k  # noqa: E402
-from accelstub.emu.pool import max78000 as pool_k  # noqa: E402
+from accelstub.emu.conv import max78000 as conv_k
+from accelstub.emu.numeric import max78000 as numeric_k
+from accelstub.emu.pool import max78000 as pool_k
 
 POLICY = {pool_k.AVG_TRUNC: "trunc", pool_k.AVG_ROUND_AWAY: "away", pool_k.AVG_FLOOR: "floor",
           pool_k.AVG_FLOOR_HALF: "floor_half"}

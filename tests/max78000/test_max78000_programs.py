@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -18,17 +19,41 @@ from accelstub.devices import open_device
 from accelstub.testkit.max78000_build import (BuildError, Layer, Network, build, build_demo,
                                               processors_per_pass)
 from accelstub.devices.max78000.ai8x import (Ai8xImportError, import_ai8x_project,
-                                               load_ai8x_program, run_ai8x_program)
+                                             load_ai8x_program)
 from accelstub.devices.max78000.mram import install_mram_hooks
+from accelstub.devices.runcontrol import RunControl
 from accelstub.stub.cli import main as cli_main
+from accelstub.stub.commands import CommandContext
+from accelstub.stub.program import load_program, run_to_end
+from tests.helpers import control
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_dir(path) -> "object":
+@dataclass
+class Ran:
+    """What `accelstub run` reports for a project: ok, the layers run, the printed lines."""
+
+    ok: bool
+    layers: int
+    text: str
+
+    def line(self) -> str:
+        return self.text
+
+
+def run_dir(path) -> Ran:
+    rc = RunControl(open_device("max78000"))
+    load_program(CommandContext(targets=[rc]), path)
+    out = run_to_end(rc)
+    return Ran(out.code == 0, rc.host.units, "\n".join(out.lines))
+
+
+def load_dir(path):
+    """Load a project as `serve --program` does; the device then sits armed before layer 0."""
     dev = open_device("max78000")
-    load_ai8x_program(dev, path)
-    return run_ai8x_program(dev, dev.ai8x_program)
+    control(dev).attach(load_ai8x_program(path))
+    return dev
 
 
 def small_net() -> Network:
@@ -97,8 +122,7 @@ def test_loader_variants_agree(tmp_path):
         for loader in ("new", "old"):
             d = build(small_net(), seed=1, mexpress=mexpress, loader=loader).write(
                 tmp_path / f"{mexpress}{loader}")
-            dev = open_device("max78000")
-            load_ai8x_program(dev, d)
+            dev = load_dir(d)
             images.append(dev.read(0x5018_0000, 0x3000) + dev.read(0x5018_4000, 0x3000))
     assert all(im == images[0] for im in images)
     assert any(images[0])
@@ -146,12 +170,14 @@ def test_builder_rejects_bad_descriptions():
 # -- the importer's model of the device ---------------------------------------------------------
 def test_load_arms_device_and_stores_expected(project):
     dev = open_device("max78000")
-    summary = load_ai8x_program(dev, project)
+    rc = control(dev)
+    summary = load_program(CommandContext(targets=[rc]), project)
     assert re.match(r"net: ai8x project, 3 layers, \d+ bus writes \(\d+ bytes\), \d+ expected "
                     r"words$", summary)
     assert not dev.finished()
     assert dev.pc == dev.description.register("CNNx16_0_L0_RCNT").address
-    assert dev.expected and all(len(e) == 3 for e in dev.expected)
+    expected = import_ai8x_project(project).expected
+    assert expected and all(len(e) == 3 for e in expected)
 
 
 def test_mexpress_packed_write_lands_in_plain_layout():
@@ -259,7 +285,7 @@ def test_run_corrupted_expected_fails_with_address_and_layer(project, capsys):
 
 def test_run_bad_input_exit_2(tmp_path, project, capsys):
     assert cli_main(["run", "max78000", "--program", str(tmp_path / "nothing")]) == 2
-    assert "not a directory" in capsys.readouterr().err
+    assert "nothing: no such file or directory" in capsys.readouterr().err
     _edit(project / "cnn.c", "  MXC_NVIC_SetVector(",
           "  MXC_Frobnicate(3);\n  MXC_NVIC_SetVector(")
     assert cli_main(["run", "max78000", "--program", str(project)]) == 2
@@ -617,8 +643,7 @@ def test_listing_decoded_from_registers_matches_the_builders_comments(tmp_path, 
 
     path = build(net, seed=1).write(tmp_path / net.name)
     comments = re.findall(r"// (Layer \d+: .*)", (path / "cnn.c").read_text())
-    dev = open_device("max78000")
-    load_ai8x_program(dev, path)
+    dev = load_dir(path)
     listing = [re.sub(r" \((32-bit output, )?\d+ cycles\)$", "", line)
                for line in layers_text(dev).splitlines()]
     assert comments and listing[:-1] == comments

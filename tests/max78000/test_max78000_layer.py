@@ -4,19 +4,16 @@ use (digest max78000-registers.md 1.3 "MRAM, plain write", max78000-ai8x.md 1.2-
 decode_layer + run_layer, and data SRAM compared with the independent reference."""
 from __future__ import annotations
 
-import os
-import sys
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-import max78000_reference as ref  # noqa: E402
+from accelstub.testkit import max78000_reference as ref
 
-from accelstub.devices import DeviceError, open_device  # noqa: E402
-from accelstub.devices.max78000.datapath import run_layer  # noqa: E402
-from accelstub.devices.max78000.layer import decode_layer  # noqa: E402
+from accelstub.devices import DeviceError, open_device
+from accelstub.devices.max78000.datapath import run_layer
+from accelstub.devices.max78000.layer import decode_layer
 
 QB = [0x5010_0000 + q * 0x40_0000 for q in range(4)]  # quadrant register bases (S0:L1863-1878)
 # per-layer register offsets, Table 27-18 (S0:L1890-2033): addr = QB + off + 4*layer
@@ -509,8 +506,8 @@ def test_unsupported_raises_device_error_naming_register():
 
 
 # -- random layers programmed through registers ---------------------------------------------------
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 
 @st.composite

@@ -5,23 +5,21 @@ independent plain-integer reference tests/ethosu85_reference.py."""
 from __future__ import annotations
 
 import os
-import sys
 
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, os.path.dirname(__file__))
-import ethosu85_reference as R  # noqa: E402
+from tests.ethos_u85 import ethosu85_reference as R
 
-from accelstub.emu.memory import ethosu85 as L  # noqa: E402
-from accelstub.emu.conv import ethosu85 as conv_k  # noqa: E402
-from accelstub.emu.eltwise import ethosu85 as eltwise_k  # noqa: E402
-from accelstub.emu.pool import ethosu85 as pool_k  # noqa: E402
-from accelstub.emu.resize import ethosu85 as resize_k  # noqa: E402
-from accelstub.emu.numeric import ethosu85 as P  # noqa: E402
-from accelstub.emu.weights import ethosu85 as Wt  # noqa: E402
+from accelstub.emu.memory import ethosu85 as L
+from accelstub.emu.conv import ethosu85 as conv_k
+from accelstub.emu.eltwise import ethosu85 as eltwise_k
+from accelstub.emu.pool import ethosu85 as pool_k
+from accelstub.emu.resize import ethosu85 as resize_k
+from accelstub.emu.numeric import ethosu85 as P
+from accelstub.emu.weights import ethosu85 as Wt
 
 # ETHOSU85_EXAMPLES=500 for a stress run; CI keeps a few examples per property
 N_EXAMPLES = int(os.environ.get("ETHOSU85_EXAMPLES", "12"))

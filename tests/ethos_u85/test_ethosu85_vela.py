@@ -24,10 +24,23 @@ import pytest
 
 from accelstub.devices import open_device
 from accelstub.devices.ethos_u85 import stream as es
+from accelstub.devices.device import ProgramOptions
 from accelstub.devices.ethos_u85.vela import (COP1, VelaImportError, load_input,
-                                             load_vela_file, load_vela_program, parse_payload,
-                                             read_output, read_vela, run_vela_cli,
-                                             run_vela_program)
+                                             load_vela_program, parse_payload, read_output,
+                                             read_vela, run_vela_program)
+from accelstub.devices.runcontrol import RunControl
+from accelstub.stub.commands import CommandContext
+from accelstub.stub.program import load_program, run_to_end
+from tests.helpers import step
+
+
+def run_cli(out, **options) -> tuple[int, str, str]:
+    """What `accelstub run ethos-u85 --program OUT --input .. --output .. --expect ..` does:
+    (exit code, the loaded program's summary, the line printed)."""
+    rc = RunControl(open_device("ethos-u85"))
+    summary = load_program(CommandContext(targets=[rc]), out, ProgramOptions(**options))
+    outcome = run_to_end(rc)
+    return outcome.code, summary, "\n".join(outcome.lines)
 
 HAVE_FLATBUFFERS = importlib.util.find_spec("flatbuffers") is not None
 HAVE_VELA = importlib.util.find_spec("ethosu") is not None and \
@@ -183,7 +196,7 @@ def test_program_is_armed_before_its_first_command(compiled):
     assert reg("BASEP0_LO") == prog.basep[0] and reg("BASEP1_LO") == prog.basep[1]
     assert reg("REGIONCFG") & 3 == 3 and (reg("REGIONCFG") >> 2) & 3 == 0  # flash EXT, arena SRAM
     # one step runs the first operation (the whole program here: one conv + STOP)
-    assert dev.step().reason in ("step", "done")
+    assert step(dev).reason in ("step", "done")
 
 
 @needs_vela
@@ -238,18 +251,18 @@ def test_cli_entry_points(compiled, tmp_path):
     np.save(tmp_path / "x.npy", xs[0])
     want = litert_reference(src, xs)[0]
     np.save(tmp_path / "want.npy", want)
-    assert "(input: zeros" in load_vela_file(open_device("ethos-u85"), out)
-    assert load_vela_file(open_device("ethos-u85"), out, tmp_path / "x.npy").startswith(
-        "avg_pool_vela.tflite: Vela tflite")
-    code, line = run_vela_cli(open_device("ethos-u85"), out, tmp_path / "x.npy",
-                              tmp_path / "y.npy", tmp_path / "want.npy")
+    code, summary, line = run_cli(out)
+    assert code == 0 and "(input: zeros" in summary and line.startswith("DONE (1 output(s)")
+    code, summary, line = run_cli(out, input=str(tmp_path / "x.npy"),
+                                  output=str(tmp_path / "y.npy"),
+                                  expect=str(tmp_path / "want.npy"))
+    assert summary.startswith("avg_pool_vela.tflite: Vela tflite")
     assert code == 0 and line.startswith("PASS (1 output(s)"), line
     assert np.array_equal(np.load(tmp_path / "y.npy"), want)
     bad = want.copy()
     bad.ravel()[3] ^= 1
     np.save(tmp_path / "bad.npy", bad)
-    code, line = run_vela_cli(open_device("ethos-u85"), out, tmp_path / "x.npy", None,
-                              tmp_path / "bad.npy")
+    code, _, line = run_cli(out, input=str(tmp_path / "x.npy"), expect=str(tmp_path / "bad.npy"))
     assert code == 1 and line.startswith("FAIL output 0: 1/72 elements differ, first at flat "
                                          "index 3"), line
 

@@ -11,7 +11,6 @@
 """
 from __future__ import annotations
 
-import threading
 
 import numpy as np
 import pytest
@@ -23,8 +22,9 @@ from accelstub.emu.conv import ethosu85 as conv_k
 from accelstub.emu.numeric import ethosu85_values as values_k
 from accelstub.emu.numeric import ethosu85 as P
 from accelstub.emu.weights import ethosu85 as Wt
-from tests.test_ethosu85_device import BUF, Host
-from tests.test_ethosu85_ops_device import (STOP, acc_format, ifm, kernel, ofm, out, scale_cmds,
+from accelstub.devices.device import UnitContext
+from tests.ethos_u85.test_ethosu85_device import BUF, Host
+from tests.ethos_u85.test_ethosu85_ops_device import (STOP, acc_format, ifm, kernel, ofm, out, scale_cmds,
                                             tensor_bytes, weight_cmds)
 
 ITYPES = [(8, True), (8, False), (16, True)]
@@ -370,7 +370,7 @@ def test_device_box_path_equals_element_path(fmt, ofmt, transpose, shape, oc, us
         rng = np.random.default_rng(42)
         cmds = conv_program(d, rng, fmt, ofmt, transpose, shape, oc)
         Host(d).start(es.encode_stream(cmds + STOP))
-        t = d.execute_unit(threading.Event())
+        t = d.execute_unit(UnitContext())
         assert not Host(d).field("STATUS", "cmd_parse_error")
         results.append((d.read(BUF, 0x8000), t.reads, t.writes, d.counters()))
         if boxes:

@@ -5,7 +5,6 @@ emu/weights/ethosu85.py. "Lnnnn" cites seed 001; "digest" is
 shared/devices/ethos-u85-command-stream.md."""
 from __future__ import annotations
 
-import threading
 
 import numpy as np
 import pytest
@@ -14,8 +13,10 @@ from accelstub.devices import DeviceError, open_device
 from accelstub.devices.ethos_u85 import stream as es
 from accelstub.emu.memory import ethosu85 as L
 from accelstub.emu.weights import ethosu85 as Wt
-from tests import ethosu85_reference as ref
-from tests.test_ethosu85_device import BUF, BUF2, QBASE, Host, run_to_irq
+from accelstub.devices.device import UnitContext
+from tests.helpers import step
+from tests.ethos_u85 import ethosu85_reference as ref
+from tests.ethos_u85.test_ethosu85_device import BUF, BUF2, QBASE, Host, run_to_irq
 
 STOP = [("NPU_OP_STOP", dict(mask=0xFFFF))]
 RNG = np.random.default_rng(85)
@@ -315,7 +316,7 @@ def test_conv_touched_ranges_and_watchpoint(dev, host):
             + scale_cmds(dev, [0, 0], [1 << 30, 1 << 30], [30, 30], off=0x400)
             + [("NPU_OP_CONV", {})])
     host.start(es.encode_stream(cmds + STOP))
-    t = dev.execute_unit(threading.Event())
+    t = dev.execute_unit(UnitContext())
     wlen = [c[1]["length"] for c in cmds if c[0] == "NPU_SET_WEIGHT_LENGTH"][0]
     assert (BUF, BUF + 18) in t.reads
     assert (BUF2 + 0x200, BUF2 + 0x200 + wlen) in t.reads
@@ -637,10 +638,10 @@ def test_chain_without_consumer_is_unpredictable_at_stop(dev, host):
     cmds = (ifm("IFM", (2, 2, 2), 0) + ofm((2, 2, 2), 0, out(), storage="chained", region=1)
             + kernel(1, 1) + acc_format() + [("NPU_OP_POOL", dict(pooling_mode="max"))])
     host.start(es.encode_stream(cmds + STOP))
-    dev.step()
+    step(dev)
     assert dev.npu.chain_length == 1
     with pytest.raises(DeviceError, match=r"NPU_OP_STOP.*g_chain_length == 0"):
-        dev.step()
+        step(dev)
     assert host.field("STATUS", "cmd_parse_error") == 1
 
 
@@ -689,7 +690,7 @@ def test_bad_weight_stream_is_unpredictable(dev, host):
                ("NPU_OP_CONV", {})])
     host.start(es.encode_stream(cmds + STOP))
     with pytest.raises(DeviceError, match="UNPREDICTABLE: weight stream"):
-        dev.step()
+        step(dev)
     assert host.field("STATUS", "cmd_parse_error") == 1
 
 
@@ -701,5 +702,5 @@ def test_sparse_weights_are_not_implemented_yet(dev, host):
     words = es.encode_stream(cmds + STOP)
     host.start(words)
     with pytest.raises(DeviceError, match="NPU_OP_CONV at offset .*sparse_2_4.*not implemented yet"):
-        dev.step()
+        step(dev)
     assert host.field("STATUS", "state") == 1 and dev.pc == QBASE + 4 * (len(words) - 2)

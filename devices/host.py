@@ -1,0 +1,287 @@
+"""Host programs: the driver's side of a program, interleaved with the accelerator's units by run
+control, so that ``continue`` in gdb behaves as the chip with its driver would.
+
+A program the user brings (an ai8x-synthesis project, Vela's output, a pulp-nnx test, an NVDLA
+trace) is more than register values: its driver writes registers, polls status until a value,
+waits for an interrupt, runs an interrupt service routine, and finally checks the result. A
+:class:`HostProgram` holds those steps in driver order. Time is the accelerator's: a host step
+takes none. Run control (:mod:`.runcontrol`) advances the host program until it blocks (a poll
+that does not hold yet, an interrupt not yet seen), then runs units until the host can go on:
+
+* after every unit and every host step the interrupt lines are sampled; a line that rose runs
+  its ISR steps at once (as the CPU takes the interrupt) and counts one pending event for
+  :class:`WaitIrq`;
+* :class:`WaitIrq` consumes one pending event of its line (an event that came before the wait
+  is not lost: the CPU's wait-for-interrupt returns at once when the event is pending);
+* :class:`Poll` reads with :meth:`Device.host_read` (the driver's read, side effects included)
+  until ``value & mask == expected``;
+* when the accelerator has nothing to run and the host is blocked, the program is stuck: run
+  control stops with a fault naming the step (file:line) and what it waits for.
+
+Errors of a step (a bus error, a device fault) name the step's ``where`` (file:line).
+"""
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from .errors import BusError, DeviceError
+
+if TYPE_CHECKING:
+    from .device import Device, Touched
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One check of a program's result: ``line`` is what ``accelstub run`` prints."""
+
+    ok: bool
+    line: str
+
+
+class Step:
+    """One driver action. :meth:`run` returns True when done, False when blocked (a blocked step
+    changes nothing and is tried again later)."""
+
+    where: str = ""
+
+    def run(self, hp: "HostProgram") -> bool:
+        raise NotImplementedError
+
+    def waiting_for(self, hp: "HostProgram") -> str:
+        """What a blocked step waits for, for the stuck message."""
+        return "nothing"
+
+
+@dataclass
+class Write(Step):
+    """A store: ``op`` "=" writes ``data``; "|=" and "&=" read the word with the driver's read
+    and store it combined with ``data``."""
+
+    address: int
+    data: bytes
+    op: str = "="
+    where: str = ""
+
+    def run(self, hp: "HostProgram") -> bool:
+        dev = hp.device
+        if self.op == "=":
+            dev.write(self.address, self.data)
+            return True
+        old = int.from_bytes(dev.host_read(self.address, len(self.data)), "little")
+        v = int.from_bytes(self.data, "little")
+        new = old | v if self.op == "|=" else old & v
+        dev.write(self.address, new.to_bytes(len(self.data), "little"))
+        return True
+
+
+@dataclass
+class Poll(Step):
+    """Read ``size`` bytes at ``address`` (the driver's read) until ``value & mask ==
+    expected``."""
+
+    address: int
+    mask: int
+    expected: int
+    size: int = 4
+    where: str = ""
+    name: str = ""
+
+    def _value(self, hp: "HostProgram") -> int:
+        return int.from_bytes(hp.device.host_read(self.address, self.size), "little")
+
+    def run(self, hp: "HostProgram") -> bool:
+        return self._value(hp) & self.mask == self.expected
+
+    def waiting_for(self, hp: "HostProgram") -> str:
+        what = self.name or f"{self.address:#010x}"
+        return (f"{what} & {self.mask:#x} == {self.expected:#x} (reads "
+                f"{self.device_value(hp):#x})")
+
+    def device_value(self, hp: "HostProgram") -> int:
+        """The value as the debugger sees it (no side effects), for messages."""
+        return int.from_bytes(hp.device.read(self.address, self.size), "little")
+
+
+@dataclass
+class WaitIrq(Step):
+    """Wait for interrupt line ``line`` (a name of :meth:`Device.interrupts`)."""
+
+    line: str
+    where: str = ""
+
+    def run(self, hp: "HostProgram") -> bool:
+        if hp.pending[self.line] > 0:
+            hp.pending[self.line] -= 1
+            return True
+        return False
+
+    def waiting_for(self, hp: "HostProgram") -> str:
+        return f"interrupt {self.line}"
+
+
+@dataclass
+class Check(Step):
+    """Check the result (a known answer, a CRC): ``check(hp)`` returns a CheckResult."""
+
+    check: Callable[["HostProgram"], CheckResult]
+    where: str = ""
+
+    def run(self, hp: "HostProgram") -> bool:
+        hp.results.append(self.check(hp))
+        return True
+
+
+@dataclass
+class Call(Step):
+    """A driver action the step forms above do not express (a vendor runtime's setup of many
+    registers and memories): ``action(hp)`` acts on ``hp.device``."""
+
+    action: Callable[["HostProgram"], None]
+    where: str = ""
+
+    def run(self, hp: "HostProgram") -> bool:
+        self.action(hp)
+        return True
+
+
+@dataclass
+class CheckWords(Step):
+    """Compare 32-bit words of memory with a known answer ``(address, value, mask)`` (the
+    sampleoutput.h form); a mismatch names the unit that last wrote the address."""
+
+    expected: list[tuple[int, int, int]]
+    where: str = ""
+
+    def run(self, hp: "HostProgram") -> bool:
+        dev = hp.device
+        for addr, exp, mask in self.expected:
+            got = int.from_bytes(dev.read(addr, 4), "little") & mask
+            if got != exp:
+                pc = hp.writer_of(addr, 4)
+                by = (f"written by {dev.unit_label(pc)}" if pc is not None else
+                      f"not written by any {dev.unit_name}")
+                hp.results.append(CheckResult(False, f"FAIL at 0x{addr:08x}: expected "
+                                              f"0x{exp:08x}, got 0x{got:08x} ({by})"))
+                return True
+        hp.results.append(CheckResult(True, f"PASS ({len(self.expected)} words checked, "
+                                      f"{hp.units} {dev.unit_name}s, {hp.elapsed_ms():.0f} ms)"))
+        return True
+
+
+def _step_error(step: Step, e: Exception) -> DeviceError:
+    where = f"{step.where}: " if step.where else ""
+    return DeviceError(f"{where}{e}")
+
+
+class HostProgram:
+    """The driver's steps of one loaded program, and its state while it runs."""
+
+    def __init__(self, name: str, steps: list[Step], isr: dict[str, list[Step]] | None = None,
+                 summary: str = "", total_units: int | None = None) -> None:
+        self.name = name
+        self.steps = steps
+        self.isr = isr or {}
+        self.summary = summary or f"{name}: {len(steps)} host steps"
+        #: units the program runs in all (for progress lines), when the importer knows it
+        self.total_units = total_units
+        self.device: Device | None = None
+        self.pos = 0
+        self.pending: Counter[str] = Counter()
+        self.levels: dict[str, bool] = {}
+        self.results: list[CheckResult] = []
+        self.units = 0
+        #: (pc of the unit, address ranges it wrote), every unit since the program started
+        self.history: list[tuple[int, list[tuple[int, int]]]] = []
+        self.t0: float | None = None
+        self.t_end: float | None = None
+
+    # -- run control's side ---------------------------------------------------------------------
+    def start(self, device: "Device") -> None:
+        """Bind to ``device`` (interrupt levels now are the baseline: a line already high is not
+        an event)."""
+        self.device = device
+        self.levels = dict(device.interrupts())
+
+    @property
+    def finished(self) -> bool:
+        return self.pos >= len(self.steps)
+
+    def advance(self) -> bool:
+        """Run steps until one blocks or the program ends; True if any step ran."""
+        ran = False
+        while self.pos < len(self.steps):
+            step = self.steps[self.pos]
+            if not self._run(step):
+                return ran
+            self.pos += 1
+            ran = True
+            self._take_interrupts()
+            if self.pos == len(self.steps):
+                self.t_end = time.perf_counter()
+        return ran
+
+    def unit_ran(self, pc: int, touched: "Touched") -> None:
+        """After a unit: record what it wrote, then take the interrupts that rose (ISR steps
+        run at once, one pending event per rise)."""
+        if not touched.partial:
+            self.units += 1
+        self.history.append((pc, touched.writes))
+        self._take_interrupts()
+
+    def _take_interrupts(self) -> None:
+        """Lines that rose since the last sample run their ISR and count one pending event."""
+        now = self.device.interrupts()
+        taken = False
+        for line, level in now.items():
+            if level and not self.levels.get(line, False):
+                for step in self.isr.get(line, ()):
+                    if not self._run(step):
+                        raise _step_error(step, f"the ISR of {line} blocks at a step that "
+                                          f"waits for {step.waiting_for(self)}")
+                    taken = True
+                self.pending[line] += 1
+        # levels after the ISRs: an ISR that clears its line makes the next rise an event
+        self.levels = dict(self.device.interrupts()) if taken else now
+
+    def stuck_message(self) -> str:
+        step = self.steps[self.pos]
+        where = f"{step.where}: " if step.where else ""
+        dev = self.device
+        return (f"{where}the driver waits for {step.waiting_for(self)}, but the {dev.name} has "
+                f"no {dev.unit_name} to run")
+
+    # -- for checks --------------------------------------------------------------------------
+    def writer_of(self, address: int, size: int = 1) -> int | None:
+        """pc of the last unit since the start that wrote any of ``address``..+size."""
+        for pc, writes in reversed(self.history):
+            if any(s < address + size and address < e for s, e in writes):
+                return pc
+        return None
+
+    def elapsed_ms(self) -> float:
+        if self.t0 is None:
+            return 0.0
+        return ((self.t_end or time.perf_counter()) - self.t0) * 1e3
+
+    @property
+    def ok(self) -> bool:
+        return all(r.ok for r in self.results)
+
+    def _run(self, step: Step) -> bool:
+        try:
+            return step.run(self)
+        except (BusError, DeviceError) as e:
+            raise _step_error(step, e) from None
+
+
+def apply_steps(device: "Device", steps: list[Step]) -> None:
+    """Run steps that cannot block (writes) on ``device`` outside a program: the benchmarks'
+    and tests' way to re-arm a loaded program."""
+    hp = HostProgram("steps", steps)
+    hp.start(device)
+    hp.advance()
+    if not hp.finished:
+        raise _step_error(steps[hp.pos], f"blocks: waits for {steps[hp.pos].waiting_for(hp)}")

@@ -1,0 +1,80 @@
+"""Helpers every test folder shares: the repository root, real gdb-multiarch runs, a served
+demo stub's command line, and stepping or running a device through run control (the one owner
+of the run loop) the way a debugger does."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import weakref
+from pathlib import Path
+
+import pytest
+
+from accelstub.devices import DeviceError
+from accelstub.devices.device import Device, Stop
+from accelstub.devices.runcontrol import RunControl
+
+ROOT = Path(__file__).resolve().parent.parent
+GDB = shutil.which("gdb-multiarch")
+
+
+def require_gdb() -> str:
+    """gdb-multiarch, or a skip with a reason; in CI (CI=true) a missing gdb fails instead."""
+    if GDB is None:
+        if os.environ.get("CI"):
+            pytest.fail("gdb-multiarch is required in CI (apt-get install -y gdb-multiarch)")
+        pytest.skip("gdb-multiarch is not installed (apt-get install gdb-multiarch)")
+    return GDB
+
+
+def run_gdb(commands: list[str], port: int | None = None, target: str | None = None,
+            timeout: float = 60) -> str:
+    """Run gdb-multiarch in batch mode; ``commands`` are gdb CLI lines (python ... allowed)."""
+    gdb = require_gdb()
+    target = target or f"target remote 127.0.0.1:{port}"
+    args = [gdb, "-q", "-nx", "-batch", "-ex", "set pagination off", "-ex", "set confirm off",
+            "-ex", target]
+    for c in commands:
+        args += ["-ex", c]
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+    return proc.stdout + proc.stderr
+
+
+def serve_cmd(*extra: str) -> list[str]:
+    """``accelstub serve max78000`` with configs/demo/max78000_chain.cfg: the same 4-layer
+    program as tests/max78000/programs.chain_writes(4)."""
+    return [sys.executable, "-m", "accelstub.stub.cli", "serve", "max78000", "--program",
+            str(ROOT / "configs" / "demo" / "max78000_chain.cfg"), *extra]
+
+
+_CONTROLS: "weakref.WeakKeyDictionary[Device, RunControl]" = weakref.WeakKeyDictionary()
+
+
+def control(dev: Device) -> RunControl:
+    """The RunControl of ``dev`` (one per device, as the stub has)."""
+    rc = _CONTROLS.get(dev)
+    if rc is None:
+        rc = _CONTROLS[dev] = RunControl(dev)
+    return rc
+
+
+def step(dev: Device, granularity: str | None = None, timeout: float = 300) -> Stop:
+    """``stepi``: one unit (or one part of it). A fault stop raises DeviceError with the
+    stop's message, so tests assert on the model's report as on an exception."""
+    return _raise_fault(control(dev).step(timeout, granularity))
+
+
+def run(dev: Device, timeout: float = 300) -> Stop:
+    """``continue`` with no breakpoints: to the end of the program (faults raise)."""
+    return _raise_fault(control(dev).run(timeout))
+
+
+def _raise_fault(stop: Stop | None) -> Stop:
+    if stop is None:
+        raise TimeoutError("the device is still running")
+    if stop.reason == "fault":
+        raise DeviceError(stop.message)
+    return stop
