@@ -90,7 +90,7 @@ def _field(parent: ET.Element, f: Field) -> None:
             _sub(v, "value", str(e.value))
 
 
-def _register(parent: ET.Element, reg: Register, base: int, emu: bool) -> None:
+def _register(parent: ET.Element, reg: Register, blk: BlockInstance, emu: bool) -> None:
     re_ = _sub(parent, "register")
     _sub(re_, "name", svd_identifier(reg.name))
     doc = _one_line(reg.doc) or reg.name
@@ -98,8 +98,14 @@ def _register(parent: ET.Element, reg: Register, base: int, emu: bool) -> None:
         doc = f"{doc} (emulator-only pseudo-register, not hardware)"
     if reg.aliases:
         doc += f" [aliases: {', '.join(reg.aliases)}]"
+    if reg.bank is not None:
+        doc += (f" (bank {blk.banks[reg.bank]} of {reg.slot}; the bus reaches the bank "
+                f"{blk.bank_select if blk.bank_select != 'device' else 'the device state'} "
+                "selects)")
     _sub(re_, "description", doc)
-    _sub(re_, "addressOffset", _hex(reg.address - base, 4))
+    if reg.bank:  # banks after the first share the address: SVD's alternate registers
+        _sub(re_, "alternateRegister", svd_identifier(f"{reg.slot}_{blk.banks[0]}"))
+    _sub(re_, "addressOffset", _hex(reg.address - blk.base, 4))
     _sub(re_, "size", str(reg.bits))
     _sub(re_, "access", _register_access(reg))
     _sub(re_, "resetValue", _hex(reg.reset))
@@ -143,6 +149,6 @@ def description_to_svd(desc: Description) -> str:
         _sub(ab, "usage", "registers")
         regs = _sub(p, "registers")
         for reg in blk.registers:
-            _register(regs, reg, blk.base, emu)
+            _register(regs, reg, blk, emu)
     ET.indent(dev, space="  ")
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(dev, encoding="unicode") + "\n"

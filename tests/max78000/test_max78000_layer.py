@@ -538,6 +538,7 @@ def specs(draw):
                 layer=draw(st.integers(0, 31)), seed=draw(st.integers(0, 2**31)))
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(specs())
 def test_random_layers_through_registers(s):

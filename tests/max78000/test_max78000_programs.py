@@ -107,6 +107,7 @@ def networks(draw):
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(net=networks(), seed=st.integers(0, 2**16), mexpress=st.booleans(),
        loader=st.sampled_from(["new", "old"]), one_shot=st.booleans())
+@pytest.mark.slow
 def test_random_networks_pass(tmp_path_factory, net, seed, mexpress, loader, one_shot):
     d = tmp_path_factory.mktemp("rnd")
     build(net, seed=seed, mexpress=mexpress, loader=loader, one_shot=one_shot).write(d)
@@ -616,6 +617,7 @@ def mixed_networks(draw):
 
 @settings(max_examples=20, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
+@pytest.mark.slow
 @given(net=mixed_networks(), seed=st.integers(0, 2**16), mexpress=st.booleans())
 def test_random_mixed_networks_pass(tmp_path_factory, net, seed, mexpress):
     d = tmp_path_factory.mktemp("mix")
@@ -647,3 +649,35 @@ def test_listing_decoded_from_registers_matches_the_builders_comments(tmp_path, 
     listing = [re.sub(r" \((32-bit output, )?\d+ cycles\)$", "", line)
                for line in layers_text(dev).splitlines()]
     assert comments and listing[:-1] == comments
+
+
+def test_continue_runs_main_with_its_isr_as_the_chip_and_driver_would(tmp_path):
+    """`continue` after `serve --program` runs main(): the layers, CNN_ISR when cnn_irq rises
+    (it acknowledges the interrupt and clears cnn_en), then check_output's known answer."""
+    from accelstub.stub.server import StubServer
+
+    server = StubServer([open_device("max78000")], gdb_port=None, telnet_port=None,
+                        tcl_port=None)
+    server.load_program(ROOT / "configs" / "demo" / "max78000_demo", log=lambda s: None)
+    rc = server.targets[0]
+    stop = rc.run(60)
+    assert stop.reason == "done"
+    first, check = stop.message.splitlines()
+    assert first == "CNN complete after 3 layers, cnn_irq raised"
+    assert re.fullmatch(r"PASS \(256 words checked, 3 layers, \d+ ms\)", check)
+    assert rc.device.regs.peek("CNNx16_0_CTRL") & ((1 << 12) | 1) == 0  # the ISR's write
+    assert rc.run(60).reason == "idle"
+    rc.reset("init")  # loads the program again: armed before layer 0
+    assert rc.step(60).reason == "step" and rc.device.layer == 1
+
+
+def test_one_shot_programs_continue_through_cnn_continue_in_the_debugger(tmp_path):
+    """A one-shot program stops after every layer until main()'s cnn_continue(): with the
+    program's driver, stepi goes from layer to layer and continue reaches the end."""
+    d = build(small_net(), seed=3, one_shot=True).write(tmp_path / "os")
+    rc = control(open_device("max78000"))
+    rc.attach(load_ai8x_program(d))
+    assert rc.step(60).reason == "step" and rc.device.layer == 1 and not rc.device.finished()
+    assert rc.host.pending["CNN"] == 0 and rc.device.regs.field("CNNx16_0_CTRL", "cnn_irq") == 0
+    stop = rc.run(60)
+    assert stop.reason == "done" and stop.message.splitlines()[-1].startswith("PASS"), stop

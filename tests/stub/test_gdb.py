@@ -12,6 +12,8 @@ import time
 
 from accelstub.stub.client import RspClient
 
+import pytest
+
 from tests.helpers import require_gdb, run_gdb, serve_cmd
 
 PC0 = 0x50100010
@@ -95,6 +97,7 @@ def test_detach_and_reattach_keeps_state(stub):
     assert "$1 = 0x50100014" in out2
 
 
+@pytest.mark.slow
 def test_two_clients_at_once(stub):
     """gdb runs the target; a second client reads while it runs and is told of the stop."""
     gdb = require_gdb()

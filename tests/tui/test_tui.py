@@ -466,3 +466,32 @@ def test_footer_shows_bindings(target):
             await pilot.press("q")
         assert app.return_code in (0, None)
     run(go())
+
+
+def test_registers_view_shows_each_bank_under_its_own_name():
+    """Banked registers (the toy device's two job contexts) are registers of their own in the
+    TUI, read and written by name whatever the bank selector says."""
+    from accelstub.stub.server import StubServer
+    from tests.contract.toy_device import Toy
+
+    dev = Toy()
+    dev.write_register("SRC_C0", 0x111)
+    dev.write_register("SRC_C1", 0x222)
+    server = StubServer([dev], gdb_port=0, telnet_port=None, tcl_port=None)
+    server.start()
+    t = Target("127.0.0.1", server.gdb[0].port)
+
+    async def go():
+        app = make_app(t)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await started(pilot)
+            view = app.query_one("#registers-view")
+            await wait_for(pilot, lambda: (view.values.get("SRC_C0"), view.values.get("SRC_C1"))
+                           == (0x111, 0x222), what="both banks read")
+            names = [r.name for r in view.block.registers]
+            assert names.index("SRC_C0") < names.index("SRC_C1")
+    try:
+        run(go())
+    finally:
+        t.close()
+        server.stop()

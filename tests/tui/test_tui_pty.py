@@ -48,6 +48,7 @@ def wait_screen(session: str, *needles: str, timeout: float = 30) -> str:
     raise AssertionError(f"{needles} not on screen:\n{screen}")
 
 
+@pytest.mark.slow
 def test_tui_in_tmux():
     session = f"accelstub-tui-{uuid.uuid4().hex[:8]}"
     cmd = " ".join(shlex.quote(a) for a in
