@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.ethosu85_reference
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.ethos_u85.ethosu85_reference
 
 from accelstub.devices import open_device  # noqa: E402
 from accelstub.devices.ethos_u85 import stream as es  # noqa: E402
@@ -136,7 +136,7 @@ def check_exact(dev, x, w, bias, scales, shifts) -> tuple[bool, bool]:
                        round_mode=P.RND_DOUBLE_SYMMETRIC, per_channel=True)
     kern = conv_k.conv2d(x, w, (H, W), pad=(1, 1, 1, 1), ifm_zp=IFM_ZP, cfg=cfg, bias=bias,
                     scales=scales, shifts=shifts)
-    from tests import ethosu85_reference as ref
+    from tests.ethos_u85 import ethosu85_reference as ref
 
     o = dict(bits=8, signed=True, zp=OFM_ZP, amin=-128, amax=127, scale=0, shift=0, rnd=0,
              per_channel=True)

@@ -243,7 +243,7 @@ class RunControl:
                 return Stop("halt", SIGINT)
             if dev.finished():
                 return self._end(progressed)
-            if not first and dev.pc in bps:
+            if not first and bps and dev.pc in bps:
                 return Stop("breakpoint")
             first = False
             touched = self._unit(UnitContext(halt, bps, grain))
@@ -259,15 +259,15 @@ class RunControl:
                 return self._end(True) if dev.finished() else Stop("step")
 
     def _unit(self, ctx: UnitContext) -> Touched:
-        dev = self.device
+        dev, host = self.device, self.host
         throttle = dev.throttle_us
         t0 = time.perf_counter()
-        pc = dev.pc
+        pc = dev.pc if host is not None else 0  # the host program records who wrote what
         touched = dev.execute_unit(ctx)
         if not touched.partial:
             dev.units_done += 1
-        if self.host is not None:
-            self.host.unit_ran(pc, touched)
+        if host is not None:
+            host.unit_ran(pc, touched)
         for fn in list(self._unit_listeners):
             fn(dev.units_done)
         if throttle:

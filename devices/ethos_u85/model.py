@@ -3,7 +3,8 @@
 Register map from ``configs/ethos-u85.toml`` (seed 001, the Ethos-U85 TRM, digested in
 shared/devices/ethos-u85-registers.md and ethos-u85-command-stream.md; "Lnnnn" = seed line).
 Kernel operations: :mod:`.ops` (NPU_SET_* state -> tensors, gather and scatter) over the
-bit-exact emu kernels (:mod:`accelstub.emu.{conv,pool,eltwise,resize}.ethosu85`); the command format in :mod:`.stream`.
+bit-exact emu kernels (``accelstub.emu.{conv,pool,eltwise,resize}.ethosu85``); the command format
+in :mod:`.stream`.
 
 The host's view (what a driver sees through bus writes):
 

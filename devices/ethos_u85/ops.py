@@ -16,7 +16,8 @@ shared/devices/ethos-u85-command-stream.md; "Lnnnn" = seed line):
 * the scatter: ``write_ofm`` (L6618-6757) with OFM reverse and transpose, chaining FIFOs, the
   accumulator storage (acc_input keep / ifm2, acc_output disable).
 
-All arithmetic is the emu kernels' (:mod:`accelstub.emu.{conv,pool,eltwise,resize}.ethosu85`, weights from
+All arithmetic is the emu kernels' (``accelstub.emu.{conv,pool,eltwise,resize}.ethosu85``, weights
+from
 :mod:`accelstub.emu.weights.ethosu85`, output stage from :mod:`accelstub.emu.numeric.ethosu85`):
 one implementation of each operation. The kernels report a violated assert in ``diag``; the device
 turns the first one into :class:`Unpredictable` before anything is written.

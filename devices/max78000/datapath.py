@@ -2,8 +2,9 @@
 
 Gathers the input channels from data SRAM, the weights from MRAM and the bias from BRAM
 (numpy views of the memory arrays, no per-byte bus calls), runs the pure kernels of
-accelstub.emu.{conv,pool,eltwise,numeric}.max78000 and scatters the outputs to data SRAM through the write-pointer
-formula documented in (layer.py). Returns the address ranges read and written.
+accelstub.emu.{conv,pool,eltwise,numeric}.max78000 and scatters the outputs to data SRAM
+through the write-pointer formula documented in layer.py. Returns the address ranges read and
+written.
 
 Memory formats (public facts from ai8x-synthesis, digest max78000-registers.md section 1.3):
 

@@ -47,7 +47,7 @@ MRAM_WORDS = 768  # 768 x 72 bit per processor (S0:L759)
 SRAM_WORDS = 8192  # 8192 x 32 bit per data memory (S3:L1034)
 BIAS_ENTRIES = 512  # 512 x 8 bit per quadrant (S0:L147)
 
-# average-pool policies (same numbers as accelstub.emu.{conv,pool,eltwise,numeric}.max78000.AVG_*; A§7 A3)
+# average-pool policies (same numbers as accelstub.emu.pool.max78000.AVG_*; A§7 A3)
 AVG_POLICIES = {"izer": (0, 1), "seed": (2, 3)}
 
 
@@ -485,6 +485,7 @@ def layer_cycles(cfg: LayerConfig) -> int:
     one clock per output channel (and input pass) at every output position: the 64 processors
     compute the products of one output channel for one position in parallel (L36).
     Check: the layer shapes of the ai8x MNIST example give 66,340 cycles by this formula against
-    the 70,157 the silicon takes (issue 3 figure). A model, not the silicon: labelled as such in the description (EMU_CYCLES)."""
+    the 70,157 the silicon takes (issue 3 figure). A model, not the silicon: labelled as such in
+    the description (EMU_CYCLES)."""
     per_position = cfg.out_slots * cfg.in_passes
     return C_START + cfg.out_rows * (C_ROW + cfg.out_cols * per_position)

@@ -1,1 +1,2 @@
-"""Convolution family: the shared exact integer convolution and each device's conv, depthwise and matmul arithmetic."""
+"""Convolution family: the shared exact integer convolution and each device's conv, depthwise
+and matmul arithmetic."""

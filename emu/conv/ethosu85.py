@@ -22,8 +22,11 @@ from numba import njit, prange
 
 from . import int_conv as IC
 from ..numeric import ethosu85 as P
-from ..numeric.ethosu85 import (C_ACC_BITS, C_ACC_OUTPUT, C_OFM_BITS, C_OFM_SIGNED, C_SCALE, C_SHIFT, C_ZP, RESCALE_NORMAL)
-from ..numeric.ethosu85_values import (UPSCALE_NONE, batched, check, config_or_default, fit_hw, infer_type, lut_bytes, ofm_dtype, per_channel, read_values, upscale)
+from ..numeric.ethosu85 import (C_ACC_BITS, C_ACC_OUTPUT, C_OFM_BITS, C_OFM_SIGNED, C_SCALE,
+                                C_SHIFT, C_ZP, RESCALE_NORMAL)
+from ..numeric.ethosu85_values import (UPSCALE_NONE, batched, check, config_or_default, fit_hw,
+                                       infer_type, lut_bytes, ofm_dtype, per_channel, read_values,
+                                       upscale)
 
 
 # ------------------------------------------------------------------------------------------------

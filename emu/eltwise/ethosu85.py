@@ -19,8 +19,10 @@ import numpy as np
 from numba import njit
 
 from ..numeric import ethosu85 as P
-from ..numeric.ethosu85 import (C_SCALE, C_SHIFT, C_ZP, RESCALE_GLOBAL, RESCALE_NONE, RESCALE_SHIFT_ONLY)
-from ..numeric.ethosu85_values import (INT32_MIN, check, config_or_default, fit_hw, infer_type, lut_bytes, ofm_dtype, read_values)
+from ..numeric.ethosu85 import (C_SCALE, C_SHIFT, C_ZP, RESCALE_GLOBAL, RESCALE_NONE,
+                                RESCALE_SHIFT_ONLY)
+from ..numeric.ethosu85_values import (INT32_MIN, check, config_or_default, fit_hw, infer_type,
+                                       lut_bytes, ofm_dtype, read_values)
 
 # elementwise_mode (Table 3-100, L8670-8698)
 EW_MUL, EW_ADD, EW_SUB, EW_MIN, EW_MAX, EW_LRELU, EW_ABS, EW_CLZ, EW_SHR, EW_SHL, EW_LSHR, \

@@ -1,1 +1,2 @@
-"""Numeric primitives: rounding, requantisation, activations, lookup tables, type conversions and zero points, per device."""
+"""Numeric primitives: rounding, requantisation, activations, lookup tables, type conversions
+and zero points, per device."""

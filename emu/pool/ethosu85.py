@@ -20,7 +20,9 @@ from numba import njit
 
 from ..numeric import ethosu85 as P
 from ..numeric.ethosu85 import C_ACC_BITS, RESCALE_AVPOOL, RESCALE_NORMAL
-from ..numeric.ethosu85_values import (INT32_MAX, INT32_MIN, UPSCALE_NONE, check, config_or_default, fit_hw, infer_type, lut_bytes, ofm_dtype, per_channel, read_values, upscale)
+from ..numeric.ethosu85_values import (INT32_MAX, INT32_MIN, UPSCALE_NONE, check, config_or_default,
+                                       fit_hw, infer_type, lut_bytes, ofm_dtype, per_channel,
+                                       read_values, upscale)
 
 # pooling_mode (L9011)
 POOL_MAX, POOL_AVERAGE, POOL_REDUCE_SUM, POOL_SUM, POOL_NONE, POOL_MIN, POOL_ARGMAX_X, \

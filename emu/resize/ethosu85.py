@@ -20,7 +20,8 @@ from numba import njit
 
 from ..numeric import ethosu85 as P
 from ..numeric.ethosu85 import C_SHIFT, RESCALE_SHIFT_ONLY
-from ..numeric.ethosu85_values import (check, config_or_default, fit_hw, infer_type, lut_bytes, ofm_dtype, read_values)
+from ..numeric.ethosu85_values import (check, config_or_default, fit_hw, infer_type, lut_bytes,
+                                       ofm_dtype, read_values)
 
 # resize_mode (L9140)
 RESIZE_BILINEAR, RESIZE_REPLICATE, RESIZE_NEAREST = 0, 1, 2

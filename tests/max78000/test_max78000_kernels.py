@@ -1,4 +1,5 @@
-"""MAX78000 kernels (accelstub.emu.{conv,pool,eltwise,numeric}.max78000) against hand-computed numbers and against
+"""MAX78000 kernels (accelstub.emu.{conv,pool,eltwise,numeric}.max78000) against hand-computed
+numbers and against
 the independent plain-numpy reference (tests/max78000_reference.py). Test vectors T1-T14 are
 from shared/devices/max78000-ai8x.md section 5."""
 from __future__ import annotations
