@@ -9,6 +9,7 @@ field 'cnn_en': ...``) so a typo in a 2000-register map is found in one step.
 """
 from __future__ import annotations
 
+import re
 import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
@@ -16,6 +17,17 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .errors import DescriptionError
+
+#: a parenthesised citation of the sources in a description's doc text ("(L1371, Table 27-10)",
+#: "(digest 7 #1)", "(S3:L2391)", "(R7#15)"): provenance for the description's readers, left out
+#: of what users see (SVD, describe, the TUI, gdb's target description)
+_CITATION = re.compile(r"\s*\((?=[^()]*\b(?:L\d{2,5}\b|S\d:L\d|Table\s\d|digest\b|R7#|seed\b"
+                       r"|EXT\b|RDL\b))[^()]*\)")
+
+
+def user_doc(text: str) -> str:
+    """``text`` without its source citations (they stay in the TOML file)."""
+    return re.sub(r"\s+([.,;:])", r"\1", _CITATION.sub("", text)).strip()
 
 #: Access kinds of a field. ``rw`` read/write; ``ro`` read-only (writes ignored); ``wo`` write-only
 #: (reads 0); ``w1c`` write 1 to clear; ``w1s`` write 1 to set; ``rsvd`` reserved (reads 0,
@@ -290,8 +302,9 @@ def _parse_field(d: dict, reg_access: str, where: str, src: str) -> Field:
     for e in d.get("enum", []):
         if not (isinstance(e, list) and len(e) in (2, 3)):
             raise DescriptionError(src, where, f"enum entries are [value, name(, doc)], got {e!r}")
-        enums.append(EnumValue(_int(e[0], where, src), str(e[1]), str(e[2]) if len(e) > 2 else ""))
-    return Field(d["name"], lsb, msb, access, reset, d.get("doc", ""), tuple(enums))
+        enums.append(EnumValue(_int(e[0], where, src), str(e[1]),
+                               user_doc(str(e[2])) if len(e) > 2 else ""))
+    return Field(d["name"], lsb, msb, access, reset, user_doc(d.get("doc", "")), tuple(enums))
 
 
 def _parse_register(d: dict, where: str, src: str) -> RegisterDef:
@@ -320,7 +333,7 @@ def _parse_register(d: dict, where: str, src: str) -> RegisterDef:
     if len(set(names)) != len(names):
         raise DescriptionError(src, where, "two fields have the same name")
     rdef = RegisterDef(d["name"], _int(d["offset"], where, src), _int(d.get("count", 1), where, src),
-                       _int(d.get("stride", 4), where, src), d.get("doc", ""), fields,
+                       _int(d.get("stride", 4), where, src), user_doc(d.get("doc", "")), fields,
                        tuple(d.get("aliases", ())), nbits, bool(d.get("banked", False)))
     if "reset" in d and "field" in d:
         computed = sum(f.reset << f.lsb for f in fields)
@@ -435,7 +448,8 @@ def parse_description(data: dict, source: str) -> Description:
                         regs.append(Register(f"{name}_{bank}", base + off, rd, iname, group, i,
                                              tuple(f"{a}_{bank}" for a in aliases), k, name))
             select_full = select if select in ("", "device") else prefix + select
-            blk = BlockInstance(iname, base, b["size"], group, _expand(b.get("doc", ""), n=n),
+            blk = BlockInstance(iname, base, b["size"], group,
+                                user_doc(_expand(b.get("doc", ""), n=n)),
                                 tuple(regs), b["name"], banks, select_full,
                                 prefix + lock if lock else "")
             _check_bank_fields(blk, where, src)
@@ -480,7 +494,8 @@ def parse_description(data: dict, source: str) -> Description:
             if block is not None and block not in block_names:
                 raise DescriptionError(src, where, f"names block {block!r}, which does not exist")
             regions.append(Region(_expand(r["name"], **vars_), kind, base, size, tuple(populated),
-                                  _expand(r.get("doc", ""), **vars_), wm, block, _expand(r.get("group", ""), **vars_)))
+                                  user_doc(_expand(r.get("doc", ""), **vars_)), wm, block,
+                                  _expand(r.get("group", ""), **vars_)))
     regions.sort(key=lambda x: x.base)
     for a, b in zip(regions, regions[1:]):
         if b.base < a.end:
@@ -493,9 +508,9 @@ def parse_description(data: dict, source: str) -> Description:
                 raise DescriptionError(src, f"block {blk.kind_name!r} register {reg.name!r}",
                                        f"address {reg.address:#010x} is in no populated "
                                        f"registers region")
-    return Description(dev["name"], dev.get("title", dev["name"]), src, dev.get("doc", ""),
+    return Description(dev["name"], dev.get("title", dev["name"]), src, user_doc(dev.get("doc", "")),
                        dev.get("cpu_name", dev["name"]), tuple(regions), tuple(blocks),
-                       pc_doc=dev.get("pc_doc", ""))
+                       pc_doc=user_doc(dev.get("pc_doc", "")))
 
 
 def load_description(name_or_path: str | Path) -> Description:

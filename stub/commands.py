@@ -22,6 +22,8 @@ from accelstub.devices import BusError, DeviceError, TargetRunning
 from accelstub.devices.device import CORE_REGS, Stop
 from accelstub.devices.runcontrol import RunControl
 
+from .target_xml import FIRST_DEVICE_REGNUM, register_table
+
 try:  # pragma: no cover - depends on the install
     from importlib.metadata import version as _dist_version
 
@@ -741,13 +743,15 @@ class RegEntry:
 
 def register_list(rc: RunControl) -> list[RegEntry]:
     """Every register ``reg`` knows, in listing order: the host core, then one cache per register
-    group of the description."""
+    group of the description. The numbers are gdb's register numbers (target.xml's regnum), so
+    ``reg 26``, gdb's ``p $26``-style numbers and the TUI name the same register."""
     desc = rc.device.description
-    out = [RegEntry(i, n, 32, CORE_CACHE, True) for i, n in enumerate(CORE_REGS)]
+    numbers = {e.name: e.regnum for e in register_table(desc)}
+    out = [RegEntry(numbers[n], n, 32, CORE_CACHE, True) for n in CORE_REGS]
     for group in desc.groups():
         for r in desc.registers:
             if r.group == group:
-                out.append(RegEntry(len(out), r.name, r.bits, group, False))
+                out.append(RegEntry(numbers[r.name], r.name, r.bits, group, False))
     return out
 
 
@@ -762,9 +766,12 @@ def _hex(value: int, bits: int) -> str:
 def _find_reg(rc: RunControl, entries: list[RegEntry], key: str) -> RegEntry:
     if key.isascii() and key.isdigit():
         n = int(key)
-        if n < len(entries):
-            return entries[n]
-        raise CommandError(f"reg: register number {n} out of range (0..{len(entries) - 1})")
+        for e in entries:
+            if e.number == n:
+                return e
+        raise CommandError(f"reg: no register number {n} (gdb's numbers: 0-15 and 25 for the "
+                           f"host core, {FIRST_DEVICE_REGNUM}-{max(e.number for e in entries)} "
+                           "for the device)")
     for e in entries:
         if e.name == key:
             return e

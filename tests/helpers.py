@@ -78,3 +78,14 @@ def _raise_fault(stop: Stop | None) -> Stop:
     if stop.reason == "fault":
         raise DeviceError(stop.message)
     return stop
+
+
+def source_docs(device: str) -> dict[str, tuple[str, dict[str, str]]]:
+    """The doc texts as written in configs/<device>.toml, with their seed citations (the loaded
+    description shows users the text without them): register name as written (``L{i}_RCNT``)
+    -> (doc, {field name: doc})."""
+    import tomllib
+
+    data = tomllib.loads((ROOT / "configs" / f"{device}.toml").read_text())
+    return {r["name"]: (r.get("doc", ""), {f["name"]: f.get("doc", "") for f in r.get("field", [])})
+            for b in data.get("block", []) for r in b.get("register", [])}

@@ -142,7 +142,7 @@ class AccelApp(App[int]):
             with TabPane("Status", id="status"):
                 yield StatusView(id="status-view")
             with TabPane("Tensor", id="tensor"):
-                yield TensorView(id="tensor-view")
+                yield TensorView(self.target.data_address, id="tensor-view")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -194,6 +194,11 @@ class AccelApp(App[int]):
                 view.query_one(main).focus()
             except Exception:
                 pass
+
+    def on_key(self, event: Any) -> None:
+        """Esc closes the register editor even after Tab moved the focus out of its view."""
+        if event.key == "escape" and self._views["registers"].cancel_edit():
+            event.stop()
 
     def action_show_view(self, key: str) -> None:
         self.query_one("#views", TabbedContent).active = key
@@ -567,7 +572,9 @@ class StubProcess:
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             if line.startswith("accelstub: loaded "):
-                self.summary = line[len("accelstub: "):].split(";")[0]
+                # the program's name, short enough for the status line at 120 columns (its
+                # one-line summary is `monitor units`' and the Program view's business)
+                self.summary = line[len("accelstub: "):].split(";")[0].split(":")[0]
             if line.startswith("accelstub ready "):
                 self.port = json.loads(line.split(" ", 2)[2])["gdb"][0]
                 return

@@ -34,6 +34,7 @@ class ProgramView(Widget):
     def compose(self) -> ComposeResult:
         yield Static(id="prog-note")
         yield DataTable(id="prog-table", cursor_type="row")
+        yield Static(id="prog-detail")  # the selected unit's whole summary, wrapped
 
     def on_mount(self) -> None:
         t = self.query_one("#prog-table", DataTable)
@@ -112,6 +113,13 @@ class ProgramView(Widget):
         self._note_shown = text
         self.query_one("#prog-note", Static).update(
             Text(text, style="yellow" if note else "dim"))
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        """Rows are cut at the screen's edge; the selected unit is shown whole below."""
+        u = self.selected()
+        self.query_one("#prog-detail", Static).update(
+            Text("") if u is None else Text.assemble((f"{u.label} at {u.address:#010x}: ", "bold"),
+                                                    u.summary))
 
     def selected(self) -> Unit | None:
         units = self.units or []

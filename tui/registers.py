@@ -114,6 +114,7 @@ class RegistersView(Widget):
             if v is None:
                 out.append("not read yet\n" if reg.name not in self.values else "unreadable\n",
                            style="dim")
+            width = max((len(f.name) for f in reg.fields), default=0)  # whole names, aligned
             for f in reg.fields:
                 val = "" if v is None else f.describe(v)
                 style = ""
@@ -122,7 +123,7 @@ class RegistersView(Widget):
                         f.extract(old) != f.extract(v):
                     style = CHANGED
                 out.append(f"{f.bits:>5} ", style="dim")
-                out.append(f"{f.name:<12.12}")
+                out.append(f"{f.name:<{width}}")
                 out.append(f" {val}\n", style=style)
         self.query_one("#reg-fields", Static).update(out)
 
@@ -212,6 +213,14 @@ class RegistersView(Widget):
         self._close_editor()
         self.app.write_register(reg.name, value)  # type: ignore[attr-defined]
 
+    def cancel_edit(self) -> bool:
+        """Close the editor without writing; False if it was not open. The app calls this on
+        Esc wherever the focus is (Tab may have moved it out of this view)."""
+        if self.editing is None:
+            return False
+        self._close_editor()
+        return True
+
     def _close_editor(self) -> None:
         self.editing = None
         inp = self.query_one("#reg-edit", Input)
@@ -219,6 +228,5 @@ class RegistersView(Widget):
         self.query_one("#reg-table", DataTable).focus()
 
     def on_key(self, event: Any) -> None:
-        if event.key == "escape" and self.editing is not None:
+        if event.key == "escape" and self.cancel_edit():
             event.stop()
-            self._close_editor()

@@ -97,25 +97,27 @@ class StatusView(Widget):
         st = self.status
         t = Text()
         state = st.get("state", "?")
-        t.append("state   ", style="dim")
+        shown = [k for k in st if k not in HIDDEN and k != "reason"]
+        w = max((len(k) for k in shown), default=6) + 2  # whole labels, values aligned
+        t.append("state".ljust(w), style="dim")
         t.append(f"{state}\n", style="bold green" if state == "halted" else "bold yellow")
         for k in ("pc", "stop", "reason"):
             if k in st:
-                t.append(f"{k:<8}", style="dim")
+                t.append(f"{k:<{w}}", style="dim")
                 t.append(f"{st[k]}\n")
-        for k, v in st.items():
-            if k in HIDDEN or k == "reason":
-                continue
-            t.append(f"{k:<8.8}" if len(k) <= 8 else f"{k}\n        ", style="dim")
+        for k in shown:
+            v = st[k]
+            t.append(f"{k:<{w}}", style="dim")
             style = "bold red" if k.startswith("irq.") and v not in ("0", "") else ""
             t.append(f"{v}\n", style=style)
         self.query_one("#status-table", Static).update(t)
         box = self.query_one("#status-metrics", Static)
-        width = max(8, (box.size.width or 60) - 16 - 13)
+        labels = {k: k + ("" if k.startswith("irq.") else " Δ") for k in self.history}
+        lw = max((len(x) for x in labels.values()), default=14) + 1
+        width = max(8, (box.size.width or 60) - lw - 13)
         lines = Text()
         for k, hist in self.history.items():
-            label = k + ("" if k.startswith("irq.") else " Δ")
-            lines.append(f"{label[:15]:<16}", style="dim")
+            lines.append(f"{labels[k]:<{lw}}", style="dim")
             lines.append(sparkline(list(hist), width), style="cyan")
             lines.append(f" {self.status.get(k, '')[:12]}\n")
         box.update(lines)

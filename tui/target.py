@@ -126,12 +126,23 @@ def parse_memory_map(text: str) -> list[tuple[int, int, str]]:
 
 def parse_regions(text: str) -> list[tuple[int, int, str]]:
     """[(start, end, name)] from ``monitor regions`` (lines ``0xSTART 0xEND name kind``)."""
+    return [(s, e, name) for s, e, name, _ in _region_lines(text)]
+
+
+def data_memory(text: str) -> int | None:
+    """Start of the device's first data memory (kind ``ram``) in ``monitor regions``: where
+    tensors live (MAX78000 data SRAM, Ethos-U85 SRAM), for the Tensor view."""
+    return next((s for s, _, _, kind in _region_lines(text) if kind == "ram"), None)
+
+
+def _region_lines(text: str) -> list[tuple[int, int, str, str]]:
     out = []
     for line in text.splitlines():
         parts = line.split()
         if len(parts) >= 3 and parts[0].startswith("0x"):
             try:
-                out.append((int(parts[0], 16), int(parts[1], 16), parts[2]))
+                out.append((int(parts[0], 16), int(parts[1], 16), parts[2],
+                            parts[3] if len(parts) > 3 else ""))
             except ValueError:
                 continue
     return out
@@ -209,9 +220,13 @@ class Target:
                               for r in b.registers}
             self.memory = parse_memory_map(self.poll.memory_map())
             try:  # names are a nicety: a stub without `monitor regions` still works
-                self.region_names = parse_regions(self.poll.monitor("regions"))
+                regions = self.poll.monitor("regions")
             except RspError:
-                self.region_names = []
+                regions = ""
+            self.region_names = parse_regions(regions)
+            #: where the Tensor view opens: the device's own data memory (else its first RAM)
+            self.data_address = data_memory(regions) or next(
+                (s for s, _, kind in self.memory if kind == "ram"), 0)
         except BaseException:
             self.ctl.close()
             raise

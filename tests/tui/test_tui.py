@@ -495,3 +495,46 @@ def test_registers_view_shows_each_bank_under_its_own_name():
     finally:
         t.close()
         server.stop()
+
+
+def test_escape_closes_the_register_editor_after_tab(target):
+    async def go():
+        app = make_app(target)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await started(pilot)
+            view = app.query_one("#registers-view")
+            app.query_one("#reg-table").focus()
+            await wait_for(pilot, lambda: view.values, what="first register values")
+            await pilot.press("e")
+            edit = app.query_one("#reg-edit")
+            await wait_for(pilot, lambda: edit.display and edit.has_focus, what="editor open")
+            await pilot.press("tab")
+            await wait_for(pilot, lambda: not edit.has_focus, what="focus moved by Tab")
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: not edit.display and view.editing is None,
+                           what="editor closed by Esc")
+    run(go())
+
+
+def test_tensor_view_opens_on_the_devices_data_memory():
+    """On ethos-u85 the Tensor view opens on its SRAM window, not at a MAX78000 address."""
+    from accelstub.devices import open_device
+    from accelstub.stub.server import StubServer
+
+    dev = open_device("ethos-u85")
+    sram = next(r for r in dev.description.regions if r.kind == "ram")
+    server = StubServer([dev], gdb_port=0, telnet_port=None, tcl_port=None)
+    server.start()
+    t = Target("127.0.0.1", server.gdb[0].port)
+
+    async def go():
+        app = make_app(t)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await started(pilot)
+            assert app.query_one("#tensor-view").address == sram.base
+            assert app.query_one("#tensor-addr").value == f"{sram.base:#010x}"
+    try:
+        run(go())
+    finally:
+        t.close()
+        server.stop()
