@@ -92,8 +92,11 @@ def _serve(args: argparse.Namespace) -> int:
     from .server import StubServer
     from .transports import PipeConnection, SerialConnection
 
+    from .compile_notice import CompileNotice
+
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         stream=sys.stderr, format="accelstub: %(message)s")
+    CompileNotice().install()  # the first step compiles kernels: the server's terminal says so
     out = sys.stderr if args.stdio else sys.stdout
     device = open_device(args.device, **_device_options(args))
     options = _program_options(args)
@@ -151,8 +154,10 @@ def _run(args: argparse.Namespace) -> int:
     from accelstub.devices.runcontrol import RunControl
 
     from .commands import CommandContext
+    from .compile_notice import CompileNotice
     from .program import ProgramError, load_program, run_to_end
 
+    notice = CompileNotice().install()  # a first run compiles kernels: say so
     rc = RunControl(open_device(args.device, **_device_options(args)))
     options = _program_options(args)
     try:
@@ -176,6 +181,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"accelstub: {word} {done}{of}", file=sys.stderr, flush=True)
 
     outcome = run_to_end(rc, progress)
+    notice.finish()
     if tty:
         print("\r\033[K", end="", file=sys.stderr, flush=True)
     for line in outcome.lines:

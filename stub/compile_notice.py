@@ -1,0 +1,72 @@
+"""A line on stderr when numba compiles kernels, so a first run after install (compilation, then
+cached on disk) is never silent: ``accelstub: compiling kernels for the first run (cached
+afterwards): pool_hwc, gather_weights, ...``, updated as kernels finish on a terminal, one line
+at the end otherwise."""
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import TextIO
+
+
+class CompileNotice:
+    """Listens to numba's compile events; prints only if compilation takes a noticeable time."""
+
+    DELAY_S = 0.5  # below this, say nothing
+
+    def __init__(self, out: TextIO = sys.stderr) -> None:
+        self.out, self.tty = out, out.isatty()
+        self.names: list[str] = []
+        self.t0: float | None = None
+        self.total = 0.0
+        self.depth = 0
+        self.shown = False
+        self._lock = threading.Lock()
+
+    def install(self) -> "CompileNotice":
+        from numba.core import event
+
+        notice = self
+
+        class _Listener(event.Listener):
+            def on_start(self, e: event.Event) -> None:
+                notice._start()
+
+            def on_end(self, e: event.Event) -> None:
+                d = e.data.get("dispatcher")
+                notice._end(getattr(getattr(d, "py_func", None), "__name__", "kernel"))
+
+        event.register("numba:compile", _Listener())
+        return self
+
+    def _start(self) -> None:
+        with self._lock:
+            if self.depth == 0:
+                self.t0 = time.perf_counter()
+            self.depth += 1
+
+    def _end(self, name: str) -> None:
+        with self._lock:
+            self.depth -= 1
+            if self.depth:
+                return  # a kernel called by the one being compiled: counted with it
+            self.total += time.perf_counter() - (self.t0 or time.perf_counter())
+            self.names.append(name)
+            if self.tty and self.total > self.DELAY_S:
+                self.shown = True
+                print(f"\raccelstub: compiling kernels for the first run (cached afterwards): "
+                      f"{len(self.names)} done, {self.total:.1f} s, last {name}\033[K", end="",
+                      file=self.out, flush=True)
+            elif not self.tty and not self.shown and self.total > self.DELAY_S:
+                self.shown = True
+                print("accelstub: compiling kernels for the first run (cached afterwards)...",
+                      file=self.out, flush=True)
+
+    def finish(self) -> None:
+        """End the progress line (a terminal's) with the totals."""
+        if self.shown:
+            line = (f"accelstub: compiled {len(self.names)} kernels in {self.total:.1f} s "
+                    "(cached for later runs)")
+            print(f"\r{line}\033[K" if self.tty else line, file=self.out, flush=True)
+            self.shown = False
