@@ -16,6 +16,7 @@ from .errors import BusError, DescriptionError, DeviceError, TargetRunning
 REGISTRY = {
     "max78000": "accelstub.devices.max78000",
     "ethos-u85": "accelstub.devices.ethos_u85",
+    "ne16": "accelstub.devices.ne16",
 }
 DEVICES = tuple(REGISTRY)
 

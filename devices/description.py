@@ -9,6 +9,7 @@ field 'cnn_en': ...``) so a typo in a 2000-register map is found in one step.
 """
 from __future__ import annotations
 
+import functools
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -105,7 +106,7 @@ class Register:
     bank: int | None = None  # banked registers: which bank of the slot at this address
     slot: str = ""  # banked registers: the name shared by the banks (prefix + register name)
 
-    @property
+    @functools.cached_property
     def key(self) -> int:
         """Storage key: the address, plus bank * 2**32 for banked registers (one value per
         bank at one address)."""

@@ -15,6 +15,7 @@ host_read              the debugger's read (no host-visible side effects)
 load_program           ``None``: no importer; a command script is the only program form
 monitor_commands       none beyond the shared OpenOCD table
 interrupts             no interrupt lines
+interrupt_counts       no pulsed lines
 counters               modelled cycles and units run
 bank_index             refused: only devices whose description has ``bank_select = "device"``
 unit_label             the listing's label of the unit at an address
@@ -244,6 +245,11 @@ class Device:
 
     def interrupts(self) -> dict[str, bool]:
         """Interrupt lines by name and their level, for `poll`, the TUI and host programs."""
+        return {}
+
+    def interrupt_counts(self) -> dict[str, int]:
+        """Pulsed interrupt lines (an event that is never a level, NE16's end of job) by name:
+        how many pulses so far. Host programs count one event per pulse."""
         return {}
 
     def counters(self) -> dict[str, int]:

@@ -8,9 +8,9 @@ waits for an interrupt, runs an interrupt service routine, and finally checks th
 takes none. Run control (:mod:`.runcontrol`) advances the host program until it blocks (a poll
 that does not hold yet, an interrupt not yet seen), then runs units until the host can go on:
 
-* after every unit and every host step the interrupt lines are sampled; a line that rose runs
-  its ISR steps at once (as the CPU takes the interrupt) and counts one pending event for
-  :class:`WaitIrq`;
+* after every unit and every host step the interrupt lines are sampled; a line that rose, and
+  every pulse of a pulsed line (Device.interrupt_counts), runs its ISR steps at once (as the CPU
+  takes the interrupt) and counts one pending event for :class:`WaitIrq`;
 * :class:`WaitIrq` consumes one pending event of its line (an event that came before the wait
   is not lost: the CPU's wait-for-interrupt returns at once when the event is pending);
 * :class:`Poll` reads with :meth:`Device.host_read` (the driver's read, side effects included)
@@ -191,12 +191,16 @@ class HostProgram:
         self.pos = 0
         self.pending: Counter[str] = Counter()
         self.levels: dict[str, bool] = {}
+        self.pulses: dict[str, int] = {}
+        #: values a step leaves for a later one (a job ID the driver acquired)
+        self.vars: dict[str, object] = {}
         self.results: list[CheckResult] = []
         self.units = 0
         #: (pc of the unit, address ranges it wrote), every unit since the program started
         self.history: list[tuple[int, list[tuple[int, int]]]] = []
         self.t0: float | None = None
         self.t_end: float | None = None
+        self.reported = False  # run control has reported the program's end
 
     # -- run control's side ---------------------------------------------------------------------
     def start(self, device: "Device") -> None:
@@ -204,6 +208,7 @@ class HostProgram:
         an event)."""
         self.device = device
         self.levels = dict(device.interrupts())
+        self.pulses = dict(device.interrupt_counts())
 
     @property
     def finished(self) -> bool:
@@ -232,17 +237,22 @@ class HostProgram:
         self._take_interrupts()
 
     def _take_interrupts(self) -> None:
-        """Lines that rose since the last sample run their ISR and count one pending event."""
+        """Lines that rose since the last sample, and each pulse of a pulsed line, run their ISR
+        and count one pending event."""
         now = self.device.interrupts()
         taken = False
-        for line, level in now.items():
-            if level and not self.levels.get(line, False):
-                for step in self.isr.get(line, ()):
-                    if not self._run(step):
-                        raise _step_error(step, f"the ISR of {line} blocks at a step that "
-                                          f"waits for {step.waiting_for(self)}")
-                    taken = True
-                self.pending[line] += 1
+        events = [line for line, level in now.items()
+                  if level and not self.levels.get(line, False)]
+        for line, n in self.device.interrupt_counts().items():
+            events += [line] * (n - self.pulses.get(line, 0))
+            self.pulses[line] = n
+        for line in events:
+            for step in self.isr.get(line, ()):
+                if not self._run(step):
+                    raise _step_error(step, f"the ISR of {line} blocks at a step that "
+                                      f"waits for {step.waiting_for(self)}")
+                taken = True
+            self.pending[line] += 1
         # levels after the ISRs: an ISR that clears its line makes the next rise an event
         self.levels = dict(self.device.interrupts()) if taken else now
 

@@ -125,14 +125,15 @@ class RegisterFile:
         if reg.bank is not None and self.locked(reg):
             self.ignored_writes[reg.name] += 1
             return
-        rw, w1c, w1s, _ = self._masks[reg.key]
-        old = self._values[reg.key]
+        key = reg.key
+        rw, w1c, w1s, _ = self._masks[key]
+        old = self._values[key]
         value &= lanes
         new = (old & ~(rw & lanes)) | (value & rw)
         new &= ~(value & w1c)
         new |= value & w1s
-        self._values[reg.key] = new
-        for hook in self._write_hooks.get(reg.key, ()):
+        self._values[key] = new
+        for hook in self._write_hooks.get(key, ()):
             hook(reg, old, new)
 
     def peek(self, reg: Register | str) -> int:

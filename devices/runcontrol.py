@@ -236,7 +236,9 @@ class RunControl:
         if host is not None:
             if host.t0 is None:
                 host.t0 = time.perf_counter()
-            progressed = host.advance()
+            # a program that ended during the last stop (after a watchpoint's unit, say) still
+            # owes its done stop and its checks' lines
+            progressed = host.advance() or (host.finished and not host.reported)
         first = True
         while True:
             if halt.is_set():
@@ -284,6 +286,8 @@ class RunControl:
         if not progressed:
             return Stop("idle", message=dev.idle_message())
         lines = [dev.done_message()] + [r.line for r in (host.results if host else ())]
+        if host is not None:
+            host.reported = True
         return Stop("done", message="\n".join(lines))
 
     # -- halting and resetting ------------------------------------------------------------------

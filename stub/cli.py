@@ -163,6 +163,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         summary = load_program(CommandContext(targets=[rc]), args.program, options)
     except ProgramError as e:
+        notice.uninstall()
         print(f"accelstub: error: {e}", file=sys.stderr)
         return 2
     if args.verbose:
@@ -180,8 +181,10 @@ def _run(args: argparse.Namespace) -> int:
         elif time.perf_counter() - t0 > 2.0:
             print(f"accelstub: {word} {done}{of}", file=sys.stderr, flush=True)
 
-    outcome = run_to_end(rc, progress)
-    notice.finish()
+    try:
+        outcome = run_to_end(rc, progress)
+    finally:
+        notice.finish()
     if tty:
         print("\r\033[K", end="", file=sys.stderr, flush=True)
     for line in outcome.lines:

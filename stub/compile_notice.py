@@ -15,8 +15,9 @@ class CompileNotice:
 
     DELAY_S = 0.5  # below this, say nothing
 
-    def __init__(self, out: TextIO = sys.stderr) -> None:
-        self.out, self.tty = out, out.isatty()
+    def __init__(self, out: TextIO | None = None) -> None:
+        self.out = out or sys.stderr  # the stream of the moment (tests swap sys.stderr)
+        self.tty = self.out.isatty()
         self.names: list[str] = []
         self.t0: float | None = None
         self.total = 0.0
@@ -27,6 +28,7 @@ class CompileNotice:
     def install(self) -> "CompileNotice":
         from numba.core import event
 
+        self._event = event
         notice = self
 
         class _Listener(event.Listener):
@@ -37,8 +39,12 @@ class CompileNotice:
                 d = e.data.get("dispatcher")
                 notice._end(getattr(getattr(d, "py_func", None), "__name__", "kernel"))
 
-        event.register("numba:compile", _Listener())
+        self._listener = _Listener()
+        event.register("numba:compile", self._listener)
         return self
+
+    def uninstall(self) -> None:
+        self._event.unregister("numba:compile", self._listener)
 
     def _start(self) -> None:
         with self._lock:
@@ -64,7 +70,8 @@ class CompileNotice:
                       file=self.out, flush=True)
 
     def finish(self) -> None:
-        """End the progress line (a terminal's) with the totals."""
+        """End the progress line (a terminal's) with the totals, and stop listening."""
+        self.uninstall()
         if self.shown:
             line = (f"accelstub: compiled {len(self.names)} kernels in {self.total:.1f} s "
                     "(cached for later runs)")

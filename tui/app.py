@@ -74,10 +74,11 @@ class PollResult(Message):
     """One poll: the status, and the data the visible view asked for."""
 
     def __init__(self, status: dict[str, str], view: Any, data: Any, running: bool,
-                 units: Any = None, notified: str | None = None) -> None:
+                 units: Any = None, notified: str | None = None, stops: int = 0) -> None:
         super().__init__()
         self.status, self.view, self.data, self.running = status, view, data, running
         self.units, self.notified = units, notified
+        self.stops = stops  # the app's stop count when the poll began
 
 
 VIEWS = (("registers", "Registers"), ("memory", "Memory"), ("program", "Program"),
@@ -124,6 +125,7 @@ class AccelApp(App[int]):
         self._applied = threading.Event()
         self._poll_thread: threading.Thread | None = None
         self._notified_stop: str | None = None
+        self.stops = 0  # our own stops so far (see on_poll_result)
         self.active_view: Any = None
         self._views: dict[str, Any] = {}
         self.program_view: ProgramView | None = None
@@ -229,6 +231,7 @@ class AccelApp(App[int]):
             self._refresh.clear()
             notified, self._notified_stop = self._notified_stop, None
             first = False
+            stops = self.stops
             try:
                 status = t.status()
                 running = status.get("state") == "running" or self.continue_pending
@@ -255,7 +258,7 @@ class AccelApp(App[int]):
                 status, view, data, running = self.status, None, None, self.running
                 units = None
             self._applied.clear()
-            if not self.post_message(PollResult(status, view, data, running, units, notified)):
+            if not self.post_message(PollResult(status, view, data, running, units, notified, stops)):
                 return
             self._applied.wait(1.0)
             # never more often than poll_period (stop notifications and view requests only
@@ -274,6 +277,8 @@ class AccelApp(App[int]):
         try:
             if self._exit or not self.is_running:
                 return  # closing: the views' widgets are being removed, a poll may still land
+            if msg.running and msg.stops != self.stops:
+                return  # begun before our latest stop: it would show a run that is over
             self.status = msg.status
             was_running = self.running
             self.running = msg.running
@@ -488,6 +493,7 @@ class AccelApp(App[int]):
     def _stopped(self, reply: str) -> None:
         """A stop reply to our own step/continue/halt."""
         self.running = False
+        self.stops += 1
         console = self._take_console()
         if reply.startswith("E"):
             self._show_error(console or f"the stub refused ({reply})")

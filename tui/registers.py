@@ -196,6 +196,7 @@ class RegistersView(Widget):
         inp.border_title = f"write {reg.name}"
         inp.display = True
         inp.focus()
+        self.call_after_refresh(inp.focus)  # a widget shown in this call may refuse focus yet
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id != "reg-edit" or self.editing is None:

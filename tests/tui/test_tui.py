@@ -6,6 +6,7 @@ Facts of the demo used here: 4 layers, pc 0x50100010 before layer 0, SRAM word 0
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import Callable
 
@@ -40,6 +41,24 @@ def other(stub, target):
 
 def run(coro):
     return asyncio.run(coro)
+
+
+@contextlib.contextmanager
+def served(dev, program=None):
+    """A stub for ``dev`` on an ephemeral 127.0.0.1 port (``program`` loaded) and a Target on
+    it; both closed after the test."""
+    from accelstub.stub.server import StubServer
+
+    server = StubServer([dev], gdb_port=0, telnet_port=None, tcl_port=None)
+    if program is not None:
+        server.load_program(program, log=lambda s: None)
+    server.start()
+    t = Target("127.0.0.1", server.gdb[0].port)
+    try:
+        yield t
+    finally:
+        t.close()
+        server.stop()
 
 
 async def wait_for(pilot, cond: Callable[[], object], timeout: float = 20.0, what: str = ""):
@@ -471,17 +490,13 @@ def test_footer_shows_bindings(target):
 def test_registers_view_shows_each_bank_under_its_own_name():
     """Banked registers (the toy device's two job contexts) are registers of their own in the
     TUI, read and written by name whatever the bank selector says."""
-    from accelstub.stub.server import StubServer
     from tests.contract.toy_device import Toy
 
     dev = Toy()
     dev.write_register("SRC_C0", 0x111)
     dev.write_register("SRC_C1", 0x222)
-    server = StubServer([dev], gdb_port=0, telnet_port=None, tcl_port=None)
-    server.start()
-    t = Target("127.0.0.1", server.gdb[0].port)
 
-    async def go():
+    async def go(t):
         app = make_app(t)
         async with app.run_test(size=(100, 30)) as pilot:
             await started(pilot)
@@ -490,11 +505,9 @@ def test_registers_view_shows_each_bank_under_its_own_name():
                            == (0x111, 0x222), what="both banks read")
             names = [r.name for r in view.block.registers]
             assert names.index("SRC_C0") < names.index("SRC_C1")
-    try:
-        run(go())
-    finally:
-        t.close()
-        server.stop()
+
+    with served(dev) as t:
+        run(go(t))
 
 
 def test_escape_closes_the_register_editor_after_tab(target):
@@ -519,22 +532,42 @@ def test_escape_closes_the_register_editor_after_tab(target):
 def test_tensor_view_opens_on_the_devices_data_memory():
     """On ethos-u85 the Tensor view opens on its SRAM window, not at a MAX78000 address."""
     from accelstub.devices import open_device
-    from accelstub.stub.server import StubServer
 
     dev = open_device("ethos-u85")
     sram = next(r for r in dev.description.regions if r.kind == "ram")
-    server = StubServer([dev], gdb_port=0, telnet_port=None, tcl_port=None)
-    server.start()
-    t = Target("127.0.0.1", server.gdb[0].port)
 
-    async def go():
+    async def go(t):
         app = make_app(t)
         async with app.run_test(size=(100, 30)) as pilot:
             await started(pilot)
             assert app.query_one("#tensor-view").address == sram.base
             assert app.query_one("#tensor-addr").value == f"{sram.base:#010x}"
-    try:
-        run(go())
-    finally:
-        t.close()
-        server.stop()
+
+    with served(dev) as t:
+        run(go(t))
+
+
+def test_ne16_queue_in_the_program_view_and_both_contexts_in_the_registers_view():
+    """NE16 with its demo loaded: the program view lists the queued job with its context, the
+    registers view shows the two job contexts as registers of their own, and a step runs the
+    job (the queue empties)."""
+    from accelstub.devices import open_device
+    from tests.helpers import ROOT
+
+    async def go(t):
+        app = make_app(t)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await started(pilot)
+            assert "(job 0 C0)" in statusline(app)
+            view = app.query_one("#registers-view")
+            await wait_for(pilot, lambda: "INFEAT_PTR_C1" in view.values, what="context 1")
+            assert view.values["INFEAT_PTR_C0"] != 0 and view.values["INFEAT_PTR_C1"] == 0
+            await show(pilot, "3", "program-view")
+            table = app.query_one("#prog-table")
+            await wait_for(pilot, lambda: table.row_count == 1, what="the queued job")
+            assert "job 0 C0" in " ".join(str(c) for c in table.get_row_at(0))
+            await pilot.press("s")
+            await wait_for(pilot, lambda: table.row_count == 0, what="the queue emptied")
+
+    with served(open_device("ne16"), ROOT / "configs" / "demo" / "ne16_demo") as t:
+        run(go(t))

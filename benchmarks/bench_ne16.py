@@ -1,0 +1,96 @@
+"""NE16 emulator speed: one 3x3 dense job of 64 -> 64 channels on a 32x32 input ('same'
+padding, 8-bit weights, normalisation with bias), submitted through the job queue as the
+pulp-nnx driver does and run to its end, as a ratio to torch's float32 conv2d of the same shape
+in the same run (torch is imported here only). The output is checked against the layer-level
+golden output of testkit/ne16_build.py. Not a test: nothing here asserts a speed.
+
+    python benchmarks/bench_ne16.py [--repeat N]
+
+The job's tensors (164 KiB) do not fit GAP9's 128 KiB L1 (pulp-nnx would tile the layer): the
+device is opened with a 512 KiB L1 window (the ``l1_kib`` option).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+
+from accelstub.devices import open_device
+from accelstub.devices.ne16.job import JOB_REGISTERS
+from accelstub.devices.ne16.pulp_nnx import L1_BASE, driver_tasks
+from accelstub.devices.runcontrol import RunControl
+from accelstub.testkit.ne16_build import Layer, build
+
+LAYER = Layer(32, 32, 64, 64, padding=(1, 1, 1, 1), name="bench")
+NE16 = 0x0020_1000
+
+
+def place(dev, app) -> tuple[int, ...]:
+    """The arrays in L1 (input, output, weight, scale, bias) and the driver's job registers."""
+    addr, at = {}, L1_BASE
+    for name in ("input", "output", "weight", "scale", "bias"):
+        ctype, values, size = app.arrays[name]
+        dt = np.dtype({"uint8_t": "u1", "int8_t": "i1", "int32_t": "<i4"}.get(ctype, "<u4"))
+        addr[name] = at
+        data = np.zeros(size, dt) if values is None else values.astype(dt)
+        dev.write(at, data.tobytes())
+        at += -(-data.nbytes // 64) * 64
+    return driver_tasks(app.defines, addr)[0], addr["output"]
+
+
+def run_job(rc: RunControl, regs: tuple[int, ...]) -> float:
+    dev = rc.device
+    t0 = time.perf_counter()
+    dev.host_read(NE16 + 0x04, 4)  # ACQUIRE
+    for i, v in enumerate(regs):
+        dev.write(NE16 + 0x20 + 4 * i, v.to_bytes(4, "little"))
+    dev.write(NE16, bytes(4))  # TRIGGER 0
+    stop = rc.run_here()
+    dt = time.perf_counter() - t0
+    assert stop.reason == "done", stop
+    return dt
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=20)
+    args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    app = build(LAYER, seed=1)
+    dev = open_device("ne16", l1_kib=512)
+    rc = RunControl(dev)
+    regs, out = place(dev, app)
+    t_first = run_job(rc, regs)
+    golden = app.arrays["golden_output"][1]
+    got = np.frombuffer(dev.read(out, golden.size), np.int8)
+    exact = bool(np.array_equal(got, golden))
+    x = torch.randint(0, 256, (1, 64, 32, 32)).float()
+    w = torch.randint(-128, 128, (64, 64, 3, 3)).float()
+    torch.nn.functional.conv2d(x, w, padding=1)
+    ours, ref = [], []
+    for _ in range(max(1, args.repeat // 5)):
+        for _ in range(5):
+            ours.append(run_job(rc, regs))
+        for _ in range(5):
+            t0 = time.perf_counter()
+            torch.nn.functional.conv2d(x, w, padding=1)
+            ref.append(time.perf_counter() - t0)
+    macs = 32 * 32 * 64 * 64 * 9
+    bo, br = min(ours), min(ref)
+    mo, mr = float(np.median(ours)), float(np.median(ref))
+    print(f"NE16 job 3x3 64->64 on 32x32 ({macs / 1e6:.1f} M MACs, {dev.cycles // dev.units_done}"
+          f" modelled cycles): emulator {mo * 1e3:.2f} ms median, {bo * 1e3:.2f} best "
+          f"({macs / bo / 1e9:.1f} GMAC/s; first job incl. compile/cache load {t_first:.2f} s)")
+    print(f"torch {torch.__version__} float32 conv2d: {mr * 1e3:.2f} ms median, {br * 1e3:.2f} "
+          f"best ({macs / br / 1e9:.1f} GMAC/s)")
+    print(f"ratio emulator/torch: {mr / mo:.2f} (medians), {br / bo:.2f} (best of each); "
+          f"bit-exact against the layer's golden output: {exact}")
+    return 0 if exact else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,6 @@
+#ifndef __OUTPUT_H__
+#define __OUTPUT_H__
+
+#include <pmsis.h>
+
+#endif

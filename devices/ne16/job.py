@@ -1,0 +1,448 @@
+"""One NE16 job: its 24 registers decoded (:func:`decode`) and executed on the L1 memory
+(:func:`execute`), subtile by subtile as the hardware orders them or all at once.
+
+Semantics (seed 002 "Lnnn", digest shared/devices/ne16.md "digest x.y"; decisions in
+docs/design-notes.md "NE16"):
+
+* subtiles (digest 3.2): Ko (32 output channels, 16 in depthwise) > Ho (3 rows) > Wo (3 columns)
+  > Ki (16 input channels); SUBTILE_NB* count them, SUBTILE_REM* give the last one's size (0 also
+  means full); each output subtile reads a 5x5 input window (3x3 in 1x1 mode) from INFEAT_PTR +
+  row * D1 + column * D0 + channel;
+* padding (digest 3.3): the first Ho/Wo subtile's first TOP/LEFT window rows/columns, the last
+  one's last BOTTOM/RIGHT ones counted from 5 (L535, L537) and those at or past REM2's HI/WI read
+  PADDING.VALUE instead of memory; FILTER_MASK disables filter rows/columns from each edge;
+* weights (digest 3.4): bit-serial, qw = CONFIG0.QWM1 + 1 bit-planes, byte (Ko, KiMaj, bit, tap,
+  KiMin/8) at WEIGHTS_PTR + Ko*D1 + (KiMaj*qw + bit)*D0 + tap*2 (3x3; 1x1: + KiMaj*D0 + bit*2),
+  bit c%8 of each byte for input channel c; effective weight = stored + the 9-bit signed
+  {WEIGHT_OFFSET[31], WEIGHT_OFFSET[7:0]} when CONFIG0.WEIGHT_OFFS (symmetric: + 0);
+* sums: 32-bit, wrapping (digest 1.2), optionally starting from the 32-bit partial sums at OUTFEAT
+  (STREAMIN, our choice of layout: the 32-bit output's);
+* normalisation/quantisation (digest 3.5, checked against pulp-nnx's functional model):
+  acc * scale (64-bit), with NORM_BIAS the product wrapped to 32 bits plus the bias wrapped again,
+  ReLU when QUANT_RECT = 0, arithmetic shift (RIGHT_SHIFT, or 6 bits of the per-channel shift),
+  saturation to the 8/16/32-bit output (unsigned under ReLU); STREAMOUT = 0 writes the raw sums;
+* output (digest 3.1): channel k of pixel (y, x) at OUTFEAT_PTR + y*D2 + x*D1 + (k*bytes // 32)*D0
+  + k*bytes % 32; STRIDED_2X2 writes positions (0,0), (0,2), (2,0), (2,2) of each output subtile.
+
+Reserved and unmodelled encodings raise DeviceError naming the register and field before
+anything changes.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from ...emu.conv import int_conv as IC
+from ...emu.conv import ne16 as K
+from ..errors import DeviceError
+
+JOB_REGISTERS = ("WEIGHTS_PTR", "INFEAT_PTR", "OUTFEAT_PTR", "SCALE_PTR", "SCALE_SHIFT_PTR",
+                 "SCALE_BIAS_PTR", "INFEAT_D0_STRIDE", "INFEAT_D1_STRIDE", "INFEAT_D2_STRIDE",
+                 "OUTFEAT_D0_STRIDE", "OUTFEAT_D1_STRIDE", "OUTFEAT_D2_STRIDE",
+                 "WEIGHTS_D0_STRIDE", "WEIGHTS_D1_STRIDE", "WEIGHTS_D2_STRIDE", "SUBTILE_REM0",
+                 "SUBTILE_REM1", "SUBTILE_REM2", "SUBTILE_NB0", "SUBTILE_NB1", "PADDING",
+                 "WEIGHT_OFFSET", "FILTER_MASK", "CONFIG0")  # register i at 0x20 + 4*i (L31-77)
+MODES = ("3x3", "3x3 depthwise", "1x1")
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    regs: tuple[int, ...]  # the 24 values, in JOB_REGISTERS order
+    mode: int              # 0 3x3, 1 3x3 depthwise, 2 1x1
+    qw: int
+    normquant: bool
+    strided: bool
+    norm_bytes: int
+    streamin: bool
+    w_offset: int
+    right_shift: int
+    out_bits: int
+    relu: bool
+    norm_shift: bool
+    norm_bias: bool
+    nb: tuple[int, int, int, int]    # Ko, Ho, Wo, Ki subtiles
+    rem: tuple[int, int, int, int]   # last Ko, Ho, Wo, Ki subtile sizes
+    rem_in: tuple[int, int]          # last Ho/Wo subtile: window rows/columns read (HI, WI)
+    pad: tuple[int, int, int, int]   # top, bottom, left, right
+    pad_value: int
+    mask: tuple[int, int, int, int]  # filter rows/columns masked: top, bottom, left, right
+
+    def reg(self, name: str) -> int:
+        return self.regs[JOB_REGISTERS.index(name)]
+
+    @property
+    def ko_size(self) -> int:
+        return 16 if self.mode == 1 else 32
+
+    @property
+    def win(self) -> int:
+        return 3 if self.mode == 2 else 5
+
+    @property
+    def out_hw(self) -> tuple[int, int]:
+        """Output rows and columns the job's subtiles cover."""
+        return ((self.nb[1] - 1) * 3 + self.rem[1], (self.nb[2] - 1) * 3 + self.rem[2])
+
+    @property
+    def k_out(self) -> int:
+        return (self.nb[0] - 1) * self.ko_size + self.rem[0]
+
+    @property
+    def k_in(self) -> int:
+        return self.k_out if self.mode == 1 else (self.nb[3] - 1) * 16 + self.rem[3]
+
+    @property
+    def subtiles(self) -> int:
+        return self.nb[0] * self.nb[1] * self.nb[2]
+
+    def summary(self) -> str:
+        h, w = self.out_hw
+        kind = MODES[self.mode] + (" stride 2" if self.strided else "")
+        out = (f"{'u' if self.relu else 'int'}{self.out_bits}" if self.normquant
+               else "int32 sums")
+        return (f"{kind}, {self.k_in} -> {self.k_out} channels, {h}x{w} output, {self.qw}-bit "
+                f"weights, {out}, {self.subtiles} subtiles")
+
+
+def _f(v: int, msb: int, lsb: int) -> int:
+    return (v >> lsb) & ((1 << (msb - lsb + 1)) - 1)
+
+
+def decode(regs: tuple[int, ...], where: str = "") -> JobConfig:
+    """The job's configuration; reserved or unmodelled encodings raise DeviceError naming the
+    register field (digest 8 #11, #19)."""
+    r = dict(zip(JOB_REGISTERS, regs))
+    c0 = r["CONFIG0"]
+
+    def bad(what: str) -> DeviceError:
+        return DeviceError(f"{where}{what}")
+
+    mode = _f(c0, 6, 5)
+    if mode == 3:
+        raise bad("CONFIG0.filter_mode 3 is reserved (L602)")
+    if _f(c0, 3, 3):
+        raise bad("CONFIG0.mode16 (16-bit input activations, L598) is not modelled yet")
+    if _f(c0, 7, 7):
+        raise bad("CONFIG0.linear (linear mode, L604) is not modelled yet")
+    if _f(c0, 13, 12) == 3:
+        raise bad("CONFIG0.norm_bits 3 is reserved (L608)")
+    if _f(c0, 22, 21) == 3:
+        raise bad("CONFIG0.quant_bits 3 is reserved (L616)")
+    normquant = bool(_f(c0, 4, 4))
+    out_bits = (8, 16, 32)[_f(c0, 22, 21)]
+    if not normquant and out_bits != 32:
+        raise bad(f"CONFIG0.streamout 0 writes 32-bit sums, but CONFIG0.quant_bits selects "
+                  f"{out_bits}-bit output (L600, L616)")
+    ko_size = 16 if mode == 1 else 32
+    win = 3 if mode == 2 else 5
+    nb = (_f(r["SUBTILE_NB0"], 31, 16), _f(r["SUBTILE_NB1"], 31, 16), _f(r["SUBTILE_NB1"], 15, 0),
+          _f(r["SUBTILE_NB0"], 15, 0))
+    for n, name in zip(nb, ("SUBTILE_NB0.ko", "SUBTILE_NB1.ho", "SUBTILE_NB1.wo",
+                            "SUBTILE_NB0.ki")):
+        if n == 0 and not (name.endswith("ki") and mode == 1):
+            raise bad(f"{name} is 0: a job has at least one subtile (L67-69)")
+    sizes = (ko_size, 3, 3, 16)
+    raw = (_f(r["SUBTILE_REM0"], 31, 16), _f(r["SUBTILE_REM1"], 31, 16),
+           _f(r["SUBTILE_REM1"], 15, 0), _f(r["SUBTILE_REM0"], 15, 0))
+    rem = tuple(v or full for v, full in zip(raw, sizes))  # 0 also means full (digest 8 #4)
+    for v, full, name in zip(rem, sizes, ("SUBTILE_REM0.ko", "SUBTILE_REM1.ho",
+                                          "SUBTILE_REM1.wo", "SUBTILE_REM0.ki")):
+        if v > full and not (name.endswith("ki") and mode == 1):
+            raise bad(f"{name} is {v}, more than a subtile's {full} (L61-63)")
+    rem_in = (_f(r["SUBTILE_REM2"], 31, 16) or win, _f(r["SUBTILE_REM2"], 15, 0) or win)
+    p = r["PADDING"]
+    m = r["FILTER_MASK"]
+    wo = r["WEIGHT_OFFSET"]
+    w_offset = ((wo & 0xFF) - (256 if wo >> 31 & 1 else 0)) if _f(c0, 15, 15) else 0
+    return JobConfig(
+        regs=tuple(regs), mode=mode, qw=_f(c0, 2, 0) + 1, normquant=normquant,
+        strided=bool(_f(c0, 8, 8)), norm_bytes=(1, 2, 4)[_f(c0, 13, 12)],
+        streamin=bool(_f(c0, 14, 14)), w_offset=w_offset, right_shift=_f(c0, 20, 16),
+        out_bits=out_bits, relu=not _f(c0, 23, 23), norm_shift=bool(_f(c0, 24, 24)),
+        norm_bias=bool(_f(c0, 25, 25)), nb=nb, rem=rem, rem_in=rem_in,
+        pad=(_f(p, 31, 28), _f(p, 23, 20), _f(p, 19, 16), _f(p, 27, 24)), pad_value=p & 0xFF,
+        mask=(_f(m, 31, 24), _f(m, 15, 8), _f(m, 7, 0), _f(m, 23, 16)))
+
+
+# ------------------------------------------------------------------------------------------------
+# execution
+
+Reader = Callable[[int, int, str], np.ndarray]  # (address, bytes, what) -> uint8 array
+
+
+@dataclass
+class JobResult:
+    """What a job writes: ``values`` [Ho, Wo, K] (int32 sums or int64 outputs) at the byte ``addresses`` of each
+    element (``elem`` bytes each), ``subtile`` (Ko, Ho, Wo index) of each element; and the
+    address ranges it read."""
+
+    values: np.ndarray
+    addresses: np.ndarray
+    subtile: np.ndarray
+    written: np.ndarray  # bool [Ho, Wo, K]: positions the job writes (strided mode skips some)
+    elem: int
+    reads: list[tuple[int, int]]
+    #: (OUTFEAT_PTR, D2, D1) when a pixel's channels are contiguous bytes (D0 = 32, or one
+    #: word holds them all): the whole output is then one strided view of memory
+    dense: tuple[int, int, int] | None = None
+    #: written ranges per (first, last) subtile, shared by the jobs of one configuration
+    range_cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def written_ranges(self, first: int, last: int) -> list[tuple[int, int]]:
+        """The bytes subtiles first..last-1 write, as merged [start, end) ranges."""
+        ranges = self.range_cache.get((first, last))
+        if ranges is None:
+            a = self.addresses[self.written & (self.subtile >= first) & (self.subtile < last)]
+            ranges = self.range_cache[(first, last)] = _merged(a, self.elem)
+        return list(ranges)
+
+
+def _merged(a: np.ndarray, elem: int) -> list[tuple[int, int]]:
+    """Elements of ``elem`` bytes at addresses ``a`` as merged [start, end) ranges: runs of
+    consecutive elements first (a pixel's channels), then the runs sorted and merged."""
+    if not a.size:
+        return []
+    brk = np.flatnonzero(a[1:] != a[:-1] + elem) + 1
+    starts = a[np.r_[0, brk]]
+    ends = a[np.r_[brk - 1, a.size - 1]] + elem
+    order = np.argsort(starts, kind="stable")
+    out: list[tuple[int, int]] = []
+    for s, e in zip(starts[order].tolist(), ends[order].tolist()):
+        if out and s <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], e))
+        else:
+            out.append((s, e))
+    return out
+
+
+def _pad_flags(cfg: JobConfig, axis: int) -> np.ndarray:
+    """[subtiles, window]: True where the window row (axis 0) / column (axis 1) is padding."""
+    n, win = cfg.nb[1 + axis], cfg.win
+    low, high = (cfg.pad[0], cfg.pad[1]) if axis == 0 else (cfg.pad[2], cfg.pad[3])
+    flags = np.zeros((n, win), bool)
+    flags[0, :low] = True
+    flags[n - 1, max(win - high, 0):] = True
+    flags[n - 1, cfg.rem_in[axis]:] = True
+    return flags
+
+
+def _row_flags(flags: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Per row of the job's virtual input: padding for every subtile whose window reads it, and
+    whether all those subtiles agree on every row (the windows overlap by 2 rows; when they
+    agree the job's input is one image with padding rows)."""
+    n, win = flags.shape
+    always = np.ones((n - 1) * 3 + win, bool)
+    some = np.zeros_like(always)
+    for s in range(n):
+        always[s * 3:s * 3 + win] &= flags[s]
+        some[s * 3:s * 3 + win] |= flags[s]
+    return always, bool(np.array_equal(always, some))
+
+
+def weights(cfg: JobConfig, read: Reader) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """Effective weights [K, 3, 3, Ki] (1x1: [K, 1, 1, Ki]; depthwise: [K, 3, 3]) int16, masked
+    taps 0, and the byte range read. Kept per exact weight bytes and configuration (a layer's
+    jobs read the same weights again)."""
+    base, d0, d1 = cfg.reg("WEIGHTS_PTR"), cfg.reg("WEIGHTS_D0_STRIDE"), cfg.reg("WEIGHTS_D1_STRIDE")
+    qw, taps = cfg.qw, (1 if cfg.mode == 2 else 9)
+    if cfg.mode == 1:  # depthwise: one "output channel" of KiMaj blocks, Ki = Ko
+        k_rows, kimaj = 1, -(-cfg.k_out // 16)
+    else:
+        k_rows, kimaj = cfg.k_out, cfg.nb[3]
+    lo, hi, index = _weight_bytes(base, d0, d1, cfg.mode, qw, k_rows, kimaj, taps)
+    raw = read(lo, hi - lo, "weights")[index]
+    key = (hashlib.blake2b(raw.tobytes(), digest_size=16).digest(), raw.shape, cfg.mode,
+           cfg.w_offset, cfg.mask, cfg.k_in, cfg.k_out)
+    w = _WEIGHTS.get(key)
+    if w is None:
+        w = _WEIGHTS[key] = _effective(raw, cfg, taps)
+        while len(_WEIGHTS) > 32:
+            _WEIGHTS.popitem(last=False)
+    return w, [(lo, hi)]
+
+
+_WEIGHTS: "OrderedDict[tuple, np.ndarray]" = OrderedDict()
+
+
+@functools.lru_cache(maxsize=64)
+def _weight_bytes(base: int, d0: int, d1: int, mode: int, qw: int, k_rows: int, kimaj: int,
+                  taps: int) -> tuple[int, int, np.ndarray]:
+    """Every byte a job's weights occupy, as the strides give them: the range [lo, hi) and the
+    offsets into it, shaped [k, kimaj, bit, tap, 2] (kept per configuration)."""
+    k_i = np.arange(k_rows, dtype=np.int64)[:, None, None, None, None]
+    m_i = np.arange(kimaj, dtype=np.int64)[None, :, None, None, None]
+    b_i = np.arange(qw, dtype=np.int64)[None, None, :, None, None]
+    t_i = np.arange(taps, dtype=np.int64)[None, None, None, :, None]
+    j_i = np.arange(2, dtype=np.int64)[None, None, None, None, :]
+    if mode == 2:
+        addr = base + k_i * d1 + m_i * d0 + b_i * 2 + j_i + 0 * t_i
+    else:
+        addr = base + (0 if mode == 1 else k_i * d1) + (m_i * qw + b_i) * d0 + t_i * 2 + j_i
+    lo, hi = int(addr.min()), int(addr.max()) + 1
+    index = addr - lo
+    index.flags.writeable = False
+    return lo, hi, index
+
+
+def _effective(raw: np.ndarray, cfg: JobConfig, taps: int) -> np.ndarray:
+    """Stored qw-bit weights from the bit-planes (byte j of plane b: bit b of the 8 input
+    channels 8j..8j+7, lowest in bit 0; digest 3.4), plus the offset, masked taps zeroed."""
+    k_rows, kimaj, qw = raw.shape[0], raw.shape[1], raw.shape[2]
+    bits = np.unpackbits(raw[..., None], axis=-1, bitorder="little")  # [k, m, qw, taps, 2, 8]
+    bits = bits.reshape(k_rows, kimaj, qw, taps, 16).transpose(0, 1, 4, 3, 2)
+    stored = np.packbits(bits, axis=-1, bitorder="little")[..., 0]  # [k, m, 16, taps]
+    eff = stored.reshape(k_rows, kimaj * 16, taps).astype(np.int16) + np.int16(cfg.w_offset)
+    if taps == 9:
+        t, b, left, r = cfg.mask
+        off = [not (t <= ty < 3 - b and left <= tx < 3 - r) for ty in range(3) for tx in range(3)]
+        eff[:, :, np.array(off)] = 0
+    if cfg.mode == 1:
+        w = eff[0, :cfg.k_out, :].reshape(cfg.k_out, 3, 3)
+    else:
+        kh = 3 if taps == 9 else 1
+        w = eff[:, :cfg.k_in, :].transpose(0, 2, 1).reshape(cfg.k_out, kh, kh, cfg.k_in)
+    w = np.ascontiguousarray(w)
+    w.flags.writeable = False
+    return w
+
+
+def _gather(read: Reader, need: np.ndarray, shape: tuple[int, int, int], x_ptr: int, d0: int,
+            d1: int, pad_value: int) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """The job's input image [Y, X, Ki]: memory where ``need``, padding elsewhere. A rectangle
+    of needed pixels is one strided view of L1 (the usual case); anything else element-wise."""
+    img = np.full(shape, pad_value, np.uint8)
+    if not need.any():
+        return img, []
+    rows, cols = np.flatnonzero(need.any(axis=1)), np.flatnonzero(need.any(axis=0))
+    y0, y1, x0, x1 = int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1
+    k_in = shape[2]
+    if d0 >= 0 and d1 >= 0 and need[y0:y1, x0:x1].all():
+        lo = x_ptr + y0 * d1 + x0 * d0
+        hi = x_ptr + (y1 - 1) * d1 + (x1 - 1) * d0 + k_in
+        buf = read(lo, hi - lo, "input features")
+        img[y0:y1, x0:x1] = np.lib.stride_tricks.as_strided(
+            buf, shape=(y1 - y0, x1 - x0, k_in), strides=(d1, d0, 1), writeable=False)
+        return img, [(lo, hi)]
+    yy = np.arange(shape[0], dtype=np.int64)[:, None, None]
+    xx = np.arange(shape[1], dtype=np.int64)[None, :, None]
+    addr = (x_ptr + yy * d1 + xx * d0 + np.arange(k_in, dtype=np.int64))[need]
+    lo, hi = int(addr.min()), int(addr.max()) + 1
+    img[need] = read(lo, hi - lo, "input features")[addr - lo]
+    return img, [(lo, hi)]
+
+
+@dataclass(frozen=True)
+class _Geometry:
+    """What a job's registers alone decide: padding flags, the output elements' addresses,
+    subtiles and which are written. Kept per configuration (a layer's jobs repeat)."""
+
+    rows_pad: np.ndarray
+    cols_pad: np.ndarray
+    need: np.ndarray
+    agree: bool
+    addresses: np.ndarray
+    in32: np.ndarray  # the 32-bit layout's addresses (streamin)
+    subtile: np.ndarray
+    written: np.ndarray
+    dense: tuple[int, int, int] | None
+    ranges: dict = field(default_factory=dict, repr=False, compare=False)  # JobResult's cache
+
+
+@functools.lru_cache(maxsize=64)
+def _geometry(cfg: JobConfig) -> _Geometry:
+    ho_n, wo_n = cfg.out_hw
+    k_out = cfg.k_out
+    rows_pad, cols_pad = _pad_flags(cfg, 0), _pad_flags(cfg, 1)
+    # rows and columns that are padding for one subtile are still read where another subtile
+    # reads them from memory
+    row_pad, rows_agree = _row_flags(rows_pad)
+    col_pad, cols_agree = _row_flags(cols_pad)
+    written = np.ones((ho_n, wo_n, k_out), bool)
+    if cfg.strided:
+        keep = (np.arange(ho_n) % 3) % 2 == 0
+        keepc = (np.arange(wo_n) % 3) % 2 == 0
+        written &= keep[:, None, None] & keepc[None, :, None]
+    yp, y0, y1, y2 = (cfg.reg("OUTFEAT_PTR"), cfg.reg("OUTFEAT_D0_STRIDE"),
+                      cfg.reg("OUTFEAT_D1_STRIDE"), cfg.reg("OUTFEAT_D2_STRIDE"))
+    oy = np.arange(ho_n, dtype=np.int64)[:, None, None]
+    ox = np.arange(wo_n, dtype=np.int64)[None, :, None]
+    kk = np.arange(k_out, dtype=np.int64)[None, None, :]
+
+    def out_addr(size: int) -> np.ndarray:
+        byte = kk * size
+        return yp + oy * y2 + ox * y1 + (byte // 32) * y0 + byte % 32
+
+    elem = cfg.out_bits // 8 if cfg.normquant else 4
+    subtile = ((kk // cfg.ko_size) * cfg.nb[1] + oy // 3) * cfg.nb[2] + ox // 3
+    dense = (yp, y2, y1) if y0 == 32 or k_out * elem <= 32 else None
+    out = [rows_pad, cols_pad, ~row_pad[:, None] & ~col_pad[None, :], out_addr(elem),
+           out_addr(4), np.broadcast_to(subtile, written.shape).copy(), written]
+    for a in out:
+        a.flags.writeable = False
+    return _Geometry(*out[:3], rows_agree and cols_agree, *out[3:], dense)
+
+
+def execute(cfg: JobConfig, read: Reader) -> JobResult:
+    """The job's output, computed from memory as it is now (see the module docstring)."""
+    g = _geometry(cfg)
+    ho_n, wo_n = cfg.out_hw
+    win = cfg.win
+    x_ptr, d0, d1 = cfg.reg("INFEAT_PTR"), cfg.reg("INFEAT_D0_STRIDE"), cfg.reg("INFEAT_D1_STRIDE")
+    shape = ((cfg.nb[1] - 1) * 3 + win, (cfg.nb[2] - 1) * 3 + win, cfg.k_in)
+    img, reads = _gather(read, g.need, shape, x_ptr, d0, d1, cfg.pad_value)
+    w, wreads = weights(cfg, read)
+    reads += wreads
+    if g.agree:  # one virtual image, its padding rows and columns set once
+        if cfg.mode == 1:
+            acc = K.depthwise_sums(img, w, ho_n, wo_n)
+        else:
+            acc = IC.conv_sums(img.transpose(2, 0, 1), IC.packed_weights(w), (ho_n, wo_n),
+                               hwc=True)
+    else:
+        sums = K.window_sums_depthwise if cfg.mode == 1 else K.window_sums
+        acc = sums(img, w, g.rows_pad, g.cols_pad, np.uint8(cfg.pad_value), ho_n, wo_n)
+    if cfg.streamin:  # int32 arithmetic wraps as the accumulators do
+        a = g.in32[g.written]
+        lo, hi = int(a.min()), int(a.max()) + 4
+        raw = read(lo, hi - lo, "streamin partial sums")
+        part = np.zeros(acc.shape, np.int32)
+        idx = (a - lo)[:, None] + np.arange(4)
+        part[g.written] = raw[idx].view("<i4")[:, 0]
+        acc = acc + part
+        reads.append((lo, hi))
+    if cfg.normquant:
+        values, nreads = normquant(cfg, acc, read)
+        reads += nreads
+        elem = cfg.out_bits // 8
+    else:
+        values, elem = np.ascontiguousarray(acc, np.int32), 4
+    return JobResult(values, g.addresses, g.subtile, g.written, elem, reads, g.dense, g.ranges)
+
+
+def normquant(cfg: JobConfig, acc: np.ndarray, read: Reader
+              ) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """digest 3.5 over [Ho, Wo, K] int32 sums."""
+    k = cfg.k_out
+    sb = cfg.norm_bytes
+    lo = cfg.reg("SCALE_PTR")
+    raw = read(lo, k * sb, "scale").reshape(k, sb).astype(np.uint64)
+    scale = sum(raw[:, i] << np.uint64(8 * i) for i in range(sb)).astype(np.int64)
+    reads = [(lo, lo + k * sb)]
+    bias = shift = None
+    if cfg.norm_bias:
+        b0 = cfg.reg("SCALE_BIAS_PTR")
+        bias = read(b0, 4 * k, "bias").view("<i4").astype(np.int64)
+        reads.append((b0, b0 + 4 * k))
+    if cfg.norm_shift:
+        s0 = cfg.reg("SCALE_SHIFT_PTR")
+        shift = (read(s0, k, "shift") & 0x3F).astype(np.int64)
+        reads.append((s0, s0 + k))
+    out = K.normquant(acc, scale, bias if bias is not None else np.zeros(k, np.int64),
+                      shift if shift is not None else np.full(k, cfg.right_shift, np.int64),
+                      cfg.norm_bias, cfg.relu, cfg.out_bits)
+    return out, reads

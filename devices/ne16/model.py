@@ -1,0 +1,330 @@
+"""GAP9 NE16: the job queue, its registers, and job execution (job.py) on the cluster's L1.
+
+The register map is configs/ne16.toml (seed 002). The queue follows the seed's section on
+TRIGGER/ACQUIRE/STATUS/RUNNING_JOB/SOFT_CLEAR (L94-164, digest 2.4) with the hwpe-ctrl facts the
+digest collects where the seed is silent:
+
+* two job contexts, used round-robin: the driver's writes to the job registers reach the
+  context of the next offload (the *pointer* context: the bank selector, ``bank_index``);
+* a host read of ACQUIRE (Device.host_read: the debugger's read never acquires) locks the
+  controller and returns the next 8-bit job ID; 0xFFFFFFFE while it is locked, 0xFFFFFFFF when
+  both contexts hold jobs (no side effect then);
+* TRIGGER commits the acquired job and unlocks; 0 also starts it, non-0 holds it until the next
+  job is committed with 0 (L94); the pointer moves to the other context;
+* STATUS bit 0 / bit 8: context 0 / 1 holds a job queued or running (L128-130); RUNNING_JOB: the
+  running job, else the last one run (L147); FINISHED counts finished jobs ([EXT]);
+* SOFT_CLEAR: the queue, the lock, the IDs and the counters go; 0 also clears both contexts'
+  registers (L164);
+* the end of a job pulses the event line EVT (pulp-nnx waits for cluster event 12): a pulsed
+  line, counted (Device.interrupt_counts).
+
+A unit is one job; ``step subtile`` runs one output subtile (Ko, Ho, Wo with all its Ki); the
+job's result is computed from memory when its first subtile starts and written subtile by
+subtile (identical results unless a job's output overlaps its own input).
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..description import load_description
+from ..device import Device, MonitorCommand, ProgramOptions, Touched, Unit, UnitContext
+from ..errors import BusError, DeviceError
+from ..host import HostProgram
+from . import job as J
+from .monitor import commands
+
+BASE = 0x0020_1000
+JOB_BASE = BASE + 0x20
+ACQUIRE_BUSY, ACQUIRE_LOCKED = 0xFFFF_FFFF, 0xFFFF_FFFE
+#: modelled cycles (an estimate, not silicon timing): per Ki subtile, the 9 bit-serial passes
+#: of each weight bit plus a window load; per output subtile, normalisation and streamout
+C_KI_LOAD, C_NORMQUANT = 10, 20
+
+
+@dataclass
+class Job:
+    """A committed job: its ID, context, the registers it was committed with, and while it runs
+    the result being written subtile by subtile."""
+
+    job_id: int
+    context: int
+    regs: tuple[int, ...]
+    held: bool = False
+    cfg: J.JobConfig | None = None
+    result: J.JobResult | None = None
+    next_subtile: int = 0
+    touched: Touched = field(default_factory=Touched)
+
+
+class Ne16(Device):
+    name = "ne16"
+    unit_name = "job"
+
+    def __init__(self, l1_kib: int = 128, description_path: str | None = None) -> None:
+        desc = load_description(description_path or "ne16")
+        if l1_kib != 128:  # a larger window than GAP9's, for one job of tensors that big
+            if not 16 <= l1_kib <= 64 * 1024:
+                raise ValueError(f"ne16: l1_kib must be 16..65536, not {l1_kib}")
+            desc = with_l1_size(desc, l1_kib * 1024)
+        super().__init__(desc)
+        self.l1 = self.bus.memories["l1"]
+        self._job_regs = {name: self.description.banks_at(JOB_BASE + 4 * i)
+                          for i, name in enumerate(J.JOB_REGISTERS)}
+        r = self.regs
+        r.on_write("TRIGGER", self._trigger)
+        r.on_write("SOFT_CLEAR", self._soft_clear)
+        r.on_read("ACQUIRE", lambda reg, stored: self._acquire_value())
+        self.warnings: list[str] = []
+        self.events = 0  # end-of-job pulses of the event line
+        self._clear()
+        #: (job ID, JobResult) of the last jobs run, newest last, for naming who wrote what
+        self.history: list[tuple[int, J.JobResult]] = []
+
+    def _clear(self) -> None:
+        """The status that SOFT_CLEAR and reset clear (L164)."""
+        self.queue: list[Job] = []
+        self.pointer = 0
+        self.locked = False
+        self.next_id = 0
+        self.last_run = 0  # RUNNING_JOB when no job runs (L147)
+        self._sync_status(finished=0)
+
+    # -- the queue ------------------------------------------------------------------------------
+    def bank_index(self, reg) -> int:
+        return self.pointer
+
+    def _busy(self) -> set[int]:
+        return {j.context for j in self.queue}
+
+    def _acquire_value(self) -> int:
+        if self.locked:
+            return ACQUIRE_LOCKED
+        if self.pointer in self._busy():
+            return ACQUIRE_BUSY
+        return self.next_id
+
+    def host_read(self, addr: int, size: int) -> bytes:
+        """The driver's read: reading ACQUIRE acquires (L111)."""
+        data = self.read(addr, size)
+        acq = BASE + 0x04
+        if addr < acq + 4 and acq < addr + size and self._acquire_value() < 256:
+            self.locked = True
+            self.next_id = (self.next_id + 1) & 0xFF
+        return data
+
+    def _trigger(self, reg, old: int, new: int) -> None:
+        if not self.locked:
+            self.warn(f"TRIGGER written ({new:#x}) with no job acquired: ignored (L94)")
+            return
+        regs = tuple(self.regs.peek(banks[self.pointer])
+                     for banks in self._job_regs.values())
+        held = new != 0
+        if held and self.queue:
+            self.warn(f"TRIGGER {new:#x} (commit without start) for a job that is not the first "
+                      "of the queue (L94): held anyway")
+        if not held:
+            for j in self.queue:
+                j.held = False  # the next job committed with 0 starts the held one (L94)
+        self.queue.append(Job((self.next_id - 1) & 0xFF, self.pointer, regs, held))
+        self.locked = False
+        self.pointer ^= 1
+        self._sync_status()
+
+    def _soft_clear(self, reg, old: int, new: int) -> None:
+        keep = new != 0
+        finished = self.regs.peek("FINISHED")
+        self._clear()
+        self.regs.poke("FINISHED", finished if keep else 0)
+        if not keep:  # clear the register file too (L164)
+            for banks in self._job_regs.values():
+                for b in banks:
+                    self.regs.poke(b, 0)
+
+    def _sync_status(self, finished: int | None = None) -> None:
+        """STATUS from the contexts in use; RUNNING_JOB: the job at the head of the queue runs
+        (the engine starts a triggered job at once; the emulator computes it when it is
+        stepped), else the last job run (L147)."""
+        busy = self._busy()
+        self.regs.poke("STATUS", (0 in busy) | (1 in busy) << 8)
+        head = self._runnable()
+        self.regs.poke("RUNNING_JOB", head.job_id if head is not None else self.last_run)
+        if finished is not None:
+            self.regs.poke("FINISHED", finished)
+
+    def warn(self, message: str) -> None:
+        self.warnings.append(message)
+        del self.warnings[:-100]
+
+    # -- the contract ---------------------------------------------------------------------------
+    @property
+    def granularities(self) -> tuple[str, ...]:
+        return ("job", "subtile")
+
+    @property
+    def pc(self) -> int:
+        """The job registers (WEIGHTS_PTR) of the context whose job runs next (both contexts'
+        registers share the address; the unit's label names the context)."""
+        return JOB_BASE
+
+    def _runnable(self) -> Job | None:
+        return self.queue[0] if self.queue and not self.queue[0].held else None
+
+    def finished(self) -> bool:
+        return self._runnable() is None
+
+    def units(self) -> list[Unit]:
+        out = []
+        for j in self.queue:
+            try:
+                summary = J.decode(j.regs).summary()
+            except DeviceError as e:
+                summary = f"not runnable: {e}"
+            held = ", held (committed without start)" if j.held else ""
+            out.append(Unit(JOB_BASE, f"job {j.job_id} C{j.context}", summary + held))
+        return out
+
+    def unit_label(self, address: int) -> str:
+        j = self._runnable()
+        return f"job {j.job_id}" if j is not None else super().unit_label(address)
+
+    def interrupts(self) -> dict[str, bool]:
+        return {"EVT": False}  # a pulse: see interrupt_counts
+
+    def interrupt_counts(self) -> dict[str, int]:
+        return {"EVT": self.events}
+
+    def counters(self) -> dict[str, int]:
+        return {**super().counters(), "events": self.events, "queued": len(self.queue),
+                "finished": self.regs.peek("FINISHED")}
+
+    def monitor_commands(self) -> dict[str, MonitorCommand]:
+        return commands(self)
+
+    def load_program(self, path: Path, options: ProgramOptions) -> HostProgram | None:
+        from .pulp_nnx import is_test_app, load_test_app
+
+        return load_test_app(Path(path)) if is_test_app(Path(path)) else None
+
+    def done_message(self) -> str:
+        return (f"NE16 queue empty after {self.units_done} jobs, {self.events} end-of-job events"
+                + (f" ({len(self.warnings)} warnings: monitor ne16 warnings)"
+                   if self.warnings else ""))
+
+    def idle_message(self) -> str:
+        if self.queue:
+            return (f"job {self.queue[0].job_id} is held (committed with TRIGGER != 0): it "
+                    "starts when the next job is committed with TRIGGER = 0 (L94)")
+        return "no job queued (ACQUIRE, write the job registers, TRIGGER 0)"
+
+    # -- execution ------------------------------------------------------------------------------
+    def _read_l1(self, addr: int, n: int, what: str) -> np.ndarray:
+        base = self.l1.region.base
+        if n < 0 or addr < base or addr + n > base + self.l1.region.size:
+            raise DeviceError(f"{what}: {n} bytes at {addr:#010x} are outside L1 "
+                              f"({base:#010x}-{base + self.l1.region.size - 1:#010x})")
+        return self.l1.data[addr - base:addr - base + n]
+
+    def execute_unit(self, ctx: UnitContext) -> Touched:
+        """One job (or one output subtile of it with granularity ``subtile``)."""
+        j = self._runnable()
+        where = f"job {j.job_id} (context {j.context}): "
+        if j.result is None:
+            cfg = J.decode(j.regs, where)
+            try:
+                j.result = J.execute(cfg, lambda a, n, what: self._read_l1(a, n, where + what))
+            except BusError as e:
+                raise DeviceError(f"{where}{e}") from None
+            j.cfg = cfg
+            j.touched = Touched(reads=list(j.result.reads))
+        res, cfg = j.result, j.cfg
+        last = cfg.subtiles if ctx.granularity != "subtile" else j.next_subtile + 1
+        self._write(res, j.next_subtile, last)
+        ctx.touched.reads += j.touched.reads if j.next_subtile == 0 else []
+        ctx.touched.writes += res.written_ranges(j.next_subtile, last)
+        self.cycles += (last - j.next_subtile) * (
+            C_NORMQUANT + (1 if cfg.mode == 1 else cfg.nb[3]) * (C_KI_LOAD + 9 * cfg.qw))
+        j.next_subtile = last
+        if last < cfg.subtiles:
+            ctx.touched.partial = True
+            return ctx.touched
+        self._job_done(j)
+        return ctx.touched
+
+    def _write(self, res: J.JobResult, first: int, last: int) -> None:
+        """Store the outputs of subtiles first..last-1 (two's complement bytes, little-endian);
+        a whole job with contiguous channels is one strided store."""
+        base, size = self.l1.region.base, self.l1.region.size
+        whole = first == 0 and last == int(res.subtile.max()) + 1 and res.written.all()
+        sel = res.written & (res.subtile >= first) & (res.subtile < last)
+        addr = res.addresses[sel] if not (whole and res.dense) else res.addresses
+        if not addr.size:
+            return
+        lo, hi = int(addr.min()), int(addr.max()) + res.elem
+        if lo < base or hi > base + size:
+            bad = lo if lo < base else hi - res.elem
+            raise DeviceError(f"job output at {bad:#010x} is outside L1 ({base:#010x}-"
+                              f"{base + size - 1:#010x})")
+        dt = np.dtype(f"<u{res.elem}") if res.elem > 1 else np.dtype(np.uint8)
+        if whole and res.dense:
+            origin, d2, d1 = res.dense
+            view = np.ndarray(res.values.shape, dt, self.l1.data, origin - base,
+                              (d2, d1, res.elem))
+            view[...] = res.values.astype(dt)  # integer casts wrap: two's complement bytes
+        else:
+            raw = res.values[sel].astype(dt).view(np.uint8).reshape(-1, res.elem)
+            self.l1.data[(addr - base)[:, None] + np.arange(res.elem)] = raw
+        self.l1.touch()
+
+    def _job_done(self, j: Job) -> None:
+        self.queue.remove(j)
+        self.history.append((j.job_id, j.result))
+        del self.history[:-16]
+        self.events += 1
+        self.last_run = j.job_id
+        self._sync_status(finished=(self.regs.peek("FINISHED") + 1) & 0xFFFFFFFF)
+
+    def locate(self, address: int) -> str | None:
+        """"job N, subtile (ko, ho, wo)" of the last job that wrote ``address``."""
+        for job_id, res in reversed(self.history):
+            hit = np.flatnonzero(res.written.ravel()
+                                 & (res.addresses.ravel() <= address)
+                                 & (address < res.addresses.ravel() + res.elem))
+            if hit.size:
+                s = int(res.subtile.ravel()[hit[-1]])
+                nb_ho, nb_wo = _subtile_grid(res)
+                ko, rest = divmod(s, nb_ho * nb_wo)
+                return f"job {job_id}, subtile ko={ko} ho={rest // nb_wo} wo={rest % nb_wo}"
+        return None
+
+    def reset(self, kind: str = "halt") -> None:
+        super().reset(kind)
+        self.warnings = []
+        self.history = []
+        self.events = 0  # the cluster's event line: SOFT_CLEAR (NE16's own state) keeps it
+        self._clear()
+
+    def _state(self) -> dict:
+        return {"queue": list(self.queue), "pointer": self.pointer, "locked": self.locked,
+                "next_id": self.next_id, "events": self.events, "last_run": self.last_run}
+
+    def _set_state(self, state: dict) -> None:
+        self.queue = list(state["queue"])
+        self.pointer, self.locked = state["pointer"], state["locked"]
+        self.next_id, self.events = state["next_id"], state["events"]
+        self.last_run = state["last_run"]
+
+
+def with_l1_size(desc, size: int):
+    """``desc`` with the L1 window ``size`` bytes long."""
+    regions = tuple(dataclasses.replace(r, size=size, populated=((r.base, r.base + size),))
+                    if r.name == "l1" else r for r in desc.regions)
+    return dataclasses.replace(desc, regions=regions)
+
+
+def _subtile_grid(res: J.JobResult) -> tuple[int, int]:
+    h, w, _ = res.subtile.shape
+    return -(-h // 3), -(-w // 3)

@@ -1,0 +1,98 @@
+"""GAP9 NE16 arithmetic: depthwise and per-window sums, and the normalisation/quantisation
+stage. Pure kernels on numpy arrays; no device knowledge (the dense
+convolutions run on the shared exact kernel, emu/conv/int_conv.py).
+
+Sources: seed 002 ("Lnnn"), digest shared/devices/ne16.md (section 3), and pulp-nnx's functional
+model for the arithmetic the seed does not give (test/NeuralEngineFunctionalModel.py: 64-bit
+scale product, 32-bit wrap before and after the bias, ReLU, arithmetic shift, saturation).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+@njit(nogil=True, cache=True)
+def depthwise_sums(img, w, ho, wo):
+    """out[y, x, c] = sum over (ty, tx) of img[y + ty, x + tx, c] * w[c, ty, tx]: the 3x3
+    depthwise mode, int32 wrapping (``img`` uint8 [Y, X, C], ``w`` int16 [C, 3, 3])."""
+    c_n = w.shape[0]
+    out = np.zeros((ho, wo, c_n), np.int32)
+    for y in range(ho):
+        for x in range(wo):
+            for ty in range(3):
+                for tx in range(3):
+                    for c in range(c_n):
+                        out[y, x, c] += np.int32(img[y + ty, x + tx, c]) * np.int32(w[c, ty, tx])
+    return out
+
+
+@njit(nogil=True, cache=True)
+def window_sums(img, w, rows_pad, cols_pad, pad_value, ho, wo):
+    """The sums subtile by subtile, for jobs whose subtiles disagree about a row or column
+    (one reads it as padding, another from memory): output (y, x) of subtile (y // 3, x // 3)
+    reads its own window, where ``rows_pad`` / ``cols_pad`` [subtiles, window] mark padding.
+    ``w`` int16 [K, kh, kw, Ki] (3x3 or 1x1)."""
+    k_n, kh, kw, c_n = w.shape
+    out = np.zeros((ho, wo, k_n), np.int32)
+    for y in range(ho):
+        sy, i = y // 3, y % 3
+        for x in range(wo):
+            sx, j = x // 3, x % 3
+            for ty in range(kh):
+                for tx in range(kw):
+                    r, s = i + ty, j + tx
+                    pad = rows_pad[sy, r] or cols_pad[sx, s]
+                    yy, xx = sy * 3 + r, sx * 3 + s
+                    for k in range(k_n):
+                        acc = np.int32(0)
+                        for c in range(c_n):
+                            v = pad_value if pad else img[yy, xx, c]
+                            acc += np.int32(v) * np.int32(w[k, ty, tx, c])
+                        out[y, x, k] += acc
+    return out
+
+
+@njit(nogil=True, cache=True)
+def window_sums_depthwise(img, w, rows_pad, cols_pad, pad_value, ho, wo):
+    """:func:`window_sums` of the 3x3 depthwise mode (``w`` int16 [K, 3, 3])."""
+    k_n = w.shape[0]
+    out = np.zeros((ho, wo, k_n), np.int32)
+    for y in range(ho):
+        sy, i = y // 3, y % 3
+        for x in range(wo):
+            sx, j = x // 3, x % 3
+            for ty in range(3):
+                for tx in range(3):
+                    r, s = i + ty, j + tx
+                    pad = rows_pad[sy, r] or cols_pad[sx, s]
+                    for k in range(k_n):
+                        v = pad_value if pad else img[sy * 3 + r, sx * 3 + s, k]
+                        out[y, x, k] += np.int32(v) * np.int32(w[k, ty, tx])
+    return out
+
+
+@njit(nogil=True, cache=True)
+def normquant(acc, scale, bias, shift, has_bias, relu, out_bits):
+    """digest 3.5 over int32 sums ``acc`` [Ho, Wo, K] (wrapped as the accumulators wrap):
+    p = acc * scale[k] in 64 bits; with a bias, p wrapped to 32 bits plus bias[k] wrapped again; ReLU
+    (``relu``, QUANT_RECT = 0); arithmetic shift right by shift[k]; saturation to ``out_bits``,
+    unsigned under ReLU. Returns int64."""
+    h, w, k_n = acc.shape
+    out = np.empty((h, w, k_n), np.int64)
+    if relu:
+        lo, hi = 0, (1 << out_bits) - 1
+    else:
+        lo, hi = -(1 << (out_bits - 1)), (1 << (out_bits - 1)) - 1
+    for y in range(h):
+        for x in range(w):
+            for k in range(k_n):
+                p = acc[y, x, k] * scale[k]
+                if has_bias:
+                    p = ((p + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+                    p = ((p + bias[k] + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+                if relu and p < 0:
+                    p = 0
+                q = p >> shift[k]
+                out[y, x, k] = min(max(q, lo), hi)
+    return out

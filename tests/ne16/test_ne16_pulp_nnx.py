@@ -1,0 +1,133 @@
+"""pulp-nnx NE16 test applications (the format of its test generator, written here by the
+project's own testkit/ne16_build.py with a layer-level golden output) imported, run through the
+pulp-nnx driver's steps and checked: `accelstub run ne16 --program DIR`."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from accelstub.devices import open_device
+from accelstub.devices.ne16.pulp_nnx import (L1_BASE, TestAppError, driver_tasks, load_test_app,
+                                             read_defines)
+from accelstub.devices.ne16.job import JOB_REGISTERS
+from accelstub.stub.cli import main as cli_main
+from accelstub.stub.server import StubServer
+from accelstub.testkit.ne16_build import DEMO, Layer, build
+from tests.helpers import ROOT
+
+LAYERS = [
+    Layer(7, 11, 37, 45, padding=(1, 1, 1, 1), weight_bits=5, name="dense_w5_rem"),
+    Layer(6, 9, 20, 33, kernel=1, weight_bits=2, out_type="uint8", relu=True, name="1x1_w2_relu"),
+    Layer(8, 7, 35, 35, depthwise=True, padding=(1, 1, 1, 1), weight_bits=3, name="dw_w3"),
+    Layer(9, 11, 24, 34, stride=2, padding=(1, 1, 1, 1), weight_bits=6, name="s2_dense"),
+    Layer(10, 9, 18, 18, depthwise=True, stride=2, padding=(0, 1, 0, 1), weight_bits=4,
+          name="s2_dw"),
+    Layer(5, 7, 19, 21, padding=(1, 1, 1, 1), out_type="int32", norm_quant=False, bias=False,
+          weight_bits=7, name="raw_sums"),
+    Layer(5, 5, 33, 35, padding=(1, 0, 0, 1), scale_bits=32, bias=False, name="u32_scale"),
+    Layer(6, 6, 16, 32, padding=(2, 2, 2, 2), out_type="uint8", relu=True, name="pad2_relu"),
+]
+
+
+@pytest.mark.parametrize("layer", LAYERS, ids=lambda lay: lay.name)
+def test_test_apps_pass(tmp_path, layer, capsys):
+    app = build(layer, seed=7).write(tmp_path / layer.name)
+    assert cli_main(["run", "ne16", "--program", str(app)]) == 0
+    out = capsys.readouterr().out
+    assert re.fullmatch(r"PASS \(\d+ outputs checked, \d+ jobs, \d+ ms\)\n", out), out
+
+
+def test_a_wrong_output_names_the_position_the_job_and_the_subtile(tmp_path, capsys):
+    layer = Layer(7, 8, 20, 40, padding=(1, 1, 1, 1), name="bad")
+    app = build(layer, seed=3).write(tmp_path / "bad")
+    src = app / "gen" / "src" / "output.c"
+    text = src.read_text()
+    head, body = text.split("golden_output[GOLDEN_OUTPUT_SIZE] = {")
+    values = body.split(",")
+    i = (4 * 8 + 1) * 40 + 35  # row 4, column 1, channel 35 of the 7x8x40 output
+    values[i] = " 0x55" if values[i].strip() != "0x55" else " 0x56"
+    src.write_text(head + "golden_output[GOLDEN_OUTPUT_SIZE] = {" + ",".join(values))
+    assert cli_main(["run", "ne16", "--program", str(app)]) == 1
+    out = capsys.readouterr().out
+    out_addr = L1_BASE + 7 * 8 * 20  # the output array follows the input in L1
+    # row 4 is in output-row subtile 1, column 1 in subtile 0, channel 35 in Ko subtile 1
+    assert out == (f"FAIL at 0x{out_addr + i:08x}: output[{i}] (row 4, column 1, channel 35) "
+                   f"expected {int(values[i], 0)}, got {out.split('got ')[1].split(' ')[0]} "
+                   "(job 0, subtile ko=1 ho=1 wo=0); 1 of 2240 differ\n")
+
+
+def test_driver_registers_of_the_digests_same_padding_example():
+    """Example D of the digest: 3x3 'same' padding, Ki 16, Ko 32, 3x3 -> 3x3: PADDING
+    0x11110000, REM2 0x00040004 (3 + 2 - 1), INFEAT_PTR = data - (1*3 + 1)*16, D0/D1 16/48,
+    output strides 32/32/96, weights 18/144."""
+    d = {"INPUT_HEIGHT": 3, "INPUT_WIDTH": 3, "INPUT_CHANNEL": 16, "OUTPUT_HEIGHT": 3,
+         "OUTPUT_WIDTH": 3, "OUTPUT_CHANNEL": 32, "OUTPUT_BITS": 8, "INPUT_BITS": 8,
+         "WEIGHT_HEIGHT": 3, "WEIGHT_BITS": 8, "WEIGHT_OFFSET": -128, "PADDING_TOP": 1,
+         "PADDING_BOTTOM": 1, "PADDING_LEFT": 1, "PADDING_RIGHT": 1, "STRIDE_HEIGHT": 1,
+         "GROUPS": 1, "HAS_NORM_QUANT": 1, "HAS_RELU": 1, "OUTSHIFT": 0, "SCALE_BITS": 8,
+         "HAS_BIAS": 0}
+    (job,) = driver_tasks(d, {"input": 0x10000400, "output": 0x10003000, "weight": 0x10001000,
+                              "scale": 0x10004000})
+    r = dict(zip(JOB_REGISTERS, job))
+    assert r["PADDING"] == 0x11110000 and r["SUBTILE_REM2"] == 0x00040004
+    assert r["INFEAT_PTR"] == 0x10000400 - 64
+    assert (r["INFEAT_D0_STRIDE"], r["INFEAT_D1_STRIDE"]) == (16, 48)
+    assert (r["OUTFEAT_D0_STRIDE"], r["OUTFEAT_D1_STRIDE"], r["OUTFEAT_D2_STRIDE"]) == (32, 32, 96)
+    assert (r["WEIGHTS_D0_STRIDE"], r["WEIGHTS_D1_STRIDE"]) == (18, 144)
+    assert r["SUBTILE_NB0"] == r["SUBTILE_NB1"] == 0x00010001
+    assert r["SUBTILE_REM0"] == 0x00200010 and r["SUBTILE_REM1"] == 0x00030003
+    assert r["WEIGHT_OFFSET"] == 0xFFFFFF80
+    assert r["CONFIG0"] == 0x00008017  # the digest's "ReLU, shift 0, no bias"
+
+
+def test_import_errors_name_the_file_and_line(tmp_path):
+    app = build(Layer(4, 4, 16, 16, name="e"), seed=1).write(tmp_path / "e")
+    conf = app / "gen" / "inc" / "layer_conf.h"
+    conf.write_text(conf.read_text().replace("#define GROUPS (1)\n", ""))
+    with pytest.raises(TestAppError, match=r"^layer_conf.h:1: GROUPS is not defined"):
+        load_test_app(app)
+    app = build(Layer(4, 4, 16, 16, name="e"), seed=1).write(tmp_path / "f")
+    src = app / "gen" / "src" / "input.c"
+    lines = src.read_text().splitlines()
+    n = next(i for i, line in enumerate(lines) if "= {" in line) + 2
+    lines[n] = lines[n].replace("0x", "0q", 1)
+    src.write_text("\n".join(lines))
+    with pytest.raises(TestAppError, match=r"^input.c:\d+: input: invalid literal"):
+        load_test_app(app)
+    big = build(Layer(40, 40, 64, 64, name="big"), seed=1).write(tmp_path / "big")
+    with pytest.raises(TestAppError, match=r"take \d+ bytes, more than the 128 KiB of L1"):
+        load_test_app(big)
+    assert cli_main(["run", "ne16", "--program", str(tmp_path / "none")]) == 2
+
+
+def test_bundled_demo_is_current(tmp_path):
+    fresh = build(DEMO, seed=1).write(tmp_path / "demo")
+    demo = ROOT / "configs" / "demo" / "ne16_demo"
+    for f in sorted(fresh.rglob("*.*")):
+        rel = f.relative_to(fresh)
+        assert (demo / rel).read_text() == f.read_text(), \
+            f"{rel}: regenerate with python -m accelstub.testkit.ne16_build --demo " \
+            "configs/demo/ne16_demo"
+
+
+def test_in_the_debugger_stepi_runs_a_job_and_continue_runs_the_driver():
+    """serve --program: the driver has placed the arrays and submitted the first job; stepi
+    runs it (pc = the job registers); a watchpoint on the output stops after the job that wrote
+    it; continue runs the driver to its check."""
+    dev = open_device("ne16")
+    server = StubServer([dev], gdb_port=None, telnet_port=None, tcl_port=None)
+    server.load_program(ROOT / "configs" / "demo" / "ne16_demo", log=lambda s: None)
+    rc = server.targets[0]
+    assert dev.pc == 0x00201020 and [u.label for u in dev.units()] == ["job 0 C0"]
+    out_addr = L1_BASE + -(-DEMO.height * DEMO.width * DEMO.in_channels // 4) * 4
+    rc.add_watchpoint("w", out_addr, 4)
+    stop = rc.run(60)
+    assert stop.reason == "watchpoint" and stop.watch == ("watch", out_addr)
+    assert dev.units_done == 1 and dev.finished()
+    rc.clear_watchpoints()
+    stop = rc.run(60)
+    assert stop.reason == "done" and stop.message.splitlines()[-1].startswith("PASS (2560")
+    rc.reset("init")  # the program again: its first job submitted, the outputs cleared
+    assert not dev.finished() and not dev.read(out_addr, 4).strip(b"\0")
+    assert rc.step(60).reason == "done" and dev.units_done == 1  # its only job, then its check
