@@ -187,6 +187,9 @@ class HostProgram:
         self.summary = summary or f"{name}: {len(steps)} host steps"
         #: units the program runs in all (for progress lines), when the importer knows it
         self.total_units = total_units
+        #: the vendor tool's cycle estimate when the program carries one: (where it comes
+        #: from, total, per unit or empty), printed beside the modelled cycles by `run`
+        self.vendor_cycles: tuple[str, int, list[int]] | None = None
         self.device: Device | None = None
         self.pos = 0
         self.pending: Counter[str] = Counter()

@@ -182,7 +182,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"accelstub: {word} {done}{of}", file=sys.stderr, flush=True)
 
     try:
-        outcome = run_to_end(rc, progress)
+        outcome = run_to_end(rc, progress, args.verbose)
     finally:
         notice.finish()
     if tty:

@@ -400,8 +400,9 @@ def cmd_resume(ctx: CommandContext, args: list[str]) -> str:
     if args:
         _set_pc(ctx, "resume", args[0])
     if rc.device.finished():
-        raise CommandError(f"resume: no {rc.device.unit_name} left to run "
-                           f"(start the accelerator or 'reset' first)")
+        hint = ("'reset init' loads the program again; a plain 'reset' only resets the "
+                "registers" if rc.init_handler is not None else "start the accelerator first")
+        raise CommandError(f"resume: no {rc.device.unit_name} left to run ({hint})")
     try:
         rc.resume()
     except TargetRunning as e:

@@ -46,7 +46,18 @@ def load_program(ctx: CommandContext, path: str | Path,
         raise ProgramError(f"{path}: is a directory, and {device.name} takes "
                            f"{device_spec(device.name).program_help}")
     rc.attach(None)
-    return run_script(ctx, path)
+    try:
+        return run_script(ctx, path)
+    except ProgramError as e:
+        # a file of a program directory (cnn.c of an ai8x project): name the directory
+        try:
+            whole = device.load_program(path.parent, options) is not None
+        except (ValueError, OSError, DeviceError):
+            whole = False
+        if whole:
+            raise ProgramError(f"{e}\n{path.name} is part of the program in {path.parent}: "
+                               f"give that directory (--program {path.parent})") from None
+        raise
 
 
 def run_script(ctx: CommandContext, path: Path) -> str:
@@ -82,15 +93,43 @@ class RunOutcome:
     lines: list[str]
 
 
-def run_to_end(rc: RunControl, progress: Callable[[int], None] | None = None) -> RunOutcome:
+def run_to_end(rc: RunControl, progress: Callable[[int], None] | None = None,
+               verbose: bool = False) -> RunOutcome:
     """Run the loaded program to its end (its host program's checks included), in the calling
-    thread."""
+    thread. The last line gives the modelled cycles (per unit too with ``verbose``), beside the
+    vendor tool's estimate when the program carries one."""
+    dev = rc.device
+    per_unit: list[tuple[str, int]] = []
+    label, cycles = [dev.unit_label(dev.pc)], [dev.cycles]
+
+    def record(done: int) -> None:  # after each unit: its label was taken before it ran
+        per_unit.append((label[0], dev.cycles - cycles[0]))
+        label[0], cycles[0] = dev.unit_label(dev.pc), dev.cycles
+
+    rc.add_unit_listener(record)
     if progress is not None:
         rc.add_unit_listener(progress)
+    start = dev.cycles
     stop = rc.run_here()
     if stop.reason != "done":  # a fault, a stuck driver, a halt, or nothing to run at all
         return RunOutcome(2, [f"error: {stop.message or stop.reason}"])
     host = rc.host
-    if host is not None and host.results:
-        return RunOutcome(0 if host.ok else 1, [r.line for r in host.results])
-    return RunOutcome(0, [stop.message])
+    lines = [r.line for r in host.results] if host is not None and host.results else \
+        [stop.message]
+    lines += cycle_lines(dev.cycles - start, per_unit, host.vendor_cycles if host else None,
+                         verbose)
+    return RunOutcome(0 if host is None or not host.results or host.ok else 1, lines)
+
+
+def cycle_lines(total: int, per_unit: list[tuple[str, int]],
+                vendor: tuple[str, int, list[int]] | None, verbose: bool) -> list[str]:
+    """"cycles: N modelled (SOURCE: M)" and with ``verbose`` one line per unit before it."""
+    lines = []
+    if verbose:
+        for i, (label, c) in enumerate(per_unit):
+            theirs = f", {vendor[0].split()[0]}: {vendor[2][i]}" \
+                if vendor and i < len(vendor[2]) else ""
+            lines.append(f"  {label}: {c} cycles modelled{theirs}")
+    theirs = f" ({vendor[0]}: {vendor[1]})" if vendor else ""
+    lines.append(f"cycles: {total} modelled{theirs}")
+    return lines

@@ -783,4 +783,27 @@ def load_ai8x_program(path: str | Path) -> HostProgram:
     """Import ``path`` as the host program its main() is (raises Ai8xImportError naming
     file:line). Run control applies its setup and start writes on attach, so the device then
     sits armed before layer 0."""
-    return import_ai8x_project(path).host_program()
+    host = import_ai8x_project(path).host_program()
+    host.vendor_cycles = read_latency(Path(path) / "latency.txt")
+    return host
+
+
+def read_latency(path: Path) -> tuple[str, int, list[int]] | None:
+    """ai8xize.py's latency estimate, when the project has one: latency.txt holds the total,
+    then one line per entry of its table, the first being the start-up (1 cycle) and then one
+    per layer (facts from ai8x-synthesis izer/rtlsim.py write_latency and the ESTIMATED LATENCY
+    table of izer/backend/max7800x.py). None without the file; a malformed one is an error
+    naming its line."""
+    if not path.is_file():
+        return None
+    values = []
+    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+        if line.strip():
+            try:
+                values.append(abs(int(line.strip())))
+            except ValueError:
+                raise Ai8xImportError(f"{path.name}:{n}: not a cycle count: {line.strip()!r}") \
+                    from None
+    if not values:
+        raise Ai8xImportError(f"{path.name}: empty")
+    return "ai8xize.py latency.txt", values[0], values[2:]  # without the start-up entry

@@ -109,7 +109,8 @@ def test_a_host_program_runs_with_its_driver_and_checks_the_answer(dev, tmp_path
     assert dev.ticket == 1 and list(dev.queue) == [0] and dev.pc == ENABLE
     outcome = run_to_end(rc)
     assert outcome.code == 0 and outcome.lines == ["PASS (2 words checked, 2 jobs, "
-                                                   + outcome.lines[0].split("jobs, ")[1]]
+                                                   + outcome.lines[0].split("jobs, ")[1],
+                                                   f"cycles: {dev.cycles} modelled"]
     assert dev.ticket == 2  # host reads of TICKET advance it; debugger reads never did
     assert dev.regs.field("STATUS", "done") == 0  # the ISR acknowledged each DONE
     assert rc.host.pending["DONE"] == 0 and dev.jobs == 2
@@ -125,7 +126,8 @@ def test_a_wrong_answer_names_the_unit_that_wrote_it(dev, tmp_path):
     got = r32(dev, RAM + 4)
     assert outcome.code == 1
     assert outcome.lines == [f"FAIL at 0x{RAM + 0x204:08x}: expected 0x0000dead, got "
-                             f"0x{got:08x} (written by job at 0x{ENABLE + 0:08x})"]
+                             f"0x{got:08x} (written by job at 0x{ENABLE + 0:08x})",
+                             f"cycles: {dev.cycles} modelled"]
 
 
 def test_continue_in_the_debugger_runs_the_driver_between_units(dev, tmp_path):

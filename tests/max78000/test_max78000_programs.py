@@ -268,7 +268,24 @@ def test_error_not_a_project(tmp_path):
 def test_run_pass_exit_0(project, capsys):
     assert cli_main(["run", "max78000", "--program", str(project)]) == 0
     out = capsys.readouterr().out
-    assert re.fullmatch(r"PASS \(\d+ words checked, 3 layers, \d+ ms\)\n", out)
+    assert re.fullmatch(r"PASS \(\d+ words checked, 3 layers, \d+ ms\)\n"
+                        r"cycles: \d+ modelled\n", out)
+
+
+def test_run_prints_modelled_cycles_per_layer_beside_ai8x_latency_estimate(project, capsys):
+    """latency.txt (ai8xize.py's estimate: total, start-up, then one line per layer)."""
+    (project / "latency.txt").write_text("1000\n1\n500\n300\n199\n")
+    assert cli_main(["run", "max78000", "--program", str(project), "-v"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    per_layer = [re.fullmatch(r"  layer (\d): (\d+) cycles modelled, ai8xize.py: (\d+)", ln)
+                 for ln in lines[1:4]]
+    assert [(m.group(1), m.group(3)) for m in per_layer] == [("0", "500"), ("1", "300"),
+                                                             ("2", "199")]
+    total = sum(int(m.group(2)) for m in per_layer)
+    assert lines[4] == f"cycles: {total} modelled (ai8xize.py latency.txt: 1000)"
+    (project / "latency.txt").write_text("1000\nlots\n")
+    assert cli_main(["run", "max78000", "--program", str(project)]) == 2
+    assert "latency.txt:2: not a cycle count: 'lots'" in capsys.readouterr().err
 
 
 def test_run_corrupted_expected_fails_with_address_and_layer(project, capsys):
@@ -280,8 +297,8 @@ def test_run_corrupted_expected_fails_with_address_and_layer(project, capsys):
         text.replace(m.group(0), m.group(0)[:-len(m.group(4))] + f"0x{bad:08x}", 1))
     assert cli_main(["run", "max78000", "--program", str(project)]) == 1
     out = capsys.readouterr().out
-    assert out == (f"FAIL at 0x{addr:08x}: expected 0x{bad:08x}, got 0x{first:08x} "
-                   "(written by layer 2)\n")
+    assert out.splitlines()[0] == (f"FAIL at 0x{addr:08x}: expected 0x{bad:08x}, got "
+                                   f"0x{first:08x} (written by layer 2)")
 
 
 def test_run_bad_input_exit_2(tmp_path, project, capsys):
@@ -291,6 +308,12 @@ def test_run_bad_input_exit_2(tmp_path, project, capsys):
           "  MXC_Frobnicate(3);\n  MXC_NVIC_SetVector(")
     assert cli_main(["run", "max78000", "--program", str(project)]) == 2
     assert "unknown SDK call MXC_Frobnicate" in capsys.readouterr().err
+
+
+def test_run_a_file_of_a_project_names_the_directory(project, capsys):
+    assert cli_main(["run", "max78000", "--program", str(project / "cnn.c")]) == 2
+    err = capsys.readouterr().err
+    assert f"cnn.c is part of the program in {project}: give that directory" in err
 
 
 def test_run_unsupported_layer_exit_2(project, capsys):

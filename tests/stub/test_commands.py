@@ -186,7 +186,13 @@ def test_step_to_the_end_is_program_exit(ctx, rc, logs):
     assert logs[-1] == "[max78000.cnn] halted due to program-exit, layer: none\npc: 0x50100010"
     assert execute(ctx, "poll") == "target halted due to program-exit, pc: 0x50100010"
     assert err(ctx, "step") == "step: no layer left to run"
-    assert err(ctx, "resume").startswith("resume: no layer left to run")
+    assert err(ctx, "resume") == "resume: no layer left to run (start the accelerator first)"
+    rc.init_handler = lambda: start_program(rc)  # as the stub sets it when it loads a program
+    execute(ctx, "reset halt")
+    assert err(ctx, "resume") == ("resume: no layer left to run ('reset init' loads the program "
+                                  "again; a plain 'reset' only resets the registers)")
+    execute(ctx, "reset init")
+    assert execute(ctx, "resume") == ""
 
 
 def test_step_with_address_sets_pc(ctx, rc, logs):
