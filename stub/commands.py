@@ -1025,6 +1025,13 @@ def cmd_svd(ctx: CommandContext, args: list[str]) -> str:
     return f"wrote {path}"
 
 
+def cmd_echo(ctx: CommandContext, args: list[str]) -> str:
+    """OpenOCD's echo: the words joined by spaces (``-n``: no newline, which our results never
+    end with anyway). OpenOCD logs it; here it is the result, so telnet, monitor and Tcl RPC
+    all show it."""
+    return " ".join(args[1:] if args[:1] == ["-n"] else args)
+
+
 Handler = Callable[[CommandContext, list[str]], str]
 
 #: name -> (usage, handler, one-line summary)
@@ -1038,6 +1045,7 @@ _COMMANDS: dict[str, tuple[str, Handler, str]] = {
     "host": ("mdw|mdh|mdb address [count]", cmd_host, "read memory as the driver's CPU does, "
              "with its side effects (a FIFO pop, a queue acquire); md* never has them"),
     "poll": ("['on'|'off']", cmd_poll, "show the target state"),
+    "echo": ("[-n] text...", cmd_echo, "the text, as a result (scripts print progress with it)"),
     "targets": ("[target]", cmd_targets, "list targets or select the current one"),
     "mdd": ("['phys'] address [count]", _md("mdd"), "display memory as 64-bit words"),
     "mdw": ("['phys'] address [count]", _md("mdw"), "display memory as 32-bit words"),
@@ -1093,6 +1101,13 @@ _NOT_APPLICABLE = {
 }
 
 
+#: Tcl's own commands: scripts that use them need OpenOCD's interpreter, which is not here
+_TCL_BUILTINS = frozenset(
+    "set proc if else for foreach while expr puts return source catch eval uplevel upvar "
+    "global incr append lappend lindex llength list string format scan array dict info "
+    "after sleep".split())
+
+
 def _table(ctx: CommandContext) -> dict[str, tuple[str, Handler, str]]:
     table = dict(_COMMANDS)
     if ctx.targets:
@@ -1113,8 +1128,14 @@ def execute(ctx: CommandContext, line: str) -> str:
 def _run(ctx: CommandContext, words: list[str]) -> str:
     name, args = words[0], words[1:]
     table = _table(ctx)
+    if name.startswith("ocd_") and name[4:] in table:
+        name = name[4:]  # OpenOCD's ocd_ prefix (the command's output as its Tcl result)
     entry = table.get(name)
     if entry is None:
+        if name in _TCL_BUILTINS:
+            raise CommandError(f"{name}: Tcl is not evaluated here (accelstub runs OpenOCD's "
+                               "commands one line at a time: no variables, procs, control "
+                               "flow or [command substitution])")
         if name in _NOT_APPLICABLE:
             dev = ctx.target.device.name if ctx.targets else "this target"
             raise CommandError(f"{name} does not apply to {dev} "

@@ -141,6 +141,15 @@ def test_nothing_is_evaluated(ctx):
     assert err(ctx, "python print(1)") == 'invalid command name "python"'
 
 
+def test_ocd_prefix_echo_and_tcl_builtins(ctx):
+    assert execute(ctx, "ocd_mdw 0x50400000") == execute(ctx, "mdw 0x50400000")
+    assert execute(ctx, "echo hello  world") == "hello world"
+    assert execute(ctx, "echo -n {two words}") == "two words"
+    assert err(ctx, "ocd_nothing") == 'invalid command name "ocd_nothing"'
+    assert err(ctx, "set x 1").startswith("set: Tcl is not evaluated here")
+    assert err(ctx, "proc f {} {}").startswith("proc: Tcl is not evaluated here")
+
+
 def test_split_words():
     assert split_words('a "b c" {d {e}} f\\ g') == ["a", "b c", "d {e}", "f g"]
     assert split_words("  mdw   0x1  ") == ["mdw", "0x1"]
