@@ -188,7 +188,16 @@ class GdbSession:
             pass
         return None
 
-    def _status(self, p: bytes) -> bytes:
+    def _status(self, p: bytes) -> bytes | None:
+        """``?``: the current stop. While the target runs there is none to report: halt it, as
+        OpenOCD halts the target when gdb attaches, and answer with the stop that causes (never
+        an earlier stop and a pc that has moved on)."""
+        if self.rc.running:
+            self.waiting = True
+            self.rc.halt()
+            if self.rc.running:
+                return None  # the stop reply follows when the halt lands (_on_stop)
+            self.waiting = False
         return self.stop_reply(self.rc.last_stop)
 
     def _cont(self, p: bytes) -> bytes | None:

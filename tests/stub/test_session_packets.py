@@ -178,6 +178,21 @@ def test_second_client_reads_while_first_runs_and_is_told_of_the_stop(stub):
     assert stops and stops[0].startswith("T05")
 
 
+def test_question_mark_while_running_halts_and_reports_that_stop(stub):
+    """gdb attaching to a running target (its first packet is `?`): the target halts, as
+    OpenOCD halts it on attach, and the reply is that stop with the pc of now."""
+    stub.targets[0].device.regs.poke("EMU_THROTTLE_US", 1_000_000)
+    with RspClient(port=stub.gdb[0].port) as ctl, RspClient(port=stub.gdb[0].port) as late:
+        ctl.start_continue()
+        time.sleep(0.2)
+        assert stub.targets[0].running
+        reply = late.request("?", 5).decode()
+        assert reply.startswith("T02") and not stub.targets[0].running, reply
+        pc = int.from_bytes(bytes.fromhex(reply.split("0f:")[1][:8]), "little")
+        assert pc == stub.targets[0].device.pc == late.read_register("pc")
+        assert ctl.wait_stop(5).startswith("T02")  # the controller's continue ends too
+
+
 def test_write_while_running_is_refused(stub):
     stub.targets[0].device.regs.poke("EMU_THROTTLE_US", 500_000)
     with RspClient(port=stub.gdb[0].port) as ctl, RspClient(port=stub.gdb[0].port) as obs:
