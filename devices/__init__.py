@@ -17,6 +17,7 @@ REGISTRY = {
     "max78000": "accelstub.devices.max78000",
     "ethos-u85": "accelstub.devices.ethos_u85",
     "ne16": "accelstub.devices.ne16",
+    "nvdla": "accelstub.devices.nvdla",
 }
 DEVICES = tuple(REGISTRY)
 

@@ -34,6 +34,10 @@ class GdbSession:
         self.noack = False
         self.binary_upload = False
         self.notify = False  # client asked for %Stop notifications (accelstub-notify+)
+        #: gdb steps once after every watchpoint stop (ARM watchpoints are "non-steppable":
+        #: it expects the access not to have happened yet); ours stop after the unit that made
+        #: the access, so that one step must not run another unit
+        self._after_watch = False
         self.waiting = False  # a stop reply is owed for c/s/vCont
         self._send_lock = threading.Lock()
         self._last_sent = b""
@@ -160,11 +164,15 @@ class GdbSession:
                 msg = f"accelstub: {self.device.name} fault: {msg}"
             if msg:
                 self.console(msg.rstrip("\n") + "\n")
+            self._after_watch = bool(stop.watch) and not self.notify
             self.send(self.stop_reply(stop))
         elif self.notify:
             self.send(b"Stop:" + self.stop_reply(stop), notification=True)
 
     def _resume(self, step: bool, addr: bytes = b"") -> bytes | None:
+        after_watch, self._after_watch = self._after_watch, False
+        if step and after_watch and not addr and not self.rc.running:
+            return self.stop_reply(Stop("step"))  # gdb's step over the access: already done
         if not self.server.is_controller(self):
             if self.rc.running and not step:  # an observer's continue returns at the next stop
                 self.waiting = True

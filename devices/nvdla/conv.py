@@ -1,0 +1,188 @@
+"""One hardware layer of the convolution pipeline (CDMA, CSC, CMAC_A/B, CACC): the consumer
+groups' registers decoded and checked against each other, then the direct INT8 convolution and
+CACC's rounding and saturation. What leaves CACC goes to SDP (sdp.py); nv_small's CACC writes
+nothing to memory itself.
+
+Semantics (seed 004 "Lnnn", digest shared/devices/nvdla.md "digest x.y"; decisions in
+docs/design-notes.md "NVDLA"):
+
+* sizes are "n - 1" fields (L230-250); output W/H = (in + pad_l + pad_r - ((S-1)*dx + 1)) /
+  stride + 1 with the dilated kernel (digest 8 #23), checked against CSC/CACC D_DATAOUT_SIZE;
+* padding reads the CDMA pad value, [7:0] signed for INT8 feature data (L705-715);
+* sums are exact int32 (digest 8 #13: the 22-bit figure is the MAC partial width); CACC divides
+  by 2^CLIP_TRUNCATE rounding half away from zero and saturates to int32, counting saturations
+  in D_OUT_SATURATION ([EXT] cmod NV_NVDLA_cacc.cpp, digest 3.2);
+* nv_small has no Winograd, no weight compression and INT8 only ([EXT] spec/defs/nv_small.spec):
+  those encodings, pixel (image) input and the other precisions are errors naming the register.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ...emu.conv import int_conv as IC
+from ..errors import DeviceError
+from . import feature as F
+
+#: reads a register of the consumer group: (unit, register) -> value
+Reg = Callable[[str, str], int]
+
+
+def _field(v: int, msb: int, lsb: int) -> int:
+    return (v >> lsb) & ((1 << (msb - lsb + 1)) - 1)
+
+
+def _signed(v: int, bits: int) -> int:
+    return v - (1 << bits) if v >> (bits - 1) & 1 else v
+
+
+@dataclass(frozen=True)
+class ConvConfig:
+    w: int
+    h: int
+    c: int
+    k: int
+    r: int  # kernel rows
+    s: int  # kernel columns
+    batches: int
+    in_addr: int
+    line: int
+    surf: int
+    batch_stride: int
+    wt_addr: int
+    stride: tuple[int, int]  # (y, x)
+    dilation: tuple[int, int]
+    pad: tuple[int, int, int, int]  # top, bottom, left, right
+    pad_value: int
+    out_w: int
+    out_h: int
+    clip: int
+
+    def summary(self) -> str:
+        return (f"conv {self.r}x{self.s}, {self.c}x{self.h}x{self.w} -> "
+                f"{self.k}x{self.out_h}x{self.out_w}, stride {self.stride[1]}x{self.stride[0]}"
+                + (f", dilation {self.dilation[1]}x{self.dilation[0]}"
+                   if self.dilation != (1, 1) else "")
+                + (f", {self.batches} batches" if self.batches > 1 else ""))
+
+
+def decode(reg: Reg) -> ConvConfig:
+    """The consumer groups of CDMA, CSC, CMAC_A/B and CACC as one convolution; inconsistent or
+    unsupported settings raise DeviceError naming the registers."""
+    def bad(msg: str) -> DeviceError:
+        return DeviceError(f"convolution: {msg}")
+
+    misc = {u: reg(u, "D_MISC_CFG") for u in ("CDMA", "CSC", "CMAC_A", "CMAC_B", "CACC")}
+    for u, v in misc.items():
+        if v & 1:
+            raise bad(f"{u}_D_MISC_CFG.conv_mode is WINOGRAD: nv_small has no Winograd "
+                      "(spec/defs/nv_small.spec)")
+        if _field(v, 13, 12):
+            raise bad(f"{u}_D_MISC_CFG.proc_precision is {_field(v, 13, 12)}: nv_small computes "
+                      "INT8 only")
+    if _field(misc["CDMA"], 9, 8):
+        raise bad("CDMA_D_MISC_CFG.in_precision is not INT8: nv_small reads INT8 only")
+    if reg("CDMA", "D_DATAIN_FORMAT") & 1:
+        raise bad("CDMA_D_DATAIN_FORMAT.datain_format is PIXEL: image input is not modelled yet")
+    if reg("CDMA", "D_WEIGHT_FORMAT") & 1 or reg("CSC", "D_WEIGHT_FORMAT") & 1:
+        raise bad("D_WEIGHT_FORMAT is COMPRESSED: nv_small has no weight compression")
+    size0, size1 = reg("CDMA", "D_DATAIN_SIZE_0"), reg("CDMA", "D_DATAIN_SIZE_1")
+    w, h, c = _field(size0, 12, 0) + 1, _field(size0, 28, 16) + 1, _field(size1, 12, 0) + 1
+    ext0 = reg("CSC", "D_DATAIN_SIZE_EXT_0")
+    if (_field(ext0, 12, 0) + 1, _field(ext0, 28, 16) + 1) != (w, h):
+        raise bad(f"CSC_D_DATAIN_SIZE_EXT_0 ({ext0:#x}) differs from CDMA_D_DATAIN_SIZE_0 "
+                  f"({size0:#x}) (L903)")
+    if _field(reg("CSC", "D_DATAIN_SIZE_EXT_1"), 12, 0) + 1 != c:
+        raise bad("CSC_D_DATAIN_SIZE_EXT_1 differs from CDMA_D_DATAIN_SIZE_1")
+    wext0, wext1 = reg("CSC", "D_WEIGHT_SIZE_EXT_0"), reg("CSC", "D_WEIGHT_SIZE_EXT_1")
+    s, r = _field(wext0, 4, 0) + 1, _field(wext0, 20, 16) + 1
+    k = _field(wext1, 28, 16) + 1
+    if _field(wext1, 12, 0) + 1 != c:
+        raise bad("CSC_D_WEIGHT_SIZE_EXT_1.weight_channel_ext differs from the input channels")
+    if _field(reg("CDMA", "D_WEIGHT_SIZE_1"), 12, 0) + 1 != k:
+        raise bad("CDMA_D_WEIGHT_SIZE_1 and CSC_D_WEIGHT_SIZE_EXT_1 give different kernel "
+                  "counts")
+    bpk = _field(reg("CDMA", "D_WEIGHT_SIZE_0"), 17, 0) + 1
+    if bpk != r * s * c:
+        raise bad(f"CDMA_D_WEIGHT_SIZE_0 says {bpk} bytes per kernel, the kernel is "
+                  f"{r}x{s}x{c} = {r * s * c} (L479)")
+    for u in ("CDMA", "CSC"):  # the drivers round the total up to 128 bytes
+        if reg(u, "D_WEIGHT_BYTES") < bpk * k:
+            raise bad(f"{u}_D_WEIGHT_BYTES is {reg(u, 'D_WEIGHT_BYTES')}, the weights take "
+                      f"{bpk * k} bytes (L539)")
+    if reg("CDMA", "D_WEIGHT_BYTES") != reg("CSC", "D_WEIGHT_BYTES"):
+        raise bad("CSC_D_WEIGHT_BYTES differs from CDMA_D_WEIGHT_BYTES (L1482)")
+    batches = _field(reg("CDMA", "D_BATCH_NUMBER"), 4, 0) + 1
+    for u in ("CSC", "CACC"):
+        if _field(reg(u, "D_BATCH_NUMBER"), 4, 0) + 1 != batches:
+            raise bad(f"{u}_D_BATCH_NUMBER differs from CDMA_D_BATCH_NUMBER")
+    st = reg("CDMA", "D_CONV_STRIDE")
+    stride = (_field(st, 18, 16) + 1, _field(st, 2, 0) + 1)
+    st2 = reg("CSC", "D_CONV_STRIDE_EXT")
+    if (_field(st2, 18, 16) + 1, _field(st2, 2, 0) + 1) != stride:
+        raise bad("CSC_D_CONV_STRIDE_EXT differs from CDMA_D_CONV_STRIDE (L678)")
+    dil = reg("CSC", "D_DILATION_EXT")
+    dilation = (_field(dil, 20, 16) + 1, _field(dil, 4, 0) + 1)
+    zp = reg("CDMA", "D_ZERO_PADDING")
+    pad = (_field(zp, 20, 16), _field(zp, 29, 24), _field(zp, 4, 0), _field(zp, 13, 8))
+    zp2 = reg("CSC", "D_ZERO_PADDING")
+    if (_field(zp2, 20, 16), _field(zp2, 4, 0)) != (pad[0], pad[2]):
+        raise bad("CSC_D_ZERO_PADDING (left, top) differs from CDMA_D_ZERO_PADDING (L1138)")
+    pad_value = _signed(reg("CDMA", "D_ZERO_PADDING_VALUE") & 0xFF, 8)
+    out0, out1 = reg("CSC", "D_DATAOUT_SIZE_0"), reg("CSC", "D_DATAOUT_SIZE_1")
+    out_w, out_h = _field(out0, 12, 0) + 1, _field(out0, 28, 16) + 1
+    ew = (w + pad[2] + pad[3] - ((s - 1) * dilation[1] + 1)) // stride[1] + 1
+    eh = (h + pad[0] + pad[1] - ((r - 1) * dilation[0] + 1)) // stride[0] + 1
+    if (out_w, out_h) != (ew, eh):
+        raise bad(f"CSC_D_DATAOUT_SIZE_0 gives {out_w}x{out_h}, the input, kernel, padding, "
+                  f"stride and dilation give {ew}x{eh} (L1050)")
+    if _field(out1, 12, 0) + 1 != k:
+        raise bad("CSC_D_DATAOUT_SIZE_1 differs from the kernel count")
+    c0, c1 = reg("CACC", "D_DATAOUT_SIZE_0"), reg("CACC", "D_DATAOUT_SIZE_1")
+    if c0 != out0 & 0x1FFF1FFF or _field(c1, 12, 0) != _field(out1, 12, 0):
+        raise bad("CACC_D_DATAOUT_SIZE_0/1 differ from CSC's (L1321)")
+    clip = _field(reg("CACC", "D_CLIP_CFG"), 4, 0)
+    if clip > 16:
+        raise bad(f"CACC_D_CLIP_CFG.clip_truncate is {clip}, more than 16 (L1427)")
+    line, surf = reg("CDMA", "D_LINE_STRIDE"), reg("CDMA", "D_SURF_STRIDE")
+    dmap = reg("CDMA", "D_DAIN_MAP")
+    if dmap & 1:  # line packed: the lines follow each other (L359)
+        line = w * F.ATOM
+    if dmap >> 16 & 1:  # surface packed
+        surf = line * h
+    in_addr = reg("CDMA", "D_DAIN_ADDR_HIGH_0") << 32 | reg("CDMA", "D_DAIN_ADDR_LOW_0")
+    wt_addr = reg("CDMA", "D_WEIGHT_ADDR_HIGH") << 32 | reg("CDMA", "D_WEIGHT_ADDR_LOW")
+    return ConvConfig(w, h, c, k, r, s, batches, in_addr, line, surf,
+                      reg("CDMA", "D_BATCH_STRIDE"), wt_addr, stride, dilation, pad, pad_value,
+                      out_w, out_h, clip)
+
+
+def convolve(cfg: ConvConfig, image: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """int32 sums [K, OH, OW] of one batch: ``image`` int8 [C, H, W], ``weights`` int8
+    [K, R, S, C]; padding positions read the pad value."""
+    top, bottom, left, right = cfg.pad
+    padded = np.pad(image.astype(np.int16), ((0, 0), (top, bottom), (left, right)),
+                    constant_values=cfg.pad_value)
+    packed = IC.packed_weights(_readonly(weights.astype(np.int16)))
+    return IC.conv_sums(padded, packed, (cfg.out_h, cfg.out_w), stride=cfg.stride,
+                        dilation=cfg.dilation)
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+def cacc(sums: np.ndarray, clip: int) -> tuple[np.ndarray, int]:
+    """CACC: sums / 2^clip rounded half away from zero, saturated to int32; and the number
+    saturated ([EXT] cmod NV_NVDLA_cacc.cpp)."""
+    v = sums.astype(np.int64)
+    if clip:
+        half = 1 << (clip - 1)
+        mag = (np.abs(v) + half) >> clip
+        v = np.where(v < 0, -mag, mag)
+    lo, hi = -(1 << 31), (1 << 31) - 1
+    sat = int(np.count_nonzero((v < lo) | (v > hi)))
+    return np.clip(v, lo, hi), sat

@@ -1,0 +1,107 @@
+"""NVDLA's in-memory data formats for nv_small (memory atom 8 bytes, atomic C = atomic K = 8; facts
+from the hardware repository's spec/defs/nv_small.spec and the "In-memory data formats" chapter
+of its documentation):
+
+* feature data (int8): surfaces of 8 channels; element (c, y, x) of batch n at
+  ``base + n*batch_stride + (c // 8)*surface_stride + y*line_stride + x*8 + c % 8`` (the last
+  surface of a cube whose channels are not a multiple of 8 keeps its 8-byte atoms);
+* weights of a direct convolution (uncompressed int8): kernel groups of 8 kernels (the last may
+  hold fewer); inside a group channel blocks of 8 (the last may hold fewer), then kernel rows,
+  then columns, then the group's kernels, each contributing its block's channels: the scan
+  order C' -> K -> W -> H -> C of the documentation, kernel after kernel group. No padding: a
+  kernel takes R*S*C bytes (CDMA D_WEIGHT_SIZE_0 BYTE_PER_KERNEL).
+
+Every function takes the memory as a flat uint8 array and an offset in it; the caller has made
+sure the whole range lies in that memory (:func:`feature_span`).
+"""
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+
+ATOM = 8  # bytes of a memory atom = channels of an int8 surface (nv_small)
+ATOM_K = 8  # kernels of a weight group (nv_small MAC_ATOMIC_K_SIZE_8)
+
+
+def feature_span(c: int, h: int, w: int, line: int, surf: int, bpe: int = 1) -> int:
+    """Bytes from the first to one past the last byte of a feature cube."""
+    surfaces = -(-c * bpe // ATOM)
+    return (surfaces - 1) * surf + (h - 1) * line + w * ATOM
+
+
+@functools.lru_cache(maxsize=32)
+def _feature_index(c: int, h: int, w: int, line: int, surf: int) -> np.ndarray:
+    cc = np.arange(c, dtype=np.int64)[:, None, None]
+    yy = np.arange(h, dtype=np.int64)[None, :, None]
+    xx = np.arange(w, dtype=np.int64)[None, None, :]
+    idx = (cc // ATOM) * surf + yy * line + xx * ATOM + cc % ATOM
+    idx.flags.writeable = False
+    return idx
+
+
+def read_feature(data: np.ndarray, offset: int, c: int, h: int, w: int, line: int,
+                 surf: int) -> np.ndarray:
+    """int8 cube [C, H, W] stored at ``offset``."""
+    idx = _feature_index(c, h, w, line, surf)
+    return data[offset:offset + feature_span(c, h, w, line, surf)][idx].view(np.int8)
+
+
+def write_feature(data: np.ndarray, offset: int, cube: np.ndarray, line: int, surf: int) -> None:
+    """Store the int8 cube [C, H, W] at ``offset`` (bytes between atoms keep their values)."""
+    c, h, w = cube.shape
+    idx = _feature_index(c, h, w, line, surf)
+    data[offset:offset + feature_span(c, h, w, line, surf)][idx] = cube.view(np.uint8)
+
+
+def written_ranges(offset: int, c: int, h: int, w: int, line: int, surf: int,
+                   base: int) -> list[tuple[int, int]]:
+    """The [start, end) bus ranges a feature cube's atoms occupy (one per line of a surface,
+    merged when lines touch)."""
+    out: list[tuple[int, int]] = []
+    for s in range(-(-c // ATOM)):
+        for y in range(h):
+            a = base + offset + s * surf + y * line
+            if out and out[-1][1] == a:
+                out[-1] = (out[-1][0], a + w * ATOM)
+            else:
+                out.append((a, a + w * ATOM))
+    return out
+
+
+@functools.lru_cache(maxsize=32)
+def _weight_index(k: int, c: int, r: int, s: int) -> np.ndarray:
+    """Byte offset of w[k, r, s, c] in the direct-convolution weight format."""
+    kk = np.arange(k, dtype=np.int64)[:, None, None, None]
+    rr = np.arange(r, dtype=np.int64)[None, :, None, None]
+    ss = np.arange(s, dtype=np.int64)[None, None, :, None]
+    cc = np.arange(c, dtype=np.int64)[None, None, None, :]
+    group, kin = kk // ATOM_K, kk % ATOM_K
+    kg = np.minimum(ATOM_K, k - group * ATOM_K)  # kernels in this group
+    cb, ci = cc // ATOM, cc % ATOM
+    csz = np.minimum(ATOM, c - cb * ATOM)  # channels in this block
+    idx = (group * ATOM_K * r * s * c + cb * ATOM * r * s * kg + (rr * s + ss) * kg * csz
+           + kin * csz + ci)
+    idx.flags.writeable = False
+    return idx
+
+
+def read_weights(data: np.ndarray, offset: int, k: int, c: int, r: int, s: int) -> np.ndarray:
+    """int8 weights [K, R, S, C] of a direct convolution stored at ``offset``."""
+    return data[offset:offset + k * r * s * c][_weight_index(k, c, r, s)].view(np.int8)
+
+
+def pack_weights(w: np.ndarray) -> bytes:
+    """The inverse of :func:`read_weights`: int8 [K, R, S, C] -> the stored bytes."""
+    k, r, s, c = w.shape
+    out = np.zeros(k * r * s * c, np.uint8)
+    out[_weight_index(k, c, r, s)] = w.astype(np.int8).view(np.uint8)
+    return out.tobytes()
+
+
+def pack_feature(cube: np.ndarray, line: int, surf: int) -> bytes:
+    """The inverse of :func:`read_feature`: int8 [C, H, W] -> bytes (gaps zero)."""
+    c, h, w = cube.shape
+    out = np.zeros(feature_span(c, h, w, line, surf), np.uint8)
+    write_feature(out, 0, cube, line, surf)
+    return out.tobytes()

@@ -1,0 +1,314 @@
+"""NVDLA nv_small: the units' producer/consumer register groups, hardware layers and GLB
+interrupts; the arithmetic of a layer is in conv.py (CDMA to CACC) and sdp.py.
+
+Register groups (digest 2.5, [EXT] the RTL's regfiles): every unit's D_* registers exist twice
+(banks G0/G1 in configs/nvdla.toml). S_POINTER.PRODUCER chooses the group the bus reaches,
+S_POINTER.CONSUMER (read-only) the group the unit executes next. Writing D_OP_ENABLE = 1 arms a
+group; writes to an armed group are dropped (the register file's bank lock counts them).
+S_STATUS per group: IDLE when not armed, RUNNING when armed and the consumer, PENDING when armed
+and not the consumer. When a unit finishes a layer its consumer group is disarmed and CONSUMER
+toggles, so layers alternate between the groups.
+
+A hardware layer is the set of units that run together:
+
+* ``conv``: CDMA, CSC, CMAC_A, CMAC_B, CACC and SDP in flying mode (nv_small's CACC always feeds
+  SDP), with SDP_RDMA when it is armed (operands from memory);
+* ``sdp``: SDP offline, reading its input through SDP_RDMA;
+* ``pdp`` and ``cdp``: not modelled yet (their layers stop with an error naming the unit).
+
+A layer runs when every unit in it is armed in its consumer group, in whatever order the driver
+armed them (the seed enables CDMA first, the trace tests SDP first: digest 8 #7). One layer is one
+unit of run control: ``stepi`` runs one, pc is the D_OP_ENABLE address of the layer's last unit.
+
+At the end of a layer GLB's S_INTR_STATUS gets the done bits of the group each unit ran (SDP,
+CACC, CDMA data and weights for a convolution); the core interrupt line ``NVDLA`` is up while a
+status bit is set whose S_INTR_MASK bit is clear, and every unmasked done bit set counts one event
+of its name (``SDP_0``, ``CACC_1``, ...) for host programs that wait for one (the trace tests'
+intr_notify).
+
+Registers the hardware does not let software write (status, counters, CONSUMER) ignore bus
+writes; those writes are counted (``ro_writes``): the trace tests write every register.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..description import load_description
+from ..device import Device, MonitorCommand, ProgramOptions, Touched, Unit, UnitContext
+from ..errors import BusError, DeviceError
+from ..host import HostProgram
+from . import conv as C
+from . import feature as F
+from . import sdp as S
+
+UNITS = ("CDMA", "CSC", "CMAC_A", "CMAC_B", "CACC", "SDP_RDMA", "SDP", "PDP_RDMA", "PDP",
+         "CDP_RDMA", "CDP")
+CONV_UNITS = ("CDMA", "CSC", "CMAC_A", "CMAC_B", "CACC")
+#: unit -> base address of its register window
+BASES = {"GLB": 0x1000, "CDMA": 0x3000, "CSC": 0x4000, "CMAC_A": 0x5000, "CMAC_B": 0x6000,
+         "CACC": 0x7000, "SDP_RDMA": 0x8000, "SDP": 0x9000, "PDP_RDMA": 0xA000, "PDP": 0xB000,
+         "CDP_RDMA": 0xC000, "CDP": 0xD000}
+#: done events: name -> GLB S_INTR_STATUS bit (group 0; group 1 is the next bit)
+DONE_BITS = {"SDP": 0, "CDP": 2, "PDP": 4, "CDMA_DAT": 16, "CDMA_WT": 18, "CACC": 20}
+
+
+@dataclass(frozen=True)
+class Layer:
+    """A hardware layer ready to run: its kind, the units in it and their consumer groups."""
+
+    kind: str  # conv | sdp | pdp | cdp
+    units: tuple[tuple[str, int], ...]
+
+    @property
+    def last(self) -> tuple[str, int]:
+        return self.units[-1]
+
+
+class Nvdla(Device):
+    name = "nvdla"
+    unit_name = "layer"
+    DONE_EVENTS = {f"{n}_{g}": b + g for n, b in DONE_BITS.items() for g in (0, 1)}
+    INTR_STATUS = BASES["GLB"] + 0xC
+
+    def __init__(self, description_path: str | None = None) -> None:
+        super().__init__(load_description(description_path or "nvdla"))
+        self.ro_writes: Counter[str] = Counter()
+        self.events: Counter[str] = Counter()
+        self.consumer = {u: 0 for u in UNITS}
+        self.layers_run: list[str] = []
+        self._names = {r.name for r in self.description.registers}
+        r = self.regs
+        for reg in self.description.registers:
+            if reg.group != "emu" and not any(f.access in ("rw", "wo", "w1c", "w1s")
+                                              for f in reg.fields):
+                r.on_write(reg, self._count_ro)
+        for u in UNITS:
+            r.on_read(f"{u}_S_STATUS", lambda reg, v, u=u: self._status(u))
+        r.on_write("GLB_S_INTR_SET", self._intr_set)
+        self._reset_state()
+
+    # -- registers ------------------------------------------------------------------------------
+    def _count_ro(self, reg, old: int, new: int) -> None:
+        self.ro_writes[reg.name] += 1
+
+    def _intr_set(self, reg, old: int, new: int) -> None:
+        self._raise(self.regs.peek("GLB_S_INTR_SET"))
+
+    def value(self, unit: str, name: str, group: int | None = None) -> int:
+        """A register of ``unit``: of group ``group`` (default: the consumer group) when it is
+        banked."""
+        g = self.consumer[unit] if group is None else group
+        banked = f"{unit}_{name}_G{g}"
+        return self.regs.peek(banked if banked in self._names else f"{unit}_{name}")
+
+    def armed(self, unit: str, group: int | None = None) -> bool:
+        return bool(self.value(unit, "D_OP_ENABLE", group) & 1)
+
+    def _status(self, unit: str) -> int:
+        out = 0
+        for g in (0, 1):
+            if self.armed(unit, g):
+                out |= (1 if self.consumer[unit] == g else 2) << (16 * g)
+        return out
+
+    def _reset_state(self) -> None:
+        self.consumer = {u: 0 for u in UNITS}
+        self.events.clear()
+        self.ro_writes.clear()
+        self.layers_run = []
+        self.regs.set_field("CDMA_S_CBUF_FLUSH_STATUS", "flush_done", 1)  # flushed at reset
+
+    def reset(self, kind: str = "halt") -> None:
+        super().reset(kind)
+        self._reset_state()
+
+    def _state(self) -> dict:
+        return {"consumer": dict(self.consumer), "events": Counter(self.events),
+                "layers": list(self.layers_run)}
+
+    def _set_state(self, state: dict) -> None:
+        self.consumer = dict(state["consumer"])
+        self.events = Counter(state["events"])
+        self.layers_run = list(state["layers"])
+
+    # -- interrupts -----------------------------------------------------------------------------
+    def _raise(self, bits: int) -> None:
+        status = self.regs.peek("GLB_S_INTR_STATUS") | bits
+        self.regs.poke("GLB_S_INTR_STATUS", status)
+        mask = self.regs.peek("GLB_S_INTR_MASK")
+        for name, bit in self.DONE_EVENTS.items():
+            if bits >> bit & 1 and not mask >> bit & 1:
+                self.events[name] += 1
+
+    def interrupts(self) -> dict[str, bool]:
+        status, mask = self.regs.peek("GLB_S_INTR_STATUS"), self.regs.peek("GLB_S_INTR_MASK")
+        return {"NVDLA": bool(status & ~mask & 0xFFFFFFFF)}
+
+    def interrupt_counts(self) -> dict[str, int]:
+        return {name: self.events[name] for name in self.DONE_EVENTS}
+
+    def counters(self) -> dict[str, int]:
+        return {**super().counters(), "ro_writes": sum(self.ro_writes.values()),
+                **{f"events.{k}": v for k, v in sorted(self.events.items())}}
+
+    # -- layers ---------------------------------------------------------------------------------
+    def ready(self) -> Layer | None:
+        """The first hardware layer whose units are all armed in their consumer groups."""
+        if self.armed("SDP"):
+            flying = bool(self.value("SDP", "D_FEATURE_MODE_CFG") & 1)
+            rdma = (("SDP_RDMA", self.consumer["SDP_RDMA"]),) if self.armed("SDP_RDMA") else ()
+            if flying and all(self.armed(u) for u in CONV_UNITS):
+                return Layer("conv", tuple((u, self.consumer[u]) for u in CONV_UNITS) + rdma
+                             + (("SDP", self.consumer["SDP"]),))
+            if not flying and rdma:
+                return Layer("sdp", rdma + (("SDP", self.consumer["SDP"]),))
+        for kind, rd, unit in (("pdp", "PDP_RDMA", "PDP"), ("cdp", "CDP_RDMA", "CDP")):
+            if self.armed(unit):
+                return Layer(kind, ((rd, self.consumer[rd]), (unit, self.consumer[unit])))
+        return None
+
+    @property
+    def pc(self) -> int:
+        layer = self.ready()
+        unit = layer.last[0] if layer is not None else "SDP"
+        return self.description.slot_address(f"{unit}_D_OP_ENABLE")
+
+    def finished(self) -> bool:
+        return self.ready() is None
+
+    def _label(self, layer: Layer) -> str:
+        unit, g = layer.last
+        return f"layer {len(self.layers_run)}: {layer.kind} ({unit} G{g})"
+
+    def unit_label(self, address: int) -> str:
+        layer = self.ready()
+        return self._label(layer) if layer is not None else super().unit_label(address)
+
+    def units(self) -> list[Unit]:
+        layer = self.ready()
+        if layer is None:
+            return []
+        try:
+            summary = self._describe(layer)
+        except DeviceError as e:
+            summary = f"not runnable: {e}"
+        return [Unit(self.pc, self._label(layer), summary)]
+
+    def _describe(self, layer: Layer) -> str:
+        reg = self.value
+        if layer.kind == "conv":
+            return (C.decode(reg).summary() + "; "
+                    + S.decode(reg, self.armed("SDP_RDMA")).summary())
+        if layer.kind == "sdp":
+            return S.decode(reg, True).summary()
+        return f"{layer.kind.upper()} layer (not modelled yet)"
+
+    # -- memory ---------------------------------------------------------------------------------
+    def memory(self, addr: int, size: int, what: str) -> tuple[np.ndarray, int, int]:
+        """(the memory's bytes, offset of ``addr`` in them, region base) for ``size`` bytes at
+        ``addr``; DeviceError naming ``what`` when they are not all in one memory."""
+        try:
+            mem, off = self.bus.memory_at(addr)
+        except BusError:
+            raise DeviceError(f"{what} at {addr:#010x} is outside the memory windows") from None
+        if size < 0 or off + size > mem.data.size:
+            raise DeviceError(f"{what}: {size} bytes at {addr:#010x} run past the end of its "
+                              f"memory window ({addr - off + mem.data.size:#010x})")
+        return mem.data, off, addr - off
+
+    def _read(self, addr: int, size: int, what: str) -> np.ndarray:
+        data, off, _ = self.memory(addr, size, what)
+        return data[off:off + size]
+
+    # -- execution ------------------------------------------------------------------------------
+    def execute_unit(self, ctx: UnitContext) -> Touched:
+        layer = self.ready()
+        if layer is None:
+            raise DeviceError("no hardware layer is armed")
+        reg = self.value
+        if layer.kind in ("pdp", "cdp"):
+            raise DeviceError(f"{layer.kind.upper()} layers are not modelled yet "
+                              f"({layer.last[0]}_D_OP_ENABLE is set)")
+        sdp = S.decode(reg, self.armed("SDP_RDMA"))
+        touched = ctx.touched
+        # SDP works on whole 8-channel atoms and writes them whole: the channels past the cube's
+        # last one in its last surface are processed and stored too (the hardware's lanes)
+        lanes = -(-sdp.c // F.ATOM) * F.ATOM
+        if layer.kind == "conv":
+            cfg = C.decode(reg)
+            if (cfg.k, cfg.out_h, cfg.out_w) != (sdp.c, sdp.h, sdp.w):
+                raise DeviceError(f"SDP_D_DATA_CUBE_* ({sdp.c}x{sdp.h}x{sdp.w}) differ from the "
+                                  f"convolution's output ({cfg.k}x{cfg.out_h}x{cfg.out_w})")
+            if cfg.batches > 1:
+                raise DeviceError("CDMA_D_BATCH_NUMBER: nv_small has no batches "
+                                  "(spec/defs/nv_small.spec BATCH_DISABLE)")
+            span = F.feature_span(cfg.c, cfg.h, cfg.w, cfg.line, cfg.surf)
+            data, off, base = self.memory(cfg.in_addr, span, "convolution input")
+            image = F.read_feature(data, off, cfg.c, cfg.h, cfg.w, cfg.line, cfg.surf)
+            nbytes = cfg.k * cfg.r * cfg.s * cfg.c
+            wdata, woff, _ = self.memory(cfg.wt_addr, nbytes, "convolution weights")
+            weights = F.read_weights(wdata, woff, cfg.k, cfg.c, cfg.r, cfg.s)
+            touched.reads += [(cfg.in_addr, cfg.in_addr + span),
+                              (cfg.wt_addr, cfg.wt_addr + nbytes)]
+            values, sat = C.cacc(C.convolve(cfg, image, weights), cfg.clip)
+            # the lanes of the last atom without a kernel carry 0 through SDP
+            values = np.pad(values, ((0, lanes - cfg.k), (0, 0), (0, 0)))
+            self.regs.poke(f"CACC_D_OUT_SATURATION_G{self.consumer['CACC']}", sat)
+            self.cycles += cfg.k * cfg.out_h * cfg.out_w * cfg.r * cfg.s * cfg.c // 64
+        else:
+            base_addr, line, surf = sdp.src
+            span = F.feature_span(sdp.c, sdp.h, sdp.w, line, surf)
+            data, off, _ = self.memory(base_addr, span, "SDP input")
+            values = F.read_feature(data, off, lanes, sdp.h, sdp.w, line, surf)
+            touched.reads.append((base_addr, base_addr + span))
+            self.cycles += sdp.c * sdp.h * sdp.w // 8
+        out, sat = S.process(sdp, values, self._read)
+        dst, dline, dsurf = sdp.dst
+        span = F.feature_span(sdp.c, sdp.h, sdp.w, dline, dsurf)
+        data, off, base = self.memory(dst, span, "SDP output")
+        F.write_feature(data, off, out, dline, dsurf)  # out has ``lanes`` channels
+        self.bus.memory_at(dst)[0].touch()
+        touched.writes += F.written_ranges(off, sdp.c, sdp.h, sdp.w, dline, dsurf, base)
+        if self.value("SDP", "D_PERF_ENABLE") >> 2 & 1:
+            self.regs.poke(f"SDP_D_PERF_OUT_SATURATION_G{self.consumer['SDP']}", sat)
+        self._done(layer)
+        return touched
+
+    def _done(self, layer: Layer) -> None:
+        """Disarm the consumer groups, toggle CONSUMER, raise the done interrupts."""
+        self.layers_run.append(self._label(layer))
+        bits = 0
+        for unit, g in layer.units:
+            self.regs.poke(f"{unit}_D_OP_ENABLE_G{g}", 0)
+            self.consumer[unit] = g ^ 1
+            self.regs.set_field(f"{unit}_S_POINTER", "consumer", g ^ 1)
+            name = {"CDMA": ("CDMA_DAT", "CDMA_WT")}.get(unit, (unit,))
+            for n in name:
+                if n in DONE_BITS:
+                    bits |= 1 << (DONE_BITS[n] + g)
+        self._raise(bits)
+
+    # -- programs and commands --------------------------------------------------------------------
+    def load_program(self, path: Path, options: ProgramOptions) -> HostProgram | None:
+        from .trace import is_trace, load_trace
+
+        return load_trace(Path(path), self) if is_trace(Path(path)) else None
+
+    def monitor_commands(self) -> dict[str, MonitorCommand]:
+        from .monitor import commands
+
+        return commands(self)
+
+    def idle_message(self) -> str:
+        waiting = [f"{u} G{g ^ 1} (its consumer is G{g})" for u, g in self.consumer.items()
+                   if self.armed(u, g ^ 1) and not self.armed(u, g)]
+        return ("no hardware layer armed (every unit of a layer needs D_OP_ENABLE in its "
+                "consumer group)" + (f"; armed but not the consumer: {', '.join(waiting)}"
+                                     if waiting else ""))
+
+    def done_message(self) -> str:
+        return f"NVDLA idle after {self.units_done} hardware layers"

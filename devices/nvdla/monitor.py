@@ -1,0 +1,40 @@
+"""NVDLA monitor command: ``monitor nvdla groups | layer | ignored``. Takes the device model
+(duck-typed: nothing here imports model.py)."""
+from __future__ import annotations
+
+from functools import partial
+
+from ..device import MonitorCommand
+from ..errors import DeviceError
+
+_STATE = {0: "idle", 1: "running", 2: "pending"}
+
+
+def commands(dev) -> dict[str, MonitorCommand]:
+    return {"nvdla": MonitorCommand("groups | layer | ignored", partial(_nvdla, dev),
+                                    "each unit's two register groups (armed, which is the "
+                                    "consumer), the next hardware layer decoded, the writes the "
+                                    "hardware ignored")}
+
+
+def _nvdla(dev, ctx, args: list[str]) -> str:
+    if args == ["groups"]:
+        from .model import UNITS
+
+        lines = [f"{'unit':<9} producer consumer  G0       G1"]
+        for u in UNITS:
+            status = dev._status(u)
+            prod = dev.regs.field(f"{u}_S_POINTER", "producer")
+            lines.append(f"{u:<9} G{prod}       G{dev.consumer[u]}       "
+                         f"{_STATE[status & 3]:<8} {_STATE[status >> 16 & 3]}")
+        return "\n".join(lines)
+    if args == ["layer"]:
+        units = dev.units()
+        return "\n".join(f"{u.label}: {u.summary}" for u in units) or dev.idle_message()
+    if args == ["ignored"]:
+        ro = dev.ro_writes
+        busy = dev.regs.ignored_writes
+        lines = [f"{n}: {c} writes (read-only)" for n, c in sorted(ro.items())]
+        lines += [f"{n}: {c} writes (group armed)" for n, c in sorted(busy.items())]
+        return "\n".join(lines) or "no writes ignored"
+    raise DeviceError("usage: nvdla groups | nvdla layer | nvdla ignored")

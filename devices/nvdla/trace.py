@@ -1,0 +1,224 @@
+"""The trace-test format of the NVDLA hardware repository (verif/tests/trace_tests/<name>/<name>.cfg
+with its memory files), played as a host program: what the repository's test bench does with a
+trace, in trace order.
+
+Commands (one per line, ``;``-terminated; ``//`` starts a comment), facts from the repository's
+traces and trace player:
+
+* ``mem_init(pri_mem, ADDR, SIZE, ALL_ZERO)``: fill SIZE bytes at ADDR (ALL_ZERO: zeros);
+* ``mem_load(pri_mem, ADDR, "file.dat")``: the memory file beside the .cfg at ADDR; a memory file
+  is ``{offset:0x.., size:N, payload:0x.. 0x.. ...} ,`` records inside braces, each N bytes at
+  ADDR + offset;
+* ``reg_write(NVDLA_UNIT.REG_0, VALUE)``: a register write by symbolic name (the register manual's
+  ``UNIT.NAME_0``: NAME is our ``UNIT_NAME``; a banked register reaches its producer group);
+* ``poll_reg_equal(NVDLA_UNIT.REG_0, VALUE)``: read until the register equals VALUE;
+* ``intr_notify(EVENT, SYNC_ID)``: wait for the done interrupt EVENT (``SDP_0`` = SDP's done
+  status bit of group 0, ``CDMA_DAT_0``, ...) and clear it in GLB S_INTR_STATUS, as the test
+  bench's interrupt handler does; the event then names the results checked with SYNC_ID;
+* ``check_crc(SYNC_ID, MEM, ADDR, SIZE, CRC)``: the standard CRC-32 (zlib's) over SIZE bytes at
+  ADDR in address order must equal CRC;
+* ``check_nothing(SYNC_ID)``: no result to check.
+
+Writes the register manual marks read-only (the traces write every register, status included)
+are not bus errors on the hardware's CSB: they are ignored, counted and reported with the
+checks (``ro_writes``). Errors name the file and line.
+"""
+from __future__ import annotations
+
+import re
+import zlib
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..description import Description
+from ..host import Check, CheckResult, HostProgram, Poll, Step, WaitIrq, Write
+
+if TYPE_CHECKING:
+    from .model import Nvdla
+
+_COMMAND = re.compile(r"^\s*([a-z_]+)\s*\((.*)\)\s*;?\s*$", re.S)
+_RECORD = re.compile(r"\{\s*offset\s*:\s*(0x[0-9a-fA-F]+|\d+)\s*,\s*size\s*:\s*(\d+)\s*,\s*"
+                     r"payload\s*:\s*([^}]*)\}")
+#: memory-file bytes a trace may load (a larger file is refused, not read into memory)
+MAX_FILE = 64 << 20
+
+
+class TraceError(ValueError):
+    """A trace that cannot be played; the message starts with ``file:line:``."""
+
+
+def is_trace(path: Path) -> bool:
+    """A .cfg file of trace commands (OpenOCD command scripts are .cfg files too), or a
+    directory holding one."""
+    return trace_file(path) is not None
+
+
+def trace_file(path: Path) -> Path | None:
+    if path.is_dir():
+        named = path / f"{path.name}.cfg"
+        found = [named] if named.is_file() else sorted(path.glob("*.cfg"))
+        path = found[0] if len(found) == 1 else path
+    if path.is_file() and path.suffix == ".cfg":
+        try:
+            with path.open("rb") as f:
+                head = f.read(1 << 16)
+        except OSError:
+            return None
+        if re.search(rb"^\s*(reg_write|mem_init|mem_load)\s*\(", head, re.M):
+            return path
+    return None
+
+
+def read_memory_file(path: Path, where: str) -> list[tuple[int, bytes]]:
+    """The (offset, bytes) records of a memory file."""
+    try:
+        if path.stat().st_size > MAX_FILE:
+            raise TraceError(f"{where}: {path.name} is larger than {MAX_FILE >> 20} MiB")
+        text = path.read_text(encoding="ascii", errors="replace")
+    except OSError as e:
+        raise TraceError(f"{where}: cannot read {path.name}: {e.strerror}") from None
+    out = []
+    for m in _RECORD.finditer(text):
+        line = text.count("\n", 0, m.start()) + 1
+        try:
+            data = bytes(int(b, 16) for b in m.group(3).split())
+        except ValueError:
+            raise TraceError(f"{path.name}:{line}: payload bytes must be 0x.. values") from None
+        if len(data) != int(m.group(2)):
+            raise TraceError(f"{path.name}:{line}: size {m.group(2)} but {len(data)} payload "
+                             "bytes")
+        out.append((int(m.group(1), 0), data))
+    if not out and text.strip(" \n\r\t{}"):
+        raise TraceError(f"{path.name}:1: no {{offset:..., size:..., payload:...}} records")
+    return out
+
+
+def _args(text: str) -> list[str]:
+    return [a.strip() for a in text.split(",")]
+
+
+def _int(text: str, where: str) -> int:
+    try:
+        return int(text, 0)
+    except ValueError:
+        raise TraceError(f"{where}: {text!r} is not a number") from None
+
+
+def register_address(desc: Description, symbol: str, where: str) -> tuple[int, str]:
+    """``NVDLA_CDMA.D_MISC_CFG_0`` -> (address, ``CDMA_D_MISC_CFG``)."""
+    m = re.fullmatch(r"NVDLA_([A-Z0-9_]+)\.([A-Z0-9_]+?)_0", symbol)
+    if m is None:
+        raise TraceError(f"{where}: {symbol!r} is not a register name of the form "
+                         "NVDLA_UNIT.NAME_0")
+    name = f"{m.group(1)}_{m.group(2)}"
+    addr = desc.slot_address(name)
+    if addr is None:
+        reg = desc.find_register(name)
+        if reg is None:
+            raise TraceError(f"{where}: no register {name} (from {symbol}) in the nv_small map")
+        addr = reg.address
+    return addr, name
+
+
+class CheckCrc(Step):
+    """check_crc: CRC-32 of SIZE bytes at ADDR."""
+
+    def __init__(self, sync: str, address: int, size: int, crc: int, where: str) -> None:
+        self.sync, self.address, self.size, self.crc, self.where = sync, address, size, crc, where
+
+    def run(self, hp: HostProgram) -> bool:
+        got = zlib.crc32(hp.device.read(self.address, self.size)) & 0xFFFFFFFF
+        ok = got == self.crc
+        what = (f"check_crc({self.sync}) {self.size:#x} bytes at {self.address:#010x}: "
+                f"{'PASS' if ok else 'FAIL'}")
+        if not ok:
+            what += f" (expected {self.crc:#010x}, got {got:#010x})"
+        hp.results.append(CheckResult(ok, f"{what}  [{self.where}]"))
+        return True
+
+
+def load_trace(path: Path, device: "Nvdla") -> HostProgram:
+    """The host program of the trace ``path`` (a .cfg or its directory)."""
+    cfg = trace_file(path)
+    if cfg is None:
+        raise TraceError(f"{path}: not a trace (.cfg, or a directory with one)")
+    try:
+        text = cfg.read_text(encoding="ascii", errors="replace")
+    except OSError as e:
+        raise TraceError(f"{cfg}: cannot read: {e.strerror}") from None
+    desc = device.description
+    steps: list[Step] = []
+    layers = 0
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("//", 1)[0].strip()
+        if not line:
+            continue
+        where = f"{cfg.name}:{n}"
+        m = _COMMAND.match(line)
+        if m is None:
+            raise TraceError(f"{where}: cannot parse {line[:60]!r}")
+        cmd, args = m.group(1), _args(m.group(2))
+        if cmd == "mem_init":
+            if len(args) != 4:
+                raise TraceError(f"{where}: mem_init takes (mem, address, size, pattern)")
+            addr, size = _int(args[1], where), _int(args[2], where)
+            if args[3] != "ALL_ZERO":
+                raise TraceError(f"{where}: mem_init pattern {args[3]} is not supported "
+                                 "(ALL_ZERO is)")
+            steps.append(Write(addr, bytes(size), where=where))
+        elif cmd == "mem_load":
+            if len(args) != 3:
+                raise TraceError(f"{where}: mem_load takes (mem, address, \"file\")")
+            addr = _int(args[1], where)
+            for off, data in read_memory_file(cfg.parent / args[2].strip('"'), where):
+                steps.append(Write(addr + off, data, where=f"{where} ({args[2]})"))
+        elif cmd == "reg_write":
+            if len(args) != 2:
+                raise TraceError(f"{where}: reg_write takes (register, value)")
+            addr, _ = register_address(desc, args[0], where)
+            value = _int(args[1], where) & 0xFFFFFFFF
+            steps.append(Write(addr, value.to_bytes(4, "little"), where=where))
+        elif cmd == "poll_reg_equal":
+            if len(args) != 2:
+                raise TraceError(f"{where}: poll_reg_equal takes (register, value)")
+            addr, name = register_address(desc, args[0], where)
+            steps.append(Poll(addr, 0xFFFFFFFF, _int(args[1], where), where=where, name=name))
+        elif cmd == "intr_notify":
+            if len(args) != 2:
+                raise TraceError(f"{where}: intr_notify takes (event, sync id)")
+            if args[0] not in device.DONE_EVENTS:
+                raise TraceError(f"{where}: unknown interrupt event {args[0]} (known: "
+                                 f"{', '.join(sorted(device.DONE_EVENTS))})")
+            steps.append(WaitIrq(args[0], where=where))
+            bit = 1 << device.DONE_EVENTS[args[0]]
+            steps.append(Write(device.INTR_STATUS, bit.to_bytes(4, "little"), where=where))
+            layers += 1
+        elif cmd == "check_crc":
+            if len(args) != 5:
+                raise TraceError(f"{where}: check_crc takes (sync id, memory, address, size, "
+                                 "crc)")
+            steps.append(CheckCrc(args[0], _int(args[2], where), _int(args[3], where),
+                                  _int(args[4], where), where))
+        elif cmd == "check_nothing":
+            steps.append(Check(lambda hp, w=where: CheckResult(True, f"check_nothing  [{w}]"),
+                               where=where))
+        else:
+            raise TraceError(f"{where}: unknown trace command {cmd}")
+    steps.append(Check(lambda hp: _ignored_writes(hp), where=cfg.name))
+    return HostProgram(cfg.stem, steps, summary=f"{cfg.name}: NVDLA trace, {len(steps)} steps, "
+                       f"{layers} interrupt waits", total_units=layers or None)
+
+
+def _ignored_writes(hp: HostProgram) -> CheckResult:
+    """Writes the hardware ignores (read-only registers, busy groups): counted, not failed."""
+    dev = hp.device
+    ro = dict(dev.ro_writes)
+    busy = dict(dev.regs.ignored_writes)
+    parts = []
+    if ro:
+        parts.append(f"{sum(ro.values())} writes to read-only registers ignored "
+                     f"({', '.join(sorted(ro)[:6])}{', ...' if len(ro) > 6 else ''})")
+    if busy:
+        parts.append(f"{sum(busy.values())} writes to busy register groups dropped "
+                     f"({', '.join(sorted(busy)[:6])}{', ...' if len(busy) > 6 else ''})")
+    return CheckResult(True, "; ".join(parts) if parts else "no writes ignored")

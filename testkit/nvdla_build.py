@@ -1,0 +1,344 @@
+"""Write NVDLA trace tests in the format of the hardware repository's trace tests (a <name>.cfg of
+mem_init / mem_load / reg_write / poll_reg_equal / intr_notify / check_crc lines and .dat memory
+files beside it), for layers the project generates itself: random data, the register values a
+driver writes (the field layouts of the register manual), and each layer's expected output CRC
+from the independent reference in nvdla_reference.py.
+
+    python -m accelstub.testkit.nvdla_build --demo DIR   # the bundled demo (two layers)
+
+A program is a list of layers run in order, alternating between the register groups as the
+hardware requires (each unit's consumer group toggles after a layer): ``Conv`` is a direct
+convolution through CDMA..CACC into SDP (flying mode), ``Sdp`` an SDP layer reading its input
+from memory. An Sdp layer may take the previous layer's output as its input (``chain=True``).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from . import nvdla_reference as ref
+
+IN_BASE, WT_BASE, OP_BASE, OUT_BASE = 0x8000_0000, 0x8010_0000, 0x8020_0000, 0x9000_0000
+ALGO = {"max": 0, "min": 1, "sum": 2}
+
+
+@dataclass
+class Stage:
+    """An SDP X stage (BS or BN): register operands, or ``mem`` = "kernel" / "element" for
+    operands read through SDP_RDMA (``both``: ALU and MUL interleaved; ``two_bytes``)."""
+
+    alu: str | None = None
+    alu_operand: int = 0
+    alu_shift: int = 0
+    mul: bool = False
+    mul_operand: int = 1
+    mul_shift: int = 0
+    prelu: bool = False
+    relu: bool = False
+    mem: str | None = None  # None | "kernel" | "element"
+    two_bytes: bool = False
+
+
+@dataclass
+class Conv:
+    w: int
+    h: int
+    c: int
+    k: int
+    r: int = 3
+    s: int = 3
+    stride: tuple[int, int] = (1, 1)  # (y, x)
+    dilation: tuple[int, int] = (1, 1)
+    pad: tuple[int, int, int, int] = (1, 1, 1, 1)  # top, bottom, left, right
+    pad_value: int = 0
+    clip: int = 0
+    bs: Stage | None = None
+    bn: Stage | None = None
+    cvt: tuple[int, int, int] = (0, 1, 0)
+
+    @property
+    def out_hw(self) -> tuple[int, int]:
+        top, bottom, left, right = self.pad
+        oh = (self.h + top + bottom - ((self.r - 1) * self.dilation[0] + 1)) // self.stride[0] + 1
+        ow = (self.w + left + right - ((self.s - 1) * self.dilation[1] + 1)) // self.stride[1] + 1
+        return oh, ow
+
+
+@dataclass
+class Sdp:
+    w: int = 0
+    h: int = 0
+    c: int = 0
+    bs: Stage | None = None
+    bn: Stage | None = None
+    cvt: tuple[int, int, int] = (0, 1, 0)
+    chain: bool = False  # input = the previous layer's output
+
+
+@dataclass
+class Trace:
+    name: str
+    cfg: list[str] = field(default_factory=list)
+    files: dict[str, bytes] = field(default_factory=dict)
+    outputs: list[tuple[int, bytes]] = field(default_factory=list)  # (address, expected bytes)
+
+    def write(self, directory: Path) -> Path:
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / f"{self.name}.cfg").write_text("\n".join(self.cfg) + "\n")
+        for fname, data in self.files.items():
+            (directory / fname).write_text(memory_file(data))
+        return directory
+
+
+def memory_file(data: bytes) -> str:
+    """The trace tests' memory-file form: 4-byte records (the last may be shorter)."""
+    lines = ["{"]
+    for off in range(0, len(data), 4):
+        chunk = data[off:off + 4]
+        payload = " ".join(f"0x{b:02x}" for b in chunk)
+        lines.append(f"{{offset:0x{off:x}, size:{len(chunk)}, payload:{payload}}} ,")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _stage_regs(unit: str, st: Stage | None, base: int, rng: np.random.Generator,
+                shape: tuple[int, int, int], rdma_name: str, files: dict, tag: str,
+                cfg: list[str]) -> tuple[dict[str, int], dict[str, int], ref.XStage | None]:
+    """(SDP registers, SDP_RDMA registers, reference stage) of one X stage."""
+    name = unit  # BS or BN
+    sdp, rdma = {}, {}
+    if st is None:
+        sdp[f"D_DP_{name}_CFG"] = 1  # bypass
+        rdma[f"D_{rdma_name}_CFG"] = 1  # disabled
+        return sdp, rdma, None
+    cfg_v = (0 if st.alu else 1 << 1) | (ALGO.get(st.alu or "max") << 2) | \
+        (0 if st.mul else 1 << 4) | (int(st.prelu) << 5) | (0 if st.relu else 1 << 6)
+    sdp[f"D_DP_{name}_CFG"] = cfg_v
+    sdp[f"D_DP_{name}_ALU_CFG"] = st.alu_shift << 8 | int(st.mem is not None and bool(st.alu))
+    sdp[f"D_DP_{name}_ALU_SRC_VALUE"] = st.alu_operand & 0xFFFF
+    sdp[f"D_DP_{name}_MUL_CFG"] = st.mul_shift << 8 | int(st.mem is not None and st.mul)
+    sdp[f"D_DP_{name}_MUL_SRC_VALUE"] = st.mul_operand & 0xFFFF
+    rs = ref.XStage(st.alu, st.alu_operand, st.alu_shift, st.mul, st.mul_operand, st.mul_shift,
+                    st.prelu, st.relu)
+    if st.mem is None:
+        rdma[f"D_{rdma_name}_CFG"] = 1
+        return sdp, rdma, rs
+    c, h, w = shape
+    lanes = -(-c // 8) * 8
+    both = bool(st.alu) and st.mul
+    use = 2 if both else (1 if st.alu else 0)
+    bpc = 2 if st.two_bytes else 1
+    comps = 2 if both else 1
+    bpe = bpc * comps
+    lo, hi = (-300, 300) if st.two_bytes else (-128, 128)
+    if st.mem == "kernel":
+        vals = [rng.integers(lo, hi, lanes) for _ in range(comps)]
+        raw = bytearray()
+        for e in range(lanes):
+            for v in vals:
+                raw += int(v[e]).to_bytes(bpc, "little", signed=True)
+        line, surf = 0, 8 * bpe
+    else:
+        vals = [rng.integers(lo, hi, (lanes, h, w)) for _ in range(comps)]
+        line = w * 8 * bpe
+        surf = line * h
+        raw = bytearray(surf * (lanes // 8))
+        for ci in range(lanes):
+            for y in range(h):
+                for x in range(w):
+                    at = (ci // 8) * surf + y * line + x * 8 * bpe + (ci % 8) * bpe
+                    for way, v in enumerate(vals):
+                        raw[at + way * bpc:at + (way + 1) * bpc] = \
+                            int(v[ci, y, x]).to_bytes(bpc, "little", signed=True)
+    fname = f"{tag}_{name.lower()}.dat"
+    files[fname] = bytes(raw)
+    cfg += [f"mem_init(pri_mem, {base:#x}, {len(raw):#x}, ALL_ZERO);",
+            f'mem_load(pri_mem, {base:#x}, "{fname}");']
+    rdma[f"D_{rdma_name}_CFG"] = (1 << 5) | (int(st.mem == "element") << 4) | \
+        (int(st.two_bytes) << 3) | (use << 1)
+    rdma[f"D_{name}_BASE_ADDR_LOW"] = base
+    rdma[f"D_{name}_BASE_ADDR_HIGH"] = 0
+    rdma[f"D_{name}_LINE_STRIDE"] = line
+    rdma[f"D_{name}_SURFACE_STRIDE"] = surf
+    if st.alu:
+        rs.alu_operand = vals[0]
+    if st.mul:
+        rs.mul_operand = vals[-1]
+    return sdp, rdma, rs
+
+
+def _writes(unit: str, regs: dict[str, int]) -> list[str]:
+    return [f"reg_write(NVDLA_{unit}.{name}_0, {value & 0xFFFFFFFF:#x});"
+            for name, value in regs.items()]
+
+
+def build(layers: list, name: str = "nvdla_test", seed: int = 0) -> Trace:
+    """A trace running ``layers`` one after the other, each checked by CRC."""
+    rng = np.random.default_rng(seed)
+    t = Trace(name)
+    t.cfg += [f"// accelstub-generated NVDLA trace: {name}, {len(layers)} layers",
+              "reg_write(NVDLA_GLB.S_INTR_MASK_0, 0x3f03fc);"]
+    #: the previous layer's output (all lanes), its address, line, surface, channels
+    prev: tuple[np.ndarray, int, int, int, int] | None = None
+    out_at = OUT_BASE
+    group = {u: 0 for u in ("SDP", "SDP_RDMA", "CDMA", "CSC", "CMAC_A", "CMAC_B", "CACC")}
+    for n, layer in enumerate(layers):
+        tag = f"{name}_l{n}"
+        t.cfg.append(f"// layer {n}: {type(layer).__name__}")
+        sdp_regs: dict[str, int] = {}
+        rdma_regs: dict[str, int] = {}
+        if isinstance(layer, Conv):
+            image = rng.integers(-128, 128, (layer.c, layer.h, layer.w))
+            weights = rng.integers(-128, 128, (layer.k, layer.r, layer.s, layer.c))
+            line, surf = layer.w * 8, layer.w * 8 * layer.h
+            feat = ref.pack_feature(image, line, surf)
+            wt = ref.pack_weights(weights)
+            in_at, wt_at = IN_BASE + n * 0x20_0000, WT_BASE + n * 0x20_0000
+            t.files[f"{tag}_in.dat"] = bytes(feat)
+            t.files[f"{tag}_wt.dat"] = bytes(wt)
+            t.cfg += [f"mem_init(pri_mem, {in_at:#x}, {len(feat):#x}, ALL_ZERO);",
+                      f'mem_load(pri_mem, {in_at:#x}, "{tag}_in.dat");',
+                      f"mem_init(pri_mem, {wt_at:#x}, {len(wt):#x}, ALL_ZERO);",
+                      f'mem_load(pri_mem, {wt_at:#x}, "{tag}_wt.dat");']
+            oh, ow = layer.out_hw
+            sums = ref.conv(image, weights, layer.stride, layer.dilation, layer.pad,
+                            layer.pad_value, (oh, ow))
+            lanes = -(-layer.k // 8) * 8
+            values = np.zeros((lanes, oh, ow), np.int64)
+            for idx, v in np.ndenumerate(sums):
+                values[idx] = ref.cacc(int(v), layer.clip)
+            shape = (layer.k, oh, ow)
+            top, bottom, left, right = layer.pad
+            cdma = {"D_MISC_CFG": 0, "D_DATAIN_FORMAT": 0,
+                    "D_DATAIN_SIZE_0": (layer.h - 1) << 16 | (layer.w - 1),
+                    "D_DATAIN_SIZE_1": layer.c - 1,
+                    "D_DATAIN_SIZE_EXT_0": (layer.h - 1) << 16 | (layer.w - 1),
+                    "D_DAIN_RAM_TYPE": 1, "D_DAIN_ADDR_HIGH_0": 0, "D_DAIN_ADDR_LOW_0": in_at,
+                    "D_LINE_STRIDE": line, "D_SURF_STRIDE": surf, "D_DAIN_MAP": 0,
+                    "D_BATCH_NUMBER": 0, "D_ENTRY_PER_SLICE": -(-layer.w * 8 // 8) - 1,
+                    "D_WEIGHT_FORMAT": 0,
+                    "D_WEIGHT_SIZE_0": layer.r * layer.s * layer.c - 1,
+                    "D_WEIGHT_SIZE_1": layer.k - 1, "D_WEIGHT_RAM_TYPE": 1,
+                    "D_WEIGHT_ADDR_HIGH": 0, "D_WEIGHT_ADDR_LOW": wt_at,
+                    "D_WEIGHT_BYTES": -(-len(wt) // 128) * 128,
+                    "D_CONV_STRIDE": (layer.stride[0] - 1) << 16 | (layer.stride[1] - 1),
+                    "D_ZERO_PADDING": bottom << 24 | top << 16 | right << 8 | left,
+                    "D_ZERO_PADDING_VALUE": layer.pad_value & 0xFFFF, "D_BANK": 0x000F000F}
+            csc = {"D_MISC_CFG": 0, "D_DATAIN_FORMAT": 0,
+                   "D_DATAIN_SIZE_EXT_0": cdma["D_DATAIN_SIZE_0"],
+                   "D_DATAIN_SIZE_EXT_1": layer.c - 1, "D_BATCH_NUMBER": 0,
+                   "D_ENTRY_PER_SLICE": cdma["D_ENTRY_PER_SLICE"], "D_WEIGHT_FORMAT": 0,
+                   "D_WEIGHT_SIZE_EXT_0": (layer.r - 1) << 16 | (layer.s - 1),
+                   "D_WEIGHT_SIZE_EXT_1": (layer.k - 1) << 16 | (layer.c - 1),
+                   "D_WEIGHT_BYTES": cdma["D_WEIGHT_BYTES"],
+                   "D_DATAOUT_SIZE_0": (oh - 1) << 16 | (ow - 1), "D_DATAOUT_SIZE_1": layer.k - 1,
+                   "D_ATOMICS": oh * ow - 1, "D_RELEASE": layer.h - 1,
+                   "D_CONV_STRIDE_EXT": cdma["D_CONV_STRIDE"],
+                   "D_DILATION_EXT": (layer.dilation[0] - 1) << 16 | (layer.dilation[1] - 1),
+                   "D_ZERO_PADDING": top << 16 | left,
+                   "D_ZERO_PADDING_VALUE": layer.pad_value & 0xFFFF, "D_BANK": 0x000F000F}
+            cacc = {"D_MISC_CFG": 0, "D_DATAOUT_SIZE_0": csc["D_DATAOUT_SIZE_0"],
+                    "D_DATAOUT_SIZE_1": layer.k - 1, "D_DATAOUT_ADDR": 0, "D_BATCH_NUMBER": 0,
+                    "D_LINE_STRIDE": ow * 32, "D_SURF_STRIDE": ow * oh * 32, "D_DATAOUT_MAP": 0,
+                    "D_CLIP_CFG": layer.clip}
+            flying = 1
+        else:
+            if layer.chain:
+                if prev is None:
+                    raise ValueError("a chained Sdp layer needs a layer before it")
+                values, in_at, line, surf, c_prev = prev
+                shape = (c_prev, values.shape[1], values.shape[2])
+                values = values.astype(np.int64)
+            else:
+                shape = (layer.c, layer.h, layer.w)
+                cube = rng.integers(-128, 128, shape)
+                line, surf = layer.w * 8, layer.w * 8 * layer.h
+                feat = ref.pack_feature(cube, line, surf)
+                in_at = IN_BASE + n * 0x20_0000
+                t.files[f"{tag}_in.dat"] = bytes(feat)
+                t.cfg += [f"mem_init(pri_mem, {in_at:#x}, {len(feat):#x}, ALL_ZERO);",
+                          f'mem_load(pri_mem, {in_at:#x}, "{tag}_in.dat");']
+                values = ref.unpack_feature(bytes(feat), -(-layer.c // 8) * 8, layer.h,
+                                            layer.w, line, surf)
+            flying = 0
+            rdma_regs.update({"D_SRC_BASE_ADDR_LOW": in_at, "D_SRC_BASE_ADDR_HIGH": 0,
+                              "D_SRC_LINE_STRIDE": line, "D_SRC_SURFACE_STRIDE": surf,
+                              "D_SRC_DMA_CFG": 1})
+        c, oh, ow = shape
+        stages = []
+        for unit, st, rname in (("BS", layer.bs, "BRDMA"), ("BN", layer.bn, "NRDMA")):
+            s_regs, r_regs, rs = _stage_regs(unit, st, OP_BASE + n * 0x20_0000 +
+                                             (0x10_0000 if unit == "BN" else 0), rng,
+                                             shape, rname, t.files, tag, t.cfg)
+            sdp_regs.update(s_regs)
+            rdma_regs.update(r_regs)
+            if rs is not None:
+                stages.append(rs)
+        out = ref.sdp(values, ref.SdpRef(stages, layer.cvt))
+        dline, dsurf = ow * 8, ow * 8 * oh
+        expected = ref.pack_feature(out, dline, dsurf)  # every lane of the last atom
+        t.cfg.append(f"mem_init(pri_mem, {out_at:#x}, {len(expected):#x}, ALL_ZERO);")
+        off, scale, shift = layer.cvt
+        sdp_regs.update({"D_DATA_CUBE_WIDTH": ow - 1, "D_DATA_CUBE_HEIGHT": oh - 1,
+                         "D_DATA_CUBE_CHANNEL": c - 1, "D_DST_BASE_ADDR_LOW": out_at,
+                         "D_DST_BASE_ADDR_HIGH": 0, "D_DST_LINE_STRIDE": dline,
+                         "D_DST_SURFACE_STRIDE": dsurf, "D_DP_EW_CFG": 1,
+                         "D_FEATURE_MODE_CFG": flying, "D_DST_DMA_CFG": 1, "D_DATA_FORMAT": 0,
+                         "D_CVT_OFFSET": off, "D_CVT_SCALE": scale & 0xFFFF, "D_CVT_SHIFT": shift})
+        use_rdma = not flying or any(not v & 1 for k, v in rdma_regs.items()
+                                     if k.endswith("RDMA_CFG"))
+        units = ["SDP"] + (["SDP_RDMA"] if use_rdma else [])
+        if flying:
+            units += ["CDMA", "CSC", "CMAC_A", "CMAC_B", "CACC"]
+        for u in units:  # each unit alternates its groups, layer after layer it runs
+            t.cfg.append(f"reg_write(NVDLA_{u}.S_POINTER_0, {group[u]:#x});")
+        t.cfg += _writes("SDP", sdp_regs)
+        if use_rdma:
+            rdma_regs.update({"D_DATA_CUBE_WIDTH": ow - 1, "D_DATA_CUBE_HEIGHT": oh - 1,
+                              "D_DATA_CUBE_CHANNEL": c - 1, "D_FEATURE_MODE_CFG": flying})
+            t.cfg += _writes("SDP_RDMA", rdma_regs)
+        if flying:
+            t.cfg += _writes("CDMA", cdma) + _writes("CSC", csc)
+            t.cfg += _writes("CMAC_A", {"D_MISC_CFG": 0}) + _writes("CMAC_B", {"D_MISC_CFG": 0})
+            t.cfg += _writes("CACC", cacc)
+            t.cfg.append("poll_reg_equal(NVDLA_CDMA.S_CBUF_FLUSH_STATUS_0,0x1);")
+        for u in units:  # enable downstream first, as the trace tests do
+            t.cfg.append(f"reg_write(NVDLA_{u}.D_OP_ENABLE_0, 0x1);")
+        sync = f"sync_id_{n}"
+        t.cfg += [f"intr_notify(SDP_{group['SDP']}, {sync});",
+                  f"check_crc({sync}, 1, {out_at:#x}, {len(expected):#x}, "
+                  f"{zlib.crc32(bytes(expected)):#010x});"]
+        t.outputs.append((out_at, bytes(expected)))
+        for u in units:
+            group[u] ^= 1
+        prev = (out, out_at, dline, dsurf, c)
+        out_at += -(-len(expected) // 0x1000) * 0x1000
+    return t
+
+
+DEMO = [Conv(8, 8, 16, 16, clip=4, cvt=(0, 1, 3)),
+        Sdp(chain=True, bs=Stage(alu="sum", alu_operand=3, mul=True, mul_operand=5,
+                                 mul_shift=2, relu=True))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("directory")
+    ap.add_argument("--demo", action="store_true", help="the bundled demo (two layers)")
+    ap.add_argument("--seed", type=int, default=1)
+    args = ap.parse_args(argv)
+    if not args.demo:
+        ap.error("only --demo is available from the command line (the API builds others)")
+    path = Path(args.directory)
+    build(DEMO, path.name, args.seed).write(path)
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""NVDLA trace tests the project writes itself (testkit/nvdla_build.py, the hardware repository's
+trace format), each layer's output checked by CRC against the independent integer reference
+(testkit/nvdla_reference.py): `accelstub run nvdla --program DIR`."""
+from __future__ import annotations
+
+import pytest
+
+from accelstub.stub.cli import main as cli_main
+from accelstub.testkit.nvdla_build import Conv, Sdp, Stage, build
+
+CASES = {
+    "conv_3x3_pad": [Conv(9, 7, 16, 16, clip=3, cvt=(0, 1, 2))],
+    "conv_remainders": [Conv(11, 5, 13, 21, r=2, s=3, pad=(0, 1, 2, 0), pad_value=-7,
+                             clip=5, cvt=(-3, 7, 6))],
+    "conv_stride_dilation": [Conv(13, 12, 9, 10, r=3, s=2, stride=(2, 3), dilation=(2, 1),
+                                  pad=(1, 2, 0, 1), pad_value=5, clip=8, cvt=(11, -9, 4))],
+    "conv_1x1_bs_bn_reg": [Conv(6, 6, 40, 24, r=1, s=1, pad=(0, 0, 0, 0), clip=2,
+                                bs=Stage(alu="sum", alu_operand=-300, alu_shift=3, mul=True,
+                                         mul_operand=-77, mul_shift=9, relu=True),
+                                bn=Stage(alu="max", alu_operand=20, mul=True,
+                                         mul_operand=3, mul_shift=1),
+                                cvt=(5, 300, 9))],
+    "conv_prelu_kernel_operands": [Conv(5, 4, 8, 12, clip=6,
+                                        bs=Stage(alu="sum", mul=True, mul_shift=4, prelu=True,
+                                                 mem="kernel"),
+                                        cvt=(0, 1, 1))],
+    "sdp_element_two_bytes": [Sdp(7, 3, 19, bs=Stage(alu="min", alu_shift=2, mul=True,
+                                                     mul_shift=3, mem="element",
+                                                     two_bytes=True),
+                                  bn=Stage(mul=True, mul_shift=1, mem="kernel", relu=True),
+                                  cvt=(-2, 13, 3))],
+    "sdp_alu_only_kernel": [Sdp(4, 4, 9, bs=Stage(alu="max", alu_shift=1, mem="kernel"))],
+    "chain_conv_then_sdp": [Conv(8, 8, 16, 16, clip=4, cvt=(0, 1, 3)),
+                            Sdp(chain=True, bs=Stage(alu="sum", alu_operand=3, mul=True,
+                                                     mul_operand=5, mul_shift=2, relu=True)),
+                            Conv(6, 5, 8, 9, clip=7, cvt=(1, 2, 1))],
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_generated_traces_pass(name, tmp_path, capsys):
+    trace = build(CASES[name], name, seed=3).write(tmp_path / name)
+    assert cli_main(["run", "nvdla", "--program", str(trace)]) == 0
+    out = capsys.readouterr().out
+    assert out.count(": PASS") == len(CASES[name]), out
+
+
+def test_a_wrong_crc_fails_with_the_check_and_its_line(tmp_path, capsys):
+    trace = build(CASES["conv_3x3_pad"], "bad", seed=3).write(tmp_path / "bad")
+    cfg = trace / "bad.cfg"
+    text = cfg.read_text()
+    crc = text.rsplit(", ", 1)[1].split(")")[0]
+    cfg.write_text(text.replace(crc, f"{int(crc, 16) ^ 1:#010x}"))
+    assert cli_main(["run", "nvdla", "--program", str(cfg)]) == 1
+    out = capsys.readouterr().out
+    line = text.splitlines().index(next(ln for ln in text.splitlines()
+                                        if ln.startswith("check_crc"))) + 1
+    assert f"FAIL (expected {int(crc, 16) ^ 1:#010x}, got {crc}" in out
+    assert f"[bad.cfg:{line}]" in out
+
+
+def test_trace_errors_name_the_file_and_line(tmp_path, capsys):
+    trace = build(CASES["conv_3x3_pad"], "err", seed=3).write(tmp_path / "err")
+    cfg = trace / "err.cfg"
+    lines = cfg.read_text().splitlines()
+    bad = next(i for i, ln in enumerate(lines) if "NVDLA_CDMA.D_MISC_CFG_0" in ln)
+    lines[bad] = "reg_write(NVDLA_CDMA.D_NO_SUCH_0, 0x1);"
+    cfg.write_text("\n".join(lines) + "\n")
+    assert cli_main(["run", "nvdla", "--program", str(cfg)]) == 2
+    err = capsys.readouterr().err
+    assert f"err.cfg:{bad + 1}: no register CDMA_D_NO_SUCH" in err
+    lines[bad] = "frobnicate(1);"
+    cfg.write_text("\n".join(lines) + "\n")
+    assert cli_main(["run", "nvdla", "--program", str(cfg)]) == 2
+    assert f"err.cfg:{bad + 1}: unknown trace command frobnicate" in capsys.readouterr().err
+
+
+def test_inconsistent_units_are_an_error_naming_the_registers(tmp_path, capsys):
+    trace = build(CASES["conv_3x3_pad"], "mix", seed=3).write(tmp_path / "mix")
+    cfg = trace / "mix.cfg"
+    text = cfg.read_text().replace("reg_write(NVDLA_CSC.D_CONV_STRIDE_EXT_0, 0x0);",
+                                   "reg_write(NVDLA_CSC.D_CONV_STRIDE_EXT_0, 0x10001);")
+    cfg.write_text(text)
+    assert cli_main(["run", "nvdla", "--program", str(cfg)]) == 2
+    assert "CSC_D_CONV_STRIDE_EXT differs from CDMA_D_CONV_STRIDE" in capsys.readouterr().err
+
+
+def test_read_only_registers_written_by_a_trace_are_counted_not_failed(tmp_path, capsys):
+    trace = build(CASES["conv_3x3_pad"], "ro", seed=3).write(tmp_path / "ro")
+    cfg = trace / "ro.cfg"
+    text = cfg.read_text()
+    cfg.write_text(text.replace("poll_reg_equal", "reg_write(NVDLA_CACC.S_STATUS_0, 0x0);\n"
+                                "reg_write(NVDLA_CDMA.D_NAN_INPUT_DATA_NUM_0, 0x5);\n"
+                                "poll_reg_equal", 1))
+    assert cli_main(["run", "nvdla", "--program", str(cfg)]) == 0
+    out = capsys.readouterr().out
+    assert "2 writes to read-only registers ignored (CACC_S_STATUS, " \
+           "CDMA_D_NAN_INPUT_DATA_NUM_G0)" in out
