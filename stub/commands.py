@@ -872,8 +872,7 @@ def cmd_rbp(ctx: CommandContext, args: list[str]) -> str:
         raise _usage("rbp")
     rc = ctx.target
     if args[0] == "all":
-        for a in list(rc.breakpoints):
-            rc.remove_breakpoint(a)
+        rc.clear_breakpoints()
         _BP_LEN.pop(rc, None)
         return ""
     addr = parse_address("rbp", args[0])
@@ -915,8 +914,7 @@ def cmd_rwp(ctx: CommandContext, args: list[str]) -> str:
         raise _usage("rwp")
     rc = ctx.target
     if args[0] == "all":
-        for w in list(rc.watchpoints):
-            rc.remove_watchpoint(None, w.start)
+        rc.clear_watchpoints()
         return ""
     addr = parse_address("rwp", args[0])
     if not rc.remove_watchpoint(None, addr):

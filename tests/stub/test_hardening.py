@@ -1,0 +1,74 @@
+"""Issue 14 "Hardening": bounded files, bounded output buffers, bounded replies, fast
+breakpoint/watchpoint removal and clean errors for bad user input (every test here failed
+before its fix)."""
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from accelstub.devices import open_device
+from accelstub.devices.runcontrol import RunControl
+from accelstub.stub.commands import CommandContext, CommandError, execute
+
+SRAM = 0x50400000
+
+
+@pytest.fixture
+def rc():
+    r = RunControl(open_device("max78000"))
+    try:
+        yield r
+    finally:
+        if r.running:
+            r.halt_and_wait(2)
+
+
+@pytest.fixture
+def ctx(rc, tmp_path):
+    return CommandContext(targets=[rc], log=lambda s: None, cwd=tmp_path)
+
+
+def err(ctx: CommandContext, line: str) -> str:
+    with pytest.raises(CommandError) as e:
+        execute(ctx, line)
+    return str(e.value)
+
+
+# -- 5: removing many watchpoints is linear, not quadratic --------------------------------------
+
+def test_rwp_all_after_20000_watchpoints_is_fast(ctx, rc):
+    for i in range(20000):
+        rc.add_watchpoint("w", SRAM + 4 * i, 4)
+        rc.add_breakpoint(SRAM + 4 * i)
+    t0 = time.perf_counter()
+    execute(ctx, "rwp all")
+    execute(ctx, "rbp all")
+    elapsed = time.perf_counter() - t0
+    assert rc.watchpoints == [] and not rc.breakpoints
+    assert execute(ctx, "wp") == "" and execute(ctx, "bp") == ""
+    assert elapsed < 0.25, f"rwp/rbp all of 20000 took {elapsed:.2f}s"  # was 4.7 s
+
+
+def test_rwp_one_by_one_is_linear(ctx, rc):
+    n = 10000
+    for i in range(n):
+        rc.add_watchpoint("a" if i % 2 else "w", SRAM + 4 * i, 4)
+    rc.add_watchpoint("r", SRAM, 8)  # a second watchpoint at one address goes with the first
+    t0 = time.perf_counter()
+    for i in range(n):
+        execute(ctx, f"rwp {SRAM + 4 * i:#x}")
+    elapsed = time.perf_counter() - t0
+    assert rc.watchpoints == []
+    assert err(ctx, f"rwp {SRAM:#x}") == f"no watchpoint at address 0x{SRAM:08x} found"
+    assert elapsed < 1.0, f"removing {n} watchpoints one by one took {elapsed:.2f}s"  # was ~5 s
+
+
+def test_gdb_style_removal_keeps_other_kinds_at_the_address(rc):
+    rc.add_watchpoint("w", SRAM, 4)
+    rc.add_watchpoint("r", SRAM, 4)
+    assert rc.remove_watchpoint("w", SRAM, 4)
+    assert not rc.remove_watchpoint("w", SRAM, 4)
+    assert [(w.kind, w.start) for w in rc.watchpoints] == [("r", SRAM)]
+    assert rc.remove_watchpoint(None, SRAM)
+    assert rc.watchpoints == []
