@@ -72,3 +72,27 @@ def test_gdb_style_removal_keeps_other_kinds_at_the_address(rc):
     assert [(w.kind, w.start) for w in rc.watchpoints] == [("r", SRAM)]
     assert rc.remove_watchpoint(None, SRAM)
     assert rc.watchpoints == []
+
+
+# -- 6: bad packets answer E.. without a traceback in the server log ---------------------------
+
+@pytest.mark.parametrize("packet, reply", [
+    (b"G0", b"E16"), (b"Gzz", b"E16"), (b"G" + b"00" * 3, b"E16"),
+    (b"m50400000,-1", b"E16"), (b"m-50400000,4", b"E16"), (b"m50400000, 4", b"E16"),
+    (b"m5040_0000,4", b"E16"), (b"x50400000,-1", b"E16"),
+    (b"qXfer:features:read:target.xml:-10,20", b"E16"),
+    (b"qXfer:memory-map:read::0,-1", b"E16"),
+    (b"p-1", b"E16"), (b"P1a=zz", b"E16"), (b"M50400000,2:zzzz", b"E16"),
+    (b"Z2,-50400000,4", b"E16"), (b"z0,+4,4", b"E16"), (b"qRcmd,6d6", b"E16"),
+])
+def test_bad_packet_answers_error_without_traceback(stub, caplog, packet, reply):
+    from accelstub.stub.client import RspClient
+
+    caplog.set_level("DEBUG", logger="accelstub")
+    c = RspClient(port=stub.gdb[0].port)
+    try:
+        assert c.request(packet) == reply
+        assert c.request(b"m50400000,4") == b"01020304"  # the session goes on
+    finally:
+        c.close()
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
