@@ -6,6 +6,16 @@ import socket
 import threading
 
 
+def address_family(host: str) -> socket.AddressFamily:
+    """AF_INET6 for an IPv6 address or a name that resolves to one first (``--bind ::1``),
+    else AF_INET: socket.create_server() assumes IPv4 unless told. Raises OSError (gaierror)
+    for a name that does not resolve."""
+    if not host:
+        return socket.AF_INET  # "" = every IPv4 interface, as before
+    infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    return infos[0][0]
+
+
 class TcpListener:
     """Subclasses implement :meth:`new_connection`, returning an object with ``serve()`` (run in
     its own thread), ``closed`` and ``sock``; it calls :meth:`_ended` when it finishes."""
@@ -25,7 +35,7 @@ class TcpListener:
         raise NotImplementedError
 
     def start(self) -> None:
-        self._sock = socket.create_server((self.host, self.port))
+        self._sock = socket.create_server((self.host, self.port), family=address_family(self.host))
         self.port = self._sock.getsockname()[1]
         self._thread = threading.Thread(target=self._accept_loop, daemon=True,
                                         name=f"{self.kind}-{self.port}")

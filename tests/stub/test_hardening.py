@@ -96,3 +96,58 @@ def test_bad_packet_answers_error_without_traceback(stub, caplog, packet, reply)
     finally:
         c.close()
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
+# -- 6: command-line mistakes are usage errors, IPv6 binds work --------------------------------
+
+@pytest.mark.parametrize("flag", ["--port", "--telnet-port", "--tcl-port"])
+@pytest.mark.parametrize("value", ["70000", "-1", "65536", "3x"])
+def test_bad_port_is_a_usage_error(capsys, flag, value):
+    from accelstub.stub.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["serve", "max78000", "--no-demo", flag, value])
+    assert e.value.code == 2
+    msg = capsys.readouterr().err
+    assert f"accelstub serve: error: argument {flag}:" in msg and value in msg
+    assert "Traceback" not in msg
+
+
+def _ipv6_loopback() -> bool:
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback on this machine")
+def test_bind_ipv6_loopback_serves_every_port():
+    """``--bind ::1``: the IPv6 loopback (the one non-127.0.0.1 bind in the tests, loopback
+    too)."""
+    import socket
+
+    from accelstub.stub.client import RspClient
+    from accelstub.stub.server import StubServer
+
+    server = StubServer([open_device("max78000")], host="::1", gdb_port=0, telnet_port=0,
+                        tcl_port=0)
+    server.start()
+    try:
+        info = server.ready_info()
+        assert info["host"] == "::1"
+        c = RspClient(host="::1", port=info["gdb"][0])
+        try:
+            assert c.request(b"qAttached") == b"1"
+        finally:
+            c.close()
+        with socket.create_connection(("::1", info["tcl"]), timeout=5) as s:
+            s.sendall(b"targets 0\x1a")
+            assert s.recv(100) == b"\x1a"
+        with socket.create_connection(("::1", info["telnet"]), timeout=5) as s:
+            assert s.recv(200).startswith(b"accelstub telnet server")
+    finally:
+        server.stop()
