@@ -18,10 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from accelstub.devices import BusError, DeviceError, TargetRunning
 from accelstub.devices.device import CORE_REGS, Stop
 from accelstub.devices.runcontrol import RunControl
 
+from .files import FileRefused, read_bounded, write_regular
 from .target_xml import FIRST_DEVICE_REGNUM, register_table
 
 try:  # pragma: no cover - depends on the install
@@ -39,6 +42,9 @@ DEFAULT_WAIT_MS = 5000
 STEP_TIMEOUT_S = 300.0
 #: largest md*/read_memory/dump_image transfer one command may ask for
 MAX_TRANSFER = 64 << 20
+#: largest image file load_image/verify_image read (a bin image also at most what fits in the
+#: populated memory from its address on)
+MAX_IMAGE_FILE = MAX_TRANSFER
 
 
 class CommandError(Exception):
@@ -625,6 +631,22 @@ def parse_ihex(text: str, name: str = "image") -> list[tuple[int, bytes]]:
     return [(a, bytes(d)) for a, d in sections]
 
 
+def _room(rc: RunControl, addr: int) -> tuple[int, str]:
+    """Bytes of populated memory from ``addr`` on without a hole (adjacent ranges joined), and
+    where that is: the most a binary image at ``addr`` can hold, so load_image reads no more."""
+    ranges = sorted((s, e, r.name) for r in rc.device.description.regions
+                    for s, e in r.populated)
+    end, names = addr, []
+    for s, e, name in ranges:
+        if s <= end < e:
+            end = e
+            if name not in names:
+                names.append(name)
+    if end == addr:
+        return 0, f"nothing fits at 0x{addr:08x} (not populated memory of {rc.device.name})"
+    return end - addr, f"{end - addr} bytes fit in memory from 0x{addr:08x} ({', '.join(names)})"
+
+
 def _open_image(ctx: CommandContext, cmd: str,
                 args: list[str]) -> tuple[Path, list[tuple[int, bytes]]]:
     if not 1 <= len(args) <= 3:
@@ -634,14 +656,24 @@ def _open_image(ctx: CommandContext, cmd: str,
     fmt = args[2].lower() if len(args) == 3 else None
     if fmt not in (None, "bin", "ihex"):
         raise CommandError(f"{cmd}: image format '{args[2]}' is not supported (use bin or ihex)")
+    limit, limit_text = MAX_IMAGE_FILE, f"{MAX_IMAGE_FILE} bytes per image file"
+    if fmt == "bin":
+        room, where = _room(ctx.target, offset)
+        if room < limit:
+            limit, limit_text = room, where
     try:
-        raw = path.read_bytes()
+        raw = read_bounded(path, limit, limit_text, name=args[0])
+    except FileRefused as e:
+        raise CommandError(f"{cmd}: {e}") from None
     except OSError as e:
         raise CommandError(f"{cmd}: couldn't open {args[0]}: {e.strerror or e}") from None
     if fmt is None:
         if raw[:4] == b"\x7fELF":
             raise CommandError(f"{cmd}: {args[0]} is an ELF file; give a bin or ihex image")
         fmt = "ihex" if raw[:1] == b":" and _looks_ihex(raw) else "bin"
+        room, where = _room(ctx.target, offset)
+        if fmt == "bin" and len(raw) > room:
+            raise CommandError(f"{cmd}: {args[0]} is {len(raw)} bytes; at most {where}")
     if fmt == "bin":
         sections = [(offset, raw)]
     else:
@@ -689,7 +721,9 @@ def cmd_dump_image(ctx: CommandContext, args: list[str]) -> str:
     t0 = time.perf_counter()
     data = _mem_read("dump_image", ctx.target, addr, size)
     try:
-        path.write_bytes(data)
+        write_regular(path, data, name=args[0])
+    except FileRefused as e:
+        raise CommandError(f"dump_image: {e}") from None
     except OSError as e:
         raise CommandError(f"dump_image: couldn't write {args[0]}: {e.strerror or e}") from None
     t = _elapsed(t0)
@@ -709,14 +743,14 @@ def cmd_verify_image(ctx: CommandContext, args: list[str]) -> str:
         total += len(d)
         if mem == d:
             continue
-        for i, (got, want) in enumerate(zip(mem, d)):
-            if got != want:
-                if first is None:
-                    first = (a + i, want, got)
-                if ndiff < 128:
-                    diffs.append("diff %d address 0x%08x. Was 0x%02x instead of 0x%02x"
-                                 % (ndiff, a + i, got, want))
-                ndiff += 1
+        differ = np.flatnonzero(np.frombuffer(mem, np.uint8) != np.frombuffer(d, np.uint8))
+        for i in differ[:max(0, 128 - ndiff)].tolist():
+            diffs.append("diff %d address 0x%08x. Was 0x%02x instead of 0x%02x"
+                         % (len(diffs), a + i, mem[i], d[i]))
+        if first is None:
+            i = int(differ[0])
+            first = (a + i, d[i], mem[i])
+        ndiff += len(differ)
     if first is not None:
         if ndiff > 128:
             diffs.append("More than 128 errors, the rest are not printed.")
@@ -1016,7 +1050,9 @@ def cmd_svd(ctx: CommandContext, args: list[str]) -> str:
 
     path = _resolve(ctx, args[0])
     try:
-        path.write_text(description_to_svd(ctx.target.device.description), encoding="utf-8")
+        write_regular(path, description_to_svd(ctx.target.device.description).encode("utf-8"))
+    except FileRefused as e:
+        raise CommandError(f"svd: {e}") from None
     except OSError as e:
         raise CommandError(f"svd: cannot write {path}: {e.strerror}") from None
     return f"wrote {path}"

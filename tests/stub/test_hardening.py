@@ -151,3 +151,91 @@ def test_bind_ipv6_loopback_serves_every_port():
             assert s.recv(200).startswith(b"accelstub telnet server")
     finally:
         server.stop()
+
+
+# -- 1: image files are bounded and never block -------------------------------------------------
+
+def _in_thread(fn, timeout: float = 5.0):
+    """Run ``fn`` in a daemon thread; fail (instead of hanging the suite) if it does not end."""
+    import threading
+
+    out: dict = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            out["error"] = e
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(timeout)
+    assert not t.is_alive(), f"still running after {timeout}s (blocked or reading forever)"
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
+
+
+@pytest.mark.parametrize("cmd", ["load_image", "verify_image"])
+def test_image_from_dev_zero_is_refused_at_once(ctx, cmd):
+    msg = _in_thread(lambda: err(ctx, f"{cmd} /dev/zero {SRAM:#x}"))
+    assert msg == f"{cmd}: /dev/zero is a character device; only regular files are read"
+    msg = _in_thread(lambda: err(ctx, f"{cmd} /dev/zero {SRAM:#x} bin"))
+    assert "/dev/zero is a character device" in msg
+
+
+@pytest.mark.parametrize("cmd", ["load_image", "verify_image", "dump_image"])
+def test_fifo_without_peer_does_not_block(ctx, tmp_path, cmd):
+    import os
+
+    os.mkfifo(tmp_path / "fifo")
+    line = f"{cmd} fifo {SRAM:#x}" + (" 16" if cmd == "dump_image" else "")
+    msg = _in_thread(lambda: err(ctx, line))
+    assert msg.startswith(f"{cmd}: fifo is a FIFO; only regular files are")
+
+
+def test_svd_into_a_fifo_does_not_block(ctx, tmp_path):
+    import os
+
+    os.mkfifo(tmp_path / "out.svd")
+    msg = _in_thread(lambda: err(ctx, "svd out.svd"))
+    assert msg.startswith("svd: ") and "is a FIFO; only regular files are written" in msg
+
+
+def test_bin_image_larger_than_the_memory_it_goes_to_is_refused_unread(ctx, rc, tmp_path):
+    """A sparse 4 GiB file: refused from its size (the old code read all of it)."""
+    big = tmp_path / "big.bin"
+    with open(big, "wb") as f:
+        f.truncate(4 << 30)
+    msg = _in_thread(lambda: err(ctx, f"load_image big.bin {SRAM:#x} bin"), timeout=2)
+    # sram_q0_g0..g3 are adjacent: 128 KiB from 0x50400000
+    assert msg == (f"load_image: big.bin is {4 << 30} bytes; at most 131072 bytes fit in "
+                   "memory from 0x50400000 (sram_q0_g0, sram_q0_g1, sram_q0_g2, sram_q0_g3)")
+    msg = _in_thread(lambda: err(ctx, "load_image big.bin 0x50400000"), timeout=2)
+    assert msg == f"load_image: big.bin is {4 << 30} bytes; at most {64 << 20} bytes per image file"
+
+
+def test_bin_image_past_its_memory_is_refused_before_writing(ctx, rc, tmp_path):
+    (tmp_path / "img.bin").write_bytes(b"\x11" * 0x101)
+    end = 0x50420000 - 0x100  # 0x100 bytes before the end of sram_q0_g3
+    msg = err(ctx, f"load_image img.bin {end:#x}")
+    assert msg == ("load_image: img.bin is 257 bytes; at most 256 bytes fit in memory from "
+                   f"0x{end:08x} (sram_q0_g3)")
+    assert rc.device.read(end, 4) == b"\0" * 4  # nothing written
+    msg = err(ctx, "load_image img.bin 0x70000000 bin")
+    assert msg == ("load_image: img.bin is 257 bytes; at most nothing fits at 0x70000000 (not "
+                   "populated memory of max78000)")
+    (tmp_path / "ok.bin").write_bytes(b"\x22" * 0x100)
+    assert execute(ctx, f"load_image ok.bin {end:#x}").startswith("256 bytes written")
+    assert execute(ctx, f"verify_image ok.bin {end:#x}").startswith("verified 256 bytes")
+
+
+def test_verify_image_diffs_still_listed(ctx, tmp_path):
+    (tmp_path / "img.bin").write_bytes(bytes(range(200)))
+    msg = err(ctx, f"verify_image img.bin {SRAM:#x}")
+    lines = msg.splitlines()
+    assert lines[0] == f"diff 0 address 0x{SRAM + 1:08x}. Was 0x00 instead of 0x01"
+    assert lines[127] == f"diff 127 address 0x{SRAM + 128:08x}. Was 0x00 instead of 0x80"
+    assert lines[128] == "More than 128 errors, the rest are not printed."
+    assert lines[129] == (f"verify_image: 199 byte(s) differ; first at 0x{SRAM + 1:08x}: "
+                          "expected 0x01, got 0x00")
