@@ -205,16 +205,37 @@ def _run(args: argparse.Namespace) -> int:
     return outcome.code
 
 
+#: largest command stream ``accelstub disasm`` reads (Ethos-U85 command streams are kilobytes)
+MAX_DISASM_BYTES = 16 << 20
+
+
 def _disasm(path: str) -> int:
-    from accelstub.devices.ethos_u85.stream import disassemble
+    """List the stream chunk by chunk (stream.listing_lines): a listing holds an object per
+    word, so a large file listed at once ran out of memory. Files (or pipes) longer than
+    MAX_DISASM_BYTES are refused before any output."""
+    from accelstub.devices.ethos_u85.stream import listing_lines
+
+    from .files import FileRefused, read_bounded
 
     try:
-        data = Path(path).read_bytes()
+        data = read_bounded(Path(path), MAX_DISASM_BYTES,
+                            f"{MAX_DISASM_BYTES} bytes (16 MiB) are disassembled",
+                            regular_only=False)
+    except FileRefused as e:
+        print(f"accelstub: error: {e}", file=sys.stderr)
+        return 2
     except OSError as e:
         print(f"accelstub: error: cannot read {path}: {e.strerror}", file=sys.stderr)
         return 2
     try:
-        sys.stdout.write(disassemble(data))
+        batch: list[str] = []
+        for line in listing_lines(data):
+            batch.append(line)
+            if len(batch) >= 4096:
+                sys.stdout.write("\n".join(batch) + "\n")
+                batch.clear()
+        if batch:
+            sys.stdout.write("\n".join(batch) + "\n")
         if len(data) % 4:
             print(f"accelstub: warning: {path}: {len(data) % 4} trailing byte(s) are not a "
                   f"command word", file=sys.stderr)

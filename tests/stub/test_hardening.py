@@ -239,3 +239,65 @@ def test_verify_image_diffs_still_listed(ctx, tmp_path):
     assert lines[128] == "More than 128 errors, the rest are not printed."
     assert lines[129] == (f"verify_image: 199 byte(s) differ; first at 0x{SRAM + 1:08x}: "
                           "expected 0x01, got 0x00")
+
+
+# -- 6: accelstub disasm of a huge file: bounded, listed in pieces -----------------------------
+
+def test_disasm_refuses_a_file_over_the_limit_without_reading_it(tmp_path, capsys):
+    from accelstub.stub.cli import MAX_DISASM_BYTES, main
+
+    big = tmp_path / "huge.bin"
+    with open(big, "wb") as f:
+        f.truncate(8 << 30)  # sparse: 8 GiB of zeros, which the old code read and decoded
+    assert _in_thread(lambda: main(["disasm", str(big)]), timeout=2) == 2
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert out.err == (f"accelstub: error: {big} is {8 << 30} bytes; at most {MAX_DISASM_BYTES} "
+                       "bytes (16 MiB) are disassembled\n")
+
+
+def test_disasm_of_an_endless_device_stops_at_the_limit(capsys):
+    from accelstub.stub.cli import main
+
+    assert _in_thread(lambda: main(["disasm", "/dev/zero"])) == 2
+    assert "/dev/zero has more than 16777216 bytes" in capsys.readouterr().err
+
+
+def test_listing_in_pieces_equals_the_whole_listing():
+    import random
+
+    from accelstub.devices.ethos_u85.stream import disassemble, encode, listing_lines
+
+    rng = random.Random(14)
+    words = [rng.getrandbits(32) for _ in range(3000)]
+    words[999:1001] = encode("NPU_SET_IFM_BASE0", addr=0x1234)  # a 2-word command across a cut
+    data = b"".join(w.to_bytes(4, "little") for w in words) + b"\x01\x02"
+    whole = disassemble(data).splitlines()
+    assert whole[-1].startswith("0x2edc: ")  # the 3000th word; the 2 trailing bytes are no word
+    for chunk in (1, 2, 7, 1000, 4096):
+        assert list(listing_lines(data, chunk)) == whole
+
+
+def test_disasm_memory_does_not_grow_with_the_file(tmp_path):
+    """1 MiB of random words: the old listing held ~260 k Command objects at once (+150 MB;
+    5 MB took 750 MB). VmHWM is the child's own peak (ru_maxrss can carry the parent's)."""
+    import os
+    import subprocess
+    import sys
+
+    f = tmp_path / "random.bin"
+    f.write_bytes(os.urandom(1 << 20))
+    code = ("import sys\n"
+            "from accelstub.stub.cli import main\n"
+            "def hwm():\n"
+            "    for line in open('/proc/self/status'):\n"
+            "        if line.startswith('VmHWM:'):\n"
+            "            return int(line.split()[1])\n"
+            "before = hwm()\n"
+            "sys.stdout = open(os.devnull, 'w')\n"
+            f"assert main(['disasm', {str(f)!r}]) == 0\n"
+            "print(hwm() - before, file=sys.stderr)\n")
+    res = subprocess.run([sys.executable, "-c", "import os\n" + code], capture_output=True,
+                         text=True, timeout=60)
+    grown_kb = int(res.stderr.strip().splitlines()[-1])
+    assert grown_kb < 50_000, f"disasm of a 1 MiB stream grew the peak RSS by {grown_kb} KB"
