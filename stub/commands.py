@@ -42,6 +42,9 @@ DEFAULT_WAIT_MS = 5000
 STEP_TIMEOUT_S = 300.0
 #: largest md*/read_memory/dump_image transfer one command may ask for
 MAX_TRANSFER = 64 << 20
+#: most values one md*/read_memory/host md* lists: their text is 3-5 bytes per byte of memory
+#: (read_memory 8 33554432 made a 134 MB reply and peaked at 2.5 GB); dump_image writes more
+MAX_LISTED = 1 << 20
 #: largest image file load_image/verify_image read (a bin image also at most what fits in the
 #: populated memory from its address on)
 MAX_IMAGE_FILE = MAX_TRANSFER
@@ -482,19 +485,77 @@ def cmd_targets(ctx: CommandContext, args: list[str]) -> str:
 _WIDTH = {"d": 8, "w": 4, "h": 2, "b": 1}
 
 
+_HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+
+
+def _hex_digits(values: np.ndarray, size: int) -> np.ndarray:
+    """ASCII hex digits, most significant first, of little-endian values: ``values`` is an
+    (n, size) uint8 array; the result is (n, 2*size). Listings are built as byte arrays this
+    way because a Python string per value cost ~70 bytes of memory for each byte listed."""
+    be = values[:, ::-1]  # most significant byte first
+    out = np.empty((len(values), 2 * size), dtype=np.uint8)
+    out[:, 0::2] = _HEX_DIGITS[be >> 4]
+    out[:, 1::2] = _HEX_DIGITS[be & 15]
+    return out
+
+
+def _md_lines(address: int, size: int, values: np.ndarray) -> np.ndarray:
+    """md lines of whole (n, size) values, each line as bytes ending in a newline."""
+    per_line = 32 // size
+    nlines = -(-len(values) // per_line)
+    starts = (address + 32 * np.arange(nlines, dtype=np.uint64)).astype(">u4")
+    addr_hex = _hex_digits(starts.view(np.uint8).reshape(nlines, 4)[:, ::-1], 4)
+    cell = 2 * size + 1
+    line = np.full((nlines, 12 + per_line * cell + 1), ord(" "), dtype=np.uint8)
+    line[:, 0:2] = np.frombuffer(b"0x", np.uint8)
+    line[:, 2:10] = addr_hex
+    line[:, 10] = ord(":")
+    cells = np.full((nlines * per_line, cell), ord(" "), dtype=np.uint8)
+    cells[:len(values), :2 * size] = _hex_digits(values, size)
+    line[:, 12:12 + per_line * cell] = cells.reshape(nlines, per_line * cell)
+    line[:, -1] = ord("\n")
+    if len(values) % per_line:  # a short last line ends after its last value
+        keep = 12 + (len(values) % per_line) * cell
+        return np.concatenate([line[:-1].ravel(), line[-1, :keep], line[-1, -1:]])
+    return line.ravel()
+
+
 def md_output(address: int, size: int, data: bytes) -> str:
     """OpenOCD's target_handle_md_output: 32 bytes per line, every value followed by a space."""
-    per_line = 32 // size
     count = len(data) // size
-    lines, cur = [], ""
-    for i in range(count):
-        if i % per_line == 0:
-            cur = "0x%08x: " % (address + i * size)
-        v = int.from_bytes(data[i * size:(i + 1) * size], "little")
-        cur += "%0*x " % (2 * size, v)
-        if i % per_line == per_line - 1 or i == count - 1:
-            lines.append(cur)
-    return "\n".join(lines)
+    if not count:
+        return ""
+    values = np.frombuffer(data, dtype=np.uint8, count=count * size).reshape(count, size)
+    return _md_lines(address, size, values)[:-1].tobytes().decode("ascii")
+
+
+def value_list(data: bytes, size: int) -> str:
+    """read_memory's Tcl list: ``0x%x`` per little-endian value (no leading zeros), one space
+    between, built in numpy (a few bytes of memory per byte of the reply)."""
+    count = len(data) // size
+    if not count:
+        return ""
+    values = np.frombuffer(data, dtype=np.uint8, count=count * size).reshape(count, size)
+    width = 2 * size
+    cells = np.empty((count, width + 3), dtype=np.uint8)
+    cells[:, 0:2] = np.frombuffer(b"0x", np.uint8)
+    cells[:, 2:2 + width] = _hex_digits(values, size)
+    cells[:, -1] = ord(" ")
+    # the first significant digit of each value (the last one for 0): digits before it go
+    first = np.argmax(cells[:, 2:2 + width] != ord("0"), axis=1)
+    first[(cells[:, 2:2 + width] == ord("0")).all(axis=1)] = width - 1
+    keep = np.ones(cells.shape, dtype=bool)
+    keep[:, 2:2 + width] = np.arange(width) >= first[:, None]
+    text = cells[keep][:-1]
+    del cells, keep  # the reply is the only thing as large as itself that stays
+    return text.tobytes().decode("ascii")
+
+
+def _listed(cmd: str, count: int) -> None:
+    """Refuse a listing of more than MAX_LISTED values before reading anything."""
+    if count > MAX_LISTED:
+        raise CommandError(f"{cmd}: {count} values are too many for one command (at most "
+                           f"{MAX_LISTED}; dump_image writes memory to a file)")
 
 
 def _phys(args: list[str]) -> list[str]:
@@ -510,6 +571,7 @@ def _md(name: str) -> Callable[[CommandContext, list[str]], str]:
             raise _usage(name)
         addr = parse_address(name, args[0])
         count = parse_number(name, "count", args[1]) if len(args) == 2 else 1
+        _listed(name, count)
         data = _mem_read(name, ctx.target, addr, count * size)
         return md_output(addr, size, data)
 
@@ -525,8 +587,7 @@ def cmd_host(ctx: CommandContext, args: list[str]) -> str:
     size = _WIDTH[name[2]]
     addr = parse_address("host", args[1])
     count = parse_number("host", "count", args[2]) if len(args) == 3 else 1
-    if count * size > MAX_TRANSFER:
-        raise CommandError(f"host: {count * size} bytes is too much for one command")
+    _listed("host", count)
     try:
         with rc.halted_access(f"host {name}"):
             data = rc.device.host_read(addr, count * size)
@@ -569,9 +630,9 @@ def cmd_read_memory(ctx: CommandContext, args: list[str]) -> str:
     addr = parse_address("read_memory", args[0])
     size = _width("read_memory", args[1])
     count = parse_number("read_memory", "count", args[2])
+    _listed("read_memory", count)
     data = _mem_read("read_memory", ctx.target, addr, count * size)
-    return " ".join("0x%x" % int.from_bytes(data[i:i + size], "little")
-                    for i in range(0, len(data), size))
+    return value_list(data, size)
 
 
 def cmd_write_memory(ctx: CommandContext, args: list[str]) -> str:

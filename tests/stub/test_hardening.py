@@ -301,3 +301,247 @@ def test_disasm_memory_does_not_grow_with_the_file(tmp_path):
                          text=True, timeout=60)
     grown_kb = int(res.stderr.strip().splitlines()[-1])
     assert grown_kb < 50_000, f"disasm of a 1 MiB stream grew the peak RSS by {grown_kb} KB"
+
+
+# -- 2: backpressure: a client that does not read is no longer read ---------------------------
+
+EOM = b"\x1a"
+MDW = f"mdw {SRAM:#x} 2048"  # a ~21 KB reply
+
+
+def _small_receiver(port: int):
+    """A client socket with a small receive buffer (set before connect, so the window is small
+    too): the server's kernel buffers hold little for it, and a server that keeps writing shows."""
+    import socket
+
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.settimeout(10)
+    s.connect(("127.0.0.1", port))
+    return s
+
+
+def _small_server_buffers(server) -> None:
+    """Shrink the send buffer of the server's socket for the one client (a slow link): on
+    loopback the kernel would otherwise absorb megabytes before the server notices anything."""
+    import socket
+
+    t_end = time.monotonic() + 2
+    while not server._conns and time.monotonic() < t_end:
+        time.sleep(0.01)
+    server._conns[0].sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+
+
+def _count_calls(monkeypatch, module, name: str) -> list:
+    calls: list = []
+    real = getattr(module, name)
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, counting)
+    return calls
+
+
+def _settle(calls: list, quiet: float = 0.3, timeout: float = 3.0) -> int:
+    """Wait until ``calls`` stops growing; its length."""
+    t_end = time.monotonic() + timeout
+    n = -1
+    while n != len(calls) and time.monotonic() < t_end:
+        n = len(calls)
+        time.sleep(quiet)
+    return len(calls)
+
+
+def _read_frames(s, want: int) -> list[bytes]:
+    buf, frames = b"", []
+    while len(frames) < want:
+        data = s.recv(1 << 20)
+        assert data, "connection closed"
+        buf += data
+        *done, buf = buf.split(EOM)
+        frames += done
+    return frames
+
+
+def test_tcl_stops_reading_a_client_that_reads_no_replies(ctx, monkeypatch):
+    """3000 pipelined requests whose 63 MB of replies are not read: the server answers what fits
+    in 1 MiB (plus the kernel's socket buffers) and then waits; the old one answered all 3000,
+    queueing every reply in memory. Reading afterwards gets every reply, in order."""
+    from accelstub.stub import tcl_rpc
+
+    calls = _count_calls(monkeypatch, tcl_rpc, "execute")
+    server = tcl_rpc.TclRpcServer(ctx, "127.0.0.1", 0)
+    server.start()
+    try:
+        with _small_receiver(server.port) as s:
+            s.sendall((MDW.encode() + EOM) * 3000)
+            answered = _settle(calls)
+            assert answered < 600, f"{answered} of 3000 requests answered with nobody reading"
+            conn = server._conns[0]
+            assert conn.out.queued <= conn.out.limit + 25_000
+            frames = _read_frames(s, 3000)
+        assert len(calls) == 3000
+        assert all(f.startswith(b"0x50400000: 00000000 ") for f in frames)
+    finally:
+        server.stop()
+
+
+def test_telnet_stops_reading_a_client_that_reads_no_replies(ctx, monkeypatch):
+    from accelstub.stub import telnet
+
+    calls = _count_calls(monkeypatch, telnet, "execute")
+    server = telnet.TelnetServer(ctx, "127.0.0.1", 0)
+    server.start()
+    try:
+        with _small_receiver(server.port) as s:
+            s.sendall((MDW + "\n").encode() * 1500)
+            answered = _settle(calls)
+            assert answered < 600, f"{answered} of 1500 requests answered with nobody reading"
+            seen, tail = 0, b""
+            while seen < 1500:
+                data = s.recv(1 << 20)
+                assert data, "connection closed"
+                seen += (tail + data).count(b"0x50400000: ")
+                tail = data[-11:]
+        assert len(calls) == 1500
+    finally:
+        server.stop()
+
+
+def test_telnet_client_that_reads_nothing_never_blocks_run_control(ctx, rc):
+    """Stop messages to a telnet client that reads nothing: the old server wrote them from the
+    run-control worker and blocked it once the socket buffers were full, so the next resume
+    never ran (for every client). Now they queue, and the connection is closed past 1 MiB."""
+    from accelstub.stub import listener
+    from accelstub.stub.telnet import TelnetServer
+
+    server = TelnetServer(ctx, "127.0.0.1", 0)
+    server.start()
+    try:
+        with _small_receiver(server.port):
+            _small_server_buffers(server)
+            time.sleep(0.1)
+            for i in range(1500):  # nothing to run: every resume is an immediate idle stop
+                rc.resume()
+                assert rc.wait(2) is not None, f"run control blocked after {i} stops"
+            conn = server._conns[0]
+            assert 50_000 < conn.out.queued < listener.UNSOLICITED_LIMIT  # waiting, not lost
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("kind", ["telnet", "tcl"])
+def test_unread_unsolicited_output_past_the_limit_closes_the_connection(ctx, rc, monkeypatch,
+                                                                        kind):
+    from accelstub.stub import listener
+    from accelstub.stub.tcl_rpc import TclRpcServer
+    from accelstub.stub.telnet import TelnetServer
+
+    monkeypatch.setattr(listener, "UNSOLICITED_LIMIT", 20_000)
+    server = (TelnetServer if kind == "telnet" else TclRpcServer)(ctx, "127.0.0.1", 0)
+    server.start()
+    try:
+        with _small_receiver(server.port) as s:
+            _small_server_buffers(server)
+            if kind == "tcl":
+                s.sendall(b"tcl notifications on" + EOM)
+            time.sleep(0.2)
+            for i in range(3000):
+                rc.resume()
+                assert rc.wait(2) is not None, f"run control blocked after {i} stops"
+                if server.connections == 0:
+                    break
+            t_end = time.monotonic() + 3
+            while server.connections and time.monotonic() < t_end:
+                time.sleep(0.05)
+            assert server.connections == 0, "the connection that reads nothing is still open"
+            s.settimeout(5)
+            data = b""
+            while True:  # what was queued before the cut, then the end of the stream
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+            assert len(data) < 20_000 + 2 * 65536
+    finally:
+        server.stop()
+
+
+def test_gdb_session_stops_reading_a_client_that_reads_no_replies(stub, monkeypatch):
+    """RSP replies are written by the session's own thread: a client that does not read them
+    stops the session reading (checked, no change needed)."""
+    from accelstub.stub import session
+    from accelstub.stub.rsp_codec import frame
+
+    calls = _count_calls(monkeypatch, session.GdbSession, "dispatch")
+    with _small_receiver(stub.gdb[0].port) as s:
+        s.sendall(frame(b"QStartNoAckMode"))
+        time.sleep(0.1)
+        s.sendall(frame(b"m50400000,8000") * 3000)  # 3000 x 64 KiB of hex
+        answered = _settle(calls)
+        assert answered < 300, f"{answered} of 3000 packets answered with nobody reading"
+
+
+# -- 3: listings are bounded and cost a few times their size ------------------------------------
+
+@pytest.mark.parametrize("line", ["read_memory 0x60000000 8 33554432", "mdb 0x60000000 1048577",
+                                  "mdw 0x10000000 2000000", "host mdw 0x10000000 1048577"])
+def test_listing_more_than_the_limit_is_refused_before_reading(line):
+    from accelstub.stub.commands import MAX_LISTED
+
+    rc = RunControl(open_device("ethos-u85"))
+    ctx = CommandContext(targets=[rc], log=lambda s: None)
+    count = int(line.split()[-1])
+    cmd = line.split()[0]
+    t0 = time.perf_counter()
+    assert err(ctx, line) == (f"{cmd}: {count} values are too many for one command (at most "
+                              f"{MAX_LISTED}; dump_image writes memory to a file)")
+    assert time.perf_counter() - t0 < 0.5
+
+
+def test_read_memory_peak_memory_is_a_few_times_its_reply():
+    """read_memory of 1 Mi bytes of random data: the reply is ~5 MB; the old list of one Python
+    string per value peaked at ~14x the reply (2.5 GB for 32 MiB)."""
+    import os
+    import tracemalloc
+
+    rc = RunControl(open_device("ethos-u85"))
+    ctx = CommandContext(targets=[rc], log=lambda s: None)
+    data = os.urandom(1 << 20)
+    rc.device.write(0x10000000, data)
+    tracemalloc.start()
+    try:
+        t0 = time.perf_counter()
+        reply = execute(ctx, "read_memory 0x10000000 8 1048576")
+        elapsed = time.perf_counter() - t0
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    values = reply.split(" ")
+    assert values[:3] == ["0x%x" % b for b in data[:3]] and len(values) == 1 << 20
+    assert bytes(int(v, 16) for v in values) == data
+    assert peak < 6 * len(reply), f"peak {peak / 1e6:.1f} MB for a {len(reply) / 1e6:.1f} MB reply"
+    assert elapsed < 2.0
+
+
+@pytest.mark.parametrize("width", [1, 2, 4, 8])
+def test_listings_match_openocd_formats_for_every_width(width):
+    """The numpy formatters against the per-value formats (OpenOCD's md and read_memory)."""
+    import random
+
+    from accelstub.stub.commands import md_output, value_list
+
+    rng = random.Random(width)
+    for n in (0, 1, 2, 31 // width, 32 // width, 33 // width + 1, 100):
+        data = bytes(rng.choice([0, 0, 1, 0x10, 0xFF, rng.randrange(256)])
+                     for _ in range(n * width))
+        addr = rng.randrange(1 << 31) & ~7
+        ints = [int.from_bytes(data[i:i + width], "little") for i in range(0, len(data), width)]
+        per_line = 32 // width
+        rows = [ints[k:k + per_line] for k in range(0, n, per_line)]
+        lines = ["0x%08x: " % (addr + 32 * k) + "".join("%0*x " % (2 * width, v) for v in row)
+                 for k, row in enumerate(rows)]
+        assert md_output(addr, width, data) == "\n".join(lines)
+        assert value_list(data, width) == " ".join("0x%x" % v for v in ints)
