@@ -43,6 +43,8 @@ class RunControl:
         self.breakpoints: set[int] = set()
         #: watchpoints in insertion order (a dict: O(1) insert and remove)
         self._watch: dict[Watchpoint, None] = {}
+        #: the same watchpoints by start address, so removing by address is O(1)
+        self._watch_at: dict[int, dict[Watchpoint, None]] = {}
         self.host: HostProgram | None = None
         self.last_stop: Stop = Stop("halt", SIGTRAP, message="halted at start")
         self._halt = threading.Event()
@@ -122,24 +124,37 @@ class RunControl:
             return True
         return False
 
+    def clear_breakpoints(self) -> None:
+        self.breakpoints.clear()
+
     @property
     def watchpoints(self) -> list[Watchpoint]:
         return list(self._watch)
 
     def add_watchpoint(self, kind: str, addr: int, length: int) -> None:
-        self._watch[Watchpoint(kind, addr, max(1, length))] = None
+        w = Watchpoint(kind, addr, max(1, length))
+        self._watch[w] = None
+        self._watch_at.setdefault(addr, {})[w] = None
 
     def remove_watchpoint(self, kind: str | None, addr: int, length: int | None = None) -> bool:
-        if kind is not None and length is not None:
-            return self._watch.pop(Watchpoint(kind, addr, max(1, length)), 0) is None
-        gone = [w for w in self._watch if w.start == addr and (kind is None or w.kind == kind)
+        """Remove the watchpoints at ``addr`` matching ``kind`` and ``length`` (None: any). Looks
+        only at the watchpoints starting at ``addr`` (the per-address index), so removing all of
+        n watchpoints one by one (``rwp`` per address, gdb's ``z``) costs O(n), not O(n^2)."""
+        here = self._watch_at.get(addr)
+        if not here:
+            return False
+        gone = [w for w in here if (kind is None or w.kind == kind)
                 and (length is None or w.length == max(1, length))]
         for w in gone:
             del self._watch[w]
+            del here[w]
+        if not here:
+            del self._watch_at[addr]
         return bool(gone)
 
     def clear_watchpoints(self) -> None:
         self._watch.clear()
+        self._watch_at.clear()
 
     # -- execution ---------------------------------------------------------------------------
     def resume(self) -> None:

@@ -83,6 +83,19 @@ def _program_options(args: argparse.Namespace) -> ProgramOptions:
     return ProgramOptions(**given, verbose=bool(getattr(args, "verbose", False)))
 
 
+def port_number(text: str) -> int:
+    """argparse type of --port/--telnet-port/--tcl-port: 0-65535, so a bad port is a usage
+    error and not an OverflowError from bind()."""
+    try:
+        port = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid port '{text}' (a number 0-65535)") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is out of range (0-65535; 0 picks a free "
+                                         "port)")
+    return port
+
+
 class CliError(Exception):
     """A command-line mistake: printed as "accelstub: error: ...", exit status 2."""
 
@@ -195,16 +208,37 @@ def _run(args: argparse.Namespace) -> int:
     return outcome.code
 
 
+#: largest command stream ``accelstub disasm`` reads (Ethos-U85 command streams are kilobytes)
+MAX_DISASM_BYTES = 16 << 20
+
+
 def _disasm(path: str) -> int:
-    from accelstub.devices.ethos_u85.stream import disassemble
+    """List the stream chunk by chunk (stream.listing_lines): a listing holds an object per
+    word, so a large file listed at once ran out of memory. Files (or pipes) longer than
+    MAX_DISASM_BYTES are refused before any output."""
+    from accelstub.devices.ethos_u85.stream import listing_lines
+
+    from .files import FileRefused, read_bounded
 
     try:
-        data = Path(path).read_bytes()
+        data = read_bounded(Path(path), MAX_DISASM_BYTES,
+                            f"{MAX_DISASM_BYTES} bytes (16 MiB) are disassembled",
+                            regular_only=False)
+    except FileRefused as e:
+        print(f"accelstub: error: {e}", file=sys.stderr)
+        return 2
     except OSError as e:
         print(f"accelstub: error: cannot read {path}: {e.strerror}", file=sys.stderr)
         return 2
     try:
-        sys.stdout.write(disassemble(data))
+        batch: list[str] = []
+        for line in listing_lines(data):
+            batch.append(line)
+            if len(batch) >= 4096:
+                sys.stdout.write("\n".join(batch) + "\n")
+                batch.clear()
+        if batch:
+            sys.stdout.write("\n".join(batch) + "\n")
         if len(data) % 4:
             print(f"accelstub: warning: {path}: {len(data) % 4} trailing byte(s) are not a "
                   f"command word", file=sys.stderr)
@@ -222,10 +256,12 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("device", choices=DEVICES)
     s.add_argument("--program", help="program to load (default: the bundled demo)")
     s.add_argument("--no-demo", action="store_true", help="start with no program loaded")
-    s.add_argument("--port", type=int, default=3333, help="gdb port (0 = pick a free one)")
-    s.add_argument("--telnet-port", type=int, default=4444)
-    s.add_argument("--tcl-port", type=int, default=6666)
-    s.add_argument("--bind", default="127.0.0.1", help="address to listen on")
+    s.add_argument("--port", type=port_number, default=3333,
+                   help="gdb port (0 = pick a free one)")
+    s.add_argument("--telnet-port", type=port_number, default=4444)
+    s.add_argument("--tcl-port", type=port_number, default=6666)
+    s.add_argument("--bind", default="127.0.0.1", help="address to listen on (IPv4 or IPv6, "
+                   "e.g. ::1)")
     s.add_argument("--serial", metavar="PORT_OR_URL", help="also serve gdb on a serial port or "
                    "pyserial URL")
     s.add_argument("--baud", type=int, default=115200)

@@ -18,10 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
+
 from accelstub.devices import BusError, DeviceError, TargetRunning
 from accelstub.devices.device import CORE_REGS, Stop
 from accelstub.devices.runcontrol import RunControl
 
+from .files import FileRefused, read_bounded, write_regular
 from .target_xml import FIRST_DEVICE_REGNUM, register_table
 
 try:  # pragma: no cover - depends on the install
@@ -39,6 +42,12 @@ DEFAULT_WAIT_MS = 5000
 STEP_TIMEOUT_S = 300.0
 #: largest md*/read_memory/dump_image transfer one command may ask for
 MAX_TRANSFER = 64 << 20
+#: most values one md*/read_memory/host md* lists: their text is 3-5 bytes per byte of memory
+#: (read_memory 8 33554432 made a 134 MB reply and peaked at 2.5 GB); dump_image writes more
+MAX_LISTED = 1 << 20
+#: largest image file load_image/verify_image read (a bin image also at most what fits in the
+#: populated memory from its address on)
+MAX_IMAGE_FILE = MAX_TRANSFER
 
 
 class CommandError(Exception):
@@ -477,19 +486,77 @@ def cmd_targets(ctx: CommandContext, args: list[str]) -> str:
 _WIDTH = {"d": 8, "w": 4, "h": 2, "b": 1}
 
 
+_HEX_DIGITS = np.frombuffer(b"0123456789abcdef", dtype=np.uint8)
+
+
+def _hex_digits(values: np.ndarray, size: int) -> np.ndarray:
+    """ASCII hex digits, most significant first, of little-endian values: ``values`` is an
+    (n, size) uint8 array; the result is (n, 2*size). Listings are built as byte arrays this
+    way because a Python string per value cost ~70 bytes of memory for each byte listed."""
+    be = values[:, ::-1]  # most significant byte first
+    out = np.empty((len(values), 2 * size), dtype=np.uint8)
+    out[:, 0::2] = _HEX_DIGITS[be >> 4]
+    out[:, 1::2] = _HEX_DIGITS[be & 15]
+    return out
+
+
+def _md_lines(address: int, size: int, values: np.ndarray) -> np.ndarray:
+    """md lines of whole (n, size) values, each line as bytes ending in a newline."""
+    per_line = 32 // size
+    nlines = -(-len(values) // per_line)
+    starts = (address + 32 * np.arange(nlines, dtype=np.uint64)).astype(">u4")
+    addr_hex = _hex_digits(starts.view(np.uint8).reshape(nlines, 4)[:, ::-1], 4)
+    cell = 2 * size + 1
+    line = np.full((nlines, 12 + per_line * cell + 1), ord(" "), dtype=np.uint8)
+    line[:, 0:2] = np.frombuffer(b"0x", np.uint8)
+    line[:, 2:10] = addr_hex
+    line[:, 10] = ord(":")
+    cells = np.full((nlines * per_line, cell), ord(" "), dtype=np.uint8)
+    cells[:len(values), :2 * size] = _hex_digits(values, size)
+    line[:, 12:12 + per_line * cell] = cells.reshape(nlines, per_line * cell)
+    line[:, -1] = ord("\n")
+    if len(values) % per_line:  # a short last line ends after its last value
+        keep = 12 + (len(values) % per_line) * cell
+        return np.concatenate([line[:-1].ravel(), line[-1, :keep], line[-1, -1:]])
+    return line.ravel()
+
+
 def md_output(address: int, size: int, data: bytes) -> str:
     """OpenOCD's target_handle_md_output: 32 bytes per line, every value followed by a space."""
-    per_line = 32 // size
     count = len(data) // size
-    lines, cur = [], ""
-    for i in range(count):
-        if i % per_line == 0:
-            cur = "0x%08x: " % (address + i * size)
-        v = int.from_bytes(data[i * size:(i + 1) * size], "little")
-        cur += "%0*x " % (2 * size, v)
-        if i % per_line == per_line - 1 or i == count - 1:
-            lines.append(cur)
-    return "\n".join(lines)
+    if not count:
+        return ""
+    values = np.frombuffer(data, dtype=np.uint8, count=count * size).reshape(count, size)
+    return _md_lines(address, size, values)[:-1].tobytes().decode("ascii")
+
+
+def value_list(data: bytes, size: int) -> str:
+    """read_memory's Tcl list: ``0x%x`` per little-endian value (no leading zeros), one space
+    between, built in numpy (a few bytes of memory per byte of the reply)."""
+    count = len(data) // size
+    if not count:
+        return ""
+    values = np.frombuffer(data, dtype=np.uint8, count=count * size).reshape(count, size)
+    width = 2 * size
+    cells = np.empty((count, width + 3), dtype=np.uint8)
+    cells[:, 0:2] = np.frombuffer(b"0x", np.uint8)
+    cells[:, 2:2 + width] = _hex_digits(values, size)
+    cells[:, -1] = ord(" ")
+    # the first significant digit of each value (the last one for 0): digits before it go
+    first = np.argmax(cells[:, 2:2 + width] != ord("0"), axis=1)
+    first[(cells[:, 2:2 + width] == ord("0")).all(axis=1)] = width - 1
+    keep = np.ones(cells.shape, dtype=bool)
+    keep[:, 2:2 + width] = np.arange(width) >= first[:, None]
+    text = cells[keep][:-1]
+    del cells, keep  # the reply is the only thing as large as itself that stays
+    return text.tobytes().decode("ascii")
+
+
+def _listed(cmd: str, count: int) -> None:
+    """Refuse a listing of more than MAX_LISTED values before reading anything."""
+    if count > MAX_LISTED:
+        raise CommandError(f"{cmd}: {count} values are too many for one command (at most "
+                           f"{MAX_LISTED}; dump_image writes memory to a file)")
 
 
 def _phys(args: list[str]) -> list[str]:
@@ -505,6 +572,7 @@ def _md(name: str) -> Callable[[CommandContext, list[str]], str]:
             raise _usage(name)
         addr = parse_address(name, args[0])
         count = parse_number(name, "count", args[1]) if len(args) == 2 else 1
+        _listed(name, count)
         data = _mem_read(name, ctx.target, addr, count * size)
         return md_output(addr, size, data)
 
@@ -520,8 +588,7 @@ def cmd_host(ctx: CommandContext, args: list[str]) -> str:
     size = _WIDTH[name[2]]
     addr = parse_address("host", args[1])
     count = parse_number("host", "count", args[2]) if len(args) == 3 else 1
-    if count * size > MAX_TRANSFER:
-        raise CommandError(f"host: {count * size} bytes is too much for one command")
+    _listed("host", count)
     try:
         with rc.halted_access(f"host {name}"):
             data = rc.device.host_read(addr, count * size)
@@ -564,9 +631,9 @@ def cmd_read_memory(ctx: CommandContext, args: list[str]) -> str:
     addr = parse_address("read_memory", args[0])
     size = _width("read_memory", args[1])
     count = parse_number("read_memory", "count", args[2])
+    _listed("read_memory", count)
     data = _mem_read("read_memory", ctx.target, addr, count * size)
-    return " ".join("0x%x" % int.from_bytes(data[i:i + size], "little")
-                    for i in range(0, len(data), size))
+    return value_list(data, size)
 
 
 def cmd_write_memory(ctx: CommandContext, args: list[str]) -> str:
@@ -626,6 +693,22 @@ def parse_ihex(text: str, name: str = "image") -> list[tuple[int, bytes]]:
     return [(a, bytes(d)) for a, d in sections]
 
 
+def _room(rc: RunControl, addr: int) -> tuple[int, str]:
+    """Bytes of populated memory from ``addr`` on without a hole (adjacent ranges joined), and
+    where that is: the most a binary image at ``addr`` can hold, so load_image reads no more."""
+    ranges = sorted((s, e, r.name) for r in rc.device.description.regions
+                    for s, e in r.populated)
+    end, names = addr, []
+    for s, e, name in ranges:
+        if s <= end < e:
+            end = e
+            if name not in names:
+                names.append(name)
+    if end == addr:
+        return 0, f"nothing fits at 0x{addr:08x} (not populated memory of {rc.device.name})"
+    return end - addr, f"{end - addr} bytes fit in memory from 0x{addr:08x} ({', '.join(names)})"
+
+
 def _open_image(ctx: CommandContext, cmd: str,
                 args: list[str]) -> tuple[Path, list[tuple[int, bytes]]]:
     if not 1 <= len(args) <= 3:
@@ -635,14 +718,24 @@ def _open_image(ctx: CommandContext, cmd: str,
     fmt = args[2].lower() if len(args) == 3 else None
     if fmt not in (None, "bin", "ihex"):
         raise CommandError(f"{cmd}: image format '{args[2]}' is not supported (use bin or ihex)")
+    limit, limit_text = MAX_IMAGE_FILE, f"{MAX_IMAGE_FILE} bytes per image file"
+    if fmt == "bin":
+        room, where = _room(ctx.target, offset)
+        if room < limit:
+            limit, limit_text = room, where
     try:
-        raw = path.read_bytes()
+        raw = read_bounded(path, limit, limit_text, name=args[0])
+    except FileRefused as e:
+        raise CommandError(f"{cmd}: {e}") from None
     except OSError as e:
         raise CommandError(f"{cmd}: couldn't open {args[0]}: {e.strerror or e}") from None
     if fmt is None:
         if raw[:4] == b"\x7fELF":
             raise CommandError(f"{cmd}: {args[0]} is an ELF file; give a bin or ihex image")
         fmt = "ihex" if raw[:1] == b":" and _looks_ihex(raw) else "bin"
+        room, where = _room(ctx.target, offset)
+        if fmt == "bin" and len(raw) > room:
+            raise CommandError(f"{cmd}: {args[0]} is {len(raw)} bytes; at most {where}")
     if fmt == "bin":
         sections = [(offset, raw)]
     else:
@@ -690,7 +783,9 @@ def cmd_dump_image(ctx: CommandContext, args: list[str]) -> str:
     t0 = time.perf_counter()
     data = _mem_read("dump_image", ctx.target, addr, size)
     try:
-        path.write_bytes(data)
+        write_regular(path, data, name=args[0])
+    except FileRefused as e:
+        raise CommandError(f"dump_image: {e}") from None
     except OSError as e:
         raise CommandError(f"dump_image: couldn't write {args[0]}: {e.strerror or e}") from None
     t = _elapsed(t0)
@@ -710,14 +805,14 @@ def cmd_verify_image(ctx: CommandContext, args: list[str]) -> str:
         total += len(d)
         if mem == d:
             continue
-        for i, (got, want) in enumerate(zip(mem, d)):
-            if got != want:
-                if first is None:
-                    first = (a + i, want, got)
-                if ndiff < 128:
-                    diffs.append("diff %d address 0x%08x. Was 0x%02x instead of 0x%02x"
-                                 % (ndiff, a + i, got, want))
-                ndiff += 1
+        differ = np.flatnonzero(np.frombuffer(mem, np.uint8) != np.frombuffer(d, np.uint8))
+        for i in differ[:max(0, 128 - ndiff)].tolist():
+            diffs.append("diff %d address 0x%08x. Was 0x%02x instead of 0x%02x"
+                         % (len(diffs), a + i, mem[i], d[i]))
+        if first is None:
+            i = int(differ[0])
+            first = (a + i, d[i], mem[i])
+        ndiff += len(differ)
     if first is not None:
         if ndiff > 128:
             diffs.append("More than 128 errors, the rest are not printed.")
@@ -873,8 +968,7 @@ def cmd_rbp(ctx: CommandContext, args: list[str]) -> str:
         raise _usage("rbp")
     rc = ctx.target
     if args[0] == "all":
-        for a in list(rc.breakpoints):
-            rc.remove_breakpoint(a)
+        rc.clear_breakpoints()
         _BP_LEN.pop(rc, None)
         return ""
     addr = parse_address("rbp", args[0])
@@ -916,8 +1010,7 @@ def cmd_rwp(ctx: CommandContext, args: list[str]) -> str:
         raise _usage("rwp")
     rc = ctx.target
     if args[0] == "all":
-        for w in list(rc.watchpoints):
-            rc.remove_watchpoint(None, w.start)
+        rc.clear_watchpoints()
         return ""
     addr = parse_address("rwp", args[0])
     if not rc.remove_watchpoint(None, addr):
@@ -1019,7 +1112,9 @@ def cmd_svd(ctx: CommandContext, args: list[str]) -> str:
 
     path = _resolve(ctx, args[0])
     try:
-        path.write_text(description_to_svd(ctx.target.device.description), encoding="utf-8")
+        write_regular(path, description_to_svd(ctx.target.device.description).encode("utf-8"))
+    except FileRefused as e:
+        raise CommandError(f"svd: {e}") from None
     except OSError as e:
         raise CommandError(f"svd: cannot write {path}: {e.strerror}") from None
     return f"wrote {path}"

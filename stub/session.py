@@ -22,6 +22,23 @@ log = logging.getLogger("accelstub.gdb")
 
 PACKET_SIZE = 0x20000  # bytes of payload we accept; gdb then reads 64 KiB per 'm'
 E_FAULT, E_INVAL, E_RUNNING, E_PERM = b"E0e", b"E16", b"E10", b"E01"
+_HEX_DIGITS = frozenset(b"0123456789abcdefABCDEF")
+
+
+def hex_number(text: bytes) -> int:
+    """A packet's hex number: digits only. Python's int(x, 16) also takes a sign, spaces and
+    underscores, so ``m 0,-1`` would read -1 bytes and answer an empty packet instead of an
+    error; ValueError here becomes E16."""
+    if not text or not _HEX_DIGITS.issuperset(text):
+        raise ValueError(f"not a hex number: {text[:20]!r}")
+    return int(text, 16)
+
+
+def hex_bytes(text: bytes) -> bytes:
+    """Hex-encoded data (an even number of hex digits); ValueError otherwise."""
+    if len(text) % 2 or not _HEX_DIGITS.issuperset(text):
+        raise ValueError("not hex-encoded data")
+    return bytes.fromhex(text.decode("ascii"))
 
 
 class GdbSession:
@@ -185,7 +202,7 @@ class GdbSession:
             return None
         if addr:
             try:
-                self.device.set_pc(int(addr, 16))
+                self.device.set_pc(hex_number(addr))
             except (ValueError, DeviceError) as e:
                 self.console(f"accelstub: {e}\n")
                 return E_INVAL
@@ -253,23 +270,30 @@ class GdbSession:
         return self._core_hex()
 
     def _write_core(self, p: bytes) -> bytes:
-        data = bytes.fromhex(p[1:].decode())
-        for i, name in enumerate(self.server.core_names):
-            if len(data) >= 4 * i + 4:
-                v = int.from_bytes(data[4 * i:4 * i + 4], "little")
-                if name == "pc":
-                    if v != self.device.pc:
-                        try:
+        try:
+            data = hex_bytes(p[1:])
+        except ValueError:
+            return E_INVAL
+        if len(data) % 4:
+            return E_INVAL
+        try:
+            for i, name in enumerate(self.server.core_names):
+                if len(data) >= 4 * i + 4:
+                    v = int.from_bytes(data[4 * i:4 * i + 4], "little")
+                    if name == "pc":
+                        if v != self.device.pc:
                             self.device.set_pc(v)
-                        except DeviceError:
-                            return E_INVAL
-                else:
-                    self.device.write_core(name, v)
+                    else:
+                        self.device.write_core(name, v)
+        except TargetRunning:
+            return E_RUNNING
+        except (BusError, DeviceError):
+            return E_INVAL
         return b"OK"
 
     def _read_reg(self, p: bytes) -> bytes:
         try:
-            entry = self.server.regnums[int(p[1:], 16)]
+            entry = self.server.regnums[hex_number(p[1:])]
         except (ValueError, KeyError):
             return E_INVAL
         if entry.register is None:
@@ -281,8 +305,8 @@ class GdbSession:
     def _write_reg(self, p: bytes) -> bytes:
         try:
             num, val = p[1:].split(b"=", 1)
-            entry = self.server.regnums[int(num, 16)]
-            raw = bytes.fromhex(val.decode())
+            entry = self.server.regnums[hex_number(num)]
+            raw = hex_bytes(val)
         except (ValueError, KeyError):
             return E_INVAL
         if len(raw) != entry.bits // 8:
@@ -304,7 +328,7 @@ class GdbSession:
     @staticmethod
     def _addr_len(s: bytes) -> tuple[int, int]:
         a, n = s.split(b",", 1)
-        return int(a, 16), int(n, 16)
+        return hex_number(a), hex_number(n)
 
     def _read_bytes(self, addr: int, n: int) -> bytes | None:
         n = min(n, PACKET_SIZE // 2)
@@ -349,7 +373,7 @@ class GdbSession:
         try:
             head, hexdata = p[1:].split(b":", 1)
             addr, n = self._addr_len(head)
-            data = bytes.fromhex(hexdata.decode())
+            data = hex_bytes(hexdata)
         except ValueError:
             return E_INVAL
         if len(data) != n:
@@ -370,7 +394,7 @@ class GdbSession:
     # -- breakpoints and watchpoints --------------------------------------------------------
     def _z_args(self, p: bytes) -> tuple[int, int, int]:
         kind, addr, length = p[1:].split(b";")[0].split(b",")[:3]
-        return int(kind, 16), int(addr, 16), int(length, 16)
+        return hex_number(kind), hex_number(addr), hex_number(length)
 
     def _insert(self, p: bytes) -> bytes:
         try:
@@ -450,7 +474,7 @@ class GdbSession:
 
     def _monitor(self, hexcmd: bytes) -> bytes:
         try:
-            line = bytes.fromhex(hexcmd.decode()).decode("utf-8", "replace")
+            line = hex_bytes(hexcmd).decode("utf-8", "replace")
         except ValueError:
             return E_INVAL
         ctx = self.server.command_context(log=lambda s: self.console(s.rstrip("\n") + "\n"))

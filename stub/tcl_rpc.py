@@ -9,17 +9,18 @@ After ``tcl notifications on`` (also ``tcl_notifications on``) the connection re
 ``type target_event event resumed|halted\\r\\n\\x1a`` when a target starts or stops, followed by
 ``type target_state state running|halted\\r\\n\\x1a`` when the state differs from the last one
 sent, as OpenOCD's tcl_target_callback_event_handler does. All output of a connection goes through
-one writer thread, so a slow client never blocks a run-control worker.
+one writer thread (listener.OutputQueue), so a slow client never blocks a run-control worker;
+a client that does not read its replies is no longer read once 1 MiB of them wait, and one
+that lets 1 MiB of notifications pile up is disconnected.
 """
 from __future__ import annotations
 
 import logging
-import queue
 import socket
 import threading
 
 from .commands import CommandContext, CommandError, context_for, execute, split_words
-from .listener import TcpListener
+from .listener import OutputQueue, TcpListener
 
 log = logging.getLogger("accelstub.tcl")
 
@@ -34,28 +35,32 @@ class _Connection:
         self.ctx: CommandContext = context_for(server.context_source, lambda s: None)
         self.notify = False
         self.closed = False
-        self._out: queue.Queue = queue.Queue()
         self._last_state: dict[int, str] = {}
         self._state_lock = threading.Lock()
         self._hooks: list = []
-        self.writer = threading.Thread(target=self._write_loop, daemon=True,
-                                       name="tcl-writer")
+        self.out = OutputQueue(sock, "tcl-writer", self._overflow)
 
     # -- output -----------------------------------------------------------------------------
-    def send(self, data: bytes) -> None:
+    def send(self, data: bytes, unsolicited: bool = False) -> None:
         if not self.closed:
-            self._out.put(data)
+            self.out.put(data, unsolicited)
 
-    def _write_loop(self) -> None:
-        while True:
-            data = self._out.get()
-            if data is None:
-                break
-            try:
-                self.sock.sendall(data)
-            except OSError:
-                self.closed = True
-                break
+    def reply(self, text: str) -> None:
+        """A result and its 0x1a, queued separately (a large result is not copied to append
+        one byte)."""
+        self.send(text.encode("utf-8", "replace"))
+        self.send(EOM)
+
+    def _overflow(self) -> None:
+        """Called by a notification's producer: the client reads nothing; drop it without
+        blocking (shutdown wakes this connection's threads, which then clean up)."""
+        if not self.closed:
+            log.warning("tcl client does not read its notifications; closing the connection")
+        self.closed = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
     # -- notifications --------------------------------------------------------------------------
     def _event(self, index: int, event: str, state: str) -> None:
@@ -66,7 +71,7 @@ class _Connection:
             if self._last_state.get(index) != state:
                 self._last_state[index] = state
                 out += b"type target_state state %s\r\n\x1a" % state.encode()
-        self.send(out)
+        self.send(out, unsolicited=True)
 
     def _subscribe(self) -> None:
         for i, rc in enumerate(self.ctx.targets):
@@ -84,12 +89,11 @@ class _Connection:
 
     # -- requests -----------------------------------------------------------------------------
     def serve(self) -> None:
-        self.writer.start()
         self._subscribe()
         buf = bytearray()
         discarding = False
         try:
-            while not self.closed:
+            while not self.closed and self.out.wait_room():
                 try:
                     data = self.sock.recv(65536)
                 except OSError:
@@ -97,7 +101,7 @@ class _Connection:
                 if not data:
                     break
                 buf += data
-                while not self.closed:
+                while not self.closed and self.out.wait_room():
                     end = buf.find(EOM)
                     if end < 0:
                         if len(buf) > MAX_LINE:
@@ -125,7 +129,7 @@ class _Connection:
         try:
             words = split_words(stripped) if ";" not in stripped and "\n" not in stripped else None
         except CommandError as e:
-            self.send(str(e).encode("utf-8", "replace") + EOM)
+            self.reply(str(e))
             return True
         if words is not None and words:
             head = words[0]
@@ -141,7 +145,7 @@ class _Connection:
                 try:
                     execute(self.ctx, stripped)
                 except CommandError as e:
-                    self.send(str(e).encode("utf-8", "replace") + EOM)
+                    self.reply(str(e))
                     return True
                 self.send(EOM)
                 return False
@@ -153,7 +157,7 @@ class _Connection:
             log.exception("tcl command %r failed", text)
             result = f"internal error: {e!r}"
         self.ctx.reported_stops.clear()
-        self.send(result.encode("utf-8", "replace") + EOM)
+        self.reply(result)
         return True
 
     def _notifications(self, args: list[str]) -> str:
@@ -173,9 +177,7 @@ class _Connection:
     def close(self) -> None:
         self.closed = True
         self._unsubscribe()
-        self._out.put(None)
-        if self.writer.is_alive() and self.writer is not threading.current_thread():
-            self.writer.join(timeout=2)
+        self.out.close()  # sends what is queued (exit's reply) first
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:

@@ -4,7 +4,9 @@ The server works in the client's line mode: it sends no option negotiation and d
 IAC sequence the client sends (IAC IAC is a literal 0xff). Backspace/DEL edit the line for
 clients in character mode. Each connection gets its own CommandContext (its own current target);
 stops that no command of this connection reported (a ``resume`` that finished later, a halt from
-gdb) are printed as OpenOCD prints them asynchronously.
+gdb) are printed as OpenOCD prints them asynchronously. Output goes through a writer thread
+(listener.OutputQueue): a stop message never blocks the run-control worker that reports it,
+and a client that does not read is no longer read once 1 MiB of replies wait.
 """
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ import socket
 import threading
 
 from .commands import CommandContext, CommandError, context_for, execute, halted_message
-from .listener import TcpListener
+from .listener import OutputQueue, TcpListener
 
 log = logging.getLogger("accelstub.telnet")
 
@@ -86,7 +88,7 @@ class _Connection:
     def __init__(self, server: "TelnetServer", sock: socket.socket) -> None:
         self.server = server
         self.sock = sock
-        self.send_lock = threading.Lock()
+        self.out = OutputQueue(sock, "telnet-writer", self._overflow)
         self.busy_lock = threading.Lock()
         self.busy = False
         self.pending: list = []  # (rc, stop) seen while a command ran
@@ -95,13 +97,20 @@ class _Connection:
         self._listeners = []
 
     # -- output -----------------------------------------------------------------------------
-    def write(self, text: str) -> None:
+    def write(self, text: str, unsolicited: bool = False) -> None:
         data = text.replace("\r\n", "\n").replace("\n", "\r\n").encode("utf-8", "replace")
-        with self.send_lock:
-            try:
-                self.sock.sendall(data)
-            except OSError:
-                self.closed = True
+        self.out.put(data, unsolicited)
+
+    def _overflow(self) -> None:
+        """A stop message found 1 MiB of unsent stop messages: the client reads nothing. Close
+        without blocking the caller (a run-control worker)."""
+        if not self.closed:
+            log.warning("telnet client does not read its output; closing the connection")
+        self.closed = True
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
     def log_line(self, text: str) -> None:
         self.write(text.rstrip("\n") + "\n")
@@ -113,7 +122,7 @@ class _Connection:
                 if self.busy:
                     self.pending.append((rc, stop))
                     return
-            self.write("\n" + halted_message(rc, stop) + "\n" + PROMPT)
+            self.write("\n" + halted_message(rc, stop) + "\n" + PROMPT, unsolicited=True)
         return on_stop
 
     # -- loop -------------------------------------------------------------------------------
@@ -125,7 +134,7 @@ class _Connection:
         decoder = _TelnetDecoder()
         try:
             self.write(BANNER + "\n" + PROMPT)
-            while not self.closed:
+            while not self.closed and self.out.wait_room():
                 try:
                     data = self.sock.recv(4096)
                 except OSError:
@@ -133,7 +142,7 @@ class _Connection:
                 if not data:
                     break
                 for line in decoder.feed(data):
-                    if not self.handle(line):
+                    if not self.out.wait_room() or not self.handle(line):
                         self.closed = True
                         break
         finally:
@@ -180,6 +189,7 @@ class _Connection:
         for rc, fn in self._listeners:
             rc.remove_stop_listener(fn)
         self._listeners = []
+        self.out.close()  # sends what is queued first
         try:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:

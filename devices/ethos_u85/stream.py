@@ -36,8 +36,8 @@ Set bits in reserved positions of a known command are kept in :attr:`Command.res
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -584,6 +584,24 @@ def disassemble(words: bytes | np.ndarray | Iterable[int], offset: int = 0,
     return "\n".join(lines) + ("\n" if lines else "")
 
 
+def listing_lines(data: bytes, chunk_words: int = 1 << 16) -> Iterator[str]:
+    """The lines of :func:`disassemble` for little-endian ``data``, decoded ``chunk_words`` at a
+    time: a whole listing holds one Command object per word (hundreds of bytes each), so a
+    large stream is listed in pieces with memory bounded by the chunk, not the stream."""
+    n = len(data) // 4 * 4  # a trailing partial word is not a command
+    pos = 0
+    while pos < n:
+        stop = pos + 4 * chunk_words
+        end = pos
+        for c in decode(data[pos:min(stop + 4, n)]):  # one more word: a 2-word command at the end
+            if pos + c.offset >= stop:
+                break
+            yield format_command(replace(c, offset=pos + c.offset))
+            end = pos + c.offset + c.size
+        pos = end
+
+
 __all__ = ["Command", "FieldSpec", "OpcodeSpec", "OPCODES", "BY_KEY", "ALIASES", "UNKNOWN", "CMD0",
            "CMD1", "decode", "decode_one", "encode", "encode_stream", "disassemble", "format_command",
+           "listing_lines",
            "spec", "to_bytes"]
