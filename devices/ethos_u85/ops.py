@@ -904,7 +904,8 @@ def elementwise(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> O
     diag: list[str] = []
     out = eltwise_k.elementwise(mode, raws[0], raws[1], shape,
                         ifm_zp=s.get("IFM_ZERO_POINT", "zero_point", 0 if bm1 == 8 else None),
-                        ifm2_zp=0 if raws[1] is None else s.get("IFM2_ZERO_POINT", "zero_point"),
+                        ifm2_zp=0 if unary else s.get("IFM2_ZERO_POINT", "zero_point",
+                                                      0 if bm2 == 8 else None),
                         ifm_bits=ifm.bits, ifm_signed=ifm.signed,
                         ifm2_bits=ifm2.bits if ifm2 else ifm.bits,
                         ifm2_signed=ifm2.signed if ifm2 else ifm.signed, ifm_scale=sc1,
