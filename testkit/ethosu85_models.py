@@ -355,6 +355,13 @@ def _conv(g: Graph) -> None:
     g.output(g.conv(x, 8, (3, 3), (1, 1), SAME, RELU))
 
 
+def _conv_2ch(g: Graph) -> None:
+    """Two input channels (an audio/stereo front end): Vela stores these weights as
+    sparse_2_4, every group of four input channels has at most two real ones."""
+    x = g.input("input", (1, 12, 10, 2))
+    g.output(g.conv(x, 16, (4, 3), (2, 2), SAME, RELU))
+
+
 def _depthwise(g: Graph) -> None:
     x = g.input("input", (1, 9, 9, 8))
     g.output(g.depthwise(x, (3, 3), (2, 2), SAME))
@@ -430,6 +437,7 @@ def _resize_nearest(g: Graph) -> None:
 #: name -> (builder, seed); the seed makes every weight, scale and zero point reproducible
 MODELS = {
     "conv": (_conv, 1),
+    "conv_2ch": (_conv_2ch, 13),
     "depthwise": (_depthwise, 2),
     "max_pool": (_max_pool, 3),
     "avg_pool": (_avg_pool, 4),

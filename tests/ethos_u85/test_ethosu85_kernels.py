@@ -285,6 +285,26 @@ def test_weight_order_conv_example():
     assert Wt.decode_weights([v3], p, diag=diag).tolist() == W.tolist() and diag == []
 
 
+def test_sparse_2_4_order_and_rule():
+    """sparse_2_4 takes 16 input channels per step (i_sz 16, L7472, L7513): ic 0..15 of one oc
+    come together; the decoded weights are checked against the 2:4 rule (L10853)."""
+    p = Wt.ordering_params(ofm_depth=1, ifm_depth=16, kernel_hw=(1, 1), ofm_block_depth=8,
+                           macs_per_cc=256, microblock=2, sparse=True)
+    W = np.zeros((1, 1, 1, 16), np.int64)
+    W[0, 0, 0, 0::4] = np.arange(1, 5)
+    W[0, 0, 0, 1::4] = -np.arange(1, 5)
+    vals = Wt.order_weights(W, p)[0]
+    assert vals[:16].tolist() == W.ravel().tolist()
+    diag = []
+    assert Wt.decode_weights([Wt.encode_swd(vals)], p, diag=diag).tolist() == W.tolist()
+    Wt.check_sparse_2_4(W, diag)
+    assert diag == []
+    W[0, 0, 0, 2] = 9   # three non-zero weights in ic 0..3
+    W[0, 0, 0, 7] = 128
+    Wt.check_sparse_2_4(W, diag)
+    assert len(diag) == 2 and "-127..+127" in diag[0] and "group of 4" in diag[1]
+
+
 @FEW
 @given(st.integers(0, 2 ** 31), st.sampled_from(["depth", "part", "dw"]), st.sampled_from([256, 512, 1024]),
        st.integers(1, 3), st.integers(1, 2), st.booleans(), st.booleans())
