@@ -93,7 +93,8 @@ class FloatNet:
             return np.clip(v, 0, 6)
         return v
 
-    def _weights(self, name: str, w: np.ndarray, axis: int, per_channel: bool) -> tuple[int, np.ndarray]:
+    def _weights(self, name: str, w: np.ndarray, axis: int,
+                 per_channel: bool) -> tuple[int, np.ndarray]:
         """int8 symmetric weights (per channel along axis, else per tensor): (tensor, scales)."""
         red = tuple(i for i in range(w.ndim) if i != axis)
         amax = np.abs(w).max(axis=red) if per_channel else np.full(1, np.abs(w).max())

@@ -183,7 +183,8 @@ def elementwise(mode, ifm, ifm2=None, ofm_shape=None, *, ifm_zp=0, ifm2_zp=0, if
     is read at coordinate 0, BC_H|BC_W|BC_C bits); broadcast/broadcast2 == BC_SCALAR uses the
     signed 32-bit ``scalar`` (OP_SCALAR) minus that input's zero point (:func:`_scalar_value`).
     ifm_scale/ifm2_scale = (scale, shift, round_mode_ifm 0 double_symmetric / 1 natural,
-    dbl_rnd). cfg must be global scale_mode (G-R9). ofm_shape (H, W, D) defaults to the non-broadcast input's shape."""
+    dbl_rnd). cfg must be global scale_mode (G-R9). ofm_shape (H, W, D) defaults to the
+    non-broadcast input's shape."""
     cfg = config_or_default(cfg)
     unary = mode in EW_UNARY
     ref = ifm if broadcast != BC_SCALAR else ifm2

@@ -59,7 +59,8 @@ needs_litert = pytest.mark.skipif(not HAVE_LITERT and not IN_CI, reason="ai-edge
 if HAVE_FLATBUFFERS:
     from accelstub.testkit.ethosu85_models import MODELS, build, sample_inputs
 else:  # the names still parametrize (and skip)
-    MODELS = {n: None for n in ("conv", "conv_2ch", "depthwise", "max_pool", "avg_pool", "add", "mul", "mul_const",
+    MODELS = {n: None for n in ("conv", "conv_2ch", "depthwise", "max_pool", "avg_pool", "add",
+                                "mul", "mul_const",
                                 "fully_connected", "small_cnn", "add_int16", "max_pool_int16",
                                 "resize_nearest")}
 
