@@ -27,12 +27,12 @@ import numpy as np
 # --- TFLite schema facts (schema.fbs) ------------------------------------------------------
 FLOAT32, INT32, INT16, INT8, INT64 = 0, 2, 7, 9, 4  # TensorType
 ADD, AVERAGE_POOL_2D, CONV_2D, DEPTHWISE_CONV_2D = 0, 1, 3, 4  # BuiltinOperator
-FULLY_CONNECTED, MAX_POOL_2D, MUL, RESHAPE = 9, 17, 18, 22
+FULLY_CONNECTED, MAX_POOL_2D, MUL, RESHAPE, SOFTMAX, MEAN = 9, 17, 18, 22, 25, 40
 RESIZE_NEAREST_NEIGHBOR = 97
-OPT_CONV, OPT_DW, OPT_POOL, OPT_FC, OPT_ADD = 1, 2, 5, 8, 11  # BuiltinOptions union tags
-OPT_RESHAPE, OPT_MUL, OPT_RESIZE_NN = 17, 21, 74
+OPT_CONV, OPT_DW, OPT_POOL, OPT_FC, OPT_SOFTMAX, OPT_ADD = 1, 2, 5, 8, 9, 11  # BuiltinOptions
+OPT_RESHAPE, OPT_MUL, OPT_REDUCER, OPT_RESIZE_NN = 17, 21, 27, 74  # union tags
 SAME, VALID = 0, 1  # Padding
-NONE, RELU = 0, 1  # ActivationFunctionType
+NONE, RELU, RELU6 = 0, 1, 3  # ActivationFunctionType
 DTYPES = {INT8: np.int8, INT16: np.int16, INT32: np.int32, INT64: np.int64}
 
 
@@ -304,6 +304,8 @@ def _serialise(g: Graph) -> bytes:
                     b.PrependInt8Slot(slot, v, 0)
                 elif kind == "bool":
                     b.PrependBoolSlot(slot, bool(v), False)
+                elif kind == "f":
+                    b.PrependFloat32Slot(slot, float(v), 0.0)
                 else:
                     b.PrependInt32Slot(slot, v, 0)
             opts = b.EndObject()
@@ -353,6 +355,13 @@ def _conv(g: Graph) -> None:
     g.output(g.conv(x, 8, (3, 3), (1, 1), SAME, RELU))
 
 
+def _conv_2ch(g: Graph) -> None:
+    """Two input channels (an audio/stereo front end): Vela stores these weights as
+    sparse_2_4, every group of four input channels has at most two real ones."""
+    x = g.input("input", (1, 12, 10, 2))
+    g.output(g.conv(x, 16, (4, 3), (2, 2), SAME, RELU))
+
+
 def _depthwise(g: Graph) -> None:
     x = g.input("input", (1, 9, 9, 8))
     g.output(g.depthwise(x, (3, 3), (2, 2), SAME))
@@ -378,6 +387,16 @@ def _mul(g: Graph) -> None:
     a = g.input("a", (1, 4, 4, 8))
     b = g.input("b", (1, 4, 4, 8))
     g.output(g.binary(MUL, a, b))
+
+
+def _mul_const(g: Graph) -> None:
+    """x * 0.37 with the constant quantized as int8 127 with zero point -128 (what Vela turns
+    into a scalar operand with its zero point)."""
+    a = g.input("a", (1, 4, 4, 8))
+    c = g.tensor("mul_const.c", (1,), INT8, 0.37 / 255.0, -128, data=np.array([127]))
+    y = g.binary(MUL, a, c)
+    g.tensors[y].scale = [g.scale_of(a) * 0.4]  # x * 0.37 stays in range
+    g.output(y)
 
 
 def _fully_connected(g: Graph) -> None:
@@ -418,11 +437,13 @@ def _resize_nearest(g: Graph) -> None:
 #: name -> (builder, seed); the seed makes every weight, scale and zero point reproducible
 MODELS = {
     "conv": (_conv, 1),
+    "conv_2ch": (_conv_2ch, 13),
     "depthwise": (_depthwise, 2),
     "max_pool": (_max_pool, 3),
     "avg_pool": (_avg_pool, 4),
     "add": (_add, 5),
     "mul": (_mul, 6),
+    "mul_const": (_mul_const, 12),
     "fully_connected": (_fully_connected, 7),
     "small_cnn": (_small_cnn, 8),
     "add_int16": (_add_int16, 9),

@@ -22,8 +22,8 @@ from
 one implementation of each operation. The kernels report a violated assert in ``diag``; the device
 turns the first one into :class:`Unpredictable` before anything is written.
 
-Not modelled (raise :class:`NotImplementedYet`, "... not implemented yet", no state change):
-sparse_2_4 weights (the stream format is not in the seed, digest G-W6).
+sparse_2_4 weights are decoded like dense ones in their own order, the 2:4 rule checked
+(:func:`accelstub.emu.weights.ethosu85.check_sparse_2_4`).
 """
 from __future__ import annotations
 
@@ -505,10 +505,10 @@ def weights(s: SetState, mem: MemoryPort, cfg: NpuConfig, *, depth: int, ifm_dep
             order: int, decomposition: int, depthwise: bool, ifm16: bool) -> np.ndarray:
     """Decode the weight stream(s) into W[oc][ky][kx][ic] (undilated; section 6)."""
     fwd = s.get("WEIGHT_FORMAT", "weight_format") == 1
-    if s.get("WEIGHT_FORMAT", "weight_sparsity"):
-        raise not_implemented("sparse_2_4 weight stream (WEIGHT_FORMAT.weight_sparsity, G-W6)")
+    sparse = bool(s.get("WEIGHT_FORMAT", "weight_sparsity"))
     if depthwise:
         require(not fwd, "WEIGHT_FORMAT.weight_format != fwd", "L8291")
+        require(not sparse, "WEIGHT_FORMAT.weight_sparsity == none", "L8292")
     mb = microblock(s)
     require(Wt.microblock_depth(cfg.macs, mb) >= 1, "microblock legal for CONFIG.macs_per_cc",
             "L9223")
@@ -517,7 +517,7 @@ def weights(s: SetState, mem: MemoryPort, cfg: NpuConfig, *, depth: int, ifm_dep
                            ofm_block_depth=s.get("OFM_BLK_DEPTH_M1", "depth_m1") + 1,
                            macs_per_cc=cfg.macs, microblock=mb, depthwise=depthwise,
                            part_kernel_first=bool(order), decomposition_d4x4=bool(decomposition),
-                           ifm16bit=ifm16)
+                           sparse=sparse, ifm16bit=ifm16)
     if p[17] and not depthwise:  # mb_i16only; decision: a conv rule (it only changes the
         # ifm_block_depth of depth-first conv; Vela's 8-bit depthwise uses u1x2 at 256 MACs)
         require(ifm16 and dilated == (1, 1), "!mb_i16only || (ifm16bit && kernel 1x1)", "L7385")
@@ -532,6 +532,8 @@ def weights(s: SetState, mem: MemoryPort, cfg: NpuConfig, *, depth: int, ifm_dep
         streams.append(mem.read_bytes(region, base, length, RD_WEIGHTS))
     diag: list[str] = []
     w = Wt.decode_weights_memo(streams, p, fwd=fwd, diag=diag)
+    if sparse:
+        Wt.check_sparse_2_4(w, diag)
     _check_diag(diag, "weight stream")
     return w
 
@@ -904,7 +906,8 @@ def elementwise(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> O
     diag: list[str] = []
     out = eltwise_k.elementwise(mode, raws[0], raws[1], shape,
                         ifm_zp=s.get("IFM_ZERO_POINT", "zero_point", 0 if bm1 == 8 else None),
-                        ifm2_zp=0 if raws[1] is None else s.get("IFM2_ZERO_POINT", "zero_point"),
+                        ifm2_zp=0 if unary else s.get("IFM2_ZERO_POINT", "zero_point",
+                                                      0 if bm2 == 8 else None),
                         ifm_bits=ifm.bits, ifm_signed=ifm.signed,
                         ifm2_bits=ifm2.bits if ifm2 else ifm.bits,
                         ifm2_signed=ifm2.signed if ifm2 else ifm.signed, ifm_scale=sc1,

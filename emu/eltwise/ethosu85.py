@@ -49,7 +49,8 @@ def _scale_in(a, bits, signed, scale, shift, rnd, dbl):
 
 @njit(nogil=True, cache=True)
 def _ew_kernel(a, b, ew, cfg, lut):
-    """NPU_OP_ELEMENTWISE per-element body (L8549-8646), acc int32 (wrapped, G-R7)::
+    """NPU_OP_ELEMENTWISE per-element body (L8549-8646), acc int32 (wrapped, G-R7) except
+    for mul, whose product is kept whole (64 bits) into rescale::
 
         mul: a*b (unscaled; b32 -> rescale shift_only)   add/sub/min/max: of sa, sb
         lrelu: a >= 0 ? sa : scale_b(a)   abs: |sa|   clz: clz(sa, 32)
@@ -58,7 +59,7 @@ def _ew_kernel(a, b, ew, cfg, lut):
         div: a / b truncating            cmp_*: -1 / 0   not/and/or/xor/and_not: bitwise
         acc = rescale(acc, -1, mode); activation; truncate
 
-    a, b: [H, W, D] broadcast, zero-point-corrected (or the raw scalar); ew: mode, ifm bits,
+    a, b: [H, W, D] broadcast, zero-point-corrected (scalars too); ew: mode, ifm bits,
     ifm signed, ifm2 bits, ifm2 signed, ifm scale, shift, round, dbl_rnd, ifm2 scale, shift,
     round, dbl_rnd."""
     mode, ab, asg, bb, bsg = ew[0], ew[1], ew[2] != 0, ew[3], ew[4] != 0
@@ -73,8 +74,10 @@ def _ew_kernel(a, b, ew, cfg, lut):
                 bv = b[y, x, c]
                 rm = RESCALE_GLOBAL
                 acc = np.int64(0)
+                wide = False
                 if mode == 0:
-                    acc = av * bv
+                    acc = av * bv                     # exact: |a|, |b| <= 2^32
+                    wide = True
                     if not (ab == 8 or ab == 16):
                         rm = RESCALE_SHIFT_ONLY
                 elif mode == 5:
@@ -135,11 +138,27 @@ def _ew_kernel(a, b, ew, cfg, lut):
                         acc = ~sa
                     elif mode == 42:
                         acc = sa & ~sb
-                acc = P.sign_extend(acc, 32)                  # int32_t acc (L8524)
+                if not wide:
+                    acc = P.sign_extend(acc, 32)              # int32_t acc (L8524, G-R7)
                 r = P.rescale(acc, -1, rm, cfg, empty, empty)
                 r = P.activation(r, cfg, lut)
                 out[y, x, c] = P.write_value(r, cfg)
     return out
+
+
+def _scalar_value(scalar: int, zero_point: int, bits: int, signed: bool, diag, name: str) -> int:
+    """A scalar operand: the signed 32-bit OP_SCALAR minus the operand's zero point.
+
+    The pseudocode takes OP_SCALAR as it is (L8528, L8536), but compilers store the quantized
+    constant and its zero point as for a tensor: Vela 5.2 (regor's EthosU85RCSGenerator
+    GenerateIFM) and Mesa's ethosu driver emit the stored value in OP_SCALAR and the tensor's
+    zero point in IFM2_ZERO_POINT (x * 0.37 becomes scalar 127 with zero point -128), and the
+    results match LiteRT only with the zero point subtracted, as read_ifm does (L6558, L6613).
+    The zero point is interpreted and checked as for a tensor of the operand's type."""
+    zp, ok = P.ifm_zero_point(zero_point, bits, signed)
+    check(diag, ok, f"{name} zero point {zp} invalid for {'s' if signed else 'u'}{bits} "
+          "(L6550-6556)")
+    return int(P.sign_extend(scalar, 32)) - zp
 
 
 def _broadcast(v, mode, shape, diag, name):
@@ -161,10 +180,11 @@ def elementwise(mode, ifm, ifm2=None, ofm_shape=None, *, ifm_zp=0, ifm2_zp=0, if
                 ifm2_scale=(1, 0, 1, 0), broadcast=0, broadcast2=0, scalar=0, cfg=None, lut=None,
                 diag=None):
     """NPU_OP_ELEMENTWISE ``mode`` (EW_*). ifm/ifm2 [H,W,C] raw stored integers (a broadcast axis
-    is read at coordinate 0, BC_H|BC_W|BC_C bits); broadcast/broadcast2 == BC_SCALAR uses the raw
-    signed 32-bit ``scalar`` (OP_SCALAR, no zero point) for that input. ifm_scale/ifm2_scale =
-    (scale, shift, round_mode_ifm 0 double_symmetric / 1 natural, dbl_rnd). cfg must be global
-    scale_mode (G-R9). ofm_shape (H, W, D) defaults to the non-broadcast input's shape."""
+    is read at coordinate 0, BC_H|BC_W|BC_C bits); broadcast/broadcast2 == BC_SCALAR uses the
+    signed 32-bit ``scalar`` (OP_SCALAR) minus that input's zero point (:func:`_scalar_value`).
+    ifm_scale/ifm2_scale = (scale, shift, round_mode_ifm 0 double_symmetric / 1 natural,
+    dbl_rnd). cfg must be global scale_mode (G-R9). ofm_shape (H, W, D) defaults to the
+    non-broadcast input's shape."""
     cfg = config_or_default(cfg)
     unary = mode in EW_UNARY
     ref = ifm if broadcast != BC_SCALAR else ifm2
@@ -190,13 +210,14 @@ def elementwise(mode, ifm, ifm2=None, ofm_shape=None, *, ifm_zp=0, ifm2_zp=0, if
     check(diag, cfg[P.C_SCALE_MODE] == 1, "ELEMENTWISE needs OFM scale_mode global (G-R9, L6968)")
     check(diag, not (broadcast == BC_SCALAR and broadcast2 == BC_SCALAR), "both inputs scalar (L8538)")
     if broadcast == BC_SCALAR:
-        a = np.full(ofm_shape, int(P.sign_extend(scalar, 32)), np.int64)
+        a = np.full(ofm_shape, _scalar_value(scalar, ifm_zp, bits, signed, diag, "IFM"), np.int64)
     else:
         a = _broadcast(read_values(ifm, ifm_zp, bits, signed, diag), broadcast, ofm_shape, diag, "IFM")
     if unary:
         b = np.zeros(ofm_shape, np.int64)
     elif broadcast2 == BC_SCALAR:
-        b = np.full(ofm_shape, int(P.sign_extend(scalar, 32)), np.int64)
+        b = np.full(ofm_shape, _scalar_value(scalar, ifm2_zp, bits2, signed2, diag, "IFM2"),
+                    np.int64)
     else:
         b = _broadcast(read_values(ifm2, ifm2_zp, bits2, signed2, diag, "IFM2"), broadcast2,
                        ofm_shape, diag, "IFM2")

@@ -677,6 +677,31 @@ def decode_weights(streams, p, fwd=False, diag=None) -> np.ndarray:
     return unorder_weights(dec, p, diag)
 
 
+def check_sparse_2_4(w: np.ndarray, diag: list | None) -> None:
+    """The rules a sparse_2_4 weight stream must keep (L10853): values -127..+127 and at least
+    two zeros in every group of four input channels (ic 4k..4k+3 at one oc, ky, kx; a last
+    partial group counts its missing channels as zeros).
+
+    Why this is all there is to sparse_2_4: the seed gives only its ordering (i_sz 16 and
+    ifm_block_depth 128 for 8-bit IFMs, L7373-7397, L7513, which :func:`_walk` follows) and
+    says the hardware skips the zero products (L877). Vela's public encoder (regor's
+    EthosU85WeightEncoder, Vela 5.2) writes every weight, zeros included, in that order through
+    the ordinary SWD/FWD encoder, and only checks the 2:4 rule (its SparsityTracker); so a
+    decoded sparse stream is an ordinary W[oc][ky][kx][ic] and the convolution is unchanged.
+    A violated rule is UNPREDICTABLE (reported in diag)."""
+    if diag is None or w.size == 0:
+        return
+    if np.abs(w).max() > 127:
+        diag.append("sparse_2_4 weight outside -127..+127 (L10853)")
+    ic = w.shape[-1]
+    pad = (-ic) % 4
+    nz = np.pad(w != 0, [(0, 0)] * (w.ndim - 1) + [(0, pad)])
+    groups = nz.reshape(w.shape[:-1] + (-1, 4)).sum(axis=-1)
+    if np.any(groups > 2):
+        diag.append("sparse_2_4: more than 2 non-zero weights in a group of 4 input channels "
+                    "(L10853)")
+
+
 _DECODED: OrderedDict = OrderedDict()  # (stream bytes, params, fwd) -> (read-only W, diag)
 _DECODED_MAX_ENTRIES = 64
 _DECODED_MAX_BYTES = 64 << 20

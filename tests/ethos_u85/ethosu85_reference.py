@@ -195,7 +195,7 @@ def _insc(a, bits, signed, sc):
 
 
 def elementwise(mode, a, b, bits, signed, sc1, sc2, o, lut):
-    """a, b: object arrays [H, W, C] (broadcast, zero-point corrected or raw scalar)."""
+    """a, b: object arrays [H, W, C] (broadcast, zero-point corrected, scalars too)."""
     H, W, C = a.shape
     out = np.zeros((H, W, C), dtype=object)
     for y in range(H):
@@ -243,7 +243,8 @@ def elementwise(mode, a, b, bits, signed, sc1, sc2, o, lut):
                     r = -sa - 1
                 elif mode == 42:
                     r = sa & (-sb - 1)
-                r = wrap(r, 32)
+                if mode != 0:  # the product stays whole (design notes: Ethos-U85 elementwise mul)
+                    r = wrap(r, 32)
                 if kind == "none":
                     out[y, x, c] = store(activation(r, o, lut), o)
                 else:

@@ -285,6 +285,26 @@ def test_weight_order_conv_example():
     assert Wt.decode_weights([v3], p, diag=diag).tolist() == W.tolist() and diag == []
 
 
+def test_sparse_2_4_order_and_rule():
+    """sparse_2_4 takes 16 input channels per step (i_sz 16, L7472, L7513): ic 0..15 of one oc
+    come together; the decoded weights are checked against the 2:4 rule (L10853)."""
+    p = Wt.ordering_params(ofm_depth=1, ifm_depth=16, kernel_hw=(1, 1), ofm_block_depth=8,
+                           macs_per_cc=256, microblock=2, sparse=True)
+    W = np.zeros((1, 1, 1, 16), np.int64)
+    W[0, 0, 0, 0::4] = np.arange(1, 5)
+    W[0, 0, 0, 1::4] = -np.arange(1, 5)
+    vals = Wt.order_weights(W, p)[0]
+    assert vals[:16].tolist() == W.ravel().tolist()
+    diag = []
+    assert Wt.decode_weights([Wt.encode_swd(vals)], p, diag=diag).tolist() == W.tolist()
+    Wt.check_sparse_2_4(W, diag)
+    assert diag == []
+    W[0, 0, 0, 2] = 9   # three non-zero weights in ic 0..3
+    W[0, 0, 0, 7] = 128
+    Wt.check_sparse_2_4(W, diag)
+    assert len(diag) == 2 and "-127..+127" in diag[0] and "group of 4" in diag[1]
+
+
 @FEW
 @given(st.integers(0, 2 ** 31), st.sampled_from(["depth", "part", "dw"]), st.sampled_from([256, 512, 1024]),
        st.integers(1, 3), st.integers(1, 2), st.booleans(), st.booleans())
@@ -373,6 +393,34 @@ def test_elementwise_add_example_10_1():
     out = eltwise_k.elementwise(eltwise_k.EW_ADD, ifm, ifm2, ifm_zp=3, ifm2_zp=-2, ifm_scale=(3, 1, 1, 0),
                         ifm2_scale=(1, 0, 1, 0), cfg=cfg, diag=diag)
     assert out.tobytes() == bytes.fromhex("2ef6fa7f80e3ed05") and diag == []
+
+
+def test_mul_32bit_keeps_the_whole_product():
+    """Vela's MEAN: a 32-bit sum times a 32-bit scalar multiplier, shift 32 (shift_only). The
+    product (about 2^61) reaches the rounding shift whole; wrapped to 32 bits it would be junk."""
+    sums = np.array([[[1_999_999_999, -1_234_567_890, 77, 0]]], np.int32)
+    mult, shift = 1487757805, 32
+    cfg = P.out_config(32, True, scale=1, shift=shift, round_mode=P.RND_DOUBLE_SYMMETRIC,
+                       clip_none=True)
+    diag = []
+    out = eltwise_k.elementwise(eltwise_k.EW_MUL, sums, None, ifm_bits=32, ifm_signed=True,
+                                broadcast2=eltwise_k.BC_SCALAR, scalar=mult, cfg=cfg, diag=diag)
+    d = 1 << 30  # double rounding addend, shift > 31 (L6917)
+    want = [(int(v) * mult + (1 << 31) + (d if v >= 0 else -d)) >> shift for v in sums.ravel()]
+    assert out.ravel().tolist() == want == [692791215, -427648894, 27, 0] and diag == []
+
+
+def test_scalar_operand_minus_its_zero_point():
+    """x * 0.37 as Vela writes it: scalar 127 with IFM2 zero point -128 stands for 255."""
+    x = np.array([[[-128, -1, 0, 5, 127]]], np.int8)
+    cfg = P.out_config(16, True, scale=1, shift=0)
+    out = eltwise_k.elementwise(eltwise_k.EW_MUL, x, None, ifm_zp=0, ifm2_zp=-128,
+                                broadcast2=eltwise_k.BC_SCALAR, scalar=127, cfg=cfg)
+    assert out.ravel().tolist() == [v * 255 for v in x.ravel().tolist()]
+    diag = []  # the zero point is checked as for a tensor of the operand's type
+    eltwise_k.elementwise(eltwise_k.EW_ADD, x, None, ifm2_zp=300, broadcast2=eltwise_k.BC_SCALAR,
+                          scalar=1, cfg=cfg, diag=diag)
+    assert any("IFM2 zero point 300" in m for m in diag)
 
 
 def test_conv_1x1_example_10_2():
@@ -639,7 +687,7 @@ def test_elementwise_vs_reference(o, seed, mode, ityp, bc1, bc2):
                         scalar=scalar, cfg=cfg_of(o), lut=lut)
     va = np.broadcast_to(R.values(a, zp1, bits, signed), shape)
     if bc2 == 8:
-        vb = np.full(shape, scalar, dtype=object)
+        vb = np.full(shape, scalar - zp2, dtype=object)
     else:
         vb = np.broadcast_to(R.values(b, zp2, bits, signed), shape)
     if mode in eltwise_k.EW_UNARY:

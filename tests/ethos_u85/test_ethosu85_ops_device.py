@@ -133,15 +133,18 @@ def acc_format(acc48=False, acc_input="reset", acc_output="enable", microblock="
 
 def weight_cmds(dev, W: np.ndarray, *, ofm_blk_depth: int, kernel_hw, dilation=(1, 1),
                 stride=(1, 1), depthwise=False, ifm16=False, microblock=2, off=0,
-                part_kernel_first=False, fwd=False) -> list:
+                part_kernel_first=False, fwd=False, sparse=False) -> list:
     """Encode W[oc][ky][kx][ic] into SWD stream(s) at BUF2+off and the commands pointing at them
     (or, with ``fwd``, the decoder streams merged into one raw-mode FWD stream, L7540-7553)."""
     p = Wt.ordering_params(ofm_depth=W.shape[0], ifm_depth=W.shape[3] if not depthwise else W.shape[0],
                            kernel_hw=kernel_hw, dilation=dilation, stride=stride,
                            ofm_block_depth=ofm_blk_depth, macs_per_cc=dev.macs,
                            microblock=microblock, depthwise=depthwise, ifm16bit=ifm16,
-                           part_kernel_first=part_kernel_first)
-    cmds = [("NPU_SET_WEIGHT_FORMAT", dict(weight_format="fwd") if fwd else {}),
+                           part_kernel_first=part_kernel_first, sparse=sparse)
+    fmt = dict(weight_format="fwd") if fwd else {}
+    if sparse:
+        fmt["weight_sparsity"] = "sparse_2_4"
+    cmds = [("NPU_SET_WEIGHT_FORMAT", fmt),
             ("NPU_SET_WEIGHT_REGION", dict(region=2))]
     names = ("", "1", "2", "3")
     streams = Wt.order_weights(W, p)
@@ -694,13 +697,36 @@ def test_bad_weight_stream_is_unpredictable(dev, host):
     assert host.field("STATUS", "cmd_parse_error") == 1
 
 
-def test_sparse_weights_are_not_implemented_yet(dev, host):
-    cmds = (ifm("IFM", (2, 2, 2), 0) + [("NPU_SET_IFM_DEPTH_M1", dict(depth_m1=1))]
-            + ofm((2, 2, 2), 0x100, out(), blk=(2, 2, 8)) + kernel(1, 1) + acc_format()
-            + [("NPU_SET_WEIGHT_FORMAT", dict(weight_sparsity="sparse_2_4")),
-               ("NPU_OP_CONV", {})])
-    words = es.encode_stream(cmds + STOP)
-    host.start(words)
-    with pytest.raises(DeviceError, match="NPU_OP_CONV at offset .*sparse_2_4.*not implemented yet"):
+def test_sparse_weights(dev, host):
+    """sparse_2_4 (WEIGHT_FORMAT, L10853): the same convolution as dense weights, in the sparse
+    order; weights breaking the 2:4 rule are UNPREDICTABLE (cmd_parse_error, nothing written)."""
+    x = RNG.integers(-128, 128, (3, 3, 6))
+    W = RNG.integers(-127, 128, (3, 1, 2, 6))
+    W[..., [1, 2, 4]] = 0          # ic 0-3 keep two values, ic 4-5 (a partial group) one
+    dev.write(BUF, tensor_bytes(x, 8, True))
+    o = out(rnd=0, per_channel=True)
+    got = []
+    for sparse in (False, True):
+        cmds = (ifm("IFM", (3, 3, 6), 0) + [("NPU_SET_IFM_DEPTH_M1", dict(depth_m1=5))]
+                + ofm((3, 2, 3), 0x100, o, blk=(3, 2, 8)) + kernel(1, 2) + acc_format()
+                + weight_cmds(dev, W, ofm_blk_depth=8, kernel_hw=(1, 2), off=0x200,
+                              sparse=sparse)
+                + scale_cmds(dev, [0] * 3, [1 << 30] * 3, [41] * 3, off=0x600)
+                + [("NPU_OP_CONV", {})])
+        run(dev, host, cmds)
+        got.append(dev.read(BUF + 0x100, 18))
+    v = ref.values(x, 0, 8, True)
+    exp = ref.conv(v, W, 3, 2, (1, 1), (1, 1), (0, 0, 0, 0), o, LUT0, [0] * 3, [1 << 30] * 3,
+                   [41] * 3)
+    assert got[0] == got[1] == bytes(np.asarray(exp, np.int64).astype(np.int8).ravel())
+    W[0, 0, 0, 1] = 5              # three values in ic 0-3
+    dev.write(BUF + 0x100, bytes(18))
+    cmds = (ifm("IFM", (3, 3, 6), 0) + [("NPU_SET_IFM_DEPTH_M1", dict(depth_m1=5))]
+            + ofm((3, 2, 3), 0x100, o, blk=(3, 2, 8)) + kernel(1, 2) + acc_format()
+            + weight_cmds(dev, W, ofm_blk_depth=8, kernel_hw=(1, 2), off=0x200, sparse=True)
+            + scale_cmds(dev, [0] * 3, [1 << 30] * 3, [41] * 3, off=0x600)
+            + [("NPU_OP_CONV", {})])
+    host.start(es.encode_stream(cmds + STOP))
+    with pytest.raises(DeviceError, match="UNPREDICTABLE: weight stream.*group of 4"):
         step(dev)
-    assert host.field("STATUS", "state") == 1 and dev.pc == QBASE + 4 * (len(words) - 2)
+    assert host.field("STATUS", "cmd_parse_error") == 1 and dev.read(BUF + 0x100, 18) == bytes(18)

@@ -59,7 +59,8 @@ needs_litert = pytest.mark.skipif(not HAVE_LITERT and not IN_CI, reason="ai-edge
 if HAVE_FLATBUFFERS:
     from accelstub.testkit.ethosu85_models import MODELS, build, sample_inputs
 else:  # the names still parametrize (and skip)
-    MODELS = {n: None for n in ("conv", "depthwise", "max_pool", "avg_pool", "add", "mul",
+    MODELS = {n: None for n in ("conv", "conv_2ch", "depthwise", "max_pool", "avg_pool", "add",
+                                "mul", "mul_const",
                                 "fully_connected", "small_cnn", "add_int16", "max_pool_int16",
                                 "resize_nearest")}
 
@@ -168,6 +169,36 @@ def test_second_input_of_the_same_program(compiled):
     for seed in (7, 8):
         xs = sample_inputs("max_pool", seed=seed)
         assert np.array_equal(run_in_device(out, xs)[0], litert_reference(src, xs)[0])
+
+
+@needs_vela
+@needs_litert
+def test_sparse_weights_decode_to_the_model_weights(compiled, monkeypatch):
+    """Vela picks sparse_2_4 for a 2-channel convolution; its stream decodes to exactly the
+    int8 weights of the model it compiled (Vela's own encoder as the reference)."""
+    from accelstub.devices.ethos_u85 import ops
+    from accelstub.devices.ethos_u85.vela import read_tflite
+
+    src, out = compiled("conv_2ch")
+    sparse = [c for c in es.decode(read_vela(out).command_stream)
+              if c.name == "NPU_SET_WEIGHT_FORMAT" and c.fields["weight_sparsity"]]
+    assert sparse, "Vela no longer stores this layer as sparse_2_4"
+    decoded = []
+    real = ops.Wt.decode_weights_memo
+
+    def spy(streams, p, **kw):
+        w = real(streams, p, **kw)
+        decoded.append((int(p[12]), w))
+        return w
+    monkeypatch.setattr(ops.Wt, "decode_weights_memo", spy)
+    xs = sample_inputs("conv_2ch")
+    got = run_in_device(out, xs)[0]
+    assert np.array_equal(got, litert_reference(src, xs)[0])
+    m = read_tflite(src.read_bytes())
+    wt = next(t for t in m.tensors if t.name.endswith(".w"))
+    want = np.frombuffer(m.buffers[wt.buffer], np.int8).reshape(wt.shape)
+    assert [s for s, _ in decoded] == [1]
+    assert np.array_equal(decoded[0][1], want)
 
 
 # --- what the loader leaves in the device -----------------------------------------------------

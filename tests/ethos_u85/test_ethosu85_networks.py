@@ -1,0 +1,141 @@
+"""Whole int8 networks (testkit/ethosu85_networks.py: ResNet-8, DS-CNN, MobileNet v1 0.25 and
+v2 0.35 at 96x96, the dense autoencoder; each with and without its softmax) compiled by Vela for
+two MAC configurations, run in the device and compared bit for bit with LiteRT's reference
+kernels (OpResolverType.BUILTIN_REF).
+
+Known differences (strict xfail, so a change on either side shows): LiteRT 2.3's reference
+kernels round the output rescale once (its MultiplyByQuantizedMultiplier is the single-rounding
+one), Vela programs double_symmetric rounding, which the TRM defines as the add-then-shift with
+the extra 2^30 (L6913-6931, gemmlowp's double rounding). On a near-tie the two differ by 1; the
+NPU's value is the TRM's (design notes, "Ethos-U85", rounding). ``test_rounding_near_tie``
+shows one such element with both roundings written out.
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.ethos_u85.test_ethosu85_vela import (HAVE_FLATBUFFERS, _explain, litert_reference,
+                                                needs_litert, needs_vela)
+
+if HAVE_FLATBUFFERS:
+    from accelstub.testkit.ethosu85_models import sample_inputs
+    from accelstub.testkit.ethosu85_networks import NETWORKS, build_network
+else:  # the names still parametrize (and skip)
+    NETWORKS = [a + s for a in ("resnet8", "ds_cnn", "mobilenet_v1_025", "mobilenet_v2_035",
+                                "autoencoder") for s in ("", "_logits")]
+
+MACS = (256, 1024)
+
+#: networks whose output meets a rounding near-tie (LiteRT single rounding vs the NPU's double)
+ROUNDING = "LiteRT BUILTIN_REF rounds once, Vela's double_symmetric twice (module docstring)"
+XFAIL = {"ds_cnn_logits": ROUNDING, "autoencoder": ROUNDING, "autoencoder_logits": ROUNDING}
+
+pytestmark = pytest.mark.slow
+
+
+def _params():
+    return [pytest.param(n, m, marks=pytest.mark.xfail(strict=True, reason=XFAIL[n]))
+            if n in XFAIL else pytest.param(n, m) for n in NETWORKS for m in MACS]
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ethosu85_networks")
+    cache: dict[tuple[str, int], tuple[Path, Path]] = {}
+
+    def get(name: str, macs: int) -> tuple[Path, Path]:
+        if (name, macs) not in cache:
+            src = root / f"{name}.tflite"
+            if not src.exists():
+                src.write_bytes(build_network(name))
+            out = root / str(macs)
+            out.mkdir(exist_ok=True)
+            p = subprocess.run([sys.executable, "-m", "ethosu.vela", "--accelerator-config",
+                                f"ethos-u85-{macs}", "--output-dir", str(out), str(src)],
+                               capture_output=True, text=True, timeout=300)
+            assert p.returncode == 0, f"vela failed on {name}:\n{p.stdout}\n{p.stderr}"
+            assert "CPU operators = 0 " in p.stdout, p.stdout
+            cache[name, macs] = src, out / f"{name}_vela.tflite"
+        return cache[name, macs]
+    return get
+
+
+def run(path: Path, inputs, macs: int) -> list[np.ndarray]:
+    from accelstub.devices import open_device
+    from accelstub.devices.ethos_u85.vela import load_vela_program, run_vela_program
+
+    dev = open_device("ethos-u85", macs=macs)
+    return run_vela_program(dev, load_vela_program(dev, path, inputs), timeout=300)
+
+
+@needs_vela
+@needs_litert
+@pytest.mark.parametrize("name,macs", _params())
+def test_network_matches_litert(compiled, name, macs):
+    src, out = compiled(name, macs)
+    xs = sample_inputs(src.read_bytes())
+    want = litert_reference(src, xs)
+    got = run(out, xs, macs)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
+        assert np.array_equal(g, w), _explain(g, w)
+
+
+@needs_vela
+@needs_litert
+def test_rounding_near_tie(compiled):
+    """DS-CNN's last layer (FULLY_CONNECTED), output 5: the exact value is -58.4985; LiteRT's
+    reference gives -58, the NPU -59. Both are recomputed here in Python integers from the
+    model's scales (TFLite's QuantizeMultiplier): single rounding gives LiteRT's value,
+    TFLite's double rounding (SaturatingRoundingDoublingHighMul, RoundingDivideByPOT) the
+    NPU's; the scale Vela programs rounds the same way under the TRM's double_symmetric."""
+    import math
+
+    from accelstub.devices.ethos_u85.vela import read_tflite
+
+    src, out = compiled("ds_cnn_logits", 256)
+    xs = sample_inputs(src.read_bytes())
+    m = read_tflite(src.read_bytes())
+    fc = m.operators[-1]
+    x_t, w_t, b_t = (m.tensors[i] for i in fc.inputs)
+    y_t = m.tensors[fc.outputs[0]]
+    # the FC input: the whole network but the last layer, from LiteRT (matches the NPU there)
+    got = run(out, xs, 256)[0].ravel()
+    want = litert_reference(src, xs)[0].ravel()
+    diff = np.flatnonzero(got.astype(int) - want.astype(int))
+    assert diff.tolist() == [5] and (got[5], want[5]) == (-59, -58)
+    # recompute output 5 from the pooled features LiteRT computes (a model cut before the FC)
+    feats = _features(src, xs, fc.inputs[0])
+    w = np.frombuffer(m.buffers[w_t.buffer], np.int8).reshape(w_t.shape).astype(np.int64)
+    b = np.frombuffer(m.buffers[b_t.buffer], np.int32).astype(np.int64)
+    acc = int(w[5] @ (feats - int(x_t.zero_point[0])) + b[5])
+    real = float(x_t.scale[0]) * float(w_t.scale[0]) / float(y_t.scale[0])
+    frac, e = math.frexp(real)
+    q = round(frac * (1 << 31))
+    zp = int(y_t.zero_point[0])
+    single = ((acc * q + (1 << (30 - e))) >> (31 - e)) + zp
+    ab = acc * q
+    hi = (abs(ab) + (1 << 30) - (ab < 0)) >> 31  # SRDHM: nudge, then toward zero
+    hi = hi if ab >= 0 else -hi
+    mask = (1 << -e) - 1
+    double = (hi >> -e) + ((hi & mask) > (mask >> 1) + (hi < 0)) + zp
+    assert abs(acc * real + zp - (-58.4985)) < 1e-3
+    assert (single, double) == (-58, -59)
+
+
+def _features(src: Path, xs, tensor: int) -> np.ndarray:
+    """A graph tensor's value in LiteRT's reference interpreter."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    it = Interpreter(model_path=str(src), experimental_op_resolver_type=OpResolverType.BUILTIN_REF,
+                     experimental_preserve_all_tensors=True)
+    it.allocate_tensors()
+    it.set_tensor(it.get_input_details()[0]["index"], xs[0])
+    it.invoke()
+    return it.get_tensor(tensor).astype(np.int64).ravel()
