@@ -41,8 +41,10 @@ from ..description import load_description
 from ..device import Device, MonitorCommand, ProgramOptions, Touched, Unit, UnitContext
 from ..errors import BusError, DeviceError
 from ..host import HostProgram
+from . import cdp as D
 from . import conv as C
 from . import feature as F
+from . import pdp as P
 from . import sdp as S
 
 UNITS = ("CDMA", "CSC", "CMAC_A", "CMAC_B", "CACC", "SDP_RDMA", "SDP", "PDP_RDMA", "PDP",
@@ -89,6 +91,9 @@ class Nvdla(Device):
         for u in UNITS:
             r.on_read(f"{u}_S_STATUS", lambda reg, v, u=u: self._status(u))
         r.on_write("GLB_S_INTR_SET", self._intr_set)
+        r.on_write("CDP_S_LUT_ACCESS_CFG", lambda reg, old, new: self.luts.access_cfg(new))
+        r.on_write("CDP_S_LUT_ACCESS_DATA", lambda reg, old, new: self.luts.access_data(new))
+        r.on_read("CDP_S_LUT_ACCESS_DATA", lambda reg, v: self.luts.read_data())
         self._reset_state()
 
     # -- registers ------------------------------------------------------------------------------
@@ -120,6 +125,7 @@ class Nvdla(Device):
         self.events.clear()
         self.ro_writes.clear()
         self.layers_run = []
+        self.luts = D.Luts.empty()  # CDP's lookup tables
         self.regs.set_field("CDMA_S_CBUF_FLUSH_STATUS", "flush_done", 1)  # flushed at reset
 
     def reset(self, kind: str = "halt") -> None:
@@ -128,12 +134,13 @@ class Nvdla(Device):
 
     def _state(self) -> dict:
         return {"consumer": dict(self.consumer), "events": Counter(self.events),
-                "layers": list(self.layers_run)}
+                "layers": list(self.layers_run), "luts": self.luts}
 
     def _set_state(self, state: dict) -> None:
         self.consumer = dict(state["consumer"])
         self.events = Counter(state["events"])
         self.layers_run = list(state["layers"])
+        self.luts = state["luts"]
 
     # -- interrupts -----------------------------------------------------------------------------
     def _raise(self, bits: int) -> None:
@@ -159,13 +166,18 @@ class Nvdla(Device):
     def ready(self) -> Layer | None:
         """The first hardware layer whose units are all armed in their consumer groups."""
         if self.armed("SDP"):
-            flying = bool(self.value("SDP", "D_FEATURE_MODE_CFG") & 1)
+            mode = self.value("SDP", "D_FEATURE_MODE_CFG")
+            flying, to_pdp = bool(mode & 1), bool(mode >> 1 & 1)
             rdma = (("SDP_RDMA", self.consumer["SDP_RDMA"]),) if self.armed("SDP_RDMA") else ()
-            if flying and all(self.armed(u) for u in CONV_UNITS):
-                return Layer("conv", tuple((u, self.consumer[u]) for u in CONV_UNITS) + rdma
-                             + (("SDP", self.consumer["SDP"]),))
-            if not flying and rdma:
-                return Layer("sdp", rdma + (("SDP", self.consumer["SDP"]),))
+            # SDP's output may go on to PDP, which then belongs to the same layer
+            tail = (("SDP", self.consumer["SDP"]),) + \
+                ((("PDP", self.consumer["PDP"]),) if to_pdp else ())
+            if not to_pdp or self.armed("PDP"):
+                if flying and all(self.armed(u) for u in CONV_UNITS):
+                    return Layer("conv", tuple((u, self.consumer[u]) for u in CONV_UNITS)
+                                 + rdma + tail)
+                if not flying and rdma:
+                    return Layer("sdp", rdma + tail)
         for kind, rd, unit in (("pdp", "PDP_RDMA", "PDP"), ("cdp", "CDP_RDMA", "CDP")):
             if self.armed(unit):
                 return Layer(kind, ((rd, self.consumer[rd]), (unit, self.consumer[unit])))
@@ -200,12 +212,15 @@ class Nvdla(Device):
 
     def _describe(self, layer: Layer) -> str:
         reg = self.value
-        if layer.kind == "conv":
-            return (C.decode(reg).summary() + "; "
-                    + S.decode(reg, self.armed("SDP_RDMA")).summary())
-        if layer.kind == "sdp":
-            return S.decode(reg, True).summary()
-        return f"{layer.kind.upper()} layer (not modelled yet)"
+        if layer.kind in ("conv", "sdp"):
+            parts = [C.decode(reg).summary()] if layer.kind == "conv" else []
+            parts.append(S.decode(reg, self.armed("SDP_RDMA")).summary())
+            if layer.last[0] == "PDP":
+                parts.append(P.decode(reg, flying=True).summary())
+            return "; ".join(parts)
+        if layer.kind == "pdp":
+            return P.decode(reg).summary()
+        return D.decode(reg).summary()
 
     # -- memory ---------------------------------------------------------------------------------
     def memory(self, addr: int, size: int, what: str) -> tuple[np.ndarray, int, int]:
@@ -230,9 +245,10 @@ class Nvdla(Device):
         if layer is None:
             raise DeviceError("no hardware layer is armed")
         reg = self.value
-        if layer.kind in ("pdp", "cdp"):
-            raise DeviceError(f"{layer.kind.upper()} layers are not modelled yet "
-                              f"({layer.last[0]}_D_OP_ENABLE is set)")
+        if layer.kind == "pdp":
+            return self._pdp(layer, ctx.touched)
+        if layer.kind == "cdp":
+            return self._cdp(layer, ctx.touched)
         sdp = S.decode(reg, self.armed("SDP_RDMA"))
         touched = ctx.touched
         # SDP works on whole 8-channel atoms and writes them whole: the channels past the cube's
@@ -267,14 +283,51 @@ class Nvdla(Device):
             touched.reads.append((base_addr, base_addr + span))
             self.cycles += sdp.c * sdp.h * sdp.w // 8
         out, sat = S.process(sdp, values, self._read)
-        dst, dline, dsurf = sdp.dst
-        span = F.feature_span(sdp.c, sdp.h, sdp.w, dline, dsurf)
-        data, off, base = self.memory(dst, span, "SDP output")
-        F.write_feature(data, off, out, dline, dsurf)  # out has ``lanes`` channels
-        self.bus.memory_at(dst)[0].touch()
-        touched.writes += F.written_ranges(off, sdp.c, sdp.h, sdp.w, dline, dsurf, base)
+        if sdp.to_pdp:  # pooled on the fly, written by PDP
+            pdp = P.decode(reg, flying=True)
+            if (pdp.c, pdp.h, pdp.w) != (sdp.c, sdp.h, sdp.w):
+                raise DeviceError(f"PDP_D_DATA_CUBE_IN_* ({pdp.c}x{pdp.h}x{pdp.w}) differ "
+                                  f"from SDP's output ({sdp.c}x{sdp.h}x{sdp.w})")
+            self._cube_out(pdp.dst, P.pool(pdp, out), "PDP output", touched)
+        else:
+            self._cube_out(sdp.dst, out, "SDP output", touched)  # ``lanes`` channels
         if self.value("SDP", "D_PERF_ENABLE") >> 2 & 1:
             self.regs.poke(f"SDP_D_PERF_OUT_SATURATION_G{self.consumer['SDP']}", sat)
+        self._done(layer)
+        return touched
+
+    def _cube_in(self, src: tuple[int, int, int], c: int, h: int, w: int, what: str,
+                 touched: Touched) -> np.ndarray:
+        """The int8 cube at ``src`` (base, line, surface) with every lane of its atoms."""
+        base, line, surf = src
+        span = F.feature_span(c, h, w, line, surf)
+        data, off, _ = self.memory(base, span, what)
+        touched.reads.append((base, base + span))
+        return F.read_feature(data, off, -(-c // F.ATOM) * F.ATOM, h, w, line, surf)
+
+    def _cube_out(self, dst: tuple[int, int, int], cube: np.ndarray, what: str,
+                  touched: Touched) -> None:
+        base, line, surf = dst
+        c, h, w = cube.shape
+        span = F.feature_span(c, h, w, line, surf)
+        data, off, region = self.memory(base, span, what)
+        F.write_feature(data, off, cube, line, surf)
+        self.bus.memory_at(base)[0].touch()
+        touched.writes += F.written_ranges(off, c, h, w, line, surf, region)
+
+    def _pdp(self, layer: Layer, touched: Touched) -> Touched:
+        cfg = P.decode(self.value)
+        x = self._cube_in(cfg.src, cfg.c, cfg.h, cfg.w, "PDP input", touched)
+        self._cube_out(cfg.dst, P.pool(cfg, x), "PDP output", touched)
+        self.cycles += cfg.c * cfg.out_h * cfg.out_w * cfg.kernel[0] * cfg.kernel[1] // 8
+        self._done(layer)
+        return touched
+
+    def _cdp(self, layer: Layer, touched: Touched) -> Touched:
+        cfg = D.decode(self.value)
+        x = self._cube_in(cfg.src, cfg.c, cfg.h, cfg.w, "CDP input", touched)
+        self._cube_out(cfg.dst, D.normalise(cfg, self.luts, x), "CDP output", touched)
+        self.cycles += cfg.c * cfg.h * cfg.w // 8
         self._done(layer)
         return touched
 

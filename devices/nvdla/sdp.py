@@ -77,6 +77,7 @@ class SdpConfig:
     h: int
     c: int
     flying: bool
+    to_pdp: bool  # output_dst PDP: the output goes to PDP on the fly, not to memory
     src: tuple[int, int, int] | None  # offline input: base, line, surface
     dst: tuple[int, int, int]  # base, line, surface
     stages: tuple[Stage, ...]
@@ -93,7 +94,8 @@ class SdpConfig:
         off, scale, shift = self.cvt
         return (f"SDP {'from CACC' if self.flying else 'from memory'}, {self.c}x{self.h}x{self.w}"
                 + (", " + ", ".join(parts) if parts else "")
-                + f", cvt (x-{off})*{scale}>>{shift} to int8")
+                + f", cvt (x-{off})*{scale}>>{shift} to int8"
+                + (", to PDP" if self.to_pdp else ""))
 
 
 def decode(reg: Reg, rdma_enabled: bool) -> SdpConfig:
@@ -106,9 +108,6 @@ def decode(reg: Reg, rdma_enabled: bool) -> SdpConfig:
         raise bad("SDP_D_DATA_FORMAT selects INT16/FP16: nv_small's SDP is INT8 only")
     mode = reg("SDP", "D_FEATURE_MODE_CFG")
     flying = bool(mode & 1)
-    if mode >> 1 & 1:
-        raise bad("SDP_D_FEATURE_MODE_CFG.output_dst is PDP: SDP to PDP on the fly is not "
-                  "modelled yet")
     if mode >> 2 & 1:
         raise bad("SDP_D_FEATURE_MODE_CFG.winograd is ON: nv_small has no Winograd")
     ew = reg("SDP", "D_DP_EW_CFG")
@@ -174,7 +173,7 @@ def decode(reg: Reg, rdma_enabled: bool) -> SdpConfig:
                             not cfg >> 6 & 1, r))
     cvt = (_s32(reg("SDP", "D_CVT_OFFSET")), _s16(reg("SDP", "D_CVT_SCALE")),
            _f(reg("SDP", "D_CVT_SHIFT"), 5, 0))
-    return SdpConfig(w, h, c, flying, src, dst, tuple(stages), cvt)
+    return SdpConfig(w, h, c, flying, bool(mode >> 1 & 1), src, dst, tuple(stages), cvt)
 
 
 def _round_shift(v: np.ndarray, shift: int) -> np.ndarray:

@@ -1,0 +1,227 @@
+"""CDP, the cross-channel data processor (local response normalisation), INT8: CDP_RDMA reads the
+input cube, CDP normalises across channels and writes the output cube. The arithmetic follows the
+hardware repository's C model (cmod/cdp/NV_NVDLA_cdp.cpp lookup_lut_int8 and CdpDataPathSequence,
+cmod/hls/cdp_libs/cdp_icvt.cpp and cdp_ocvt.cpp; facts, written here in numpy):
+
+* channels outside the cube (before the first, past the last, and the unused lanes of the last
+  surface) read DATIN_OFFSET's low byte;
+* input converter: (x - offset[7:0]) * DATIN_SCALE, shifted right by DATIN_SHIFTER rounding half
+  away from zero, saturated to 9 bits;
+* the sum of squares over 3/5/7/9 neighbouring channels (D_LRN_CFG), or the value itself with
+  SQSUM_BYPASS;
+* two lookup tables, LE (65 entries, linear or exponential index) and LO (257 entries, linear),
+  each interpolated in 16 fractional bits or extrapolated with its underflow/overflow slope and
+  shift, saturated to int16; S_LUT_CFG's priorities choose between them;
+* the result times the converted input (unless MUL_BYPASS), then the output converter: (v -
+  offset[24:0]) * DATOUT_SCALE, shifted right by DATOUT_SHIFTER rounding half away from zero,
+  saturated to int8.
+
+The tables are written through S_LUT_ACCESS_CFG (table, entry, write) and S_LUT_ACCESS_DATA
+(each write stores one entry and moves to the next), which the device model forwards here.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..errors import DeviceError
+
+Reg = Callable[[str, str], int]
+
+
+def _f(v: int, msb: int, lsb: int) -> int:
+    return (v >> lsb) & ((1 << (msb - lsb + 1)) - 1)
+
+
+def _sext(v: int, bits: int) -> int:
+    v &= (1 << bits) - 1
+    return v - (1 << bits) if v >> (bits - 1) & 1 else v
+
+
+@dataclass
+class Luts:
+    """The LE (raw) and LO (density) tables and the access pointer of S_LUT_ACCESS_*."""
+
+    le: np.ndarray
+    lo: np.ndarray
+    table: int = 0
+    entry: int = 0
+    write: bool = False
+
+    @classmethod
+    def empty(cls) -> "Luts":
+        return cls(np.zeros(65, np.int64), np.zeros(257, np.int64))
+
+    def access_cfg(self, value: int) -> None:
+        self.table, self.entry, self.write = value >> 16 & 1, value & 0x3FF, bool(value >> 17 & 1)
+
+    def access_data(self, value: int) -> None:
+        if not self.write:
+            return
+        table = self.lo if self.table else self.le
+        if self.entry < table.size:
+            table[self.entry] = _sext(value, 16)
+        if self.entry < table.size - 1:  # the C model stops at the last entry
+            self.entry += 1
+
+    def read_data(self) -> int:
+        table = self.lo if self.table else self.le
+        return int(table[self.entry]) & 0xFFFF if self.entry < table.size else 0
+
+
+@dataclass(frozen=True)
+class CdpConfig:
+    w: int
+    h: int
+    c: int
+    src: tuple[int, int, int]
+    dst: tuple[int, int, int]
+    normalz: int  # neighbours on each side: 1..4
+    sqsum_bypass: bool
+    mul_bypass: bool
+    datin: tuple[int, int, int]  # offset (int8), scale, shifter
+    datout: tuple[int, int, int]  # offset (25-bit), scale, shifter
+    le_exponent: bool
+    priority: tuple[bool, bool, bool]  # underflow, overflow, hybrid: True = LO
+    le_index_offset: int
+    le_frac: int
+    lo_frac: int
+    le_range: tuple[int, int]
+    lo_range: tuple[int, int]
+    le_slopes: tuple[int, int, int, int]  # uflow scale, uflow shift, oflow scale, oflow shift
+    lo_slopes: tuple[int, int, int, int]
+
+    def summary(self) -> str:
+        return (f"CDP LRN over {2 * self.normalz + 1} channels, {self.c}x{self.h}x{self.w}, LE "
+                f"{'exponential' if self.le_exponent else 'linear'}"
+                + (", square sum bypassed" if self.sqsum_bypass else "")
+                + (", multiply bypassed" if self.mul_bypass else ""))
+
+
+def decode(reg: Reg) -> CdpConfig:
+    def bad(msg: str) -> DeviceError:
+        return DeviceError(f"CDP: {msg}")
+
+    if _f(reg("CDP", "D_DATA_FORMAT"), 1, 0) or _f(reg("CDP_RDMA", "D_DATA_FORMAT"), 1, 0):
+        raise bad("D_DATA_FORMAT selects INT16/FP16: nv_small normalises INT8 only")
+    w = _f(reg("CDP_RDMA", "D_DATA_CUBE_WIDTH"), 12, 0) + 1
+    h = _f(reg("CDP_RDMA", "D_DATA_CUBE_HEIGHT"), 12, 0) + 1
+    c = _f(reg("CDP_RDMA", "D_DATA_CUBE_CHANNEL"), 12, 0) + 1
+    src = (reg("CDP_RDMA", "D_SRC_BASE_ADDR_HIGH") << 32 | reg("CDP_RDMA", "D_SRC_BASE_ADDR_LOW"),
+           reg("CDP_RDMA", "D_SRC_LINE_STRIDE"), reg("CDP_RDMA", "D_SRC_SURFACE_STRIDE"))
+    dst = (reg("CDP", "D_DST_BASE_ADDR_HIGH") << 32 | reg("CDP", "D_DST_BASE_ADDR_LOW"),
+           reg("CDP", "D_DST_LINE_STRIDE"), reg("CDP", "D_DST_SURFACE_STRIDE"))
+    byp = reg("CDP", "D_FUNC_BYPASS")
+    lut_cfg, info = reg("CDP", "S_LUT_CFG"), reg("CDP", "S_LUT_INFO")
+
+    def wide(name: str) -> int:  # 38-bit signed: HIGH[5:0] and LOW
+        return _sext(reg("CDP", f"{name}_HIGH") << 32 | reg("CDP", f"{name}_LOW"), 38)
+
+    def slopes(t: str) -> tuple[int, int, int, int]:
+        sc, sh = reg("CDP", f"S_LUT_{t}_SLOPE_SCALE"), reg("CDP", f"S_LUT_{t}_SLOPE_SHIFT")
+        return (_sext(sc, 16), _sext(sh, 5), _sext(sc >> 16, 16), _sext(sh >> 5, 5))
+
+    return CdpConfig(
+        w, h, c, src, dst, _f(reg("CDP", "D_LRN_CFG"), 1, 0) + 1, bool(byp & 1), bool(byp >> 1 & 1),
+        (_sext(reg("CDP", "D_DATIN_OFFSET"), 8), _sext(reg("CDP", "D_DATIN_SCALE"), 16),
+         _f(reg("CDP", "D_DATIN_SHIFTER"), 4, 0)),
+        (_sext(reg("CDP", "D_DATOUT_OFFSET"), 25), _sext(reg("CDP", "D_DATOUT_SCALE"), 16),
+         _f(reg("CDP", "D_DATOUT_SHIFTER"), 5, 0)),
+        not lut_cfg & 1, (bool(lut_cfg >> 4 & 1), bool(lut_cfg >> 5 & 1), bool(lut_cfg >> 6 & 1)),
+        _sext(info, 8), _sext(info >> 8, 6), _sext(info >> 16, 6),
+        (wide("S_LUT_LE_START"), wide("S_LUT_LE_END")), (wide("S_LUT_LO_START"),
+                                                         wide("S_LUT_LO_END")),
+        slopes("LE"), slopes("LO"))
+
+
+def _round_shift(v: np.ndarray, shift: int) -> np.ndarray:
+    """v / 2^shift rounded half away from zero; a negative shift multiplies."""
+    if shift <= 0:
+        return v << -shift
+    mag = (np.abs(v) + (1 << (shift - 1))) >> shift
+    return np.where(v < 0, -mag, mag)
+
+
+def _sat(v: np.ndarray, bits: int) -> np.ndarray:
+    return np.clip(v, -(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+
+
+def _interp(table: np.ndarray, index: np.ndarray, frac16: np.ndarray) -> np.ndarray:
+    i = np.clip(index, 0, table.size - 2)
+    lo, hi = table[i], table[i + 1]
+    return _sat(lo + _round_shift((hi - lo) * frac16, 16), 16)
+
+
+def _linear(ss: np.ndarray, table: np.ndarray, start: int, end: int, frac: int,
+            slopes: tuple[int, int, int, int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(result, underflow, overflow) of a linearly indexed table."""
+    n = table.size - 1
+    tmp = ss - start
+    index = tmp << -frac if frac < 0 else tmp >> frac
+    under = (index < 0) | (tmp <= 0)
+    over = ~under & (index >= n)
+    if frac < 0:
+        off = np.zeros_like(tmp)
+    else:
+        off = np.mod(tmp, 1 << frac)
+        off = off >> (frac - 16) if frac > 16 else off << (16 - frac)
+    hit = _interp(table, index, off)
+    us, ush, os_, osh = slopes
+    u = _sat(table[0] + _round_shift((ss - start) * us, ush), 16)
+    o = _sat(table[n] + _round_shift((ss - end) * os_, osh), 16)
+    return np.where(under, u, np.where(over, o, hit)), under, over
+
+
+def _exponent(ss: np.ndarray, cfg: CdpConfig, table: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    start, end = cfg.le_range
+    off_i = cfg.le_index_offset
+    tmp = ss - start
+    log = np.zeros_like(tmp)
+    pos = tmp > 0
+    log[pos] = np.floor(np.log2(tmp[pos].astype(np.float64))).astype(np.int64)
+    index = log - off_i
+    under = (index < 0) | ~pos
+    over = ~under & (index >= 64)
+    base = np.left_shift(1, np.clip(index + off_i, 0, 62))
+    off = tmp - base
+    sh = index + off_i
+    off = np.where(sh > 16, off >> np.clip(sh - 16, 0, 62), off << np.clip(16 - sh, 0, 62))
+    hit = _interp(table, index, off)
+    us, ush, os_, osh = cfg.le_slopes
+    uflow_origin = 0 if off_i < 0 else 1 << off_i
+    u = _sat(table[0] + _round_shift((ss - start - uflow_origin) * us, ush), 16)
+    o = _sat(table[64] + _round_shift((ss - end) * os_, osh), 16)
+    return np.where(under, u, np.where(over, o, hit)), under, over
+
+
+def normalise(cfg: CdpConfig, luts: Luts, x: np.ndarray) -> np.ndarray:
+    """int8 [lanes, H, W] -> int8 [lanes, H, W]."""
+    lanes = x.shape[0]
+    off, scale, shifter = cfg.datin
+    pad = cfg.normalz
+    v = np.full((lanes + 2 * pad, cfg.h, cfg.w), off, np.int64)
+    v[pad:pad + cfg.c] = x[:cfg.c]
+    d = _sat(_round_shift((v - off) * scale, shifter), 9)
+    if cfg.sqsum_bypass:
+        ss = d[pad:pad + lanes]
+    else:
+        sq = d * d
+        ss = sum(sq[j:j + lanes] for j in range(2 * pad + 1))
+    if cfg.le_exponent:
+        le, le_u, le_o = _exponent(ss, cfg, luts.le)
+    else:
+        le, le_u, le_o = _linear(ss, luts.le, *cfg.le_range, cfg.le_frac, cfg.le_slopes)
+    lo, lo_u, lo_o = _linear(ss, luts.lo, *cfg.lo_range, cfg.lo_frac, cfg.lo_slopes)
+    le_hit, lo_hit = ~le_u & ~le_o, ~lo_u & ~lo_o
+    u_pri, o_pri, h_pri = cfg.priority
+    result = np.where(le_u & lo_u, lo if u_pri else le,
+                      np.where(le_o & lo_o, lo if o_pri else le,
+                               np.where(le_hit ^ lo_hit, np.where(le_hit, le, lo),
+                                        lo if h_pri else le)))
+    center = d[pad:pad + lanes]
+    out = result if cfg.mul_bypass else result * center
+    o_off, o_scale, o_shift = cfg.datout
+    return _sat(_round_shift((out - o_off) * o_scale, o_shift), 8).astype(np.int8)

@@ -1,0 +1,200 @@
+"""PDP, the planar data processor (pooling), INT8 offline mode: PDP_RDMA reads the input cube,
+PDP pools it and writes the output cube. The arithmetic follows the hardware repository's C model
+(cmod/pdp/NV_NVDLA_pdp.cpp: LineOperation, PoolingStage0Calc, PoolingStage1Calc; facts, written
+here in numpy over the channel lanes):
+
+* windows: output (oy, ox) covers input rows oy*stride_h - pad_top .. + kernel_h - 1 and columns
+  likewise; only windows that end inside the padded cube exist;
+* a window is reduced along its row first, then over its rows: MAX and MIN over the input
+  elements only (padding does not take part), AVERAGE as a sum in 16 bits (the line buffers of
+  INT8 data are 16 bits wide) plus the padding values: PAD_VALUE_nX (n = the padded positions
+  the C model counts, sign-extended from bit 7/8/9/9/10/10/10 for n = 1..7) added once per row
+  for the columns, and times the kernel width for padded rows;
+* AVERAGE divides by multiplying with RECIP_KERNEL_WIDTH / 2^16, rounding half away from zero,
+  then with RECIP_KERNEL_HEIGHT / 2^16, rounding again; the result is stored as int8 (wrapping).
+
+The padding counts follow the C model's bookkeeping literally (in a window narrower than its
+padding on both sides the count is the kernel width minus the elements seen), so the model loops
+over columns and rows as the C model does, with the channels as vectors.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..errors import DeviceError
+
+Reg = Callable[[str, str], int]
+METHODS = ("average", "max", "min")
+_SIGN_BITS = (7, 8, 9, 9, 10, 10, 10)
+
+
+def _f(v: int, msb: int, lsb: int) -> int:
+    return (v >> lsb) & ((1 << (msb - lsb + 1)) - 1)
+
+
+def _i16(v):
+    return ((np.asarray(v, np.int64) + 0x8000) & 0xFFFF) - 0x8000
+
+
+def pad_value(raw: int, sign_bit: int) -> int:
+    """PAD_VALUE_nX as the C model extends it (int_sign_extend) into a 16-bit entry."""
+    ext = ((1 << (32 - sign_bit - 1)) - 1) if raw >> sign_bit & 1 else 0
+    return int(_i16((ext << (sign_bit + 1)) | raw))
+
+
+@dataclass(frozen=True)
+class PdpConfig:
+    w: int
+    h: int
+    c: int
+    out_w: int
+    out_h: int
+    method: str
+    kernel: tuple[int, int]  # (height, width)
+    stride: tuple[int, int]
+    pad: tuple[int, int, int, int]  # top, bottom, left, right
+    pad_values: tuple[int, ...]
+    recip: tuple[int, int]  # (width, height)
+    src: tuple[int, int, int]
+    dst: tuple[int, int, int]
+
+    def summary(self) -> str:
+        kh, kw = self.kernel
+        return (f"PDP {self.method} {kh}x{kw} stride {self.stride[0]}x{self.stride[1]}, "
+                f"{self.c}x{self.h}x{self.w} -> {self.c}x{self.out_h}x{self.out_w}")
+
+
+def decode(reg: Reg, flying: bool = False) -> PdpConfig:
+    """PDP's consumer group; ``flying``: its input is SDP's output (PDP_RDMA is not used)."""
+    def bad(msg: str) -> DeviceError:
+        return DeviceError(f"PDP: {msg}")
+
+    mode = reg("PDP", "D_OPERATION_MODE_CFG")
+    if bool(mode >> 4 & 1) == flying:  # FLYING_MODE: 0 on the fly, 1 off (SDP's is reversed)
+        raise bad("PDP_D_OPERATION_MODE_CFG.flying_mode is "
+                  + ("OFF_FLYING, but SDP sends its output to PDP" if flying else
+                     "ON_FLYING, but SDP does not send its output to PDP"))
+    method = _f(mode, 1, 0)
+    if method == 3:
+        raise bad("PDP_D_OPERATION_MODE_CFG.pooling_method 3 is reserved")
+    if _f(reg("PDP", "D_DATA_FORMAT"), 1, 0) or \
+            not flying and _f(reg("PDP_RDMA", "D_DATA_FORMAT"), 1, 0):
+        raise bad("D_DATA_FORMAT selects INT16/FP16: nv_small pools INT8 only")
+    w = _f(reg("PDP", "D_DATA_CUBE_IN_WIDTH"), 12, 0) + 1
+    h = _f(reg("PDP", "D_DATA_CUBE_IN_HEIGHT"), 12, 0) + 1
+    c = _f(reg("PDP", "D_DATA_CUBE_IN_CHANNEL"), 12, 0) + 1
+    rdma = (_f(reg("PDP_RDMA", "D_DATA_CUBE_IN_WIDTH"), 12, 0) + 1,
+            _f(reg("PDP_RDMA", "D_DATA_CUBE_IN_HEIGHT"), 12, 0) + 1,
+            _f(reg("PDP_RDMA", "D_DATA_CUBE_IN_CHANNEL"), 12, 0) + 1)
+    if not flying and rdma != (w, h, c):
+        raise bad(f"PDP_RDMA_D_DATA_CUBE_IN_* give {rdma[2]}x{rdma[1]}x{rdma[0]}, PDP's "
+                  f"{c}x{h}x{w}")
+    out_w = _f(reg("PDP", "D_DATA_CUBE_OUT_WIDTH"), 12, 0) + 1
+    out_h = _f(reg("PDP", "D_DATA_CUBE_OUT_HEIGHT"), 12, 0) + 1
+    if _f(reg("PDP", "D_DATA_CUBE_OUT_CHANNEL"), 12, 0) + 1 != c:
+        raise bad("PDP_D_DATA_CUBE_OUT_CHANNEL differs from the input channels")
+    k = reg("PDP", "D_POOLING_KERNEL_CFG")
+    kernel = (_f(k, 11, 8) + 1, _f(k, 3, 0) + 1)
+    stride = (_f(k, 23, 20) + 1, _f(k, 19, 16) + 1)
+    p = reg("PDP", "D_POOLING_PADDING_CFG")
+    pad = (_f(p, 6, 4), _f(p, 14, 12), _f(p, 2, 0), _f(p, 10, 8))
+    for axis, size, kk, st, lo, hi, name in ((1, w, kernel[1], stride[1], pad[2], pad[3], "WIDTH"),
+                                             (0, h, kernel[0], stride[0], pad[0], pad[1],
+                                              "HEIGHT")):
+        expect = (size + lo + hi - kk) // st + 1
+        got = out_w if axis else out_h
+        if got != expect:
+            raise bad(f"PDP_D_DATA_CUBE_OUT_{name} gives {got}, the input, kernel, padding and "
+                      f"stride give {expect}")
+    pads = tuple(pad_value(_f(reg("PDP", f"D_POOLING_PADDING_VALUE_{n}_CFG"), 18, 0), sb)
+                 for n, sb in zip(range(1, 8), _SIGN_BITS))
+    recip = (_f(reg("PDP", "D_RECIP_KERNEL_WIDTH"), 16, 0),
+             _f(reg("PDP", "D_RECIP_KERNEL_HEIGHT"), 16, 0))
+    src = (reg("PDP_RDMA", "D_SRC_BASE_ADDR_HIGH") << 32 | reg("PDP_RDMA", "D_SRC_BASE_ADDR_LOW"),
+           reg("PDP_RDMA", "D_SRC_LINE_STRIDE"), reg("PDP_RDMA", "D_SRC_SURFACE_STRIDE"))
+    dst = (reg("PDP", "D_DST_BASE_ADDR_HIGH") << 32 | reg("PDP", "D_DST_BASE_ADDR_LOW"),
+           reg("PDP", "D_DST_LINE_STRIDE"), reg("PDP", "D_DST_SURFACE_STRIDE"))
+    return PdpConfig(w, h, c, out_w, out_h, METHODS[method], kernel, stride, pad, pads, recip,
+                     src, dst)
+
+
+def _reduce(method: str, acc, value, first: bool):
+    if first:
+        return value.copy()
+    if method == "max":
+        return np.maximum(acc, value)
+    if method == "min":
+        return np.minimum(acc, value)
+    return _i16(acc + value)
+
+
+def pool(cfg: PdpConfig, x: np.ndarray) -> np.ndarray:
+    """int8 [C, H, W] -> int8 [C, OH, OW] as the C model computes it."""
+    kh, kw = cfg.kernel
+    sh, sw = cfg.stride
+    top, bottom, left, right = cfg.pad
+    avg = cfg.method == "average"
+    pads = cfg.pad_values
+    lanes = x.shape[0]
+    x = x.astype(np.int64)
+    # width pass: line[y][ox] for every input row, the C model's LineOperation
+    line: dict[tuple[int, int], np.ndarray] = {}
+    for y in range(cfg.h):
+        acc: dict[int, np.ndarray] = {}
+        for xi in range(cfg.w):
+            for kwi in range(kw):
+                if not (left + xi >= kwi and left + xi + (kw - kwi) <= left + right + cfg.w
+                        and (left + xi - kwi) % sw == 0):
+                    continue
+                ox = (left + xi - kwi) // sw
+                first = xi == 0 or kwi == 0
+                v = _reduce(cfg.method, acc.get(ox), x[:, y, xi], first)
+                if avg:
+                    add_left = xi + 1 < kw and (kwi + 1 == kw or (xi + 1 == cfg.w and xi < kwi
+                                                                    and left))
+                    add_right = xi + kw - kwi > cfg.w and xi + 1 == cfg.w
+                    if add_left:
+                        v = _i16(v + pads[kw - (xi + 1) - 1])
+                    elif add_right:
+                        v = _i16(v + pads[kw - (kwi + 1) - 1])
+                acc[ox] = v
+                if kwi + 1 == kw or (xi + kw - kwi > cfg.w and xi + 1 == cfg.w):
+                    line[(y, ox)] = v
+    # height pass: the C model's PoolingStage0Calc over the rows of each window
+    out = np.zeros((lanes, cfg.out_h, cfg.out_w), np.int64)
+    done = np.zeros((cfg.out_h, cfg.out_w), bool)
+    for (y, ox), v in sorted(line.items()):
+        if ox >= cfg.out_w:
+            continue
+        for khi in range(kh):
+            if not (top + y >= khi and top + y + (kh - khi) <= top + bottom + cfg.h
+                    and (top + y - khi) % sh == 0):
+                continue
+            oy = (top + y - khi) // sh
+            if oy >= cfg.out_h:
+                continue
+            first = y == 0 or khi == 0
+            r = _reduce(cfg.method, out[:, oy, ox], v, first)
+            if avg:
+                add_top = y + 1 < kh and (khi + 1 == kh or (y + 1 == cfg.h and y < khi))
+                add_bottom = y + kh - khi > cfg.h and y + 1 == cfg.h
+                if add_top:
+                    r = _i16(r + _i16(pads[kh - (y + 1) - 1] * kw))
+                elif add_bottom:
+                    r = _i16(r + _i16(pads[kh - (khi + 1) - 1] * kw))
+            out[:, oy, ox] = r
+            done[oy, ox] = True
+    if avg:
+        out = _round_recip(_round_recip(out, cfg.recip[0]), cfg.recip[1])
+    return (((out + 128) & 0xFF) - 128).astype(np.int8)
+
+
+def _round_recip(v: np.ndarray, recip: int) -> np.ndarray:
+    """v * recip / 2^16 rounded half away from zero (the C model's double arithmetic, exact
+    here)."""
+    p = v * recip
+    mag = (np.abs(p) + 0x8000) >> 16
+    return np.where(p < 0, -mag, mag)
