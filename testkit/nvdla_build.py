@@ -81,6 +81,46 @@ class Sdp:
 
 
 @dataclass
+class Pdp:
+    """Pooling of a random cube read through PDP_RDMA."""
+
+    w: int
+    h: int
+    c: int
+    method: str = "max"  # average | max | min
+    kernel: tuple[int, int] = (2, 2)  # (height, width)
+    stride: tuple[int, int] = (2, 2)
+    pad: tuple[int, int, int, int] = (0, 0, 0, 0)  # top, bottom, left, right
+    pad_value: int = 0  # PAD_VALUE_nX = n * pad_value, as drivers program them
+
+    @property
+    def out_hw(self) -> tuple[int, int]:
+        top, bottom, left, right = self.pad
+        return ((self.h + top + bottom - self.kernel[0]) // self.stride[0] + 1,
+                (self.w + left + right - self.kernel[1]) // self.stride[1] + 1)
+
+
+@dataclass
+class Cdp:
+    """Local response normalisation of a random cube read through CDP_RDMA, with random
+    lookup tables."""
+
+    w: int
+    h: int
+    c: int
+    normalz: int = 1  # channels on each side: 1..4 (3, 5, 7, 9 in all)
+    le_linear: bool = True
+    le_select: int = 6  # linear: index bits dropped; exponential: the index offset
+    lo_select: int = 4
+    datin: tuple[int, int, int] = (0, 1, 0)
+    datout: tuple[int, int, int] = (0, 1, 9)
+    slopes: tuple[int, ...] = (3, 2, -5, 4, 7, -1, 2, 3)
+    priority: tuple[bool, bool, bool] = (False, True, False)
+    sqsum_bypass: bool = False
+    mul_bypass: bool = False
+
+
+@dataclass
 class Trace:
     name: str
     cfg: list[str] = field(default_factory=list)
@@ -182,14 +222,53 @@ def build(layers: list, name: str = "nvdla_test", seed: int = 0) -> Trace:
     rng = np.random.default_rng(seed)
     t = Trace(name)
     t.cfg += [f"// accelstub-generated NVDLA trace: {name}, {len(layers)} layers",
-              "reg_write(NVDLA_GLB.S_INTR_MASK_0, 0x3f03fc);"]
+              "reg_write(NVDLA_GLB.S_INTR_MASK_0, 0x3f0000);"]  # SDP, CDP, PDP done unmasked
     #: the previous layer's output (all lanes), its address, line, surface, channels
     prev: tuple[np.ndarray, int, int, int, int] | None = None
     out_at = OUT_BASE
-    group = {u: 0 for u in ("SDP", "SDP_RDMA", "CDMA", "CSC", "CMAC_A", "CMAC_B", "CACC")}
+    group = {u: 0 for u in ("SDP", "SDP_RDMA", "CDMA", "CSC", "CMAC_A", "CMAC_B", "CACC",
+                            "PDP", "PDP_RDMA", "CDP", "CDP_RDMA")}
     for n, layer in enumerate(layers):
         tag = f"{name}_l{n}"
         t.cfg.append(f"// layer {n}: {type(layer).__name__}")
+        if isinstance(layer, (Pdp, Cdp)):
+            unit = "PDP" if isinstance(layer, Pdp) else "CDP"
+            cube = rng.integers(-128, 128, (layer.c, layer.h, layer.w))
+            line, surf = layer.w * 8, layer.w * 8 * layer.h
+            feat = ref.pack_feature(cube, line, surf)
+            in_at = IN_BASE + n * 0x20_0000
+            t.files[f"{tag}_in.dat"] = bytes(feat)
+            t.cfg += [f"mem_init(pri_mem, {in_at:#x}, {len(feat):#x}, ALL_ZERO);",
+                      f'mem_load(pri_mem, {in_at:#x}, "{tag}_in.dat");']
+            lanes = -(-layer.c // 8) * 8
+            values = ref.unpack_feature(bytes(feat), lanes, layer.h, layer.w, line, surf)
+            if unit == "PDP":
+                out, regs, rdma = _pool_regs(layer, values)
+            else:
+                out, regs, rdma = _lrn_regs(layer, values, rng, t.cfg)
+            oh, ow = out.shape[1:]
+            dline, dsurf = ow * 8, ow * 8 * oh
+            expected = ref.pack_feature(out, dline, dsurf)
+            t.cfg.append(f"mem_init(pri_mem, {out_at:#x}, {len(expected):#x}, ALL_ZERO);")
+            units = [unit, f"{unit}_RDMA"]
+            for u in units:
+                t.cfg.append(f"reg_write(NVDLA_{u}.S_POINTER_0, {group[u]:#x});")
+            rdma.update({"D_SRC_BASE_ADDR_LOW": in_at, "D_SRC_BASE_ADDR_HIGH": 0,
+                         "D_SRC_LINE_STRIDE": line, "D_SRC_SURFACE_STRIDE": surf})
+            regs.update({"D_DST_BASE_ADDR_LOW": out_at, "D_DST_BASE_ADDR_HIGH": 0,
+                         "D_DST_LINE_STRIDE": dline, "D_DST_SURFACE_STRIDE": dsurf})
+            t.cfg += _writes(unit, regs) + _writes(f"{unit}_RDMA", rdma)
+            t.cfg += [f"reg_write(NVDLA_{u}.D_OP_ENABLE_0, 0x1);" for u in units]
+            sync = f"sync_id_{n}"
+            t.cfg += [f"intr_notify({unit}_{group[unit]}, {sync});",
+                      f"check_crc({sync}, 1, {out_at:#x}, {len(expected):#x}, "
+                      f"{zlib.crc32(bytes(expected)):#010x});"]
+            t.outputs.append((out_at, bytes(expected)))
+            for u in units:
+                group[u] ^= 1
+            prev = (out, out_at, dline, dsurf, layer.c)
+            out_at += -(-len(expected) // 0x1000) * 0x1000
+            continue
         sdp_regs: dict[str, int] = {}
         rdma_regs: dict[str, int] = {}
         if isinstance(layer, Conv):
@@ -319,6 +398,78 @@ def build(layers: list, name: str = "nvdla_test", seed: int = 0) -> Trace:
         prev = (out, out_at, dline, dsurf, c)
         out_at += -(-len(expected) // 0x1000) * 0x1000
     return t
+
+
+def _pool_regs(layer: Pdp, x: np.ndarray) -> tuple[np.ndarray, dict, dict]:
+    """(expected output, PDP registers, PDP_RDMA registers)."""
+    oh, ow = layer.out_hw
+    kh, kw = layer.kernel
+    top, bottom, left, right = layer.pad
+    raw = [(n * layer.pad_value) & 0x7FFFF for n in range(1, 8)]
+    pads = [ref.pdp_pad_value(v, sb) for v, sb in zip(raw, (7, 8, 9, 9, 10, 10, 10))]
+    recip = (round(65536 / kw), round(65536 / kh))
+    out = ref.pool(x, layer.method, layer.kernel, layer.stride, layer.pad, pads, recip,
+                   (oh, ow))
+    method = {"average": 0, "max": 1, "min": 2}[layer.method]
+    cube = {"D_DATA_CUBE_IN_WIDTH": layer.w - 1, "D_DATA_CUBE_IN_HEIGHT": layer.h - 1,
+            "D_DATA_CUBE_IN_CHANNEL": layer.c - 1}
+    regs = {**cube, "D_DATA_CUBE_OUT_WIDTH": ow - 1, "D_DATA_CUBE_OUT_HEIGHT": oh - 1,
+            "D_DATA_CUBE_OUT_CHANNEL": layer.c - 1,
+            "D_OPERATION_MODE_CFG": 1 << 4 | method,  # off the fly
+            "D_POOLING_KERNEL_CFG": (layer.stride[0] - 1) << 20 | (layer.stride[1] - 1) << 16
+            | (kh - 1) << 8 | (kw - 1),
+            "D_RECIP_KERNEL_WIDTH": recip[0], "D_RECIP_KERNEL_HEIGHT": recip[1],
+            "D_POOLING_PADDING_CFG": bottom << 12 | right << 8 | top << 4 | left,
+            **{f"D_POOLING_PADDING_VALUE_{n}_CFG": v for n, v in enumerate(raw, 1)},
+            "D_DST_RAM_CFG": 1, "D_DATA_FORMAT": 0}
+    rdma = {**cube, "D_FLYING_MODE": 1, "D_SRC_RAM_CFG": 1, "D_DATA_FORMAT": 0,
+            "D_POOLING_KERNEL_CFG": (layer.stride[1] - 1) << 4 | (kw - 1),
+            "D_POOLING_PADDING_CFG": left}
+    return out, regs, rdma
+
+
+def _lrn_regs(layer: Cdp, x: np.ndarray, rng: np.random.Generator,
+              cfg: list[str]) -> tuple[np.ndarray, dict, dict]:
+    """(expected output, CDP registers, CDP_RDMA registers); the lookup tables are written
+    through S_LUT_ACCESS_* into ``cfg``."""
+    le = [int(v) for v in rng.integers(-3000, 3000, 65)]
+    lo = [int(v) for v in rng.integers(-3000, 3000, 257)]
+    le_start, lo_start = int(rng.integers(-50, 50)), int(rng.integers(-50, 50))
+    # exponential: the end only places the overflow line, never reached by 9-bit squares
+    le_end = le_start + ((64 << layer.le_select) if layer.le_linear else 1 << 30)
+    lo_end = lo_start + (256 << layer.lo_select)
+    lrn = ref.LrnRef(layer.normalz, layer.datin, layer.datout, le, lo, layer.le_linear,
+                     le_start, le_end, layer.le_select, lo_start, lo_end, layer.lo_select,
+                     layer.slopes, layer.priority, layer.sqsum_bypass, layer.mul_bypass)
+    out = ref.lrn(x, layer.c, lrn)
+    for table_id, values in ((0, le), (1, lo)):
+        cfg.append(f"reg_write(NVDLA_CDP.S_LUT_ACCESS_CFG_0, {1 << 17 | table_id << 16:#x});")
+        cfg += [f"reg_write(NVDLA_CDP.S_LUT_ACCESS_DATA_0, {v & 0xFFFF:#x});" for v in values]
+    us, ush, os_, osh, lus, lush, los, losh = layer.slopes
+
+    def wide(v: int) -> tuple[int, int]:
+        return v & 0xFFFFFFFF, (v >> 32) & 0x3F
+
+    regs = {"S_LUT_CFG": int(layer.priority[2]) << 6 | int(layer.priority[1]) << 5
+            | int(layer.priority[0]) << 4 | int(layer.le_linear),
+            "S_LUT_INFO": (layer.lo_select & 0xFF) << 16
+            | ((layer.le_select if layer.le_linear else 0) & 0xFF) << 8
+            | ((0 if layer.le_linear else layer.le_select) & 0xFF),
+            "S_LUT_LE_SLOPE_SCALE": (os_ & 0xFFFF) << 16 | (us & 0xFFFF),
+            "S_LUT_LE_SLOPE_SHIFT": (osh & 0x1F) << 5 | (ush & 0x1F),
+            "S_LUT_LO_SLOPE_SCALE": (los & 0xFFFF) << 16 | (lus & 0xFFFF),
+            "S_LUT_LO_SLOPE_SHIFT": (losh & 0x1F) << 5 | (lush & 0x1F),
+            "D_FUNC_BYPASS": int(layer.mul_bypass) << 1 | int(layer.sqsum_bypass),
+            "D_DST_DMA_CFG": 1, "D_DATA_FORMAT": 0, "D_LRN_CFG": layer.normalz - 1,
+            "D_DATIN_OFFSET": layer.datin[0] & 0xFFFF, "D_DATIN_SCALE": layer.datin[1] & 0xFFFF,
+            "D_DATIN_SHIFTER": layer.datin[2], "D_DATOUT_OFFSET": layer.datout[0] & 0xFFFFFFFF,
+            "D_DATOUT_SCALE": layer.datout[1] & 0xFFFF, "D_DATOUT_SHIFTER": layer.datout[2]}
+    for name, v in (("LE_START", le_start), ("LE_END", le_end), ("LO_START", lo_start),
+                    ("LO_END", lo_end)):
+        regs[f"S_LUT_{name}_LOW"], regs[f"S_LUT_{name}_HIGH"] = wide(v)
+    rdma = {"D_DATA_CUBE_WIDTH": layer.w - 1, "D_DATA_CUBE_HEIGHT": layer.h - 1,
+            "D_DATA_CUBE_CHANNEL": layer.c - 1, "D_SRC_DMA_CFG": 1, "D_DATA_FORMAT": 0}
+    return out, regs, rdma
 
 
 DEMO = [Conv(8, 8, 16, 16, clip=4, cvt=(0, 1, 3)),

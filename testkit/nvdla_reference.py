@@ -147,3 +147,143 @@ def sdp(values: np.ndarray, ref: SdpRef) -> np.ndarray:
                         v = max(v, 0)
                 out[ci, y, x] = sat(sat(rshift_round((v - off) * scale, shift), 17), 8)
     return out
+
+
+def _i16(v: int) -> int:
+    return ((v + 0x8000) & 0xFFFF) - 0x8000
+
+
+def pdp_pad_value(raw: int, sign_bit: int) -> int:
+    """PAD_VALUE_nX as a 16-bit entry: the bits above ``sign_bit`` filled with the sign, the
+    register's own bits kept (the C model ORs the whole field in)."""
+    ext = ((1 << (31 - sign_bit)) - 1) << (sign_bit + 1) if raw >> sign_bit & 1 else 0
+    return _i16(ext | raw)
+
+
+def pool(x: np.ndarray, method: str, kernel: tuple[int, int], stride: tuple[int, int],
+         pad: tuple[int, int, int, int], pads: list[int], recip: tuple[int, int],
+         out_hw: tuple[int, int]) -> np.ndarray:
+    """int8 [C, H, W] -> int8 [C, OH, OW]: max/min over the window's input elements; average =
+    16-bit sum of the input elements plus, per input row, the padding value of the window's
+    padded columns, plus kernel width times the value of its padded rows, then the two
+    reciprocal multiplies with rounding half away from zero, stored as int8 (wrapping)."""
+    c, h, w = x.shape
+    kh, kw = kernel
+    top, _, left, _ = pad
+    oh, ow = out_hw
+    out = np.zeros((c, oh, ow), np.int64)
+    for ci in range(c):
+        for oy in range(oh):
+            for ox in range(ow):
+                y0, x0 = oy * stride[0] - top, ox * stride[1] - left
+                rows = [y for y in range(y0, y0 + kh) if 0 <= y < h]
+                cols = [xx for xx in range(x0, x0 + kw) if 0 <= xx < w]
+                vals = [int(x[ci, y, xx]) for y in rows for xx in cols]
+                if method == "max":
+                    v = max(vals)
+                elif method == "min":
+                    v = min(vals)
+                else:
+                    n_cols, n_rows = kw - len(cols), kh - len(rows)
+                    total = sum(vals)
+                    if n_cols:
+                        total += len(rows) * pads[n_cols - 1]
+                    if n_rows:
+                        total += _i16(pads[n_rows - 1] * kw)
+                    v = rshift_round(rshift_round(_i16(total) * recip[0], 16) * recip[1], 16)
+                out[ci, oy, ox] = ((v + 128) & 0xFF) - 128
+    return out
+
+
+@dataclass
+class LrnRef:
+    """CDP settings for :func:`lrn`."""
+
+    normalz: int  # channels on each side (1..4)
+    datin: tuple[int, int, int]  # offset (int8), scale, shift
+    datout: tuple[int, int, int]  # offset, scale, shift
+    le: list[int]  # 65 entries
+    lo: list[int]  # 257 entries
+    le_linear: bool
+    le_start: int
+    le_end: int
+    le_select: int  # linear: index = (s - start) >> select; exponential: index offset
+    lo_start: int
+    lo_end: int
+    lo_select: int
+    slopes: tuple[int, ...] = (0, 0, 0, 0, 0, 0, 0, 0)  # LE u scale/shift, o scale/shift, LO ..
+    priority: tuple[bool, bool, bool] = (False, False, False)  # uflow, oflow, hybrid: LO?
+    sqsum_bypass: bool = False
+    mul_bypass: bool = False
+
+
+def _table(s: int, table: list[int], start: int, end: int, size: int, select: int,
+           exponent: bool, slopes: tuple[int, int, int, int]) -> tuple[int, str]:
+    """One lookup: (result, "under" | "over" | "hit")."""
+    n = size - 1
+    if exponent:
+        t = s - start
+        index = (t.bit_length() - 1 - select) if t > 0 else -1
+        if t <= 0 or index < 0:
+            base = 0 if select < 0 else 1 << select
+            return sat(table[0] + rshift_round_signed((s - start - base) * slopes[0], slopes[1]),
+                       16), "under"
+        if index >= n:
+            return sat(table[n] + rshift_round_signed((s - end) * slopes[2], slopes[3]), 16), \
+                "over"
+        frac = t - (1 << (index + select))
+        sh = index + select
+        frac = frac >> (sh - 16) if sh > 16 else frac << (16 - sh)
+    else:
+        t = s - start
+        index = t >> select
+        if t <= 0 or index < 0:
+            return sat(table[0] + rshift_round_signed(t * slopes[0], slopes[1]), 16), "under"
+        if index >= n:
+            return sat(table[n] + rshift_round_signed((s - end) * slopes[2], slopes[3]), 16), \
+                "over"
+        frac = t % (1 << select)
+        frac = frac >> (select - 16) if select > 16 else frac << (16 - select)
+    lo, hi = table[index], table[index + 1]
+    return sat(lo + rshift_round((hi - lo) * frac, 16), 16), "hit"
+
+
+def rshift_round_signed(v: int, n: int) -> int:
+    return v << -n if n < 0 else rshift_round(v, n)
+
+
+def lrn(x: np.ndarray, c_real: int, ref: LrnRef) -> np.ndarray:
+    """int8 [lanes, H, W] -> int8 [lanes, H, W] through CDP's integer path."""
+    lanes, h, w = x.shape
+    off, scale, shift = ref.datin
+
+    def cvt_in(v: int) -> int:
+        return sat(rshift_round((v - off) * scale, shift), 9)
+
+    out = np.zeros_like(x, dtype=np.int64)
+    for y in range(h):
+        for xx in range(w):
+            d = [cvt_in(int(x[c, y, xx]) if c < c_real else off) for c in range(lanes)]
+
+            def at(c: int) -> int:
+                return d[c] if 0 <= c < lanes else cvt_in(off)
+
+            for c in range(lanes):
+                s = at(c) if ref.sqsum_bypass else \
+                    sum(at(c + j) ** 2 for j in range(-ref.normalz, ref.normalz + 1))
+                le, le_k = _table(s, ref.le, ref.le_start, ref.le_end, 65, ref.le_select,
+                                  not ref.le_linear, ref.slopes[:4])
+                lo, lo_k = _table(s, ref.lo, ref.lo_start, ref.lo_end, 257, ref.lo_select, False,
+                                  ref.slopes[4:])
+                if le_k == lo_k == "under":
+                    r = lo if ref.priority[0] else le
+                elif le_k == lo_k == "over":
+                    r = lo if ref.priority[1] else le
+                elif (le_k == "hit") != (lo_k == "hit"):
+                    r = le if le_k == "hit" else lo
+                else:
+                    r = lo if ref.priority[2] else le
+                v = r if ref.mul_bypass else r * at(c)
+                o_off, o_scale, o_shift = ref.datout
+                out[c, y, xx] = sat(rshift_round((v - o_off) * o_scale, o_shift), 8)
+    return out

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from accelstub.stub.cli import main as cli_main
-from accelstub.testkit.nvdla_build import Conv, Sdp, Stage, build
+from accelstub.testkit.nvdla_build import Cdp, Conv, Pdp, Sdp, Stage, build
 
 CASES = {
     "conv_3x3_pad": [Conv(9, 7, 16, 16, clip=3, cvt=(0, 1, 2))],
@@ -34,6 +34,16 @@ CASES = {
                             Sdp(chain=True, bs=Stage(alu="sum", alu_operand=3, mul=True,
                                                      mul_operand=5, mul_shift=2, relu=True)),
                             Conv(6, 5, 8, 9, clip=7, cvt=(1, 2, 1))],
+    "pdp_max_min": [Pdp(9, 7, 11, "max", (3, 2), (2, 1), (1, 0, 1, 1)),
+                    Pdp(6, 6, 8, "min", (2, 3), (1, 2), (0, 1, 2, 0))],
+    "pdp_average_padding": [Pdp(7, 9, 19, "average", (3, 3), (2, 2), (1, 2, 2, 1), 5),
+                            Pdp(1, 3, 8, "average", (3, 4), (1, 1), (1, 1, 1, 2), -3)],
+    "cdp_lrn_linear": [Cdp(5, 4, 21, normalz=2, datin=(3, 2, 1), datout=(-40, 3, 6))],
+    "cdp_lrn_exponent_wide": [Cdp(3, 3, 16, normalz=4, le_linear=False, le_select=2,
+                                  lo_select=7, priority=(True, False, True),
+                                  datout=(100, -2, 8))],
+    "cdp_bypasses": [Cdp(4, 2, 9, sqsum_bypass=True, mul_bypass=True, datin=(-5, 7, 2),
+                         datout=(7, 5, 3), le_select=1, lo_select=0)],
 }
 
 
@@ -96,3 +106,16 @@ def test_read_only_registers_written_by_a_trace_are_counted_not_failed(tmp_path,
     out = capsys.readouterr().out
     assert "2 writes to read-only registers ignored (CACC_S_STATUS, " \
            "CDMA_D_NAN_INPUT_DATA_NUM_G0)" in out
+
+
+def test_bundled_demo_is_current(tmp_path):
+    from accelstub.testkit.nvdla_build import DEMO
+    from tests.helpers import ROOT
+
+    fresh = build(DEMO, "nvdla_demo", seed=1).write(tmp_path / "nvdla_demo")
+    demo = ROOT / "configs" / "demo" / "nvdla_demo"
+    assert sorted(p.name for p in demo.iterdir()) == sorted(p.name for p in fresh.iterdir())
+    for f in fresh.iterdir():
+        assert (demo / f.name).read_text() == f.read_text(), \
+            f"{f.name}: regenerate with python -m accelstub.testkit.nvdla_build --demo " \
+            "configs/demo/nvdla_demo"
