@@ -518,13 +518,23 @@ def load_description(name_or_path: str | Path) -> Description:
     """Load ``configs/<name>.toml`` (a bundled device) or a path to a description file."""
     p = Path(name_or_path)
     if p.suffix == ".toml" and p.exists():
-        text, source = p.read_text(encoding="utf-8"), str(p)
-    else:
-        try:
-            res = resources.files("accelstub.configs").joinpath(f"{name_or_path}.toml")
-            text, source = res.read_text(encoding="utf-8"), f"configs/{name_or_path}.toml"
-        except (FileNotFoundError, ModuleNotFoundError):
-            raise DescriptionError(str(name_or_path), "file", "no such description") from None
+        return _parse(p.read_text(encoding="utf-8"), str(p))
+    return _bundled(str(name_or_path))
+
+
+@functools.lru_cache(maxsize=None)
+def _bundled(name: str) -> Description:
+    """A bundled description, parsed once per process (descriptions are immutable; every
+    device opened afterwards shares it)."""
+    try:
+        res = resources.files("accelstub.configs").joinpath(f"{name}.toml")
+        text = res.read_text(encoding="utf-8")
+    except (FileNotFoundError, ModuleNotFoundError):
+        raise DescriptionError(name, "file", "no such description") from None
+    return _parse(text, f"configs/{name}.toml")
+
+
+def _parse(text: str, source: str) -> Description:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:

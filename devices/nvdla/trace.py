@@ -70,27 +70,32 @@ def trace_file(path: Path) -> Path | None:
 
 
 def read_memory_file(path: Path, where: str) -> list[tuple[int, bytes]]:
-    """The (offset, bytes) records of a memory file."""
+    """The memory file's records as (offset, bytes), records that touch merged into one run."""
     try:
         if path.stat().st_size > MAX_FILE:
             raise TraceError(f"{where}: {path.name} is larger than {MAX_FILE >> 20} MiB")
         text = path.read_text(encoding="ascii", errors="replace")
     except OSError as e:
         raise TraceError(f"{where}: cannot read {path.name}: {e.strerror}") from None
-    out = []
+    runs: list[tuple[int, bytearray]] = []
     for m in _RECORD.finditer(text):
-        line = text.count("\n", 0, m.start()) + 1
         try:
-            data = bytes(int(b, 16) for b in m.group(3).split())
+            data = bytes.fromhex(m.group(3).replace("0x", " "))
+            ok = len(data) == int(m.group(2))
         except ValueError:
-            raise TraceError(f"{path.name}:{line}: payload bytes must be 0x.. values") from None
-        if len(data) != int(m.group(2)):
-            raise TraceError(f"{path.name}:{line}: size {m.group(2)} but {len(data)} payload "
-                             "bytes")
-        out.append((int(m.group(1), 0), data))
-    if not out and text.strip(" \n\r\t{}"):
+            ok = False
+        if not ok:
+            line = text.count("\n", 0, m.start()) + 1  # only for the message
+            raise TraceError(f"{path.name}:{line}: a record needs size:N and N payload bytes "
+                             "written 0x..")
+        off = int(m.group(1), 0)
+        if runs and runs[-1][0] + len(runs[-1][1]) == off:
+            runs[-1][1].extend(data)
+        else:
+            runs.append((off, bytearray(data)))
+    if not runs and text.strip(" \n\r\t{}"):
         raise TraceError(f"{path.name}:1: no {{offset:..., size:..., payload:...}} records")
-    return out
+    return [(off, bytes(data)) for off, data in runs]
 
 
 def _args(text: str) -> list[str]:

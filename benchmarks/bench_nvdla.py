@@ -1,0 +1,87 @@
+"""NVDLA emulator speed: the largest direct-convolution trace test of the nv_small suite (dc_35x22x54
+_6x8x54x29: a 35x22x54 input, 29 kernels of 6x8 (width x height), padding 2/4/4/5 -> 36x24x29)
+as one hardware layer through CDMA..CACC and SDP, warm, in MACs per second against torch's float32
+conv2d of the same shape in the same run (torch is imported here only). The trace is the
+project's own (testkit/nvdla_build.py, same shape, checked by CRC against the independent
+reference); --trace DIR times a trace of the hardware repository instead. Not a test: nothing
+here asserts a speed.
+
+    python benchmarks/bench_nvdla.py [--repeat N] [--trace DIR]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from accelstub.devices import open_device
+from accelstub.devices.runcontrol import RunControl
+from accelstub.stub.commands import CommandContext
+from accelstub.stub.program import load_program
+from accelstub.testkit.nvdla_build import Conv, build
+
+LAYER = Conv(35, 22, 54, 29, r=8, s=6, pad=(4, 5, 2, 4), clip=6)
+
+
+def run_once(trace: Path) -> tuple[float, bool, int]:
+    """Load the trace (its memory and registers, up to the wait for the layer), then time the
+    layer and the trace's checks. Returns (seconds, all checks passed, MACs)."""
+    rc = RunControl(open_device("nvdla"))
+    load_program(CommandContext([rc]), trace)
+    dev = rc.device
+    from accelstub.devices.nvdla import conv as C
+
+    cfg = C.decode(dev.value)
+    macs = cfg.k * cfg.out_h * cfg.out_w * cfg.r * cfg.s * cfg.c
+    t0 = time.perf_counter()
+    stop = rc.run_here()
+    dt = time.perf_counter() - t0
+    ok = stop.reason == "done" and rc.host.ok and any("PASS" in r.line for r in rc.host.results)
+    return dt, ok, macs
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--trace", help="a dc_* trace directory of the NVDLA hardware repository")
+    args = ap.parse_args()
+    import torch
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = Path(args.trace) if args.trace else \
+            build([LAYER], "bench", seed=1).write(Path(tmp) / "bench")
+        t_first, ok, macs = run_once(trace)
+        ours = []
+        for _ in range(args.repeat):
+            dt, ok2, _ = run_once(trace)
+            ok = ok and ok2
+            ours.append(dt)
+    x = torch.randint(-128, 128, (1, LAYER.c, LAYER.h, LAYER.w)).float()
+    w = torch.randint(-128, 128, (LAYER.k, LAYER.c, LAYER.r, LAYER.s)).float()
+    pad = torch.nn.functional.pad
+    top, bottom, left, right = LAYER.pad
+    ref = []
+    for _ in range(args.repeat):
+        t0 = time.perf_counter()
+        torch.nn.functional.conv2d(pad(x, (left, right, top, bottom)), w)
+        ref.append(time.perf_counter() - t0)
+    bo, br = min(ours), min(ref)
+    mo, mr = float(np.median(ours)), float(np.median(ref))
+    print(f"NVDLA dc layer {LAYER.c}x{LAYER.h}x{LAYER.w} * {LAYER.k}x{LAYER.r}x{LAYER.s} "
+          f"({macs / 1e6:.1f} M MACs), layer + CRC check: {mo * 1e3:.2f} ms median, "
+          f"{bo * 1e3:.2f} best ({macs / bo / 1e9:.1f} GMAC/s); first run incl. compile/cache "
+          f"load {t_first:.2f} s")
+    print(f"torch {torch.__version__} float32 conv2d: {mr * 1e3:.2f} ms median, {br * 1e3:.2f} "
+          f"best ({macs / br / 1e9:.1f} GMAC/s)")
+    print(f"ratio emulator/torch: {mr / mo:.2f} (medians), {br / bo:.2f} (best of each); every "
+          f"check_crc passed: {ok}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
