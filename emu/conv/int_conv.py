@@ -34,9 +34,11 @@ from numba import njit, prange
 
 from ..scratch import scratch
 from .simd import vbcast, vget, vload, vmadd, vstore, vzero
+from .vnni import HAVE_VNNI, zdot, zload, zsplat, zstore
 
 KB = 4   # output channels per block (4 x 2 accumulator registers)
 XB = 16  # output columns per block (two 8-lane vectors)
+KB8 = 8  # output channels per block of the byte kernel (8 x one 16-lane accumulator register)
 
 #: numba's parallel kernels may not be entered by two threads at once under every threading
 #: layer (workqueue aborts); a device's run thread and a test's thread could do that
@@ -44,26 +46,42 @@ PARALLEL = threading.Lock()
 
 
 class PackedWeights(NamedTuple):
-    words: np.ndarray   # int32 [kp * kh * kw * c2]
+    words: np.ndarray   # int32 [kp * kh * kw * c2]: int16 pairs
     k: int              # output channels
     c: int              # input channels
     kh: int
     kw: int
+    quads: np.ndarray | None = None  # int32 [kp8 * kh * kw * q4]: int8 quads (byte kernel)
+    wsum: np.ndarray | None = None   # int64 [kp8]: sum of each output channel's weights
 
     @property
     def kp(self) -> int:
         """Output channels rounded up to whole blocks."""
         return -(-self.k // KB) * KB
 
+    @property
+    def kp8(self) -> int:
+        """Output channels rounded up to whole blocks of the byte kernel."""
+        return -(-self.k // KB8) * KB8
+
 
 def pack_weights(w: np.ndarray) -> PackedWeights:
     """``w`` [K, kh, kw, C] integers in int16 range -> the kernel's word layout (zero-filled to
-    a multiple of 4 output channels and of 2 input channels)."""
+    a multiple of 4 output channels and of 2 input channels); where the byte kernel runs
+    (:data:`HAVE_VNNI`) and every weight fits int8, also its layout (int8 quads, zero-filled to
+    a multiple of 8 output channels and of 4 input channels) and the per-channel sums."""
     k, kh, kw, c = w.shape
     kp, c2 = -(-k // KB) * KB, (c + 1) // 2
     half = np.zeros((kp, kh, kw, 2 * c2), np.int16)
     half[:k, :, :, :c] = w
-    return PackedWeights(half.view(np.int32).reshape(-1), k, c, kh, kw)
+    quads = wsum = None
+    if HAVE_VNNI and (w.size == 0 or (w.min() >= -128 and w.max() <= 127)):
+        kp8, q4 = -(-k // KB8) * KB8, (c + 3) // 4
+        b = np.zeros((kp8, kh, kw, 4 * q4), np.int8)
+        b[:k, :, :, :c] = w
+        quads = b.view(np.int32).reshape(-1)
+        wsum = b.reshape(kp8, -1).sum(axis=1, dtype=np.int64)
+    return PackedWeights(half.view(np.int32).reshape(-1), k, c, kh, kw, quads, wsum)
 
 
 def fits_int32(lo: int, hi: int, w: np.ndarray) -> bool:
@@ -194,6 +212,99 @@ def _conv_blocks(x2, w2, acc, ho, wob, c2, kh, kw, kn, sy, row_words, plane, row
                 vstore(acc, o + 3 * s + 8, d1)
 
 
+@njit(parallel=True, cache=True)
+def _pack_input8(v, off, pad, rows, top, dst_col, channels_last, x8):
+    """x8[padded row, quad, dst_col[col], byte] = v[c, row, col] + ``off`` (quad c // 4, byte
+    c % 4) at padded row ``row + top``, as unsigned bytes; ``pad`` (the zero point + ``off``)
+    elsewhere, so that padding reads 0 after the zero point. Otherwise as :func:`_pack_input`."""
+    c_n = v.shape[0]
+    for pr in prange(x8.shape[0]):
+        x8[pr] = pad
+        r = pr - top
+        if r < 0 or r >= rows:
+            continue
+        dst = x8[pr]
+        if channels_last:
+            for col in range(dst_col.shape[0]):
+                d = dst_col[col]
+                if d >= 0:
+                    for c in range(c_n):
+                        dst[c // 4, d, c % 4] = v[c, r, col] + off
+        else:
+            for c in range(c_n):
+                for col in range(dst_col.shape[0]):
+                    d = dst_col[col]
+                    if d >= 0:
+                        dst[c // 4, d, c % 4] = v[c, r, col] + off
+
+
+@njit(parallel=True, cache=True)
+def _vnni_blocks(x4, w4, init, acc, ho, wob, q4, kh, kw, kn, sy, row_words, plane, row_off,
+        col_off, hwc):
+    """acc[k, y, x] (or acc[y, x, k] if ``hwc``) = init[k] + sum over (i, j, quad) of
+    vpdpbusd(input words, weight word): the byte kernel, for blocks of 8 output channels x 16
+    output columns (one 16-lane accumulator register per channel), one (row, channel block)
+    per parallel task. ``x4``: :func:`_pack_input8`'s words; ``w4``: PackedWeights.quads.
+    Generated (8 channels x 1 vector was the fastest of 1-4 vectors x 4-16 channels on the
+    64->64 3x3 layer); ``tmp`` turns a block into channels-last order for ``hwc``."""
+    ws = kh * kw * q4
+    kp = kn * 8
+    s = ho * wob
+    for t in prange(ho * kn):
+        y = t // kn
+        k0 = (t % kn) * 8
+        tmp = np.empty(128, np.int32)
+        for x0 in range(0, wob, 16):
+            a0_0 = zsplat(init, k0 + 0)
+            a1_0 = zsplat(init, k0 + 1)
+            a2_0 = zsplat(init, k0 + 2)
+            a3_0 = zsplat(init, k0 + 3)
+            a4_0 = zsplat(init, k0 + 4)
+            a5_0 = zsplat(init, k0 + 5)
+            a6_0 = zsplat(init, k0 + 6)
+            a7_0 = zsplat(init, k0 + 7)
+            for i in range(kh):
+                rbase = (y * sy + row_off[i]) * row_words + x0
+                for j in range(kw):
+                    xi = rbase + col_off[j]
+                    wi = ((k0 * kh + i) * kw + j) * q4
+                    for q in range(q4):
+                        l0 = zload(x4, xi + 0)
+                        a0_0 = zdot(a0_0, l0, w4, wi)
+                        a1_0 = zdot(a1_0, l0, w4, wi + ws)
+                        a2_0 = zdot(a2_0, l0, w4, wi + 2 * ws)
+                        a3_0 = zdot(a3_0, l0, w4, wi + 3 * ws)
+                        a4_0 = zdot(a4_0, l0, w4, wi + 4 * ws)
+                        a5_0 = zdot(a5_0, l0, w4, wi + 5 * ws)
+                        a6_0 = zdot(a6_0, l0, w4, wi + 6 * ws)
+                        a7_0 = zdot(a7_0, l0, w4, wi + 7 * ws)
+                        xi += plane
+                        wi += 1
+            if hwc:  # acc[y, x, k]: through tmp [channel, column]
+                zstore(tmp, 0, a0_0)
+                zstore(tmp, 16, a1_0)
+                zstore(tmp, 32, a2_0)
+                zstore(tmp, 48, a3_0)
+                zstore(tmp, 64, a4_0)
+                zstore(tmp, 80, a5_0)
+                zstore(tmp, 96, a6_0)
+                zstore(tmp, 112, a7_0)
+                for p in range(16):
+                    o = (y * wob + x0 + p) * kp + k0
+                    for m in range(8):
+                        acc[o + m] = tmp[m * 16 + p]
+            else:  # acc[k, y, x]
+                o = (k0 * ho + y) * wob + x0
+                zstore(acc, o, a0_0)
+                zstore(acc, o + s, a1_0)
+                zstore(acc, o + 2 * s, a2_0)
+                zstore(acc, o + 3 * s, a3_0)
+                zstore(acc, o + 4 * s, a4_0)
+                zstore(acc, o + 5 * s, a5_0)
+                zstore(acc, o + 6 * s, a6_0)
+                zstore(acc, o + 7 * s, a7_0)
+
+
 class _Plan(NamedTuple):
     hp: int               # padded rows read
     c2: int               # channel pairs
@@ -219,34 +330,70 @@ def _plan(c: int, cols: int, kh: int, kw: int, ho: int, wo: int, left: int, sy: 
     return _Plan(hp, (c + 1) // 2, wq, wob, dst_col, row_off, col_off)
 
 
+def byte_offset(dtype, zero_point: int) -> int | None:
+    """The ``off`` that makes every value of ``dtype`` and the zero point unsigned bytes (the
+    byte kernel's activations), or None if there is none: int8 128 (zero points -128..127),
+    uint8 0 (zero points 0..255)."""
+    dtype = np.dtype(dtype)
+    off = 128 if dtype == np.int8 else 0 if dtype == np.uint8 else None
+    return off if off is not None and 0 <= zero_point + off <= 255 else None
+
+
 def conv_sums(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_point: int = 0,
               in_hw: tuple[int, int] | None = None, pad: tuple[int, int] = (0, 0),
               stride: tuple[int, int] = (1, 1), dilation: tuple[int, int] = (1, 1),
-              hwc: bool = False, padded: bool = False) -> np.ndarray:
+              hwc: bool = False, padded: bool = False, kernel: str = "auto") -> np.ndarray:
     """int32 [K, Ho, Wo] (``hwc``: [Ho, Wo, K]): out[k, y, x] = sum over c, i, j of
     (v[c, y*sy + i*dy - top, x*sx + j*dx - left] - zero_point) * w[k, i, j, c], positions
     outside the input (or outside ``in_hw``, the rows and columns of ``v`` to use) reading 0.
     ``v`` is indexed [C, H, W] with any strides and int16-range values after the zero point;
     the sums wrap modulo 2**32 (see the module docstring for when they are exact).
     ``padded``: the whole C-contiguous work array instead ([K rounded up, Ho, Wo rounded up],
-    not with ``hwc``): numba vectorises loops over a C-contiguous array, not over the view."""
+    not with ``hwc``): numba vectorises loops over a C-contiguous array, not over the view.
+
+    ``kernel``: "auto" runs the byte kernel (``vpdpbusd``) where it applies: the CPU has it
+    (:data:`HAVE_VNNI`), the weights fit int8 (``w.quads``) and ``v`` is int8 or uint8 with a
+    zero point that :func:`byte_offset` admits; else the int16-pair kernel. "int16" always
+    runs the latter, "int8" the byte kernel (ValueError where it does not apply). Both give
+    the same int32 sums (each exact modulo 2**32)."""
     c, h, wd = v.shape
     if c != w.c:
         raise ValueError(f"input has {c} channels, weights {w.c}")
+    off = byte_offset(v.dtype, zero_point) if w.quads is not None and kernel != "int16" \
+        else None
+    if kernel == "int8" and off is None:
+        raise ValueError("the byte kernel does not apply (no VNNI, weights past int8, or an "
+                         "input type/zero point without an unsigned byte form)")
     ho, wo = out_hw
     rows, cols = in_hw or (h, wd)
     sx = stride[1]
     p = _plan(c, min(cols, wd), w.kh, w.kw, ho, wo, pad[1], stride[0], sx, dilation[0],
               dilation[1])
     plane = sx * p.wq
-    buf = scratch("int_conv.x", (p.hp * p.c2 * plane,), np.int32)
-    kp = w.kp
-    acc = scratch("int_conv.acc", (kp * ho * p.wob,), np.int32)
-    with PARALLEL:
-        _pack_input(v, zero_point, min(rows, h), pad[0], p.dst_col, v.strides[0] < v.strides[2],
-                    buf.view(np.int16).reshape(p.hp, p.c2, plane, 2))
-        _conv_blocks(buf, w.words, acc, ho, p.wob, p.c2, w.kh, w.kw, kp // KB, stride[0],
-                     p.c2 * plane, plane, p.row_off, p.col_off, hwc)
+    if off is not None:
+        # sum of (v + off) * w minus (zero_point + off) * sum(w) per channel (the accumulators'
+        # start value), all modulo 2**32: the same sums; padding holds zero_point + off
+        q4 = (c + 3) // 4
+        kp = w.kp8
+        buf = scratch("int_conv.x8", (p.hp * q4 * plane,), np.int32)
+        acc = scratch("int_conv.acc", (kp * ho * p.wob,), np.int32)
+        init = (-(zero_point + off) * w.wsum).astype(np.int32)  # wrapped to int32
+        with PARALLEL:
+            _pack_input8(v, off, zero_point + off, min(rows, h), pad[0], p.dst_col,
+                         v.strides[0] < v.strides[2],
+                         buf.view(np.uint8).reshape(p.hp, q4, plane, 4))
+            _vnni_blocks(buf, w.quads, init, acc, ho, p.wob, q4, w.kh, w.kw, kp // KB8,
+                         stride[0], q4 * plane, plane, p.row_off, p.col_off, hwc)
+    else:
+        buf = scratch("int_conv.x", (p.hp * p.c2 * plane,), np.int32)
+        kp = w.kp
+        acc = scratch("int_conv.acc", (kp * ho * p.wob,), np.int32)
+        with PARALLEL:
+            _pack_input(v, zero_point, min(rows, h), pad[0], p.dst_col,
+                        v.strides[0] < v.strides[2],
+                        buf.view(np.int16).reshape(p.hp, p.c2, plane, 2))
+            _conv_blocks(buf, w.words, acc, ho, p.wob, p.c2, w.kh, w.kw, kp // KB, stride[0],
+                         p.c2 * plane, plane, p.row_off, p.col_off, hwc)
     if hwc:
         return acc.reshape(ho, p.wob, kp)[:, :wo, :w.k]
     acc = acc.reshape(kp, ho, p.wob)
