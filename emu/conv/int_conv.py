@@ -212,41 +212,38 @@ def _conv_blocks(x2, w2, acc, ho, wob, c2, kh, kw, kn, sy, row_words, plane, row
                 vstore(acc, o + 3 * s + 8, d1)
 
 
-@njit(parallel=True, cache=True)
-def _pack_input8(v, off, pad, rows, top, dst_col, channels_last, x8):
-    """x8[padded row, quad, dst_col[col], byte] = v[c, row, col] + ``off`` (quad c // 4, byte
-    c % 4) at padded row ``row + top``, as unsigned bytes; ``pad`` (the zero point + ``off``)
-    elsewhere, so that padding reads 0 after the zero point. Otherwise as :func:`_pack_input`."""
-    c_n = v.shape[0]
-    for pr in prange(x8.shape[0]):
-        x8[pr] = pad
+@njit(nogil=True, cache=True)
+def _pack_input8(src, mask, pad, rows, top, dst_col, x4):
+    """x4[padded row, quad, dst_col[col]] = src[row, col, quad] ^ ``mask`` at padded row
+    ``row + top``; ``pad`` elsewhere. ``src``: int32 words [H, W, quads] of an NHWC byte tensor
+    (four channels a word); ``mask`` 0x80808080 adds 128 to every byte of int8 data (their
+    unsigned byte form), 0 keeps uint8 data; ``pad``: the zero point's byte form in every byte,
+    so padding reads 0 after the zero point. Rows >= ``rows`` and columns with dst_col < 0 are
+    not used. Padded rows in parallel."""
+    q4 = src.shape[2]
+    for pr in range(x4.shape[0]):
+        x4[pr] = pad
         r = pr - top
         if r < 0 or r >= rows:
             continue
-        dst = x8[pr]
-        if channels_last:
-            for col in range(dst_col.shape[0]):
-                d = dst_col[col]
-                if d >= 0:
-                    for c in range(c_n):
-                        dst[c // 4, d, c % 4] = v[c, r, col] + off
-        else:
-            for c in range(c_n):
-                for col in range(dst_col.shape[0]):
-                    d = dst_col[col]
-                    if d >= 0:
-                        dst[c // 4, d, c % 4] = v[c, r, col] + off
+        dst = x4[pr]
+        for col in range(dst_col.shape[0]):
+            d = dst_col[col]
+            if d >= 0:
+                for q in range(q4):
+                    dst[q, d] = src[r, col, q] ^ mask
 
 
 @njit(parallel=True, cache=True)
-def _vnni_blocks(x4, w4, init, acc, ho, wob, q4, kh, kw, kn, sy, row_words, plane, row_off,
-        col_off, hwc):
+def _vnni_conv(src, mask, pad, rows, top, dst_col, x4, w4, init, acc, ho, wob, q4, kh, kw, kn,
+               sy, row_words, plane, row_off, col_off, hwc):
     """acc[k, y, x] (or acc[y, x, k] if ``hwc``) = init[k] + sum over (i, j, quad) of
     vpdpbusd(input words, weight word): the byte kernel, for blocks of 8 output channels x 16
     output columns (one 16-lane accumulator register per channel), one (row, channel block)
     per parallel task. ``x4``: :func:`_pack_input8`'s words; ``w4``: PackedWeights.quads.
     Generated (8 channels x 1 vector was the fastest of 1-4 vectors x 4-16 channels on the
     64->64 3x3 layer); ``tmp`` turns a block into channels-last order for ``hwc``."""
+    _pack_input8(src, mask, pad, rows, top, dst_col, x4.reshape(-1, q4, plane))
     ws = kh * kw * q4
     kp = kn * 8
     s = ho * wob
@@ -375,15 +372,20 @@ def conv_sums(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_
         # start value), all modulo 2**32: the same sums; padding holds zero_point + off
         q4 = (c + 3) // 4
         kp = w.kp8
+        nhwc = v.transpose(1, 2, 0)
+        if c % 4 or not nhwc.flags.c_contiguous:  # whole words of 4 channels, NHWC: a copy
+            # (the bytes of channels >= c are left as they were: their weights are 0)
+            copy = scratch("int_conv.nhwc8", (h, wd, 4 * q4), v.dtype)
+            copy[:, :, :c] = nhwc
+            nhwc = copy
         buf = scratch("int_conv.x8", (p.hp * q4 * plane,), np.int32)
         acc = scratch("int_conv.acc", (kp * ho * p.wob,), np.int32)
         init = (-(zero_point + off) * w.wsum).astype(np.int32)  # wrapped to int32
         with PARALLEL:
-            _pack_input8(v, off, zero_point + off, min(rows, h), pad[0], p.dst_col,
-                         v.strides[0] < v.strides[2],
-                         buf.view(np.uint8).reshape(p.hp, q4, plane, 4))
-            _vnni_blocks(buf, w.quads, init, acc, ho, p.wob, q4, w.kh, w.kw, kp // KB8,
-                         stride[0], q4 * plane, plane, p.row_off, p.col_off, hwc)
+            _vnni_conv(nhwc.view(np.int32), np.int32(-0x7F7F7F80 if off else 0),
+                       np.int32(np.uint32((zero_point + off) * 0x01010101)), min(rows, h),
+                       pad[0], p.dst_col, buf, w.quads, init, acc, ho, p.wob, q4, w.kh, w.kw,
+                       kp // KB8, stride[0], q4 * plane, plane, p.row_off, p.col_off, hwc)
     else:
         buf = scratch("int_conv.x", (p.hp * p.c2 * plane,), np.int32)
         kp = w.kp

@@ -107,8 +107,8 @@ def test_sums_past_float32_and_int32(dtype, value, zp, weight, channels):
 
 def test_dispatch_runs_the_byte_kernel_only_where_it_applies(monkeypatch):
     calls = []
-    real = IC._vnni_blocks
-    monkeypatch.setattr(IC, "_vnni_blocks", lambda *a: calls.append(1) or real(*a))
+    real = IC._vnni_conv
+    monkeypatch.setattr(IC, "_vnni_conv", lambda *a: calls.append(1) or real(*a))
     v8 = np.arange(2 * 4 * 4, dtype=np.int8).reshape(2, 4, 4)
     w8 = np.arange(-9, 9).reshape(1, 3, 3, 2)
     want = IC.conv_sums(v8, IC.pack_weights(w8), (2, 2), kernel="int16")
