@@ -34,7 +34,7 @@ from numba import njit, prange
 
 from ..scratch import scratch
 from .simd import vbcast, vget, vload, vmadd, vstore, vzero
-from .vnni import HAVE_VNNI, zdot, zload, zsplat, zstore
+from .vnni import HAVE_VNNI, zdot, zload, zsplat, zstore, zstore_t8
 
 KB = 4   # output channels per block (4 x 2 accumulator registers)
 XB = 16  # output columns per block (two 8-lane vectors)
@@ -235,22 +235,28 @@ def _pack_input8(src, mask, pad, rows, top, dst_col, x4):
 
 
 @njit(parallel=True, cache=True)
-def _vnni_conv(src, mask, pad, rows, top, dst_col, x4, w4, init, acc, ho, wob, q4, kh, kw, kn,
+def _vnni_conv(src, off, zb, rows, top, dst_col, x4, w4, wsum, acc, ho, wob, q4, kh, kw, kn,
                sy, row_words, plane, row_off, col_off, hwc):
-    """acc[k, y, x] (or acc[y, x, k] if ``hwc``) = init[k] + sum over (i, j, quad) of
-    vpdpbusd(input words, weight word): the byte kernel, for blocks of 8 output channels x 16
+    """:func:`_pack_input8` of ``src`` into ``x4``, then acc[k, y, x] (or acc[y, x, k] if
+    ``hwc``) = -zb * wsum[k] + sum over (i, j, quad) of vpdpbusd(input words, weight word),
+    modulo 2**32: the byte kernel, for blocks of 8 output channels x 16
     output columns (one 16-lane accumulator register per channel), one (row, channel block)
     per parallel task. ``x4``: :func:`_pack_input8`'s words; ``w4``: PackedWeights.quads.
     Generated (8 channels x 1 vector was the fastest of 1-4 vectors x 4-16 channels on the
-    64->64 3x3 layer); ``tmp`` turns a block into channels-last order for ``hwc``."""
-    _pack_input8(src, mask, pad, rows, top, dst_col, x4.reshape(-1, q4, plane))
+    64->64 3x3 layer);"""
+    # the zero point's byte form zb in every byte of a padding word; 0x80808080 adds 128 to
+    # every byte (off 128: int8 data) and the accumulators start at -zb * sum(w) (wrapped)
+    _pack_input8(src, np.int32(-0x7F7F7F80) if off else np.int32(0), np.int32(zb * 0x01010101),
+                 rows, top, dst_col, x4.reshape(-1, q4, plane))
     ws = kh * kw * q4
     kp = kn * 8
+    init = np.empty(kp, np.int32)
+    for k in range(kp):
+        init[k] = np.int32(-zb * wsum[k])
     s = ho * wob
     for t in prange(ho * kn):
         y = t // kn
         k0 = (t % kn) * 8
-        tmp = np.empty(128, np.int32)
         for x0 in range(0, wob, 16):
             a0_0 = zsplat(init, k0 + 0)
             a1_0 = zsplat(init, k0 + 1)
@@ -277,19 +283,9 @@ def _vnni_conv(src, mask, pad, rows, top, dst_col, x4, w4, init, acc, ho, wob, q
                         a7_0 = zdot(a7_0, l0, w4, wi + 7 * ws)
                         xi += plane
                         wi += 1
-            if hwc:  # acc[y, x, k]: through tmp [channel, column]
-                zstore(tmp, 0, a0_0)
-                zstore(tmp, 16, a1_0)
-                zstore(tmp, 32, a2_0)
-                zstore(tmp, 48, a3_0)
-                zstore(tmp, 64, a4_0)
-                zstore(tmp, 80, a5_0)
-                zstore(tmp, 96, a6_0)
-                zstore(tmp, 112, a7_0)
-                for p in range(16):
-                    o = (y * wob + x0 + p) * kp + k0
-                    for m in range(8):
-                        acc[o + m] = tmp[m * 16 + p]
+            if hwc:  # acc[y, x, k]: the block transposed
+                zstore_t8(acc, (y * wob + x0) * kp + k0, kp, a0_0, a1_0, a2_0, a3_0, a4_0, a5_0,
+                          a6_0, a7_0)
             else:  # acc[k, y, x]
                 o = (k0 * ho + y) * wob + x0
                 zstore(acc, o, a0_0)
@@ -380,11 +376,9 @@ def conv_sums(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_
             nhwc = copy
         buf = scratch("int_conv.x8", (p.hp * q4 * plane,), np.int32)
         acc = scratch("int_conv.acc", (kp * ho * p.wob,), np.int32)
-        init = (-(zero_point + off) * w.wsum).astype(np.int32)  # wrapped to int32
         with PARALLEL:
-            _vnni_conv(nhwc.view(np.int32), np.int32(-0x7F7F7F80 if off else 0),
-                       np.int32(np.uint32((zero_point + off) * 0x01010101)), min(rows, h),
-                       pad[0], p.dst_col, buf, w.quads, init, acc, ho, p.wob, q4, w.kh, w.kw,
+            _vnni_conv(nhwc.view(np.int32), off, zero_point + off, min(rows, h), pad[0],
+                       p.dst_col, buf, w.quads, w.wsum, acc, ho, p.wob, q4, w.kh, w.kw,
                        kp // KB8, stride[0], q4 * plane, plane, p.row_off, p.col_off, hwc)
     else:
         buf = scratch("int_conv.x", (p.hp * p.c2 * plane,), np.int32)

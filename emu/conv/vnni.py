@@ -136,3 +136,40 @@ def zdot(typingctx, acc, x, arr, idx):
                                             _DPBUSD)
         return builder.call(fn, [args[0], args[1], w])
     return i32x16(acc, x, arr, idx), codegen
+
+
+_V8 = ir.VectorType(_I32, 8)
+
+
+@intrinsic
+def zstore_t8(typingctx, arr, idx, step, a0, a1, a2, a3, a4, a5, a6, a7):
+    """The 8 x 16 block transposed: arr[idx + p*step + m] = lane p of a<m> for p < 16, m < 8
+    (channels-last stores of 8 channels x 16 columns, as 16 eight-lane stores; the shuffles
+    are LLVM's)."""
+    vs = (a0, a1, a2, a3, a4, a5, a6, a7)
+    if not (_is_words(arr) and isinstance(idx, types.Integer)
+            and isinstance(step, types.Integer) and all(v == i32x16 for v in vs)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        arr_, idx_, step_ = args[:3]
+        regs = args[3:]
+        undef16 = ir.Constant(_V16, ir.Undefined)
+        # pairs of registers -> 32-lane concatenations, then one shuffle per output column
+        cat01 = [builder.shuffle_vector(regs[2 * i], regs[2 * i + 1],
+                                        ir.Constant(ir.VectorType(_I32, 32), list(range(32))))
+                 for i in range(4)]
+        cat0123 = [builder.shuffle_vector(cat01[2 * i], cat01[2 * i + 1],
+                                          ir.Constant(ir.VectorType(_I32, 64), list(range(64))))
+                   for i in range(2)]
+        whole = builder.shuffle_vector(cat0123[0], cat0123[1],
+                                       ir.Constant(ir.VectorType(_I32, 128), list(range(128))))
+        del undef16
+        for p in range(16):
+            col = builder.shuffle_vector(whole, ir.Constant(whole.type, ir.Undefined),
+                                         ir.Constant(_V8, [16 * m + p for m in range(8)]))
+            off = builder.add(idx_, builder.mul(step_, ir.Constant(step_.type, p)))
+            ptr = _address(context, builder, signature.args[0], arr_, off)
+            builder.store(col, builder.bitcast(ptr, _V8.as_pointer()), align=4)
+        return context.get_dummy_value()
+    return types.void(arr, idx, step, a0, a1, a2, a3, a4, a5, a6, a7), codegen
