@@ -1,14 +1,28 @@
-"""Exact integer 2-D convolution sums for int16-range operands, shared by the MAX78000 and
-Ethos-U85 datapaths.
+"""Exact integer 2-D convolution sums for int16-range operands, shared by the MAX78000,
+Ethos-U85 and NE16 datapaths.
 
-Why a kernel of our own: both accelerators multiply small integers and accumulate exactly. A
+Why a kernel of our own: the accelerators multiply small integers and accumulate exactly. A
 float32 BLAS GEMM is exact only while partial sums stay below 2**24 and reached ~70 GMAC/s on
-the 2-core machine; integer multiply-add of int16 pairs (``vpmaddwd``, see ``emu/conv/simd.py``)
-does twice the work per instruction of a float32 FMA and is exact for any int32 result.
+the 2-core machine. Two integer kernels, chosen per call by :func:`conv_sums`:
 
-Sums are int32 and wrap modulo 2**32; callers use them only where the true sum provably fits
-(MAX78000: |data| <= 128, |weight| <= 128, at most 1024 x 9 products per output, so below 2**28;
-Ethos-U85: checked by :func:`fits_int32`).
+* the byte kernel (:func:`_vnni_conv`), where the CPU has AVX-512 VNNI (``emu/conv/vnni.py``),
+  the weights fit int8 and the input is int8 or uint8: ``vpdpbusd`` multiplies unsigned input
+  bytes by signed weight bytes, 64 multiply-adds per instruction (~380 GMAC/s on the 64->64
+  3x3 layer, 4x torch's float32 conv2d). Signed or zero-point-shifted input becomes unsigned by
+  an offset (``v + off`` with ``off`` 128 for int8, 0 for uint8; padding holds
+  ``zero_point + off``), and the accumulators start at ``-(zero_point + off) * sum(w[k])``, so
+  the sums are those of ``(v - zero_point) * w``;
+* the int16-pair kernel (:func:`_conv_blocks`, ``vpmaddwd`` through ``emu/conv/simd.py``, plain
+  LLVM vector IR: AVX2 where present, ordinary vector code elsewhere) for everything else
+  (int16 data, int9 Ethos-U85 weights, CPUs without VNNI).
+
+Both compute every sum exactly modulo 2**32 (int32 accumulators that wrap): vpdpbusd adds a
+lane's four products (together below 2**17 in magnitude) with wrap-around, vpmaddwd's pair sums cannot
+overflow (callers keep one operand above -32768), and the offset correction is an identity
+modulo 2**32. So the two kernels agree bit for bit, and a sum is exact wherever the true sum
+fits int32; callers use them only there, or want the wrap (MAX78000: |data| <= 128, |weight| <=
+128, at most 1024 x 9 products per output, so below 2**28; Ethos-U85: checked by
+:func:`fits_int32`, wider sums keep the exact float GEMM; NE16: its accumulators are int32 and wrap).
 
 Layouts (chosen so the innermost loop reads contiguous memory):
 * input, packed by :func:`_pack_input`: per padded row, per channel pair, per column phase
@@ -16,7 +30,9 @@ Layouts (chosen so the innermost loop reads contiguous memory):
   so the inputs of 8 consecutive outputs for one kernel column are 8 consecutive words with any
   stride), one int32 word per position holding channels (2p, 2p+1);
 * weights, packed by :func:`pack_weights`: ``[K rounded up to 4, kh, kw, channel pairs]`` words;
-* sums: ``[K rounded up to 4, Ho, Wo rounded up to 16]`` int32 (or ``[Ho, Wo rounded up, K
+* the byte kernel's input, packed by :func:`_pack_input8`, and weights (``PackedWeights.quads``):
+  the same with one word per 4 channels (4 bytes), ``K`` rounded up to 8;
+* sums: ``[K rounded up to 4 (8), Ho, Wo rounded up to 16]`` int32 (or ``[Ho, Wo rounded up, K
   rounded up]`` for NHWC callers); callers get the ``[K, Ho, Wo]`` (``[Ho, Wo, K]``) view.
 
 Work arrays are reused per thread (:func:`emu.scratch.scratch`): a result is valid until the
