@@ -7,7 +7,7 @@ from plain IR inside a register-blocked kernel, so :func:`zdot` calls the intrin
 ``llvm.x86.avx512.vpdpbusd.512`` and loads the signed operand as a broadcast word, which the
 backend folds into the instruction (``vpdpbusd (mem){1to16}, zmm, zmm``).
 
-Exactness: a lane's four products are at most 4 * 255 * 128 < 2**19 in magnitude and the sum
+Exactness: a lane's four products sum to at most 4 * 255 * 128 < 2**17 in magnitude and the sum
 into the lane wraps modulo 2**32 (``vpdpbusd``, not the saturating ``vpdpbusds``), so a kernel
 built from it computes every sum exactly modulo 2**32, whatever the number of terms.
 
@@ -154,8 +154,7 @@ def zstore_t8(typingctx, arr, idx, step, a0, a1, a2, a3, a4, a5, a6, a7):
     def codegen(context, builder, signature, args):
         arr_, idx_, step_ = args[:3]
         regs = args[3:]
-        undef16 = ir.Constant(_V16, ir.Undefined)
-        # pairs of registers -> 32-lane concatenations, then one shuffle per output column
+        # the 8 registers concatenated (128 lanes), then one shuffle per output column
         cat01 = [builder.shuffle_vector(regs[2 * i], regs[2 * i + 1],
                                         ir.Constant(ir.VectorType(_I32, 32), list(range(32))))
                  for i in range(4)]
@@ -164,7 +163,6 @@ def zstore_t8(typingctx, arr, idx, step, a0, a1, a2, a3, a4, a5, a6, a7):
                    for i in range(2)]
         whole = builder.shuffle_vector(cat0123[0], cat0123[1],
                                        ir.Constant(ir.VectorType(_I32, 128), list(range(128))))
-        del undef16
         for p in range(16):
             col = builder.shuffle_vector(whole, ir.Constant(whole.type, ir.Undefined),
                                          ir.Constant(_V8, [16 * m + p for m in range(8)]))
