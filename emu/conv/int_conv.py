@@ -1,14 +1,28 @@
-"""Exact integer 2-D convolution sums for int16-range operands, shared by the MAX78000 and
-Ethos-U85 datapaths.
+"""Exact integer 2-D convolution sums for int16-range operands, shared by the MAX78000,
+Ethos-U85 and NE16 datapaths.
 
-Why a kernel of our own: both accelerators multiply small integers and accumulate exactly. A
+Why a kernel of our own: the accelerators multiply small integers and accumulate exactly. A
 float32 BLAS GEMM is exact only while partial sums stay below 2**24 and reached ~70 GMAC/s on
-the 2-core machine; integer multiply-add of int16 pairs (``vpmaddwd``, see ``emu/conv/simd.py``)
-does twice the work per instruction of a float32 FMA and is exact for any int32 result.
+the 2-core machine. Two integer kernels, chosen per call by :func:`conv_sums`:
 
-Sums are int32 and wrap modulo 2**32; callers use them only where the true sum provably fits
-(MAX78000: |data| <= 128, |weight| <= 128, at most 1024 x 9 products per output, so below 2**28;
-Ethos-U85: checked by :func:`fits_int32`).
+* the byte kernel (:func:`_vnni_conv`), where the CPU has AVX-512 VNNI (``emu/conv/vnni.py``),
+  the weights fit int8 and the input is int8 or uint8: ``vpdpbusd`` multiplies unsigned input
+  bytes by signed weight bytes, 64 multiply-adds per instruction (~380 GMAC/s on the 64->64
+  3x3 layer, 4x torch's float32 conv2d). Signed or zero-point-shifted input becomes unsigned by
+  an offset (``v + off`` with ``off`` 128 for int8, 0 for uint8; padding holds
+  ``zero_point + off``), and the accumulators start at ``-(zero_point + off) * sum(w[k])``, so
+  the sums are those of ``(v - zero_point) * w``;
+* the int16-pair kernel (:func:`_conv_blocks`, ``vpmaddwd`` through ``emu/conv/simd.py``, plain
+  LLVM vector IR: AVX2 where present, ordinary vector code elsewhere) for everything else
+  (int16 data, int9 Ethos-U85 weights, CPUs without VNNI).
+
+Both compute every sum exactly modulo 2**32 (int32 accumulators that wrap): vpdpbusd adds a
+lane's four products (together below 2**17 in magnitude) with wrap-around, vpmaddwd's pair sums cannot
+overflow (callers keep one operand above -32768), and the offset correction is an identity
+modulo 2**32. So the two kernels agree bit for bit, and a sum is exact wherever the true sum
+fits int32; callers use them only there, or want the wrap (MAX78000: |data| <= 128, |weight| <=
+128, at most 1024 x 9 products per output, so below 2**28; Ethos-U85: checked by
+:func:`fits_int32`, wider sums keep the exact float GEMM; NE16: its accumulators are int32 and wrap).
 
 Layouts (chosen so the innermost loop reads contiguous memory):
 * input, packed by :func:`_pack_input`: per padded row, per channel pair, per column phase
@@ -16,7 +30,9 @@ Layouts (chosen so the innermost loop reads contiguous memory):
   so the inputs of 8 consecutive outputs for one kernel column are 8 consecutive words with any
   stride), one int32 word per position holding channels (2p, 2p+1);
 * weights, packed by :func:`pack_weights`: ``[K rounded up to 4, kh, kw, channel pairs]`` words;
-* sums: ``[K rounded up to 4, Ho, Wo rounded up to 16]`` int32 (or ``[Ho, Wo rounded up, K
+* the byte kernel's input, packed by :func:`_pack_input8`, and weights (``PackedWeights.quads``):
+  the same with one word per 4 channels (4 bytes), ``K`` rounded up to 8;
+* sums: ``[K rounded up to 4 (8), Ho, Wo rounded up to 16]`` int32 (or ``[Ho, Wo rounded up, K
   rounded up]`` for NHWC callers); callers get the ``[K, Ho, Wo]`` (``[Ho, Wo, K]``) view.
 
 Work arrays are reused per thread (:func:`emu.scratch.scratch`): a result is valid until the
@@ -34,9 +50,11 @@ from numba import njit, prange
 
 from ..scratch import scratch
 from .simd import vbcast, vget, vload, vmadd, vstore, vzero
+from .vnni import HAVE_VNNI, zdot, zload, zsplat, zstore, zstore_t8
 
 KB = 4   # output channels per block (4 x 2 accumulator registers)
 XB = 16  # output columns per block (two 8-lane vectors)
+KB8 = 8  # output channels per block of the byte kernel (8 x one 16-lane accumulator register)
 
 #: numba's parallel kernels may not be entered by two threads at once under every threading
 #: layer (workqueue aborts); a device's run thread and a test's thread could do that
@@ -44,26 +62,42 @@ PARALLEL = threading.Lock()
 
 
 class PackedWeights(NamedTuple):
-    words: np.ndarray   # int32 [kp * kh * kw * c2]
+    words: np.ndarray   # int32 [kp * kh * kw * c2]: int16 pairs
     k: int              # output channels
     c: int              # input channels
     kh: int
     kw: int
+    quads: np.ndarray | None = None  # int32 [kp8 * kh * kw * q4]: int8 quads (byte kernel)
+    wsum: np.ndarray | None = None   # int64 [kp8]: sum of each output channel's weights
 
     @property
     def kp(self) -> int:
         """Output channels rounded up to whole blocks."""
         return -(-self.k // KB) * KB
 
+    @property
+    def kp8(self) -> int:
+        """Output channels rounded up to whole blocks of the byte kernel."""
+        return -(-self.k // KB8) * KB8
+
 
 def pack_weights(w: np.ndarray) -> PackedWeights:
     """``w`` [K, kh, kw, C] integers in int16 range -> the kernel's word layout (zero-filled to
-    a multiple of 4 output channels and of 2 input channels)."""
+    a multiple of 4 output channels and of 2 input channels); where the byte kernel runs
+    (:data:`HAVE_VNNI`) and every weight fits int8, also its layout (int8 quads, zero-filled to
+    a multiple of 8 output channels and of 4 input channels) and the per-channel sums."""
     k, kh, kw, c = w.shape
     kp, c2 = -(-k // KB) * KB, (c + 1) // 2
     half = np.zeros((kp, kh, kw, 2 * c2), np.int16)
     half[:k, :, :, :c] = w
-    return PackedWeights(half.view(np.int32).reshape(-1), k, c, kh, kw)
+    quads = wsum = None
+    if HAVE_VNNI and (w.size == 0 or (w.min() >= -128 and w.max() <= 127)):
+        kp8, q4 = -(-k // KB8) * KB8, (c + 3) // 4
+        b = np.zeros((kp8, kh, kw, 4 * q4), np.int8)
+        b[:k, :, :, :c] = w
+        quads = b.view(np.int32).reshape(-1)
+        wsum = b.reshape(kp8, -1).sum(axis=1, dtype=np.int64)
+    return PackedWeights(half.view(np.int32).reshape(-1), k, c, kh, kw, quads, wsum)
 
 
 def fits_int32(lo: int, hi: int, w: np.ndarray) -> bool:
@@ -194,6 +228,92 @@ def _conv_blocks(x2, w2, acc, ho, wob, c2, kh, kw, kn, sy, row_words, plane, row
                 vstore(acc, o + 3 * s + 8, d1)
 
 
+@njit(nogil=True, cache=True)
+def _pack_input8(src, mask, pad, rows, top, dst_col, x4):
+    """x4[padded row, quad, dst_col[col]] = src[row, col, quad] ^ ``mask`` at padded row
+    ``row + top``; ``pad`` elsewhere. ``src``: int32 words [H, W, quads] of an NHWC byte tensor
+    (four channels a word); ``mask`` 0x80808080 adds 128 to every byte of int8 data (their
+    unsigned byte form), 0 keeps uint8 data; ``pad``: the zero point's byte form in every byte,
+    so padding reads 0 after the zero point. Rows >= ``rows`` and columns with dst_col < 0 are
+    not used. Padded rows in parallel."""
+    q4 = src.shape[2]
+    for pr in range(x4.shape[0]):
+        x4[pr] = pad
+        r = pr - top
+        if r < 0 or r >= rows:
+            continue
+        dst = x4[pr]
+        for col in range(dst_col.shape[0]):
+            d = dst_col[col]
+            if d >= 0:
+                for q in range(q4):
+                    dst[q, d] = src[r, col, q] ^ mask
+
+
+@njit(parallel=True, cache=True)
+def _vnni_conv(src, off, zb, rows, top, dst_col, x4, w4, wsum, acc, ho, wob, q4, kh, kw, kn,
+               sy, row_words, plane, row_off, col_off, hwc):
+    """:func:`_pack_input8` of ``src`` into ``x4``, then acc[k, y, x] (or acc[y, x, k] if
+    ``hwc``) = -zb * wsum[k] + sum over (i, j, quad) of vpdpbusd(input words, weight word),
+    modulo 2**32: the byte kernel, for blocks of 8 output channels x 16
+    output columns (one 16-lane accumulator register per channel), one (row, channel block)
+    per parallel task. ``x4``: :func:`_pack_input8`'s words; ``w4``: PackedWeights.quads.
+    Generated (8 channels x 1 vector was the fastest of 1-4 vectors x 4-16 channels on the
+    64->64 3x3 layer);"""
+    # the zero point's byte form zb in every byte of a padding word; 0x80808080 adds 128 to
+    # every byte (off 128: int8 data) and the accumulators start at -zb * sum(w) (wrapped)
+    _pack_input8(src, np.int32(-0x7F7F7F80) if off else np.int32(0), np.int32(zb * 0x01010101),
+                 rows, top, dst_col, x4.reshape(-1, q4, plane))
+    ws = kh * kw * q4
+    kp = kn * 8
+    init = np.empty(kp, np.int32)
+    for k in range(kp):
+        init[k] = np.int32(-zb * wsum[k])
+    s = ho * wob
+    for t in prange(ho * kn):
+        y = t // kn
+        k0 = (t % kn) * 8
+        for x0 in range(0, wob, 16):
+            a0_0 = zsplat(init, k0 + 0)
+            a1_0 = zsplat(init, k0 + 1)
+            a2_0 = zsplat(init, k0 + 2)
+            a3_0 = zsplat(init, k0 + 3)
+            a4_0 = zsplat(init, k0 + 4)
+            a5_0 = zsplat(init, k0 + 5)
+            a6_0 = zsplat(init, k0 + 6)
+            a7_0 = zsplat(init, k0 + 7)
+            for i in range(kh):
+                rbase = (y * sy + row_off[i]) * row_words + x0
+                for j in range(kw):
+                    xi = rbase + col_off[j]
+                    wi = ((k0 * kh + i) * kw + j) * q4
+                    for q in range(q4):
+                        l0 = zload(x4, xi + 0)
+                        a0_0 = zdot(a0_0, l0, w4, wi)
+                        a1_0 = zdot(a1_0, l0, w4, wi + ws)
+                        a2_0 = zdot(a2_0, l0, w4, wi + 2 * ws)
+                        a3_0 = zdot(a3_0, l0, w4, wi + 3 * ws)
+                        a4_0 = zdot(a4_0, l0, w4, wi + 4 * ws)
+                        a5_0 = zdot(a5_0, l0, w4, wi + 5 * ws)
+                        a6_0 = zdot(a6_0, l0, w4, wi + 6 * ws)
+                        a7_0 = zdot(a7_0, l0, w4, wi + 7 * ws)
+                        xi += plane
+                        wi += 1
+            if hwc:  # acc[y, x, k]: the block transposed
+                zstore_t8(acc, (y * wob + x0) * kp + k0, kp, a0_0, a1_0, a2_0, a3_0, a4_0, a5_0,
+                          a6_0, a7_0)
+            else:  # acc[k, y, x]
+                o = (k0 * ho + y) * wob + x0
+                zstore(acc, o, a0_0)
+                zstore(acc, o + s, a1_0)
+                zstore(acc, o + 2 * s, a2_0)
+                zstore(acc, o + 3 * s, a3_0)
+                zstore(acc, o + 4 * s, a4_0)
+                zstore(acc, o + 5 * s, a5_0)
+                zstore(acc, o + 6 * s, a6_0)
+                zstore(acc, o + 7 * s, a7_0)
+
+
 class _Plan(NamedTuple):
     hp: int               # padded rows read
     c2: int               # channel pairs
@@ -219,34 +339,73 @@ def _plan(c: int, cols: int, kh: int, kw: int, ho: int, wo: int, left: int, sy: 
     return _Plan(hp, (c + 1) // 2, wq, wob, dst_col, row_off, col_off)
 
 
+def byte_offset(dtype, zero_point: int) -> int | None:
+    """The ``off`` that makes every value of ``dtype`` and the zero point unsigned bytes (the
+    byte kernel's activations), or None if there is none: int8 128 (zero points -128..127),
+    uint8 0 (zero points 0..255)."""
+    dtype = np.dtype(dtype)
+    off = 128 if dtype == np.int8 else 0 if dtype == np.uint8 else None
+    return off if off is not None and 0 <= zero_point + off <= 255 else None
+
+
 def conv_sums(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_point: int = 0,
               in_hw: tuple[int, int] | None = None, pad: tuple[int, int] = (0, 0),
               stride: tuple[int, int] = (1, 1), dilation: tuple[int, int] = (1, 1),
-              hwc: bool = False, padded: bool = False) -> np.ndarray:
+              hwc: bool = False, padded: bool = False, kernel: str = "auto") -> np.ndarray:
     """int32 [K, Ho, Wo] (``hwc``: [Ho, Wo, K]): out[k, y, x] = sum over c, i, j of
     (v[c, y*sy + i*dy - top, x*sx + j*dx - left] - zero_point) * w[k, i, j, c], positions
     outside the input (or outside ``in_hw``, the rows and columns of ``v`` to use) reading 0.
     ``v`` is indexed [C, H, W] with any strides and int16-range values after the zero point;
     the sums wrap modulo 2**32 (see the module docstring for when they are exact).
     ``padded``: the whole C-contiguous work array instead ([K rounded up, Ho, Wo rounded up],
-    not with ``hwc``): numba vectorises loops over a C-contiguous array, not over the view."""
+    not with ``hwc``): numba vectorises loops over a C-contiguous array, not over the view.
+
+    ``kernel``: "auto" runs the byte kernel (``vpdpbusd``) where it applies: the CPU has it
+    (:data:`HAVE_VNNI`), the weights fit int8 (``w.quads``) and ``v`` is int8 or uint8 with a
+    zero point that :func:`byte_offset` admits; else the int16-pair kernel. "int16" always
+    runs the latter, "int8" the byte kernel (ValueError where it does not apply). Both give
+    the same int32 sums (each exact modulo 2**32)."""
     c, h, wd = v.shape
     if c != w.c:
         raise ValueError(f"input has {c} channels, weights {w.c}")
+    off = byte_offset(v.dtype, zero_point) if w.quads is not None and kernel != "int16" \
+        else None
+    if kernel == "int8" and off is None:
+        raise ValueError("the byte kernel does not apply (no VNNI, weights past int8, or an "
+                         "input type/zero point without an unsigned byte form)")
     ho, wo = out_hw
     rows, cols = in_hw or (h, wd)
     sx = stride[1]
     p = _plan(c, min(cols, wd), w.kh, w.kw, ho, wo, pad[1], stride[0], sx, dilation[0],
               dilation[1])
     plane = sx * p.wq
-    buf = scratch("int_conv.x", (p.hp * p.c2 * plane,), np.int32)
-    kp = w.kp
-    acc = scratch("int_conv.acc", (kp * ho * p.wob,), np.int32)
-    with PARALLEL:
-        _pack_input(v, zero_point, min(rows, h), pad[0], p.dst_col, v.strides[0] < v.strides[2],
-                    buf.view(np.int16).reshape(p.hp, p.c2, plane, 2))
-        _conv_blocks(buf, w.words, acc, ho, p.wob, p.c2, w.kh, w.kw, kp // KB, stride[0],
-                     p.c2 * plane, plane, p.row_off, p.col_off, hwc)
+    if off is not None:
+        # sum of (v + off) * w minus (zero_point + off) * sum(w) per channel (the accumulators'
+        # start value), all modulo 2**32: the same sums; padding holds zero_point + off
+        q4 = (c + 3) // 4
+        kp = w.kp8
+        nhwc = v.transpose(1, 2, 0)
+        if c % 4 or not nhwc.flags.c_contiguous:  # whole words of 4 channels, NHWC: a copy
+            # (the bytes of channels >= c are left as they were: their weights are 0)
+            copy = scratch("int_conv.nhwc8", (h, wd, 4 * q4), v.dtype)
+            copy[:, :, :c] = nhwc
+            nhwc = copy
+        buf = scratch("int_conv.x8", (p.hp * q4 * plane,), np.int32)
+        acc = scratch("int_conv.acc", (kp * ho * p.wob,), np.int32)
+        with PARALLEL:
+            _vnni_conv(nhwc.view(np.int32), off, zero_point + off, min(rows, h), pad[0],
+                       p.dst_col, buf, w.quads, w.wsum, acc, ho, p.wob, q4, w.kh, w.kw,
+                       kp // KB8, stride[0], q4 * plane, plane, p.row_off, p.col_off, hwc)
+    else:
+        buf = scratch("int_conv.x", (p.hp * p.c2 * plane,), np.int32)
+        kp = w.kp
+        acc = scratch("int_conv.acc", (kp * ho * p.wob,), np.int32)
+        with PARALLEL:
+            _pack_input(v, zero_point, min(rows, h), pad[0], p.dst_col,
+                        v.strides[0] < v.strides[2],
+                        buf.view(np.int16).reshape(p.hp, p.c2, plane, 2))
+            _conv_blocks(buf, w.words, acc, ho, p.wob, p.c2, w.kh, w.kw, kp // KB, stride[0],
+                         p.c2 * plane, plane, p.row_off, p.col_off, hwc)
     if hwc:
         return acc.reshape(ho, p.wob, kp)[:, :wo, :w.k]
     acc = acc.reshape(kp, ho, p.wob)
