@@ -11,10 +11,11 @@ _STATE = {0: "idle", 1: "running", 2: "pending"}
 
 
 def commands(dev) -> dict[str, MonitorCommand]:
-    return {"nvdla": MonitorCommand("groups | layer | ignored", partial(_nvdla, dev),
+    return {"nvdla": MonitorCommand("groups | layer | ignored | csb WORD [VALUE]",
+                                    partial(_nvdla, dev),
                                     "each unit's two register groups (armed, which is the "
                                     "consumer), the next hardware layer decoded, the writes the "
-                                    "hardware ignored")}
+                                    "hardware ignored, a register by its CSB word address")}
 
 
 def _nvdla(dev, ctx, args: list[str]) -> str:
@@ -37,4 +38,20 @@ def _nvdla(dev, ctx, args: list[str]) -> str:
         lines = [f"{n}: {c} writes (read-only)" for n, c in sorted(ro.items())]
         lines += [f"{n}: {c} writes (group armed)" for n, c in sorted(busy.items())]
         return "\n".join(lines) or "no writes ignored"
-    raise DeviceError("usage: nvdla groups | nvdla layer | nvdla ignored")
+    if args and args[0] == "csb" and len(args) in (2, 3):
+        try:
+            word = int(args[1], 0)
+            value = int(args[2], 0) if len(args) == 3 else None
+        except ValueError:
+            raise DeviceError(f"nvdla csb: {' '.join(args[1:])!r} is not a number") from None
+        addr = word * 4  # the CSB word address is the byte address >> 2
+        reg = dev.description.register_at(addr)
+        if reg is None or not 0 <= word < 1 << 30:
+            raise DeviceError(f"nvdla csb: no register at CSB word {word:#x} (byte {addr:#x})")
+        if value is not None:
+            dev.write(addr, (value & 0xFFFFFFFF).to_bytes(4, "little"))
+        v = int.from_bytes(dev.read(addr, 4), "little")
+        name = dev.regs.selected(reg).name
+        return f"CSB {word:#06x} = byte {addr:#07x} {name}: {v:#010x}"
+    raise DeviceError("usage: nvdla groups | nvdla layer | nvdla ignored | nvdla csb WORD "
+                      "[VALUE]")

@@ -115,3 +115,15 @@ def test_the_bundled_demo_runs_two_layers_in_alternate_groups():
     outcome = run_to_end(rc)
     assert outcome.code == 0 and sum(": PASS" in ln for ln in outcome.lines) == 2
     assert dev.consumer["SDP"] == 0 and dev.consumer["CACC"] == 1  # SDP ran twice, CACC once
+
+
+def test_registers_by_csb_word_address(dev):
+    """The manual's second address form: the CSB word address (byte address >> 2)."""
+    from accelstub.devices.runcontrol import RunControl
+    from accelstub.stub.commands import CommandContext, execute
+
+    ctx = CommandContext([RunControl(dev)])
+    assert execute(ctx, "nvdla csb 0x2412 0x90000040") == \
+        "CSB 0x2412 = byte 0x09048 SDP_D_DST_BASE_ADDR_LOW_G0: 0x90000040"
+    assert dev.read_register("SDP_D_DST_BASE_ADDR_LOW_G0") == 0x9000_0040
+    assert execute(ctx, "nvdla csb 0x0c00") == "CSB 0x0c00 = byte 0x03000 CDMA_S_STATUS: 0x00000000"

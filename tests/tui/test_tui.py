@@ -571,3 +571,31 @@ def test_ne16_queue_in_the_program_view_and_both_contexts_in_the_registers_view(
 
     with served(open_device("ne16"), ROOT / "configs" / "demo" / "ne16_demo") as t:
         run(go(t))
+
+
+def test_nvdla_layer_in_the_program_view_and_both_groups_in_the_registers_view():
+    """NVDLA with its demo: the program view shows the armed hardware layer, the registers view
+    both register groups of a unit, and a step runs the layer."""
+    from accelstub.devices import open_device
+    from tests.helpers import ROOT
+
+    async def go(t):
+        app = make_app(t)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await started(pilot)
+            assert "pc 0x00009038 (layer 0" in statusline(app)  # SDP_D_OP_ENABLE
+            view = app.query_one("#registers-view")
+            blocks = app.query_one("#reg-blocks")
+            blocks.highlighted = [b.name for b in view.blocks].index("sdp")
+            await wait_for(pilot, lambda: "SDP_D_DST_BASE_ADDR_LOW_G1" in view.values,
+                           what="group 1")
+            assert view.values["SDP_D_DST_BASE_ADDR_LOW_G0"] == 0x9000_0000
+            await show(pilot, "3", "program-view")
+            table = app.query_one("#prog-table")
+            await wait_for(pilot, lambda: table.row_count == 1, what="the armed layer")
+            assert "conv 3x3" in " ".join(str(c) for c in table.get_row_at(0))
+            await pilot.press("s")
+            await wait_for(pilot, lambda: "(layer 1" in statusline(app), what="next layer")
+
+    with served(open_device("nvdla"), ROOT / "configs" / "demo" / "nvdla_demo") as t:
+        run(go(t))
