@@ -1,5 +1,6 @@
-"""NVDLA emulator speed: the largest direct-convolution trace test of the nv_small suite (dc_35x22x54
-_6x8x54x29: a 35x22x54 input, 29 kernels of 6x8 (width x height), padding 2/4/4/5 -> 36x24x29)
+"""NVDLA emulator speed: the largest direct-convolution trace test of the nv_small suite
+(dc_35x22x54_6x8x54x29: a 35x22x54 input, 29 kernels of 6x8 (width x height), padding 2/4/4/5 ->
+36x24x29)
 as one hardware layer through CDMA..CACC and SDP, warm, in MACs per second against torch's float32
 conv2d of the same shape in the same run (torch is imported here only). The trace is the
 project's own (testkit/nvdla_build.py, same shape, checked by CRC against the independent

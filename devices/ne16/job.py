@@ -177,9 +177,9 @@ Reader = Callable[[int, int, str], np.ndarray]  # (address, bytes, what) -> uint
 
 @dataclass
 class JobResult:
-    """What a job writes: ``values`` [Ho, Wo, K] (int32 sums or int64 outputs) at the byte ``addresses`` of each
-    element (``elem`` bytes each), ``subtile`` (Ko, Ho, Wo index) of each element; and the
-    address ranges it read."""
+    """What a job writes: ``values`` [Ho, Wo, K] (int32 sums or int64 outputs) at the byte
+    ``addresses`` of each element (``elem`` bytes each), ``subtile`` (Ko, Ho, Wo index) of each
+    element; and the address ranges it read."""
 
     values: np.ndarray
     addresses: np.ndarray
@@ -248,7 +248,8 @@ def weights(cfg: JobConfig, read: Reader) -> tuple[np.ndarray, list[tuple[int, i
     """Effective weights [K, 3, 3, Ki] (1x1: [K, 1, 1, Ki]; depthwise: [K, 3, 3]) int16, masked
     taps 0, and the byte range read. Kept per exact weight bytes and configuration (a layer's
     jobs read the same weights again)."""
-    base, d0, d1 = cfg.reg("WEIGHTS_PTR"), cfg.reg("WEIGHTS_D0_STRIDE"), cfg.reg("WEIGHTS_D1_STRIDE")
+    base = cfg.reg("WEIGHTS_PTR")
+    d0, d1 = cfg.reg("WEIGHTS_D0_STRIDE"), cfg.reg("WEIGHTS_D1_STRIDE")
     qw, taps = cfg.qw, (1 if cfg.mode == 2 else 9)
     if cfg.mode == 1:  # depthwise: one "output channel" of KiMaj blocks, Ki = Ko
         k_rows, kimaj = 1, -(-cfg.k_out // 16)

@@ -97,7 +97,6 @@ def random_job(rng: np.random.Generator) -> dict[str, int]:
         wd0, wd1 = 18, 18 * qw * nb_ki
     w_ptr = (in_end + 63) // 64 * 64
     w_end = w_ptr + planes * (2 if mode == 2 else 18) + 32
-    elem = out_bits // 8
     yd1 = -(-k_out * 4 // 32) * 32 + int(rng.integers(0, 2)) * 32
     yd2 = wo * yd1 + int(rng.integers(0, 3)) * 32
     y_ptr = (w_end + 63) // 64 * 64

@@ -68,7 +68,7 @@ def test_subtiles_that_disagree_about_padding_are_computed_window_by_window():
     assert l1(dev) == want
 
 
-# -- the digest's examples (section 5) ---------------------------------------------------------------
+# -- the digest's examples (section 5) ------------------------------------------------------------
 A_REGS = {"WEIGHTS_PTR": 0x10001000, "INFEAT_PTR": 0x10000000, "OUTFEAT_PTR": 0x10003000,
           "SCALE_PTR": 0x10004000, "SCALE_BIAS_PTR": 0x10004100, "INFEAT_D0_STRIDE": 16,
           "INFEAT_D1_STRIDE": 80, "OUTFEAT_D0_STRIDE": 32, "OUTFEAT_D1_STRIDE": 32,
@@ -167,7 +167,7 @@ def test_examples_b_and_c_1x1_and_depthwise():
     assert set(np.frombuffer(dev.read(0x10003000, 9 * 16), np.uint8)) == {9}
 
 
-# -- reserved and unmodelled encodings ---------------------------------------------------------------
+# -- reserved and unmodelled encodings ------------------------------------------------------------
 @pytest.mark.parametrize("config0, message", [
     (0x00008077, r"CONFIG0.filter_mode 3 is reserved \(L602\)"),
     (0x0000B017, r"CONFIG0.norm_bits 3 is reserved \(L608\)"),

@@ -8,8 +8,7 @@ import re
 import pytest
 
 from accelstub.devices import open_device
-from accelstub.devices.ne16.pulp_nnx import (L1_BASE, TestAppError, driver_tasks, load_test_app,
-                                             read_defines)
+from accelstub.devices.ne16.pulp_nnx import L1_BASE, TestAppError, driver_tasks, load_test_app
 from accelstub.devices.ne16.job import JOB_REGISTERS
 from accelstub.stub.cli import main as cli_main
 from accelstub.stub.server import StubServer
