@@ -168,15 +168,21 @@ class Nvdla(Device):
         if self.armed("SDP"):
             mode = self.value("SDP", "D_FEATURE_MODE_CFG")
             flying, to_pdp = bool(mode & 1), bool(mode >> 1 & 1)
-            rdma = (("SDP_RDMA", self.consumer["SDP_RDMA"]),) if self.armed("SDP_RDMA") else ()
+            # SDP_RDMA takes part when it reads the input (offline) or an operand cube
+            needs_rdma = not flying or any(
+                not self.value("SDP_RDMA", f"D_{d}_CFG") & 1 for d in ("BRDMA", "NRDMA", "ERDMA"))
+            if needs_rdma and not self.armed("SDP_RDMA"):
+                rdma = None
+            else:
+                rdma = (("SDP_RDMA", self.consumer["SDP_RDMA"]),) if needs_rdma else ()
             # SDP's output may go on to PDP, which then belongs to the same layer
             tail = (("SDP", self.consumer["SDP"]),) + \
                 ((("PDP", self.consumer["PDP"]),) if to_pdp else ())
-            if not to_pdp or self.armed("PDP"):
+            if rdma is not None and (not to_pdp or self.armed("PDP")):
                 if flying and all(self.armed(u) for u in CONV_UNITS):
                     return Layer("conv", tuple((u, self.consumer[u]) for u in CONV_UNITS)
                                  + rdma + tail)
-                if not flying and rdma:
+                if not flying:
                     return Layer("sdp", rdma + tail)
         for kind, rd, unit in (("pdp", "PDP_RDMA", "PDP"), ("cdp", "CDP_RDMA", "CDP")):
             if self.armed(unit):
@@ -214,7 +220,7 @@ class Nvdla(Device):
         reg = self.value
         if layer.kind in ("conv", "sdp"):
             parts = [C.decode(reg).summary()] if layer.kind == "conv" else []
-            parts.append(S.decode(reg, self.armed("SDP_RDMA")).summary())
+            parts.append(S.decode(reg, any(u == "SDP_RDMA" for u, _ in layer.units)).summary())
             if layer.last[0] == "PDP":
                 parts.append(P.decode(reg, flying=True).summary())
             return "; ".join(parts)
@@ -249,7 +255,7 @@ class Nvdla(Device):
             return self._pdp(layer, ctx.touched)
         if layer.kind == "cdp":
             return self._cdp(layer, ctx.touched)
-        sdp = S.decode(reg, self.armed("SDP_RDMA"))
+        sdp = S.decode(reg, any(u == "SDP_RDMA" for u, _ in layer.units))
         touched = ctx.touched
         # SDP works on whole 8-channel atoms and writes them whole: the channels past the cube's
         # last one in its last surface are processed and stored too (the hardware's lanes)
