@@ -161,13 +161,18 @@ def decode(reg: Reg) -> ConvConfig:
 
 def convolve(cfg: ConvConfig, image: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """int32 sums [K, OH, OW] of one batch: ``image`` int8 [C, H, W], ``weights`` int8
-    [K, R, S, C]; padding positions read the pad value."""
-    top, bottom, left, right = cfg.pad
-    padded = np.pad(image.astype(np.int16), ((0, 0), (top, bottom), (left, right)),
-                    constant_values=cfg.pad_value)
+    [K, R, S, C]; padding positions read the pad value P. The kernel reads positions outside
+    the image as its zero point, so with zero point P it sums (x - P) * w over the padded
+    image; adding P * sum(w) per kernel gives the sums of x * w (exact modulo 2**32, where
+    int8 sums never reach)."""
+    top, _, left, _ = cfg.pad
     packed = IC.packed_weights(_readonly(weights.astype(np.int16)))
-    return IC.conv_sums(padded, packed, (cfg.out_h, cfg.out_w), stride=cfg.stride,
-                        dilation=cfg.dilation)
+    sums = IC.conv_sums(image, packed, (cfg.out_h, cfg.out_w), zero_point=cfg.pad_value,
+                        pad=(top, left), stride=cfg.stride, dilation=cfg.dilation)
+    if cfg.pad_value:
+        total = weights.reshape(cfg.k, -1).sum(axis=1, dtype=np.int64) * cfg.pad_value
+        sums = sums + total.astype(np.int32)[:, None, None]
+    return sums
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
