@@ -50,10 +50,6 @@ from . import sdp as S
 UNITS = ("CDMA", "CSC", "CMAC_A", "CMAC_B", "CACC", "SDP_RDMA", "SDP", "PDP_RDMA", "PDP",
          "CDP_RDMA", "CDP")
 CONV_UNITS = ("CDMA", "CSC", "CMAC_A", "CMAC_B", "CACC")
-#: unit -> base address of its register window
-BASES = {"GLB": 0x1000, "CDMA": 0x3000, "CSC": 0x4000, "CMAC_A": 0x5000, "CMAC_B": 0x6000,
-         "CACC": 0x7000, "SDP_RDMA": 0x8000, "SDP": 0x9000, "PDP_RDMA": 0xA000, "PDP": 0xB000,
-         "CDP_RDMA": 0xC000, "CDP": 0xD000}
 #: done events: name -> GLB S_INTR_STATUS bit (group 0; group 1 is the next bit)
 DONE_BITS = {"SDP": 0, "CDP": 2, "PDP": 4, "CDMA_DAT": 16, "CDMA_WT": 18, "CACC": 20}
 
@@ -74,7 +70,7 @@ class Nvdla(Device):
     name = "nvdla"
     unit_name = "layer"
     DONE_EVENTS = {f"{n}_{g}": b + g for n, b in DONE_BITS.items() for g in (0, 1)}
-    INTR_STATUS = BASES["GLB"] + 0xC
+    INTR_STATUS = 0x100C  # GLB S_INTR_STATUS
 
     def __init__(self, description_path: str | None = None) -> None:
         super().__init__(load_description(description_path or "nvdla"))
@@ -268,25 +264,19 @@ class Nvdla(Device):
             if cfg.batches > 1:
                 raise DeviceError("CDMA_D_BATCH_NUMBER: nv_small has no batches "
                                   "(spec/defs/nv_small.spec BATCH_DISABLE)")
-            span = F.feature_span(cfg.c, cfg.h, cfg.w, cfg.line, cfg.surf)
-            data, off, base = self.memory(cfg.in_addr, span, "convolution input")
-            image = F.read_feature(data, off, cfg.c, cfg.h, cfg.w, cfg.line, cfg.surf)
+            image = self._cube_in((cfg.in_addr, cfg.line, cfg.surf), cfg.c, cfg.h, cfg.w,
+                                  "convolution input", touched)[:cfg.c]
             nbytes = cfg.k * cfg.r * cfg.s * cfg.c
             wdata, woff, _ = self.memory(cfg.wt_addr, nbytes, "convolution weights")
             weights = F.read_weights(wdata, woff, cfg.k, cfg.c, cfg.r, cfg.s)
-            touched.reads += [(cfg.in_addr, cfg.in_addr + span),
-                              (cfg.wt_addr, cfg.wt_addr + nbytes)]
+            touched.reads.append((cfg.wt_addr, cfg.wt_addr + nbytes))
             values, sat = C.cacc(C.convolve(cfg, image, weights), cfg.clip)
             # the lanes of the last atom without a kernel carry 0 through SDP
             values = np.pad(values, ((0, lanes - cfg.k), (0, 0), (0, 0)))
             self.regs.poke(f"CACC_D_OUT_SATURATION_G{self.consumer['CACC']}", sat)
             self.cycles += cfg.k * cfg.out_h * cfg.out_w * cfg.r * cfg.s * cfg.c // 64
         else:
-            base_addr, line, surf = sdp.src
-            span = F.feature_span(sdp.c, sdp.h, sdp.w, line, surf)
-            data, off, _ = self.memory(base_addr, span, "SDP input")
-            values = F.read_feature(data, off, lanes, sdp.h, sdp.w, line, surf)
-            touched.reads.append((base_addr, base_addr + span))
+            values = self._cube_in(sdp.src, sdp.c, sdp.h, sdp.w, "SDP input", touched)
             self.cycles += sdp.c * sdp.h * sdp.w // 8
         out, sat = S.process(sdp, values, self._read)
         if sdp.to_pdp:  # pooled on the fly, written by PDP
