@@ -24,11 +24,13 @@ same thread's next call.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import weakref
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
+import numba
 import numpy as np
 from numba import njit, prange
 
@@ -41,6 +43,29 @@ XB = 16  # output columns per block (two 8-lane vectors)
 #: numba's parallel kernels may not be entered by two threads at once under every threading
 #: layer (workqueue aborts); a device's run thread and a test's thread could do that
 PARALLEL = threading.Lock()
+
+#: launches with less work than this (multiply-adds, or the equivalent) run on one thread
+SERIAL_WORK = 1 << 22
+
+
+@contextlib.contextmanager
+def parallel(work: int) -> Iterator[None]:
+    """Hold PARALLEL around a launch of numba parallel kernels, on one thread when ``work`` is
+    below SERIAL_WORK. A launch hands its iterations to every thread and waits for the slowest:
+    for a small tensor that costs more than the work, and far more when another process holds
+    a core, since a descheduled worker holds up the whole barrier (MobileNet v2 0.35 at 96x96,
+    227 operations of at most ~1 M MACs each: 0.6-1 s per inference on a loaded 2-core
+    machine with 2 threads, 37 ms with 1)."""
+    with PARALLEL:
+        if work >= SERIAL_WORK:
+            yield
+            return
+        n = numba.get_num_threads()
+        numba.set_num_threads(1)
+        try:
+            yield
+        finally:
+            numba.set_num_threads(n)
 
 
 class PackedWeights(NamedTuple):
@@ -242,7 +267,7 @@ def conv_sums(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_
     buf = scratch("int_conv.x", (p.hp * p.c2 * plane,), np.int32)
     kp = w.kp
     acc = scratch("int_conv.acc", (kp * ho * p.wob,), np.int32)
-    with PARALLEL:
+    with parallel(ho * wo * w.k * c * w.kh * w.kw):
         _pack_input(v, zero_point, min(rows, h), pad[0], p.dst_col, v.strides[0] < v.strides[2],
                     buf.view(np.int16).reshape(p.hp, p.c2, plane, 2))
         _conv_blocks(buf, w.words, acc, ho, p.wob, p.c2, w.kh, w.kw, kp // KB, stride[0],
