@@ -338,3 +338,32 @@ def test_bundled_demo_is_current(tmp_path):
         assert (DEMO / f.name).read_bytes() == f.read_bytes(), \
             f"{f.name}: regenerate with python -m accelstub.testkit.ethosu85_demo " \
             "configs/demo/ethos-u85_demo"
+
+
+def test_serve_steps_the_bundled_demo_operation_by_operation():
+    """What `accelstub serve ethos-u85` holds: the demo armed before its first command; a step
+    runs one operation (pc = the next operation's first command)."""
+    from accelstub.devices import open_device
+    from accelstub.stub.server import StubServer
+
+    dev = open_device("ethos-u85")
+    server = StubServer([dev], gdb_port=None, telnet_port=None, tcl_port=None)
+    server.load_program(DEMO, log=lambda s: None)
+    units = dev.units()
+    assert len(units) == 13 and dev.pc == units[0].address and not dev.finished()
+    rc = server.targets[0]
+    assert rc.step(60).reason == "step" and dev.pc == units[1].address and dev.units_done == 1
+    stop = rc.run(120)
+    assert stop.reason == "done" and stop.message.splitlines()[-1].startswith("PASS (1 output(s)")
+
+
+def test_serve_with_other_macs_than_the_demo_serves_no_program(capsys):
+    import argparse
+
+    from accelstub.stub.cli import _demo_for
+
+    assert _demo_for(argparse.Namespace(device="ethos-u85", macs=None)).resolve() == \
+        DEMO.resolve()
+    assert _demo_for(argparse.Namespace(device="ethos-u85", macs=1024)) is None
+    assert capsys.readouterr().err == ("accelstub: the bundled demo is built for --macs 256; "
+                                       "serving with no program (give one with --program)\n")
