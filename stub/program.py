@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from accelstub.devices import DeviceError, device_spec
+from accelstub.devices.errors import BusError
 from accelstub.devices.device import Device, ProgramOptions
 from accelstub.devices.host import unit_output
 from accelstub.devices.runcontrol import RunControl
@@ -130,8 +131,11 @@ def output_text(dev: Device, writes: list[tuple[int, int]]) -> str:
     bytes in address order, as unit_output reads them)."""
     if not writes:
         return ", wrote nothing"
-    data = unit_output(dev, writes)
     first = min(s for s, _ in writes)
+    try:
+        data = unit_output(dev, writes)
+    except BusError as e:  # a range the debugger cannot read back: say so, do not stop the run
+        return f", wrote at {first:#010x} (not readable back: {e})"
     return f", wrote {len(data)} B at {first:#010x}, crc32 {zlib.crc32(data):#010x}"
 
 
