@@ -139,6 +139,8 @@ class ProgramOptions:
     input: str | None = None
     output: str | None = None
     expect: str | None = None
+    #: write every operation's output bytes here (the per-operation reference format)
+    output_ops: str | None = None
     verbose: bool = False
 
 
@@ -173,13 +175,27 @@ class DeviceSpec:
     factory: str
     options: tuple[DeviceOption, ...] = ()
     program_help: str = "a command script (mww/mwb/load_image lines)"
-    program_options: tuple[str, ...] = ()  # subset of ("input", "output", "expect")
+    program_options: tuple[str, ...] = ()  # subset of ("input", "output", "expect", "output_ops")
+    #: "module:function": ``function(path) -> {option: value}``, the construction options a
+    #: program file names itself (the MACs an Ethos-U85 stream was compiled for), used for the
+    #: options not given on the command line; raises ValueError naming the file for a value the
+    #: device cannot take
+    options_from_program: str = ""
 
     def create(self, **options: object) -> "Device":
         import importlib
 
         module, cls = self.factory.split(":")
         return getattr(importlib.import_module(module), cls)(**options)
+
+    def program_device_options(self, path: str | Path) -> dict[str, object]:
+        """The options ``path`` names (options_from_program), {} for a device without them."""
+        import importlib
+
+        if not self.options_from_program:
+            return {}
+        module, fn = self.options_from_program.split(":")
+        return getattr(importlib.import_module(module), fn)(Path(path))
 
 
 class Device:

@@ -204,6 +204,9 @@ class HostProgram:
         self.t0: float | None = None
         self.t_end: float | None = None
         self.reported = False  # run control has reported the program's end
+        #: called after every whole unit with (this program, the unit's Touched): an importer's
+        #: per-unit check, which must read what the unit wrote before a later unit reuses it
+        self.on_unit: Callable[["HostProgram", "Touched"], None] | None = None
 
     # -- run control's side ---------------------------------------------------------------------
     def start(self, device: "Device") -> None:
@@ -237,6 +240,8 @@ class HostProgram:
         if not touched.partial:
             self.units += 1
         self.history.append((pc, touched.writes))
+        if self.on_unit is not None and not touched.partial:
+            self.on_unit(self, touched)
         self._take_interrupts()
 
     def _take_interrupts(self) -> None:
@@ -298,3 +303,21 @@ def apply_steps(device: "Device", steps: list[Step]) -> None:
     hp.advance()
     if not hp.finished:
         raise _step_error(steps[hp.pos], f"blocks: waits for {steps[hp.pos].waiting_for(hp)}")
+
+
+def merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """[start, end) ranges sorted and merged (a unit may record one range several times)."""
+    out: list[list[int]] = []
+    for s, e in sorted(ranges):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def unit_output(device: "Device", writes: list[tuple[int, int]]) -> bytes:
+    """The bytes a unit wrote (its Touched.writes, merged, in address order), read back right
+    after it: what ``run -v`` checksums and the per-operation reference holds. Read at once,
+    since a later unit may reuse the memory (Vela's arena)."""
+    return b"".join(device.read(s, e - s) for s, e in merged(writes))

@@ -60,6 +60,8 @@ class RunControl:
         self._listeners: list[StopListener] = []
         self._run_listeners: list[Callable[[], None]] = []
         self._unit_listeners: list[Callable[[int], None]] = []
+        #: what the last unit read and wrote
+        self.last_touched: Touched | None = None
         #: what `reset init` runs after the reset (OpenOCD's reset-init event): the stub sets it
         #: to reload the program, so `monitor reset init` starts the program over
         self.init_handler: Callable[[], object] | None = None
@@ -281,6 +283,7 @@ class RunControl:
         t0 = time.perf_counter()
         pc = dev.pc if host is not None else 0  # the host program records who wrote what
         touched = dev.execute_unit(ctx)
+        self.last_touched = touched  # for unit listeners (run -v checksums what a unit wrote)
         if not touched.partial:
             dev.units_done += 1
         if host is not None:

@@ -35,6 +35,25 @@ def demo_program(device: str) -> Path | None:
     return None
 
 
+def _demo_for(args: argparse.Namespace) -> Path | None:
+    """The bundled demo, unless the device options given contradict the ones it was built for
+    (`serve ethos-u85 --macs 1024`: the demo is compiled for 256 MACs): then the device is
+    served without a program, as asked, and a note says why."""
+    demo = demo_program(args.device)
+    if demo is None:
+        return None
+    try:
+        named = device_spec(args.device).program_device_options(demo)
+    except ValueError:
+        named = {}
+    clash = [f"--{k} {v}" for k, v in named.items() if getattr(args, k, None) not in (None, v)]
+    if clash:
+        print(f"accelstub: the bundled demo is built for {', '.join(clash)}; serving with no "
+              "program (give one with --program)", file=sys.stderr)
+        return None
+    return demo
+
+
 def describe(desc: Description) -> str:
     """The register map as a readable table, one block after the other."""
     out = [f"{desc.title} ({desc.name}) — {len(desc.registers)} registers", ""]
@@ -55,12 +74,23 @@ def describe(desc: Description) -> str:
     return "\n".join(out) + "\n"
 
 
-def _device_options(args: argparse.Namespace) -> dict:
+def _device_options(args: argparse.Namespace, program: str | Path | None = None) -> dict:
     """The construction options given on the command line that apply to ``args.device``
-    (DeviceSpec.options); one that does not apply is an error naming the devices it is for."""
+    (DeviceSpec.options); one that does not apply is an error naming the devices it is for.
+    Options not given are taken from ``program`` where it names them (the MACs an Ethos-U85
+    stream was compiled for); a value there the device cannot take is an error."""
     spec = device_spec(args.device)
     mine = {o.name for o in spec.options}
     out = {}
+    if program is not None:
+        try:
+            named = spec.program_device_options(program)
+        except ValueError as e:
+            raise CliError(str(e)) from None
+        out.update((k, v) for k, v in named.items() if getattr(args, k, None) is None)
+        if out and getattr(args, "verbose", False):
+            print("accelstub: " + ", ".join(f"--{k} {v}" for k, v in out.items())
+                  + f" (from {program})", file=sys.stderr)
     for name in sorted(_ALL_OPTIONS):
         value = getattr(args, name, None)
         if value is None:
@@ -75,11 +105,11 @@ def _device_options(args: argparse.Namespace) -> dict:
 def _program_options(args: argparse.Namespace) -> ProgramOptions:
     """--input/--output/--expect, refused for a device whose importer takes none of them."""
     spec = device_spec(args.device)
-    given = {k: getattr(args, k, None) for k in ("input", "output", "expect")}
+    given = {k: getattr(args, k, None) for k in ("input", "output", "expect", "output_ops")}
     for k, v in given.items():
         if v is not None and k not in spec.program_options:
-            raise CliError(f"--{k} does not apply to {args.device} (its programs carry their "
-                           "own data)")
+            raise CliError(f"--{k.replace('_', '-')} does not apply to {args.device} (its "
+                           "programs carry their own data)")
     return ProgramOptions(**given, verbose=bool(getattr(args, "verbose", False)))
 
 
@@ -111,13 +141,13 @@ def _serve(args: argparse.Namespace) -> int:
                         stream=sys.stderr, format="accelstub: %(message)s")
     CompileNotice().install()  # the first step compiles kernels: the server's terminal says so
     out = sys.stderr if args.stdio else sys.stdout
-    device = open_device(args.device, **_device_options(args))
+    program = args.program or (None if args.no_demo else _demo_for(args))
+    device = open_device(args.device, **_device_options(args, program))
     options = _program_options(args)
     tcp = not args.stdio
     server = StubServer([device], host=args.bind, gdb_port=args.port if tcp else None,
                         telnet_port=args.telnet_port if tcp else None,
                         tcl_port=args.tcl_port if tcp else None)
-    program = args.program or (None if args.no_demo else demo_program(args.device))
     if program is not None:
         try:
             summary = server.load_program(program, log=lambda s: print(s, file=sys.stderr),
@@ -171,7 +201,7 @@ def _run(args: argparse.Namespace) -> int:
     from .program import ProgramError, load_program, run_to_end
 
     notice = CompileNotice().install()  # a first run compiles kernels: say so
-    rc = RunControl(open_device(args.device, **_device_options(args)))
+    rc = RunControl(open_device(args.device, **_device_options(args, args.program)))
     options = _program_options(args)
     try:
         summary = load_program(CommandContext(targets=[rc]), args.program, options)
@@ -210,41 +240,107 @@ def _run(args: argparse.Namespace) -> int:
 
 #: largest command stream ``accelstub disasm`` reads (Ethos-U85 command streams are kilobytes)
 MAX_DISASM_BYTES = 16 << 20
+#: largest Vela output file (model, weights and stream) ``accelstub disasm`` reads
+MAX_MODEL_BYTES = 256 << 20
+#: a raw file is listed only when its first commands are commands: text, an ELF file or random
+#: bytes hit a reserved encoding within a few words, a command stream has none
+RAW_CHECK_COMMANDS = 16
+DISASM_TAKES = ("a raw command stream (little-endian 32-bit words), a COP1 payload, Vela's "
+                "*_vela.tflite or its --output-format raw *_vela.npz")
+
+
+def _head(path: Path) -> bytes:
+    """The first 8 bytes of a regular file (b"" for pipes and devices, which are read once):
+    they say whether the file is a container, which decides the size limit."""
+    try:
+        if not path.is_file():
+            return b""
+        with open(path, "rb") as f:
+            return f.read(8)
+    except OSError:
+        return b""
+
+
+def _not_a_stream(data: bytes, path: str) -> str | None:
+    """Why ``data`` is not a raw command stream (its first commands hold a reserved
+    encoding, or there is no word), or None."""
+    from accelstub.devices.ethos_u85.stream import UNKNOWN, decode
+
+    if len(data) < 4:
+        return f"{path}: {len(data)} bytes, not one command word"
+    for c in decode(data[:4 * (2 * RAW_CHECK_COMMANDS + 1)], count=RAW_CHECK_COMMANDS):
+        if c.name == UNKNOWN:
+            return (f"{path}: not an Ethos-U85 command stream: the command at offset "
+                    f"{c.offset:#x} (word {c.words[0]:#010x}) is a reserved encoding "
+                    f"({c.error}); accelstub disasm takes {DISASM_TAKES}")
+    return None
 
 
 def _disasm(path: str) -> int:
-    """List the stream chunk by chunk (stream.listing_lines): a listing holds an object per
-    word, so a large file listed at once ran out of memory. Files (or pipes) longer than
-    MAX_DISASM_BYTES are refused before any output."""
-    from accelstub.devices.ethos_u85.stream import listing_lines
+    """List the command stream of ``path`` (a raw stream, or the one inside Vela's output:
+    vela.find_command_streams), chunk by chunk (stream.listing_lines): a listing holds an
+    object per word, so a large file listed at once ran out of memory. A raw file longer than
+    MAX_DISASM_BYTES (a container: MAX_MODEL_BYTES) is refused before any output, and so is a
+    file that is no command stream: listing it would print garbage."""
+    from accelstub.devices.ethos_u85.vela import VelaImportError, config_text, \
+        find_command_streams
 
     from .files import FileRefused, read_bounded
 
+    head = _head(Path(path))
+    container = head[:4] == b"PK\x03\x04" or head[4:8] == b"TFL3"
+    limit, text = ((MAX_MODEL_BYTES, f"{MAX_MODEL_BYTES} bytes (256 MiB) of Vela output are read")
+                   if container else
+                   (MAX_DISASM_BYTES, f"{MAX_DISASM_BYTES} bytes (16 MiB) are disassembled"))
     try:
-        data = read_bounded(Path(path), MAX_DISASM_BYTES,
-                            f"{MAX_DISASM_BYTES} bytes (16 MiB) are disassembled",
-                            regular_only=False)
-    except FileRefused as e:
+        data = read_bounded(Path(path), limit, text, regular_only=False)
+        found = find_command_streams(data, path)
+    except (FileRefused, VelaImportError) as e:
         print(f"accelstub: error: {e}", file=sys.stderr)
         return 2
     except OSError as e:
         print(f"accelstub: error: cannot read {path}: {e.strerror}", file=sys.stderr)
         return 2
+    if found is None:
+        why = _not_a_stream(data, path)
+        if why:
+            print(f"accelstub: error: {why}", file=sys.stderr)
+            return 2
+        parts = [("", data)]
+    else:
+        parts = [(f"# {f.where}: {len(f.words) // 4} command words at payload offset "
+                  f"{f.payload_offset:#x} (offsets below are QREAD values); "
+                  f"{config_text(f.config)}", f.words) for f in found]
     try:
-        batch: list[str] = []
-        for line in listing_lines(data):
-            batch.append(line)
-            if len(batch) >= 4096:
-                sys.stdout.write("\n".join(batch) + "\n")
-                batch.clear()
-        if batch:
-            sys.stdout.write("\n".join(batch) + "\n")
-        if len(data) % 4:
-            print(f"accelstub: warning: {path}: {len(data) % 4} trailing byte(s) are not a "
-                  f"command word", file=sys.stderr)
+        for header, words in parts:
+            _list(header, words, path)
     except BrokenPipeError:
         pass
     return 0
+
+
+def _list(header: str, data: bytes, path: str) -> None:
+    """Print one stream's listing (a header line first if any), and warn on stderr about
+    reserved encodings inside it and a trailing partial word."""
+    from accelstub.devices.ethos_u85.stream import listing_lines
+
+    batch: list[str] = [header] if header else []
+    unknown: list[str] = []
+    for line in listing_lines(data):
+        if "  UNKNOWN " in line and len(unknown) < 1:
+            unknown.append(line.split(":", 1)[0])
+        batch.append(line)
+        if len(batch) >= 4096:
+            sys.stdout.write("\n".join(batch) + "\n")
+            batch.clear()
+    if batch:
+        sys.stdout.write("\n".join(batch) + "\n")
+    if unknown:
+        print(f"accelstub: warning: {path}: reserved encodings (UNKNOWN) from offset "
+              f"{unknown[0]} on: the NPU stops there with cmd_parse_error", file=sys.stderr)
+    if len(data) % 4:
+        print(f"accelstub: warning: {path}: {len(data) % 4} trailing byte(s) are not a "
+              f"command word", file=sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -280,9 +376,8 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("device", choices=DEVICES)
     v = sub.add_parser("svd", help="write CMSIS-SVD to stdout")
     v.add_argument("device", choices=DEVICES)
-    a = sub.add_parser("disasm", help="disassemble an Ethos-U85 command stream (raw binary, "
-                       "little-endian 32-bit words)")
-    a.add_argument("file", help="binary command stream file")
+    a = sub.add_parser("disasm", help="disassemble an Ethos-U85 command stream: " + DISASM_TAKES)
+    a.add_argument("file", help="raw command stream, COP1 payload, *_vela.tflite or *_vela.npz")
     t = sub.add_parser("tui", help="terminal UI: attach to a stub, or start one and attach")
     t.add_argument("device", nargs="?", choices=DEVICES)
     t.add_argument("--connect", metavar="HOST:PORT", help="attach to a running stub")
@@ -301,13 +396,20 @@ def _program_arguments(p: argparse.ArgumentParser, run: bool) -> None:
     def owners(key: str) -> str:
         return ", ".join(d for d in DEVICES if key in device_spec(d).program_options)
 
-    p.add_argument("--input", help=f"{owners('input')}: input tensor(s) for --program (.npy; "
-                   ".npz with one array per model input, in order)")
+    p.add_argument("--input", help=f"{owners('input')}: input tensor(s) for --program: a .npy "
+                   "for a model with one input; an .npz with one array per model input, named "
+                   "as the model's inputs or else taken in file order (np.savez(f, x0, x1))")
     if run:
         p.add_argument("--output", help=f"{owners('output')}: write the output tensor(s) here "
                        "(.npy, or .npz for several)")
-        p.add_argument("--expect", help=f"{owners('expect')}: expected output(s) (.npy/.npz) "
-                       "to compare with")
+        p.add_argument("--expect", help=f"{owners('expect')}: expected output(s) to compare "
+                       "with: a .npy, or an .npz with one array per model output; or a "
+                       "per-operation reference, an .npz of arrays op0, op1, ... holding the "
+                       "bytes each operation writes (as --output-ops writes them): the first "
+                       "operation that differs is named")
+        p.add_argument("--output-ops", metavar="FILE.npz", help=f"{owners('output_ops')}: write "
+                       "the bytes each operation writes (arrays op0, op1, ...; run -v prints "
+                       "their CRC-32), a per-operation reference for --expect")
     for name, o in _ALL_OPTIONS.items():
         devs = ", ".join(d for d in DEVICES if o in device_spec(d).options)
         p.add_argument(f"--{name}", type=o.type, choices=o.choices or None,

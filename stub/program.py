@@ -10,12 +10,15 @@ line.
 """
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from accelstub.devices import DeviceError, device_spec
-from accelstub.devices.device import ProgramOptions
+from accelstub.devices.errors import BusError
+from accelstub.devices.device import Device, ProgramOptions
+from accelstub.devices.host import unit_output
 from accelstub.devices.runcontrol import RunControl
 
 from .commands import CommandContext, CommandError, execute
@@ -96,14 +99,16 @@ class RunOutcome:
 def run_to_end(rc: RunControl, progress: Callable[[int], None] | None = None,
                verbose: bool = False) -> RunOutcome:
     """Run the loaded program to its end (its host program's checks included), in the calling
-    thread. The last line gives the modelled cycles (per unit too with ``verbose``), beside the
-    vendor tool's estimate when the program carries one."""
+    thread. The last line gives the modelled cycles (per unit too with ``verbose``, with the
+    size and CRC-32 of the bytes each unit wrote, so two runs or two builds can be compared
+    unit by unit), beside the vendor tool's estimate when the program carries one."""
     dev = rc.device
-    per_unit: list[tuple[str, int]] = []
+    per_unit: list[tuple[str, int, str]] = []
     label, cycles = [dev.unit_label(dev.pc)], [dev.cycles]
 
     def record(done: int) -> None:  # after each unit: its label was taken before it ran
-        per_unit.append((label[0], dev.cycles - cycles[0]))
+        out = output_text(dev, rc.last_touched.writes) if verbose and rc.last_touched else ""
+        per_unit.append((label[0], dev.cycles - cycles[0], out))
         label[0], cycles[0] = dev.unit_label(dev.pc), dev.cycles
 
     rc.add_unit_listener(record)
@@ -121,15 +126,29 @@ def run_to_end(rc: RunControl, progress: Callable[[int], None] | None = None,
     return RunOutcome(0 if host is None or not host.results or host.ok else 1, lines)
 
 
-def cycle_lines(total: int, per_unit: list[tuple[str, int]],
+def output_text(dev: Device, writes: list[tuple[int, int]]) -> str:
+    """", wrote N B at ADDR, crc32 0x........" for a unit's writes (zlib's CRC-32 over the
+    bytes in address order, as unit_output reads them)."""
+    if not writes:
+        return ", wrote nothing"
+    first = min(s for s, _ in writes)
+    try:
+        data = unit_output(dev, writes)
+    except BusError as e:  # a range the debugger cannot read back: say so, do not stop the run
+        return f", wrote at {first:#010x} (not readable back: {e})"
+    return f", wrote {len(data)} B at {first:#010x}, crc32 {zlib.crc32(data):#010x}"
+
+
+def cycle_lines(total: int, per_unit: list[tuple[str, int, str]],
                 vendor: tuple[str, int, list[int]] | None, verbose: bool) -> list[str]:
-    """"cycles: N modelled (SOURCE: M)" and with ``verbose`` one line per unit before it."""
+    """"cycles: N modelled (SOURCE: M)" and with ``verbose`` one line per unit before it (with
+    what the unit wrote, when known)."""
     lines = []
     if verbose:
-        for i, (label, c) in enumerate(per_unit):
+        for i, (label, c, out) in enumerate(per_unit):
             theirs = f", {vendor[0].split()[0]}: {vendor[2][i]}" \
                 if vendor and i < len(vendor[2]) else ""
-            lines.append(f"  {label}: {c} cycles modelled{theirs}")
+            lines.append(f"  {label}: {c} cycles modelled{theirs}{out}")
     theirs = f" ({vendor[0]}: {vendor[1]})" if vendor else ""
     lines.append(f"cycles: {total} modelled{theirs}")
     return lines

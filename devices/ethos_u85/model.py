@@ -82,7 +82,7 @@ from ..errors import BusError, DeviceError
 from ..host import HostProgram
 from . import ops
 from . import stream as es
-from .vela import vela_host_program
+from .vela import program_in, vela_host_program
 from .ops import (NotImplementedYet, NpuBusFault, NpuConfig, NpuInternal, SetState,
                            Unpredictable, require)
 
@@ -873,9 +873,10 @@ class EthosU85(Device):
 
     # -- program listing -----------------------------------------------------------------------
     def load_program(self, path: Path, options: ProgramOptions) -> HostProgram | None:
-        """Vela's ``*_vela.tflite`` or raw ``.npz`` as the Ethos-U driver runs it (placement,
-        start, wait for the IRQ, outputs read and checked); anything else is not Vela's."""
-        if Path(path).suffix not in (".tflite", ".npz"):
+        """Vela's ``*_vela.tflite`` or raw ``.npz`` (or a directory holding one, with its input
+        and expected output) as the Ethos-U driver runs it (placement, start, wait for the IRQ,
+        outputs read and checked); anything else is not Vela's."""
+        if program_in(path) is None:
             return None
         return vela_host_program(path, options)
 

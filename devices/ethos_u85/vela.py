@@ -36,16 +36,18 @@ like every program the debugger holds; :func:`run_vela_program` runs it to the e
 """
 from __future__ import annotations
 
+import io
+import re
 import struct
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from ..device import ProgramOptions
 from ..errors import DeviceError
-from ..host import Call, Check, CheckResult, HostProgram, WaitIrq
+from ..host import Call, Check, CheckResult, HostProgram, WaitIrq, merged, unit_output
 from ..runcontrol import RunControl
 
 
@@ -361,6 +363,13 @@ def _from_tflite(path: Path, data: bytes) -> VelaProgram:
 _NPZ_DTYPES = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
 
 
+def raw(a: np.ndarray) -> bytes:
+    """The bytes of an .npz entry: Vela stores its byte blobs as bytes objects (a 0-d array of
+    dtype S) or numeric arrays. tobytes() for both: ``item()`` / ``tolist()`` of an S array
+    drop trailing zero bytes (a weight blob ending in zeros came out short)."""
+    return a.tobytes()
+
+
 def _from_npz(path: Path) -> VelaProgram:
     try:
         z = np.load(path, allow_pickle=False)  # never unpickle a user's file
@@ -378,10 +387,6 @@ def _from_npz(path: Path) -> VelaProgram:
             v = {k: z[k] for k in need}
         except ValueError as e:
             raise VelaImportError(f"{path}: unreadable entry ({e})") from None
-
-    def raw(a: np.ndarray) -> bytes:
-        return a.tobytes() if a.dtype.kind != "S" else bytes(a.item() if a.ndim == 0 else
-                                                            b"".join(a.tolist()))
 
     payload = raw(v["cmd_data"])
     offset, n, config = parse_payload(payload, f"{path}: cmd_data")
@@ -423,6 +428,94 @@ def read_vela(path: str | Path) -> VelaProgram:
                           ".npz (zip archive)")
 
 
+# --- finding the command stream (accelstub disasm) --------------------------------------------
+
+#: MACs per cycle of an Ethos-U85 configuration, by CONFIG.macs_per_cc (log2); the model's
+#: MAC_CONFIGS has the same keys
+U85_MACS = {7: 128, 8: 256, 9: 512, 10: 1024, 11: 2048}
+U85_PRODUCT = 2  # CONFIG.product of the Ethos-U85 (the model's CONFIG reset value)
+
+
+@dataclass(frozen=True)
+class FoundStream:
+    """A command stream inside a container file: where it was found, its words (little-endian
+    bytes, QREAD 0 at the first) and the OPTIMIZER_CONFIG record (CONFIG, ID) beside it."""
+
+    where: str
+    words: bytes
+    payload_offset: int
+    config: tuple[int, int] | None
+
+
+def config_text(config: tuple[int, int] | None) -> str:
+    """The OPTIMIZER_CONFIG record as a person reads it: the CONFIG/ID words and the MACs."""
+    if config is None:
+        return "no configuration record"
+    cfg, ident = config
+    macs = U85_MACS.get(cfg & 0xF) if cfg >> 28 == U85_PRODUCT else None
+    what = f"Ethos-U85 with {macs} MACs/cycle" if macs else \
+        f"product {cfg >> 28}, macs_per_cc {cfg & 0xF}: not an Ethos-U85 configuration"
+    return f"compiled for CONFIG {cfg:#010x} ID {ident:#010x} ({what})"
+
+
+def macs_of(config: tuple[int, int], where: str) -> int:
+    """MACs per cycle named by an OPTIMIZER_CONFIG record; VelaImportError listing the
+    Ethos-U85's configurations when the record names none of them (a U55 stream, say)."""
+    cfg = config[0]
+    macs = U85_MACS.get(cfg & 0xF)
+    if cfg >> 28 != U85_PRODUCT or macs is None:
+        valid = ", ".join(map(str, U85_MACS.values()))
+        raise VelaImportError(
+            f"{where}: the stream's configuration record (CONFIG {cfg:#010x}: product "
+            f"{cfg >> 28}, macs_per_cc {cfg & 0xF}, i.e. {1 << (cfg & 0xF)} MACs/cycle) is not an "
+            f"Ethos-U85 configuration; the Ethos-U85 has {valid} MACs/cycle (compile with vela "
+            f"--accelerator-config ethos-u85-N)")
+    return macs
+
+
+def find_command_streams(data: bytes, name: str) -> list[FoundStream] | None:
+    """The command streams a Vela output file holds, by content: a ``*_vela.tflite`` (the
+    payload of each ethos-u custom operator), a raw ``.npz`` (its ``cmd_data``) or a bare COP1
+    payload; the driver-action header is skipped. None when ``data`` is none of these (a raw
+    stream); VelaImportError for a container that holds no command stream (a TFLite model not
+    compiled by Vela, another .npz, a .npy array), so that no container is listed as words."""
+    def one(payload: bytes, where: str) -> FoundStream:
+        off, n, config = parse_payload(payload, where)
+        return FoundStream(where, payload[off:off + 4 * n], off, config)
+
+    if data[:4] == b"PK\x03\x04":
+        try:
+            with np.load(io.BytesIO(data), allow_pickle=False) as z:
+                if "cmd_data" not in z.files:
+                    raise VelaImportError(f"{name}: an .npz without Vela's cmd_data array "
+                                          f"(it holds {', '.join(z.files[:8]) or 'nothing'}): "
+                                          "not Vela's --output-format raw output")
+                cmd = z["cmd_data"]
+        except (OSError, ValueError, zipfile.BadZipFile) as e:
+            if isinstance(e, VelaImportError):
+                raise
+            raise VelaImportError(f"{name}: not a readable .npz archive ({e})") from None
+        return [one(raw(cmd), f"{name}: cmd_data")]
+    if data[4:8] == b"TFL3":
+        m = read_tflite(data, name)
+        found = []
+        for i, op in enumerate(m.operators):
+            if op.custom_code == "ethos-u" and op.inputs:
+                t = m.tensors[op.inputs[0]]
+                payload = m.buffers[t.buffer] if t.buffer < len(m.buffers) else b""
+                found.append(one(payload, f"{name}: operator {i} (ethos-u), tensor '{t.name}'"))
+        if not found:
+            raise VelaImportError(f"{name}: a TFLite model without an 'ethos-u' custom operator: "
+                                  "no command stream (compile it with vela first)")
+        return found
+    if data[:6] == b"\x93NUMPY":
+        raise VelaImportError(f"{name}: a NumPy .npy array, not a command stream (Vela's raw "
+                              "output is an .npz with cmd_data)")
+    if len(data) >= 4 and int.from_bytes(data[:4], "little") == COP1:
+        return [one(data[:len(data) // 4 * 4], f"{name}: COP1 payload")]
+    return None
+
+
 # --- placing it in the device -------------------------------------------------------------------
 
 def _align(v: int, a: int = 256) -> int:
@@ -458,9 +551,11 @@ def _check_config(device, prog: VelaProgram) -> None:
               ("arch_major_rev", ident >> 28, hw_id >> 28)]
     for what, want, have in checks:
         if want != have:
+            hint = (f"run with --macs {1 << (cfg & 0xF)}, or without --macs: it is taken from "
+                    "the stream; or compile with " if what.startswith("macs") else "compile with ")
             raise VelaImportError(
                 f"{prog.path}: compiled for an NPU with {what} {want}, this {device.name} has "
-                f"{have} (CONFIG {hw_cfg:#010x}; compile with --accelerator-config "
+                f"{have} (CONFIG {hw_cfg:#010x}; {hint}--accelerator-config "
                 f"ethos-u85-{1 << (hw_cfg & 0xF)})")
 
 
@@ -609,10 +704,20 @@ def _outputs(device, program: VelaProgram) -> list[np.ndarray]:
     return [read_output(device, program, i) for i in range(len(program.outputs))]
 
 
-def load_input(path: str | Path) -> list[np.ndarray]:
-    """The input tensor(s) of ``accelstub run/serve --input``: a .npy (one array) or an .npz
-    (arrays in file order, one per model input). Never unpickles."""
+def load_input(path: str | Path, names: list[str] | None = None) -> list[np.ndarray]:
+    """The input tensor(s) of ``accelstub run/serve --input`` (or the arrays of ``--expect``):
+    a .npy (one array) or an .npz with one array per model input. The .npz's arrays are taken
+    by name when their names are exactly ``names`` (the model's input names, in any order),
+    else in file order (np.savez(f, x0, x1) stores arr_0, arr_1). Never unpickles."""
     path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(6)
+    except OSError as e:
+        raise VelaImportError(f"{path}: cannot read ({e.strerror or e})") from None
+    if magic != b"\x93NUMPY" and magic[:4] != b"PK\x03\x04":
+        raise VelaImportError(f"{path}: not a .npy or .npz file (a .npy array, or an .npz with "
+                              "one array per model input or output)")
     try:
         obj = np.load(path, allow_pickle=False)
     except (OSError, ValueError, zipfile.BadZipFile) as e:
@@ -621,33 +726,173 @@ def load_input(path: str | Path) -> list[np.ndarray]:
         return [obj]
     try:
         with obj:
-            return [obj[k] for k in obj.files]
+            keys = list(obj.files)
+            if names and sorted(keys) == sorted(names):
+                keys = list(names)
+            return [obj[k] for k in keys]
     except ValueError as e:
         raise VelaImportError(f"{path}: cannot read the input tensor ({e})") from None
+
+
+#: files of a program directory (the bundled demo's form) beside its one *_vela.tflite/.npz
+DIR_INPUT, DIR_EXPECT = ("input.npy", "input.npz"), ("expected.npy", "expected.npz")
+
+
+def program_in(path: str | Path) -> Path | None:
+    """The Vela file ``path`` names: itself if it is a .tflite/.npz, in a directory its one
+    ``*_vela.tflite`` or ``*_vela.npz`` (VelaImportError if several), else None."""
+    path = Path(path)
+    if not path.is_dir():
+        return path if path.suffix in (".tflite", ".npz") else None
+    found = sorted(p for p in path.iterdir() if p.name.endswith(("_vela.tflite", "_vela.npz")))
+    if len(found) > 1:
+        names = ", ".join(p.name for p in found)
+        raise VelaImportError(f"{path}: {len(found)} Vela files ({names}); a program directory "
+                              "holds one")
+    return found[0] if found else None
+
+
+def device_options_of(path: Path) -> dict[str, object]:
+    """The construction options a Vela program names (DeviceSpec.options_from_program): the
+    MACs per cycle of its OPTIMIZER_CONFIG record. {} for other files and for files the load
+    refuses anyway (with its own message); VelaImportError (a ValueError) when the record names
+    no Ethos-U85 configuration."""
+    try:
+        vela = program_in(path)
+        prog = read_vela(vela) if vela is not None else None
+    except VelaImportError:
+        return {}
+    if prog is None or prog.config is None:
+        return {}
+    return {"macs": macs_of(prog.config, str(vela))}
 
 
 def vela_host_program(path: str | Path, options: ProgramOptions) -> HostProgram:
     """Vela's output as the Ethos-U driver runs it: place and start (inputs from
     ``options.input``, zeros without), wait for the NPU's IRQ, then read the outputs, write them
     to ``options.output`` and compare them with ``options.expect``. The files are read here, so
-    their errors come at load time and name the file."""
+    their errors come at load time and name the file. A directory holds the Vela file and may
+    hold ``input.npy|npz`` and ``expected.npy|npz``, used when no --input/--expect is given."""
+    path = Path(path)
+    if path.is_dir():
+        vela = program_in(path)
+        if vela is None:
+            raise VelaImportError(f"{path}: no *_vela.tflite or *_vela.npz in this directory")
+
+        def here(names: tuple[str, ...]) -> str | None:
+            return next((str(path / n) for n in names if (path / n).is_file()), None)
+        options = replace(options, input=options.input or here(DIR_INPUT),
+                          expect=options.expect or here(DIR_EXPECT))
+        path = vela
     prog = read_vela(path)
-    xs = _inputs(prog, load_input(options.input) if options.input else None)
-    want = load_input(options.expect) if options.expect else None
-    if want is not None and len(want) != len(prog.outputs):
-        raise VelaImportError(f"{options.expect}: {len(want)} array(s), the model has "
-                              f"{len(prog.outputs)} output(s)")
+    xs = _inputs(prog, load_input(options.input, [t.name for t in prog.inputs])
+                 if options.input else None)
+    per_op = load_op_reference(options.expect) if options.expect else None
+    want = None
+    if options.expect and per_op is None:
+        want = load_input(options.expect, [t.name for t in prog.outputs])
+        if len(want) != len(prog.outputs):
+            raise VelaImportError(f"{options.expect}: {len(want)} array(s), the model has "
+                                  f"{len(prog.outputs)} output(s)")
+    trace = OpTrace(per_op, options.output_ops) if per_op is not None or options.output_ops \
+        else None
     note = "" if options.input else " (input: zeros, no --input given)"
     where = str(prog.path)
-    return HostProgram(Path(prog.path).name, [
+    hp = HostProgram(Path(prog.path).name, [
         Call(lambda hp: place_vela_program(hp.device, prog, xs), f"{where}: driver setup"),
         WaitIrq("IRQ", f"{where}: wait for the NPU interrupt"),
-        Check(lambda hp: _check_outputs(hp, prog, options.output, want), f"{where}: outputs")],
+        Check(lambda hp: _check_outputs(hp, prog, options.output, want, trace),
+              f"{where}: outputs")],
         summary=prog.summary() + note)
+    hp.on_unit = trace
+    return hp
+
+
+# --- per-operation outputs: -v checksums them, --expect ops.npz compares, --output-ops writes ---
+
+OP_KEY = re.compile(r"op(\d+)")
+
+
+def load_op_reference(path: str | Path) -> dict[int, bytes] | None:
+    """A per-operation reference: an .npz whose arrays are all named ``op<N>``, N the
+    operation's position in the run (0-based; the number of the ``cmd N`` label run -v prints
+    for a stream without branches), each holding the bytes that operation writes, in address
+    order (uint8 as --output-ops writes them; another dtype is compared by its bytes). None
+    for any other file (a whole-output reference, read by load_input)."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            if f.read(4) != b"PK\x03\x04":
+                return None
+        with np.load(path, allow_pickle=False) as z:
+            keys = list(z.files)
+            if not keys or not all(OP_KEY.fullmatch(k) for k in keys):
+                return None
+            return {int(k[2:]): np.ascontiguousarray(z[k]).tobytes() for k in keys}
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        raise VelaImportError(f"{path}: cannot read the reference ({e})") from None
+
+
+class OpTrace:
+    """HostProgram.on_unit of a run with a per-operation reference or --output-ops: the bytes
+    each operation wrote, read right after it (Vela reuses the arena, so at the end they are
+    gone), compared with the reference until the first difference and kept for writing."""
+
+    def __init__(self, reference: dict[int, bytes] | None, output: str | None) -> None:
+        self.reference = reference
+        self.output = output
+        self.outputs: dict[int, bytes] = {}
+        self.checked = 0
+        self.first: str | None = None  # the first difference, as the FAIL line says it
+
+    def __call__(self, hp: HostProgram, touched) -> None:
+        i = hp.units - 1
+        ref = self.reference.get(i) if self.reference is not None and self.first is None \
+            else None
+        if ref is None and self.output is None:
+            return
+        got = unit_output(hp.device, touched.writes)
+        if self.output is not None:
+            self.outputs[i] = got
+        if ref is not None:
+            self.checked += 1
+            self.first = self._compare(hp, i, touched.writes, got, ref)
+
+    @staticmethod
+    def _compare(hp: HostProgram, i: int, writes, got: bytes, ref: bytes) -> str | None:
+        pc = hp.history[-1][0]
+        what = f"operation {i} ({hp.device.unit_label(pc)} at {pc:#010x})"
+        if len(got) != len(ref):
+            return f"{what} wrote {len(got)} B, the reference op{i} has {len(ref)} B"
+        a, b = np.frombuffer(got, np.uint8), np.frombuffer(ref, np.uint8)
+        d = np.flatnonzero(a != b)
+        if not d.size:
+            return None
+        k = int(d[0])
+        for s, e in merged(writes):  # byte k of the output -> its address
+            if k < e - s:
+                break
+            k -= e - s
+        return (f"{what}: {d.size}/{a.size} bytes differ, first at {s + k:#010x}: expected "
+                f"{b[d[0]]:#04x}, got {a[d[0]]:#04x}")
+
+    def finish(self, units: int) -> str | None:
+        """Write --output-ops; the FAIL text, or None when every referenced operation ran and
+        matched."""
+        if self.output is not None:
+            np.savez(self.output, **{f"op{i}": np.frombuffer(b, np.uint8)
+                                     for i, b in sorted(self.outputs.items())})
+        if self.first is not None:
+            return self.first
+        missing = sorted(i for i in self.reference or () if i >= units)
+        if missing:
+            return (f"the reference has op{missing[0]}, the run had {units} operation(s) "
+                    f"(op0..op{units - 1})")
+        return None
 
 
 def _check_outputs(hp: HostProgram, prog: VelaProgram, output: str | None,
-                   want: list[np.ndarray] | None) -> CheckResult:
+                   want: list[np.ndarray] | None, trace: OpTrace | None = None) -> CheckResult:
     dev = hp.device
     outs = _outputs(dev, prog)
     n = dev.counters().get("operations", dev.units_done)
@@ -658,6 +903,13 @@ def _check_outputs(hp: HostProgram, prog: VelaProgram, output: str | None,
             np.save(output, outs[0])
         else:
             np.savez(output, *outs)
+    if trace is not None:
+        fail = trace.finish(hp.units)
+        if fail is not None:
+            return CheckResult(False, f"FAIL {fail}")
+        if trace.reference is not None:
+            return CheckResult(True, f"PASS ({done}; {trace.checked} operation output(s) "
+                               "checked)")
     if want is None:
         return CheckResult(True, f"DONE ({done})")
     for i, (g, w) in enumerate(zip(outs, want)):

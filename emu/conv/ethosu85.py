@@ -355,7 +355,7 @@ def _conv_common(ifm, weights, ofm_hw, stride, dilation, pad, ifm_zp, ifm_bits, 
                              dy, dx, depthwise)
         geo = np.array([H, W, 0 if acc_in is None else 1], np.int64)
         out = np.empty((H, W, oc_n), ofm_dtype(cfg))
-        with IC.PARALLEL:
+        with IC.parallel(16 * H * W * oc_n):  # ~16 multiply-adds' time per output element
             _conv_finish_kernel(tot, acc, _tap_mask(H, sy, dy, kh, pt, ih),
                                 _tap_mask(W, sx, dx, kw, pl, iw), geo, cfg, per_channel(bias, oc_n),
                                 per_channel(scales, oc_n), per_channel(shifts, oc_n), lut_bytes(lut), out)

@@ -40,11 +40,13 @@ same thread's next call.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 import weakref
-from typing import NamedTuple
+from typing import Iterator, NamedTuple
 
+import numba
 import numpy as np
 from numba import njit, prange
 
@@ -59,6 +61,29 @@ KB8 = 8  # output channels per block of the byte kernel (8 x one 16-lane accumul
 #: numba's parallel kernels may not be entered by two threads at once under every threading
 #: layer (workqueue aborts); a device's run thread and a test's thread could do that
 PARALLEL = threading.Lock()
+
+#: launches with less work than this (multiply-adds, or the equivalent) run on one thread
+SERIAL_WORK = 1 << 22
+
+
+@contextlib.contextmanager
+def parallel(work: int) -> Iterator[None]:
+    """Hold PARALLEL around a launch of numba parallel kernels, on one thread when ``work`` is
+    below SERIAL_WORK. A launch hands its iterations to every thread and waits for the slowest:
+    for a small tensor that costs more than the work, and far more when another process holds
+    a core, since a descheduled worker holds up the whole barrier (MobileNet v2 0.35 at 96x96,
+    227 operations of at most ~1 M MACs each: 0.6-1 s per inference on a loaded 2-core
+    machine with 2 threads, 37 ms with 1)."""
+    with PARALLEL:
+        if work >= SERIAL_WORK:
+            yield
+            return
+        n = numba.get_num_threads()
+        numba.set_num_threads(1)
+        try:
+            yield
+        finally:
+            numba.set_num_threads(n)
 
 
 class PackedWeights(NamedTuple):
@@ -392,7 +417,7 @@ def conv_sums(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_
             nhwc = copy
         buf = scratch("int_conv.x8", (p.hp * q4 * plane,), np.int32)
         acc = scratch("int_conv.acc", (kp * ho * p.wob,), np.int32)
-        with PARALLEL:
+        with parallel(ho * wo * w.k * c * w.kh * w.kw):
             _vnni_conv(nhwc.view(np.int32), off, zero_point + off, min(rows, h), pad[0],
                        p.dst_col, buf, w.quads, w.wsum, acc, ho, p.wob, q4, w.kh, w.kw,
                        kp // KB8, stride[0], q4 * plane, plane, p.row_off, p.col_off, hwc)
@@ -400,7 +425,7 @@ def conv_sums(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_
         buf = scratch("int_conv.x", (p.hp * p.c2 * plane,), np.int32)
         kp = w.kp
         acc = scratch("int_conv.acc", (kp * ho * p.wob,), np.int32)
-        with PARALLEL:
+        with parallel(ho * wo * w.k * c * w.kh * w.kw):
             _pack_input(v, zero_point, min(rows, h), pad[0], p.dst_col,
                         v.strides[0] < v.strides[2],
                         buf.view(np.int16).reshape(p.hp, p.c2, plane, 2))

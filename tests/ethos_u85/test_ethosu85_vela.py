@@ -73,9 +73,9 @@ def _params():
             if n in XFAIL else n for n in MODELS]
 
 
-def vela(model: Path, outdir: Path, raw: bool = False) -> Path:
-    """Compile with Vela for an Ethos-U85 with 256 MACs; the path of its output."""
-    cmd = [sys.executable, "-m", "ethosu.vela", "--accelerator-config", "ethos-u85-256",
+def vela(model: Path, outdir: Path, raw: bool = False, macs: int = 256) -> Path:
+    """Compile with Vela for an Ethos-U85 with ``macs`` MACs; the path of its output."""
+    cmd = [sys.executable, "-m", "ethosu.vela", "--accelerator-config", f"ethos-u85-{macs}",
            "--output-dir", str(outdir), str(model)]
     if raw:
         cmd[-1:-1] = ["--output-format", "raw"]

@@ -277,7 +277,8 @@ def test_run_prints_modelled_cycles_per_layer_beside_ai8x_latency_estimate(proje
     (project / "latency.txt").write_text("1000\n1\n500\n300\n199\n")
     assert cli_main(["run", "max78000", "--program", str(project), "-v"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    per_layer = [re.fullmatch(r"  layer (\d): (\d+) cycles modelled, ai8xize.py: (\d+)", ln)
+    per_layer = [re.fullmatch(r"  layer (\d): (\d+) cycles modelled, ai8xize.py: (\d+)"
+                              r", wrote \d+ B at 0x[0-9a-f]{8}, crc32 0x[0-9a-f]{8}", ln)
                  for ln in lines[1:4]]
     assert [(m.group(1), m.group(3)) for m in per_layer] == [("0", "500"), ("1", "300"),
                                                              ("2", "199")]

@@ -279,14 +279,19 @@ def test_listing_in_pieces_equals_the_whole_listing():
 
 
 def test_disasm_memory_does_not_grow_with_the_file(tmp_path):
-    """1 MiB of random words: the old listing held ~260 k Command objects at once (+150 MB;
+    """1 MiB of commands (NPU_SET_IFM_BASE0 with random addresses: random words are refused as
+    no command stream): the old listing held ~130 k Command objects at once (+150 MB;
     5 MB took 750 MB). VmHWM is the child's own peak (ru_maxrss can carry the parent's)."""
     import os
     import subprocess
     import sys
 
-    f = tmp_path / "random.bin"
-    f.write_bytes(os.urandom(1 << 20))
+    import numpy as np
+
+    words = np.frombuffer(os.urandom(1 << 20), dtype="<u4").copy()
+    words[0::2] = 0x4000  # cmd1 opcode 0: NPU_SET_IFM_BASE0, addr_hi 0; the data word random
+    f = tmp_path / "stream.bin"
+    f.write_bytes(words.tobytes())
     code = ("import sys\n"
             "from accelstub.stub.cli import main\n"
             "def hwm():\n"

@@ -1,0 +1,161 @@
+"""Ethos-U85 emulation speed on a whole network (issue 11, point 4): MobileNet v2 alpha 0.35 at
+96x96x3 (testkit/ethosu85_networks.py builds it, int8 as TFLite's converter quantizes it),
+compiled by Vela for ethos-u85-256, run through the command stream in the device, warm, against
+LiteRT's optimized kernels (the interpreter's default OpResolverType) on the same model and
+input in the same run, alternating one device inference with one LiteRT inference.
+
+    python benchmarks/bench_ethosu85_mobilenet.py [--repeat N] [--macs M] [--profile]
+
+Timed per device inference: CMD.transition_to_running_state to the IRQ (run control's loop in
+this thread, as `accelstub run` runs it); the driver's setup before it (soft reset, payload,
+weights, arena cleared, input written) is not timed, as LiteRT's set_tensor is not.
+Ratio = LiteRT time / device time (1.0: as fast as LiteRT; the goal is >= 0.5). The device's
+output is checked against LiteRT's reference kernels (BUILTIN_REF, bit-exact) and compared with
+the optimized kernels' output (which may differ by 1 LSB). --profile prints where the device's
+time goes (cProfile over a few warm inferences). Not a test: nothing here asserts a speed.
+"""
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from accelstub.devices import open_device
+from accelstub.devices.ethos_u85.vela import place_vela_program, read_output, read_vela
+from accelstub.devices.runcontrol import RunControl
+from accelstub.testkit.ethosu85_models import sample_inputs
+from accelstub.testkit.ethosu85_networks import build_network
+
+NETWORK = "mobilenet_v2_035"
+
+
+def compile_network(tmp: Path, macs: int) -> tuple[Path, Path]:
+    """(the int8 .tflite, Vela's *_vela.tflite for ethos-u85-<macs>)."""
+    src = tmp / f"{NETWORK}.tflite"
+    src.write_bytes(build_network(NETWORK))
+    p = subprocess.run([sys.executable, "-m", "ethosu.vela", "--accelerator-config",
+                        f"ethos-u85-{macs}", "--output-dir", str(tmp), str(src)],
+                       capture_output=True, text=True, timeout=600)
+    if p.returncode != 0 or "CPU operators = 0 " not in p.stdout:
+        raise RuntimeError(f"vela failed:\n{p.stdout}\n{p.stderr}")
+    return src, tmp / f"{NETWORK}_vela.tflite"
+
+
+class Device:
+    """The device with the program's parts read once; each inference re-places it (untimed)
+    and runs it to the IRQ (timed)."""
+
+    def __init__(self, path: Path, macs: int, x: np.ndarray) -> None:
+        self.dev = open_device("ethos-u85", macs=macs)
+        self.rc = RunControl(self.dev)
+        self.prog = read_vela(path)
+        self.x = x
+
+    def infer(self) -> float:
+        place_vela_program(self.dev, self.prog, [self.x])  # the driver's setup: not timed
+        t0 = time.perf_counter()
+        stop = self.rc.run_here()
+        dt = time.perf_counter() - t0
+        if stop.reason != "done" or self.dev.regs.field("STATUS", "cmd_parse_error"):
+            raise RuntimeError(f"the NPU did not finish: {stop}")
+        return dt
+
+    def output(self) -> np.ndarray:
+        return read_output(self.dev, self.prog)
+
+
+class LiteRT:
+    def __init__(self, model: Path, x: np.ndarray, reference: bool = False) -> None:
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+        kw = {"experimental_op_resolver_type": OpResolverType.BUILTIN_REF} if reference else {}
+        self.it = Interpreter(model_path=str(model), **kw)
+        self.it.allocate_tensors()
+        self.inp = self.it.get_input_details()[0]["index"]
+        self.out = self.it.get_output_details()[0]["index"]
+        self.x = x
+
+    def infer(self) -> float:
+        self.it.set_tensor(self.inp, self.x)  # not timed, as the device's input write
+        t0 = time.perf_counter()
+        self.it.invoke()
+        return time.perf_counter() - t0
+
+    def output(self) -> np.ndarray:
+        return self.it.get_tensor(self.out)
+
+
+def profile(device: Device, runs: int = 5, top: int = 25) -> str:
+    pr = cProfile.Profile()
+    for _ in range(runs):
+        place_vela_program(device.dev, device.prog, [device.x])
+        pr.enable()
+        device.rc.run_here()
+        pr.disable()
+    out = io.StringIO()
+    st = pstats.Stats(pr, stream=out)
+    st.sort_stats("tottime").print_stats(top)
+    return out.getvalue()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--macs", type=int, default=256)
+    ap.add_argument("--profile", action="store_true")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        src, out = compile_network(Path(tmp), args.macs)
+        (x,) = sample_inputs(src.read_bytes())
+        device, lite = Device(out, args.macs, x), LiteRT(src, x)
+        ref = LiteRT(src, x, reference=True)
+        first = device.infer()
+        for _ in range(3):  # warm both
+            device.infer()
+            lite.infer()
+        t_dev, t_lite = [], []
+        for _ in range(args.repeat):  # alternating
+            t_dev.append(device.infer())
+            t_lite.append(lite.infer())
+        ref.infer()
+        got, want, fast = device.output(), ref.output(), lite.output()
+        counters = device.dev.counters()  # of the last inference (the setup's reset clears them)
+        d, l = float(np.median(t_dev)), float(np.median(t_lite))
+        db, lb = min(t_dev), min(t_lite)
+        print(f"{NETWORK} 96x96x3 int8, Vela ethos-u85-{args.macs}: {device.prog.command_words} "
+              f"command words, {counters['operations']} operations, "
+              f"{counters['macs'] / 1e6:.1f} M MACs per inference; "
+              f"{os.cpu_count()} cores")
+        print(f"  device (CMD start to IRQ):     {d * 1e3:8.2f} ms median of {args.repeat}, best "
+              f"{db * 1e3:.2f} ms (first run incl. JIT/cache load {first * 1e3:.0f} ms)")
+        print(f"  LiteRT {_litert_version()} default kernels: {l * 1e3:8.2f} ms median, best "
+              f"{lb * 1e3:.2f} ms")
+        print(f"  ratio LiteRT/device: {l / d:.3f} (medians), {lb / db:.3f} (best of each)")
+        print(f"  output: bit-exact with LiteRT BUILTIN_REF {np.array_equal(got, want)}; "
+              f"differs from the default kernels in "
+              f"{int(np.count_nonzero(got.astype(int) != fast.astype(int)))}/{got.size} elements")
+        if args.profile:
+            print(profile(device))
+    return 0
+
+
+def _litert_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("ai-edge-litert")
+    except metadata.PackageNotFoundError:
+        return "?"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""The bundled Ethos-U85 demo (configs/demo/ethos-u85_demo), written by the project's own tools.
+
+``accelstub serve ethos-u85`` loads it so there is something to step, as ``serve max78000``
+has its ai8x project. The network is the project's small CNN (testkit/ethosu85_models.py:
+conv 3x3 + ReLU, max pool, depthwise 3x3 + ReLU, conv 1x1, fully connected; 13 NPU
+operations once Vela has compiled it) under the name ``demo``. The directory holds:
+
+* ``demo.tflite``: the int8 model as the generator writes it (run it with LiteRT to compare);
+* ``demo_vela.tflite``: that model compiled by Vela 5.2.0 for ``ethos-u85-256``;
+* ``input.npy``: the generator's sample input (seed 1234);
+* ``expected.npy``: LiteRT 2.3.0's answer with its reference kernels (BUILTIN_REF), the
+  known answer ``accelstub run`` checks.
+
+Vela's output is the same bytes on every run for the same input and version, so
+tests/ethos_u85/test_ethosu85_tools.py rebuilds the directory and compares it byte for byte.
+
+    python -m accelstub.testkit.ethosu85_demo DIR     (needs ethos-u-vela and ai-edge-litert)
+"""
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from .ethosu85_models import MODELS, Graph, sample_inputs
+
+NAME = "demo"
+ACCELERATOR = "ethos-u85-256"
+
+
+def build_model() -> bytes:
+    """The demo network's .tflite: the small CNN's layers and seed under the name ``demo``."""
+    fn, seed = MODELS["small_cnn"]
+    g = Graph(NAME, seed)
+    fn(g)
+    return g.to_tflite()
+
+
+def litert_reference(model: Path, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """LiteRT's answer with its reference kernels (the kernels TFLM runs)."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    it = Interpreter(model_path=str(model),
+                     experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+    it.allocate_tensors()
+    for d, x in zip(it.get_input_details(), inputs):
+        it.set_tensor(d["index"], x)
+    it.invoke()
+    return [it.get_tensor(d["index"]) for d in it.get_output_details()]
+
+
+def write_demo(outdir: str | Path) -> Path:
+    """Write the demo directory (module docstring) into ``outdir``; returns it."""
+    outdir = Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    src = outdir / f"{NAME}.tflite"
+    src.write_bytes(build_model())
+    with tempfile.TemporaryDirectory() as tmp:  # Vela also writes a summary .csv: not kept
+        p = subprocess.run([sys.executable, "-m", "ethosu.vela", "--accelerator-config",
+                            ACCELERATOR, "--output-dir", tmp, str(src)],
+                           capture_output=True, text=True, timeout=300)
+        if p.returncode != 0 or "CPU operators = 0 " not in p.stdout:
+            raise RuntimeError(f"vela failed on {src}:\n{p.stdout}\n{p.stderr}")
+        (outdir / f"{NAME}_vela.tflite").write_bytes((Path(tmp) / f"{NAME}_vela.tflite")
+                                                     .read_bytes())
+    xs = sample_inputs(src.read_bytes())
+    (want,) = litert_reference(src, xs)
+    np.save(outdir / "input.npy", xs[0])
+    np.save(outdir / "expected.npy", want)
+    return outdir
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m accelstub.testkit.ethosu85_demo",
+                                 description="Write the bundled Ethos-U85 demo into DIR.")
+    ap.add_argument("dir")
+    args = ap.parse_args(argv)
+    print(write_demo(args.dir))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
