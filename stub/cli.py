@@ -131,15 +131,19 @@ class CliError(Exception):
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from .program import ProgramError
-    from .server import StubServer
-    from .transports import PipeConnection, SerialConnection
-
     from .compile_notice import CompileNotice
 
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         stream=sys.stderr, format="accelstub: %(message)s")
-    CompileNotice().install()  # the first step compiles kernels: the server's terminal says so
+    with CompileNotice():  # the first step compiles kernels: the server's terminal says so
+        return _serve_until_stopped(args)
+
+
+def _serve_until_stopped(args: argparse.Namespace) -> int:
+    from .program import ProgramError
+    from .server import StubServer
+    from .transports import PipeConnection, SerialConnection
+
     out = sys.stderr if args.stdio else sys.stdout
     program = args.program or (None if args.no_demo else _demo_for(args))
     device = open_device(args.device, **_device_options(args, program))
@@ -192,21 +196,25 @@ def _run(args: argparse.Namespace) -> int:
     """``accelstub run DEVICE --program P``: load (the device's importer or a command script),
     run to the end with the program's driver, print each check. Exit 0 = every check passed,
     1 = a check failed, 2 = bad input, a model fault or a stuck program."""
+    from .compile_notice import CompileNotice
+
+    with CompileNotice():  # a first run compiles kernels: say so
+        return _run_program(args)
+
+
+def _run_program(args: argparse.Namespace) -> int:
     import time
 
     from accelstub.devices.runcontrol import RunControl
 
     from .commands import CommandContext
-    from .compile_notice import CompileNotice
     from .program import ProgramError, load_program, run_to_end
 
-    notice = CompileNotice().install()  # a first run compiles kernels: say so
     rc = RunControl(open_device(args.device, **_device_options(args, args.program)))
     options = _program_options(args)
     try:
         summary = load_program(CommandContext(targets=[rc]), args.program, options)
     except ProgramError as e:
-        notice.uninstall()
         print(f"accelstub: error: {e}", file=sys.stderr)
         return 2
     if args.verbose:
@@ -224,10 +232,7 @@ def _run(args: argparse.Namespace) -> int:
         elif time.perf_counter() - t0 > 2.0:
             print(f"accelstub: {word} {done}{of}", file=sys.stderr, flush=True)
 
-    try:
-        outcome = run_to_end(rc, progress, args.verbose)
-    finally:
-        notice.finish()
+    outcome = run_to_end(rc, progress, args.verbose)
     if tty:
         print("\r\033[K", end="", file=sys.stderr, flush=True)
     for line in outcome.lines:

@@ -44,7 +44,23 @@ class CompileNotice:
         return self
 
     def uninstall(self) -> None:
-        self._event.unregister("numba:compile", self._listener)
+        if getattr(self, "_listener", None) is not None:
+            self._event.unregister("numba:compile", self._listener)
+            self._listener = None
+
+    def __enter__(self) -> "CompileNotice":
+        return self.install()
+
+    def __exit__(self, *exc: object) -> None:
+        self.finish()
+
+    def _say(self, text: str, end: str = "\n") -> None:
+        """Print to the stream; a stream that has gone (closed by its owner) ends the notice
+        instead of failing the compilation it reports on."""
+        try:
+            print(text, end=end, file=self.out, flush=True)
+        except (ValueError, OSError):
+            self.uninstall()
 
     def _start(self) -> None:
         with self._lock:
@@ -61,13 +77,12 @@ class CompileNotice:
             self.names.append(name)
             if self.tty and self.total > self.DELAY_S:
                 self.shown = True
-                print(f"\raccelstub: compiling kernels for the first run (cached afterwards): "
-                      f"{len(self.names)} done, {self.total:.1f} s, last {name}\033[K", end="",
-                      file=self.out, flush=True)
+                self._say(f"\raccelstub: compiling kernels for the first run (cached "
+                          f"afterwards): {len(self.names)} done, {self.total:.1f} s, last "
+                          f"{name}\033[K", end="")
             elif not self.tty and not self.shown and self.total > self.DELAY_S:
                 self.shown = True
-                print("accelstub: compiling kernels for the first run (cached afterwards)...",
-                      file=self.out, flush=True)
+                self._say("accelstub: compiling kernels for the first run (cached afterwards)...")
 
     def finish(self) -> None:
         """End the progress line (a terminal's) with the totals, and stop listening."""
@@ -75,5 +90,5 @@ class CompileNotice:
         if self.shown:
             line = (f"accelstub: compiled {len(self.names)} kernels in {self.total:.1f} s "
                     "(cached for later runs)")
-            print(f"\r{line}\033[K" if self.tty else line, file=self.out, flush=True)
+            self._say(f"\r{line}\033[K" if self.tty else line)
             self.shown = False

@@ -40,3 +40,19 @@ def test_nothing_is_printed_when_compilation_is_quick():
     assert thrice(2) == 6
     notice.finish()
     assert out.getvalue() == "" and notice.names == ["thrice"]
+
+
+def test_a_closed_stream_ends_the_notice_instead_of_failing_the_compilation():
+    """A notice whose stream was closed (a test's captured stderr, a closed pipe) stops
+    listening; the compilation it reports on goes on."""
+    import io
+
+    out = io.StringIO()
+    notice = CompileNotice(out)
+    notice.DELAY_S = 0.0
+    notice.install()
+    out.close()
+    notice._start()
+    notice._end("kernel")  # would print: the stream is closed
+    assert notice._listener is None  # uninstalled, nothing raised
+    notice.finish()
