@@ -125,7 +125,8 @@ class Generator:
             f"mwb {a:#x} {r.getrandbits(8)} {r.choice([1, 4, 64])}", f"mwh {a:#x} 0x1234",
             f"read_memory {a:#x} {r.choice([8, 16, 32, 64])} {r.choice([1, 4, 16])}",
             f"write_memory {a:#x} 32 {{{r.getrandbits(32):#x} 0x2}}",
-            "reg", f"reg {r.randrange(40)}", f"reg {regname}", f"reg {regname} {r.getrandbits(32):#x}",
+            "reg", f"reg {r.randrange(40)}", f"reg {regname}",
+            f"reg {regname} {r.getrandbits(32):#x}",
             "get_reg {r0 pc}", f"set_reg {{r0 {r.getrandbits(32)}}}", f"bp {a:#x} 4 hw",
             "bp", f"rbp {a:#x}", "rbp all", f"wp {a:#x} 4 w", f"wp {a:#x} 8 r", "wp",
             f"rwp {a:#x}", "rwp all", "step", "resume", "halt", "halt 100", "wait_halt 50",
@@ -154,7 +155,8 @@ class Generator:
             b"qSupported:multiprocess+;swbreak+;xmlRegisters=arm;accelstub-notify+",
             b"qXfer:features:read:target.xml:%x,%x" % (r.randrange(0x40000), n),
             b"qXfer:memory-map:read::%x,%x" % (r.randrange(0x1000), n),
-            b"qXfer:features:read:other.xml:0,100", b"qRcmd," + self.command().encode().hex().encode(),
+            b"qXfer:features:read:other.xml:0,100",
+            b"qRcmd," + self.command().encode().hex().encode(),
             b"qAttached", b"qOffsets", b"qSymbol::", b"qC", b"qfThreadInfo", b"Hg0", b"Hc-1",
             b"T1", b"vMustReplyEmpty", b"QStartNoAckMode", b"!", b"vFile:open:2f,0,0",
         ]
@@ -251,7 +253,8 @@ class Generator:
                 other = r.choice([self.command().encode(), self.gdb_payload()])
                 buf[i:] = other[r.randrange(len(other) + 1):]
             elif op == 8:  # a long run of digits or separators
-                buf[i:i] = r.choice([b"f", b"0", b",", b":", b";", b" ", b"{"]) * r.choice([20, 300])
+                filler = r.choice([b"f", b"0", b",", b":", b";", b" ", b"{"])
+                buf[i:i] = filler * r.choice([20, 300])
         return bytes(buf)
 
 

@@ -865,11 +865,13 @@ def _hex(value: int, bits: int) -> str:
 
 def _find_reg(rc: RunControl, entries: list[RegEntry], key: str) -> RegEntry:
     if key.isascii() and key.isdigit():
-        n = int(key)
+        # past 9 digits no register has the number (and int() refuses past 4300 digits)
+        n = int(key) if len(key) <= 9 else -1
         for e in entries:
             if e.number == n:
                 return e
-        raise CommandError(f"reg: no register number {n} (gdb's numbers: 0-15 and 25 for the "
+        shown = key if len(key) <= 20 else key[:20] + "..."
+        raise CommandError(f"reg: no register number {shown} (gdb's numbers: 0-15 and 25 for the "
                            f"host core, {FIRST_DEVICE_REGNUM}-{max(e.number for e in entries)} "
                            "for the device)")
     for e in entries:

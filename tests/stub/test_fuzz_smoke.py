@@ -102,3 +102,13 @@ def test_read_into_a_register_hole_before_an_unmapped_address(stub, caplog):
     finally:
         c.close()
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
+def test_reg_number_of_thousands_of_digits_is_an_error(ctx):
+    """Was ValueError (int() refuses more than 4300 digits), logged as a traceback."""
+    with pytest.raises(CommandError) as e:
+        execute(ctx, "reg " + "9" * 15181)
+    assert str(e.value).startswith("reg: no register number 99999999999999999999... (gdb's")
+    with pytest.raises(CommandError) as e:
+        execute(ctx, "reg 1234567890")
+    assert str(e.value).startswith("reg: no register number 1234567890 (gdb's")
