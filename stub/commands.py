@@ -38,6 +38,8 @@ except Exception:  # pragma: no cover
 CORE_CACHE = "accelstub host core"
 #: default wait of halt / wait_halt, as OpenOCD (5 s)
 DEFAULT_WAIT_MS = 5000
+#: longest wait halt/wait_halt take (OpenOCD's int; a fuzzed 10**20 raised OverflowError)
+MAX_WAIT_MS = (1 << 31) - 1
 #: longest a step may take before the command gives up waiting (the unit keeps running)
 STEP_TIMEOUT_S = 300.0
 #: largest md*/read_memory/dump_image transfer one command may ask for
@@ -345,6 +347,8 @@ def _wait_ms(cmd: str, args: list[str]) -> float | None:
     if len(args) > 1:
         raise _usage(cmd)
     ms = parse_number(cmd, "timeout", args[0]) if args else DEFAULT_WAIT_MS
+    if ms > MAX_WAIT_MS:  # OpenOCD parses an int; Python's wait overflows past time_t
+        raise CommandError(f"{cmd}: timeout {ms} out of range (at most {MAX_WAIT_MS} ms)")
     return ms / 1000.0
 
 
@@ -861,11 +865,13 @@ def _hex(value: int, bits: int) -> str:
 
 def _find_reg(rc: RunControl, entries: list[RegEntry], key: str) -> RegEntry:
     if key.isascii() and key.isdigit():
-        n = int(key)
+        # past 9 digits no register has the number (and int() refuses past 4300 digits)
+        n = int(key) if len(key) <= 9 else -1
         for e in entries:
             if e.number == n:
                 return e
-        raise CommandError(f"reg: no register number {n} (gdb's numbers: 0-15 and 25 for the "
+        shown = key if len(key) <= 20 else key[:20] + "..."
+        raise CommandError(f"reg: no register number {shown} (gdb's numbers: 0-15 and 25 for the "
                            f"host core, {FIRST_DEVICE_REGNUM}-{max(e.number for e in entries)} "
                            "for the device)")
     for e in entries:

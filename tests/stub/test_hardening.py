@@ -132,6 +132,7 @@ def test_bind_ipv6_loopback_serves_every_port():
 
     from accelstub.stub.client import RspClient
     from accelstub.stub.server import StubServer
+    from accelstub.stub.telnet import NEGOTIATION
 
     server = StubServer([open_device("max78000")], host="::1", gdb_port=0, telnet_port=0,
                         tcl_port=0)
@@ -148,7 +149,10 @@ def test_bind_ipv6_loopback_serves_every_port():
             s.sendall(b"targets 0\x1a")
             assert s.recv(100) == b"\x1a"
         with socket.create_connection(("::1", info["telnet"]), timeout=5) as s:
-            assert s.recv(200).startswith(b"accelstub telnet server")
+            data = b""
+            while b"> " not in data:
+                data += s.recv(200)
+            assert data.startswith(NEGOTIATION + b"accelstub telnet server")
     finally:
         server.stop()
 

@@ -207,7 +207,7 @@ class TelnetClient:
 
     def command(self, line: str | bytes) -> str:
         self.sock.sendall((line.encode() if isinstance(line, str) else line) + b"\r\n")
-        return self.until(b"> ").decode()[:-len("> ")]
+        return self.until(b"> ").decode("latin-1")[:-len("> ")]
 
     def close(self) -> None:
         self.sock.close()
@@ -229,9 +229,13 @@ def test_telnet_prompt_and_command(tclient):
     assert tclient.command("xyz") == 'invalid command name "xyz"\r\n'
 
 
-def test_telnet_empty_line_and_iac_discarded(tclient):
-    # IAC DO ECHO, IAC WILL NAWS, a subnegotiation, then a command
-    tclient.sock.sendall(bytes([255, 253, 1, 255, 251, 31, 255, 250, 31, 0, 80, 0, 24, 255, 240]))
+def test_telnet_empty_line_and_options_refused(tclient):
+    # IAC DO SGA (accepts the offer: no answer), IAC WILL NAWS (refused once: IAC DONT NAWS),
+    # a subnegotiation (dropped), then a command: no echo (the client did not accept ECHO)
+    tclient.sock.sendall(bytes([255, 253, 3, 255, 251, 31, 255, 250, 31, 0, 80, 0, 24, 255, 240]))
+    assert tclient.command("version").encode("latin-1") == (
+        bytes([255, 254, 31]) + b"accelstub 0.1.0 (OpenOCD-compatible command set)\r\n")
+    tclient.sock.sendall(bytes([255, 251, 31]))  # asked again: not answered again (no loop)
     assert tclient.command("version") == "accelstub 0.1.0 (OpenOCD-compatible command set)\r\n"
     tclient.sock.sendall(b"\r\n")
     assert tclient.until(b"> ") == b"> "
