@@ -60,6 +60,7 @@ class RunControl:
         self._listeners: list[StopListener] = []
         self._run_listeners: list[Callable[[], None]] = []
         self._unit_listeners: list[Callable[[int], None]] = []
+        self.last_unit_label = ""  # label of the unit that ran last (kept for unit listeners)
         #: what the last unit read and wrote
         self.last_touched: Touched | None = None
         #: what `reset init` runs after the reset (OpenOCD's reset-init event): the stub sets it
@@ -281,7 +282,9 @@ class RunControl:
         dev, host = self.device, self.host
         throttle = dev.throttle_us
         t0 = time.perf_counter()
-        pc = dev.pc if host is not None else 0  # the host program records who wrote what
+        pc = dev.pc if host is not None or self._unit_listeners else 0  # who wrote what
+        if self._unit_listeners:  # their lines name the unit as it was when it started
+            self.last_unit_label = dev.unit_label(pc)
         touched = dev.execute_unit(ctx)
         self.last_touched = touched  # for unit listeners (run -v checksums what a unit wrote)
         if not touched.partial:

@@ -104,12 +104,12 @@ def run_to_end(rc: RunControl, progress: Callable[[int], None] | None = None,
     unit by unit), beside the vendor tool's estimate when the program carries one."""
     dev = rc.device
     per_unit: list[tuple[str, int, str]] = []
-    label, cycles = [dev.unit_label(dev.pc)], [dev.cycles]
+    cycles = [dev.cycles]
 
-    def record(done: int) -> None:  # after each unit: its label was taken before it ran
+    def record(done: int) -> None:  # after each unit
         out = output_text(dev, rc.last_touched.writes) if verbose and rc.last_touched else ""
-        per_unit.append((label[0], dev.cycles - cycles[0], out))
-        label[0], cycles[0] = dev.unit_label(dev.pc), dev.cycles
+        per_unit.append((rc.last_unit_label, dev.cycles - cycles[0], out))
+        cycles[0] = dev.cycles
 
     rc.add_unit_listener(record)
     if progress is not None:
