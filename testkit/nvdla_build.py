@@ -258,14 +258,7 @@ def build(layers: list, name: str = "nvdla_test", seed: int = 0) -> Trace:
             regs.update({"D_DST_BASE_ADDR_LOW": out_at, "D_DST_BASE_ADDR_HIGH": 0,
                          "D_DST_LINE_STRIDE": dline, "D_DST_SURFACE_STRIDE": dsurf})
             t.cfg += _writes(unit, regs) + _writes(f"{unit}_RDMA", rdma)
-            t.cfg += [f"reg_write(NVDLA_{u}.D_OP_ENABLE_0, 0x1);" for u in units]
-            sync = f"sync_id_{n}"
-            t.cfg += [f"intr_notify({unit}_{group[unit]}, {sync});",
-                      f"check_crc({sync}, 1, {out_at:#x}, {len(expected):#x}, "
-                      f"{zlib.crc32(bytes(expected)):#010x});"]
-            t.outputs.append((out_at, bytes(expected)))
-            for u in units:
-                group[u] ^= 1
+            _enable_and_check(t, units, unit, group, n, out_at, bytes(expected))
             prev = (out, out_at, dline, dsurf, layer.c)
             out_at += -(-len(expected) // 0x1000) * 0x1000
             continue
@@ -386,18 +379,24 @@ def build(layers: list, name: str = "nvdla_test", seed: int = 0) -> Trace:
             t.cfg += _writes("CMAC_A", {"D_MISC_CFG": 0}) + _writes("CMAC_B", {"D_MISC_CFG": 0})
             t.cfg += _writes("CACC", cacc)
             t.cfg.append("poll_reg_equal(NVDLA_CDMA.S_CBUF_FLUSH_STATUS_0,0x1);")
-        for u in units:  # enable downstream first, as the trace tests do
-            t.cfg.append(f"reg_write(NVDLA_{u}.D_OP_ENABLE_0, 0x1);")
-        sync = f"sync_id_{n}"
-        t.cfg += [f"intr_notify(SDP_{group['SDP']}, {sync});",
-                  f"check_crc({sync}, 1, {out_at:#x}, {len(expected):#x}, "
-                  f"{zlib.crc32(bytes(expected)):#010x});"]
-        t.outputs.append((out_at, bytes(expected)))
-        for u in units:
-            group[u] ^= 1
+        _enable_and_check(t, units, "SDP", group, n, out_at, bytes(expected))
         prev = (out, out_at, dline, dsurf, c)
         out_at += -(-len(expected) // 0x1000) * 0x1000
     return t
+
+
+def _enable_and_check(t: Trace, units: list[str], last: str, group: dict[str, int], n: int,
+                      out_at: int, expected: bytes) -> None:
+    """Arm the layer's units (downstream first, as the trace tests do), wait for the done
+    interrupt of its last unit, check its output by CRC; each unit then uses its other group."""
+    t.cfg += [f"reg_write(NVDLA_{u}.D_OP_ENABLE_0, 0x1);" for u in units]
+    sync = f"sync_id_{n}"
+    t.cfg += [f"intr_notify({last}_{group[last]}, {sync});",
+              f"check_crc({sync}, 1, {out_at:#x}, {len(expected):#x}, "
+              f"{zlib.crc32(expected):#010x});"]
+    t.outputs.append((out_at, expected))
+    for u in units:
+        group[u] ^= 1
 
 
 def _pool_regs(layer: Pdp, x: np.ndarray) -> tuple[np.ndarray, dict, dict]:

@@ -20,16 +20,6 @@ RATE = r"in \d+\.\d{6}s \(\d+\.\d{3} KiB/s\)"
 
 
 @pytest.fixture
-def rc():
-    r = RunControl(open_device("max78000"))
-    try:
-        yield r
-    finally:
-        if r.running:
-            r.halt_and_wait(2)
-
-
-@pytest.fixture
 def logs():
     return []
 

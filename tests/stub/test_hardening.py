@@ -15,16 +15,6 @@ SRAM = 0x50400000
 
 
 @pytest.fixture
-def rc():
-    r = RunControl(open_device("max78000"))
-    try:
-        yield r
-    finally:
-        if r.running:
-            r.halt_and_wait(2)
-
-
-@pytest.fixture
 def ctx(rc, tmp_path):
     return CommandContext(targets=[rc], log=lambda s: None, cwd=tmp_path)
 

@@ -9,8 +9,6 @@ import time
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from accelstub.devices import open_device
-from accelstub.devices.runcontrol import RunControl
 from accelstub.stub.commands import CommandContext
 from accelstub.stub.telnet import (BANNER, NEGOTIATION, PROMPT, LineEditor, TelnetServer,
                                    _TelnetDecoder)
@@ -20,16 +18,6 @@ ECHO, SGA = 1, 3
 SRAM = 0x50400000
 UP, DOWN, RIGHT, LEFT = b"\x1b[A", b"\x1b[B", b"\x1b[C", b"\x1b[D"
 HOME, END, DELETE = b"\x1b[H", b"\x1b[F", b"\x1b[3~"
-
-
-@pytest.fixture
-def rc():
-    r = RunControl(open_device("max78000"))
-    try:
-        yield r
-    finally:
-        if r.running:
-            r.halt_and_wait(2)
 
 
 @pytest.fixture

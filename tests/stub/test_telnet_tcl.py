@@ -8,23 +8,12 @@ import pytest
 
 from tests.max78000 import programs
 
-from accelstub.devices import open_device
 from accelstub.devices.runcontrol import RunControl
 from accelstub.stub.commands import CommandContext
 from accelstub.stub.tcl_rpc import TclRpcServer
 from accelstub.stub.telnet import TelnetServer
 
 EOM = b"\x1a"
-
-
-@pytest.fixture
-def rc():
-    r = RunControl(open_device("max78000"))
-    try:
-        yield r
-    finally:
-        if r.running:
-            r.halt_and_wait(2)
 
 
 @pytest.fixture
