@@ -60,6 +60,7 @@ class Conv:
     bs: Stage | None = None
     bn: Stage | None = None
     cvt: tuple[int, int, int] = (0, 1, 0)
+    cvt_in: tuple[int, int, int] | None = None  # CDMA's input converter: offset, scale, shift
 
     @property
     def out_hw(self) -> tuple[int, int]:
@@ -278,7 +279,8 @@ def build(layers: list, name: str = "nvdla_test", seed: int = 0) -> Trace:
                       f"mem_init(pri_mem, {wt_at:#x}, {len(wt):#x}, ALL_ZERO);",
                       f'mem_load(pri_mem, {wt_at:#x}, "{tag}_wt.dat");']
             oh, ow = layer.out_hw
-            sums = ref.conv(image, weights, layer.stride, layer.dilation, layer.pad,
+            conv_in = image if layer.cvt_in is None else ref.cdma_convert(image, *layer.cvt_in)
+            sums = ref.conv(conv_in, weights, layer.stride, layer.dilation, layer.pad,
                             layer.pad_value, (oh, ow))
             lanes = -(-layer.k // 8) * 8
             values = np.zeros((lanes, oh, ow), np.int64)
@@ -301,6 +303,10 @@ def build(layers: list, name: str = "nvdla_test", seed: int = 0) -> Trace:
                     "D_CONV_STRIDE": (layer.stride[0] - 1) << 16 | (layer.stride[1] - 1),
                     "D_ZERO_PADDING": bottom << 24 | top << 16 | right << 8 | left,
                     "D_ZERO_PADDING_VALUE": layer.pad_value & 0xFFFF, "D_BANK": 0x000F000F}
+            if layer.cvt_in is not None:
+                off_in, scale_in, shift_in = layer.cvt_in
+                cdma.update({"D_CVT_CFG": shift_in << 4 | 1, "D_CVT_OFFSET": off_in & 0xFFFF,
+                             "D_CVT_SCALE": scale_in & 0xFFFF})
             csc = {"D_MISC_CFG": 0, "D_DATAIN_FORMAT": 0,
                    "D_DATAIN_SIZE_EXT_0": cdma["D_DATAIN_SIZE_0"],
                    "D_DATAIN_SIZE_EXT_1": layer.c - 1, "D_BATCH_NUMBER": 0,

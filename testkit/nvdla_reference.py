@@ -91,6 +91,15 @@ def conv(image: np.ndarray, weights: np.ndarray, stride: tuple[int, int],
     return out
 
 
+def cdma_convert(image: np.ndarray, offset: int, scale: int, shift: int) -> np.ndarray:
+    """CDMA's input converter on feature data: (x - offset) * scale >> shift rounded half away
+    from zero, saturated to 17 bits, then to int8."""
+    out = np.zeros_like(image, dtype=np.int64)
+    for idx, x in np.ndenumerate(image):
+        out[idx] = sat(sat(rshift_round((int(x) - offset) * scale, shift), 17), 8)
+    return out
+
+
 def cacc(v: int, clip: int) -> int:
     return sat(rshift_round(v, clip), 32)
 

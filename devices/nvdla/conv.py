@@ -9,6 +9,8 @@ docs/design-notes.md "NVDLA"):
 * sizes are "n - 1" fields (L230-250); output W/H = (in + pad_l + pad_r - ((S-1)*dx + 1)) /
   stride + 1 with the dilated kernel (digest 8 #23), checked against CSC/CACC D_DATAOUT_SIZE;
 * padding reads the CDMA pad value, [7:0] signed for INT8 feature data (L705-715);
+* CDMA's converter (D_CVT_CFG) applies to feature data when enabled; the mean (MEAN_FORMAT) does
+  not (facts from the C model, confirmed by the trace tests);
 * sums are exact int32 (digest 8 #13: the 22-bit figure is the MAC partial width); CACC divides
   by 2^CLIP_TRUNCATE rounding half away from zero and saturates to int32, counting saturations
   in D_OUT_SATURATION ([EXT] cmod NV_NVDLA_cacc.cpp, digest 3.2);
@@ -59,6 +61,7 @@ class ConvConfig:
     out_w: int
     out_h: int
     clip: int
+    cvt: tuple[int, int, int] | None = None  # CDMA's converter: offset, scale, truncate
 
     def summary(self) -> str:
         return (f"conv {self.r}x{self.s}, {self.c}x{self.h}x{self.w} -> "
@@ -154,9 +157,28 @@ def decode(reg: Reg) -> ConvConfig:
         surf = line * h
     in_addr = reg("CDMA", "D_DAIN_ADDR_HIGH_0") << 32 | reg("CDMA", "D_DAIN_ADDR_LOW_0")
     wt_addr = reg("CDMA", "D_WEIGHT_ADDR_HIGH") << 32 | reg("CDMA", "D_WEIGHT_ADDR_LOW")
+    cvt_cfg = reg("CDMA", "D_CVT_CFG")
+    cvt = (_signed(reg("CDMA", "D_CVT_OFFSET") & 0xFFFF, 16),
+           _signed(reg("CDMA", "D_CVT_SCALE") & 0xFFFF, 16), _field(cvt_cfg, 9, 4)) \
+        if cvt_cfg & 1 else None
     return ConvConfig(w, h, c, k, r, s, batches, in_addr, line, surf,
                       reg("CDMA", "D_BATCH_STRIDE"), wt_addr, stride, dilation, pad, pad_value,
-                      out_w, out_h, clip)
+                      out_w, out_h, clip, cvt)
+
+
+def convert_input(cfg: ConvConfig, image: np.ndarray) -> np.ndarray:
+    """CDMA's input converter, which applies to feature data too when CVT_EN is set ([EXT] cmod
+    cdma/NV_NVDLA_cdma.cpp and hls/cdma_libs/cdma_cvt.cpp): (x - offset) * scale, shifted right
+    by CVT_TRUNCATE rounding half away from zero, saturated to 17 bits, then to int8. Padding
+    is added later (by CSC) and is not converted."""
+    if cfg.cvt is None:
+        return image
+    offset, scale, shift = cfg.cvt
+    v = (image.astype(np.int64) - offset) * scale
+    if shift:
+        mag = (np.abs(v) + (1 << (shift - 1))) >> shift
+        v = np.where(v < 0, -mag, mag)
+    return np.clip(np.clip(v, -(1 << 16), (1 << 16) - 1), -128, 127).astype(np.int8)
 
 
 def convolve(cfg: ConvConfig, image: np.ndarray, weights: np.ndarray) -> np.ndarray:

@@ -266,6 +266,7 @@ class Nvdla(Device):
                                   "(spec/defs/nv_small.spec BATCH_DISABLE)")
             image = self._cube_in((cfg.in_addr, cfg.line, cfg.surf), cfg.c, cfg.h, cfg.w,
                                   "convolution input", touched)[:cfg.c]
+            image = C.convert_input(cfg, image)
             nbytes = cfg.k * cfg.r * cfg.s * cfg.c
             wdata, woff, _ = self.memory(cfg.wt_addr, nbytes, "convolution weights")
             weights = F.read_weights(wdata, woff, cfg.k, cfg.c, cfg.r, cfg.s)

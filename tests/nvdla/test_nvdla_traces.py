@@ -12,6 +12,8 @@ CASES = {
     "conv_3x3_pad": [Conv(9, 7, 16, 16, clip=3, cvt=(0, 1, 2))],
     "conv_remainders": [Conv(11, 5, 13, 21, r=2, s=3, pad=(0, 1, 2, 0), pad_value=-7,
                              clip=5, cvt=(-3, 7, 6))],
+    "conv_input_converter": [Conv(7, 6, 12, 9, pad=(1, 0, 2, 1), pad_value=9, clip=4,
+                                  cvt_in=(-20, 3, 2), cvt=(0, 1, 1))],
     "conv_stride_dilation": [Conv(13, 12, 9, 10, r=3, s=2, stride=(2, 3), dilation=(2, 1),
                                   pad=(1, 2, 0, 1), pad_value=5, clip=8, cvt=(11, -9, 4))],
     "conv_1x1_bs_bn_reg": [Conv(6, 6, 40, 24, r=1, s=1, pad=(0, 0, 0, 0), clip=2,
