@@ -125,6 +125,14 @@ def register_address(desc: Description, symbol: str, where: str) -> tuple[int, s
     return addr, name
 
 
+def _check_span(device: "Nvdla", addr: int, size: int, where: str) -> None:
+    """A memory command's bytes must lie in one of the device's memory windows: checked when the
+    trace is read, before anything is allocated or written."""
+    if size < 0 or not device.bus.is_mapped(addr, max(size, 1)):
+        raise TraceError(f"{where}: {size:#x} bytes at {addr:#010x} are not all in the NVDLA's "
+                         "memory windows (memory map: monitor map, or accelstub describe nvdla)")
+
+
 class CheckCrc(Step):
     """check_crc: CRC-32 of SIZE bytes at ADDR."""
 
@@ -170,12 +178,14 @@ def load_trace(path: Path, device: "Nvdla") -> HostProgram:
             if args[3] != "ALL_ZERO":
                 raise TraceError(f"{where}: mem_init pattern {args[3]} is not supported "
                                  "(ALL_ZERO is)")
+            _check_span(device, addr, size, where)
             steps.append(Write(addr, bytes(size), where=where))
         elif cmd == "mem_load":
             if len(args) != 3:
                 raise TraceError(f"{where}: mem_load takes (mem, address, \"file\")")
             addr = _int(args[1], where)
             for off, data in read_memory_file(cfg.parent / args[2].strip('"'), where):
+                _check_span(device, addr + off, len(data), where)
                 steps.append(Write(addr + off, data, where=f"{where} ({args[2]})"))
         elif cmd == "reg_write":
             if len(args) != 2:

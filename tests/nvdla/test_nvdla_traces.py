@@ -121,3 +121,11 @@ def test_bundled_demo_is_current(tmp_path):
         assert (demo / f.name).read_text() == f.read_text(), \
             f"{f.name}: regenerate with python -m accelstub.testkit.nvdla_build --demo " \
             "configs/demo/nvdla_demo"
+
+
+def test_memory_commands_outside_the_windows_are_refused_when_read(tmp_path, capsys):
+    cfg = tmp_path / "big.cfg"
+    cfg.write_text("mem_init(pri_mem, 0x80000000, 0xffffffff, ALL_ZERO);\n")
+    assert cli_main(["run", "nvdla", "--program", str(cfg)]) == 2
+    assert "big.cfg:1: 0xffffffff bytes at 0x80000000 are not all in the NVDLA's memory " \
+           "windows" in capsys.readouterr().err
