@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from .errors import BusError, DeviceError
+from .ranges import merge_ranges
 
 if TYPE_CHECKING:
     from .device import Device, Touched
@@ -305,19 +306,8 @@ def apply_steps(device: "Device", steps: list[Step]) -> None:
         raise _step_error(steps[hp.pos], f"blocks: waits for {steps[hp.pos].waiting_for(hp)}")
 
 
-def merged(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """[start, end) ranges sorted and merged (a unit may record one range several times)."""
-    out: list[list[int]] = []
-    for s, e in sorted(ranges):
-        if out and s <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], e)
-        else:
-            out.append([s, e])
-    return [(s, e) for s, e in out]
-
-
 def unit_output(device: "Device", writes: list[tuple[int, int]]) -> bytes:
     """The bytes a unit wrote (its Touched.writes, merged, in address order), read back right
     after it: what ``run -v`` checksums and the per-operation reference holds. Read at once,
     since a later unit may reuse the memory (Vela's arena)."""
-    return b"".join(device.read(s, e - s) for s, e in merged(writes))
+    return b"".join(device.read(s, e - s) for s, e in merge_ranges(writes))

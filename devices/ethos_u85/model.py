@@ -80,6 +80,7 @@ from ..description import load_description
 from ..device import Device, MonitorCommand, ProgramOptions, Touched, Unit, UnitContext
 from ..errors import BusError, DeviceError
 from ..host import HostProgram
+from ..ranges import address_ranges
 from . import ops
 from . import stream as es
 from .vela import program_in, vela_host_program
@@ -280,22 +281,6 @@ class EthosU85(Device):
                               f"leaves the system memory windows at {bad:#x}")
         return mem, off
 
-    @staticmethod
-    def _ranges(addrs: np.ndarray, size: int) -> list[tuple[int, int]]:
-        """Merged [start, end) ranges of ``size``-byte accesses at ``addrs`` (any order)."""
-        a = np.asarray(addrs, dtype=np.int64).ravel()
-        if not a.size:
-            return []
-        if a.size > 1 and not bool(np.all(a[1:] > a[:-1])):  # dense tensors come sorted
-            a = np.sort(a)
-            a = a[np.r_[True, a[1:] != a[:-1]]]
-        ends = np.maximum.accumulate(a + size)
-        brk = np.ones(a.size, dtype=bool)
-        brk[1:] = a[1:] > ends[:-1]
-        idx = np.flatnonzero(brk)
-        last = np.r_[idx[1:] - 1, a.size - 1]
-        return [(int(s), int(e)) for s, e in zip(a[idx], ends[last])]
-
     def _record(self, family: int, channel: int, write: bool, ranges) -> None:
         ctx = self._unit_ctx
         t: Touched = ctx["touched"]
@@ -315,7 +300,7 @@ class EthosU85(Device):
         idx = (addrs - mem.region.base)[:, None] + np.arange(size)
         raw = np.ascontiguousarray(mem.data[idx])
         vals = raw.view(f"<{'i' if signed else 'u'}{size}").reshape(-1).astype(np.int64)
-        self._record(self.region_family(region), channel, False, self._ranges(addrs, size))
+        self._record(self.region_family(region), channel, False, address_ranges(addrs, size))
         return vals
 
     def scatter(self, region: int, offsets: np.ndarray, size: int, values: np.ndarray,
@@ -329,7 +314,7 @@ class EthosU85(Device):
         raw = np.asarray(values, dtype=np.int64).astype("<i8").view(np.uint8).reshape(-1, 8)
         idx = (addrs - mem.region.base)[:, None] + np.arange(size)
         mem.data[idx] = raw[:, :size]
-        self._record(self.region_family(region), channel, True, self._ranges(addrs, size))
+        self._record(self.region_family(region), channel, True, address_ranges(addrs, size))
 
     def _box_span(self, region: int, offset: int, shape: tuple, strides: tuple,
                   size: int) -> tuple[int, int] | None:
@@ -366,7 +351,7 @@ class EthosU85(Device):
         starts = np.zeros(1, np.int64) + lo
         for st, n in outer:
             starts = (starts[:, None] + np.arange(n, dtype=np.int64)[None, :] * st).ravel()
-        return tuple(EthosU85._ranges(starts, run))
+        return tuple(address_ranges(starts, run))
 
     @staticmethod
     def _injective(shape: tuple, strides: tuple, size: int) -> bool:

@@ -40,6 +40,7 @@ from ...emu.resize import ethosu85 as resize_k
 from ...emu.numeric import ethosu85_values as values_k
 from ...emu.numeric import ethosu85 as P
 from ...emu.weights import ethosu85 as Wt
+from ..bits import sign_extend  # the seed's sign_extend(v, n) (L6201-6208)
 from ..errors import DeviceError
 from .stream import Command
 
@@ -87,12 +88,6 @@ PRECISION_BITS = (8, 16, 32, 64)  # activation_precision_t b8..b64 (L10026)
 _TRANSPOSE_PERM = {0: (0, 1, 2), 1: (1, 0, 2), 2: (0, 2, 1), 3: (1, 2, 0), 6: (2, 0, 1),
                    7: (2, 1, 0)}  # stored[...] = value[y, x, c] (L6700-6740)
 _ACT_FUNCTIONS = (0, 1, 4, 5, 7, 8, 9, 10, 11)  # activation_function (L9257)
-
-
-def sign_extend(v: int, n: int) -> int:
-    """sign_extend(v, n) (L6201-6208) on a Python int."""
-    v &= (1 << n) - 1
-    return v - (1 << n) if v >= 1 << (n - 1) else v
 
 
 # ------------------------------------------------------------------------------------------------

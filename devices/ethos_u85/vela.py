@@ -47,7 +47,8 @@ import numpy as np
 
 from ..device import ProgramOptions
 from ..errors import DeviceError
-from ..host import Call, Check, CheckResult, HostProgram, WaitIrq, merged, unit_output
+from ..ranges import merge_ranges
+from ..host import Call, Check, CheckResult, HostProgram, WaitIrq, unit_output
 from ..runcontrol import RunControl
 
 
@@ -869,7 +870,7 @@ class OpTrace:
         if not d.size:
             return None
         k = int(d[0])
-        for s, e in merged(writes):  # byte k of the output -> its address
+        for s, e in merge_ranges(writes):  # byte k of the output -> its address
             if k < e - s:
                 break
             k -= e - s

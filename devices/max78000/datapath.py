@@ -39,6 +39,7 @@ from ...emu.pool import max78000 as pool_k
 from ...emu.memory import max78000 as M
 from ..device import Touched
 from ..errors import DeviceError
+from ..ranges import address_ranges, merge_ranges
 from .layer import BRAM_BASE, QUAD_STRIDE, SRAM_BASE, LayerConfig
 
 _POOL = {"none": pool_k.POOL_NONE, "max": pool_k.POOL_MAX, "avg": pool_k.POOL_AVG}
@@ -49,17 +50,6 @@ def sram_address(memory, word):
     """CPU address of ``word`` of data memory ``memory`` (0..15 = quadrant*4 + group); ints or
     numpy integer arrays."""
     return SRAM_BASE + (memory >> 2) * QUAD_STRIDE + (memory & 3) * 0x8000 + word * 4
-
-
-def address_ranges(addrs: np.ndarray, size: int) -> list[tuple[int, int]]:
-    """Merge accesses of ``size`` bytes at ``addrs`` into sorted [start, end) ranges."""
-    if addrs.size == 0:
-        return []
-    a = np.sort(addrs.astype(np.int64), kind="stable")  # np.unique hashes: slower here
-    breaks = np.nonzero(np.diff(a) > size)[0]
-    starts = np.concatenate(([a[0]], a[breaks + 1]))
-    ends = np.concatenate((a[breaks], [a[-1]])) + size
-    return [(int(s), int(e)) for s, e in zip(starts, ends)]
 
 
 def _weights(bus, cfg: LayerConfig
@@ -266,18 +256,6 @@ def compute_layer(bus, cfg: LayerConfig, x: np.ndarray | None = None
         pad=(cfg.pad_rows, cfg.pad_cols), conv_stride=cfg.conv_stride, shift=cfg.shift,
         act=_ACT[cfg.activation], wide=cfg.wide, deconv=cfg.deconv, packed=packed)
     return out, Touched(reads=_merged_reads(cfg, from_memory, r_in + r_w + r_b))
-
-
-def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """Sorted ranges with overlapping or touching ones joined."""
-    out: list[tuple[int, int]] = []
-    for s, e in sorted(ranges):
-        if out and s <= out[-1][1]:
-            if e > out[-1][1]:
-                out[-1] = (out[-1][0], e)
-        else:
-            out.append((s, e))
-    return out
 
 
 def run_layer(bus, cfg: LayerConfig, x: np.ndarray | None = None) -> Touched:

@@ -41,7 +41,8 @@ import numpy as np
 
 from ..device import Touched
 from ..errors import DeviceError
-from .datapath import address_ranges, compute_layer, merge_ranges, scatter_output, sram_address
+from ..ranges import address_ranges, merge_ranges
+from .datapath import compute_layer, scatter_output, sram_address
 
 QUADRANTS = 4
 MAX_STREAMS = 8

@@ -39,7 +39,9 @@ import numpy as np
 
 from ...emu.conv import int_conv as IC
 from ...emu.conv import ne16 as K
+from ..bits import bit_field
 from ..errors import DeviceError
+from ..ranges import address_ranges
 
 JOB_REGISTERS = ("WEIGHTS_PTR", "INFEAT_PTR", "OUTFEAT_PTR", "SCALE_PTR", "SCALE_SHIFT_PTR",
                  "SCALE_BIAS_PTR", "INFEAT_D0_STRIDE", "INFEAT_D1_STRIDE", "INFEAT_D2_STRIDE",
@@ -109,10 +111,6 @@ class JobConfig:
                 f"weights, {out}, {self.subtiles} subtiles")
 
 
-def _f(v: int, msb: int, lsb: int) -> int:
-    return (v >> lsb) & ((1 << (msb - lsb + 1)) - 1)
-
-
 def decode(regs: tuple[int, ...], where: str = "") -> JobConfig:
     """The job's configuration; reserved or unmodelled encodings raise DeviceError naming the
     register field (digest 8 #11, #19)."""
@@ -122,51 +120,54 @@ def decode(regs: tuple[int, ...], where: str = "") -> JobConfig:
     def bad(what: str) -> DeviceError:
         return DeviceError(f"{where}{what}")
 
-    mode = _f(c0, 6, 5)
+    mode = bit_field(c0, 6, 5)
     if mode == 3:
         raise bad("CONFIG0.filter_mode 3 is reserved (L602)")
-    if _f(c0, 3, 3):
+    if bit_field(c0, 3, 3):
         raise bad("CONFIG0.mode16 (16-bit input activations, L598) is not modelled yet")
-    if _f(c0, 7, 7):
+    if bit_field(c0, 7, 7):
         raise bad("CONFIG0.linear (linear mode, L604) is not modelled yet")
-    if _f(c0, 13, 12) == 3:
+    if bit_field(c0, 13, 12) == 3:
         raise bad("CONFIG0.norm_bits 3 is reserved (L608)")
-    if _f(c0, 22, 21) == 3:
+    if bit_field(c0, 22, 21) == 3:
         raise bad("CONFIG0.quant_bits 3 is reserved (L616)")
-    normquant = bool(_f(c0, 4, 4))
-    out_bits = (8, 16, 32)[_f(c0, 22, 21)]
+    normquant = bool(bit_field(c0, 4, 4))
+    out_bits = (8, 16, 32)[bit_field(c0, 22, 21)]
     if not normquant and out_bits != 32:
         raise bad(f"CONFIG0.streamout 0 writes 32-bit sums, but CONFIG0.quant_bits selects "
                   f"{out_bits}-bit output (L600, L616)")
     ko_size = 16 if mode == 1 else 32
     win = 3 if mode == 2 else 5
-    nb = (_f(r["SUBTILE_NB0"], 31, 16), _f(r["SUBTILE_NB1"], 31, 16), _f(r["SUBTILE_NB1"], 15, 0),
-          _f(r["SUBTILE_NB0"], 15, 0))
+    nb0, nb1 = r["SUBTILE_NB0"], r["SUBTILE_NB1"]
+    nb = (bit_field(nb0, 31, 16), bit_field(nb1, 31, 16), bit_field(nb1, 15, 0),
+          bit_field(nb0, 15, 0))
     for n, name in zip(nb, ("SUBTILE_NB0.ko", "SUBTILE_NB1.ho", "SUBTILE_NB1.wo",
                             "SUBTILE_NB0.ki")):
         if n == 0 and not (name.endswith("ki") and mode == 1):
             raise bad(f"{name} is 0: a job has at least one subtile (L67-69)")
     sizes = (ko_size, 3, 3, 16)
-    raw = (_f(r["SUBTILE_REM0"], 31, 16), _f(r["SUBTILE_REM1"], 31, 16),
-           _f(r["SUBTILE_REM1"], 15, 0), _f(r["SUBTILE_REM0"], 15, 0))
+    raw = (bit_field(r["SUBTILE_REM0"], 31, 16), bit_field(r["SUBTILE_REM1"], 31, 16),
+           bit_field(r["SUBTILE_REM1"], 15, 0), bit_field(r["SUBTILE_REM0"], 15, 0))
     rem = tuple(v or full for v, full in zip(raw, sizes))  # 0 also means full (digest 8 #4)
     for v, full, name in zip(rem, sizes, ("SUBTILE_REM0.ko", "SUBTILE_REM1.ho",
                                           "SUBTILE_REM1.wo", "SUBTILE_REM0.ki")):
         if v > full and not (name.endswith("ki") and mode == 1):
             raise bad(f"{name} is {v}, more than a subtile's {full} (L61-63)")
-    rem_in = (_f(r["SUBTILE_REM2"], 31, 16) or win, _f(r["SUBTILE_REM2"], 15, 0) or win)
+    rem2 = r["SUBTILE_REM2"]
+    rem_in = (bit_field(rem2, 31, 16) or win, bit_field(rem2, 15, 0) or win)
     p = r["PADDING"]
     m = r["FILTER_MASK"]
     wo = r["WEIGHT_OFFSET"]
-    w_offset = ((wo & 0xFF) - (256 if wo >> 31 & 1 else 0)) if _f(c0, 15, 15) else 0
+    w_offset = ((wo & 0xFF) - (256 if wo >> 31 & 1 else 0)) if bit_field(c0, 15, 15) else 0
     return JobConfig(
-        regs=tuple(regs), mode=mode, qw=_f(c0, 2, 0) + 1, normquant=normquant,
-        strided=bool(_f(c0, 8, 8)), norm_bytes=(1, 2, 4)[_f(c0, 13, 12)],
-        streamin=bool(_f(c0, 14, 14)), w_offset=w_offset, right_shift=_f(c0, 20, 16),
-        out_bits=out_bits, relu=not _f(c0, 23, 23), norm_shift=bool(_f(c0, 24, 24)),
-        norm_bias=bool(_f(c0, 25, 25)), nb=nb, rem=rem, rem_in=rem_in,
-        pad=(_f(p, 31, 28), _f(p, 23, 20), _f(p, 19, 16), _f(p, 27, 24)), pad_value=p & 0xFF,
-        mask=(_f(m, 31, 24), _f(m, 15, 8), _f(m, 7, 0), _f(m, 23, 16)))
+        regs=tuple(regs), mode=mode, qw=bit_field(c0, 2, 0) + 1, normquant=normquant,
+        strided=bool(bit_field(c0, 8, 8)), norm_bytes=(1, 2, 4)[bit_field(c0, 13, 12)],
+        streamin=bool(bit_field(c0, 14, 14)), w_offset=w_offset, right_shift=bit_field(c0, 20, 16),
+        out_bits=out_bits, relu=not bit_field(c0, 23, 23), norm_shift=bool(bit_field(c0, 24, 24)),
+        norm_bias=bool(bit_field(c0, 25, 25)), nb=nb, rem=rem, rem_in=rem_in,
+        pad=(bit_field(p, 31, 28), bit_field(p, 23, 20), bit_field(p, 19, 16),
+             bit_field(p, 27, 24)), pad_value=p & 0xFF,
+        mask=(bit_field(m, 31, 24), bit_field(m, 15, 8), bit_field(m, 7, 0), bit_field(m, 23, 16)))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -198,26 +199,8 @@ class JobResult:
         ranges = self.range_cache.get((first, last))
         if ranges is None:
             a = self.addresses[self.written & (self.subtile >= first) & (self.subtile < last)]
-            ranges = self.range_cache[(first, last)] = _merged(a, self.elem)
+            ranges = self.range_cache[(first, last)] = address_ranges(a, self.elem)
         return list(ranges)
-
-
-def _merged(a: np.ndarray, elem: int) -> list[tuple[int, int]]:
-    """Elements of ``elem`` bytes at addresses ``a`` as merged [start, end) ranges: runs of
-    consecutive elements first (a pixel's channels), then the runs sorted and merged."""
-    if not a.size:
-        return []
-    brk = np.flatnonzero(a[1:] != a[:-1] + elem) + 1
-    starts = a[np.r_[0, brk]]
-    ends = a[np.r_[brk - 1, a.size - 1]] + elem
-    order = np.argsort(starts, kind="stable")
-    out: list[tuple[int, int]] = []
-    for s, e in zip(starts[order].tolist(), ends[order].tolist()):
-        if out and s <= out[-1][1]:
-            out[-1] = (out[-1][0], max(out[-1][1], e))
-        else:
-            out.append((s, e))
-    return out
 
 
 def _pad_flags(cfg: JobConfig, axis: int) -> np.ndarray:

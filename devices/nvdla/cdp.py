@@ -26,18 +26,15 @@ from typing import Callable
 
 import numpy as np
 
+from ...emu.numeric.nvdla import round_shift, saturate
 from ..errors import DeviceError
+from ..bits import bit_field, sign_extend
 
 Reg = Callable[[str, str], int]
 
 
-def _f(v: int, msb: int, lsb: int) -> int:
-    return (v >> lsb) & ((1 << (msb - lsb + 1)) - 1)
 
 
-def _sext(v: int, bits: int) -> int:
-    v &= (1 << bits) - 1
-    return v - (1 << bits) if v >> (bits - 1) & 1 else v
 
 
 @dataclass
@@ -62,7 +59,7 @@ class Luts:
             return
         table = self.lo if self.table else self.le
         if self.entry < table.size:
-            table[self.entry] = _sext(value, 16)
+            table[self.entry] = sign_extend(value, 16)
         if self.entry < table.size - 1:  # the C model stops at the last entry
             self.entry += 1
 
@@ -104,11 +101,11 @@ def decode(reg: Reg) -> CdpConfig:
     def bad(msg: str) -> DeviceError:
         return DeviceError(f"CDP: {msg}")
 
-    if _f(reg("CDP", "D_DATA_FORMAT"), 1, 0) or _f(reg("CDP_RDMA", "D_DATA_FORMAT"), 1, 0):
+    if reg("CDP", "D_DATA_FORMAT") & 3 or reg("CDP_RDMA", "D_DATA_FORMAT") & 3:
         raise bad("D_DATA_FORMAT selects INT16/FP16: nv_small normalises INT8 only")
-    w = _f(reg("CDP_RDMA", "D_DATA_CUBE_WIDTH"), 12, 0) + 1
-    h = _f(reg("CDP_RDMA", "D_DATA_CUBE_HEIGHT"), 12, 0) + 1
-    c = _f(reg("CDP_RDMA", "D_DATA_CUBE_CHANNEL"), 12, 0) + 1
+    w = bit_field(reg("CDP_RDMA", "D_DATA_CUBE_WIDTH"), 12, 0) + 1
+    h = bit_field(reg("CDP_RDMA", "D_DATA_CUBE_HEIGHT"), 12, 0) + 1
+    c = bit_field(reg("CDP_RDMA", "D_DATA_CUBE_CHANNEL"), 12, 0) + 1
     src = (reg("CDP_RDMA", "D_SRC_BASE_ADDR_HIGH") << 32 | reg("CDP_RDMA", "D_SRC_BASE_ADDR_LOW"),
            reg("CDP_RDMA", "D_SRC_LINE_STRIDE"), reg("CDP_RDMA", "D_SRC_SURFACE_STRIDE"))
     dst = (reg("CDP", "D_DST_BASE_ADDR_HIGH") << 32 | reg("CDP", "D_DST_BASE_ADDR_LOW"),
@@ -117,41 +114,36 @@ def decode(reg: Reg) -> CdpConfig:
     lut_cfg, info = reg("CDP", "S_LUT_CFG"), reg("CDP", "S_LUT_INFO")
 
     def wide(name: str) -> int:  # 38-bit signed: HIGH[5:0] and LOW
-        return _sext(reg("CDP", f"{name}_HIGH") << 32 | reg("CDP", f"{name}_LOW"), 38)
+        return sign_extend(reg("CDP", f"{name}_HIGH") << 32 | reg("CDP", f"{name}_LOW"), 38)
 
     def slopes(t: str) -> tuple[int, int, int, int]:
         sc, sh = reg("CDP", f"S_LUT_{t}_SLOPE_SCALE"), reg("CDP", f"S_LUT_{t}_SLOPE_SHIFT")
-        return (_sext(sc, 16), _sext(sh, 5), _sext(sc >> 16, 16), _sext(sh >> 5, 5))
+        return (sign_extend(sc, 16), sign_extend(sh, 5),
+                sign_extend(sc >> 16, 16), sign_extend(sh >> 5, 5))
 
     return CdpConfig(
-        w, h, c, src, dst, _f(reg("CDP", "D_LRN_CFG"), 1, 0) + 1, bool(byp & 1), bool(byp >> 1 & 1),
-        (_sext(reg("CDP", "D_DATIN_OFFSET"), 8), _sext(reg("CDP", "D_DATIN_SCALE"), 16),
-         _f(reg("CDP", "D_DATIN_SHIFTER"), 4, 0)),
-        (_sext(reg("CDP", "D_DATOUT_OFFSET"), 25), _sext(reg("CDP", "D_DATOUT_SCALE"), 16),
-         _f(reg("CDP", "D_DATOUT_SHIFTER"), 5, 0)),
+        w, h, c, src, dst, bit_field(reg("CDP", "D_LRN_CFG"), 1, 0) + 1,
+        bool(byp & 1), bool(byp >> 1 & 1),
+        (sign_extend(reg("CDP", "D_DATIN_OFFSET"), 8), sign_extend(reg("CDP", "D_DATIN_SCALE"), 16),
+         bit_field(reg("CDP", "D_DATIN_SHIFTER"), 4, 0)),
+        (sign_extend(reg("CDP", "D_DATOUT_OFFSET"), 25),
+         sign_extend(reg("CDP", "D_DATOUT_SCALE"), 16),
+         bit_field(reg("CDP", "D_DATOUT_SHIFTER"), 5, 0)),
         not lut_cfg & 1, (bool(lut_cfg >> 4 & 1), bool(lut_cfg >> 5 & 1), bool(lut_cfg >> 6 & 1)),
-        _sext(info, 8), _sext(info >> 8, 6), _sext(info >> 16, 6),
+        sign_extend(info, 8), sign_extend(info >> 8, 6), sign_extend(info >> 16, 6),
         (wide("S_LUT_LE_START"), wide("S_LUT_LE_END")), (wide("S_LUT_LO_START"),
                                                          wide("S_LUT_LO_END")),
         slopes("LE"), slopes("LO"))
 
 
-def _round_shift(v: np.ndarray, shift: int) -> np.ndarray:
-    """v / 2^shift rounded half away from zero; a negative shift multiplies."""
-    if shift <= 0:
-        return v << -shift
-    mag = (np.abs(v) + (1 << (shift - 1))) >> shift
-    return np.where(v < 0, -mag, mag)
 
 
-def _sat(v: np.ndarray, bits: int) -> np.ndarray:
-    return np.clip(v, -(1 << (bits - 1)), (1 << (bits - 1)) - 1)
 
 
 def _interp(table: np.ndarray, index: np.ndarray, frac16: np.ndarray) -> np.ndarray:
     i = np.clip(index, 0, table.size - 2)
     lo, hi = table[i], table[i + 1]
-    return _sat(lo + _round_shift((hi - lo) * frac16, 16), 16)
+    return saturate(lo + round_shift((hi - lo) * frac16, 16), 16)
 
 
 def _linear(ss: np.ndarray, table: np.ndarray, start: int, end: int, frac: int,
@@ -169,8 +161,8 @@ def _linear(ss: np.ndarray, table: np.ndarray, start: int, end: int, frac: int,
         off = off >> (frac - 16) if frac > 16 else off << (16 - frac)
     hit = _interp(table, index, off)
     us, ush, os_, osh = slopes
-    u = _sat(table[0] + _round_shift((ss - start) * us, ush), 16)
-    o = _sat(table[n] + _round_shift((ss - end) * os_, osh), 16)
+    u = saturate(table[0] + round_shift((ss - start) * us, ush), 16)
+    o = saturate(table[n] + round_shift((ss - end) * os_, osh), 16)
     return np.where(under, u, np.where(over, o, hit)), under, over
 
 
@@ -192,8 +184,8 @@ def _exponent(ss: np.ndarray, cfg: CdpConfig, table: np.ndarray
     hit = _interp(table, index, off)
     us, ush, os_, osh = cfg.le_slopes
     uflow_origin = 0 if off_i < 0 else 1 << off_i
-    u = _sat(table[0] + _round_shift((ss - start - uflow_origin) * us, ush), 16)
-    o = _sat(table[64] + _round_shift((ss - end) * os_, osh), 16)
+    u = saturate(table[0] + round_shift((ss - start - uflow_origin) * us, ush), 16)
+    o = saturate(table[64] + round_shift((ss - end) * os_, osh), 16)
     return np.where(under, u, np.where(over, o, hit)), under, over
 
 
@@ -204,7 +196,7 @@ def normalise(cfg: CdpConfig, luts: Luts, x: np.ndarray) -> np.ndarray:
     pad = cfg.normalz
     v = np.full((lanes + 2 * pad, cfg.h, cfg.w), off, np.int64)
     v[pad:pad + cfg.c] = x[:cfg.c]
-    d = _sat(_round_shift((v - off) * scale, shifter), 9)
+    d = saturate(round_shift((v - off) * scale, shifter), 9)
     if cfg.sqsum_bypass:
         ss = d[pad:pad + lanes]
     else:
@@ -224,4 +216,4 @@ def normalise(cfg: CdpConfig, luts: Luts, x: np.ndarray) -> np.ndarray:
     center = d[pad:pad + lanes]
     out = result if cfg.mul_bypass else result * center
     o_off, o_scale, o_shift = cfg.datout
-    return _sat(_round_shift((out - o_off) * o_scale, o_shift), 8).astype(np.int8)
+    return saturate(round_shift((out - o_off) * o_scale, o_shift), 8).astype(np.int8)

@@ -25,19 +25,17 @@ from typing import Callable
 import numpy as np
 
 from ...emu.conv import int_conv as IC
+from ...emu.numeric.nvdla import round_shift, saturate
 from ..errors import DeviceError
 from . import feature as F
+from ..bits import bit_field, sign_extend
 
 #: reads a register of the consumer group: (unit, register) -> value
 Reg = Callable[[str, str], int]
 
 
-def _field(v: int, msb: int, lsb: int) -> int:
-    return (v >> lsb) & ((1 << (msb - lsb + 1)) - 1)
 
 
-def _signed(v: int, bits: int) -> int:
-    return v - (1 << bits) if v >> (bits - 1) & 1 else v
 
 
 @dataclass(frozen=True)
@@ -82,32 +80,32 @@ def decode(reg: Reg) -> ConvConfig:
         if v & 1:
             raise bad(f"{u}_D_MISC_CFG.conv_mode is WINOGRAD: nv_small has no Winograd "
                       "(spec/defs/nv_small.spec)")
-        if _field(v, 13, 12):
-            raise bad(f"{u}_D_MISC_CFG.proc_precision is {_field(v, 13, 12)}: nv_small computes "
+        if bit_field(v, 13, 12):
+            raise bad(f"{u}_D_MISC_CFG.proc_precision is {bit_field(v, 13, 12)}: nv_small computes "
                       "INT8 only")
-    if _field(misc["CDMA"], 9, 8):
+    if bit_field(misc["CDMA"], 9, 8):
         raise bad("CDMA_D_MISC_CFG.in_precision is not INT8: nv_small reads INT8 only")
     if reg("CDMA", "D_DATAIN_FORMAT") & 1:
         raise bad("CDMA_D_DATAIN_FORMAT.datain_format is PIXEL: image input is not modelled yet")
     if reg("CDMA", "D_WEIGHT_FORMAT") & 1 or reg("CSC", "D_WEIGHT_FORMAT") & 1:
         raise bad("D_WEIGHT_FORMAT is COMPRESSED: nv_small has no weight compression")
     size0, size1 = reg("CDMA", "D_DATAIN_SIZE_0"), reg("CDMA", "D_DATAIN_SIZE_1")
-    w, h, c = _field(size0, 12, 0) + 1, _field(size0, 28, 16) + 1, _field(size1, 12, 0) + 1
+    w, h, c = bit_field(size0, 12, 0) + 1, bit_field(size0, 28, 16) + 1, bit_field(size1, 12, 0) + 1
     ext0 = reg("CSC", "D_DATAIN_SIZE_EXT_0")
-    if (_field(ext0, 12, 0) + 1, _field(ext0, 28, 16) + 1) != (w, h):
+    if (bit_field(ext0, 12, 0) + 1, bit_field(ext0, 28, 16) + 1) != (w, h):
         raise bad(f"CSC_D_DATAIN_SIZE_EXT_0 ({ext0:#x}) differs from CDMA_D_DATAIN_SIZE_0 "
                   f"({size0:#x}) (L903)")
-    if _field(reg("CSC", "D_DATAIN_SIZE_EXT_1"), 12, 0) + 1 != c:
+    if bit_field(reg("CSC", "D_DATAIN_SIZE_EXT_1"), 12, 0) + 1 != c:
         raise bad("CSC_D_DATAIN_SIZE_EXT_1 differs from CDMA_D_DATAIN_SIZE_1")
     wext0, wext1 = reg("CSC", "D_WEIGHT_SIZE_EXT_0"), reg("CSC", "D_WEIGHT_SIZE_EXT_1")
-    s, r = _field(wext0, 4, 0) + 1, _field(wext0, 20, 16) + 1
-    k = _field(wext1, 28, 16) + 1
-    if _field(wext1, 12, 0) + 1 != c:
+    s, r = bit_field(wext0, 4, 0) + 1, bit_field(wext0, 20, 16) + 1
+    k = bit_field(wext1, 28, 16) + 1
+    if bit_field(wext1, 12, 0) + 1 != c:
         raise bad("CSC_D_WEIGHT_SIZE_EXT_1.weight_channel_ext differs from the input channels")
-    if _field(reg("CDMA", "D_WEIGHT_SIZE_1"), 12, 0) + 1 != k:
+    if bit_field(reg("CDMA", "D_WEIGHT_SIZE_1"), 12, 0) + 1 != k:
         raise bad("CDMA_D_WEIGHT_SIZE_1 and CSC_D_WEIGHT_SIZE_EXT_1 give different kernel "
                   "counts")
-    bpk = _field(reg("CDMA", "D_WEIGHT_SIZE_0"), 17, 0) + 1
+    bpk = bit_field(reg("CDMA", "D_WEIGHT_SIZE_0"), 17, 0) + 1
     if bpk != r * s * c:
         raise bad(f"CDMA_D_WEIGHT_SIZE_0 says {bpk} bytes per kernel, the kernel is "
                   f"{r}x{s}x{c} = {r * s * c} (L479)")
@@ -117,36 +115,36 @@ def decode(reg: Reg) -> ConvConfig:
                       f"{bpk * k} bytes (L539)")
     if reg("CDMA", "D_WEIGHT_BYTES") != reg("CSC", "D_WEIGHT_BYTES"):
         raise bad("CSC_D_WEIGHT_BYTES differs from CDMA_D_WEIGHT_BYTES (L1482)")
-    batches = _field(reg("CDMA", "D_BATCH_NUMBER"), 4, 0) + 1
+    batches = bit_field(reg("CDMA", "D_BATCH_NUMBER"), 4, 0) + 1
     for u in ("CSC", "CACC"):
-        if _field(reg(u, "D_BATCH_NUMBER"), 4, 0) + 1 != batches:
+        if bit_field(reg(u, "D_BATCH_NUMBER"), 4, 0) + 1 != batches:
             raise bad(f"{u}_D_BATCH_NUMBER differs from CDMA_D_BATCH_NUMBER")
     st = reg("CDMA", "D_CONV_STRIDE")
-    stride = (_field(st, 18, 16) + 1, _field(st, 2, 0) + 1)
+    stride = (bit_field(st, 18, 16) + 1, bit_field(st, 2, 0) + 1)
     st2 = reg("CSC", "D_CONV_STRIDE_EXT")
-    if (_field(st2, 18, 16) + 1, _field(st2, 2, 0) + 1) != stride:
+    if (bit_field(st2, 18, 16) + 1, bit_field(st2, 2, 0) + 1) != stride:
         raise bad("CSC_D_CONV_STRIDE_EXT differs from CDMA_D_CONV_STRIDE (L678)")
     dil = reg("CSC", "D_DILATION_EXT")
-    dilation = (_field(dil, 20, 16) + 1, _field(dil, 4, 0) + 1)
+    dilation = (bit_field(dil, 20, 16) + 1, bit_field(dil, 4, 0) + 1)
     zp = reg("CDMA", "D_ZERO_PADDING")
-    pad = (_field(zp, 20, 16), _field(zp, 29, 24), _field(zp, 4, 0), _field(zp, 13, 8))
+    pad = (bit_field(zp, 20, 16), bit_field(zp, 29, 24), bit_field(zp, 4, 0), bit_field(zp, 13, 8))
     zp2 = reg("CSC", "D_ZERO_PADDING")
-    if (_field(zp2, 20, 16), _field(zp2, 4, 0)) != (pad[0], pad[2]):
+    if (bit_field(zp2, 20, 16), bit_field(zp2, 4, 0)) != (pad[0], pad[2]):
         raise bad("CSC_D_ZERO_PADDING (left, top) differs from CDMA_D_ZERO_PADDING (L1138)")
-    pad_value = _signed(reg("CDMA", "D_ZERO_PADDING_VALUE") & 0xFF, 8)
+    pad_value = sign_extend(reg("CDMA", "D_ZERO_PADDING_VALUE") & 0xFF, 8)
     out0, out1 = reg("CSC", "D_DATAOUT_SIZE_0"), reg("CSC", "D_DATAOUT_SIZE_1")
-    out_w, out_h = _field(out0, 12, 0) + 1, _field(out0, 28, 16) + 1
+    out_w, out_h = bit_field(out0, 12, 0) + 1, bit_field(out0, 28, 16) + 1
     ew = (w + pad[2] + pad[3] - ((s - 1) * dilation[1] + 1)) // stride[1] + 1
     eh = (h + pad[0] + pad[1] - ((r - 1) * dilation[0] + 1)) // stride[0] + 1
     if (out_w, out_h) != (ew, eh):
         raise bad(f"CSC_D_DATAOUT_SIZE_0 gives {out_w}x{out_h}, the input, kernel, padding, "
                   f"stride and dilation give {ew}x{eh} (L1050)")
-    if _field(out1, 12, 0) + 1 != k:
+    if bit_field(out1, 12, 0) + 1 != k:
         raise bad("CSC_D_DATAOUT_SIZE_1 differs from the kernel count")
     c0, c1 = reg("CACC", "D_DATAOUT_SIZE_0"), reg("CACC", "D_DATAOUT_SIZE_1")
-    if c0 != out0 & 0x1FFF1FFF or _field(c1, 12, 0) != _field(out1, 12, 0):
+    if c0 != out0 & 0x1FFF1FFF or bit_field(c1, 12, 0) != bit_field(out1, 12, 0):
         raise bad("CACC_D_DATAOUT_SIZE_0/1 differ from CSC's (L1321)")
-    clip = _field(reg("CACC", "D_CLIP_CFG"), 4, 0)
+    clip = bit_field(reg("CACC", "D_CLIP_CFG"), 4, 0)
     if clip > 16:
         raise bad(f"CACC_D_CLIP_CFG.clip_truncate is {clip}, more than 16 (L1427)")
     line, surf = reg("CDMA", "D_LINE_STRIDE"), reg("CDMA", "D_SURF_STRIDE")
@@ -158,8 +156,8 @@ def decode(reg: Reg) -> ConvConfig:
     in_addr = reg("CDMA", "D_DAIN_ADDR_HIGH_0") << 32 | reg("CDMA", "D_DAIN_ADDR_LOW_0")
     wt_addr = reg("CDMA", "D_WEIGHT_ADDR_HIGH") << 32 | reg("CDMA", "D_WEIGHT_ADDR_LOW")
     cvt_cfg = reg("CDMA", "D_CVT_CFG")
-    cvt = (_signed(reg("CDMA", "D_CVT_OFFSET") & 0xFFFF, 16),
-           _signed(reg("CDMA", "D_CVT_SCALE") & 0xFFFF, 16), _field(cvt_cfg, 9, 4)) \
+    cvt = (sign_extend(reg("CDMA", "D_CVT_OFFSET") & 0xFFFF, 16),
+           sign_extend(reg("CDMA", "D_CVT_SCALE") & 0xFFFF, 16), bit_field(cvt_cfg, 9, 4)) \
         if cvt_cfg & 1 else None
     return ConvConfig(w, h, c, k, r, s, batches, in_addr, line, surf,
                       reg("CDMA", "D_BATCH_STRIDE"), wt_addr, stride, dilation, pad, pad_value,
@@ -174,11 +172,8 @@ def convert_input(cfg: ConvConfig, image: np.ndarray) -> np.ndarray:
     if cfg.cvt is None:
         return image
     offset, scale, shift = cfg.cvt
-    v = (image.astype(np.int64) - offset) * scale
-    if shift:
-        mag = (np.abs(v) + (1 << (shift - 1))) >> shift
-        v = np.where(v < 0, -mag, mag)
-    return np.clip(np.clip(v, -(1 << 16), (1 << 16) - 1), -128, 127).astype(np.int8)
+    v = round_shift((image.astype(np.int64) - offset) * scale, shift)
+    return saturate(saturate(v, 17), 8).astype(np.int8)
 
 
 def convolve(cfg: ConvConfig, image: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -205,11 +200,6 @@ def _readonly(a: np.ndarray) -> np.ndarray:
 def cacc(sums: np.ndarray, clip: int) -> tuple[np.ndarray, int]:
     """CACC: sums / 2^clip rounded half away from zero, saturated to int32; and the number
     saturated ([EXT] cmod NV_NVDLA_cacc.cpp)."""
-    v = sums.astype(np.int64)
-    if clip:
-        half = 1 << (clip - 1)
-        mag = (np.abs(v) + half) >> clip
-        v = np.where(v < 0, -mag, mag)
-    lo, hi = -(1 << 31), (1 << 31) - 1
-    sat = int(np.count_nonzero((v < lo) | (v > hi)))
-    return np.clip(v, lo, hi), sat
+    v = round_shift(sums, clip)
+    out = saturate(v, 32)
+    return out, int(np.count_nonzero(out != v))

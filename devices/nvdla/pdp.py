@@ -24,25 +24,29 @@ from typing import Callable
 
 import numpy as np
 
+from ...emu.numeric.nvdla import round_shift, wrap
 from ..errors import DeviceError
+from ..bits import bit_field
 
 Reg = Callable[[str, str], int]
+
+def wrap16(v):
+    """A 16-bit line-buffer store (INT8 data pools in 16 bits)."""
+    return wrap(v, 16)
+
+
 METHODS = ("average", "max", "min")
 _SIGN_BITS = (7, 8, 9, 9, 10, 10, 10)
 
 
-def _f(v: int, msb: int, lsb: int) -> int:
-    return (v >> lsb) & ((1 << (msb - lsb + 1)) - 1)
 
 
-def _i16(v):
-    return ((np.asarray(v, np.int64) + 0x8000) & 0xFFFF) - 0x8000
 
 
 def pad_value(raw: int, sign_bit: int) -> int:
     """PAD_VALUE_nX as the C model extends it (int_sign_extend) into a 16-bit entry."""
     ext = ((1 << (32 - sign_bit - 1)) - 1) if raw >> sign_bit & 1 else 0
-    return int(_i16((ext << (sign_bit + 1)) | raw))
+    return int(wrap16((ext << (sign_bit + 1)) | raw))
 
 
 @dataclass(frozen=True)
@@ -77,30 +81,30 @@ def decode(reg: Reg, flying: bool = False) -> PdpConfig:
         raise bad("PDP_D_OPERATION_MODE_CFG.flying_mode is "
                   + ("OFF_FLYING, but SDP sends its output to PDP" if flying else
                      "ON_FLYING, but SDP does not send its output to PDP"))
-    method = _f(mode, 1, 0)
+    method = bit_field(mode, 1, 0)
     if method == 3:
         raise bad("PDP_D_OPERATION_MODE_CFG.pooling_method 3 is reserved")
-    if _f(reg("PDP", "D_DATA_FORMAT"), 1, 0) or \
-            not flying and _f(reg("PDP_RDMA", "D_DATA_FORMAT"), 1, 0):
+    if bit_field(reg("PDP", "D_DATA_FORMAT"), 1, 0) or \
+            not flying and bit_field(reg("PDP_RDMA", "D_DATA_FORMAT"), 1, 0):
         raise bad("D_DATA_FORMAT selects INT16/FP16: nv_small pools INT8 only")
-    w = _f(reg("PDP", "D_DATA_CUBE_IN_WIDTH"), 12, 0) + 1
-    h = _f(reg("PDP", "D_DATA_CUBE_IN_HEIGHT"), 12, 0) + 1
-    c = _f(reg("PDP", "D_DATA_CUBE_IN_CHANNEL"), 12, 0) + 1
-    rdma = (_f(reg("PDP_RDMA", "D_DATA_CUBE_IN_WIDTH"), 12, 0) + 1,
-            _f(reg("PDP_RDMA", "D_DATA_CUBE_IN_HEIGHT"), 12, 0) + 1,
-            _f(reg("PDP_RDMA", "D_DATA_CUBE_IN_CHANNEL"), 12, 0) + 1)
+    w = bit_field(reg("PDP", "D_DATA_CUBE_IN_WIDTH"), 12, 0) + 1
+    h = bit_field(reg("PDP", "D_DATA_CUBE_IN_HEIGHT"), 12, 0) + 1
+    c = bit_field(reg("PDP", "D_DATA_CUBE_IN_CHANNEL"), 12, 0) + 1
+    rdma = (bit_field(reg("PDP_RDMA", "D_DATA_CUBE_IN_WIDTH"), 12, 0) + 1,
+            bit_field(reg("PDP_RDMA", "D_DATA_CUBE_IN_HEIGHT"), 12, 0) + 1,
+            bit_field(reg("PDP_RDMA", "D_DATA_CUBE_IN_CHANNEL"), 12, 0) + 1)
     if not flying and rdma != (w, h, c):
         raise bad(f"PDP_RDMA_D_DATA_CUBE_IN_* give {rdma[2]}x{rdma[1]}x{rdma[0]}, PDP's "
                   f"{c}x{h}x{w}")
-    out_w = _f(reg("PDP", "D_DATA_CUBE_OUT_WIDTH"), 12, 0) + 1
-    out_h = _f(reg("PDP", "D_DATA_CUBE_OUT_HEIGHT"), 12, 0) + 1
-    if _f(reg("PDP", "D_DATA_CUBE_OUT_CHANNEL"), 12, 0) + 1 != c:
+    out_w = bit_field(reg("PDP", "D_DATA_CUBE_OUT_WIDTH"), 12, 0) + 1
+    out_h = bit_field(reg("PDP", "D_DATA_CUBE_OUT_HEIGHT"), 12, 0) + 1
+    if bit_field(reg("PDP", "D_DATA_CUBE_OUT_CHANNEL"), 12, 0) + 1 != c:
         raise bad("PDP_D_DATA_CUBE_OUT_CHANNEL differs from the input channels")
     k = reg("PDP", "D_POOLING_KERNEL_CFG")
-    kernel = (_f(k, 11, 8) + 1, _f(k, 3, 0) + 1)
-    stride = (_f(k, 23, 20) + 1, _f(k, 19, 16) + 1)
+    kernel = (bit_field(k, 11, 8) + 1, bit_field(k, 3, 0) + 1)
+    stride = (bit_field(k, 23, 20) + 1, bit_field(k, 19, 16) + 1)
     p = reg("PDP", "D_POOLING_PADDING_CFG")
-    pad = (_f(p, 6, 4), _f(p, 14, 12), _f(p, 2, 0), _f(p, 10, 8))
+    pad = (bit_field(p, 6, 4), bit_field(p, 14, 12), bit_field(p, 2, 0), bit_field(p, 10, 8))
     for axis, size, kk, st, lo, hi, name in ((1, w, kernel[1], stride[1], pad[2], pad[3], "WIDTH"),
                                              (0, h, kernel[0], stride[0], pad[0], pad[1],
                                               "HEIGHT")):
@@ -109,10 +113,10 @@ def decode(reg: Reg, flying: bool = False) -> PdpConfig:
         if got != expect:
             raise bad(f"PDP_D_DATA_CUBE_OUT_{name} gives {got}, the input, kernel, padding and "
                       f"stride give {expect}")
-    pads = tuple(pad_value(_f(reg("PDP", f"D_POOLING_PADDING_VALUE_{n}_CFG"), 18, 0), sb)
+    pads = tuple(pad_value(bit_field(reg("PDP", f"D_POOLING_PADDING_VALUE_{n}_CFG"), 18, 0), sb)
                  for n, sb in zip(range(1, 8), _SIGN_BITS))
-    recip = (_f(reg("PDP", "D_RECIP_KERNEL_WIDTH"), 16, 0),
-             _f(reg("PDP", "D_RECIP_KERNEL_HEIGHT"), 16, 0))
+    recip = (bit_field(reg("PDP", "D_RECIP_KERNEL_WIDTH"), 16, 0),
+             bit_field(reg("PDP", "D_RECIP_KERNEL_HEIGHT"), 16, 0))
     src = (reg("PDP_RDMA", "D_SRC_BASE_ADDR_HIGH") << 32 | reg("PDP_RDMA", "D_SRC_BASE_ADDR_LOW"),
            reg("PDP_RDMA", "D_SRC_LINE_STRIDE"), reg("PDP_RDMA", "D_SRC_SURFACE_STRIDE"))
     dst = (reg("PDP", "D_DST_BASE_ADDR_HIGH") << 32 | reg("PDP", "D_DST_BASE_ADDR_LOW"),
@@ -128,7 +132,7 @@ def _reduce(method: str, acc, value, first: bool):
         return np.maximum(acc, value)
     if method == "min":
         return np.minimum(acc, value)
-    return _i16(acc + value)
+    return wrap16(acc + value)
 
 
 def pool(cfg: PdpConfig, x: np.ndarray) -> np.ndarray:
@@ -157,9 +161,9 @@ def pool(cfg: PdpConfig, x: np.ndarray) -> np.ndarray:
                                                                     and left))
                     add_right = xi + kw - kwi > cfg.w and xi + 1 == cfg.w
                     if add_left:
-                        v = _i16(v + pads[kw - (xi + 1) - 1])
+                        v = wrap16(v + pads[kw - (xi + 1) - 1])
                     elif add_right:
-                        v = _i16(v + pads[kw - (kwi + 1) - 1])
+                        v = wrap16(v + pads[kw - (kwi + 1) - 1])
                 acc[ox] = v
                 if kwi + 1 == kw or (xi + kw - kwi > cfg.w and xi + 1 == cfg.w):
                     line[(y, ox)] = v
@@ -182,19 +186,13 @@ def pool(cfg: PdpConfig, x: np.ndarray) -> np.ndarray:
                 add_top = y + 1 < kh and (khi + 1 == kh or (y + 1 == cfg.h and y < khi))
                 add_bottom = y + kh - khi > cfg.h and y + 1 == cfg.h
                 if add_top:
-                    r = _i16(r + _i16(pads[kh - (y + 1) - 1] * kw))
+                    r = wrap16(r + wrap16(pads[kh - (y + 1) - 1] * kw))
                 elif add_bottom:
-                    r = _i16(r + _i16(pads[kh - (khi + 1) - 1] * kw))
+                    r = wrap16(r + wrap16(pads[kh - (khi + 1) - 1] * kw))
             out[:, oy, ox] = r
             done[oy, ox] = True
     if avg:
-        out = _round_recip(_round_recip(out, cfg.recip[0]), cfg.recip[1])
-    return (((out + 128) & 0xFF) - 128).astype(np.int8)
+        # times the reciprocals / 2^16, each rounded (the C model's double arithmetic, exact here)
+        out = round_shift(round_shift(out * cfg.recip[0], 16) * cfg.recip[1], 16)
+    return wrap(out, 8).astype(np.int8)
 
-
-def _round_recip(v: np.ndarray, recip: int) -> np.ndarray:
-    """v * recip / 2^16 rounded half away from zero (the C model's double arithmetic, exact
-    here)."""
-    p = v * recip
-    mag = (np.abs(p) + 0x8000) >> 16
-    return np.where(p < 0, -mag, mag)

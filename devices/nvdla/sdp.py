@@ -28,8 +28,10 @@ from typing import Callable
 
 import numpy as np
 
+from ...emu.numeric.nvdla import round_shift, saturate, wrap
 from ..errors import DeviceError
 from . import feature as F
+from ..bits import bit_field, sign_extend
 
 Reg = Callable[[str, str], int]
 #: reads memory: (address, size, what) -> uint8 array
@@ -38,18 +40,10 @@ Read = Callable[[int, int, str], np.ndarray]
 ALGOS = ("max", "min", "sum")
 
 
-def _f(v: int, msb: int, lsb: int) -> int:
-    return (v >> lsb) & ((1 << (msb - lsb + 1)) - 1)
 
 
-def _s16(v: int) -> int:
-    v &= 0xFFFF
-    return v - 0x10000 if v & 0x8000 else v
 
 
-def _s32(v: int) -> int:
-    v &= 0xFFFFFFFF
-    return v - (1 << 32) if v & 0x80000000 else v
 
 
 @dataclass(frozen=True)
@@ -104,7 +98,7 @@ def decode(reg: Reg, rdma_enabled: bool) -> SdpConfig:
         return DeviceError(f"SDP: {msg}")
 
     fmt = reg("SDP", "D_DATA_FORMAT")
-    if _f(fmt, 1, 0) or _f(fmt, 3, 2):
+    if bit_field(fmt, 1, 0) or bit_field(fmt, 3, 2):
         raise bad("SDP_D_DATA_FORMAT selects INT16/FP16: nv_small's SDP is INT8 only")
     mode = reg("SDP", "D_FEATURE_MODE_CFG")
     flying = bool(mode & 1)
@@ -114,20 +108,20 @@ def decode(reg: Reg, rdma_enabled: bool) -> SdpConfig:
     if not ew & 1:
         raise bad("SDP_D_DP_EW_CFG.ew_bypass is NO: nv_small's SDP has no EW stage "
                   "(spec/defs/nv_small.spec SDP_EW_DISABLE)")
-    w = _f(reg("SDP", "D_DATA_CUBE_WIDTH"), 12, 0) + 1
-    h = _f(reg("SDP", "D_DATA_CUBE_HEIGHT"), 12, 0) + 1
-    c = _f(reg("SDP", "D_DATA_CUBE_CHANNEL"), 12, 0) + 1
+    w = bit_field(reg("SDP", "D_DATA_CUBE_WIDTH"), 12, 0) + 1
+    h = bit_field(reg("SDP", "D_DATA_CUBE_HEIGHT"), 12, 0) + 1
+    c = bit_field(reg("SDP", "D_DATA_CUBE_CHANNEL"), 12, 0) + 1
     src = None
     if rdma_enabled:
         rmode = reg("SDP_RDMA", "D_FEATURE_MODE_CFG")
         if bool(rmode & 1) != flying:
             raise bad("SDP_RDMA_D_FEATURE_MODE_CFG.flying_mode differs from "
                       "SDP_D_FEATURE_MODE_CFG.flying_mode")
-        if _f(rmode, 3, 2) or _f(rmode, 5, 4):
+        if bit_field(rmode, 3, 2) or bit_field(rmode, 5, 4):
             raise bad("SDP_RDMA_D_FEATURE_MODE_CFG selects INT16/FP16: nv_small is INT8 only")
-        dims = (_f(reg("SDP_RDMA", "D_DATA_CUBE_WIDTH"), 12, 0) + 1,
-                _f(reg("SDP_RDMA", "D_DATA_CUBE_HEIGHT"), 12, 0) + 1,
-                _f(reg("SDP_RDMA", "D_DATA_CUBE_CHANNEL"), 12, 0) + 1)
+        dims = (bit_field(reg("SDP_RDMA", "D_DATA_CUBE_WIDTH"), 12, 0) + 1,
+                bit_field(reg("SDP_RDMA", "D_DATA_CUBE_HEIGHT"), 12, 0) + 1,
+                bit_field(reg("SDP_RDMA", "D_DATA_CUBE_CHANNEL"), 12, 0) + 1)
         if dims != (w, h, c):
             raise bad(f"SDP_RDMA_D_DATA_CUBE_* give {dims[2]}x{dims[1]}x{dims[0]}, SDP's "
                       f"{c}x{h}x{w}")
@@ -145,7 +139,7 @@ def decode(reg: Reg, rdma_enabled: bool) -> SdpConfig:
         if cfg & 1:
             continue
         alu_cfg, mul_cfg = reg("SDP", f"D_DP_{name}_ALU_CFG"), reg("SDP", f"D_DP_{name}_MUL_CFG")
-        alu = None if cfg >> 1 & 1 else _f(cfg, 3, 2)
+        alu = None if cfg >> 1 & 1 else bit_field(cfg, 3, 2)
         if alu == 3:
             raise bad(f"SDP_D_DP_{name}_CFG.{name.lower()}_alu_algo 3 is reserved")
         mul = not cfg >> 4 & 1
@@ -157,7 +151,7 @@ def decode(reg: Reg, rdma_enabled: bool) -> SdpConfig:
             if not rdma_enabled or rc & 1:
                 raise bad(f"{name} takes an operand from memory but SDP_RDMA's {rdma} is "
                           "disabled")
-            use = _f(rc, 2, 1)
+            use = bit_field(rc, 2, 1)
             if use == 3:
                 raise bad(f"SDP_RDMA_D_{rdma}_CFG.{rdma.lower()}_data_use 3 is reserved")
             r = (bool(rc >> 4 & 1), bool(rc >> 3 & 1), use,
@@ -166,31 +160,20 @@ def decode(reg: Reg, rdma_enabled: bool) -> SdpConfig:
                  reg("SDP_RDMA", f"D_{name}_LINE_STRIDE"),
                  reg("SDP_RDMA", f"D_{name}_SURFACE_STRIDE"))
         stages.append(Stage(name, None if alu is None else ALGOS[alu], alu_mem,
-                            _s16(reg("SDP", f"D_DP_{name}_ALU_SRC_VALUE")),
-                            _f(alu_cfg, 13, 8) & 0x3F, mul, mul_mem,
-                            _s16(reg("SDP", f"D_DP_{name}_MUL_SRC_VALUE")),
-                            _f(mul_cfg, 15, 8) & 0x3F, mul and bool(cfg >> 5 & 1),
+                            sign_extend(reg("SDP", f"D_DP_{name}_ALU_SRC_VALUE"), 16),
+                            bit_field(alu_cfg, 13, 8) & 0x3F, mul, mul_mem,
+                            sign_extend(reg("SDP", f"D_DP_{name}_MUL_SRC_VALUE"), 16),
+                            bit_field(mul_cfg, 15, 8) & 0x3F, mul and bool(cfg >> 5 & 1),
                             not cfg >> 6 & 1, r))
-    cvt = (_s32(reg("SDP", "D_CVT_OFFSET")), _s16(reg("SDP", "D_CVT_SCALE")),
-           _f(reg("SDP", "D_CVT_SHIFT"), 5, 0))
+    cvt = (sign_extend(reg("SDP", "D_CVT_OFFSET"), 32), sign_extend(reg("SDP", "D_CVT_SCALE"), 16),
+           bit_field(reg("SDP", "D_CVT_SHIFT"), 5, 0))
     return SdpConfig(w, h, c, flying, bool(mode >> 1 & 1), src, dst, tuple(stages), cvt)
 
 
-def _round_shift(v: np.ndarray, shift: int) -> np.ndarray:
-    """v / 2^shift rounded half away from zero (ac_fixed AC_RND_INF)."""
-    if not shift:
-        return v
-    half = np.int64(1) << (shift - 1)
-    mag = (np.abs(v) + half) >> shift
-    return np.where(v < 0, -mag, mag)
 
 
-def _sat(v: np.ndarray, bits: int) -> np.ndarray:
-    return np.clip(v, -(1 << (bits - 1)), (1 << (bits - 1)) - 1)
 
 
-def _wrap32(v: np.ndarray) -> np.ndarray:
-    return ((v + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
 
 
 def operands(st: Stage, shape: tuple[int, int, int], read: Read
@@ -245,7 +228,7 @@ def operands(st: Stage, shape: tuple[int, int, int], read: Read
 def x_stage(x: np.ndarray, st: Stage, alu_op, mul_op) -> np.ndarray:
     """One X stage on int64 values (int32 range)."""
     if st.alu is not None:
-        operand = _sat(np.int64(1) * np.asarray(alu_op, np.int64) << st.alu_shift, 32)
+        operand = saturate(np.int64(1) * np.asarray(alu_op, np.int64) << st.alu_shift, 32)
         if st.alu == "max":
             x = np.maximum(x, operand)
         elif st.alu == "min":
@@ -254,13 +237,13 @@ def x_stage(x: np.ndarray, st: Stage, alu_op, mul_op) -> np.ndarray:
             x = x + operand
     if st.mul:
         product = x * np.asarray(mul_op, np.int64)
-        shifted = _sat(_round_shift(product, st.mul_shift), 32)
+        shifted = saturate(round_shift(product, st.mul_shift), 32)
         if st.prelu:
-            x = np.where(x >= 0, _wrap32(x), shifted)
+            x = np.where(x >= 0, wrap(x, 32), shifted)
         else:
             x = shifted
     else:
-        x = _sat(_round_shift(x, st.mul_shift), 32)
+        x = saturate(round_shift(x, st.mul_shift), 32)
     if st.relu:
         x = np.maximum(x, 0)
     return x
@@ -270,11 +253,11 @@ def convert(x: np.ndarray, cvt: tuple[int, int, int]) -> tuple[np.ndarray, int]:
     """The output converter to int8, and the count of 17-bit saturations."""
     offset, scale, shift = cvt
     v = (x - offset) * scale
-    t = _round_shift(v, shift)
-    t17 = _sat(t, 17)
+    t = round_shift(v, shift)
+    t17 = saturate(t, 17)
     floor = v >> shift
     sat = int(np.count_nonzero(np.abs(floor - t17) > 1))
-    return _sat(t17, 8).astype(np.int8), sat
+    return saturate(t17, 8).astype(np.int8), sat
 
 
 def process(cfg: SdpConfig, x: np.ndarray, read: Read) -> tuple[np.ndarray, int]:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 from accelstub.devices import open_device
@@ -644,8 +644,14 @@ def mixed_networks(draw):
 @pytest.mark.slow
 @given(net=mixed_networks(), seed=st.integers(0, 2**16), mexpress=st.booleans())
 def test_random_mixed_networks_pass(tmp_path_factory, net, seed, mexpress):
+    try:
+        project = build(net, seed=seed, mexpress=mexpress)
+    except BuildError:
+        # the strategy draws shapes freely; a rare draw outgrows half a data memory, the 768
+        # MRAM columns or 256 flattening passes, limits the builder enforces (tested above)
+        reject()
     d = tmp_path_factory.mktemp("mix")
-    build(net, seed=seed, mexpress=mexpress).write(d)
+    project.write(d)
     r = run_dir(d)
     assert r.ok, (r.line(), net)
     assert r.layers == len(net.layers)

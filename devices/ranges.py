@@ -1,0 +1,35 @@
+"""[start, end) byte ranges: how every device reports what a unit read and wrote (Touched), and
+what ``run -v`` reads back."""
+from __future__ import annotations
+
+import numpy as np
+
+
+def address_ranges(addrs, size: int) -> list[tuple[int, int]]:
+    """Accesses of ``size`` bytes at ``addrs`` (any shape, any order) as sorted ranges, with
+    overlapping or touching ones joined."""
+    a = np.asarray(addrs, dtype=np.int64).ravel()
+    if not a.size:
+        return []
+    if a.size > 1 and not bool(np.all(a[1:] > a[:-1])):  # dense tensors come sorted: no sort
+        a = np.sort(a)
+        a = a[np.r_[True, a[1:] != a[:-1]]]
+    ends = np.maximum.accumulate(a + size)
+    brk = np.ones(a.size, dtype=bool)
+    brk[1:] = a[1:] > ends[:-1]
+    idx = np.flatnonzero(brk)
+    last = np.r_[idx[1:] - 1, a.size - 1]
+    return [(int(s), int(e)) for s, e in zip(a[idx], ends[last])]
+
+
+def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted ranges with overlapping or touching ones joined (a unit may record one range
+    several times)."""
+    out: list[tuple[int, int]] = []
+    for s, e in sorted(ranges):
+        if out and s <= out[-1][1]:
+            if e > out[-1][1]:
+                out[-1] = (out[-1][0], e)
+        else:
+            out.append((s, e))
+    return out
