@@ -7,7 +7,6 @@ import collections
 import logging
 import socket
 import threading
-from typing import Callable
 
 log = logging.getLogger("accelstub.server")
 
@@ -118,14 +117,14 @@ class OutputQueue:
     end. Replies are queued with :meth:`put` and the request loop calls :meth:`wait_room` before
     it reads or handles the next request, so at most ``limit`` plus one reply waits and such a
     client is simply no longer read. Unsolicited output (``put(..., unsolicited=True)``) never
-    waits; when more than ``unsolicited_limit`` of it is unsent, ``on_overflow`` is called (the
-    connection closes) instead of queueing more.
+    waits; when more than ``unsolicited_limit`` of it is unsent the client reads nothing: the
+    socket is shut down (which ends the connection's threads) instead of queueing more.
     """
 
-    def __init__(self, sock: socket.socket, name: str, on_overflow: Callable[[], None],
-                 limit: int | None = None, unsolicited_limit: int | None = None) -> None:
+    def __init__(self, sock: socket.socket, name: str, limit: int | None = None,
+                 unsolicited_limit: int | None = None) -> None:
         self._sock = sock
-        self._on_overflow = on_overflow
+        self._name = name
         self.limit = OUTPUT_LIMIT if limit is None else limit
         self.unsolicited_limit = UNSOLICITED_LIMIT if unsolicited_limit is None \
             else unsolicited_limit
@@ -152,7 +151,20 @@ class OutputQueue:
                     self._unsolicited += len(data)
                 self._cond.notify_all()
         if overflow:
-            self._on_overflow()
+            self._overflow()
+
+    def _overflow(self) -> None:
+        """Close without blocking the caller (a run-control worker announcing a stop)."""
+        with self._cond:
+            first, self.closed = not self.closed, True
+            self._cond.notify_all()
+        if first:
+            log.warning("%s: the client does not read its output; closing the connection",
+                        self._name)
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
 
     def wait_room(self) -> bool:
         """Block while more than ``limit`` bytes wait; False once the output is closed."""

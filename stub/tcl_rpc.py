@@ -38,7 +38,7 @@ class _Connection:
         self._last_state: dict[int, str] = {}
         self._state_lock = threading.Lock()
         self._hooks: list = []
-        self.out = OutputQueue(sock, "tcl-writer", self._overflow)
+        self.out = OutputQueue(sock, "tcl-writer")
 
     # -- output -----------------------------------------------------------------------------
     def send(self, data: bytes, unsolicited: bool = False) -> None:
@@ -50,17 +50,6 @@ class _Connection:
         one byte)."""
         self.send(text.encode("utf-8", "replace"))
         self.send(EOM)
-
-    def _overflow(self) -> None:
-        """Called by a notification's producer: the client reads nothing; drop it without
-        blocking (shutdown wakes this connection's threads, which then clean up)."""
-        if not self.closed:
-            log.warning("tcl client does not read its notifications; closing the connection")
-        self.closed = True
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
 
     # -- notifications --------------------------------------------------------------------------
     def _event(self, index: int, event: str, state: str) -> None:

@@ -275,7 +275,7 @@ class _Connection:
     def __init__(self, server: "TelnetServer", sock: socket.socket) -> None:
         self.server = server
         self.sock = sock
-        self.out = OutputQueue(sock, "telnet-writer", self._overflow)
+        self.out = OutputQueue(sock, "telnet-writer")
         self.busy_lock = threading.Lock()
         self.busy = False
         self.pending: list = []  # (rc, stop) seen while a command ran
@@ -295,17 +295,6 @@ class _Connection:
 
     def write(self, text: str, unsolicited: bool = False) -> None:
         self.out.put(self._encode(text), unsolicited)
-
-    def _overflow(self) -> None:
-        """A stop message found 1 MiB of unsent stop messages: the client reads nothing. Close
-        without blocking the caller (a run-control worker)."""
-        if not self.closed:
-            log.warning("telnet client does not read its output; closing the connection")
-        self.closed = True
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
 
     def log_line(self, text: str) -> None:
         self.write(text.rstrip("\n") + "\n")

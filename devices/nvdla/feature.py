@@ -54,14 +54,14 @@ def write_feature(data: np.ndarray, offset: int, cube: np.ndarray, line: int, su
     data[offset:offset + feature_span(c, h, w, line, surf)][idx] = cube.view(np.uint8)
 
 
-def written_ranges(offset: int, c: int, h: int, w: int, line: int, surf: int,
-                   base: int) -> list[tuple[int, int]]:
+def written_ranges(addr: int, c: int, h: int, w: int, line: int, surf: int
+                   ) -> list[tuple[int, int]]:
     """The [start, end) bus ranges a feature cube's atoms occupy (one per line of a surface,
     merged when lines touch)."""
     out: list[tuple[int, int]] = []
     for s in range(-(-c // ATOM)):
         for y in range(h):
-            a = base + offset + s * surf + y * line
+            a = addr + s * surf + y * line
             if out and out[-1][1] == a:
                 out[-1] = (out[-1][0], a + w * ATOM)
             else:
@@ -89,19 +89,3 @@ def _weight_index(k: int, c: int, r: int, s: int) -> np.ndarray:
 def read_weights(data: np.ndarray, offset: int, k: int, c: int, r: int, s: int) -> np.ndarray:
     """int8 weights [K, R, S, C] of a direct convolution stored at ``offset``."""
     return data[offset:offset + k * r * s * c][_weight_index(k, c, r, s)].view(np.int8)
-
-
-def pack_weights(w: np.ndarray) -> bytes:
-    """The inverse of :func:`read_weights`: int8 [K, R, S, C] -> the stored bytes."""
-    k, r, s, c = w.shape
-    out = np.zeros(k * r * s * c, np.uint8)
-    out[_weight_index(k, c, r, s)] = w.astype(np.int8).view(np.uint8)
-    return out.tobytes()
-
-
-def pack_feature(cube: np.ndarray, line: int, surf: int) -> bytes:
-    """The inverse of :func:`read_feature`: int8 [C, H, W] -> bytes (gaps zero)."""
-    c, h, w = cube.shape
-    out = np.zeros(feature_span(c, h, w, line, surf), np.uint8)
-    write_feature(out, 0, cube, line, surf)
-    return out.tobytes()

@@ -1,5 +1,5 @@
 """NVDLA nv_small: the units' producer/consumer register groups, hardware layers and GLB
-interrupts; the arithmetic of a layer is in conv.py (CDMA to CACC) and sdp.py.
+interrupts; the arithmetic of a layer is in conv.py (CDMA to CACC), sdp.py, pdp.py and cdp.py.
 
 Register groups (digest 2.5, [EXT] the RTL's regfiles): every unit's D_* registers exist twice
 (banks G0/G1 in configs/nvdla.toml). S_POINTER.PRODUCER chooses the group the bus reaches,
@@ -7,14 +7,15 @@ S_POINTER.CONSUMER (read-only) the group the unit executes next. Writing D_OP_EN
 group; writes to an armed group are dropped (the register file's bank lock counts them).
 S_STATUS per group: IDLE when not armed, RUNNING when armed and the consumer, PENDING when armed
 and not the consumer. When a unit finishes a layer its consumer group is disarmed and CONSUMER
-toggles, so layers alternate between the groups.
+toggles, so layers alternate between the groups. CONSUMER lives only in S_POINTER.
 
 A hardware layer is the set of units that run together:
 
 * ``conv``: CDMA, CSC, CMAC_A, CMAC_B, CACC and SDP in flying mode (nv_small's CACC always feeds
-  SDP), with SDP_RDMA when it is armed (operands from memory);
+  SDP), with SDP_RDMA when SDP reads an operand cube from memory;
 * ``sdp``: SDP offline, reading its input through SDP_RDMA;
-* ``pdp`` and ``cdp``: not modelled yet (their layers stop with an error naming the unit).
+* either of them with PDP when SDP's output goes on to PDP (pooled on the fly);
+* ``pdp``: PDP offline, reading through PDP_RDMA; ``cdp``: CDP reading through CDP_RDMA.
 
 A layer runs when every unit in it is armed in its consumer group, in whatever order the driver
 armed them (the seed enables CDMA first, the trace tests SDP first: digest 8 #7). One layer is one
@@ -37,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..bus import Memory
 from ..description import load_description
 from ..device import Device, MonitorCommand, ProgramOptions, Touched, Unit, UnitContext
 from ..errors import BusError, DeviceError
@@ -65,6 +67,9 @@ class Layer:
     def last(self) -> tuple[str, int]:
         return self.units[-1]
 
+    def has(self, unit: str) -> bool:
+        return any(u == unit for u, _ in self.units)
+
 
 class Nvdla(Device):
     name = "nvdla"
@@ -76,8 +81,6 @@ class Nvdla(Device):
         super().__init__(load_description(description_path or "nvdla"))
         self.ro_writes: Counter[str] = Counter()
         self.events: Counter[str] = Counter()
-        self.consumer = {u: 0 for u in UNITS}
-        self.layers_run: list[str] = []
         self._names = {r.name for r in self.description.registers}
         r = self.regs
         for reg in self.description.registers:
@@ -102,25 +105,31 @@ class Nvdla(Device):
     def value(self, unit: str, name: str, group: int | None = None) -> int:
         """A register of ``unit``: of group ``group`` (default: the consumer group) when it is
         banked."""
-        g = self.consumer[unit] if group is None else group
+        g = self.consumer_group(unit) if group is None else group
         banked = f"{unit}_{name}_G{g}"
         return self.regs.peek(banked if banked in self._names else f"{unit}_{name}")
+
+    def consumer_group(self, unit: str) -> int:
+        """S_POINTER.CONSUMER of ``unit``: the group it executes next."""
+        return self.regs.field(f"{unit}_S_POINTER", "consumer")
+
+    @property
+    def consumer(self) -> dict[str, int]:
+        return {u: self.consumer_group(u) for u in UNITS}
 
     def armed(self, unit: str, group: int | None = None) -> bool:
         return bool(self.value(unit, "D_OP_ENABLE", group) & 1)
 
     def _status(self, unit: str) -> int:
-        out = 0
+        out, consumer = 0, self.consumer_group(unit)
         for g in (0, 1):
             if self.armed(unit, g):
-                out |= (1 if self.consumer[unit] == g else 2) << (16 * g)
+                out |= (1 if consumer == g else 2) << (16 * g)
         return out
 
     def _reset_state(self) -> None:
-        self.consumer = {u: 0 for u in UNITS}
         self.events.clear()
         self.ro_writes.clear()
-        self.layers_run = []
         self.luts = D.Luts.empty()  # CDP's lookup tables
         self.regs.set_field("CDMA_S_CBUF_FLUSH_STATUS", "flush_done", 1)  # flushed at reset
 
@@ -129,13 +138,10 @@ class Nvdla(Device):
         self._reset_state()
 
     def _state(self) -> dict:
-        return {"consumer": dict(self.consumer), "events": Counter(self.events),
-                "layers": list(self.layers_run), "luts": self.luts}
+        return {"events": Counter(self.events), "luts": self.luts}
 
     def _set_state(self, state: dict) -> None:
-        self.consumer = dict(state["consumer"])
         self.events = Counter(state["events"])
-        self.layers_run = list(state["layers"])
         self.luts = state["luts"]
 
     # -- interrupts -----------------------------------------------------------------------------
@@ -161,28 +167,26 @@ class Nvdla(Device):
     # -- layers ---------------------------------------------------------------------------------
     def ready(self) -> Layer | None:
         """The first hardware layer whose units are all armed in their consumer groups."""
+        def at(unit: str) -> tuple[str, int]:
+            return unit, self.consumer_group(unit)
+
         if self.armed("SDP"):
             mode = self.value("SDP", "D_FEATURE_MODE_CFG")
             flying, to_pdp = bool(mode & 1), bool(mode >> 1 & 1)
             # SDP_RDMA takes part when it reads the input (offline) or an operand cube
             needs_rdma = not flying or any(
                 not self.value("SDP_RDMA", f"D_{d}_CFG") & 1 for d in ("BRDMA", "NRDMA", "ERDMA"))
-            if needs_rdma and not self.armed("SDP_RDMA"):
-                rdma = None
-            else:
-                rdma = (("SDP_RDMA", self.consumer["SDP_RDMA"]),) if needs_rdma else ()
+            rdma = (at("SDP_RDMA"),) if needs_rdma else ()
             # SDP's output may go on to PDP, which then belongs to the same layer
-            tail = (("SDP", self.consumer["SDP"]),) + \
-                ((("PDP", self.consumer["PDP"]),) if to_pdp else ())
-            if rdma is not None and (not to_pdp or self.armed("PDP")):
+            tail = (at("SDP"), at("PDP")) if to_pdp else (at("SDP"),)
+            if all(self.armed(u) for u, _ in rdma + tail):
                 if flying and all(self.armed(u) for u in CONV_UNITS):
-                    return Layer("conv", tuple((u, self.consumer[u]) for u in CONV_UNITS)
-                                 + rdma + tail)
+                    return Layer("conv", tuple(at(u) for u in CONV_UNITS) + rdma + tail)
                 if not flying:
                     return Layer("sdp", rdma + tail)
         for kind, rd, unit in (("pdp", "PDP_RDMA", "PDP"), ("cdp", "CDP_RDMA", "CDP")):
             if self.armed(unit):
-                return Layer(kind, ((rd, self.consumer[rd]), (unit, self.consumer[unit])))
+                return Layer(kind, (at(rd), at(unit)))
         return None
 
     @property
@@ -196,7 +200,7 @@ class Nvdla(Device):
 
     def _label(self, layer: Layer) -> str:
         unit, g = layer.last
-        return f"layer {len(self.layers_run)}: {layer.kind} ({unit} G{g})"
+        return f"layer {self.units_done}: {layer.kind} ({unit} G{g})"
 
     def unit_label(self, address: int) -> str:
         layer = self.ready()
@@ -216,7 +220,7 @@ class Nvdla(Device):
         reg = self.value
         if layer.kind in ("conv", "sdp"):
             parts = [C.decode(reg).summary()] if layer.kind == "conv" else []
-            parts.append(S.decode(reg, any(u == "SDP_RDMA" for u, _ in layer.units)).summary())
+            parts.append(S.decode(reg, layer.has("SDP_RDMA")).summary())
             if layer.last[0] == "PDP":
                 parts.append(P.decode(reg, flying=True).summary())
             return "; ".join(parts)
@@ -225,9 +229,9 @@ class Nvdla(Device):
         return D.decode(reg).summary()
 
     # -- memory ---------------------------------------------------------------------------------
-    def memory(self, addr: int, size: int, what: str) -> tuple[np.ndarray, int, int]:
-        """(the memory's bytes, offset of ``addr`` in them, region base) for ``size`` bytes at
-        ``addr``; DeviceError naming ``what`` when they are not all in one memory."""
+    def memory(self, addr: int, size: int, what: str) -> tuple[Memory, int]:
+        """(the memory, offset of ``addr`` in it) for ``size`` bytes at ``addr``; DeviceError
+        naming ``what`` when they are not all in one memory."""
         try:
             mem, off = self.bus.memory_at(addr)
         except BusError:
@@ -235,11 +239,11 @@ class Nvdla(Device):
         if size < 0 or off + size > mem.data.size:
             raise DeviceError(f"{what}: {size} bytes at {addr:#010x} run past the end of its "
                               f"memory window ({addr - off + mem.data.size:#010x})")
-        return mem.data, off, addr - off
+        return mem, off
 
     def _read(self, addr: int, size: int, what: str) -> np.ndarray:
-        data, off, _ = self.memory(addr, size, what)
-        return data[off:off + size]
+        mem, off = self.memory(addr, size, what)
+        return mem.data[off:off + size]
 
     # -- execution ------------------------------------------------------------------------------
     def execute_unit(self, ctx: UnitContext) -> Touched:
@@ -251,7 +255,7 @@ class Nvdla(Device):
             return self._pdp(layer, ctx.touched)
         if layer.kind == "cdp":
             return self._cdp(layer, ctx.touched)
-        sdp = S.decode(reg, any(u == "SDP_RDMA" for u, _ in layer.units))
+        sdp = S.decode(reg, layer.has("SDP_RDMA"))
         touched = ctx.touched
         # SDP works on whole 8-channel atoms and writes them whole: the channels past the cube's
         # last one in its last surface are processed and stored too (the hardware's lanes)
@@ -268,13 +272,13 @@ class Nvdla(Device):
                                   "convolution input", touched)[:cfg.c]
             image = C.convert_input(cfg, image)
             nbytes = cfg.k * cfg.r * cfg.s * cfg.c
-            wdata, woff, _ = self.memory(cfg.wt_addr, nbytes, "convolution weights")
-            weights = F.read_weights(wdata, woff, cfg.k, cfg.c, cfg.r, cfg.s)
+            weights = F.read_weights(self._read(cfg.wt_addr, nbytes, "convolution weights"), 0,
+                                     cfg.k, cfg.c, cfg.r, cfg.s)
             touched.reads.append((cfg.wt_addr, cfg.wt_addr + nbytes))
             values, sat = C.cacc(C.convolve(cfg, image, weights), cfg.clip)
             # the lanes of the last atom without a kernel carry 0 through SDP
             values = np.pad(values, ((0, lanes - cfg.k), (0, 0), (0, 0)))
-            self.regs.poke(f"CACC_D_OUT_SATURATION_G{self.consumer['CACC']}", sat)
+            self.regs.poke(f"CACC_D_OUT_SATURATION_G{self.consumer_group('CACC')}", sat)
             self.cycles += cfg.k * cfg.out_h * cfg.out_w * cfg.r * cfg.s * cfg.c // 64
         else:
             values = self._cube_in(sdp.src, sdp.c, sdp.h, sdp.w, "SDP input", touched)
@@ -289,7 +293,7 @@ class Nvdla(Device):
         else:
             self._cube_out(sdp.dst, out, "SDP output", touched)  # ``lanes`` channels
         if self.value("SDP", "D_PERF_ENABLE") >> 2 & 1:
-            self.regs.poke(f"SDP_D_PERF_OUT_SATURATION_G{self.consumer['SDP']}", sat)
+            self.regs.poke(f"SDP_D_PERF_OUT_SATURATION_G{self.consumer_group('SDP')}", sat)
         self._done(layer)
         return touched
 
@@ -298,19 +302,19 @@ class Nvdla(Device):
         """The int8 cube at ``src`` (base, line, surface) with every lane of its atoms."""
         base, line, surf = src
         span = F.feature_span(c, h, w, line, surf)
-        data, off, _ = self.memory(base, span, what)
+        mem, off = self.memory(base, span, what)
         touched.reads.append((base, base + span))
-        return F.read_feature(data, off, -(-c // F.ATOM) * F.ATOM, h, w, line, surf)
+        return F.read_feature(mem.data, off, -(-c // F.ATOM) * F.ATOM, h, w, line, surf)
 
     def _cube_out(self, dst: tuple[int, int, int], cube: np.ndarray, what: str,
                   touched: Touched) -> None:
         base, line, surf = dst
         c, h, w = cube.shape
         span = F.feature_span(c, h, w, line, surf)
-        data, off, region = self.memory(base, span, what)
-        F.write_feature(data, off, cube, line, surf)
-        self.bus.memory_at(base)[0].touch()
-        touched.writes += F.written_ranges(off, c, h, w, line, surf, region)
+        mem, off = self.memory(base, span, what)
+        F.write_feature(mem.data, off, cube, line, surf)
+        mem.touch()
+        touched.writes += F.written_ranges(base, c, h, w, line, surf)
 
     def _pdp(self, layer: Layer, touched: Touched) -> Touched:
         cfg = P.decode(self.value)
@@ -330,11 +334,9 @@ class Nvdla(Device):
 
     def _done(self, layer: Layer) -> None:
         """Disarm the consumer groups, toggle CONSUMER, raise the done interrupts."""
-        self.layers_run.append(self._label(layer))
         bits = 0
         for unit, g in layer.units:
             self.regs.poke(f"{unit}_D_OP_ENABLE_G{g}", 0)
-            self.consumer[unit] = g ^ 1
             self.regs.set_field(f"{unit}_S_POINTER", "consumer", g ^ 1)
             name = {"CDMA": ("CDMA_DAT", "CDMA_WT")}.get(unit, (unit,))
             for n in name:

@@ -169,7 +169,6 @@ def pool(cfg: PdpConfig, x: np.ndarray) -> np.ndarray:
                     line[(y, ox)] = v
     # height pass: the C model's PoolingStage0Calc over the rows of each window
     out = np.zeros((lanes, cfg.out_h, cfg.out_w), np.int64)
-    done = np.zeros((cfg.out_h, cfg.out_w), bool)
     for (y, ox), v in sorted(line.items()):
         if ox >= cfg.out_w:
             continue
@@ -190,7 +189,6 @@ def pool(cfg: PdpConfig, x: np.ndarray) -> np.ndarray:
                 elif add_bottom:
                     r = wrap16(r + wrap16(pads[kh - (khi + 1) - 1] * kw))
             out[:, oy, ox] = r
-            done[oy, ox] = True
     if avg:
         # times the reciprocals / 2^16, each rounded (the C model's double arithmetic, exact here)
         out = round_shift(round_shift(out * cfg.recip[0], 16) * cfg.recip[1], 16)
