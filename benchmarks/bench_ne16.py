@@ -18,7 +18,6 @@ import time
 import numpy as np
 
 from accelstub.devices import open_device
-from accelstub.devices.ne16.job import JOB_REGISTERS
 from accelstub.devices.ne16.pulp_nnx import L1_BASE, driver_tasks
 from accelstub.devices.runcontrol import RunControl
 from accelstub.testkit.ne16_build import Layer, build

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .ethosu85_models import MODELS, Graph, sample_inputs
+from .ethosu85_models import MODELS, Graph, litert_reference, sample_inputs
 
 NAME = "demo"
 ACCELERATOR = "ethos-u85-256"
@@ -38,19 +38,6 @@ def build_model() -> bytes:
     g = Graph(NAME, seed)
     fn(g)
     return g.to_tflite()
-
-
-def litert_reference(model: Path, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    """LiteRT's answer with its reference kernels (the kernels TFLM runs)."""
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
-    it = Interpreter(model_path=str(model),
-                     experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
-    it.allocate_tensors()
-    for d, x in zip(it.get_input_details(), inputs):
-        it.set_tensor(d["index"], x)
-    it.invoke()
-    return [it.get_tensor(d["index"]) for d in it.get_output_details()]
 
 
 def write_demo(outdir: str | Path) -> Path:

@@ -477,6 +477,20 @@ def sample_inputs(model: bytes | str, seed: int = 1234) -> list[np.ndarray]:
     return out
 
 
+def litert_reference(model: str | Path, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """LiteRT's answer with its reference kernels (OpResolverType.BUILTIN_REF, the kernels TFLM
+    runs; its default XNNPACK path is not bit-exact with them), from ai-edge-litert."""
+    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+
+    it = Interpreter(model_path=str(model),
+                     experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+    it.allocate_tensors()
+    for d, x in zip(it.get_input_details(), inputs):
+        it.set_tensor(d["index"], x)
+    it.invoke()
+    return [it.get_tensor(d["index"]) for d in it.get_output_details()]
+
+
 def write_models(outdir: str | Path, names=None) -> list[Path]:
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,7 @@ import numpy as np
 from .ethosu85_models import (ADD, AVERAGE_POOL_2D, CONV_2D, DEPTHWISE_CONV_2D,
                               FULLY_CONNECTED, INT8, INT32, MEAN, NONE, OPT_ADD, OPT_CONV, OPT_DW,
                               OPT_FC, OPT_POOL, OPT_REDUCER, OPT_SOFTMAX, RELU, RELU6, SAME,
-                              SOFTMAX, VALID, Graph, _Op, _out_hw)
+                              SOFTMAX, VALID, Graph, _Op)
 
 BN_EPS = 1e-3  # Keras BatchNormalization's default epsilon
 
@@ -85,6 +85,16 @@ class FloatNet:
         mul = gamma / np.sqrt(var + BN_EPS)
         return mul, beta - mean * mul
 
+    def _bn_or_bias(self, z: np.ndarray, w: np.ndarray, bn: bool
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(weights, output, bias) after a BatchNorm folded into the weights (output channels
+        on w's first axis), or after a random bias."""
+        if bn:
+            mul, b = self._bn(z)
+            return w * mul.reshape((-1,) + (1,) * (w.ndim - 1)), z * mul + b, b
+        b = self.rng.normal(0, 0.1, z.shape[-1])
+        return w, z + b, b
+
     @staticmethod
     def _activate(v: np.ndarray, act: int) -> np.ndarray:
         if act == RELU:
@@ -118,14 +128,7 @@ class FloatNet:
         v = self.f[x]
         cin = v.shape[-1]
         w = self.rng.normal(0, math.sqrt(2.0 / (k[0] * k[1] * cin)), (cout, k[0], k[1], cin))
-        z = _conv(v, w, stride, padding)
-        if bn:
-            mul, b = self._bn(z)
-            w = w * mul[:, None, None, None]
-            z = z * mul + b
-        else:
-            b = self.rng.normal(0, 0.1, cout)
-            z = z + b
+        w, z, b = self._bn_or_bias(_conv(v, w, stride, padding), w, bn)
         y = self._activate(z, act)
         name = self._name("conv")
         wi, ws = self._weights(name + ".w", w, 0, True)
@@ -157,14 +160,7 @@ class FloatNet:
         v = self.f[x]
         cin = v.shape[-1]
         w = self.rng.normal(0, math.sqrt(2.0 / cin), (units, cin))
-        z = v @ w.T
-        if bn:
-            mul, b = self._bn(z)
-            w = w * mul[:, None]
-            z = z * mul + b
-        else:
-            b = self.rng.normal(0, 0.1, units)
-            z = z + b
+        w, z, b = self._bn_or_bias(v @ w.T, w, bn)
         y = self._activate(z, act)
         name = self._name("fc")
         wi, ws = self._weights(name + ".w", w, 0, False)

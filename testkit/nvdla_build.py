@@ -128,6 +128,21 @@ class Trace:
     files: dict[str, bytes] = field(default_factory=dict)
     outputs: list[tuple[int, bytes]] = field(default_factory=list)  # (address, expected bytes)
 
+    def load(self, fname: str, at: int, data: bytes) -> None:
+        """Put ``data`` at ``at`` with the trace tests' mem_init and mem_load."""
+        self.files[fname] = bytes(data)
+        self.cfg += [f"mem_init(pri_mem, {at:#x}, {len(data):#x}, ALL_ZERO);",
+                     f'mem_load(pri_mem, {at:#x}, "{fname}");']
+
+    def random_cube(self, rng: np.random.Generator, fname: str, at: int, c: int, h: int,
+                    w: int) -> tuple[np.ndarray, int, int]:
+        """A random int8 cube [C, H, W] loaded at ``at`` in packed lines: (its values with every
+        lane of the last atom, as the memory holds them, line stride, surface stride)."""
+        line, surf = w * 8, w * 8 * h
+        feat = bytes(ref.pack_feature(rng.integers(-128, 128, (c, h, w)), line, surf))
+        self.load(fname, at, feat)
+        return ref.unpack_feature(feat, -(-c // 8) * 8, h, w, line, surf), line, surf
+
     def write(self, directory: Path) -> Path:
         directory.mkdir(parents=True, exist_ok=True)
         (directory / f"{self.name}.cfg").write_text("\n".join(self.cfg) + "\n")
@@ -148,8 +163,8 @@ def memory_file(data: bytes) -> str:
 
 
 def _stage_regs(unit: str, st: Stage | None, base: int, rng: np.random.Generator,
-                shape: tuple[int, int, int], rdma_name: str, files: dict, tag: str,
-                cfg: list[str]) -> tuple[dict[str, int], dict[str, int], ref.XStage | None]:
+                shape: tuple[int, int, int], rdma_name: str, t: Trace, tag: str
+                ) -> tuple[dict[str, int], dict[str, int], ref.XStage | None]:
     """(SDP registers, SDP_RDMA registers, reference stage) of one X stage."""
     name = unit  # BS or BN
     sdp, rdma = {}, {}
@@ -196,10 +211,7 @@ def _stage_regs(unit: str, st: Stage | None, base: int, rng: np.random.Generator
                     for way, v in enumerate(vals):
                         raw[at + way * bpc:at + (way + 1) * bpc] = \
                             int(v[ci, y, x]).to_bytes(bpc, "little", signed=True)
-    fname = f"{tag}_{name.lower()}.dat"
-    files[fname] = bytes(raw)
-    cfg += [f"mem_init(pri_mem, {base:#x}, {len(raw):#x}, ALL_ZERO);",
-            f'mem_load(pri_mem, {base:#x}, "{fname}");']
+    t.load(f"{tag}_{name.lower()}.dat", base, raw)
     rdma[f"D_{rdma_name}_CFG"] = (1 << 5) | (int(st.mem == "element") << 4) | \
         (int(st.two_bytes) << 3) | (use << 1)
     rdma[f"D_{name}_BASE_ADDR_LOW"] = base
@@ -234,15 +246,9 @@ def build(layers: list, name: str = "nvdla_test", seed: int = 0) -> Trace:
         t.cfg.append(f"// layer {n}: {type(layer).__name__}")
         if isinstance(layer, (Pdp, Cdp)):
             unit = "PDP" if isinstance(layer, Pdp) else "CDP"
-            cube = rng.integers(-128, 128, (layer.c, layer.h, layer.w))
-            line, surf = layer.w * 8, layer.w * 8 * layer.h
-            feat = ref.pack_feature(cube, line, surf)
             in_at = IN_BASE + n * 0x20_0000
-            t.files[f"{tag}_in.dat"] = bytes(feat)
-            t.cfg += [f"mem_init(pri_mem, {in_at:#x}, {len(feat):#x}, ALL_ZERO);",
-                      f'mem_load(pri_mem, {in_at:#x}, "{tag}_in.dat");']
-            lanes = -(-layer.c // 8) * 8
-            values = ref.unpack_feature(bytes(feat), lanes, layer.h, layer.w, line, surf)
+            values, line, surf = t.random_cube(rng, f"{tag}_in.dat", in_at, layer.c, layer.h,
+                                               layer.w)
             if unit == "PDP":
                 out, regs, rdma = _pool_regs(layer, values)
             else:
@@ -272,12 +278,8 @@ def build(layers: list, name: str = "nvdla_test", seed: int = 0) -> Trace:
             feat = ref.pack_feature(image, line, surf)
             wt = ref.pack_weights(weights)
             in_at, wt_at = IN_BASE + n * 0x20_0000, WT_BASE + n * 0x20_0000
-            t.files[f"{tag}_in.dat"] = bytes(feat)
-            t.files[f"{tag}_wt.dat"] = bytes(wt)
-            t.cfg += [f"mem_init(pri_mem, {in_at:#x}, {len(feat):#x}, ALL_ZERO);",
-                      f'mem_load(pri_mem, {in_at:#x}, "{tag}_in.dat");',
-                      f"mem_init(pri_mem, {wt_at:#x}, {len(wt):#x}, ALL_ZERO);",
-                      f'mem_load(pri_mem, {wt_at:#x}, "{tag}_wt.dat");']
+            t.load(f"{tag}_in.dat", in_at, feat)
+            t.load(f"{tag}_wt.dat", wt_at, wt)
             oh, ow = layer.out_hw
             conv_in = image if layer.cvt_in is None else ref.cdma_convert(image, *layer.cvt_in)
             sums = ref.conv(conv_in, weights, layer.stride, layer.dilation, layer.pad,
@@ -334,15 +336,8 @@ def build(layers: list, name: str = "nvdla_test", seed: int = 0) -> Trace:
                 values = values.astype(np.int64)
             else:
                 shape = (layer.c, layer.h, layer.w)
-                cube = rng.integers(-128, 128, shape)
-                line, surf = layer.w * 8, layer.w * 8 * layer.h
-                feat = ref.pack_feature(cube, line, surf)
                 in_at = IN_BASE + n * 0x20_0000
-                t.files[f"{tag}_in.dat"] = bytes(feat)
-                t.cfg += [f"mem_init(pri_mem, {in_at:#x}, {len(feat):#x}, ALL_ZERO);",
-                          f'mem_load(pri_mem, {in_at:#x}, "{tag}_in.dat");']
-                values = ref.unpack_feature(bytes(feat), -(-layer.c // 8) * 8, layer.h,
-                                            layer.w, line, surf)
+                values, line, surf = t.random_cube(rng, f"{tag}_in.dat", in_at, *shape)
             flying = 0
             rdma_regs.update({"D_SRC_BASE_ADDR_LOW": in_at, "D_SRC_BASE_ADDR_HIGH": 0,
                               "D_SRC_LINE_STRIDE": line, "D_SRC_SURFACE_STRIDE": surf,
@@ -352,7 +347,7 @@ def build(layers: list, name: str = "nvdla_test", seed: int = 0) -> Trace:
         for unit, st, rname in (("BS", layer.bs, "BRDMA"), ("BN", layer.bn, "NRDMA")):
             s_regs, r_regs, rs = _stage_regs(unit, st, OP_BASE + n * 0x20_0000 +
                                              (0x10_0000 if unit == "BN" else 0), rng,
-                                             shape, rname, t.files, tag, t.cfg)
+                                             shape, rname, t, tag)
             sdp_regs.update(s_regs)
             rdma_regs.update(r_regs)
             if rs is not None:

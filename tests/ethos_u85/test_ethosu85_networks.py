@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.ethos_u85.test_ethosu85_vela import (HAVE_FLATBUFFERS, _explain, litert_reference,
-                                                needs_litert, needs_vela)
+from tests.ethos_u85.test_ethosu85_vela import (HAVE_FLATBUFFERS, assert_outputs_equal,
+                                                litert_reference, needs_litert, needs_vela)
 
 if HAVE_FLATBUFFERS:
     from accelstub.testkit.ethosu85_models import sample_inputs
@@ -80,11 +80,7 @@ def test_network_matches_litert(compiled, name, macs):
     src, out = compiled(name, macs)
     xs = sample_inputs(src.read_bytes())
     want = litert_reference(src, xs)
-    got = run(out, xs, macs)
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
-        assert np.array_equal(g, w), _explain(g, w)
+    assert_outputs_equal(run(out, xs, macs), want)
 
 
 @needs_vela

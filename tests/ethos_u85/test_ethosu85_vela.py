@@ -31,6 +31,7 @@ from accelstub.devices.ethos_u85.vela import (COP1, VelaImportError, load_input,
 from accelstub.devices.runcontrol import RunControl
 from accelstub.stub.commands import CommandContext
 from accelstub.stub.program import load_program, run_to_end
+from accelstub.testkit.ethosu85_models import litert_reference
 from tests.helpers import step
 
 
@@ -107,18 +108,6 @@ def compiled(tmp_path_factory):
     return get
 
 
-def litert_reference(model: Path, inputs: list[np.ndarray]) -> list[np.ndarray]:
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
-    it = Interpreter(model_path=str(model),
-                     experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
-    it.allocate_tensors()
-    for d, x in zip(it.get_input_details(), inputs):
-        it.set_tensor(d["index"], x)
-    it.invoke()
-    return [it.get_tensor(d["index"]) for d in it.get_output_details()]
-
-
 def run_in_device(path: Path, inputs) -> list[np.ndarray]:
     dev = open_device("ethos-u85")
     prog = load_vela_program(dev, path, inputs)
@@ -132,6 +121,14 @@ def _explain(got: np.ndarray, want: np.ndarray) -> str:
     return f"{bad.size}/{d.size} elements differ (max |diff| {abs(d).max()}): {first}"
 
 
+def assert_outputs_equal(got: list[np.ndarray], want: list[np.ndarray]) -> None:
+    """Every output the same type, shape and values (the first differences named)."""
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
+        assert np.array_equal(g, w), _explain(g, w)
+
+
 # --- every generated model, bit for bit ---------------------------------------------------------
 
 @needs_vela
@@ -141,11 +138,7 @@ def test_vela_tflite_matches_litert(compiled, name):
     src, out = compiled(name)
     xs = sample_inputs(name)
     want = litert_reference(src, xs)
-    got = run_in_device(out, xs)
-    assert len(got) == len(want)
-    for g, w in zip(got, want):
-        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, g.shape, w.dtype, w.shape)
-        assert np.array_equal(g, w), _explain(g, w)
+    assert_outputs_equal(run_in_device(out, xs), want)
 
 
 @needs_vela
