@@ -27,10 +27,7 @@ E_FAULT, E_INVAL, E_RUNNING, E_PERM = b"E0e", b"E16", b"E10", b"E01"
 _HEX_DIGITS = frozenset(b"0123456789abcdefABCDEF")
 #: a packet's two checksum digits -> value, any case (a dict lookup is 3x int(x, 16), and
 #: strict: int() would take "+5" or " 5")
-_CHECKSUMS = {(b"%02x" % v).upper() if up else b"%02x" % v: v for v in range(256)
-              for up in (0, 1)}
-_CHECKSUMS.update({b"%x%X" % (v >> 4, v & 15): v for v in range(256)})
-_CHECKSUMS.update({b"%X%x" % (v >> 4, v & 15): v for v in range(256)})
+_CHECKSUMS = {bytes((a, b)): int(bytes((a, b)), 16) for a in _HEX_DIGITS for b in _HEX_DIGITS}
 
 
 def hex_number(text: bytes) -> int:
