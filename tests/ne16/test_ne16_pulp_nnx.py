@@ -8,7 +8,8 @@ import re
 import pytest
 
 from accelstub.devices import open_device
-from accelstub.devices.ne16.pulp_nnx import L1_BASE, TestAppError, driver_tasks, load_test_app
+from accelstub.devices.ne16 import pulp_nnx
+from accelstub.devices.ne16.pulp_nnx import L1_BASE, driver_tasks, load_test_app
 from accelstub.devices.ne16.job import JOB_REGISTERS
 from accelstub.stub.cli import main as cli_main
 from accelstub.stub.server import StubServer
@@ -86,7 +87,7 @@ def test_import_errors_name_the_file_and_line(tmp_path):
     app = build(Layer(4, 4, 16, 16, name="e"), seed=1).write(tmp_path / "e")
     conf = app / "gen" / "inc" / "layer_conf.h"
     conf.write_text(conf.read_text().replace("#define GROUPS (1)\n", ""))
-    with pytest.raises(TestAppError, match=r"^layer_conf.h:1: GROUPS is not defined"):
+    with pytest.raises(pulp_nnx.TestAppError, match=r"^layer_conf.h:1: GROUPS is not defined"):
         load_test_app(app)
     app = build(Layer(4, 4, 16, 16, name="e"), seed=1).write(tmp_path / "f")
     src = app / "gen" / "src" / "input.c"
@@ -94,10 +95,10 @@ def test_import_errors_name_the_file_and_line(tmp_path):
     n = next(i for i, line in enumerate(lines) if "= {" in line) + 2
     lines[n] = lines[n].replace("0x", "0q", 1)
     src.write_text("\n".join(lines))
-    with pytest.raises(TestAppError, match=r"^input.c:\d+: input: invalid literal"):
+    with pytest.raises(pulp_nnx.TestAppError, match=r"^input.c:\d+: input: invalid literal"):
         load_test_app(app)
     big = build(Layer(40, 40, 64, 64, name="big"), seed=1).write(tmp_path / "big")
-    with pytest.raises(TestAppError, match=r"take \d+ bytes, more than the 128 KiB of L1"):
+    with pytest.raises(pulp_nnx.TestAppError, match=r"take \d+ bytes, more than the 128 KiB of L1"):
         load_test_app(big)
     assert cli_main(["run", "ne16", "--program", str(tmp_path / "none")]) == 2
 
