@@ -1,6 +1,6 @@
 """MAX78000 emulation speed (figures for the closing note; nothing here asserts a speed).
 
-    python benchmarks/bench_max78000.py [--skip-first-run]
+    python benchmarks/bench_max78000.py
 
 1. One 64->64-channel 3x3 layer on 64x64 data: emulated MACs/s as a ratio to torch's float32
    conv2d on the same data in the same run (torch is imported only here), checked bit-exact
@@ -13,14 +13,11 @@
    repeatedly (the CNN_ISR writes and the start writes between runs are not timed).
    The last layer is a 1x1 convolution of the 12x4x4... flattened features until flatten lands
    (192 -> 10 MACs either way: 1,920 of 10.8 M).
-3. `accelstub run max78000 --program <bundled demo>` from start to result, with a cold and a
-   warm numba cache, and the peak RSS of that run.
+(The command line's start-up and first run: benchmarks/bench_first_run.py.)
 """
 from __future__ import annotations
 
 import os
-import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,12 +26,11 @@ from pathlib import Path
 import numpy as np
 
 from accelstub.devices import open_device
-from accelstub.testkit.max78000_build import Layer, Network, build
+from accelstub.testkit.max78000_build import Layer, Network, build, mnist_shapes_network
 from accelstub.devices.max78000.datapath import sram_address
 from accelstub.devices.host import CheckWords, HostProgram, WaitIrq, apply_steps
 from accelstub.devices.max78000.ai8x import import_ai8x_project
 from accelstub.devices.runcontrol import RunControl
-from accelstub.stub.cli import demo_program
 from accelstub.stub.program import run_to_end
 
 
@@ -123,13 +119,7 @@ def bench_conv(tmp: str) -> None:
 
 
 def bench_mnist(tmp: str) -> None:
-    net = Network(1, 28, 28, [
-        Layer(60, kernel=3, pad=1, activation="relu", shift=-1),
-        Layer(60, kernel=3, pad=2, pool="max", activation="relu", shift=-1),
-        Layer(56, kernel=3, pad=1, pool="max", activation="relu", shift=-1),
-        Layer(12, kernel=3, pad=1, pool="avg", activation="relu", shift=-1),
-        Layer(10, kernel=1, pad=0, wide=True),
-    ], name="mnist_shapes")
+    net = mnist_shapes_network()
     rc, prog, _ = load(net, tmp)
     dev = rc.device
     sram = dev.bus.stacks["sram"].copy()
@@ -144,25 +134,8 @@ def bench_mnist(tmp: str) -> None:
           f"{1.40e-3 / t:.2f}x the chip's speed; {verdict}")
 
 
-def bench_first_run() -> None:
-    demo = str(demo_program("max78000"))
-    with tempfile.TemporaryDirectory() as cache:
-        env = dict(os.environ, NUMBA_CACHE_DIR=cache)
-        for label in ("cold cache", "warm cache"):
-            t0 = time.perf_counter()
-            out = subprocess.run([sys.executable, "-m", "accelstub.stub.cli", "run", "max78000",
-                                  "--program", demo], env=env, capture_output=True, text=True)
-            dt = time.perf_counter() - t0
-            print(f"accelstub run (bundled demo), {label}: {dt:.2f} s start to result: "
-                  f"{out.stdout.strip()}")
-    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    print(f"peak RSS of those runs: {rss:.0f} MiB")
-
-
 def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
-        if "--skip-first-run" not in sys.argv:
-            bench_first_run()
         bench_mnist(tmp)
         bench_conv(tmp)
     return 0

@@ -1,4 +1,4 @@
-"""The ``accelstub`` command: serve, run, describe, svd, disasm, tui, --version."""
+"""The ``accelstub`` command: serve, run, compile, describe, svd, disasm, tui, --version."""
 from __future__ import annotations
 
 import argparse
@@ -243,6 +243,48 @@ def _run_program(args: argparse.Namespace) -> int:
     return outcome.code
 
 
+def _compile(devices: list[str]) -> int:
+    """``accelstub compile``: numba compiles a kernel on its first call and caches it on disk
+    (next to the installed sources, or numba's user cache when they are read-only), which
+    made a first run after install take 3-25 s. Running each bundled demo once compiles the
+    kernels the demos need; the devices run as separate processes, as many at a time as there
+    are cores (numba compiles one function at a time per process)."""
+    import os
+    import subprocess
+    import time
+
+    t0 = time.perf_counter()
+    waiting = list(devices)
+    running: dict[str, tuple[subprocess.Popen, float]] = {}
+    failed = 0
+    print(f"accelstub: compiling kernels for {', '.join(devices)} "
+          f"({min(len(devices), os.cpu_count() or 1)} at a time)", flush=True)
+    while waiting or running:
+        while waiting and len(running) < (os.cpu_count() or 1):
+            dev = waiting.pop(0)
+            cmd = [sys.executable, "-m", "accelstub.stub.cli", "run", dev]
+            running[dev] = (subprocess.Popen(cmd, stdout=subprocess.PIPE,
+                                             stderr=subprocess.STDOUT, text=True),
+                            time.perf_counter())
+        for dev, (proc, start) in list(running.items()):
+            if proc.poll() is None:
+                continue
+            del running[dev]
+            out = proc.stdout.read() if proc.stdout else ""
+            if proc.returncode == 0:
+                print(f"accelstub: {dev}: done in {time.perf_counter() - start:.1f} s",
+                      flush=True)
+            else:
+                failed += 1
+                print(f"accelstub: {dev}: the bundled demo failed (exit {proc.returncode}):\n"
+                      f"{out.rstrip()}", file=sys.stderr, flush=True)
+        time.sleep(0.05)
+    print(f"accelstub: kernels compiled in {time.perf_counter() - t0:.1f} s"
+          + (f"; {failed} device(s) failed" if failed else " (later runs load them from the "
+             "cache)"), flush=True)
+    return 1 if failed else 0
+
+
 #: largest command stream ``accelstub disasm`` reads (Ethos-U85 command streams are kilobytes)
 MAX_DISASM_BYTES = 16 << 20
 #: largest Vela output file (model, weights and stream) ``accelstub disasm`` reads
@@ -373,10 +415,15 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("run", help="load a program, run it to completion and check its known "
                        "answer (exit 0 PASS, 1 FAIL, 2 bad input)")
     r.add_argument("device", choices=DEVICES)
-    r.add_argument("--program", required=True, metavar="DIR|FILE", help="; ".join(
+    r.add_argument("--program", metavar="DIR|FILE", help="default: the bundled demo; " + "; ".join(
         f"{d}: {device_spec(d).program_help}" for d in DEVICES))
     _program_arguments(r, run=True)
     r.add_argument("-v", "--verbose", action="store_true")
+    c = sub.add_parser("compile", help="compile the emulators' kernels once for this machine "
+                       "(numba, cached on disk) by running the bundled demos, so that the first "
+                       "run or step after install does not wait for it")
+    c.add_argument("device", nargs="*", metavar="DEVICE",
+                   help=f"devices (default: all of {', '.join(DEVICES)})")
     d = sub.add_parser("describe", help="print the register map")
     d.add_argument("device", choices=DEVICES)
     v = sub.add_parser("svd", help="write CMSIS-SVD to stdout")
@@ -429,7 +476,14 @@ def _dispatch(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
         return run_tui(connect=args.connect, device=args.device, program=args.program)
     if args.cmd == "run":
+        if args.program is None:
+            args.program = demo_program(args.device)
         return _run(args)
+    if args.cmd == "compile":
+        unknown = [d for d in args.device if d not in DEVICES]
+        if unknown:
+            ap.error(f"compile: unknown device {unknown[0]!r} (choose from {', '.join(DEVICES)})")
+        return _compile(args.device or list(DEVICES))
     if args.cmd == "disasm":
         return _disasm(args.file)
     if args.cmd == "serve":

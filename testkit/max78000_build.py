@@ -758,11 +758,20 @@ def reference_outputs(net: Network, x, ws, bs) -> list[np.ndarray]:
 
 
 def build(net: Network, x=None, weights=None, biases=None, *, seed: int = 0,
-          mexpress: bool = True, loader: str = "new", one_shot: bool = False) -> Project:
+          mexpress: bool = True, loader: str = "new", one_shot: bool = False, energy: int = 0,
+          zero_sram: bool = False, stop_start: bool = False, fifo: bool = False) -> Project:
     """Generate the project files. Arrays not given are random (``seed``). ``loader``: "new"
     (the KERNELS record loop, ai8xize's default) or "old" (KERNELS_n + memcpy32 /
     memcpy_96to128). ``x`` is [operands*C, H, W] (operand o = channels o*C..o*C+C-1, the
-    public generator's sample-data order); ``weights`` as :func:`weight_shape`."""
+    public generator's sample-data order); ``weights`` as :func:`weight_shape`.
+
+    The main() flows of ai8xize.py's options (statement forms as it writes them; facts from
+    ai8x-synthesis izer/toplevel.py, backend/max7800x.py, load.py): ``energy`` = N runs N
+    measured inferences (--energy: cnn_disable first, loads in 100-fold loops, the inference
+    loop); ``zero_sram`` runs the BIST of all four quadrants' memories in cnn_init and leaves
+    all-zero kernels out of the weights (--zero-sram); ``stop_start`` adds ``cnn_stop();
+    cnn_continue();`` after cnn_start(); ``fifo`` feeds HWC input of up to 4 channels through
+    FIFO 0 after cnn_start() (--fifo)."""
     plans = _plan(net)
     rx, rw, rb = random_arrays(net, seed)
     x = np.asarray(rx if x is None else x, dtype=np.int64)
@@ -786,19 +795,29 @@ def build(net: Network, x=None, weights=None, biases=None, *, seed: int = 0,
             raise BuildError(f"layer {p.index}: bias given/missing against the description")
     if np.any(x < -128) or np.any(x > 127):
         raise BuildError("input values outside int8")
+    if fifo and (net.chw or plans[0].per_in > 4 or plans[0].passes_in > 1
+                 or plans[0].layer.operands > 1):
+        raise BuildError("fifo: HWC input of up to 4 channels in one pass (FIFO 0, processors "
+                         "0-3) only")
+    if fifo and one_shot:
+        raise BuildError("fifo and one_shot together are not supported")
     outs = reference_outputs(net, x, weights, biases)
     last = plans[-1]
 
     used = sorted({q for p in plans for q in p.quadrants}
                   | {m // 4 for p in plans for m in range(-(-p.per_out // 4))})
     ctl = (1 << 3) | ((1 << 20) if mexpress else 0) | ((1 << 8) if one_shot else 0) \
-        | ((1 << 13) if net.avg_pool_rounding else 0)
+        | ((1 << 13) if net.avg_pool_rounding else 0) | ((1 << 15) if fifo else 0)  # fifo_en
     qb = [QBASE + q * QSTRIDE for q in range(4)]
     files: dict[str, str] = {}
     name = net.name
 
     # -- weights.h: kernels and bias ----------------------------------------------------------
     kern = _kernel_columns(plans, weights)
+    if zero_sram:  # the BIST leaves MRAM zeroed: all-zero kernels are not loaded
+        kern = {proc: {col: k for col, k in cols.items() if any(k)}
+                for proc, cols in kern.items()}
+        kern = {proc: cols for proc, cols in kern.items() if cols}
     wh = HEADER.format(name=name)
     kernel_decl = ""
     load_weights = ""
@@ -867,7 +886,8 @@ def build(net: Network, x=None, weights=None, biases=None, *, seed: int = 0,
     c += "void CNN_ISR(void)\n{\n  // Acknowledge interrupt to all quadrants\n"
     for q in used:
         c += f"  *((volatile uint32_t *) 0x{qb[q]:08x}) &= ~((1<<12) | 1);\n"
-    c += ("\n  CNN_COMPLETE; // Signal that processing is complete\n#ifdef CNN_INFERENCE_TIMER\n"
+    c += ("\n" + ("" if energy else "  CNN_COMPLETE; // Signal that processing is complete\n")
+          + "#ifdef CNN_INFERENCE_TIMER\n"
           "  cnn_time = MXC_TMR_SW_Stop(CNN_INFERENCE_TIMER);\n#else\n  cnn_time = 1;\n"
           "#endif\n}\n\n")
     c += ("int cnn_continue(void)\n{\n  cnn_time = 0;\n\n"
@@ -893,6 +913,21 @@ def build(net: Network, x=None, weights=None, biases=None, *, seed: int = 0,
         c += _st(qb[q] + CTRL, ctl, "Stop SM")
         c += _st(qb[q] + SRAM_CTRL, 0x40E, "SRAM control")
         c += _st(qb[q] + LCNT_MAX, len(plans) - 1, "Layer count")
+    if zero_sram:
+        # every quadrant, each memory: run its BIST, wait for done, fail on error, stop
+        # (TEST bits S0:L2613-3006: run bit, done bit + bistdone 27, fail bit)
+        for run, done, fail_bit, what in ((0, 18, 14, "Data SRAM"), (2, 19, 15, "Mask SRAM"),
+                                          (4, 20, 16, "Tornado SRAM"), (6, 21, 17, "Bias Rfile")):
+            c += "\n"
+            test = [qb[q] + 0xC for q in range(4)]
+            c += "".join(_st(t, 1 << run, f"{what} BIST") for t in test)
+            want = 1 << 27 | 1 << done
+            c += "".join(f"  while ((*((volatile uint32_t *) 0x{t:08x}) & 0x{want:x}) != "
+                         f"0x{want:x}); // Wait for BIST\n" for t in test)
+            c += "".join(f"  if ((*((volatile uint32_t *) 0x{t:08x}) & 0x{1 << fail_bit:08x}) "
+                         "!= 0x00000000) return CNN_FAIL; // Return on BIST error\n"
+                         for t in test)
+            c += "".join(_st(t, 0, "Reset BIST") for t in test)
     c += "\n  return CNN_OK;\n}\n\nint cnn_configure(void)\n{\n"
     for p in plans:
         for q, regs in _layer_registers(net, p, used).items():
@@ -900,11 +935,17 @@ def build(net: Network, x=None, weights=None, biases=None, *, seed: int = 0,
             for off, v, what in regs:
                 c += _st(qb[q] + off + 4 * p.index, v, what)
             c += "\n"
+    if fifo:
+        # one pixel per FIFO word (IFRM, S0:L4444); FIFO 0 enabled, coupled, thresholds 2
+        # (CNN_FIF0_CTRL S0:L1431-1512; the izer's value for this map is 0x1908)
+        for q in used:
+            c += _st(qb[q] + 0x990, net.in_rows * net.in_cols, "Input frame size")
+        c += _st(0x5000_0000, 1 << 12 | 1 << 11 | 2 << 7 | 2 << 2, "FIFO control")
     c += "\n  return CNN_OK;\n}\n\nint cnn_start(void)\n{\n  cnn_time = 0;\n\n"
     for q in used:
         c += _st(qb[q] + CTRL, ctl | (0x800 if q == 0 else 0x801), f"Enable quadrant {q}")
     c += ("\n#ifdef CNN_INFERENCE_TIMER\n  MXC_TMR_SW_Start(CNN_INFERENCE_TIMER);\n#endif\n\n"
-          "  CNN_START; // Allow capture of processing time\n")
+          + ("" if energy else "  CNN_START; // Allow capture of processing time\n"))
     c += _st(qb[0] + CTRL, ctl | 1, "Master enable quadrant 0")
     c += "\n  return CNN_OK;\n}\n\n"
     c += _unload_text(last)
@@ -966,8 +1007,15 @@ def build(net: Network, x=None, weights=None, biases=None, *, seed: int = 0,
         sd += _define(f"SAMPLE_INPUT_{first}", words)
         decls += (f"// HWC {h}x{w}, channels {first} to {last_ch}\n"
                   f"static const uint32_t input_{first}[] = SAMPLE_INPUT_{first};\n\n")
-        loads += (f"  memcpy32((uint32_t *) 0x{memory_address(m, p0.in_word):08x}, "
-                  f"input_{first}, {len(words)});\n")
+        if fifo:  # izer load.py: FIFO 0 gets word i after its full flag is clear
+            loads = ("  int i;\n  const uint32_t *in0 = input_0;\n\n"
+                     f"  for (i = 0; i < {len(words)}; i++) {{\n"
+                     "    while (((*((volatile uint32_t *) 0x50000004) & 1)) != 0); "
+                     "// Wait for FIFO 0\n"
+                     "    *((volatile uint32_t *) 0x50000008) = *in0++; // Write FIFO 0\n  }\n")
+        else:
+            loads += (f"  memcpy32((uint32_t *) 0x{memory_address(m, p0.in_word):08x}, "
+                      f"input_{first}, {len(words)});\n")
     files["sampledata.h"] = sd
 
     # -- expected output (sampleoutput.h) ------------------------------------------------------
@@ -1023,21 +1071,49 @@ def build(net: Network, x=None, weights=None, biases=None, *, seed: int = 0,
            '0x%08x.\\n",\n               i + 1, len, addr - 1, *(ptr - 1), *(addr - 1) & mask);\n'
            "        return CNN_FAIL;\n      }\n  }\n\n  return CNN_OK;\n}\n\n")
     mc += ("int main(void)\n{\n"
-           + ("  int i;\n\n" if one_shot else "")
+           + ("  int i;\n\n" if one_shot or energy else "")
            + "  MXC_ICC_Enable(MXC_ICC0); // Enable cache\n\n"
            "  // Switch to 100 MHz clock\n  MXC_SYS_Clock_Select(MXC_SYS_CLOCK_IPO);\n"
            "  SystemCoreClockUpdate();\n\n  printf(\"Waiting...\\n\");\n\n"
            "  // DO NOT DELETE THIS LINE:\n"
            "  MXC_Delay(SEC(2)); // Let debugger interrupt if needed\n\n"
-           "  // Enable peripheral, enable CNN interrupt, turn on CNN clock\n"
+           + ("  cnn_disable(); // Disable clock and power to CNN\n"
+              "  MXC_SYS_ClockSourceEnable(MXC_SYS_CLOCK_IPO);\n"
+              "  printf(\"Measuring system base (idle) power...\\n\");\n  SYS_START;\n"
+              "  MXC_Delay(SEC(1));\n  SYS_COMPLETE;\n\n" if energy else "")
+           + "  // Enable peripheral, enable CNN interrupt, turn on CNN clock\n"
            "  // CNN clock: APB (50 MHz) div 1\n"
            "  cnn_enable(MXC_S_GCR_PCLKDIV_CNNCLKSEL_PCLK, MXC_S_GCR_PCLKDIV_CNNCLKDIV_DIV1);\n\n"
            f"  printf(\"\\n*** CNN Inference Test {name} ***\\n\");\n\n"
-           "  cnn_init(); // Bring state machine into consistent state\n"
-           "  cnn_load_weights(); // Load kernels\n  cnn_load_bias();\n"
-           "  cnn_configure(); // Configure state machine\n  load_input(); // Load data input\n"
-           "  cnn_start(); // Start CNN processing\n\n"
-           "  while (cnn_time == 0)\n    MXC_LP_EnterSleepMode(); // Wait for CNN\n\n")
+           + ("  if (cnn_init() != CNN_OK) fail();\n" if zero_sram else
+              "  cnn_init(); // Bring state machine into consistent state\n"))
+    if energy:
+        mc += ("  CNN_START;\n  for (i = 0; i < 100; i++)\n"
+               "    cnn_load_weights(); // Load kernels\n  CNN_COMPLETE;\n\n"
+               "  MXC_TMR_Delay(MXC_TMR0, 500000);\n")
+        mc += ("  printf(\"Skipping input loading (using FIFO)...\\n\");\n  CNN_START;\n"
+               "  MXC_TMR_Delay(MXC_TMR0, 10); // Dummy delay displays as 0\n  CNN_COMPLETE;\n\n"
+               if fifo else
+               "  CNN_START;\n  for (i = 0; i < 100; i++)\n    load_input(); // Load data input\n"
+               "  CNN_COMPLETE;\n\n")
+        mc += ("  cnn_load_bias();\n  cnn_configure(); // Configure state machine\n\n"
+               "  MXC_TMR_Delay(MXC_TMR0, 500000);\n"
+               "  printf(\"Measuring input load + inference...\\n\");\n"
+               "  CNN_START; // Allow capture of processing time\n"
+               f"  for (i = 0; i < {energy}; i++) {{\n"
+               + ("    cnn_start(); // Run inference\n"
+                  "    load_input(); // Load data input via FIFO\n" if fifo else
+                  "    load_input(); // Load data input\n    cnn_start(); // Run inference\n")
+               + "    while (cnn_time == 0)\n      MXC_LP_EnterSleepMode(); // Wait for CNN\n"
+               "  }\n  CNN_COMPLETE;\n\n")
+    else:
+        mc += ("  cnn_load_weights(); // Load kernels\n  cnn_load_bias();\n"
+               "  cnn_configure(); // Configure state machine\n"
+               + ("  cnn_start(); // Start CNN processing\n"
+                  "  load_input(); // Load data input via FIFO\n" if fifo else
+                  "  load_input(); // Load data input\n  cnn_start(); // Start CNN processing\n")
+               + ("  cnn_stop();\n  cnn_continue();\n" if stop_start else "")
+               + "\n  while (cnn_time == 0)\n    MXC_LP_EnterSleepMode(); // Wait for CNN\n\n")
     if one_shot and len(plans) > 1:
         mc += (f"  for (i = 0; i < {len(plans) - 1}; i++) {{\n    cnn_continue();\n"
                "    while (cnn_time == 0)\n      MXC_LP_EnterSleepMode(); // Wait for CNN\n"
@@ -1102,6 +1178,18 @@ def demo_network() -> Network:
     ], name="max78000_demo")
 
 
+def mnist_shapes_network() -> Network:
+    """The layer shapes of ai8x-synthesis' MNIST example (1x28x28 -> 60 -> 60 -> 56 -> 12 ->
+    10), for the benchmarks."""
+    return Network(1, 28, 28, [
+        Layer(60, kernel=3, pad=1, activation="relu", shift=-1),
+        Layer(60, kernel=3, pad=2, pool="max", activation="relu", shift=-1),
+        Layer(56, kernel=3, pad=1, pool="max", activation="relu", shift=-1),
+        Layer(12, kernel=3, pad=1, pool="avg", activation="relu", shift=-1),
+        Layer(10, kernel=1, pad=0, wide=True),
+    ], name="mnist_shapes")
+
+
 def build_demo() -> Project:
     net = demo_network()
     rng = np.random.default_rng(78000)
@@ -1128,6 +1216,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-mexpress", action="store_true")
     ap.add_argument("--old-kernel-loader", action="store_true")
     ap.add_argument("--one-shot", action="store_true")
+    ap.add_argument("--energy", type=int, default=0, metavar="N",
+                    help="main() measures N inferences as ai8xize.py --energy writes it")
+    ap.add_argument("--zero-sram", action="store_true", help="cnn_init() runs the BIST of every "
+                    "memory; all-zero kernels are not loaded")
+    ap.add_argument("--stop-start", action="store_true")
+    ap.add_argument("--fifo", action="store_true", help="HWC input (up to 4 channels) through "
+                    "FIFO 0")
     args = ap.parse_args(argv)
     try:
         if args.demo:
@@ -1136,7 +1231,8 @@ def main(argv: list[str] | None = None) -> int:
             net = Network.from_dict(json.loads(Path(args.spec).read_text()))
             proj = build(net, seed=args.seed, mexpress=not args.no_mexpress,
                          loader="old" if args.old_kernel_loader else "new",
-                         one_shot=args.one_shot)
+                         one_shot=args.one_shot, energy=args.energy,
+                         zero_sram=args.zero_sram, stop_start=args.stop_start, fifo=args.fifo)
     except (BuildError, OSError, ValueError, KeyError, TypeError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -16,6 +16,13 @@ main() is followed call by call from its start to ``if (check_output() != CNN_OK
 * calls of the generated functions (cnn_enable, cnn_init, cnn_load_weights, cnn_load_bias,
   cnn_configure, load_input, cnn_start, cnn_continue), the wait for the interrupt and the
   one-shot ``for`` loop of cnn_continue calls;
+* the flows of ai8xize.py's options: ``--energy`` (cnn_disable() before cnn_enable(), the
+  weights and input loaded in unbraced 100-fold loops, then a braced loop of inferences:
+  ``for (i = 0; i < N; i++) { [load_input();] cnn_start(); [load_input();] <wait> }``, run N
+  times), ``--zero-sram`` (cnn_init() runs the BIST of every memory: register polls
+  ``while ((*A & M) != V);`` and checks ``if ((*A & M) != V) return CNN_FAIL;``, main() calls
+  ``if (cnn_init() != CNN_OK) fail();``) and ``--stop-start`` (``cnn_stop(); cnn_continue();``
+  after cnn_start());
 * SDK calls outside the accelerator (MXC_GCFR / MXC_GCR clock and power registers,
   MXC_SYS_*, MXC_NVIC_SetVector, timers, cache, delays, printf) are recognised and skipped.
 
@@ -35,10 +42,11 @@ from __future__ import annotations
 
 import ast
 import re
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..host import CheckWords, HostProgram, WaitIrq, Write
+from ..host import Check, CheckResult, CheckWords, HostProgram, Poll, Step, WaitIrq, Write
 
 MASK32 = 0xFFFF_FFFF
 FILES = ("cnn.c", "main.c")
@@ -55,11 +63,13 @@ class Max78000Program:
     """What the stub holds of an ai8x project: bus accesses in driver order, the known answer."""
 
     path: Path
-    setup: list[Write] = field(default_factory=list)  # cnn_enable .. load_input
+    setup: list[Step] = field(default_factory=list)  # cnn_enable .. load_input
     start: list[Write] = field(default_factory=list)  # cnn_start (the master enable is last)
     isr: list[Write] = field(default_factory=list)  # CNN_ISR, applied after each completion
     resume: list[Write] = field(default_factory=list)  # cnn_continue (one-shot)
     continues: int = 0  # how often main() calls cnn_continue after the first completion
+    repeats: int = 1  # inferences of main()'s loop (--energy)
+    reload: list[Write] = field(default_factory=list)  # the loop's load_input before cnn_start
     expected: list[tuple[int, int, int]] = field(default_factory=list)  # (addr, value, mask)
     layers: int | None = None  # LCNT_MAX + 1 as written by cnn_init
     name: str = ""
@@ -72,50 +82,45 @@ class Max78000Program:
         then check_output against the known answer."""
         wait = WaitIrq("CNN", self.wait_where)
         steps = [*self.setup, *self.start, wait]
+        for _ in range(self.repeats - 1):
+            steps += [*self.reload, *self.start, wait]
         for _ in range(self.continues):
             steps += [*self.resume, wait]
         steps.append(CheckWords(self.expected, self.check_where))
-        total = (self.layers or 0) if not self.continues else self.continues + 1
+        total = ((self.layers or 0) if not self.continues else self.continues + 1) * self.repeats
         return HostProgram(self.name, steps, {"CNN": list(self.isr)}, self.summary(),
                            total or None)
 
     def writes(self) -> list[tuple[int, bytes]]:
         """The plain stores of setup + start as (address, bytes)."""
-        return [(a.address, a.data) for a in self.setup + self.start if a.op == "="]
+        return [(a.address, a.data) for a in self.setup + self.start
+                if isinstance(a, Write) and a.op == "="]
 
     def summary(self) -> str:
-        n = len(self.setup) + len(self.start)
-        nbytes = sum(len(a.data) for a in self.setup + self.start)
+        stores = [a for a in self.setup + self.start if isinstance(a, Write)]
+        n, nbytes = len(stores), sum(len(a.data) for a in stores)
         extra = f", one-shot ({self.continues} continues)" if self.continues else ""
+        extra += f", {self.repeats} inferences" if self.repeats > 1 else ""
         return (f"{self.name}: ai8x project, {self.layers} layers, {n} bus writes "
                 f"({nbytes} bytes), {len(self.expected)} expected words{extra}")
 
 
 # -- lexical layer -----------------------------------------------------------------------------
+_LEXEME = re.compile(r"//[^\n]*|/\*.*?(?:\*/|\Z)|\"(?:\\.|[^\"\\])*\"?|'(?:\\.|[^'\\])*'?",
+                     re.S)
+
+
 def _strip_comments(text: str) -> str:
-    """Remove // and /* */ comments, keeping newlines (line numbers) and string literals."""
-    out = []
-    i, n = 0, len(text)
-    while i < n:
-        ch = text[i]
-        if ch == "/" and i + 1 < n and text[i + 1] == "/":
-            j = text.find("\n", i)
-            i = n if j < 0 else j
-        elif ch == "/" and i + 1 < n and text[i + 1] == "*":
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-            out.append("\n" * text.count("\n", i, j))
-            i = j
-        elif ch in "\"'":
-            j = i + 1
-            while j < n and text[j] != ch:
-                j += 2 if text[j] == "\\" else 1
-            out.append(text[i:j + 1])
-            i = j + 1
-        else:
-            out.append(ch)
-            i += 1
-    return "".join(out)
+    """Remove // and /* */ comments, keeping newlines (line numbers) and string literals (an
+    unterminated comment or literal runs to the end of the text)."""
+    def keep(m: re.Match) -> str:
+        lexeme = m.group(0)
+        if lexeme.startswith("//"):
+            return ""
+        if lexeme.startswith("/*"):
+            return "\n" * lexeme.count("\n")
+        return lexeme
+    return _LEXEME.sub(keep, text)
 
 
 @dataclass
@@ -230,12 +235,20 @@ def _const(expr: str, where: str) -> int:
     return ev(tree) & MASK32
 
 
+def _words(values: list[int]) -> bytes:
+    """32-bit little-endian words (values taken modulo 2**32, as a uint32_t store does)."""
+    return struct.pack(f"<{len(values)}I", *(v & MASK32 for v in values))
+
+
 # -- headers ------------------------------------------------------------------------------------
 @dataclass
 class _Array:
     name: str
     values: list[int]
     where: str
+
+
+_INT = re.compile(r"(-)?(0[xX][0-9a-fA-F]+|\d+)[uUlL]*")
 
 
 def _parse_header(path: Path, arrays: dict[str, _Array], scalars: dict[str, str]) -> None:
@@ -250,10 +263,12 @@ def _parse_header(path: Path, arrays: dict[str, _Array], scalars: dict[str, str]
             continue
         name, rest = m.group(1), m.group(2)
         first = i + 1
-        body = rest
-        while body.rstrip().endswith("\\") and i + 1 < len(lines):
-            body = body.rstrip()[:-1] + " " + lines[i + 1]
+        parts = [rest]  # continuation lines, joined once (a KERNELS record has thousands)
+        while parts[-1].rstrip().endswith("\\") and i + 1 < len(lines):
+            parts[-1] = parts[-1].rstrip()[:-1]
+            parts.append(lines[i + 1])
             i += 1
+        body = " ".join(parts)
         i += 1
         where = f"{path.name}:{first}"
         body = body.strip()
@@ -268,7 +283,7 @@ def _parse_header(path: Path, arrays: dict[str, _Array], scalars: dict[str, str]
                 if k == 0 and body[1:-1].strip() == "":
                     break
                 raise Ai8xImportError(f"{where}: #define {name}: empty element {k}")
-            mm = re.fullmatch(r"(-)?(0[xX][0-9a-fA-F]+|\d+)[uUlL]*", tok)
+            mm = _INT.fullmatch(tok)
             if not mm:
                 raise Ai8xImportError(f"{where}: #define {name}: element {k} is not an "
                                       f"integer: {tok!r}")
@@ -289,7 +304,8 @@ class _Func:
 _SDK_SKIP = re.compile(
     r"^(MXC_(GCFR|GCR)->\w+\s*(\||&)?=.*"  # chip power/reset/clock registers
     r"|(\w+\s*=\s*)?(MXC_SYS_ClockEnable|MXC_SYS_ClockDisable|MXC_NVIC_SetVector|"
-    r"MXC_TMR_SW_Start|MXC_TMR_SW_Stop|MXC_ICC_Enable|MXC_SYS_Clock_Select|MXC_Delay|"
+    r"MXC_TMR_SW_Start|MXC_TMR_SW_Stop|MXC_TMR_Delay|MXC_ICC_Enable|MXC_SYS_Clock_Select|"
+    r"MXC_SYS_ClockSourceEnable|MXC_Delay|"
     r"MXC_LP_EnterSleepMode|MXC_GPIO_Config|MXC_GPIO_OutSet|MXC_GPIO_OutClr|MXC_SYS_Reset_Periph|"
     r"NVIC_EnableIRQ|NVIC_DisableIRQ|SystemCoreClockUpdate|printf|puts|LED_On|LED_Off|"
     r"NVIC_EnableEVENT|NVIC_DisableEVENT|NVIC_ClearPendingIRQ|NVIC_ClearPendingEVENT|"
@@ -314,6 +330,13 @@ _PTR_BIND = re.compile(r"^const\s+uint32_t\s*\*\s*ptr\s*=\s*(\w+)\s*;$")
 _IN_BIND = re.compile(r"^const\s+uint32_t\s*\*\s*(in\d+)\s*=\s*(\w+)\s*;$")
 _FIFO_WAIT = re.compile(r"while\(\(\(\*\(\(volatileuint32_t\*\)0x50000004\)&(\d+)\)\)!=0\);")
 _FIFO_PUSH = re.compile(r"\*\(\(volatileuint32_t\*\)(0x500000(?:08|0c|0C|10|14))\)=\*(in\d+)\+\+;")
+FIFO_CTRL, FIFO_WR0 = 0x5000_0000, 0x5000_0008  # CNN_FIF0_CTRL, CNN_FIFO_WR0 (S0:L1371-1512)
+# --zero-sram's BIST in cnn_init (izer apbaccess.py wait / verify): "while ((*A & M) != V);"
+# polls, "if ((*A & M) != V) return CNN_FAIL;" ends cnn_init with CNN_FAIL
+_REG = r"\*\(\(volatileuint32_t\*\)(0x[0-9a-fA-F]+)\)&(0x[0-9a-fA-F]+)"
+_POLL = re.compile(rf"while\(\({_REG}\)!=(0x[0-9a-fA-F]+)\);")
+_FAIL_IF = re.compile(rf"if\(\({_REG}\)!=(0x[0-9a-fA-F]+)\)returnCNN_FAIL;")
+_FOR = re.compile(r"for\(i=0;i<(\d+);i\+\+\)")
 
 _HELPERS = {
     "memcpy32": ["while(n-->0){", "*dst++=*src++;", "}"],
@@ -326,10 +349,10 @@ _KLOOP_MEX = ["*((volatileuint8_t*)((uint32_t)addr|1))=0x01;", "len=*ptr++;",
               "while(len-->0)*addr++=*ptr++;"]
 _KLOOP_PLAIN = _KLOOP_MEX[1:]
 _CHECK_LOOP = ["mask=*ptr++;", "len=*ptr++;", "for(i=0;i<len;i++)if((*addr++&mask)!=*ptr++){"]
-_FLOW = {"cnn_enable", "cnn_init", "cnn_load_weights", "cnn_load_bias", "cnn_configure",
-         "load_input", "cnn_start", "cnn_continue", "cnn_stop", "check_output", "CNN_ISR",
-         "CNN_IRQHandler", "cnn_boost_enable", "cnn_boost_disable", "memcpy32", "memcpy_8to32",
-         "memcpy_96to128"}
+_FLOW = {"cnn_enable", "cnn_disable", "cnn_init", "cnn_load_weights", "cnn_load_bias",
+         "cnn_configure", "load_input", "cnn_start", "cnn_continue", "cnn_stop", "check_output",
+         "CNN_ISR", "CNN_IRQHandler", "cnn_boost_enable", "cnn_boost_disable", "memcpy32",
+         "memcpy_8to32", "memcpy_96to128"}
 _WAIT = re.compile(r"^while\(cnn_time==0\)(MXC_LP_EnterSleepMode\(\)|__WFI\(\)|"
                    r"asmvolatile\(\"wfi\"\))?;$")
 # The Arm core's main() of a --riscv project: boot the RISC-V core and sleep
@@ -344,7 +367,7 @@ class _Importer:
         self.funcs: dict[str, _Func] = {}
         self.bindings: dict[str, tuple[str, str]] = {}  # C array name -> (macro, where)
         self.prog = Max78000Program(path, name=path.name)
-        self.out: list[Write] | None = None
+        self.out: list[Step] | None = None
         self.phase = "setup"
         self.fifo_in: dict[str, tuple[str, str]] = {}  # load_input's inN -> (array, where)
         self.main_file = "main.c"  # main_riscv.c in --riscv projects
@@ -437,7 +460,7 @@ class _Importer:
             raise Ai8xImportError(f"{decl}: {macro} (for {cname}) is not defined in {have}")
         return self.arrays[macro].values
 
-    def _emit(self, acc: Write) -> None:
+    def _emit(self, acc: Step) -> None:
         if self.out is None:
             raise Ai8xImportError(f"{acc.where}: bus write outside the supported program flow "
                                   f"(after cnn_start(): FIFO input is not supported)")
@@ -488,6 +511,9 @@ class _Importer:
                 elif re.fullmatch(r"for\(i=0;i<(\d+);i\+\+\)\{", c) and f.name == "load_input":
                     self._fifo_loop(int(re.fullmatch(r"for\(i=0;i<(\d+);i\+\+\)\{", c).group(1)),
                                     [x.compact for x in inner], where)
+                elif re.fullmatch(_FOR.pattern + r"\{", c) and f.name == "main" \
+                        and self.phase == "setup":
+                    self._inference_loop(int(_FOR.match(c).group(1)), inner, where, f, stack)
                 elif re.fullmatch(r"for\(i=0;i<(\d+);i\+\+\)\{", c) and f.name == "main":
                     n = int(re.fullmatch(r"for\(i=0;i<(\d+);i\+\+\)\{", c).group(1))
                     comp = [x.compact for x in inner]
@@ -554,6 +580,27 @@ class _Importer:
                 self.prog.expected.append((int(m.group(1), 16), int(m.group(3), 16), mask))
                 i += 1
                 continue
+            m = _POLL.fullmatch(c)
+            if m:
+                self._emit(Poll(*(int(g, 16) for g in m.groups()), where=where))
+                i += 1
+                continue
+            m = _FAIL_IF.fullmatch(c)
+            if m:
+                self._emit(Check(_register_check(*(int(g, 16) for g in m.groups()), where,
+                                                 f.name), where))
+                i += 1
+                continue
+            if c == "if(cnn_init()!=CNN_OK)fail();" and f.name == "main":
+                self.call("cnn_init", where, stack)
+                i += 1
+                continue
+            m = re.fullmatch(_FOR.pattern + r"(cnn_load_weights|load_input)\(\);", c)
+            if m and f.name == "main" and self.phase == "setup":
+                # --energy times 100 loads; each stores the same values: the end state is one's
+                self.call(m.group(2), where, stack)
+                i += 1
+                continue
             m = _CALL.match(t)
             if m:
                 self._call_stmt(m.group(1), m.group(2), where, f, stack)
@@ -593,9 +640,11 @@ class _Importer:
             self.out = None
             self.phase = "started"
             return
-        if name == "load_input" and self.phase == "started" and f.name == "main":
+        if name in ("load_input", "cnn_stop", "cnn_continue") and self.phase == "started" \
+                and f.name == "main":
             # FIFO input: the generated main() loads the FIFOs after cnn_start(); the pushes
-            # follow the start writes (the armed engine drains them, fifo.py)
+            # follow the start writes (the armed engine drains them, fifo.py). --stop-start:
+            # cnn_stop(); cnn_continue(); before the wait, with the start writes likewise
             self.out = self.prog.start
             self.call(name, where, stack)
             self.out = None
@@ -642,7 +691,7 @@ class _Importer:
             raise Ai8xImportError(f"{where}: {name}() copies {n * per} elements of {arr} but "
                                   f"{macro} ({self.arrays[macro].where}) has {len(vals)}")
         if name == "memcpy32":
-            data = b"".join((v & MASK32).to_bytes(4, "little") for v in vals[:n])
+            data = _words(vals[:n])
         elif name == "memcpy_8to32":
             # *dst++ = *src++ with a uint8_t source: the byte zero-extended into a word
             data = b"".join((v & 0xFF).to_bytes(4, "little") for v in vals[:n])
@@ -669,8 +718,7 @@ class _Importer:
                 raise Ai8xImportError(f"{src}: {macro}: record address {addr:#010x} misaligned")
             if mexpress:
                 self._emit(Write(addr | 1, b"\x01", "=", f"{where} ({macro} element {k})"))
-            self._emit(Write(addr, b"".join((w & MASK32).to_bytes(4, "little") for w in words),
-                              "=", f"{where} ({macro} element {k})"))
+            self._emit(Write(addr, _words(words), "=", f"{where} ({macro} element {k})"))
 
     def _records(self, arr: str, where: str, kind: str, extra: int):
         """Walk a header array of records ``addr, <extra header values>, n, n values`` ended by
@@ -736,6 +784,59 @@ class _Importer:
                 self._emit(Write(addr, (data[ptr][i] & MASK32).to_bytes(4, "little"), "=",
                                   where))
 
+    def _inference_loop(self, n: int, inner: list[_Item], where: str, f: _Func,
+                        stack: tuple[str, ...]) -> None:
+        """--energy's measured loop: ``for (i = 0; i < N; i++) { [load_input();] cnn_start();
+        [load_input();] <wait> }`` (input in memory before the start, or through the FIFOs
+        after it): N inferences, the input reloaded before each later one."""
+        comp = [x.compact for x in inner]
+        if len(comp) != 3 or not _WAIT.match(comp[2]) or "cnn_start();" not in comp[:2] \
+                or "load_input();" not in comp[:2]:
+            raise Ai8xImportError(f"{where}: unsupported loop in main() (understood: the "
+                                  "one-shot cnn_continue() loop and --energy's loop of "
+                                  "load_input(), cnn_start() and the wait)")
+        if comp[0] == "load_input();":
+            self.call("load_input", where, stack)
+            saved, self.out = self.out, self.prog.reload
+            self.call("load_input", where, stack)
+            self.out = saved
+            self._call_stmt("cnn_start", "", where, f, stack)
+        else:
+            self._call_stmt("cnn_start", "", where, f, stack)
+            self._call_stmt("load_input", "", where, f, stack)
+        self.phase = "wait"
+        self.prog.wait_where = f"{f.file}:{inner[2].line}"
+        self.prog.repeats = n
+
+    def _check_fifos(self) -> None:
+        """An enabled FIFO that load_input() never writes leaves layer 0 waiting for ever (with
+        fifo_cpl the others never drain either): an error naming both, at import. ai8xize.py
+        --fifo writes such projects for processor maps whose input channels are not on
+        processors 16n..16n+3 in groups of four (test-fifostream-group: processors 0, 16, 32
+        but only FIFO 0 written; that test ran on the RISC-V fast FIFO)."""
+        ctl = [a for a in self.prog.setup if isinstance(a, Write) and a.address == FIFO_CTRL
+               and a.op == "=" and len(a.data) == 4]
+        if not ctl:
+            return
+        value = int.from_bytes(ctl[-1].data, "little")
+        enabled = [n for n in range(4) if value >> (12 + n) & 1]       # fifo_en 15:12
+        written = sorted({(a.address - FIFO_WR0) // 4 for a in self.prog.setup + self.prog.start
+                          if isinstance(a, Write) and FIFO_WR0 <= a.address < FIFO_WR0 + 16})
+        missing = [n for n in enabled if n not in written]
+        if missing:
+            pushes = next((a.where for a in self.prog.setup + self.prog.start
+                           if isinstance(a, Write) and FIFO_WR0 <= a.address < FIFO_WR0 + 16),
+                          "load_input()")
+            coupled = (" (fifo_cpl = 1: the FIFOs are read together, so none drains)"
+                       if value >> 11 & 1 else "")
+            raise Ai8xImportError(
+                f"{ctl[-1].where}: CNN_FIF0_CTRL = {value:#010x} enables FIFO(s) "
+                f"{', '.join(map(str, enabled))}{coupled}, but load_input() ({pushes}) writes "
+                f"FIFO(s) {', '.join(map(str, written)) or 'none'} only: layer 0 would wait for "
+                f"ever for the data of processors "
+                f"{', '.join(f'{16 * n}-{16 * n + 3}' for n in missing)} (FIFO n feeds "
+                "processors 16n..16n+3); the program cannot complete")
+
     def _check_table(self, arr: str | None, where: str) -> None:
         if arr is None:
             raise Ai8xImportError(f"{where}: check loop without 'const uint32_t *ptr = ...;'")
@@ -764,6 +865,7 @@ class _Importer:
             isr = self.funcs[isr_name]
             self.block(isr, isr.body, (isr_name,))
         self.out = None
+        self._check_fifos()
         if not self.prog.start:
             raise Ai8xImportError(f"cnn.c:{self.funcs['cnn_start'].line}: cnn_start() writes "
                                   "nothing")
@@ -772,6 +874,19 @@ class _Importer:
                                   "check_output() "
                                   "checks nothing (no known answer)")
         return self.prog
+
+
+def _register_check(address: int, mask: int, value: int, where: str, func: str):
+    """``if ((*address & mask) != value) return CNN_FAIL;`` outside check_output (the BIST
+    result in cnn_init): silent when it holds; else a failed check, as main() then calls
+    fail()."""
+    def check(hp) -> CheckResult | None:
+        got = int.from_bytes(hp.device.host_read(address, 4), "little") & mask
+        if got == value:
+            return None
+        return CheckResult(False, f"FAIL {where}: {func}() returns CNN_FAIL: {address:#010x} & "
+                                  f"{mask:#x} reads {got:#x}, not {value:#x}; main() calls fail()")
+    return check
 
 
 def import_ai8x_project(path: str | Path) -> Max78000Program:

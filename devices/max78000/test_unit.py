@@ -7,7 +7,10 @@ BIST / zeroization (S0:L2613-3023, digest 3.4 and 4.1 F/G):
 * run (xbistrun) and zeroize (xramz) bits act on a 0->1 edge; writing 1 while 1 does nothing.
   The emulator completes at once: the memory's done bit (xallbdone / xallzdone) and the aggregate
   (bistdone / zerodone) are set by the same write. BIST always passes (no emulated memory has a
-  fault): xallbfail = bistfail = 0. BIST does not change memory contents (R7#19).
+  fault): xallbfail = bistfail = 0. **A BIST run leaves the memory it tested zeroed** (R7#19 left
+  the contents open): ai8xize.py's ``--zero-sram`` ("zero memories") runs exactly the four BIST
+  run bits in cnn_init and then leaves all-zero kernels out of the weights it loads, so the
+  generator relies on it (facts from ai8x-synthesis izer/backend/max7800x.py and kernels.py).
 * zeroization clears every location of that memory type of the quadrant (SRAM: its 4 data
   memories; MRAM / TRAM: its 16 blocks; BRAM: its bias memory).
 * writing a run / zeroize bit back to 0 clears that memory's done and fail bits; bistdone (and
@@ -117,6 +120,7 @@ class TestUnit:
         for kind, (run, done, fail) in BIST.items():
             was, now = (old >> run) & 1, (new >> run) & 1
             if now and not was:
+                self._clear(q, kind)
                 v |= 1 << done
                 v &= ~(1 << fail)  # BIST passes
                 v |= 1 << BISTDONE

@@ -192,43 +192,36 @@ def _round_terms(shift, mode, dbl_rnd):
     return rp, rn
 
 
-@njit(parallel=True, cache=True)
-def _conv_finish_kernel(tot, acc_in, rows, cols, geo, cfg, bias, scales, shifts, lut, out):
-    """The accumulator and output stage of the GEMM path: per output
-    acc = read_accumulator(...) (0 for reset); if any kernel position was inside the IFM:
-    acc = sign_extend(acc + sum, acc_bits) (= the chain of wrapping accumulate() calls);
-    write_accumulator(acc, rescale_mode_normal) = P.finish. tot: [H, Wc, OC] exact integer
-    sums (float from the BLAS path, int32 from emu/int_conv.py); geo: H, W, use acc_in;
-    ``out`` [H, W, OC] of the OFM's integer type (stores truncate, as astype does). Rows in parallel (numba prange): per element this stage costs
-    about a third of the GEMM.
-
-    P.finish per element costs ~70 ns here (array arguments through nested calls); the common
-    output stage (no LUT function, OFM narrower than 64 bits, shifts 0..63) is therefore
-    inlined with the per-channel scale, shift and rounding addends hoisted out of the loop.
-    Everything else calls P.finish."""
-    H, W, use_acc = geo[0], geo[1], geo[2]
-    oc_n = tot.shape[2]
-    bits = cfg[C_ACC_BITS]
+@njit(nogil=True, cache=True)
+def _finish_terms(cfg, bias, scales, shifts, oc_n):
+    """Per output channel: scale, shift, bias and the rounding addends of the output stage
+    (global scale_mode: cfg's scale and shift, bias 0), and whether the fast output stage
+    applies: no LUT function, OFM narrower than 64 bits, shifts 0..62, |scale| < 2**31, so
+    acc * scale + R of a 32-bit accumulator cannot overflow and needs no halving."""
     per_ch = cfg[P.C_SCALE_MODE] == 0
-    raw_out = cfg[C_ACC_OUTPUT] != 0
-    obits = cfg[C_OFM_BITS]
-    osigned = cfg[C_OFM_SIGNED] != 0
-    inline = cfg[P.C_FUNC] == P.LUT_NONE and obits != 64
     sc = np.empty(oc_n, np.int64)
     sh = np.empty(oc_n, np.int64)
     bi = np.zeros(oc_n, np.int64)
     rp = np.zeros(oc_n, np.int64)
     rn = np.zeros(oc_n, np.int64)
+    fast = cfg[P.C_FUNC] == P.LUT_NONE and cfg[C_OFM_BITS] != 64
     for oc in range(oc_n):
         if per_ch:
             sc[oc], sh[oc], bi[oc] = scales[oc], shifts[oc], bias[oc]
         else:
             sc[oc], sh[oc] = cfg[C_SCALE], cfg[C_SHIFT]
-        if sh[oc] < 0 or sh[oc] > 63:
-            inline = False
+        if sh[oc] < 0 or sh[oc] > 62 or abs(sc[oc]) >= np.int64(1) << 31:
+            fast = False
         elif sh[oc] > 0:
             rp[oc], rn[oc] = _round_terms(sh[oc], cfg[P.C_ROUND], cfg[P.C_DBL_RND])
-    if osigned:
+    return sc, sh, bi, rp, rn, fast
+
+
+@njit(nogil=True, cache=True)
+def _output_limits(cfg):
+    """OFM zero point and activation min/max as the OFM's signedness reads them (16-bit
+    registers), and whether clipping applies."""
+    if cfg[C_OFM_SIGNED] != 0:
         zp = P.sign_extend(cfg[C_ZP], 16)
         lo = P.sign_extend(cfg[P.C_ACT_MIN], 16)
         hi = P.sign_extend(cfg[P.C_ACT_MAX], 16)
@@ -236,28 +229,46 @@ def _conv_finish_kernel(tot, acc_in, rows, cols, geo, cfg, bias, scales, shifts,
         zp = cfg[C_ZP] & 0xFFFF
         lo = cfg[P.C_ACT_MIN] & 0xFFFF
         hi = cfg[P.C_ACT_MAX] & 0xFFFF
-    clip = cfg[P.C_CLIP] == 0
-    # branch-free forms of sign_extend/truncate (x + h) & m - h, loop-invariant choices outside
+    return zp, lo, hi, cfg[P.C_CLIP] == 0
+
+
+@njit(parallel=True, cache=True)
+def _finish_fast(tot, rows, cols, cfg, sc, sh, bi, rp, rn, out):
+    """The usual output stage (32-bit accumulator from reset, TFLite-style scales, see
+    _finish_terms): written without branches or a ternary, so numba vectorises the channel
+    loop (2-4x faster); rows in parallel."""
+    H, W, oc_n = out.shape[0], out.shape[1], out.shape[2]
+    zp, lo, hi, clip = _output_limits(cfg)
+    if not clip:
+        lo, hi = -(np.int64(1) << 62), np.int64(1) << 62
+    for oy in prange(H):
+        for ox in range(W):
+            keep = -np.int64(rows[oy] != 0 and cols[ox] != 0)  # all ones, or 0: no tap
+            for oc in range(oc_n):
+                a = (((np.int64(tot[oy, ox, oc]) & keep) + bi[oc] + 0x80000000)
+                     & 0xFFFFFFFF) - 0x80000000
+                r = a * sc[oc]
+                r = (r + rp[oc] + ((rn[oc] - rp[oc]) & (r >> 63))) >> sh[oc]
+                t = ((r + zp + 0x80000000) & 0xFFFFFFFF) - 0x80000000
+                out[oy, ox, oc] = min(max(t, lo), hi)  # the store truncates to OFM bits
+
+
+@njit(parallel=True, cache=True)
+def _finish_general(tot, acc_in, rows, cols, use_acc, cfg, bias, scales, shifts, lut, sc, sh,
+                    bi, rp, rn, inline, out):
+    """Every other output stage: accumulator start values, 48-bit accumulators, raw
+    accumulator output, and (``inline`` False) LUT functions, 64-bit OFMs or unusual shifts
+    through P.finish (~70 ns per element through nested calls, hence inline where it can)."""
+    H, W, oc_n = out.shape[0], out.shape[1], out.shape[2]
+    bits = cfg[C_ACC_BITS]
+    per_ch = cfg[P.C_SCALE_MODE] == 0
+    raw_out = cfg[C_ACC_OUTPUT] != 0
+    obits = cfg[C_OFM_BITS]
+    zp, lo, hi, clip = _output_limits(cfg)
+    # branch-free forms of sign_extend/truncate (x + h) & m - h
     ah, am = np.int64(1) << (bits - 1), (np.int64(1) << bits) - 1
-    oh, om = (np.int64(1) << (obits - 1)) if osigned else np.int64(0), (np.int64(1) << obits) - 1
-    if inline and not use_acc and not raw_out and bits == 32 and oc_n and sh.max() <= 62 \
-            and np.abs(sc).max() < 1 << 31:
-        # the usual case (32-bit accumulator, TFLite-style scales): |acc * scale| < 2**62 and
-        # shift <= 62, so acc * scale + R cannot overflow and needs no halving; written without
-        # branches or a ternary (numba then vectorises the channel loop: 2-4x faster)
-        if not clip:
-            lo, hi = -(np.int64(1) << 62), np.int64(1) << 62
-        for oy in prange(H):
-            for ox in range(W):
-                keep = -np.int64(rows[oy] != 0 and cols[ox] != 0)  # all ones, or 0: no tap
-                for oc in range(oc_n):
-                    a = (((np.int64(tot[oy, ox, oc]) & keep) + bi[oc] + 0x80000000)
-                         & 0xFFFFFFFF) - 0x80000000
-                    r = a * sc[oc]
-                    r = (r + rp[oc] + ((rn[oc] - rp[oc]) & (r >> 63))) >> sh[oc]
-                    t = ((r + zp + 0x80000000) & 0xFFFFFFFF) - 0x80000000
-                    out[oy, ox, oc] = min(max(t, lo), hi)  # the store truncates to OFM bits
-        return out
+    oh = (np.int64(1) << (obits - 1)) if cfg[C_OFM_SIGNED] != 0 else np.int64(0)
+    om = (np.int64(1) << obits) - 1
     pos = sh > 0
     sm1 = np.maximum(sh - 1, 0)
     for oy in prange(H):
@@ -289,6 +300,22 @@ def _conv_finish_kernel(tot, acc_in, rows, cols, geo, cfg, bias, scales, shifts,
                     if clip:
                         t = lo if t < lo else (hi if t > hi else t)
                     out[oy, ox, oc] = ((t + oh) & om) - oh
+
+
+def _conv_finish(tot, acc_in, rows, cols, use_acc, cfg, bias, scales, shifts, lut, out):
+    """The accumulator and output stage of the GEMM path: per output
+    acc = read_accumulator(...) (0 for reset); if any kernel position was inside the IFM
+    (rows[oy] and cols[ox]): acc = sign_extend(acc + sum, acc_bits) (= the chain of wrapping
+    accumulate() calls); write_accumulator(acc, rescale_mode_normal) = P.finish. tot: [H, Wc,
+    OC] exact integer sums (float from the BLAS path, int32 from emu/int_conv.py); ``out``
+    [H, W, OC] of the OFM's integer type (stores truncate, as astype does). Two kernels, so a
+    first run compiles the one its layers need (the general one alone took ~5 s per type)."""
+    sc, sh, bi, rp, rn, inline = _finish_terms(cfg, bias, scales, shifts, out.shape[2])
+    if inline and not use_acc and cfg[C_ACC_OUTPUT] == 0 and cfg[C_ACC_BITS] == 32:
+        _finish_fast(tot, rows, cols, cfg, sc, sh, bi, rp, rn, out)
+    else:
+        _finish_general(tot, acc_in, rows, cols, use_acc, cfg, bias, scales, shifts, lut, sc, sh,
+                        bi, rp, rn, inline, out)
     return out
 
 
@@ -353,13 +380,12 @@ def _conv_common(ifm, weights, ofm_hw, stride, dilation, pad, ifm_zp, ifm_bits, 
             hp, wp = (H - 1) * sy + dh, (W - 1) * sx + dw
             tot = _conv_sums(_padded(v, vzp, hp, wp, pt, pl, ih, iw, gemm), w, H, W, sy, sx,
                              dy, dx, depthwise)
-        geo = np.array([H, W, 0 if acc_in is None else 1], np.int64)
         out = np.empty((H, W, oc_n), ofm_dtype(cfg))
         with IC.parallel(16 * H * W * oc_n):  # ~16 multiply-adds' time per output element
-            _conv_finish_kernel(tot, acc, _tap_mask(H, sy, dy, kh, pt, ih),
-                                _tap_mask(W, sx, dx, kw, pl, iw), geo, cfg, per_channel(bias, oc_n),
-                                per_channel(scales, oc_n), per_channel(shifts, oc_n), lut_bytes(lut), out)
-        return out
+            return _conv_finish(tot, acc, _tap_mask(H, sy, dy, kh, pt, ih),
+                                _tap_mask(W, sx, dx, kw, pl, iw), acc_in is not None, cfg,
+                                per_channel(bias, oc_n), per_channel(scales, oc_n),
+                                per_channel(shifts, oc_n), lut_bytes(lut), out)
     v = fit_hw(v, max(ih, 0), max(iw, 0))
     if depthwise and v.shape[2] < oc_n:
         v = np.concatenate([v, np.zeros(v.shape[:2] + (oc_n - v.shape[2],), np.int64)], axis=2)

@@ -258,6 +258,22 @@ def test_bist_sequence_f(dev):
     assert rd(dev, TEST) == 0
 
 
+def test_bist_run_leaves_that_memory_of_the_quadrant_zeroed(dev):
+    """ai8xize.py --zero-sram zeroes the memories with the four BIST run bits and then omits
+    all-zero kernels: a BIST run clears the memory type it tests, in its quadrant only."""
+    wr(dev, SRAM + 0x7FFC, 0xDEADBEEF)
+    wr(dev, SRAM + 0x40_0000, 0x12345678)  # quadrant 1: untouched
+    wr(dev, MRAM + 4, 0x01020304)
+    wr(dev, TRAM, 0xABCD)
+    wr(dev, BRAM, 0x7F)
+    wr(dev, TEST, 1 << 0)  # sbistrun
+    assert rd(dev, SRAM + 0x7FFC) == 0 and rd(dev, SRAM + 0x40_0000) == 0x12345678
+    assert rd(dev, MRAM + 4) == 0x01020304 and rd(dev, TRAM) == 0xABCD and rd(dev, BRAM) == 0x7F
+    for bit, addr in ((2, MRAM + 4), (4, TRAM), (6, BRAM)):
+        wr(dev, TEST, 1 << bit)
+        assert rd(dev, addr) == 0
+
+
 def test_zeroize_sequence_g_clears_that_memory_of_the_quadrant(dev):
     """4.1 G (L2884-3003): a pattern in data SRAM, MRAM, TRAM, BRAM; sramz 0->1 clears only the
     quadrant's data SRAM; sallzdone and zerodone set; sramz = 0 clears them."""

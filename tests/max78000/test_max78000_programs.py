@@ -711,3 +711,96 @@ def test_one_shot_programs_continue_through_cnn_continue_in_the_debugger(tmp_pat
     assert rc.host.pending["CNN"] == 0 and rc.device.regs.field("CNNx16_0_CTRL", "cnn_irq") == 0
     stop = rc.run(60)
     assert stop.reason == "done" and stop.message.splitlines()[-1].startswith("PASS"), stop
+
+
+# -- ai8xize.py's main() flows (--energy, --zero-sram, --stop-start, --fifo), as its statement
+#    forms; the builder writes them, the importer follows them --------------------------------
+@pytest.mark.parametrize("kw", [dict(energy=3), dict(zero_sram=True), dict(stop_start=True),
+                                dict(fifo=True), dict(fifo=True, energy=2),
+                                dict(fifo=True, zero_sram=True, stop_start=True)],
+                         ids=lambda kw: "+".join(kw))
+def test_option_flows_pass(tmp_path, kw):
+    net = Network(3, 8, 8, [Layer(8, activation="relu", shift=-1, bias=True),
+                            Layer(4, kernel=1, pad=0, wide=True)], name="flows")
+    proj = build(net, seed=2, **kw)
+    path = proj.write(tmp_path / "net")
+    main_c = (path / "main.c").read_text()
+    assert ("cnn_disable(); // Disable clock" in main_c) == bool(kw.get("energy"))
+    assert ("if (cnn_init() != CNN_OK) fail();" in main_c) == bool(kw.get("zero_sram"))
+    assert ("cnn_stop();\n  cnn_continue();" in main_c) == bool(kw.get("stop_start"))
+    prog = import_ai8x_project(path)
+    assert prog.repeats == kw.get("energy", 1)
+    r = run_dir(path)
+    assert r.ok, r.line()
+    assert r.layers == 2 * kw.get("energy", 1)
+
+
+def _zero_kernel_weights(net: Network, seed: int):
+    """Random weights with every third 3x3 kernel of layer 0 all zero (ai8xize.py
+    --zero-sram does not load those)."""
+    from accelstub.testkit.max78000_build import random_arrays
+
+    _, ws, _ = random_arrays(net, seed)
+    w0 = ws[0].copy()
+    w0.reshape(-1, 9)[::3] = 0
+    return [w0] + ws[1:]
+
+
+def test_zero_sram_bist_clears_weights_a_previous_program_left(tmp_path):
+    """A --zero-sram project leaves all-zero kernels out of its weights and relies on cnn_init's
+    BIST to have zeroed MRAM: run after a program that filled those columns, it passes; with
+    its BIST statements removed, the stale weights make it fail."""
+    net = Network(4, 6, 6, [Layer(8, activation="relu", shift=-1)], name="z")
+    full = build(net, seed=7).write(tmp_path / "full")
+    ws = _zero_kernel_weights(net, 8)
+    zero = build(net, weights=ws, seed=8, zero_sram=True).write(tmp_path / "zero")
+    plain = build(net, weights=ws, seed=8).write(tmp_path / "plain")
+    assert len((zero / "weights.h").read_text()) < len((plain / "weights.h").read_text())
+    no_bist = tmp_path / "no_bist"
+    no_bist.mkdir()
+    for f in zero.iterdir():
+        text = f.read_text()
+        if f.name == "cnn.c":
+            text = "\n".join(line for line in text.splitlines() if "BIST" not in line)
+        (no_bist / f.name).write_text(text)
+
+    def after_full(path) -> str:
+        rc = RunControl(open_device("max78000"))
+        ctx = CommandContext(targets=[rc])
+        load_program(ctx, full)
+        assert run_to_end(rc).code == 0
+        load_program(ctx, path)
+        return "\n".join(run_to_end(rc).lines)
+
+    assert after_full(zero).startswith("PASS")
+    assert after_full(no_bist).startswith("FAIL")
+
+
+def test_bist_error_in_cnn_init_fails_the_run_naming_the_line(tmp_path, capsys):
+    path = build(small_net(), seed=1, zero_sram=True).write(tmp_path / "net")
+    # quadrant 0's data SRAM BIST result, read as if it had failed
+    line = _edit(path / "cnn.c", "& 0x00004000) != 0x00000000) return CNN_FAIL",
+                 "& 0x00004000) != 0x00004000) return CNN_FAIL")
+    assert cli_main(["run", "max78000", "--program", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert (f"FAIL cnn.c:{line}: cnn_init() returns CNN_FAIL: 0x5010000c & 0x4000 reads 0x0, "
+            "not 0x4000; main() calls fail()") in out
+
+
+def test_fifo_enabled_but_never_written_is_refused_naming_both_lines(tmp_path):
+    """ai8xize.py's test-fifostream-group project enables FIFOs 0-2 (coupled) and writes FIFO 0
+    only: no model can finish it; the importer says why instead of a stuck layer 0."""
+    path = build(Network(3, 8, 8, [Layer(8, shift=-1)], name="g"), seed=1,
+                 fifo=True).write(tmp_path / "net")
+    assert _edit(path / "cnn.c", "= 0x00001908; // FIFO control", "= 0x00007908; // FIFO control")
+    ctl = next(i for i, t in enumerate((path / "cnn.c").read_text().splitlines(), 1)
+               if "FIFO control" in t)
+    push = next(i for i, t in enumerate((path / "main.c").read_text().splitlines(), 1)
+                if "// Write FIFO 0" in t)
+    with pytest.raises(Ai8xImportError) as e:
+        import_ai8x_project(path)
+    assert str(e.value) == (
+        f"cnn.c:{ctl}: CNN_FIF0_CTRL = 0x00007908 enables FIFO(s) 0, 1, 2 (fifo_cpl = 1: the "
+        f"FIFOs are read together, so none drains), but load_input() (main.c:{push - 2}) writes "
+        "FIFO(s) 0 only: layer 0 would wait for ever for the data of processors 16-19, 32-35 "
+        "(FIFO n feeds processors 16n..16n+3); the program cannot complete")

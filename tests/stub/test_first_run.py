@@ -1,0 +1,53 @@
+"""The first run after install: the demos ship in the package, `run` defaults to them, and
+`accelstub compile` runs them so their kernels are compiled before a user waits for them."""
+from __future__ import annotations
+
+import glob
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import accelstub.configs
+from accelstub.stub.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = Path(accelstub.configs.__file__).parent
+
+
+def test_every_demo_file_is_package_data():
+    """A non-editable install copies only what pyproject's package-data globs match (as
+    setuptools expands them, with glob): NE16's demo keeps its files two folders down
+    (gen/inc, gen/src) and was left out of installed packages."""
+    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-data"]["accelstub.configs"]
+    shipped = {p for pat in patterns for p in glob.glob(pat, root_dir=CONFIGS)
+               if (CONFIGS / p).is_file()}
+    demo_files = {str(p.relative_to(CONFIGS)) for p in (CONFIGS / "demo").rglob("*")
+                  if p.is_file() and "__pycache__" not in p.parts}
+    assert demo_files and demo_files <= shipped, sorted(demo_files - shipped)
+
+
+def test_run_without_program_runs_the_bundled_demo(capsys):
+    assert main(["run", "nvdla"]) == 0
+    out = capsys.readouterr().out
+    assert "check_crc(sync_id_0)" in out and "PASS" in out and "FAIL" not in out
+
+
+@pytest.mark.slow
+def test_compile_runs_the_named_devices_demos(capsys):
+    assert main(["compile", "nvdla", "ne16"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "accelstub: compiling kernels for nvdla, ne16 (2 at a time)" or \
+        out[0] == "accelstub: compiling kernels for nvdla, ne16 (1 at a time)"
+    assert sorted(line.split(":")[1].strip() for line in out[1:3]) == ["ne16", "nvdla"]
+    assert all(": done in " in line for line in out[1:3])
+    assert out[3].startswith("accelstub: kernels compiled in ") and "failed" not in out[3]
+
+
+def test_compile_refuses_an_unknown_device(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["compile", "nvdla", "tpu"])
+    assert e.value.code == 2
+    assert "compile: unknown device 'tpu' (choose from max78000, ethos-u85, ne16, nvdla)" in \
+        capsys.readouterr().err
