@@ -9,6 +9,8 @@ field 'cnn_en': ...``) so a typo in a 2000-register map is found in one step.
 """
 from __future__ import annotations
 
+import bisect
+
 import functools
 import re
 import tomllib
@@ -501,11 +503,15 @@ def parse_description(data: dict, source: str) -> Description:
     for a, b in zip(regions, regions[1:]):
         if b.base < a.end:
             raise DescriptionError(src, f"region {b.name!r}", f"overlaps region {a.name!r}")
-    # every register must lie in a populated part of a registers region
+    # every register must lie in a populated part of a registers region (regions do not
+    # overlap, nor do a region's populated ranges: one sorted lookup per register)
+    spans = sorted((s, e) for rg in regions if rg.kind in ("registers", "pseudo")
+                   for s, e in rg.populated)
+    starts = [s for s, _ in spans]
     for blk in blocks:
         for reg in blk.registers:
-            if not any(rg.kind in ("registers", "pseudo") and s <= reg.address < e
-                       for rg in regions for s, e in rg.populated):
+            k = bisect.bisect_right(starts, reg.address) - 1
+            if k < 0 or reg.address >= spans[k][1]:
                 raise DescriptionError(src, f"block {blk.kind_name!r} register {reg.name!r}",
                                        f"address {reg.address:#010x} is in no populated "
                                        f"registers region")

@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
+
 from ..errors import BusError
 
 MRAM_BASE = 0x5018_0000
@@ -58,11 +60,14 @@ def _streams(device) -> dict[str, _Stream]:
     return st
 
 
-def _store(mem, column: int, k: bytes) -> None:
-    """Store kernel bytes k0..k8 as the plain layout: +0 = k0, +4 = k1<<24|k2<<16|k3<<8|k4,
-    +8 = k5<<24|..|k8 (little-endian words), +12 = 0."""
-    word = bytes([k[0], 0, 0, 0, k[4], k[3], k[2], k[1], k[8], k[7], k[6], k[5], 0, 0, 0, 0])
-    mem.write(column * 16, word)
+def _plain(kernels: np.ndarray) -> bytes:
+    """Kernels [k, 9] (bytes k0..k8) in the plain layout, 16 bytes each: +0 = k0, +4 =
+    k1<<24|k2<<16|k3<<8|k4, +8 = k5<<24|..|k8 (little-endian words), +12 = 0."""
+    out = np.zeros((len(kernels), 16), np.uint8)
+    out[:, 0] = kernels[:, 0]
+    out[:, 4:8] = kernels[:, 4:0:-1]
+    out[:, 8:12] = kernels[:, 8:4:-1]
+    return out.tobytes()
 
 
 def mram_write_hook(device, region, address: int, data: bytes) -> bool:
@@ -80,15 +85,23 @@ def mram_write_hook(device, region, address: int, data: bytes) -> bool:
         return True
     mem = device.bus.memories[region.name]
     n = len(data) & ~3
-    for i in range(0, n, 4):
-        st.pending += bytes(reversed(data[i:i + 4]))  # bits 31:24 first (izer '>u4' packing)
-        while len(st.pending) >= 9:
-            if st.column >= MRAM_WORDS:
-                raise BusError(address + i, f"{region.name}: packed (mexpress) write past the "
-                               f"{MRAM_WORDS} words of the block")
-            _store(mem, st.column, bytes(st.pending[:9]))
-            del st.pending[:9]
-            st.column += 1
+    # each word's bits 31:24 first (izer '>u4' packing), after the bytes pending from before
+    stream = bytes(st.pending) + np.frombuffer(data, np.uint8, count=n).reshape(-1, 4)[:, ::-1] \
+        .tobytes()
+    k = len(stream) // 9
+    room = MRAM_WORDS - st.column
+    if k > room:  # store what fits, then fault at the word that completes the next kernel
+        mem.write(st.column * 16, _plain(np.frombuffer(stream, np.uint8, count=9 * room)
+                                         .reshape(room, 9)))
+        st.column = MRAM_WORDS
+        word = -(-(9 * (room + 1) - len(st.pending)) // 4) - 1
+        raise BusError(address + 4 * word, f"{region.name}: packed (mexpress) write past the "
+                       f"{MRAM_WORDS} words of the block")
+    if k:
+        mem.write(st.column * 16, _plain(np.frombuffer(stream, np.uint8, count=9 * k)
+                                         .reshape(k, 9)))
+        st.column += k
+    st.pending = bytearray(stream[9 * k:])
     return True
 
 

@@ -203,6 +203,25 @@ def test_mexpress_packed_write_lands_in_plain_layout():
     assert dev.read(blk, 1) == b"\x7f"
 
 
+def test_mexpress_write_in_one_store_past_the_last_column_faults_at_the_word():
+    """A packed store of several words (a debugger's or memcpy's) that runs past MRAM word 767
+    stores the kernels that fit and faults at the word that completes the next one."""
+    from accelstub.devices import BusError
+
+    dev = open_device("max78000")
+    install_mram_hooks(dev)
+    blk = 0x5018_4000
+    dev.write(0x5010_0000, (1 << 20 | 1 << 3).to_bytes(4, "little"))
+    dev.write(blk + 767 * 4 | 1, b"\x01")  # set address: the last column
+    stream = bytes(range(1, 21))  # kernel 767 = bytes 1..9, the next completes in word 4
+    words = b"".join(stream[i:i + 4][::-1] for i in range(0, 20, 4))
+    with pytest.raises(BusError) as e:
+        dev.write(blk, words)
+    assert e.value.address == blk + 16 and "past the 768 words" in str(e.value)
+    got = dev.read(blk + 767 * 16, 16)
+    assert got[0] == 1 and got[4:8] == bytes([5, 4, 3, 2]) and got[8:12] == bytes([9, 8, 7, 6])
+
+
 # -- importer errors name file and line ---------------------------------------------------------
 def _edit(path: Path, old: str, new: str, count: int = 1) -> int:
     text = path.read_text()
