@@ -37,6 +37,7 @@ def timed(args: list[str], cache: str) -> tuple[float, str]:
     """Wall time of one command in a fresh process with numba's cache in ``cache``; its last
     line of output (the verdict)."""
     env = dict(os.environ, NUMBA_CACHE_DIR=cache)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as on a user's machine: Python caches bytecode
     t0 = time.perf_counter()
     out = subprocess.run(args, env=env, capture_output=True, text=True)
     dt = time.perf_counter() - t0
