@@ -43,6 +43,10 @@ class RegisterFile:
                 self._add_slots(blk)
         #: writes ignored because their bank was locked, by register name
         self.ignored_writes: Counter[str] = Counter()
+        #: register name -> key, and (name, field) -> (key, lsb, width mask): device models
+        #: peek and read fields by name thousands of times per unit
+        self._key_of = {r.name: r.key for r in description.registers}
+        self._fields: dict[tuple[str, str], tuple[int, int, int]] = {}
         self.reset()
 
     def _add_slots(self, blk: BlockInstance) -> None:
@@ -138,7 +142,8 @@ class RegisterFile:
 
     def peek(self, reg: Register | str) -> int:
         """The stored value, for device models (bypasses read hooks)."""
-        return self._values[self._reg(reg).key]
+        key = self._key_of.get(reg) if isinstance(reg, str) else reg.key
+        return self._values[self._reg(reg).key if key is None else key]
 
     def peek_addresses(self, addresses: tuple[int, ...]) -> tuple[int, ...]:
         """Stored values of the (unbanked) registers at ``addresses`` (cheap change detection
@@ -152,11 +157,17 @@ class RegisterFile:
         self._values[reg.key] = value & ((1 << reg.bits) - 1)
 
     def field(self, reg: Register | str, name: str) -> int:
-        reg = self._reg(reg)
-        for f in reg.fields:
-            if f.name == name:
-                return f.extract(self._values[reg.key])
-        raise KeyError(f"{reg.name} has no field {name!r}")
+        spec = self._fields.get((reg if isinstance(reg, str) else reg.name, name))
+        if spec is None:
+            r = self._reg(reg)
+            f = next((f for f in r.fields if f.name == name), None)
+            if f is None:
+                raise KeyError(f"{r.name} has no field {name!r}")
+            spec = (r.key, f.lsb, (1 << f.width) - 1)
+            if r.name in self._key_of and self._key_of[r.name] == r.key:
+                self._fields[(r.name, name)] = spec
+        key, lsb, mask = spec
+        return (self._values[key] >> lsb) & mask
 
     def set_field(self, reg: Register | str, name: str, value: int) -> None:
         """Hardware-side update of one field (no hooks)."""

@@ -94,6 +94,9 @@ _ACT_FUNCTIONS = (0, 1, 4, 5, 7, 8, 9, 10, 11)  # activation_function (L9257)
 # NPU_SET_* state
 
 
+_SET_KEYS: dict[str, str] = {}  # "IFM_BASE0" -> "NPU_SET_IFM_BASE0" (names are few)
+
+
 @dataclass
 class SetState:
     """The NPU_SET_* state registers (L6016-6024): per mnemonic the last decoded command and the
@@ -110,11 +113,14 @@ class SetState:
 
     @staticmethod
     def _key(name: str) -> str:
-        return name if name.startswith("NPU_SET_") else "NPU_SET_" + name
+        key = _SET_KEYS.get(name)
+        if key is None:
+            key = _SET_KEYS[name] = name if name.startswith("NPU_SET_") else "NPU_SET_" + name
+        return key
 
     def get(self, name: str, fld: str, default: int | None = None) -> int:
         """Field ``fld`` of NPU_SET_``name`` (stored integer: *_m1 as stored, enums as numbers)."""
-        c = self.cmds.get(self._key(name))
+        c = self.cmds.get(_SET_KEYS.get(name) or self._key(name))
         if c is None:
             if default is not None:
                 return default
