@@ -127,6 +127,9 @@ class Trace:
     cfg: list[str] = field(default_factory=list)
     files: dict[str, bytes] = field(default_factory=dict)
     outputs: list[tuple[int, bytes]] = field(default_factory=list)  # (address, expected bytes)
+    #: status registers the layers leave, (register, group) -> value (a later layer in the
+    #: same group overwrites)
+    status: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def load(self, fname: str, at: int, data: bytes) -> None:
         """Put ``data`` at ``at`` with the trace tests' mem_init and mem_load."""
@@ -252,7 +255,9 @@ def build(layers: list, name: str = "nvdla_test", seed: int = 0) -> Trace:
             if unit == "PDP":
                 out, regs, rdma = _pool_regs(layer, values)
             else:
-                out, regs, rdma = _lrn_regs(layer, values, rng, t.cfg)
+                out, regs, rdma, counts = _lrn_regs(layer, values, rng, t.cfg)
+                t.status.update({(f"CDP_D_PERF_LUT_{k.upper()}", group["CDP"]): counts.get(k, 0)
+                                 for k in ("uflow", "oflow", "hybrid", "le_hit", "lo_hit")})
             oh, ow = out.shape[1:]
             dline, dsurf = ow * 8, ow * 8 * oh
             expected = ref.pack_feature(out, dline, dsurf)
@@ -429,9 +434,9 @@ def _pool_regs(layer: Pdp, x: np.ndarray) -> tuple[np.ndarray, dict, dict]:
 
 
 def _lrn_regs(layer: Cdp, x: np.ndarray, rng: np.random.Generator,
-              cfg: list[str]) -> tuple[np.ndarray, dict, dict]:
-    """(expected output, CDP registers, CDP_RDMA registers); the lookup tables are written
-    through S_LUT_ACCESS_* into ``cfg``."""
+              cfg: list[str]) -> tuple[np.ndarray, dict, dict, dict]:
+    """(expected output, CDP registers, CDP_RDMA registers, the reference's LUT statistics);
+    the lookup tables are written through S_LUT_ACCESS_* into ``cfg``."""
     le = [int(v) for v in rng.integers(-3000, 3000, 65)]
     lo = [int(v) for v in rng.integers(-3000, 3000, 257)]
     le_start, lo_start = int(rng.integers(-50, 50)), int(rng.integers(-50, 50))
@@ -441,7 +446,8 @@ def _lrn_regs(layer: Cdp, x: np.ndarray, rng: np.random.Generator,
     lrn = ref.LrnRef(layer.normalz, layer.datin, layer.datout, le, lo, layer.le_linear,
                      le_start, le_end, layer.le_select, lo_start, lo_end, layer.lo_select,
                      layer.slopes, layer.priority, layer.sqsum_bypass, layer.mul_bypass)
-    out = ref.lrn(x, layer.c, lrn)
+    counts: dict[str, int] = {}
+    out = ref.lrn(x, layer.c, lrn, counts)
     for table_id, values in ((0, le), (1, lo)):
         cfg.append(f"reg_write(NVDLA_CDP.S_LUT_ACCESS_CFG_0, {1 << 17 | table_id << 16:#x});")
         cfg += [f"reg_write(NVDLA_CDP.S_LUT_ACCESS_DATA_0, {v & 0xFFFF:#x});" for v in values]
@@ -469,7 +475,7 @@ def _lrn_regs(layer: Cdp, x: np.ndarray, rng: np.random.Generator,
         regs[f"S_LUT_{name}_LOW"], regs[f"S_LUT_{name}_HIGH"] = wide(v)
     rdma = {"D_DATA_CUBE_WIDTH": layer.w - 1, "D_DATA_CUBE_HEIGHT": layer.h - 1,
             "D_DATA_CUBE_CHANNEL": layer.c - 1, "D_SRC_DMA_CFG": 1, "D_DATA_FORMAT": 0}
-    return out, regs, rdma
+    return out, regs, rdma, counts
 
 
 DEMO = [Conv(8, 8, 16, 16, clip=4, cvt=(0, 1, 3)),

@@ -261,8 +261,11 @@ def rshift_round_signed(v: int, n: int) -> int:
     return v << -n if n < 0 else rshift_round(v, n)
 
 
-def lrn(x: np.ndarray, c_real: int, ref: LrnRef) -> np.ndarray:
-    """int8 [lanes, H, W] -> int8 [lanes, H, W] through CDP's integer path."""
+def lrn(x: np.ndarray, c_real: int, ref: LrnRef, counts: dict | None = None) -> np.ndarray:
+    """int8 [lanes, H, W] -> int8 [lanes, H, W] through CDP's integer path. ``counts`` (when
+    given) adds up, over every lane of every atom, which table gave the result: "uflow" (both
+    under), "oflow" (both over), "le_hit" / "lo_hit" (that one table only hit), "hybrid" (the
+    rest), as CDP's LUT statistics count them."""
     lanes, h, w = x.shape
     off, scale, shift = ref.datin
 
@@ -285,13 +288,15 @@ def lrn(x: np.ndarray, c_real: int, ref: LrnRef) -> np.ndarray:
                 lo, lo_k = _table(s, ref.lo, ref.lo_start, ref.lo_end, 257, ref.lo_select, False,
                                   ref.slopes[4:])
                 if le_k == lo_k == "under":
-                    r = lo if ref.priority[0] else le
+                    r, kind = (lo if ref.priority[0] else le), "uflow"
                 elif le_k == lo_k == "over":
-                    r = lo if ref.priority[1] else le
+                    r, kind = (lo if ref.priority[1] else le), "oflow"
                 elif (le_k == "hit") != (lo_k == "hit"):
-                    r = le if le_k == "hit" else lo
+                    r, kind = (le, "le_hit") if le_k == "hit" else (lo, "lo_hit")
                 else:
-                    r = lo if ref.priority[2] else le
+                    r, kind = (lo if ref.priority[2] else le), "hybrid"
+                if counts is not None:
+                    counts[kind] = counts.get(kind, 0) + 1
                 v = r if ref.mul_bypass else r * at(c)
                 o_off, o_scale, o_shift = ref.datout
                 out[c, y, xx] = sat(rshift_round((v - o_off) * o_scale, o_shift), 8)

@@ -189,8 +189,16 @@ def _exponent(ss: np.ndarray, cfg: CdpConfig, table: np.ndarray
     return np.where(under, u, np.where(over, o, hit)), under, over
 
 
-def normalise(cfg: CdpConfig, luts: Luts, x: np.ndarray) -> np.ndarray:
-    """int8 [lanes, H, W] -> int8 [lanes, H, W]."""
+#: CDP_D_PERF_LUT_* in the order :func:`normalise` counts them
+LUT_COUNTERS = ("UFLOW", "OFLOW", "HYBRID", "LE_HIT", "LO_HIT")
+
+
+def normalise(cfg: CdpConfig, luts: Luts, x: np.ndarray) -> tuple[np.ndarray, tuple[int, ...]]:
+    """int8 [lanes, H, W] -> (int8 [lanes, H, W], LUT statistics). The statistics count, over
+    every lane of every atom (pad lanes included), which lookup gave the result: both tables
+    under, both over, LE only hit, LO only hit, else hybrid (the RTL's both_uf / both_of /
+    only_le_hit / only_lo_hit / both_hybrid counters, vmod/nvdla/cdp/NV_NVDLA_CDP_DP_intp.v,
+    and cmod's lut_u_flow ... lut_hybrid_hit); order :data:`LUT_COUNTERS`."""
     lanes = x.shape[0]
     off, scale, shifter = cfg.datin
     pad = cfg.normalz
@@ -208,6 +216,10 @@ def normalise(cfg: CdpConfig, luts: Luts, x: np.ndarray) -> np.ndarray:
         le, le_u, le_o = _linear(ss, luts.le, *cfg.le_range, cfg.le_frac, cfg.le_slopes)
     lo, lo_u, lo_o = _linear(ss, luts.lo, *cfg.lo_range, cfg.lo_frac, cfg.lo_slopes)
     le_hit, lo_hit = ~le_u & ~le_o, ~lo_u & ~lo_o
+    both_u, both_o, one = le_u & lo_u, le_o & lo_o, le_hit ^ lo_hit
+    n_u, n_o = int(both_u.sum()), int(both_o.sum())
+    n_le, n_lo = int((one & le_hit).sum()), int((one & lo_hit).sum())
+    stats = (n_u, n_o, ss.size - n_u - n_o - n_le - n_lo, n_le, n_lo)
     u_pri, o_pri, h_pri = cfg.priority
     result = np.where(le_u & lo_u, lo if u_pri else le,
                       np.where(le_o & lo_o, lo if o_pri else le,
@@ -216,4 +228,4 @@ def normalise(cfg: CdpConfig, luts: Luts, x: np.ndarray) -> np.ndarray:
     center = d[pad:pad + lanes]
     out = result if cfg.mul_bypass else result * center
     o_off, o_scale, o_shift = cfg.datout
-    return saturate(round_shift((out - o_off) * o_scale, o_shift), 8).astype(np.int8)
+    return saturate(round_shift((out - o_off) * o_scale, o_shift), 8).astype(np.int8), stats

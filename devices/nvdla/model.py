@@ -327,7 +327,11 @@ class Nvdla(Device):
     def _cdp(self, layer: Layer, touched: Touched) -> Touched:
         cfg = D.decode(self.value)
         x = self._cube_in(cfg.src, cfg.c, cfg.h, cfg.w, "CDP input", touched)
-        self._cube_out(cfg.dst, D.normalise(cfg, self.luts, x), "CDP output", touched)
+        out, stats = D.normalise(cfg, self.luts, x)
+        self._cube_out(cfg.dst, out, "CDP output", touched)
+        group = self.consumer_group("CDP")
+        for name, count in zip(D.LUT_COUNTERS, stats):  # saturating 32-bit counters (RTL)
+            self.regs.poke(f"CDP_D_PERF_LUT_{name}_G{group}", min(count, 0xFFFFFFFF))
         self.cycles += cfg.c * cfg.h * cfg.w // 8
         self._done(layer)
         return touched

@@ -129,3 +129,25 @@ def test_memory_commands_outside_the_windows_are_refused_when_read(tmp_path, cap
     assert cli_main(["run", "nvdla", "--program", str(cfg)]) == 2
     assert "big.cfg:1: 0xffffffff bytes at 0x80000000 are not all in the NVDLA's memory " \
            "windows" in capsys.readouterr().err
+
+
+def test_cdp_lut_statistics_count_which_table_gave_each_result(tmp_path):
+    """CDP_D_PERF_LUT_UFLOW/OFLOW/HYBRID/LE_HIT/LO_HIT of the layer's group after an LRN layer
+    equal the independent reference's count over every lane (RTL: saturating counters latched
+    at layer end, not gated by D_PERF_ENABLE)."""
+    from accelstub.devices import open_device
+    from accelstub.devices.runcontrol import RunControl
+    from accelstub.stub.commands import CommandContext
+    from accelstub.stub.program import load_program, run_to_end
+
+    seen: dict[str, int] = {}
+    for name in ("cdp_lrn_linear", "cdp_lrn_exponent_wide", "cdp_bypasses"):
+        trace = build(CASES[name], name, seed=3)
+        rc = RunControl(open_device("nvdla"))
+        load_program(CommandContext(targets=[rc]), trace.write(tmp_path / name))
+        assert run_to_end(rc).code == 0
+        assert len(trace.status) == 5
+        for (reg, group), want in trace.status.items():
+            assert rc.device.regs.peek(f"{reg}_G{group}") == want, (name, reg)
+            seen[reg] = seen.get(reg, 0) + want
+    assert all(seen.values()), seen  # together the cases reach every kind of result
