@@ -251,11 +251,12 @@ def _compile(devices: list[str]) -> int:
     are cores (numba compiles one function at a time per process)."""
     import os
     import subprocess
+    import tempfile
     import time
 
     t0 = time.perf_counter()
     waiting = list(devices)
-    running: dict[str, tuple[subprocess.Popen, float]] = {}
+    running: dict[str, tuple[subprocess.Popen, float, object]] = {}
     failed = 0
     print(f"accelstub: compiling kernels for {', '.join(devices)} "
           f"({min(len(devices), os.cpu_count() or 1)} at a time)", flush=True)
@@ -263,14 +264,16 @@ def _compile(devices: list[str]) -> int:
         while waiting and len(running) < (os.cpu_count() or 1):
             dev = waiting.pop(0)
             cmd = [sys.executable, "-m", "accelstub.stub.cli", "run", dev]
-            running[dev] = (subprocess.Popen(cmd, stdout=subprocess.PIPE,
-                                             stderr=subprocess.STDOUT, text=True),
-                            time.perf_counter())
-        for dev, (proc, start) in list(running.items()):
+            log = tempfile.TemporaryFile("w+")  # a file, not a pipe: no child blocks on it
+            running[dev] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT),
+                            time.perf_counter(), log)
+        for dev, (proc, start, log) in list(running.items()):
             if proc.poll() is None:
                 continue
             del running[dev]
-            out = proc.stdout.read() if proc.stdout else ""
+            log.seek(0)
+            out = log.read()
+            log.close()
             if proc.returncode == 0:
                 print(f"accelstub: {dev}: done in {time.perf_counter() - start:.1f} s",
                       flush=True)
@@ -478,6 +481,8 @@ def _dispatch(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.cmd == "run":
         if args.program is None:
             args.program = demo_program(args.device)
+            if args.program is None:
+                raise CliError(f"{args.device} has no bundled demo: give --program")
         return _run(args)
     if args.cmd == "compile":
         unknown = [d for d in args.device if d not in DEVICES]

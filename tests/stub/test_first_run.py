@@ -51,3 +51,17 @@ def test_compile_refuses_an_unknown_device(capsys):
     assert e.value.code == 2
     assert "compile: unknown device 'tpu' (choose from max78000, ethos-u85, ne16, nvdla)" in \
         capsys.readouterr().err
+
+
+def test_compile_reports_a_demo_that_fails_with_its_output(tmp_path, monkeypatch, capsys):
+    from accelstub.stub.cli import _compile
+
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho 'accelstub: error: something broke'\nexit 3\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr("sys.executable", str(fake))
+    assert _compile(["nvdla"]) == 1
+    captured = capsys.readouterr()
+    assert ("accelstub: nvdla: the bundled demo failed (exit 3):\n"
+            "accelstub: error: something broke") in captured.err
+    assert captured.out.splitlines()[-1].endswith("; 1 device(s) failed")
