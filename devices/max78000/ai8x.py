@@ -336,7 +336,9 @@ FIFO_CTRL, FIFO_WR0 = 0x5000_0000, 0x5000_0008  # CNN_FIF0_CTRL, CNN_FIFO_WR0 (S
 _REG = r"\*\(\(volatileuint32_t\*\)(0x[0-9a-fA-F]+)\)&(0x[0-9a-fA-F]+)"
 _POLL = re.compile(rf"while\(\({_REG}\)!=(0x[0-9a-fA-F]+)\);")
 _FAIL_IF = re.compile(rf"if\(\({_REG}\)!=(0x[0-9a-fA-F]+)\)returnCNN_FAIL;")
-_FOR = re.compile(r"for\(i=0;i<(\d+);i\+\+\)")
+_FOR = r"for\(i=0;i<(\d+);i\+\+\)"
+_FOR_BLOCK = re.compile(_FOR + r"\{")
+_FOR_CALL = re.compile(_FOR + r"(cnn_load_weights|load_input)\(\);")
 
 _HELPERS = {
     "memcpy32": ["while(n-->0){", "*dst++=*src++;", "}"],
@@ -463,7 +465,8 @@ class _Importer:
     def _emit(self, acc: Step) -> None:
         if self.out is None:
             raise Ai8xImportError(f"{acc.where}: bus write outside the supported program flow "
-                                  f"(after cnn_start(): FIFO input is not supported)")
+                                  "(after cnn_start() main() may load FIFO input and call "
+                                  "cnn_stop() and cnn_continue(), then wait for the CNN)")
         self.out.append(acc)
 
     def _check_helper(self, name: str, where: str) -> None:
@@ -501,6 +504,7 @@ class _Importer:
             if it.kind == "open":
                 end = self._block_end(body, i, where)
                 inner = body[i + 1:end]
+                loop = _FOR_BLOCK.fullmatch(c)
                 if c == _KLOOP_HEAD and f.name == "cnn_load_weights":
                     self._kernel_loop(ptr_array, [x.compact for x in inner], where)
                 elif c == _KLOOP_HEAD and f.name == "check_output":
@@ -508,22 +512,18 @@ class _Importer:
                     if comp[:3] != _CHECK_LOOP:
                         raise Ai8xImportError(f"{where}: unsupported check loop body")
                     self._check_table(ptr_array, where)
-                elif re.fullmatch(r"for\(i=0;i<(\d+);i\+\+\)\{", c) and f.name == "load_input":
-                    self._fifo_loop(int(re.fullmatch(r"for\(i=0;i<(\d+);i\+\+\)\{", c).group(1)),
-                                    [x.compact for x in inner], where)
-                elif re.fullmatch(_FOR.pattern + r"\{", c) and f.name == "main" \
-                        and self.phase == "setup":
-                    self._inference_loop(int(_FOR.match(c).group(1)), inner, where, f, stack)
-                elif re.fullmatch(r"for\(i=0;i<(\d+);i\+\+\)\{", c) and f.name == "main":
-                    n = int(re.fullmatch(r"for\(i=0;i<(\d+);i\+\+\)\{", c).group(1))
+                elif loop and f.name == "load_input":
+                    self._fifo_loop(int(loop.group(1)), [x.compact for x in inner], where)
+                elif loop and f.name == "main" and self.phase == "setup":
+                    self._inference_loop(int(loop.group(1)), inner, where, f, stack)
+                elif loop and f.name == "main":
+                    n = int(loop.group(1))
                     comp = [x.compact for x in inner]
                     if comp[0] != "cnn_continue();" or not all(_WAIT.match(x) for x in comp[1:]) \
-                            or len(comp) != 2:
-                        raise Ai8xImportError(f"{where}: unsupported loop in main() (only the "
-                                              "one-shot cnn_continue() loop is understood)")
-                    if self.phase != "wait":
-                        raise Ai8xImportError(f"{where}: cnn_continue() loop before the first "
-                                              "wait for the CNN")
+                            or len(comp) != 2 or self.phase != "wait":
+                        raise Ai8xImportError(f"{where}: unsupported loop in main() (understood "
+                                              "after the first wait: the one-shot "
+                                              "cnn_continue() loop)")
                     self.prog.continues += n
                     if not self.prog.resume:
                         saved, self.out = self.out, self.prog.resume
@@ -595,7 +595,7 @@ class _Importer:
                 self.call("cnn_init", where, stack)
                 i += 1
                 continue
-            m = re.fullmatch(_FOR.pattern + r"(cnn_load_weights|load_input)\(\);", c)
+            m = _FOR_CALL.fullmatch(c)
             if m and f.name == "main" and self.phase == "setup":
                 # --energy times 100 loads; each stores the same values: the end state is one's
                 self.call(m.group(2), where, stack)
