@@ -916,10 +916,10 @@ def build(net: Network, x=None, weights=None, biases=None, *, seed: int = 0,
     if zero_sram:
         # every quadrant, each memory: run its BIST, wait for done, fail on error, stop
         # (TEST bits S0:L2613-3006: run bit, done bit + bistdone 27, fail bit)
+        test = [qb[q] + 0xC for q in range(4)]
         for run, done, fail_bit, what in ((0, 18, 14, "Data SRAM"), (2, 19, 15, "Mask SRAM"),
                                           (4, 20, 16, "Tornado SRAM"), (6, 21, 17, "Bias Rfile")):
             c += "\n"
-            test = [qb[q] + 0xC for q in range(4)]
             c += "".join(_st(t, 1 << run, f"{what} BIST") for t in test)
             want = 1 << 27 | 1 << done
             c += "".join(f"  while ((*((volatile uint32_t *) 0x{t:08x}) & 0x{want:x}) != "
