@@ -23,12 +23,15 @@ class Memory:
 
     ``version`` changes whenever the contents may have changed (write, clear, restore; code that
     stores into ``data`` directly calls :meth:`touch`), so a device model can keep values derived
-    from a memory (decoded weights) until it changes."""
+    from a memory (decoded weights) until it changes. A memory of a stack (:meth:`Bus.stack`)
+    also counts its changes in the stack's shared counter: one number says whether any of the
+    stack changed."""
 
     def __init__(self, region: Region) -> None:
         self.region = region
         self.data = np.zeros(region.size, dtype=np.uint8)
         self.version = 0
+        self.stack_version: list[int] | None = None  # the stack's shared change counter
         period = 4 * len(region.word_mask)
         pattern = np.frombuffer(np.array(region.word_mask, dtype="<u4").tobytes(), dtype=np.uint8)
         self._full = bool(np.all(pattern == 0xFF))
@@ -43,15 +46,17 @@ class Memory:
             idx = (np.arange(off, off + len(buf)) % self._period)
             buf = buf & self._pattern[idx]
         self.data[off:off + len(buf)] = buf
-        self.version += 1
+        self.touch()
 
     def clear(self) -> None:
         self.data[:] = 0
-        self.version += 1
+        self.touch()
 
     def touch(self) -> None:
         """Record a change made to ``data`` directly."""
         self.version += 1
+        if self.stack_version is not None:
+            self.stack_version[0] += 1
 
 
 class Bus:
@@ -68,6 +73,7 @@ class Bus:
         #: 2-D views over groups of equal memories, and those memories in row order (stack)
         self.stacks: dict[str, np.ndarray] = {}
         self.stack_members: dict[str, list[Memory]] = {}
+        self.stack_versions: dict[str, list[int]] = {}
         #: work arrays a device model keeps with this bus between units (owned by that model)
         self.derived: dict[str, object] = {}
         #: (start, end) ranges flattened and sorted, with their region, for fast decoding
@@ -85,6 +91,9 @@ class Bus:
             self.memories[n].data = rows[i]
         self.stacks[key] = rows
         self.stack_members[key] = [self.memories[n] for n in names]
+        self.stack_versions[key] = counter = [0]
+        for m in self.stack_members[key]:
+            m.stack_version = counter
         return rows
 
     def on_memory_write(self, region_name: str, hook: MemWriteHook) -> None:

@@ -12,6 +12,8 @@ field is set is ignored, as the hardware ignores it, and counted in :attr:`ignor
 """
 from __future__ import annotations
 
+import functools
+import operator
 from collections import Counter
 from typing import Callable
 
@@ -21,6 +23,12 @@ from .errors import DeviceError
 WriteHook = Callable[[Register, int, int], None]  # (register, old value, new value)
 ReadHook = Callable[[Register, int], int]  # (register, stored value) -> value seen
 BankIndex = Callable[[Register], int]  # the device's selector for bank_select = "device"
+
+
+@functools.lru_cache(maxsize=1024)
+def _getter(addresses: tuple[int, ...]) -> Callable[[dict], tuple[int, ...]]:
+    """operator.itemgetter over the addresses (a C loop: a layer's decode reads ~100)."""
+    return operator.itemgetter(*addresses)
 
 
 class RegisterFile:
@@ -148,15 +156,17 @@ class RegisterFile:
     def peek_addresses(self, addresses: tuple[int, ...]) -> tuple[int, ...]:
         """Stored values of the (unbanked) registers at ``addresses`` (cheap change detection
         for memoised decodes)."""
-        values = self._values
-        return tuple([values[a] for a in addresses])
+        if len(addresses) == 1:
+            return (self._values[addresses[0]],)
+        return _getter(addresses)(self._values) if addresses else ()
 
     def poke(self, reg: Register | str, value: int) -> None:
         """Set the stored value as the hardware does (status bits); no hooks, no access rules."""
         reg = self._reg(reg)
         self._values[reg.key] = value & ((1 << reg.bits) - 1)
 
-    def field(self, reg: Register | str, name: str) -> int:
+    def _field_spec(self, reg: Register | str, name: str) -> tuple[int, int, int]:
+        """(register key, lsb, width mask) of a field, looked up once per name."""
         spec = self._fields.get((reg if isinstance(reg, str) else reg.name, name))
         if spec is None:
             r = self._reg(reg)
@@ -164,20 +174,18 @@ class RegisterFile:
             if f is None:
                 raise KeyError(f"{r.name} has no field {name!r}")
             spec = (r.key, f.lsb, (1 << f.width) - 1)
-            if r.name in self._key_of and self._key_of[r.name] == r.key:
+            if self._key_of.get(r.name) == r.key:
                 self._fields[(r.name, name)] = spec
-        key, lsb, mask = spec
+        return spec
+
+    def field(self, reg: Register | str, name: str) -> int:
+        key, lsb, mask = self._field_spec(reg, name)
         return (self._values[key] >> lsb) & mask
 
     def set_field(self, reg: Register | str, name: str, value: int) -> None:
         """Hardware-side update of one field (no hooks)."""
-        reg = self._reg(reg)
-        for f in reg.fields:
-            if f.name == name:
-                v = self._values[reg.key]
-                self._values[reg.key] = (v & ~f.mask) | ((value << f.lsb) & f.mask)
-                return
-        raise KeyError(f"{reg.name} has no field {name!r}")
+        key, lsb, mask = self._field_spec(reg, name)
+        self._values[key] = (self._values[key] & ~(mask << lsb)) | ((value & mask) << lsb)
 
     def snapshot(self) -> dict[int, int]:
         return dict(self._values)

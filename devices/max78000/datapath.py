@@ -63,9 +63,13 @@ def _weights(bus, cfg: LayerConfig
     k-position 8 - B%9 ([izer] kernels.py add_kernel_data fills k8 down to k0 and adds
     k[ksize-1-i] in order; for 3x3 this is k_i = element i, for 1x1 one byte each)."""
     mems = bus.stack_members["mram"]
-    versions = [mems[p.index].version for p in cfg.processors]
+    stack_version = bus.stack_versions["mram"][0]
     hit = cfg.extra.get("weights")  # cfg is memoised per device (Max78000.layer_config)
-    if hit is not None and hit[0] is mems and hit[1] == versions:  # MRAM unchanged since
+    if hit is not None and hit[0] is mems and hit[5] == stack_version:  # no MRAM write since
+        return hit[2], hit[3], hit[4]
+    versions = [mems[p.index].version for p in cfg.processors]
+    if hit is not None and hit[0] is mems and hit[1] == versions:  # its processors' unchanged
+        cfg.extra["weights"] = hit[:5] + (stack_version,)
         return hit[2], hit[3], hit[4]
     procs = np.array([p.index for p in cfg.processors], dtype=np.int64)
     mcnt = np.array([p.mcnt_sad for p in cfg.processors], dtype=np.int64)
@@ -84,7 +88,7 @@ def _weights(bus, cfg: LayerConfig
     w.flags.writeable = False  # shared by later runs of the layer
     reads = list(map(tuple, reads.tolist()))
     packed = IC.pack_weights(w.transpose(0, 2, 3, 1))
-    cfg.extra["weights"] = (mems, versions, w, packed, reads)
+    cfg.extra["weights"] = (mems, versions, w, packed, reads, stack_version)
     return w, packed, reads
 
 
