@@ -546,6 +546,11 @@ class EthosU85(Device):
         # NPU_SET_* commands only store state: QREAD is kept in q and written when the loop
         # leaves (it is written before anything can look at it)
         q = r.peek(qread)
+        seg = None if bp else self._segment(words, q, qsize)
+        if seg is not None:  # the same commands as last time from q: their state at once
+            sets, fetch_offsets, q = seg
+            self.sets.cmds.update(sets)
+            fetches.extend((qbase + a, qbase + b) for a, b in fetch_offsets)
         while True:
             if q >= qsize:
                 r.poke(qread, q)
@@ -589,6 +594,40 @@ class EthosU85(Device):
             if self.running and r.peek(qread) >= qsize:
                 self._end_of_stream()
             return
+
+    _SEGMENTS_MAX = 4096
+    _segments: dict = {}  # (start, QSIZE) -> (stream bytes, SET state, fetches, op offset)
+
+    @classmethod
+    def _segment(cls, words: np.ndarray, q: int, qsize: int) -> tuple | None:
+        """The NPU_SET_* commands from ``q`` up to the next operation, as (their state by name,
+        the fetch offsets, the operation's offset), when the stream there holds the same words
+        as when this was last worked out: a program's units repeat on every run, and setting
+        each command of a unit one by one cost more than its convolution's output stage. None
+        where the walk must go command by command (no operation before the end, a reserved
+        encoding, a first run)."""
+        key = (q, qsize)
+        hit = cls._segments.get(key)
+        if hit is not None:
+            data, sets, fetches, op_q = hit
+            if words[q // 4:op_q // 4].tobytes() == data:
+                return sets, fetches, op_q
+        sets, fetches, p = {}, [], q
+        while p < qsize:
+            cmd = cls._decode_at(words, p)
+            if cmd.name == es.UNKNOWN:
+                return None
+            if cmd.is_operation:
+                if p == q:
+                    return None  # nothing to set before it
+                if len(cls._segments) >= cls._SEGMENTS_MAX:
+                    cls._segments.clear()
+                cls._segments[key] = (words[q // 4:p // 4].tobytes(), sets, fetches, p)
+                return None  # worked out: the next run of this unit takes it
+            sets[cmd.name] = cmd
+            fetches.append((p, p + cmd.size))
+            p += cmd.size
+        return None
 
     def _where(self, q: int) -> str:
         return f"at offset {q:#06x} (address {self.qbase + q:#010x})"
