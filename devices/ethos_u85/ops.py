@@ -289,8 +289,31 @@ class Tensor:
         return f"{'s' if self.signed else 'u'}{self.bits}"
 
 
+#: per tensor, the NPU_SET_* commands :func:`tensor` reads
+_TENSOR_CMDS = {which: tuple(SetState._key(f"{which}_{n}") for n in (
+    "PRECISION", "REGION", "BASE0", "BASE1", "BASE2", "BASE3", "STRIDE_Y", "STRIDE_X",
+    "STRIDE_C", "WIDTH0_M1", "HEIGHT0_M1", "HEIGHT1_M1")) for which in ("IFM", "IFM2", "OFM")}
+_TENSORS: dict = {}  # (which, ids of those commands) -> (the commands, Tensor)
+
+
 def tensor(s: SetState, which: str) -> Tensor:
-    """The IFM / IFM2 / OFM description from the state (the registers an access needs)."""
+    """The IFM / IFM2 / OFM description from the state (the registers an access needs).
+    Memoised on the identity of the commands it reads (decoded commands are shared, frozen
+    objects; the entry holds them, so their ids stay theirs): an operation's tensors are the
+    same on every run. Callers treat the Tensor as read-only."""
+    cmds = tuple(map(s.cmds.get, _TENSOR_CMDS[which]))
+    key = (which, tuple(map(id, cmds)))
+    hit = _TENSORS.get(key)
+    if hit is not None:
+        return hit[1]
+    t = _tensor(s, which)
+    if len(_TENSORS) >= 4096:
+        _TENSORS.clear()
+    _TENSORS[key] = (cmds, t)
+    return t
+
+
+def _tensor(s: SetState, which: str) -> Tensor:
     p = f"{which}_PRECISION"
     bits = PRECISION_BITS[s.get(p, "activation_precision")]
     storage = s.get(p, "activation_storage")

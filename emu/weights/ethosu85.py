@@ -702,7 +702,8 @@ def check_sparse_2_4(w: np.ndarray, diag: list | None) -> None:
                     "(L10853)")
 
 
-_DECODED: OrderedDict = OrderedDict()  # (stream bytes, params, fwd) -> (read-only W, diag)
+_DECODED: OrderedDict = OrderedDict()  # (stream bytes, params, fwd) -> (read-only W, diag, bytes)
+_PROBES: dict = {}  # (stream lengths and ends, params, fwd) -> an entry of _DECODED
 _DECODED_MAX_ENTRIES = 64
 _DECODED_MAX_BYTES = 64 << 20
 
@@ -714,22 +715,33 @@ def decode_weights_memo(streams, p, fwd: bool = False, diag: list | None = None)
     decoding is a pure function of the bytes, so the decoder's milliseconds need not be paid
     again. The key is the full content (not an address), so a changed stream decodes afresh.
     Returns a read-only array; the diag messages of the decode are replayed on every hit.
-    Bounded to 64 entries / 64 MiB of stream bytes (least recently used out)."""
-    key = (tuple(bytes(st) for st in streams), np.asarray(p, np.int64).tobytes(), bool(fwd))
-    hit = _DECODED.get(key)
-    if hit is None:
-        msgs: list[str] = []
-        w = decode_weights(streams, p, fwd=fwd, diag=msgs)
-        w.flags.writeable = False
-        hit = (w, tuple(msgs))
-        _DECODED[key] = hit
-        total = sum(sum(len(b) for b in k[0]) for k in _DECODED)
-        while len(_DECODED) > 1 and (len(_DECODED) > _DECODED_MAX_ENTRIES
-                                     or total > _DECODED_MAX_BYTES):
-            old, _ = _DECODED.popitem(last=False)
-            total -= sum(len(b) for b in old[0])
-    else:
-        _DECODED.move_to_end(key)
+    Bounded to 64 entries / 64 MiB of stream bytes (least recently used out). The last call's
+    entry for the same stream ends and parameters is tried first, taken when the bytes are
+    equal: a compare instead of hashing every byte (12 us for a 48 KB stream)."""
+    data = tuple(bytes(st) for st in streams)
+    params = np.asarray(p, np.int64).tobytes()
+    # a program's next run passes the same bytes: found by their ends and length, taken when
+    # equal (a compare, not a hash of every byte)
+    probe = (tuple((len(b), b[:64], b[-64:]) for b in data), params, bool(fwd))
+    hit = _PROBES.get(probe)
+    if hit is None or hit[2] != data:
+        key = (data, params, bool(fwd))
+        hit = _DECODED.get(key)
+        if hit is None:
+            msgs: list[str] = []
+            w = decode_weights(streams, p, fwd=fwd, diag=msgs)
+            w.flags.writeable = False
+            hit = (w, tuple(msgs), data)
+            _DECODED[key] = hit
+            total = sum(sum(len(b) for b in k[0]) for k in _DECODED)
+            while len(_DECODED) > 1 and (len(_DECODED) > _DECODED_MAX_ENTRIES
+                                         or total > _DECODED_MAX_BYTES):
+                old, _ = _DECODED.popitem(last=False)
+                total -= sum(len(b) for b in old[0])
+                _PROBES.clear()  # it holds only entries of _DECODED
+        else:
+            _DECODED.move_to_end(key)
+        _PROBES[probe] = hit
     if diag is not None:
         diag.extend(hit[1])
     return hit[0]
