@@ -106,6 +106,19 @@ S_RD_ACC, S_RD_DONE, S_RD_BEAT, S_WR_ACC, S_WR_BEAT, S_ENABLED = 0, 1, 2, 4, 7, 
 INT63 = (1 << 63) - 1  # addresses are non-negative int64: hash bits above 62 never match
 
 
+@functools.lru_cache(maxsize=1024)
+def _box_span_at(base: int, offset: int, shape: tuple, strides: tuple,
+                 size: int) -> tuple[int, int] | None:
+    """:meth:`EthosU85._box_span` at region base ``base`` (memoised: the same boxes recur)."""
+    if any(int(st) < 0 for st in strides) or min(shape) <= 0:
+        return None
+    lo = (base + int(offset)) & ADDR_MASK
+    hi = lo + sum((int(n) - 1) * int(st) for n, st in zip(shape, strides)) + size
+    if hi - 1 > ADDR_MASK:
+        return None
+    return lo, hi
+
+
 class EthosU85(Device):
     name = "ethos-u85"
     unit_name = "command"
@@ -120,6 +133,7 @@ class EthosU85(Device):
         self.sets = SetState()
         self.lut = np.zeros(LUT_BYTES, dtype=np.uint8)
         self.npu = NpuInternal()  # chaining FIFOs, accumulator storage
+        self._windows: dict[tuple[int, int], tuple] = {}  # [lo, hi) -> (Memory, offset)
         self.resumable = False  # last stop was NPU_OP_STOP and QBASE/QSIZE not written since
         self.pmu_mask_enable = True  # NPU_OP_PMU_MASK (L8773-8802)
         self.power_masked = False  # RESET masks power control until the next CMD write (L1358)
@@ -266,7 +280,12 @@ class EthosU85(Device):
 
     def _window(self, lo: int, hi: int, channel: int, region: int, what: str):
         """The memory holding [lo, hi) or a bus fault: NPU accesses reach only the system
-        memory windows of the description (kind not registers/pseudo)."""
+        memory windows of the description (kind not registers/pseudo). The bus map never
+        changes, so a span found inside a window is remembered (a program's tensors and streams
+        are the same spans on every run)."""
+        hit = self._windows.get((lo, hi))
+        if hit is not None:
+            return hit
         try:
             mem, off = self.bus.memory_at(lo)
             ok = hi <= mem.region.end and self.bus.is_mapped(lo, hi - lo)
@@ -279,6 +298,9 @@ class EthosU85(Device):
                 bad = lo
             raise NpuBusFault(bad, channel, region, f"bus fault: {what} access {lo:#x}-{hi - 1:#x} "
                               f"leaves the system memory windows at {bad:#x}")
+        if len(self._windows) >= 4096:
+            self._windows.clear()
+        self._windows[(lo, hi)] = mem, off
         return mem, off
 
     def _record(self, family: int, channel: int, write: bool, ranges) -> None:
@@ -320,13 +342,7 @@ class EthosU85(Device):
                   size: int) -> tuple[int, int] | None:
         """[lo, hi) of a box with non-negative strides that does not wrap the address space;
         None for anything else (the element path handles it)."""
-        if any(int(st) < 0 for st in strides) or min(shape) <= 0:
-            return None
-        lo = (self.basep(region) + int(offset)) & ADDR_MASK
-        hi = lo + sum((int(n) - 1) * int(st) for n, st in zip(shape, strides)) + size
-        if hi - 1 > ADDR_MASK:
-            return None
-        return lo, hi
+        return _box_span_at(self.basep(region), offset, tuple(shape), tuple(strides), size)
 
     @staticmethod
     def _box_ranges(lo: int, shape: tuple, strides: tuple, size: int) -> list:
@@ -354,9 +370,10 @@ class EthosU85(Device):
         return tuple(address_ranges(starts, run))
 
     @staticmethod
+    @functools.lru_cache(maxsize=1024)
     def _injective(shape: tuple, strides: tuple, size: int) -> bool:
         """No two elements of the box share a byte (so one view assignment equals the element
-        stores in any order)."""
+        stores in any order). Memoised: a program's tensors are the same boxes on every run."""
         span = size
         for st, n in sorted((int(st), int(n)) for n, st in zip(shape, strides) if n > 1):
             if st < span:
@@ -397,7 +414,7 @@ class EthosU85(Device):
         box is not a plain injective view (the caller uses scatter)."""
         require(0 <= region < 8, "0 <= region && region < 8", "L6244")
         span = self._box_span(region, offset, shape, strides, size)
-        if span is None or not self._injective(shape, strides, size):
+        if span is None or not self._injective(tuple(shape), tuple(strides), size):
             return False
         lo, hi = span
         mem, moff = self._window(lo, hi, channel, region, f"region {region} write")
