@@ -96,6 +96,14 @@ class Bus:
             m.stack_version = counter
         return rows
 
+    def touch_rows(self, key: str, rows: list[int]) -> None:
+        """:meth:`Memory.touch` of rows ``rows`` of stack ``key`` (a kernel wrote into the
+        stack's array directly), with one step of the stack's counter."""
+        members = self.stack_members[key]
+        for i in rows:
+            members[i].version += 1
+        self.stack_versions[key][0] += 1
+
     def on_memory_write(self, region_name: str, hook: MemWriteHook) -> None:
         """Route bus writes to a memory region through ``hook`` (e.g. MRAM staging)."""
         self._write_hooks[region_name] = hook

@@ -196,9 +196,7 @@ def scatter_output(bus, cfg: LayerConfig, out: np.ndarray) -> list[tuple[int, in
         M.scatter_words(sram.view(np.uint32), out, words[0], cfg.pixel_step)
     else:
         M.scatter(sram, out, base, lanes, cfg.pixel_step)
-    members = bus.stack_members["sram"]
-    for m in memories:
-        members[m].touch()
+    bus.touch_rows("sram", memories)
     return list(writes)
 
 
@@ -213,14 +211,15 @@ def _written(base: np.ndarray, lanes: np.ndarray, pixels: int, pixel_step: int, 
     return address_ranges(addrs.ravel(), 4 if wide else 1), np.unique(words >> 13).tolist()
 
 
-def _merged_reads(cfg: LayerConfig, from_memory: bool, reads: list[tuple[int, int]]
+def _merged_reads(cfg: LayerConfig, from_memory: bool, *reads: list[tuple[int, int]]
                   ) -> list[tuple[int, int]]:
-    """merge_ranges(reads), kept with the layer: the ranges change only with the decoded weights
-    (their MRAM words) and with where the input comes from."""
+    """merge_ranges of the ``reads`` lists, kept with the layer: the ranges change only with
+    the decoded weights (their MRAM words) and with where the input comes from."""
     weights = cfg.extra.get("weights")
     hit = cfg.extra.get("merged_reads")
     if hit is None or hit[0] is not weights or hit[1] != from_memory:
-        hit = cfg.extra["merged_reads"] = (weights, from_memory, merge_ranges(reads))
+        hit = cfg.extra["merged_reads"] = (weights, from_memory,
+                                           merge_ranges([r for part in reads for r in part]))
     return list(hit[2])
 
 
@@ -259,7 +258,7 @@ def compute_layer(bus, cfg: LayerConfig, x: np.ndarray | None = None
         pool_mode=pool_mode, avg_policy=cfg.avg_policy,
         pad=(cfg.pad_rows, cfg.pad_cols), conv_stride=cfg.conv_stride, shift=cfg.shift,
         act=_ACT[cfg.activation], wide=cfg.wide, deconv=cfg.deconv, packed=packed)
-    return out, Touched(reads=_merged_reads(cfg, from_memory, r_in + r_w + r_b))
+    return out, Touched(reads=_merged_reads(cfg, from_memory, r_in, r_w, r_b))
 
 
 def run_layer(bus, cfg: LayerConfig, x: np.ndarray | None = None) -> Touched:
