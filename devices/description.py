@@ -10,7 +10,6 @@ field 'cnn_en': ...``) so a typo in a 2000-register map is found in one step.
 from __future__ import annotations
 
 import bisect
-
 import functools
 import re
 import tomllib

@@ -150,8 +150,10 @@ class RegisterFile:
 
     def peek(self, reg: Register | str) -> int:
         """The stored value, for device models (bypasses read hooks)."""
-        key = self._key_of.get(reg) if isinstance(reg, str) else reg.key
-        return self._values[self._reg(reg).key if key is None else key]
+        if isinstance(reg, str):
+            key = self._key_of.get(reg)
+            return self._values[self._reg(reg).key if key is None else key]  # None: raises
+        return self._values[reg.key]
 
     def peek_addresses(self, addresses: tuple[int, ...]) -> tuple[int, ...]:
         """Stored values of the (unbanked) registers at ``addresses`` (cheap change detection
@@ -173,9 +175,7 @@ class RegisterFile:
             f = next((f for f in r.fields if f.name == name), None)
             if f is None:
                 raise KeyError(f"{r.name} has no field {name!r}")
-            spec = (r.key, f.lsb, (1 << f.width) - 1)
-            if self._key_of.get(r.name) == r.key:
-                self._fields[(r.name, name)] = spec
+            spec = self._fields[(r.name, name)] = (r.key, f.lsb, (1 << f.width) - 1)
         return spec
 
     def field(self, reg: Register | str, name: str) -> int:

@@ -627,7 +627,7 @@ class EthosU85(Device):
         as when this was last worked out: a program's units repeat on every run, and setting
         each command of a unit one by one cost more than its convolution's output stage. None
         where the walk must go command by command (no operation before the end, a reserved
-        encoding, a first run)."""
+        encoding, an operation at ``q``)."""
         key = (q, qsize)
         hit = cls._segments.get(key)
         if hit is not None:
@@ -645,7 +645,7 @@ class EthosU85(Device):
                 if len(cls._segments) >= cls._SEGMENTS_MAX:
                     cls._segments.clear()
                 cls._segments[key] = (words[q // 4:p // 4].tobytes(), sets, fetches, p)
-                return None  # worked out: the next run of this unit takes it
+                return sets, fetches, p
             sets[cmd.name] = cmd
             fetches.append((p, p + cmd.size))
             p += cmd.size

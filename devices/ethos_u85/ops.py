@@ -120,7 +120,7 @@ class SetState:
 
     def get(self, name: str, fld: str, default: int | None = None) -> int:
         """Field ``fld`` of NPU_SET_``name`` (stored integer: *_m1 as stored, enums as numbers)."""
-        c = self.cmds.get(_SET_KEYS.get(name) or self._key(name))
+        c = self.cmds.get(self._key(name))
         if c is None:
             if default is not None:
                 return default

@@ -720,8 +720,6 @@ def decode_weights_memo(streams, p, fwd: bool = False, diag: list | None = None)
     equal: a compare instead of hashing every byte (12 us for a 48 KB stream)."""
     data = tuple(bytes(st) for st in streams)
     params = np.asarray(p, np.int64).tobytes()
-    # a program's next run passes the same bytes: found by their ends and length, taken when
-    # equal (a compare, not a hash of every byte)
     probe = (tuple((len(b), b[:64], b[-64:]) for b in data), params, bool(fwd))
     hit = _PROBES.get(probe)
     if hit is None or hit[2] != data:

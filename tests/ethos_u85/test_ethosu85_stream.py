@@ -401,3 +401,30 @@ def test_disassembly_matches_hand_written_listing():
     with_base = disassemble(words, base=0x1000_0000).splitlines()
     assert with_base[1] == "0x10000004 " + LISTING.splitlines()[1]
     assert disassemble([]) == ""
+
+
+def test_tensor_memo_names_every_command_the_tensor_description_reads():
+    """ops.tensor is memoised on the commands listed in ops._TENSOR_CMDS: a description that
+    read a command outside that list would be served stale when only that command changed."""
+    from accelstub.devices.ethos_u85 import ops
+
+    class Recording(ops.SetState):
+        def get(self, name, fld, default=None):
+            self.read.add(self._key(name))
+            return super().get(name, fld, default)
+
+    for which in ("IFM", "IFM2", "OFM"):
+        names = [n for n in cs.OPCODES if n.startswith(f"NPU_SET_{which}_")]
+        for storage in range(4):
+            for fmt in (0, 1):
+                cmds = cs.decode(cs.to_bytes(cs.encode_stream(
+                    [n for n in names if not n.endswith("_PRECISION")]
+                    + [(f"NPU_SET_{which}_PRECISION",
+                        dict(activation_storage=storage, activation_format=fmt))])))
+                s = Recording()
+                s.read = set()
+                for c in cmds:
+                    s.set(c)
+                ops._tensor(s, which)
+                assert s.read and s.read <= set(ops._TENSOR_CMDS[which]), \
+                    (which, storage, fmt, s.read - set(ops._TENSOR_CMDS[which]))
