@@ -18,24 +18,22 @@ import time
 import numpy as np
 
 from accelstub.devices import open_device
-from accelstub.devices.ne16.pulp_nnx import L1_BASE, driver_tasks
+from accelstub.devices.host import apply_steps
+from accelstub.devices.ne16.model import BASE as NE16
+from accelstub.devices.ne16.pulp_nnx import Array, driver_tasks, place_arrays
 from accelstub.devices.runcontrol import RunControl
 from accelstub.testkit.ne16_build import Layer, build
 
 LAYER = Layer(32, 32, 64, 64, padding=(1, 1, 1, 1), name="bench")
-NE16 = 0x0020_1000
 
 
-def place(dev, app) -> tuple[int, ...]:
-    """The arrays in L1 (input, output, weight, scale, bias) and the driver's job registers."""
-    addr, at = {}, L1_BASE
-    for name in ("input", "output", "weight", "scale", "bias"):
-        ctype, values, size = app.arrays[name]
-        dt = np.dtype({"uint8_t": "u1", "int8_t": "i1", "int32_t": "<i4"}.get(ctype, "<u4"))
-        addr[name] = at
-        data = np.zeros(size, dt) if values is None else values.astype(dt)
-        dev.write(at, data.tobytes())
-        at += -(-data.nbytes // 64) * 64
+def place(dev, app) -> tuple[tuple[int, ...], int]:
+    """The arrays in L1, placed as the test-application importer places them, and the
+    driver's job registers."""
+    arrays = {name: Array(ctype, values, size, "bench") for name, (ctype, values, size)
+              in app.arrays.items()}
+    steps, addr = place_arrays(arrays, (dev.l1.region.base, dev.l1.region.size), "bench")
+    apply_steps(dev, steps)
     return driver_tasks(app.defines, addr)[0], addr["output"]
 
 

@@ -46,6 +46,7 @@ import struct
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..c_source import strip_comments
 from ..host import Check, CheckResult, CheckWords, HostProgram, Poll, Step, WaitIrq, Write
 
 MASK32 = 0xFFFF_FFFF
@@ -106,23 +107,6 @@ class Max78000Program:
 
 
 # -- lexical layer -----------------------------------------------------------------------------
-_LEXEME = re.compile(r"//[^\n]*|/\*.*?(?:\*/|\Z)|\"(?:\\.|[^\"\\])*\"?|'(?:\\.|[^'\\])*'?",
-                     re.S)
-
-
-def _strip_comments(text: str) -> str:
-    """Remove // and /* */ comments, keeping newlines (line numbers) and string literals (an
-    unterminated comment or literal runs to the end of the text)."""
-    def keep(m: re.Match) -> str:
-        lexeme = m.group(0)
-        if lexeme.startswith("//"):
-            return ""
-        if lexeme.startswith("/*"):
-            return "\n" * lexeme.count("\n")
-        return lexeme
-    return _LEXEME.sub(keep, text)
-
-
 @dataclass
 class _Item:
     line: int
@@ -253,7 +237,7 @@ _INT = re.compile(r"(-)?(0[xX][0-9a-fA-F]+|\d+)[uUlL]*")
 
 def _parse_header(path: Path, arrays: dict[str, _Array], scalars: dict[str, str]) -> None:
     """``#define NAME { v, v, ... }`` (continued with backslashes) and ``#define NAME value``."""
-    lines = _strip_comments(path.read_text(encoding="utf-8", errors="replace")).split("\n")
+    lines = strip_comments(path.read_text(encoding="utf-8", errors="replace")).split("\n")
     i = 0
     while i < len(lines):
         ln = lines[i]
@@ -415,7 +399,7 @@ class _Importer:
 
     def _parse_c(self, path: Path, funcs: dict[str, _Func] | None = None) -> None:
         funcs = self.funcs if funcs is None else funcs
-        items = _items(_strip_comments(path.read_text(encoding="utf-8", errors="replace")))
+        items = _items(strip_comments(path.read_text(encoding="utf-8", errors="replace")))
         i = 0
         while i < len(items):
             it = items[i]

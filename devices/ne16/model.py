@@ -207,7 +207,8 @@ class Ne16(Device):
     def load_program(self, path: Path, options: ProgramOptions) -> HostProgram | None:
         from .pulp_nnx import is_test_app, load_test_app
 
-        return load_test_app(Path(path)) if is_test_app(Path(path)) else None
+        l1 = (self.l1.region.base, self.l1.region.size)
+        return load_test_app(Path(path), l1) if is_test_app(Path(path)) else None
 
     def done_message(self) -> str:
         return (f"NE16 queue empty after {self.units_done} jobs, {self.events} end-of-job events"

@@ -27,12 +27,13 @@ from pathlib import Path
 
 import numpy as np
 
+from ..c_source import strip_comments
 from ..host import Check, CheckResult, HostProgram, Step, Write
 from .job import JOB_REGISTERS
+from .model import BASE, JOB_BASE
 
-BASE = 0x0020_1000
 CLUSTER_HWPE = 0x0020_0018
-L1_BASE = 0x1000_0000
+L1_BASE, L1_SIZE = 0x1000_0000, 128 << 10  # GAP9's cluster L1 (the device's default)
 TRIGGER, ACQUIRE, STATUS, RUNNING_JOB, SOFT_CLEAR = (BASE + o for o in (0x0, 0x4, 0xC, 0x10, 0x14))
 ARRAYS = ("input", "output", "weight", "scale", "bias")  # PI_L1 arrays, placed in this order
 _CTYPES = {"uint8_t": "u1", "int8_t": "i1", "uint16_t": "<u2", "int16_t": "<i2",
@@ -56,15 +57,10 @@ class Array:
     where: str
 
 
-def _strip(text: str) -> str:
-    text = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
-    return re.sub(r"//[^\n]*", "", text)
-
-
 def read_defines(path: Path) -> dict[str, object]:
     """``#define NAME (value)`` / ``"string"`` / bare flags of layer_conf.h."""
     out: dict[str, object] = {}
-    for n, line in enumerate(_strip(path.read_text()).splitlines(), 1):
+    for n, line in enumerate(strip_comments(path.read_text()).splitlines(), 1):
         m = re.match(r"\s*#define\s+(\w+)\s*(.*?)\s*$", line)
         if not m or m.group(1).startswith("__"):
             continue
@@ -84,7 +80,7 @@ def read_defines(path: Path) -> dict[str, object]:
 
 def read_arrays(path: Path) -> dict[str, Array]:
     """The arrays a generated source defines: ``[section] ctype name[SIZE] [= {...}];``."""
-    text = _strip(path.read_text())
+    text = strip_comments(path.read_text())
     sizes = {m.group(1): int(m.group(2)) for m in
              re.finditer(r"#define\s+(\w+)\s+\((\d+)\)", text)}
     out = {}
@@ -259,9 +255,34 @@ class Resolve(Step):
         return f"job {hp.vars.get('task_id')} to finish (RUNNING_JOB and STATUS)"
 
 
-def load_test_app(path: Path) -> HostProgram:
+def place_arrays(arrays: dict[str, Array], l1: tuple[int, int], where: str
+                 ) -> tuple[list[Step], dict[str, int]]:
+    """The writes putting the PI_L1 arrays into L1 (base, size) one after the other, word
+    aligned, in :data:`ARRAYS` order, and each array's address; more than fits is an error."""
+    base, size = l1
+    steps: list[Step] = []
+    addr: dict[str, int] = {}
+    at = base
+    for name in ARRAYS:
+        a = arrays.get(name)
+        if a is None:
+            continue
+        dt = np.dtype(_CTYPES[a.ctype])
+        addr[name] = at
+        data = (np.zeros(a.size, dt) if a.values is None
+                else (a.values & ((1 << (8 * dt.itemsize)) - 1)).astype(dt.str.replace("i", "u")))
+        steps.append(Write(at, data.tobytes(), where=f"{a.where} ({name}[] in L1)"))
+        at += -(-a.size * dt.itemsize // 4) * 4
+    if at > base + size:
+        raise TestAppError(f"{where}: the layer's arrays take {at - base} bytes, more than the "
+                           f"{size >> 10} KiB of L1")
+    return steps, addr
+
+
+def load_test_app(path: Path, l1: tuple[int, int] = (L1_BASE, L1_SIZE)) -> HostProgram:
     """The host program of the test application at ``path`` (the app directory holding gen/,
-    or gen/ itself). Raises TestAppError naming file:line."""
+    or gen/ itself), its arrays placed in the L1 window ``l1`` (base, size). Raises
+    TestAppError naming file:line."""
     gen = path / "gen" if (path / "gen" / "inc" / "layer_conf.h").is_file() else path
     d = read_defines(gen / "inc" / "layer_conf.h")
     for key in ("INPUT_HEIGHT", "INPUT_WIDTH", "INPUT_CHANNEL", "OUTPUT_HEIGHT", "OUTPUT_WIDTH",
@@ -284,22 +305,7 @@ def load_test_app(path: Path) -> HostProgram:
     for name in ("input", "output", "weight", "golden_output"):
         if name not in arrays:
             raise TestAppError(f"{name}: not defined in {gen.name}/src")
-    steps: list[Step] = []
-    addr: dict[str, int] = {}
-    at = L1_BASE
-    for name in ARRAYS:
-        a = arrays.get(name)
-        if a is None:
-            continue
-        dt = np.dtype(_CTYPES[a.ctype])
-        addr[name] = at
-        data = (np.zeros(a.size, dt) if a.values is None
-                else (a.values & ((1 << (8 * dt.itemsize)) - 1)).astype(dt.str.replace("i", "u")))
-        steps.append(Write(at, data.tobytes(), where=f"{a.where} ({name}[] in L1)"))
-        at += -(-a.size * dt.itemsize // 4) * 4
-    if at > L1_BASE + 0x2_0000:
-        raise TestAppError(f"{gen.name}/src: the layer's arrays take {at - L1_BASE} bytes, more "
-                           "than the 128 KiB of L1")
+    steps, addr = place_arrays(arrays, l1, f"{gen.name}/src")
     jobs = driver_tasks(d, addr)
     bsp = "pulp-nnx ne16_pulp_bsp.c"
     hw = CLUSTER_HWPE
@@ -311,7 +317,7 @@ def load_test_app(path: Path) -> HostProgram:
     for n, regs in enumerate(jobs):
         where = f"pulp-nnx ne16_nnx_dispatch (job {n} of {len(jobs)})"
         steps.append(Acquire(where))
-        steps += [Write(BASE + 0x20 + 4 * i, v.to_bytes(4, "little"), where=f"{where}: {r}")
+        steps += [Write(JOB_BASE + 4 * i, v.to_bytes(4, "little"), where=f"{where}: {r}")
                   for i, (r, v) in enumerate(zip(JOB_REGISTERS, regs))]
         steps.append(Write(TRIGGER, bytes(4), where=f"{where}: TRIGGER"))
     steps += [Resolve("pulp-nnx ne16_nnx_resolve_wait"),
