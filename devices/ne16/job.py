@@ -39,7 +39,7 @@ import numpy as np
 
 from ...emu.conv import int_conv as IC
 from ...emu.conv import ne16 as K
-from ..bits import bit_field
+from ..bits import bit_field, sign_extend
 from ..errors import DeviceError
 from ..ranges import address_ranges
 
@@ -158,7 +158,9 @@ def decode(regs: tuple[int, ...], where: str = "") -> JobConfig:
     p = r["PADDING"]
     m = r["FILTER_MASK"]
     wo = r["WEIGHT_OFFSET"]
-    w_offset = ((wo & 0xFF) - (256 if wo >> 31 & 1 else 0)) if bit_field(c0, 15, 15) else 0
+    # the 9-bit signed {WEIGHT_OFFSET[31], [7:0]}
+    w_offset = sign_extend(bit_field(wo, 31, 31) << 8 | bit_field(wo, 7, 0), 9) \
+        if bit_field(c0, 15, 15) else 0
     return JobConfig(
         regs=tuple(regs), mode=mode, qw=bit_field(c0, 2, 0) + 1, normquant=normquant,
         strided=bool(bit_field(c0, 8, 8)), norm_bytes=(1, 2, 4)[bit_field(c0, 13, 12)],
@@ -381,13 +383,9 @@ def execute(cfg: JobConfig, read: Reader) -> JobResult:
     img, reads = _gather(read, g.need, shape, x_ptr, d0, d1, cfg.pad_value)
     w, wreads = weights(cfg, read)
     reads += wreads
-    if g.agree:  # one virtual image, its padding rows and columns set once
-        if cfg.mode == 1:
-            acc = K.depthwise_sums(img, w, ho_n, wo_n)
-        else:
-            acc = IC.conv_sums(img.transpose(2, 0, 1), IC.packed_weights(w), (ho_n, wo_n),
-                               hwc=True)
-    else:
+    if g.agree and cfg.mode != 1:  # one virtual image, its padding rows and columns set once
+        acc = IC.conv_sums(img.transpose(2, 0, 1), IC.packed_weights(w), (ho_n, wo_n), hwc=True)
+    else:  # depthwise always: its sums are a small part of the job
         sums = K.window_sums_depthwise if cfg.mode == 1 else K.window_sums
         acc = sums(img, w, g.rows_pad, g.cols_pad, np.uint8(cfg.pad_value), ho_n, wo_n)
     if cfg.streamin:  # int32 arithmetic wraps as the accumulators do

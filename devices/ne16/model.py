@@ -25,7 +25,7 @@ subtile (identical results unless a job's output overlaps its own input).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +57,6 @@ class Job:
     cfg: J.JobConfig | None = None
     result: J.JobResult | None = None
     next_subtile: int = 0
-    touched: Touched = field(default_factory=Touched)
 
 
 class Ne16(Device):
@@ -240,11 +239,11 @@ class Ne16(Device):
             except BusError as e:
                 raise DeviceError(f"{where}{e}") from None
             j.cfg = cfg
-            j.touched = Touched(reads=list(j.result.reads))
         res, cfg = j.result, j.cfg
         last = cfg.subtiles if ctx.granularity != "subtile" else j.next_subtile + 1
-        self._write(res, j.next_subtile, last)
-        ctx.touched.reads += j.touched.reads if j.next_subtile == 0 else []
+        self._write(res, j.next_subtile, last, cfg.subtiles)
+        if j.next_subtile == 0:
+            ctx.touched.reads += j.result.reads
         ctx.touched.writes += res.written_ranges(j.next_subtile, last)
         self.cycles += (last - j.next_subtile) * (
             C_NORMQUANT + (1 if cfg.mode == 1 else cfg.nb[3]) * (C_KI_LOAD + 9 * cfg.qw))
@@ -255,11 +254,11 @@ class Ne16(Device):
         self._job_done(j)
         return ctx.touched
 
-    def _write(self, res: J.JobResult, first: int, last: int) -> None:
-        """Store the outputs of subtiles first..last-1 (two's complement bytes, little-endian);
-        a whole job with contiguous channels is one strided store."""
+    def _write(self, res: J.JobResult, first: int, last: int, subtiles: int) -> None:
+        """Store the outputs of subtiles first..last-1 of ``subtiles`` (two's complement bytes,
+        little-endian); a whole job with contiguous channels is one strided store."""
         base, size = self.l1.region.base, self.l1.region.size
-        whole = first == 0 and last == int(res.subtile.max()) + 1 and res.written.all()
+        whole = first == 0 and last == subtiles and res.written.all()
         sel = res.written & (res.subtile >= first) & (res.subtile < last)
         addr = res.addresses[sel] if not (whole and res.dense) else res.addresses
         if not addr.size:

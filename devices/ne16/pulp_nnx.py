@@ -218,7 +218,6 @@ class Acquire(Step):
         if value >= 256:
             return False
         hp.vars["task_id"] = value
-        hp.vars["jobs"] = int(hp.vars.get("jobs", 0)) + 1
         return True
 
     def waiting_for(self, hp: HostProgram) -> str:

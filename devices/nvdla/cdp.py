@@ -27,14 +27,10 @@ from typing import Callable
 import numpy as np
 
 from ...emu.numeric.nvdla import round_shift, saturate
-from ..errors import DeviceError
 from ..bits import bit_field, sign_extend
+from ..errors import DeviceError
 
 Reg = Callable[[str, str], int]
-
-
-
-
 
 
 @dataclass
@@ -134,10 +130,6 @@ def decode(reg: Reg) -> CdpConfig:
         (wide("S_LUT_LE_START"), wide("S_LUT_LE_END")), (wide("S_LUT_LO_START"),
                                                          wide("S_LUT_LO_END")),
         slopes("LE"), slopes("LO"))
-
-
-
-
 
 
 def _interp(table: np.ndarray, index: np.ndarray, frac16: np.ndarray) -> np.ndarray:

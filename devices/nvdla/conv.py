@@ -26,16 +26,12 @@ import numpy as np
 
 from ...emu.conv import int_conv as IC
 from ...emu.numeric.nvdla import round_shift, saturate
+from ..bits import bit_field, sign_extend
 from ..errors import DeviceError
 from . import feature as F
-from ..bits import bit_field, sign_extend
 
 #: reads a register of the consumer group: (unit, register) -> value
 Reg = Callable[[str, str], int]
-
-
-
-
 
 
 @dataclass(frozen=True)
@@ -50,7 +46,6 @@ class ConvConfig:
     in_addr: int
     line: int
     surf: int
-    batch_stride: int
     wt_addr: int
     stride: tuple[int, int]  # (y, x)
     dilation: tuple[int, int]
@@ -159,9 +154,8 @@ def decode(reg: Reg) -> ConvConfig:
     cvt = (sign_extend(reg("CDMA", "D_CVT_OFFSET") & 0xFFFF, 16),
            sign_extend(reg("CDMA", "D_CVT_SCALE") & 0xFFFF, 16), bit_field(cvt_cfg, 9, 4)) \
         if cvt_cfg & 1 else None
-    return ConvConfig(w, h, c, k, r, s, batches, in_addr, line, surf,
-                      reg("CDMA", "D_BATCH_STRIDE"), wt_addr, stride, dilation, pad, pad_value,
-                      out_w, out_h, clip, cvt)
+    return ConvConfig(w, h, c, k, r, s, batches, in_addr, line, surf, wt_addr, stride, dilation,
+                      pad, pad_value, out_w, out_h, clip, cvt)
 
 
 def convert_input(cfg: ConvConfig, image: np.ndarray) -> np.ndarray:

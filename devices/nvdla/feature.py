@@ -20,13 +20,15 @@ import functools
 
 import numpy as np
 
+from ..ranges import merge_ranges
+
 ATOM = 8  # bytes of a memory atom = channels of an int8 surface (nv_small)
 ATOM_K = 8  # kernels of a weight group (nv_small MAC_ATOMIC_K_SIZE_8)
 
 
-def feature_span(c: int, h: int, w: int, line: int, surf: int, bpe: int = 1) -> int:
+def feature_span(c: int, h: int, w: int, line: int, surf: int) -> int:
     """Bytes from the first to one past the last byte of a feature cube."""
-    surfaces = -(-c * bpe // ATOM)
+    surfaces = -(-c // ATOM)
     return (surfaces - 1) * surf + (h - 1) * line + w * ATOM
 
 
@@ -57,16 +59,9 @@ def write_feature(data: np.ndarray, offset: int, cube: np.ndarray, line: int, su
 def written_ranges(addr: int, c: int, h: int, w: int, line: int, surf: int
                    ) -> list[tuple[int, int]]:
     """The [start, end) bus ranges a feature cube's atoms occupy (one per line of a surface,
-    merged when lines touch)."""
-    out: list[tuple[int, int]] = []
-    for s in range(-(-c // ATOM)):
-        for y in range(h):
-            a = addr + s * surf + y * line
-            if out and out[-1][1] == a:
-                out[-1] = (out[-1][0], a + w * ATOM)
-            else:
-                out.append((a, a + w * ATOM))
-    return out
+    merged where lines touch or overlap)."""
+    starts = (addr + s * surf + y * line for s in range(-(-c // ATOM)) for y in range(h))
+    return merge_ranges([(a, a + w * ATOM) for a in starts])
 
 
 @functools.lru_cache(maxsize=32)

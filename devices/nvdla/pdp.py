@@ -25,8 +25,8 @@ from typing import Callable
 import numpy as np
 
 from ...emu.numeric.nvdla import round_shift, wrap
-from ..errors import DeviceError
 from ..bits import bit_field
+from ..errors import DeviceError
 
 Reg = Callable[[str, str], int]
 
@@ -37,10 +37,6 @@ def wrap16(v):
 
 METHODS = ("average", "max", "min")
 _SIGN_BITS = (7, 8, 9, 9, 10, 10, 10)
-
-
-
-
 
 
 def pad_value(raw: int, sign_bit: int) -> int:

@@ -29,21 +29,15 @@ from typing import Callable
 import numpy as np
 
 from ...emu.numeric.nvdla import round_shift, saturate, wrap
+from ..bits import bit_field, sign_extend
 from ..errors import DeviceError
 from . import feature as F
-from ..bits import bit_field, sign_extend
 
 Reg = Callable[[str, str], int]
 #: reads memory: (address, size, what) -> uint8 array
 Read = Callable[[int, int, str], np.ndarray]
 
 ALGOS = ("max", "min", "sum")
-
-
-
-
-
-
 
 
 @dataclass(frozen=True)
@@ -161,19 +155,13 @@ def decode(reg: Reg, rdma_enabled: bool) -> SdpConfig:
                  reg("SDP_RDMA", f"D_{name}_SURFACE_STRIDE"))
         stages.append(Stage(name, None if alu is None else ALGOS[alu], alu_mem,
                             sign_extend(reg("SDP", f"D_DP_{name}_ALU_SRC_VALUE"), 16),
-                            bit_field(alu_cfg, 13, 8) & 0x3F, mul, mul_mem,
+                            bit_field(alu_cfg, 13, 8), mul, mul_mem,
                             sign_extend(reg("SDP", f"D_DP_{name}_MUL_SRC_VALUE"), 16),
-                            bit_field(mul_cfg, 15, 8) & 0x3F, mul and bool(cfg >> 5 & 1),
+                            bit_field(mul_cfg, 13, 8), mul and bool(cfg >> 5 & 1),
                             not cfg >> 6 & 1, r))
     cvt = (sign_extend(reg("SDP", "D_CVT_OFFSET"), 32), sign_extend(reg("SDP", "D_CVT_SCALE"), 16),
            bit_field(reg("SDP", "D_CVT_SHIFT"), 5, 0))
     return SdpConfig(w, h, c, flying, bool(mode >> 1 & 1), src, dst, tuple(stages), cvt)
-
-
-
-
-
-
 
 
 def operands(st: Stage, shape: tuple[int, int, int], read: Read
@@ -202,9 +190,7 @@ def operands(st: Stage, shape: tuple[int, int, int], read: Read
         b = raw[idx + way * bpc].astype(np.int64)
         if two_bytes:
             b = b | raw[idx + way * bpc + 1].astype(np.int64) << 8
-            values.append(np.where(b >= 0x8000, b - 0x10000, b))
-        else:
-            values.append(np.where(b >= 0x80, b - 0x100, b))
+        values.append(wrap(b, 16 if two_bytes else 8))
     # data_use: 0 MUL, 1 ALU, 2 BOTH (alu first, then mul)
     if use == 2:
         alu_m, mul_m = values

@@ -25,6 +25,7 @@ checks (``ro_writes``). Errors name the file and line.
 """
 from __future__ import annotations
 
+import functools
 import re
 import zlib
 from pathlib import Path
@@ -133,21 +134,15 @@ def _check_span(device: "Nvdla", addr: int, size: int, where: str) -> None:
                          "memory windows (memory map: monitor map, or accelstub describe nvdla)")
 
 
-class CheckCrc(Step):
+def _check_crc(hp: HostProgram, sync: str, address: int, size: int, crc: int,
+               where: str) -> CheckResult:
     """check_crc: CRC-32 of SIZE bytes at ADDR."""
-
-    def __init__(self, sync: str, address: int, size: int, crc: int, where: str) -> None:
-        self.sync, self.address, self.size, self.crc, self.where = sync, address, size, crc, where
-
-    def run(self, hp: HostProgram) -> bool:
-        got = zlib.crc32(hp.device.read(self.address, self.size)) & 0xFFFFFFFF
-        ok = got == self.crc
-        what = (f"check_crc({self.sync}) {self.size:#x} bytes at {self.address:#010x}: "
-                f"{'PASS' if ok else 'FAIL'}")
-        if not ok:
-            what += f" (expected {self.crc:#010x}, got {got:#010x})"
-        hp.results.append(CheckResult(ok, f"{what}  [{self.where}]"))
-        return True
+    got = zlib.crc32(hp.device.read(address, size)) & 0xFFFFFFFF
+    ok = got == crc
+    what = f"check_crc({sync}) {size:#x} bytes at {address:#010x}: {'PASS' if ok else 'FAIL'}"
+    if not ok:
+        what += f" (expected {crc:#010x}, got {got:#010x})"
+    return CheckResult(ok, f"{what}  [{where}]")
 
 
 def load_trace(path: Path, device: "Nvdla") -> HostProgram:
@@ -212,8 +207,9 @@ def load_trace(path: Path, device: "Nvdla") -> HostProgram:
             if len(args) != 5:
                 raise TraceError(f"{where}: check_crc takes (sync id, memory, address, size, "
                                  "crc)")
-            steps.append(CheckCrc(args[0], _int(args[2], where), _int(args[3], where),
-                                  _int(args[4], where), where))
+            steps.append(Check(functools.partial(
+                _check_crc, sync=args[0], address=_int(args[2], where),
+                size=_int(args[3], where), crc=_int(args[4], where), where=where), where=where))
         elif cmd == "check_nothing":
             steps.append(Check(lambda hp, w=where: CheckResult(True, f"check_nothing  [{w}]"),
                                where=where))

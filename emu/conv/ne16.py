@@ -1,4 +1,4 @@
-"""GAP9 NE16 arithmetic: depthwise and per-window sums, and the normalisation/quantisation
+"""GAP9 NE16 arithmetic: per-window (and depthwise) sums, and the normalisation/quantisation
 stage. Pure kernels on numpy arrays; no device knowledge (the dense
 convolutions run on the shared exact kernel, emu/conv/int_conv.py).
 
@@ -10,21 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
-
-
-@njit(nogil=True, cache=True)
-def depthwise_sums(img, w, ho, wo):
-    """out[y, x, c] = sum over (ty, tx) of img[y + ty, x + tx, c] * w[c, ty, tx]: the 3x3
-    depthwise mode, int32 wrapping (``img`` uint8 [Y, X, C], ``w`` int16 [C, 3, 3])."""
-    c_n = w.shape[0]
-    out = np.zeros((ho, wo, c_n), np.int32)
-    for y in range(ho):
-        for x in range(wo):
-            for ty in range(3):
-                for tx in range(3):
-                    for c in range(c_n):
-                        out[y, x, c] += np.int32(img[y + ty, x + tx, c]) * np.int32(w[c, ty, tx])
-    return out
 
 
 @njit(nogil=True, cache=True)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from accelstub.devices import DeviceError, open_device
 from tests.helpers import control, step
 
-from .jobs import L1, L1_SIZE, r32, random_job, reference, submit, w32
+from .jobs import L1, L1_SIZE, r32, random_job, reference, submit
 
 
 def l1(dev) -> bytes:
@@ -190,5 +190,6 @@ def test_a_pointer_outside_l1_is_an_error_naming_the_tensor():
     submit(dev, {**A_REGS, "INFEAT_PTR": 0x0FFFFF00})
     with pytest.raises(DeviceError, match=r"input features: .* outside L1"):
         step(dev)
+    assert r32(dev, 0x0020100C) == 1  # the faulted job is still queued
     control(dev).reset("halt")
-    w32(dev, 0x0020107C, 0)
+    assert r32(dev, 0x0020100C) == 0  # a reset empties the queue
