@@ -25,7 +25,7 @@ import numpy as np
 
 from .ethosu85_models import (ADD, AVERAGE_POOL_2D, CONV_2D, DEPTHWISE_CONV_2D,
                               FULLY_CONNECTED, INT8, INT32, MEAN, NONE, OPT_ADD, OPT_CONV, OPT_DW,
-                              OPT_FC, OPT_POOL, OPT_REDUCER, OPT_SOFTMAX, RELU, RELU6, SAME,
+                              OPT_FC, OPT_REDUCER, OPT_SOFTMAX, RELU, RELU6, SAME,
                               SOFTMAX, VALID, Graph, _Op)
 
 BN_EPS = 1e-3  # Keras BatchNormalization's default epsilon
@@ -57,7 +57,7 @@ class FloatNet:
     def _act(self, name: str, v: np.ndarray, scale=None, zp=None) -> int:
         if scale is None:
             scale, zp = self.qparams(v)
-        t = self.g.tensor(name, v.shape[:0] + (1,) + v.shape[1:], INT8, scale, zp)
+        t = self.g.tensor(name, (1,) + v.shape[1:], INT8, scale, zp)
         self.f[t] = v
         return t
 
@@ -182,11 +182,8 @@ class FloatNet:
         n, h, w, c = v.shape
         oh, ow = h // k[0], w // k[1]
         y = v[:, :oh * k[0], :ow * k[1]].reshape(n, oh, k[0], ow, k[1], c).mean(axis=(2, 4))
-        t = self.g.tensors[x]
-        yt = self._act(self._name("pool") + ".out", y, t.scale, t.zero_point)
-        self.g.ops.append(_Op(AVERAGE_POOL_2D, [x], [yt], OPT_POOL,
-                              {0: ("b", VALID), 1: ("i", k[1]), 2: ("i", k[0]),
-                               3: ("i", k[1]), 4: ("i", k[0]), 5: ("b", NONE)}, 2))
+        yt = self.g.pool(x, AVERAGE_POOL_2D, k, k, VALID)
+        self.f[yt] = y
         return yt
 
     def mean(self, x: int) -> int:
@@ -200,9 +197,7 @@ class FloatNet:
     def flatten(self, x: int) -> int:
         v = self.f[x]
         y = v.reshape(v.shape[0], -1)
-        t = self.g.tensors[x]
-        yt = self.g.reshape(x, (1, y.shape[1]))
-        self.g.tensors[yt].scale, self.g.tensors[yt].zero_point = t.scale, t.zero_point
+        yt = self.g.reshape(x, (1, y.shape[1]))  # the input's quantization
         self.f[yt] = y
         return yt
 

@@ -556,8 +556,6 @@ def weights(s: SetState, mem: MemoryPort, cfg: NpuConfig, *, depth: int, ifm_dep
         streams.append(mem.read_bytes(region, base, length, RD_WEIGHTS))
     diag: list[str] = []
     w = Wt.decode_weights_memo(streams, p, fwd=fwd, diag=diag)
-    if sparse:
-        Wt.check_sparse_2_4(w, diag)
     _check_diag(diag, "weight stream")
     return w
 

@@ -74,10 +74,8 @@ def _ew_kernel(a, b, ew, cfg, lut):
                 bv = b[y, x, c]
                 rm = RESCALE_GLOBAL
                 acc = np.int64(0)
-                wide = False
-                if mode == 0:
-                    acc = av * bv                     # exact: |a|, |b| <= 2^32
-                    wide = True
+                if mode == 0:  # MUL keeps the whole product: |a|, |b| <= 2^31 (b32 is signed)
+                    acc = av * bv
                     if not (ab == 8 or ab == 16):
                         rm = RESCALE_SHIFT_ONLY
                 elif mode == 5:
@@ -138,7 +136,7 @@ def _ew_kernel(a, b, ew, cfg, lut):
                         acc = ~sa
                     elif mode == 42:
                         acc = sa & ~sb
-                if not wide:
+                if mode != 0:
                     acc = P.sign_extend(acc, 32)              # int32_t acc (L8524, G-R7)
                 r = P.rescale(acc, -1, rm, cfg, empty, empty)
                 r = P.activation(r, cfg, lut)

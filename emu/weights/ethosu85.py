@@ -663,18 +663,22 @@ def fwd_split(values, p) -> list[np.ndarray]:
 
 def decode_weights(streams, p, fwd=False, diag=None) -> np.ndarray:
     """Decode the weight stream(s) of one CONV/DEPTHWISE into W[oc][kh][kw][ic]: ``streams`` is
-    a list of byte strings (decoder 0..num_wd-1 for SWD; one stream for FWD)."""
+    a list of byte strings (decoder 0..num_wd-1 for SWD; one stream for FWD). Sparse weights
+    are checked against the 2:4 rule here, so the memo keeps that verdict with them."""
     counts = expected_counts(p)
     if fwd:
-        vals = decode_fwd(streams[0], sum(counts))
-        return unorder_weights(fwd_split(vals, p), p, diag)
-    dec = []
-    for k, s in enumerate(streams[:len(counts)]):
-        v, status, _ = decode_swd(s)
-        if status != SWD_OK and diag is not None:
-            diag.append(f"weight decoder {k}: SWD status {status}")
-        dec.append(v)
-    return unorder_weights(dec, p, diag)
+        dec = fwd_split(decode_fwd(streams[0], sum(counts)), p)
+    else:
+        dec = []
+        for k, s in enumerate(streams[:len(counts)]):
+            v, status, _ = decode_swd(s)
+            if status != SWD_OK and diag is not None:
+                diag.append(f"weight decoder {k}: SWD status {status}")
+            dec.append(v)
+    w = unorder_weights(dec, p, diag)
+    if p[12]:  # sparse
+        check_sparse_2_4(w, diag)
+    return w
 
 
 def check_sparse_2_4(w: np.ndarray, diag: list | None) -> None:
@@ -737,9 +741,8 @@ def decode_weights_memo(streams, p, fwd: bool = False, diag: list | None = None)
                 old, _ = _DECODED.popitem(last=False)
                 total -= sum(len(b) for b in old[0])
                 _PROBES.clear()  # it holds only entries of _DECODED
-        else:
-            _DECODED.move_to_end(key)
         _PROBES[probe] = hit
+    _DECODED.move_to_end((hit[2], params, bool(fwd)))  # least recently used goes first
     if diag is not None:
         diag.extend(hit[1])
     return hit[0]

@@ -427,3 +427,24 @@ def test_axi_burst_counts_equal_vectorised_split():
                                                          minlength=n).astype(np.int64))
         np.testing.assert_array_equal(nbytes, np.bincount(port, weights=b - a, minlength=n))
         assert total == a.size
+
+
+def test_weight_decode_memo_evicts_the_least_recently_used(monkeypatch):
+    """A repeat run finds its entry by the probe; that use still counts for the eviction order,
+    so a busy layer's weights stay while one used once goes."""
+    monkeypatch.setattr(Wt, "_DECODED_MAX_ENTRIES", 2)
+    monkeypatch.setattr(Wt, "_DECODED", type(Wt._DECODED)())
+    monkeypatch.setattr(Wt, "_PROBES", {})
+    p = Wt.ordering_params(ofm_depth=4, ifm_depth=4, kernel_hw=(1, 1), ofm_block_depth=16,
+                           macs_per_cc=256, microblock=2)
+    rng = np.random.default_rng(5)
+    a, b, c = ([Wt.encode_swd(s, zdiv=0, wdiv=5)
+                for s in Wt.order_weights(rng.integers(-99, 100, (4, 1, 1, 4)), p)]
+               for _ in range(3))
+    first = Wt.decode_weights_memo(a, p)
+    Wt.decode_weights_memo(b, p)
+    for _ in range(5):
+        assert Wt.decode_weights_memo(list(a), p) is first  # the busy one, through the probe
+    Wt.decode_weights_memo(c, p)  # the memo is full: the least recently used (b) goes
+    assert Wt.decode_weights_memo(a, p) is first
+    assert len(Wt._DECODED) == 2 and all(k[0] != tuple(b) for k in Wt._DECODED)

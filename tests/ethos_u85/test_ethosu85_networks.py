@@ -19,15 +19,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.ethos_u85.test_ethosu85_vela import (HAVE_FLATBUFFERS, assert_outputs_equal,
+from tests.ethos_u85.test_ethosu85_vela import (assert_outputs_equal,
                                                 litert_reference, needs_litert, needs_vela)
 
-if HAVE_FLATBUFFERS:
-    from accelstub.testkit.ethosu85_models import sample_inputs
-    from accelstub.testkit.ethosu85_networks import NETWORKS, build_network
-else:  # the names still parametrize (and skip)
-    NETWORKS = [a + s for a in ("resnet8", "ds_cnn", "mobilenet_v1_025", "mobilenet_v2_035",
-                                "autoencoder") for s in ("", "_logits")]
+from accelstub.testkit.ethosu85_models import sample_inputs  # (flatbuffers: only to write)
+from accelstub.testkit.ethosu85_networks import NETWORKS, build_network
 
 MACS = (256, 1024)
 

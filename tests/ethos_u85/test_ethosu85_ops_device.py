@@ -16,7 +16,7 @@ from accelstub.emu.weights import ethosu85 as Wt
 from accelstub.devices.device import UnitContext
 from tests.helpers import step
 from tests.ethos_u85 import ethosu85_reference as ref
-from tests.ethos_u85.test_ethosu85_device import BUF, BUF2, QBASE, Host, run_to_irq
+from tests.ethos_u85.test_ethosu85_device import BUF, BUF2, Host, run_to_irq
 
 STOP = [("NPU_OP_STOP", dict(mask=0xFFFF))]
 RNG = np.random.default_rng(85)
@@ -719,7 +719,7 @@ def test_sparse_weights(dev, host):
     exp = ref.conv(v, W, 3, 2, (1, 1), (1, 1), (0, 0, 0, 0), o, LUT0, [0] * 3, [1 << 30] * 3,
                    [41] * 3)
     assert got[0] == got[1] == bytes(np.asarray(exp, np.int64).astype(np.int8).ravel())
-    W[0, 0, 0, 1] = 5              # three values in ic 0-3
+    W[0, 0, 0, :4] = (3, 5, 0, 7)  # three values in ic 0-3
     dev.write(BUF + 0x100, bytes(18))
     cmds = (ifm("IFM", (3, 3, 6), 0) + [("NPU_SET_IFM_DEPTH_M1", dict(depth_m1=5))]
             + ofm((3, 2, 3), 0x100, o, blk=(3, 2, 8)) + kernel(1, 2) + acc_format()

@@ -17,9 +17,7 @@ from accelstub.devices.ethos_u85.vela import COP1, raw, read_vela
 from accelstub.stub.cli import demo_program, main
 from tests.ethos_u85.test_ethosu85_vela import (HAVE_FLATBUFFERS, compiled, litert_reference,  # noqa: F401
                                                 needs_flatbuffers, needs_litert, needs_vela, vela)
-
-if HAVE_FLATBUFFERS:
-    from accelstub.testkit.ethosu85_models import build, sample_inputs
+from accelstub.testkit.ethosu85_models import build, sample_inputs
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "configs" / "demo" / "ethos-u85_demo"

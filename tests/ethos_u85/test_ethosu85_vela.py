@@ -57,13 +57,7 @@ needs_vela = pytest.mark.skipif(not (HAVE_VELA and HAVE_FLATBUFFERS) and not IN_
 needs_litert = pytest.mark.skipif(not HAVE_LITERT and not IN_CI, reason="ai-edge-litert is not installed "
                                   "(pip install -e '.[test]')")
 
-if HAVE_FLATBUFFERS:
-    from accelstub.testkit.ethosu85_models import MODELS, build, sample_inputs
-else:  # the names still parametrize (and skip)
-    MODELS = {n: None for n in ("conv", "conv_2ch", "depthwise", "max_pool", "avg_pool", "add",
-                                "mul", "mul_const",
-                                "fully_connected", "small_cnn", "add_int16", "max_pool_int16",
-                                "resize_nearest")}
+from accelstub.testkit.ethosu85_models import MODELS, build, sample_inputs  # noqa: E402
 
 #: models the device cannot run yet, with the reason (strict: they must fail until fixed)
 XFAIL: dict[str, str] = {}
