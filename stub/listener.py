@@ -7,6 +7,7 @@ import collections
 import logging
 import socket
 import threading
+from typing import Callable
 
 log = logging.getLogger("accelstub.server")
 
@@ -121,9 +122,11 @@ class OutputQueue:
     socket is shut down (which ends the connection's threads) instead of queueing more.
     """
 
-    def __init__(self, sock: socket.socket, name: str, limit: int | None = None,
-                 unsolicited_limit: int | None = None) -> None:
-        self._sock = sock
+    def __init__(self, send: Callable[[bytes], None], cut: Callable[[], None], name: str,
+                 limit: int | None = None, unsolicited_limit: int | None = None) -> None:
+        """``send`` writes to the client (may block; OSError ends the output), ``cut`` ends the
+        connection from another thread (its reader sees the end)."""
+        self._send, self._cut = send, cut
         self._name = name
         self.limit = OUTPUT_LIMIT if limit is None else limit
         self.unsolicited_limit = UNSOLICITED_LIMIT if unsolicited_limit is None \
@@ -135,6 +138,15 @@ class OutputQueue:
         self.closed = False  # no more output: closing, or the client went away
         self._thread = threading.Thread(target=self._run, daemon=True, name=name)
         self._thread.start()
+
+    @classmethod
+    def for_socket(cls, sock: socket.socket, name: str) -> "OutputQueue":
+        def cut() -> None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        return cls(sock.sendall, cut, name)
 
     def put(self, data: bytes, unsolicited: bool = False) -> None:
         """Queue ``data``; never blocks."""
@@ -161,10 +173,7 @@ class OutputQueue:
         if first:
             log.warning("%s: the client does not read its output; closing the connection",
                         self._name)
-        try:
-            self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+        self._cut()
 
     def wait_room(self) -> bool:
         """Block while more than ``limit`` bytes wait; False once the output is closed."""
@@ -182,7 +191,7 @@ class OutputQueue:
                     return
                 data, unsolicited = self._items[0]
             try:
-                self._sock.sendall(data)
+                self._send(data)
             except OSError:
                 with self._cond:
                     self.closed = True

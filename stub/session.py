@@ -15,6 +15,7 @@ from accelstub.devices import BusError, DeviceError, TargetRunning
 from accelstub.devices.device import SIGINT, Stop
 
 from .commands import CommandError, execute
+from .listener import OutputQueue
 from .rsp_codec import PacketReader, escape, frame, unescape
 
 if TYPE_CHECKING:
@@ -46,6 +47,15 @@ def hex_bytes(text: bytes) -> bytes:
     return bytes.fromhex(text.decode("ascii"))
 
 
+#: requests _fast_packet answers (reads: no state change, always a reply), by first byte
+FAST_REQUESTS = frozenset(b"mpxg")
+
+
+def o_packet(text: str) -> bytes:
+    """Text for gdb's console (an ``O`` packet)."""
+    return b"O" + text.encode("utf-8", "replace").hex().encode()
+
+
 class GdbSession:
     def __init__(self, server: "GdbServer", conn) -> None:
         self.server = server
@@ -64,6 +74,10 @@ class GdbSession:
         self._send_lock = threading.Lock()
         self._last_sent = b""
         self.closed = False
+        #: what the run-control worker sends (the stop reply owed, %Stop notifications) goes
+        #: through a queue of its own: a client that does not read must not hold the worker
+        #: (for every client); past the unsolicited limit the connection is cut
+        self.stop_output = OutputQueue(self._send_locked, lambda: self.conn.close(), "gdb-stops")
         self._after_reply = ""  # "noack" | "close": takes effect once the reply is sent
         self._handlers: dict[str, Callable[[bytes], bytes | None]] = {
             "?": self._status, "g": self._read_core, "G": self._write_core,
@@ -73,9 +87,6 @@ class GdbSession:
             "v": self._v_packet, "H": lambda p: b"OK", "T": lambda p: b"OK",
             "D": self._detach, "k": self._kill,
         }
-        #: requests _fast_packet answers (reads: no state change, always a reply), by first byte
-        self._fast_handlers: dict[int, Callable[[bytes], bytes]] = {
-            ord(k): self._handlers[k] for k in "mpxg"}
 
     # -- transport loop -----------------------------------------------------------------------
     def serve(self) -> None:
@@ -95,6 +106,7 @@ class GdbSession:
             self.closed = True
             self.rc.remove_stop_listener(self._on_stop)
             self.server.session_ended(self)
+            self.stop_output.close(flush_timeout=0.5)
             self.conn.close()
 
     def _fast_packet(self, data: bytes) -> bool:
@@ -103,19 +115,13 @@ class GdbSession:
         anything else, which the general parser then takes (it also reports bad checksums)."""
         if len(data) < 5 or data[0] != 0x24 or data[-3] != 0x23 or self.reader.pending:
             return False
-        handler = self._fast_handlers.get(data[1])
-        if handler is None:
+        if data[1] not in FAST_REQUESTS:
             return False
         payload = data[1:-3]
         if 0x23 in payload or 0x24 in payload or \
                 _CHECKSUMS.get(data[-2:]) != sum(payload) & 0xFF:
             return False
-        try:
-            reply = handler(payload)
-        except Exception as e:  # as _dispatch_safely
-            log.exception("error handling packet %r: %s", payload[:64], e)
-            reply = E_PERM
-        self.send(reply)
+        self.send(self._dispatch_safely(payload))
         return True
 
     def send(self, payload: bytes, ack: bool = False, notification: bool = False) -> None:
@@ -128,7 +134,7 @@ class GdbSession:
     def console(self, text: str) -> None:
         """Text for gdb's console as an ``O`` packet (only while gdb waits for a reply)."""
         if text:
-            self.send(b"O" + text.encode("utf-8", "replace").hex().encode())
+            self.send(o_packet(text))
 
     def _event(self, ev) -> None:
         ack = not self.noack
@@ -157,11 +163,21 @@ class GdbSession:
             self._raw(self._last_sent)
 
     def _raw(self, data: bytes) -> None:
+        try:
+            self._send_locked(data)
+        except OSError:
+            self.closed = True
+
+    def _send_locked(self, data: bytes) -> None:
         with self._send_lock:
-            try:
-                self.conn.send(data)
-            except OSError:
-                self.closed = True
+            self.conn.send(data)
+
+    def _post(self, payload: bytes, notification: bool = False) -> None:
+        """:meth:`send` for the run-control worker's thread: queued (see stop_output)."""
+        data = frame(payload, notification)
+        if not notification:
+            self._last_sent = data
+        self.stop_output.put(data, unsolicited=True)
 
     def _dispatch_safely(self, payload: bytes) -> bytes | None:
         try:
@@ -193,11 +209,11 @@ class GdbSession:
             if stop.reason == "fault":
                 msg = f"accelstub: {self.device.name} fault: {msg}"
             if msg:
-                self.console(msg.rstrip("\n") + "\n")
+                self._post(o_packet(msg.rstrip("\n") + "\n"))
             self._after_watch = bool(stop.watch) and not self.notify
-            self.send(self.stop_reply(stop))
+            self._post(self.stop_reply(stop))
         elif self.notify:
-            self.send(b"Stop:" + self.stop_reply(stop), notification=True)
+            self._post(b"Stop:" + self.stop_reply(stop), notification=True)
 
     def _resume(self, step: bool, addr: bytes = b"") -> bytes | None:
         after_watch, self._after_watch = self._after_watch, False

@@ -38,7 +38,7 @@ class _Connection:
         self._last_state: dict[int, str] = {}
         self._state_lock = threading.Lock()
         self._hooks: list = []
-        self.out = OutputQueue(sock, "tcl-writer")
+        self.out = OutputQueue.for_socket(sock, "tcl-writer")
 
     # -- output -----------------------------------------------------------------------------
     def send(self, data: bytes, unsolicited: bool = False) -> None:

@@ -275,7 +275,7 @@ class _Connection:
     def __init__(self, server: "TelnetServer", sock: socket.socket) -> None:
         self.server = server
         self.sock = sock
-        self.out = OutputQueue(sock, "telnet-writer")
+        self.out = OutputQueue.for_socket(sock, "telnet-writer")
         self.busy_lock = threading.Lock()
         self.busy = False
         self.pending: list = []  # (rc, stop) seen while a command ran

@@ -468,6 +468,32 @@ def test_unread_unsolicited_output_past_the_limit_closes_the_connection(ctx, rc,
         server.stop()
 
 
+def test_gdb_notifications_to_a_client_that_reads_nothing_never_block_run_control(
+        stub, monkeypatch):
+    """%Stop notifications are written by the run-control worker's stops: to a gdb client (the
+    TUI's, say) that reads nothing they queue instead of blocking the worker (which blocked it
+    after ~480 stops for every client), and past the unsolicited limit the connection is cut."""
+    from accelstub.stub import listener
+    from accelstub.stub.rsp_codec import frame
+
+    monkeypatch.setattr(listener, "UNSOLICITED_LIMIT", 20_000)
+    rc = stub.targets[0]
+    server = stub.gdb[0]
+    with _small_receiver(server.port) as s:
+        s.sendall(frame(b"qSupported:accelstub-notify+"))
+        _small_server_buffers(server)
+        time.sleep(0.2)
+        for i in range(3000):
+            rc.resume()
+            assert rc.wait(2) is not None, f"run control blocked after {i} stops"
+            if server.connections == 0:
+                break
+        t_end = time.monotonic() + 3
+        while server.connections and time.monotonic() < t_end:
+            time.sleep(0.05)
+        assert server.connections == 0, "the connection that reads nothing is still open"
+
+
 def test_gdb_session_stops_reading_a_client_that_reads_no_replies(stub, monkeypatch):
     """RSP replies are written by the session's own thread: a client that does not read them
     stops the session reading (checked, no change needed)."""
