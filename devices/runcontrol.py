@@ -95,6 +95,10 @@ class RunControl:
         """``fn(units_done)`` after every unit, in the worker thread (progress lines)."""
         self._unit_listeners.append(fn)
 
+    def remove_unit_listener(self, fn: Callable[[int], None]) -> None:
+        if fn in self._unit_listeners:
+            self._unit_listeners.remove(fn)
+
     def require_halted(self, what: str) -> None:
         if self.running:
             raise TargetRunning(what)

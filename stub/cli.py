@@ -332,13 +332,13 @@ def _disasm(path: str) -> int:
     object per word, so a large file listed at once ran out of memory. A raw file longer than
     MAX_DISASM_BYTES (a container: MAX_MODEL_BYTES) is refused before any output, and so is a
     file that is no command stream: listing it would print garbage."""
-    from accelstub.devices.ethos_u85.vela import VelaImportError, config_text, \
+    from accelstub.devices.ethos_u85.vela import VelaImportError, config_text, container_kind, \
         find_command_streams
 
     from .files import FileRefused, read_bounded
 
     head = _head(Path(path))
-    container = head[:4] == b"PK\x03\x04" or head[4:8] == b"TFL3"
+    container = container_kind(head) is not None
     limit, text = ((MAX_MODEL_BYTES, f"{MAX_MODEL_BYTES} bytes (256 MiB) of Vela output are read")
                    if container else
                    (MAX_DISASM_BYTES, f"{MAX_DISASM_BYTES} bytes (16 MiB) are disassembled"))

@@ -106,16 +106,20 @@ def run_to_end(rc: RunControl, progress: Callable[[int], None] | None = None,
     per_unit: list[tuple[str, int, str]] = []
     cycles = [dev.cycles]
 
-    def record(done: int) -> None:  # after each unit
-        out = output_text(dev, rc.last_touched.writes) if verbose and rc.last_touched else ""
+    def record(done: int) -> None:  # after each unit (-v only: the labels cost time per unit)
+        out = output_text(dev, rc.last_touched.writes) if rc.last_touched else ""
         per_unit.append((rc.last_unit_label, dev.cycles - cycles[0], out))
         cycles[0] = dev.cycles
 
-    rc.add_unit_listener(record)
-    if progress is not None:
-        rc.add_unit_listener(progress)
+    listeners = ([record] if verbose else []) + ([progress] if progress is not None else [])
+    for fn in listeners:
+        rc.add_unit_listener(fn)
     start = dev.cycles
-    stop = rc.run_here()
+    try:
+        stop = rc.run_here()
+    finally:
+        for fn in listeners:
+            rc.remove_unit_listener(fn)
     if stop.reason != "done":  # a fault, a stuck driver, a halt, or nothing to run at all
         return RunOutcome(2, [f"error: {stop.message or stop.reason}"])
     host = rc.host

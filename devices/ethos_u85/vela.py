@@ -414,6 +414,16 @@ def _from_npz(path: Path) -> VelaProgram:
                        slots("output"), regions)
 
 
+def container_kind(head: bytes) -> str | None:
+    """"npz" (a zip archive: Vela's --output-format raw), "tflite" (a TFL3 flatbuffer) or None,
+    from a file's first 8 bytes."""
+    if head[:4] == b"PK\x03\x04":
+        return "npz"
+    if head[4:8] == b"TFL3":
+        return "tflite"
+    return None
+
+
 def read_vela(path: str | Path) -> VelaProgram:
     """Parse a ``*_vela.tflite`` or Vela raw ``.npz`` (chosen by content)."""
     path = Path(path)
@@ -421,9 +431,10 @@ def read_vela(path: str | Path) -> VelaProgram:
         data = path.read_bytes()
     except OSError as e:
         raise VelaImportError(f"{path}: cannot read: {e.strerror or e}") from None
-    if data[:4] == b"PK\x03\x04":
+    kind = container_kind(data)
+    if kind == "npz":
         return _from_npz(path)
-    if data[4:8] == b"TFL3":
+    if kind == "tflite":
         return _from_tflite(path, data)
     raise VelaImportError(f"{path}: neither a Vela .tflite (TFL3 flatbuffer) nor a Vela raw "
                           ".npz (zip archive)")
@@ -484,7 +495,8 @@ def find_command_streams(data: bytes, name: str) -> list[FoundStream] | None:
         off, n, config = parse_payload(payload, where)
         return FoundStream(where, payload[off:off + 4 * n], off, config)
 
-    if data[:4] == b"PK\x03\x04":
+    kind = container_kind(data)
+    if kind == "npz":
         try:
             with np.load(io.BytesIO(data), allow_pickle=False) as z:
                 if "cmd_data" not in z.files:
@@ -497,7 +509,7 @@ def find_command_streams(data: bytes, name: str) -> list[FoundStream] | None:
                 raise
             raise VelaImportError(f"{name}: not a readable .npz archive ({e})") from None
         return [one(raw(cmd), f"{name}: cmd_data")]
-    if data[4:8] == b"TFL3":
+    if kind == "tflite":
         m = read_tflite(data, name)
         found = []
         for i, op in enumerate(m.operators):

@@ -678,7 +678,7 @@ class _Importer:
             data = _words(vals[:n])
         elif name == "memcpy_8to32":
             # *dst++ = *src++ with a uint8_t source: the byte zero-extended into a word
-            data = b"".join((v & 0xFF).to_bytes(4, "little") for v in vals[:n])
+            data = _words([v & 0xFF for v in vals[:n]])
         else:
             data = b"".join(b"".join((v & MASK32).to_bytes(4, "little")
                                      for v in vals[3 * k:3 * k + 3]) + bytes(4)
@@ -804,18 +804,17 @@ class _Importer:
             return
         value = int.from_bytes(ctl[-1].data, "little")
         enabled = [n for n in range(4) if value >> (12 + n) & 1]       # fifo_en 15:12
-        written = sorted({(a.address - FIFO_WR0) // 4 for a in self.prog.setup + self.prog.start
-                          if isinstance(a, Write) and FIFO_WR0 <= a.address < FIFO_WR0 + 16})
+        pushes = [a for a in self.prog.setup + self.prog.start
+                  if isinstance(a, Write) and FIFO_WR0 <= a.address < FIFO_WR0 + 16]
+        written = sorted({(a.address - FIFO_WR0) // 4 for a in pushes})
         missing = [n for n in enabled if n not in written]
         if missing:
-            pushes = next((a.where for a in self.prog.setup + self.prog.start
-                           if isinstance(a, Write) and FIFO_WR0 <= a.address < FIFO_WR0 + 16),
-                          "load_input()")
             coupled = (" (fifo_cpl = 1: the FIFOs are read together, so none drains)"
                        if value >> 11 & 1 else "")
             raise Ai8xImportError(
                 f"{ctl[-1].where}: CNN_FIF0_CTRL = {value:#010x} enables FIFO(s) "
-                f"{', '.join(map(str, enabled))}{coupled}, but load_input() ({pushes}) writes "
+                f"{', '.join(map(str, enabled))}{coupled}, but load_input() "
+                f"({pushes[0].where if pushes else 'load_input()'}) writes "
                 f"FIFO(s) {', '.join(map(str, written)) or 'none'} only: layer 0 would wait for "
                 f"ever for the data of processors "
                 f"{', '.join(f'{16 * n}-{16 * n + 3}' for n in missing)} (FIFO n feeds "

@@ -17,12 +17,13 @@ the 2-core machine. Two integer kernels, chosen per call by :func:`conv_sums`:
   (int16 data, int9 Ethos-U85 weights, CPUs without VNNI).
 
 Both compute every sum exactly modulo 2**32 (int32 accumulators that wrap): vpdpbusd adds a
-lane's four products (together below 2**17 in magnitude) with wrap-around, vpmaddwd's pair sums cannot
-overflow (callers keep one operand above -32768), and the offset correction is an identity
-modulo 2**32. So the two kernels agree bit for bit, and a sum is exact wherever the true sum
-fits int32; callers use them only there, or want the wrap (MAX78000: |data| <= 128, |weight| <=
-128, at most 1024 x 9 products per output, so below 2**28; Ethos-U85: checked by
-:func:`fits_int32`, wider sums keep the exact float GEMM; NE16: its accumulators are int32 and wrap).
+lane's four products (together below 2**17 in magnitude) with wrap-around, vpmaddwd's pair sums
+cannot overflow (callers keep one operand above -32768), and the offset correction is an
+identity modulo 2**32. So the two kernels agree bit for bit, and a sum is exact wherever the
+true sum fits int32; callers use them only there, or want the wrap (MAX78000: |data| <= 128,
+|weight| <= 128, at most 1024 x 9 products per output, so below 2**28; Ethos-U85: checked by
+:func:`fits_int32`, wider sums keep the exact float GEMM; NE16: its accumulators are int32 and
+wrap).
 
 Layouts (chosen so the innermost loop reads contiguous memory):
 * input, packed by :func:`_pack_input`: per padded row, per channel pair, per column phase
@@ -418,11 +419,12 @@ def conv_sums(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_
     p = _plan(c, min(cols, wd), w.kh, w.kw, ho, wo, pad[1], stride[0], sx, dilation[0],
               dilation[1])
     plane = sx * p.wq
+    kp = w.kp8 if off is not None else w.kp
+    acc = scratch("int_conv.acc", (kp * ho * p.wob,), np.int32)
     if off is not None:
         # sum of (v + off) * w minus (zero_point + off) * sum(w) per channel (the accumulators'
         # start value), all modulo 2**32: the same sums; padding holds zero_point + off
         q4 = (c + 3) // 4
-        kp = w.kp8
         nhwc = v.transpose(1, 2, 0)
         if c % 4 or not nhwc.flags.c_contiguous:  # whole words of 4 channels, NHWC: a copy
             # (the bytes of channels >= c are left as they were: their weights are 0)
@@ -430,16 +432,14 @@ def conv_sums(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_
             copy[:, :, :c] = nhwc
             nhwc = copy
         buf = scratch("int_conv.x8", (p.hp * q4 * plane,), np.int32)
-        acc = scratch("int_conv.acc", (kp * ho * p.wob,), np.int32)
-        with parallel(ho * wo * w.k * c * w.kh * w.kw):
+    else:
+        buf = scratch("int_conv.x", (p.hp * p.c2 * plane,), np.int32)
+    with parallel(ho * wo * w.k * c * w.kh * w.kw):
+        if off is not None:
             _vnni_conv(nhwc.view(np.int32), off, zero_point + off, min(rows, h), pad[0],
                        p.dst_col, buf, w.quads, w.wsum, acc, ho, p.wob, q4, w.kh, w.kw,
                        kp // KB8, stride[0], q4 * plane, plane, p.row_off, p.col_off, hwc)
-    else:
-        buf = scratch("int_conv.x", (p.hp * p.c2 * plane,), np.int32)
-        kp = w.kp
-        acc = scratch("int_conv.acc", (kp * ho * p.wob,), np.int32)
-        with parallel(ho * wo * w.k * c * w.kh * w.kw):
+        else:
             _pack_input(v, zero_point, min(rows, h), pad[0], p.dst_col,
                         v.strides[0] < v.strides[2],
                         buf.view(np.int16).reshape(p.hp, p.c2, plane, 2))
