@@ -275,7 +275,8 @@ def _pack_input8(src, mask, pad, rows, top, dst_col, x4):
     (four channels a word); ``mask`` 0x80808080 adds 128 to every byte of int8 data (their
     unsigned byte form), 0 keeps uint8 data; ``pad``: the zero point's byte form in every byte,
     so padding reads 0 after the zero point. Rows >= ``rows`` and columns with dst_col < 0 are
-    not used. Padded rows in parallel."""
+    not used. One thread (a few percent of a 64-channel layer's call, but up to 40 % of a
+    4-channel one: rows in parallel would pay there)."""
     q4 = src.shape[2]
     for pr in range(x4.shape[0]):
         x4[pr] = pad
