@@ -182,6 +182,21 @@ class Bus:
             raise BusError(addr, f"{r.name} is a register window, not memory")
         return self.memories[r.name], addr - r.base
 
+    def memory_span(self, addr: int, size: int) -> tuple[Memory, int]:
+        """The memory holding all of [addr, addr + size) and the offset of ``addr`` in it, for
+        device models that reach memory directly (DMA, tensors, streams); BusError at the first
+        address outside that memory's populated ranges (or at ``addr`` for a negative size)."""
+        mem, off = self.memory_at(addr)
+        if size < 0:
+            raise BusError(addr, f"negative size {size}")
+        a, end = addr, addr + size
+        while a < end:
+            _, e, r = self._populated(a)
+            if r is not mem.region:
+                raise BusError(a, f"leaves {mem.region.name}")
+            a = e
+        return mem, off
+
     # -- registers: word-wise, any byte lanes -------------------------------------------------
     def _reg_at(self, word: int):
         reg = self.description.register_at(word)

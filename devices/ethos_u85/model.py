@@ -287,17 +287,11 @@ class EthosU85(Device):
         if hit is not None:
             return hit
         try:
-            mem, off = self.bus.memory_at(lo)
-            ok = hi <= mem.region.end and self.bus.is_mapped(lo, hi - lo)
-        except BusError:
-            ok = False
-        if not ok:
-            try:  # the first address outside the window holding lo (lo itself if none)
-                bad = max(lo, self.bus.memory_at(lo)[0].region.end)
-            except BusError:
-                bad = lo
-            raise NpuBusFault(bad, channel, region, f"bus fault: {what} access {lo:#x}-{hi - 1:#x} "
-                              f"leaves the system memory windows at {bad:#x}")
+            mem, off = self.bus.memory_span(lo, hi - lo)
+        except BusError as e:
+            raise NpuBusFault(e.address, channel, region, f"bus fault: {what} access "
+                              f"{lo:#x}-{hi - 1:#x} leaves the system memory windows at "
+                              f"{e.address:#x}") from None
         if len(self._windows) >= 4096:
             self._windows.clear()
         self._windows[(lo, hi)] = mem, off

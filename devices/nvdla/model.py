@@ -233,13 +233,10 @@ class Nvdla(Device):
         """(the memory, offset of ``addr`` in it) for ``size`` bytes at ``addr``; DeviceError
         naming ``what`` when they are not all in one memory."""
         try:
-            mem, off = self.bus.memory_at(addr)
-        except BusError:
-            raise DeviceError(f"{what} at {addr:#010x} is outside the memory windows") from None
-        if size < 0 or off + size > mem.data.size:
-            raise DeviceError(f"{what}: {size} bytes at {addr:#010x} run past the end of its "
-                              f"memory window ({addr - off + mem.data.size:#010x})")
-        return mem, off
+            return self.bus.memory_span(addr, size)
+        except BusError as e:
+            raise DeviceError(f"{what}: {size} bytes at {addr:#010x} leave the memory windows "
+                              f"at {e.address:#010x}") from None
 
     def _read(self, addr: int, size: int, what: str) -> np.ndarray:
         mem, off = self.memory(addr, size, what)

@@ -207,3 +207,17 @@ def test_run_thread_is_reused_then_ends_and_frees_the_device(monkeypatch):
     del dev, rc
     gc.collect()
     assert ref() is None                            # no thread keeps a dropped device alive
+
+
+def test_memory_span_names_the_first_address_outside_the_memory():
+    """Bus.memory_span, the one check device models use before reaching memory directly."""
+    bus = open_device("nvdla").bus
+    mem, off = bus.memory_span(0x8000_0010, 0x20)
+    assert mem.region.name == "sysmem_8000" and off == 0x10
+    for addr, size, bad in ((0x83FF_FFF0, 0x20, 0x8400_0000),   # runs past its end
+                            (0x7FFF_FFF0, 0x20, 0x7FFF_FFF0),   # starts outside any memory
+                            (0x0000_3000, 4, 0x0000_3000),      # a register window
+                            (0x8000_0000, -1, 0x8000_0000)):
+        with pytest.raises(BusError) as e:
+            bus.memory_span(addr, size)
+        assert e.value.address == bad, (hex(addr), hex(e.value.address))
