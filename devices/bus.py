@@ -154,12 +154,20 @@ class Bus:
             if mem is not None and addr + size <= e and size >= 0:
                 off = addr - r.base
                 return mem.data[off:off + size].tobytes()
+        # range by range in address order (a read has no side effects), so the BusError raised
+        # names the first byte that cannot be read
+        end = addr + size
+        if addr < 0 or end > 1 << 32:
+            raise BusError(addr & 0xFFFFFFFF, "outside the 32-bit address space")
         parts = []
-        for a, n, r in self._chunks(addr, size):
+        while addr < end:
+            _, e, r = self._populated(addr)
+            n = min(e, end) - addr
             if r.kind in ("registers", "pseudo"):
-                parts.append(self._read_regs(a, n))
+                parts.append(self._read_regs(addr, n))
             else:
-                parts.append(self.memories[r.name].read(a - r.base, n))
+                parts.append(self.memories[r.name].read(addr - r.base, n))
+            addr += n
         return b"".join(parts)
 
     def write(self, addr: int, data: bytes) -> None:

@@ -361,18 +361,15 @@ class GdbSession:
 
     def _read_bytes(self, addr: int, n: int) -> bytes | None:
         """Up to ``n`` bytes from ``addr``: all of them, or the readable part before the first
-        byte that is not, or None if ``addr`` itself is not readable. A shorter read can fail
-        again at a lower address (a register hole before the end of a populated window: the
-        fuzzer's x f000001b,8), so it retries until one succeeds; the failing address only
-        goes down."""
+        byte that is not (the bus names it), or None if ``addr`` itself is not readable."""
         n = min(n, PACKET_SIZE // 2)
-        while True:
-            try:
-                return self.device.read(addr, n)
-            except BusError as e:
-                if not addr < e.address < addr + n:
-                    return None
-                n = e.address - addr
+        try:
+            return self.device.read(addr, n)
+        except BusError as e:
+            if not addr < e.address < addr + n:
+                return None
+            n = e.address - addr
+        return self.device.read(addr, n)
 
     def _read_mem(self, p: bytes) -> bytes:
         try:

@@ -221,3 +221,14 @@ def test_memory_span_names_the_first_address_outside_the_memory():
         with pytest.raises(BusError) as e:
             bus.memory_span(addr, size)
         assert e.value.address == bad, (hex(addr), hex(e.value.address))
+
+
+def test_a_failed_read_names_its_first_unreadable_byte():
+    """A read across a reserved register word and, later, an unpopulated byte fails at the
+    register word (the first byte that cannot be read): gdb's partial reads stop there."""
+    dev = open_device("max78000")
+    for size in (5, 8):
+        with pytest.raises(BusError) as e:
+            dev.read(0xF000_001B, size)
+        assert e.value.address == 0xF000_001C
+    assert len(dev.read(0xF000_001B, 1)) == 1

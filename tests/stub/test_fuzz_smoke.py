@@ -88,9 +88,9 @@ def test_file_name_with_nul_is_an_error(ctx, cmd):
 
 
 def test_read_into_a_register_hole_before_an_unmapped_address(stub, caplog):
-    """x f000001b,8 on max78000: the read fails at 0xf0000020 (past the emu block), and the
-    shorter read then fails at 0xf000001c (a reserved word of the block): the reply is the one
-    readable byte, no traceback (was E01 with a traceback)."""
+    """x f000001b,8 on max78000: the read fails at 0xf000001c (a reserved word of the emu
+    block, before its unmapped end): the reply is the one readable byte, no traceback (was E01
+    with a traceback)."""
     from accelstub.stub.client import RspClient
 
     caplog.set_level("DEBUG", logger="accelstub")
