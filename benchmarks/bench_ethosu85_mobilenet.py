@@ -21,7 +21,6 @@ import cProfile
 import io
 import os
 import pstats
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,7 +31,7 @@ import numpy as np
 from accelstub.devices import open_device
 from accelstub.devices.ethos_u85.vela import place_vela_program, read_output, read_vela
 from accelstub.devices.runcontrol import RunControl
-from accelstub.testkit.ethosu85_models import sample_inputs
+from accelstub.testkit.ethosu85_models import compile_with_vela, sample_inputs
 from accelstub.testkit.ethosu85_networks import build_network
 
 NETWORK = "mobilenet_v2_035"
@@ -42,12 +41,7 @@ def compile_network(tmp: Path, macs: int) -> tuple[Path, Path]:
     """(the int8 .tflite, Vela's *_vela.tflite for ethos-u85-<macs>)."""
     src = tmp / f"{NETWORK}.tflite"
     src.write_bytes(build_network(NETWORK))
-    p = subprocess.run([sys.executable, "-m", "ethosu.vela", "--accelerator-config",
-                        f"ethos-u85-{macs}", "--output-dir", str(tmp), str(src)],
-                       capture_output=True, text=True, timeout=600)
-    if p.returncode != 0 or "CPU operators = 0 " not in p.stdout:
-        raise RuntimeError(f"vela failed:\n{p.stdout}\n{p.stderr}")
-    return src, tmp / f"{NETWORK}_vela.tflite"
+    return src, compile_with_vela(src, tmp, macs=macs)
 
 
 class Device:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -489,6 +490,25 @@ def litert_reference(model: str | Path, inputs: list[np.ndarray]) -> list[np.nda
         it.set_tensor(d["index"], x)
     it.invoke()
     return [it.get_tensor(d["index"]) for d in it.get_output_details()]
+
+
+def compile_with_vela(model: str | Path, outdir: str | Path, macs: int = 256,
+                      raw: bool = False) -> Path:
+    """Compile ``model`` with Vela (ethos-u-vela, a subprocess) for an Ethos-U85 with ``macs``
+    MACs; the path of its output (``*_vela.tflite``, or the raw ``.npz``). RuntimeError with
+    Vela's output when it fails or leaves operators on the CPU."""
+    model, outdir = Path(model), Path(outdir)
+    outdir.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "ethosu.vela", "--accelerator-config", f"ethos-u85-{macs}",
+           "--output-dir", str(outdir)] + (["--output-format", "raw"] if raw else []) \
+        + [str(model)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    out = outdir / f"{model.stem}_vela.{'npz' if raw else 'tflite'}"
+    if p.returncode != 0 or not out.exists():
+        raise RuntimeError(f"vela failed on {model.name}:\n{p.stdout}\n{p.stderr}")
+    if "CPU operators = 0 " not in p.stdout:
+        raise RuntimeError(f"vela left CPU operators in {model.name}:\n{p.stdout}")
+    return out
 
 
 def write_models(outdir: str | Path, names=None) -> list[Path]:

@@ -12,8 +12,6 @@ shows one such element with both roundings written out.
 """
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +20,7 @@ import pytest
 from tests.ethos_u85.test_ethosu85_vela import (assert_outputs_equal,
                                                 litert_reference, needs_litert, needs_vela)
 
-from accelstub.testkit.ethosu85_models import sample_inputs  # (flatbuffers: only to write)
+from accelstub.testkit.ethosu85_models import compile_with_vela, sample_inputs  # (flatbuffers: only to write)
 from accelstub.testkit.ethosu85_networks import NETWORKS, build_network
 
 MACS = (256, 1024)
@@ -49,14 +47,7 @@ def compiled(tmp_path_factory):
             src = root / f"{name}.tflite"
             if not src.exists():
                 src.write_bytes(build_network(name))
-            out = root / str(macs)
-            out.mkdir(exist_ok=True)
-            p = subprocess.run([sys.executable, "-m", "ethosu.vela", "--accelerator-config",
-                                f"ethos-u85-{macs}", "--output-dir", str(out), str(src)],
-                               capture_output=True, text=True, timeout=300)
-            assert p.returncode == 0, f"vela failed on {name}:\n{p.stdout}\n{p.stderr}"
-            assert "CPU operators = 0 " in p.stdout, p.stdout
-            cache[name, macs] = src, out / f"{name}_vela.tflite"
+            cache[name, macs] = src, compile_with_vela(src, root / str(macs), macs=macs)
         return cache[name, macs]
     return get
 

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -57,7 +55,8 @@ needs_vela = pytest.mark.skipif(not (HAVE_VELA and HAVE_FLATBUFFERS) and not IN_
 needs_litert = pytest.mark.skipif(not HAVE_LITERT and not IN_CI, reason="ai-edge-litert is not installed "
                                   "(pip install -e '.[test]')")
 
-from accelstub.testkit.ethosu85_models import MODELS, build, sample_inputs  # noqa: E402
+from accelstub.testkit.ethosu85_models import (MODELS, build, compile_with_vela,  # noqa: E402
+                                              sample_inputs)
 
 #: models the device cannot run yet, with the reason (strict: they must fail until fixed)
 XFAIL: dict[str, str] = {}
@@ -68,18 +67,7 @@ def _params():
             if n in XFAIL else n for n in MODELS]
 
 
-def vela(model: Path, outdir: Path, raw: bool = False, macs: int = 256) -> Path:
-    """Compile with Vela for an Ethos-U85 with ``macs`` MACs; the path of its output."""
-    cmd = [sys.executable, "-m", "ethosu.vela", "--accelerator-config", f"ethos-u85-{macs}",
-           "--output-dir", str(outdir), str(model)]
-    if raw:
-        cmd[-1:-1] = ["--output-format", "raw"]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, f"vela failed on {model.name}:\n{p.stdout}\n{p.stderr}"
-    out = outdir / f"{model.stem}_vela.{'npz' if raw else 'tflite'}"
-    assert out.exists(), f"vela wrote no {out.name}: {sorted(x.name for x in outdir.iterdir())}"
-    assert "CPU operators = 0 " in p.stdout, f"vela left CPU operators in {model.name}:\n{p.stdout}"
-    return out
+vela = compile_with_vela  # (model, outdir, macs=256, raw=False) -> Vela's output
 
 
 @pytest.fixture(scope="module")
