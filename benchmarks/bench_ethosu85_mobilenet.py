@@ -31,7 +31,7 @@ import numpy as np
 from accelstub.devices import open_device
 from accelstub.devices.ethos_u85.vela import place_vela_program, read_output, read_vela
 from accelstub.devices.runcontrol import RunControl
-from accelstub.testkit.ethosu85_models import compile_with_vela, sample_inputs
+from accelstub.testkit.ethosu85_models import compile_with_vela, litert_reference, sample_inputs
 from accelstub.testkit.ethosu85_networks import build_network
 
 NETWORK = "mobilenet_v2_035"
@@ -68,11 +68,10 @@ class Device:
 
 
 class LiteRT:
-    def __init__(self, model: Path, x: np.ndarray, reference: bool = False) -> None:
-        from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    def __init__(self, model: Path, x: np.ndarray) -> None:
+        from ai_edge_litert.interpreter import Interpreter
 
-        kw = {"experimental_op_resolver_type": OpResolverType.BUILTIN_REF} if reference else {}
-        self.it = Interpreter(model_path=str(model), **kw)
+        self.it = Interpreter(model_path=str(model))
         self.it.allocate_tensors()
         self.inp = self.it.get_input_details()[0]["index"]
         self.out = self.it.get_output_details()[0]["index"]
@@ -111,7 +110,6 @@ def main() -> int:
         src, out = compile_network(Path(tmp), args.macs)
         (x,) = sample_inputs(src.read_bytes())
         device, lite = Device(out, args.macs, x), LiteRT(src, x)
-        ref = LiteRT(src, x, reference=True)
         first = device.infer()
         for _ in range(3):  # warm both
             device.infer()
@@ -120,8 +118,8 @@ def main() -> int:
         for _ in range(args.repeat):  # alternating
             t_dev.append(device.infer())
             t_lite.append(lite.infer())
-        ref.infer()
-        got, want, fast = device.output(), ref.output(), lite.output()
+        got, fast = device.output(), lite.output()
+        (want,) = litert_reference(src, [x])
         counters = device.dev.counters()  # of the last inference (the setup's reset clears them)
         d, l = float(np.median(t_dev)), float(np.median(t_lite))
         db, lb = min(t_dev), min(t_lite)

@@ -478,18 +478,22 @@ def sample_inputs(model: bytes | str, seed: int = 1234) -> list[np.ndarray]:
     return out
 
 
-def litert_reference(model: str | Path, inputs: list[np.ndarray]) -> list[np.ndarray]:
+def litert_reference(model: str | Path, inputs: list[np.ndarray],
+                     tensors: list[int] | None = None) -> list[np.ndarray]:
     """LiteRT's answer with its reference kernels (OpResolverType.BUILTIN_REF, the kernels TFLM
-    runs; its default XNNPACK path is not bit-exact with them), from ai-edge-litert."""
+    runs; its default XNNPACK path is not bit-exact with them), from ai-edge-litert: the
+    model's outputs, or the graph tensors ``tensors`` (all tensors are then kept)."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     it = Interpreter(model_path=str(model),
-                     experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+                     experimental_op_resolver_type=OpResolverType.BUILTIN_REF,
+                     experimental_preserve_all_tensors=tensors is not None)
     it.allocate_tensors()
     for d, x in zip(it.get_input_details(), inputs):
         it.set_tensor(d["index"], x)
     it.invoke()
-    return [it.get_tensor(d["index"]) for d in it.get_output_details()]
+    return [it.get_tensor(t) for t in (tensors if tensors is not None
+                                       else [d["index"] for d in it.get_output_details()])]
 
 
 def compile_with_vela(model: str | Path, outdir: str | Path, macs: int = 256,

@@ -20,7 +20,7 @@ import pytest
 from tests.ethos_u85.test_ethosu85_vela import (assert_outputs_equal,
                                                 litert_reference, needs_litert, needs_vela)
 
-from accelstub.testkit.ethosu85_models import compile_with_vela, sample_inputs  # (flatbuffers: only to write)
+from accelstub.testkit.ethosu85_models import compile_with_vela, sample_inputs
 from accelstub.testkit.ethosu85_networks import NETWORKS, build_network
 
 MACS = (256, 1024)
@@ -94,7 +94,7 @@ def test_rounding_near_tie(compiled):
     diff = np.flatnonzero(got.astype(int) - want.astype(int))
     assert diff.tolist() == [5] and (got[5], want[5]) == (-59, -58)
     # recompute output 5 from the pooled features LiteRT computes (a model cut before the FC)
-    feats = _features(src, xs, fc.inputs[0])
+    feats = litert_reference(src, xs, [fc.inputs[0]])[0].astype(np.int64).ravel()
     w = np.frombuffer(m.buffers[w_t.buffer], np.int8).reshape(w_t.shape).astype(np.int64)
     b = np.frombuffer(m.buffers[b_t.buffer], np.int32).astype(np.int64)
     acc = int(w[5] @ (feats - int(x_t.zero_point[0])) + b[5])
@@ -110,15 +110,3 @@ def test_rounding_near_tie(compiled):
     double = (hi >> -e) + ((hi & mask) > (mask >> 1) + (hi < 0)) + zp
     assert abs(acc * real + zp - (-58.4985)) < 1e-3
     assert (single, double) == (-58, -59)
-
-
-def _features(src: Path, xs, tensor: int) -> np.ndarray:
-    """A graph tensor's value in LiteRT's reference interpreter."""
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
-
-    it = Interpreter(model_path=str(src), experimental_op_resolver_type=OpResolverType.BUILTIN_REF,
-                     experimental_preserve_all_tensors=True)
-    it.allocate_tensors()
-    it.set_tensor(it.get_input_details()[0]["index"], xs[0])
-    it.invoke()
-    return it.get_tensor(tensor).astype(np.int64).ravel()
