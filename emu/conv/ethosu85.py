@@ -24,9 +24,9 @@ from . import int_conv as IC
 from ..numeric import ethosu85 as P
 from ..numeric.ethosu85 import (C_ACC_BITS, C_ACC_OUTPUT, C_OFM_BITS, C_OFM_SIGNED, C_SCALE,
                                 C_SHIFT, C_ZP, RESCALE_NORMAL)
-from ..numeric.ethosu85_values import (UPSCALE_NONE, batched, check, config_or_default, fit_hw,
-                                       infer_type, lut_bytes, ofm_dtype, per_channel, read_values,
-                                       upscale)
+from ..numeric.ethosu85_values import (UPSCALE_NONE, batched, check, checked_zero_point,
+                                       config_or_default, fit_hw, infer_type, lut_bytes,
+                                       ofm_dtype, per_channel, read_values, upscale)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -344,7 +344,7 @@ def _conv_common(ifm, weights, ofm_hw, stride, dilation, pad, ifm_zp, ifm_bits, 
     dh, dw = dilated or ((kh - 1) * dy + 1, (kw - 1) * dx + 1)
     ih = (H - 1) * sy + dh - (pt + pb)                              # derived IFM extent (L8168-8169)
     iw = (W - 1) * sx + dw - (pl + pr)
-    zp, zp_ok = P.ifm_zero_point(ifm_zp, bits, signed)
+    zp = P.ifm_zero_point(ifm_zp, bits, signed)[0]
     gemm = None
     if method != "loop" and bits <= 16 and ih >= 1 and iw >= 1 and H >= 1 and W >= 1 \
             and min(pt, pl, pb, pr) >= 0 and raw.ndim == 3 \
@@ -356,7 +356,7 @@ def _conv_common(ifm, weights, ofm_hw, stride, dilation, pad, ifm_zp, ifm_bits, 
     if gemm is not None and upscale_mode == UPSCALE_NONE:
         # read_values without the int64 round trip: native stored integers go straight into
         # the padded float frame, the zero point is subtracted there
-        check(diag, zp_ok, f"IFM zero point {zp} invalid for {'s' if signed else 'u'}{bits} (L6550-6556)")
+        checked_zero_point(ifm_zp, bits, signed, diag)
         v, vzp = (raw, zp) if _native(raw, bits, signed) else (read_values(raw, zp, bits, signed), 0)
     else:
         v, vzp = upscale(read_values(raw, ifm_zp, bits, signed, diag), upscale_mode), 0

@@ -21,8 +21,8 @@ from numba import njit
 from ..numeric import ethosu85 as P
 from ..numeric.ethosu85 import (C_SCALE, C_SHIFT, C_ZP, RESCALE_GLOBAL, RESCALE_NONE,
                                 RESCALE_SHIFT_ONLY)
-from ..numeric.ethosu85_values import (INT32_MIN, check, config_or_default, fit_hw, infer_type,
-                                       lut_bytes, ofm_dtype, read_values)
+from ..numeric.ethosu85_values import (INT32_MIN, check, checked_zero_point, config_or_default,
+                                       fit_hw, infer_type, lut_bytes, ofm_dtype, read_values)
 
 # elementwise_mode (Table 3-100, L8670-8698)
 EW_MUL, EW_ADD, EW_SUB, EW_MIN, EW_MAX, EW_LRELU, EW_ABS, EW_CLZ, EW_SHR, EW_SHL, EW_LSHR, \
@@ -153,10 +153,8 @@ def _scalar_value(scalar: int, zero_point: int, bits: int, signed: bool, diag, n
     zero point in IFM2_ZERO_POINT (x * 0.37 becomes scalar 127 with zero point -128), and the
     results match LiteRT only with the zero point subtracted, as read_ifm does (L6558, L6613).
     The zero point is interpreted and checked as for a tensor of the operand's type."""
-    zp, ok = P.ifm_zero_point(zero_point, bits, signed)
-    check(diag, ok, f"{name} zero point {zp} invalid for {'s' if signed else 'u'}{bits} "
-          "(L6550-6556)")
-    return int(P.sign_extend(scalar, 32)) - zp
+    return int(P.sign_extend(scalar, 32)) - checked_zero_point(zero_point, bits, signed, diag,
+                                                               name)
 
 
 def _broadcast(v, mode, shape, diag, name):

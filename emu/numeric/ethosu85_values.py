@@ -76,9 +76,15 @@ def read_values(raw, zero_point: int, bits: int, signed: bool, diag=None, name="
         v = v & ((1 << bits) - 1)
         if signed:
             v = np.where(v >= (1 << (bits - 1)), v - (1 << bits), v)
-    zp, ok = P.ifm_zero_point(zero_point, bits, signed)
+    return v - checked_zero_point(zero_point, bits, signed, diag, name)
+
+
+def checked_zero_point(raw: int, bits: int, signed: bool, diag=None, name="IFM") -> int:
+    """read_ifm's zero point (L6545-6556): the 16-bit register as the tensor's type reads it,
+    with the seed's assert reported to ``diag`` when it fails."""
+    zp, ok = P.ifm_zero_point(raw, bits, signed)
     check(diag, ok, f"{name} zero point {zp} invalid for {'s' if signed else 'u'}{bits} (L6550-6556)")
-    return v - zp
+    return zp
 
 
 def upscale(v: np.ndarray, mode: int) -> np.ndarray:
