@@ -45,6 +45,8 @@ IAC = 255
 EXCLUDED = {"shutdown", "sleep", "dump_image", "svd"}
 
 
+# framing written here, not imported from stub/rsp_codec.py: the fuzzer must not share a bug
+# with the code it attacks
 def frame(payload: bytes) -> bytes:
     return b"$" + payload + b"#%02x" % (sum(payload) & 0xFF)
 

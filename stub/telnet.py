@@ -293,8 +293,8 @@ class _Connection:
     def _encode(text: str) -> bytes:
         return text.replace("\r\n", "\n").replace("\n", "\r\n").encode("utf-8", "replace")
 
-    def write(self, text: str, unsolicited: bool = False) -> None:
-        self.out.put(self._encode(text), unsolicited)
+    def write(self, text: str) -> None:
+        self.out.put(self._encode(text))
 
     def log_line(self, text: str) -> None:
         self.write(text.rstrip("\n") + "\n")
