@@ -8,8 +8,9 @@ from the independent reference in nvdla_reference.py.
 
 A program is a list of layers run in order, alternating between the register groups as the
 hardware requires (each unit's consumer group toggles after a layer): ``Conv`` is a direct
-convolution through CDMA..CACC into SDP (flying mode), ``Sdp`` an SDP layer reading its input
-from memory. An Sdp layer may take the previous layer's output as its input (``chain=True``).
+convolution through CDMA..CACC into SDP (flying mode), of a feature cube or, with ``pixel``, an
+image; ``Sdp`` an SDP layer reading its input from memory. An Sdp layer may take the previous
+layer's output as its input (``chain=True``).
 """
 from __future__ import annotations
 
@@ -45,6 +46,22 @@ class Stage:
 
 
 @dataclass
+class Pixel:
+    """Image input of a Conv layer: the pixel format (a key of nvdla_reference.PIXEL_CODES;
+    the layer's ``c`` must be its element count), the first pixel's offset in a line, the
+    per-element mean (used with the layer's ``cvt_in``), the sign override, CSC's post
+    extension (rows per weight atom) and the weights per kernel row (default all of ``s``
+    pixels' elements)."""
+
+    fmt: str = "A8B8G8R8"
+    x_offset: int = 0
+    mean: tuple[int, int, int, int] | None = None
+    signed: bool = False
+    y_ext: int = 1
+    kc: int | None = None
+
+
+@dataclass
 class Conv:
     w: int
     h: int
@@ -61,6 +78,7 @@ class Conv:
     bn: Stage | None = None
     cvt: tuple[int, int, int] = (0, 1, 0)
     cvt_in: tuple[int, int, int] | None = None  # CDMA's input converter: offset, scale, shift
+    pixel: Pixel | None = None  # image input instead of a feature cube
 
     @property
     def out_hw(self) -> tuple[int, int]:
@@ -277,18 +295,38 @@ def build(layers: list, name: str = "nvdla_test", seed: int = 0) -> Trace:
         sdp_regs: dict[str, int] = {}
         rdma_regs: dict[str, int] = {}
         if isinstance(layer, Conv):
-            image = rng.integers(-128, 128, (layer.c, layer.h, layer.w))
-            weights = rng.integers(-128, 128, (layer.k, layer.r, layer.s, layer.c))
-            line, surf = layer.w * 8, layer.w * 8 * layer.h
-            feat = ref.pack_feature(image, line, surf)
-            wt = ref.pack_weights(weights)
             in_at, wt_at = IN_BASE + n * 0x20_0000, WT_BASE + n * 0x20_0000
-            t.load(f"{tag}_in.dat", in_at, feat)
-            t.load(f"{tag}_wt.dat", wt_at, wt)
             oh, ow = layer.out_hw
-            conv_in = image if layer.cvt_in is None else ref.cdma_convert(image, *layer.cvt_in)
-            sums = ref.conv(conv_in, weights, layer.stride, layer.dilation, layer.pad,
-                            layer.pad_value, (oh, ow))
+            px = layer.pixel
+            if px is None:
+                image = rng.integers(-128, 128, (layer.c, layer.h, layer.w))
+                weights = rng.integers(-128, 128, (layer.k, layer.r, layer.s, layer.c))
+                line, surf = layer.w * 8, layer.w * 8 * layer.h
+                t.load(f"{tag}_in.dat", in_at, ref.pack_feature(image, line, surf))
+                wt = ref.pack_weights(weights)
+                conv_in = image if layer.cvt_in is None else \
+                    ref.cdma_convert(image, *layer.cvt_in)
+                sums = ref.conv(conv_in, weights, layer.stride, layer.dilation, layer.pad,
+                                layer.pad_value, (oh, ow))
+            else:
+                if layer.c != ref.pixel_elements(px.fmt):
+                    raise ValueError(f"{px.fmt} has {ref.pixel_elements(px.fmt)} elements")
+                kc = px.kc or layer.s * layer.c
+                if -(-kc // layer.c) != layer.s or layer.dilation != (1, 1):
+                    raise ValueError("kc must cover s pixels; image input has no dilation")
+                raw = rng.integers(0, 256, (layer.c, layer.h, layer.w))
+                line = uv_line = -(-(layer.w + px.x_offset) * 4 // 8) * 8 + 8
+                surf = 0
+                plane0, plane1 = ref.pack_pixels(raw, px.fmt, px.x_offset, line, uv_line)
+                t.load(f"{tag}_in.dat", in_at, plane0)
+                if plane1:
+                    t.load(f"{tag}_uv.dat", in_at + 0x8_0000, plane1)
+                weights = rng.integers(-128, 128, (layer.k, layer.r, kc))
+                wt = ref.pack_image_weights(weights, px.y_ext)
+                conv_in = ref.pixel_convert(raw, px.signed, layer.cvt_in, px.mean)
+                sums = ref.image_conv(conv_in, weights, layer.stride, layer.pad,
+                                      layer.pad_value, (oh, ow))
+            t.load(f"{tag}_wt.dat", wt_at, wt)
             lanes = -(-layer.k // 8) * 8
             values = np.zeros((lanes, oh, ow), np.int64)
             for idx, v in np.ndenumerate(sums):
@@ -314,12 +352,23 @@ def build(layers: list, name: str = "nvdla_test", seed: int = 0) -> Trace:
                 off_in, scale_in, shift_in = layer.cvt_in
                 cdma.update({"D_CVT_CFG": shift_in << 4 | 1, "D_CVT_OFFSET": off_in & 0xFFFF,
                              "D_CVT_SCALE": scale_in & 0xFFFF})
-            csc = {"D_MISC_CFG": 0, "D_DATAIN_FORMAT": 0,
+            csc_wt = ((layer.r - 1) << 16 | (layer.s - 1), (layer.k - 1) << 16 | (layer.c - 1))
+            if px is not None:
+                m = [v & 0xFFFF for v in px.mean or (0, 0, 0, 0)]
+                cdma.update({"D_DATAIN_FORMAT": int(px.signed) << 20
+                             | ref.PIXEL_CODES[px.fmt] << 8 | 1,
+                             "D_PIXEL_OFFSET": px.x_offset, "D_LINE_UV_STRIDE": uv_line,
+                             "D_DAIN_ADDR_LOW_1": in_at + 0x8_0000, "D_DAIN_ADDR_HIGH_1": 0,
+                             "D_MEAN_FORMAT": int(px.mean is not None),
+                             "D_MEAN_GLOBAL_0": m[1] << 16 | m[0],
+                             "D_MEAN_GLOBAL_1": m[3] << 16 | m[2],
+                             "D_WEIGHT_SIZE_0": layer.r * kc - 1})
+                csc_wt = ((layer.r - 1) << 16, (layer.k - 1) << 16 | (kc - 1))
+            csc = {"D_MISC_CFG": 0, "D_DATAIN_FORMAT": int(px is not None),
                    "D_DATAIN_SIZE_EXT_0": cdma["D_DATAIN_SIZE_0"],
                    "D_DATAIN_SIZE_EXT_1": layer.c - 1, "D_BATCH_NUMBER": 0,
                    "D_ENTRY_PER_SLICE": cdma["D_ENTRY_PER_SLICE"], "D_WEIGHT_FORMAT": 0,
-                   "D_WEIGHT_SIZE_EXT_0": (layer.r - 1) << 16 | (layer.s - 1),
-                   "D_WEIGHT_SIZE_EXT_1": (layer.k - 1) << 16 | (layer.c - 1),
+                   "D_WEIGHT_SIZE_EXT_0": csc_wt[0], "D_WEIGHT_SIZE_EXT_1": csc_wt[1],
                    "D_WEIGHT_BYTES": cdma["D_WEIGHT_BYTES"],
                    "D_DATAOUT_SIZE_0": (oh - 1) << 16 | (ow - 1), "D_DATAOUT_SIZE_1": layer.k - 1,
                    "D_ATOMICS": oh * ow - 1, "D_RELEASE": layer.h - 1,
@@ -327,6 +376,8 @@ def build(layers: list, name: str = "nvdla_test", seed: int = 0) -> Trace:
                    "D_DILATION_EXT": (layer.dilation[0] - 1) << 16 | (layer.dilation[1] - 1),
                    "D_ZERO_PADDING": top << 16 | left,
                    "D_ZERO_PADDING_VALUE": layer.pad_value & 0xFFFF, "D_BANK": 0x000F000F}
+            if px is not None:
+                csc["D_POST_Y_EXTENSION"] = px.y_ext.bit_length() - 1
             cacc = {"D_MISC_CFG": 0, "D_DATAOUT_SIZE_0": csc["D_DATAOUT_SIZE_0"],
                     "D_DATAOUT_SIZE_1": layer.k - 1, "D_DATAOUT_ADDR": 0, "D_BATCH_NUMBER": 0,
                     "D_LINE_STRIDE": ow * 32, "D_SURF_STRIDE": ow * oh * 32, "D_DATAOUT_MAP": 0,

@@ -100,6 +100,116 @@ def cdma_convert(image: np.ndarray, offset: int, scale: int, shift: int) -> np.n
     return out
 
 
+#: pixel formats nv_small reads (the register manual's D_DATAIN_FORMAT.pixel_format codes)
+PIXEL_CODES = {"R8": 0, "A8B8G8R8": 12, "A8R8G8B8": 13, "B8G8R8A8": 14, "R8G8B8A8": 15,
+               "X8B8G8R8": 16, "X8R8G8B8": 17, "B8G8R8X8": 18, "R8G8B8X8": 19, "A8Y8U8V8": 26,
+               "V8U8Y8A8": 27, "Y8___U8V8_N444": 28, "Y8___V8U8_N444": 29}
+_ELEMENT = {"R": 0, "G": 1, "B": 2, "Y": 0, "U": 1, "V": 2, "A": 3, "X": 3}
+
+
+def _fields(part: str) -> list[str]:
+    """'A8B8G8R8' -> ['A', 'B', 'G', 'R'] (most significant byte first)."""
+    return [ch for ch in part if ch.isalpha()]
+
+
+def pixel_elements(fmt: str) -> int:
+    return len({_ELEMENT[f] for f in _fields(fmt.replace("_N444", ""))})
+
+
+def pack_pixels(img: np.ndarray, fmt: str, x_offset: int, line: int, uv_line: int
+                ) -> tuple[bytearray, bytearray]:
+    """Elements [E, H, W] (0..255; R G B A or Y U V A) -> the bytes of planes 0 and 1. A format
+    name lists its fields from the most significant byte of a little-endian word, so the first
+    byte in memory is the last field named; a semi-planar name is "Y8___U8V8_N444": Y in plane
+    0, the U/V pair in plane 1, two bytes a pixel. x_offset pixels precede each line's first
+    pixel, in plane 1 modulo the 8-byte atom."""
+    e, h, w = img.shape
+    planes = fmt.replace("_N444", "").split("___")
+    out = []
+    for p, part in enumerate(planes):
+        order = _fields(part)[::-1]  # byte order in memory
+        bpp = len(order)
+        stride = line if p == 0 else uv_line
+        start = x_offset * bpp if p == 0 else (x_offset * bpp) % 8
+        buf = bytearray((h - 1) * stride + start + w * bpp)
+        for y in range(h):
+            for x in range(w):
+                for b, f in enumerate(order):
+                    buf[y * stride + start + x * bpp + b] = int(img[_ELEMENT[f], y, x])
+        out.append(buf)
+    if len(out) == 1:
+        out.append(bytearray())
+    return out[0], out[1]
+
+
+def pixel_convert(raw: np.ndarray, signed: bool, cvt: tuple[int, int, int] | None,
+                  mean: tuple[int, int, int, int] | None) -> np.ndarray:
+    """CDMA's image path into the convolution buffer: without the converter the byte itself
+    (as int8); with it (byte - mean of the element, or the converter offset) * scale >> shift,
+    rounded half away from zero, saturated to 17 then 8 bits; the byte is unsigned unless the
+    sign override is set."""
+    out = np.zeros(raw.shape, np.int64)
+    for (e, y, x), b in np.ndenumerate(raw):
+        b = int(b)
+        as_int8 = b - 256 if b > 127 else b
+        if cvt is None:
+            out[e, y, x] = as_int8
+            continue
+        offset, scale, shift = cvt
+        sub = mean[e] if mean is not None else offset
+        v = (as_int8 if signed else b) - sub
+        out[e, y, x] = sat(sat(rshift_round(v * scale, shift), 17), 8)
+    return out
+
+
+def pack_image_weights(w: np.ndarray, y_ext: int) -> bytearray:
+    """int8 rows [K, R, kc] -> image-convolution weight bytes: groups of 8 kernels; in a group,
+    blocks of 8 row values, rows, kernels (a direct kernel of width 1); with a post extension of
+    2 or 4 rows (kc <= 8 / y_ext): groups of y_ext rows, kernels, the group's rows of each
+    kernel one after the other."""
+    k, r, kc = w.shape
+    if y_ext == 1:
+        return pack_weights(w.reshape(k, r, 1, kc))
+    out = bytearray()
+    for g in range(0, k, 8):
+        for r0 in range(0, r, y_ext):
+            for ki in range(g, min(g + 8, k)):
+                for ri in range(r0, min(r0 + y_ext, r)):
+                    out += bytes(int(v) & 0xFF for v in w[ki, ri])
+    return out
+
+
+def image_conv(pixels: np.ndarray, weights: np.ndarray, stride: tuple[int, int],
+               pad: tuple[int, int, int, int], pad_value: int, out_hw: tuple[int, int]
+               ) -> np.ndarray:
+    """Exact sums [K, OH, OW] of an image convolution: each padded line is a row of elements
+    (pixel after pixel, E elements each); output (oy, ox) with kernel row r multiplies the
+    row's kc weights with kc consecutive elements of line oy * sy + r from pixel ox * sx."""
+    e, h, w = pixels.shape
+    k, r, kc = weights.shape
+    top, bottom, left, right = pad
+    lines = []
+    for y in range(-top, h + bottom):
+        if 0 <= y < h:
+            px = [pad_value] * (left * e) + [int(pixels[c, y, x]) for x in range(w)
+                                             for c in range(e)] + [pad_value] * (right * e)
+        else:
+            px = [pad_value] * ((left + w + right) * e)
+        lines.append(px)
+    oh, ow = out_hw
+    out = np.zeros((k, oh, ow), np.int64)
+    for ki in range(k):
+        for oy in range(oh):
+            for ox in range(ow):
+                acc = 0
+                for ri in range(r):
+                    row = lines[oy * stride[0] + ri]
+                    base = ox * stride[1] * e
+                    acc += sum(int(weights[ki, ri, j]) * row[base + j] for j in range(kc))
+                out[ki, oy, ox] = acc
+    return out
+
+
 def cacc(v: int, clip: int) -> int:
     return sat(rshift_round(v, clip), 32)
 

@@ -15,7 +15,13 @@ docs/design-notes.md "NVDLA"):
   by 2^CLIP_TRUNCATE rounding half away from zero and saturates to int32, counting saturations
   in D_OUT_SATURATION ([EXT] cmod NV_NVDLA_cacc.cpp, digest 3.2);
 * nv_small has no Winograd, no weight compression and INT8 only ([EXT] spec/defs/nv_small.spec):
-  those encodings, pixel (image) input and the other precisions are errors naming the register.
+  those encodings and the other precisions are errors naming the register;
+* pixel (image) input (pixel.py reads and converts it): CSC extends the kernel's width into its
+  channels, so the weights are R rows of WEIGHT_CHANNEL_EXT = S * E values (E elements a pixel,
+  the last pixel's may be cut short: its missing elements weigh 0), stored as a direct kernel of
+  width 1; with POST_Y_EXTENSION 2 or 4 that many rows share one atom and are stored together
+  per kernel; no dilation, no batches ([EXT] cmod csc/NV_NVDLA_csc.cpp
+  SendImageDataToMacSequencerConvCommon and its weight sequencer).
 """
 from __future__ import annotations
 
@@ -29,6 +35,7 @@ from ...emu.numeric.nvdla import round_shift, saturate
 from ..bits import bit_field, sign_extend
 from ..errors import DeviceError
 from . import feature as F
+from . import pixel as PX
 
 #: reads a register of the consumer group: (unit, register) -> value
 Reg = Callable[[str, str], int]
@@ -55,9 +62,18 @@ class ConvConfig:
     out_h: int
     clip: int
     cvt: tuple[int, int, int] | None = None  # CDMA's converter: offset, scale, truncate
+    pixel: PX.PixelConfig | None = None  # image input
+    kc: int = 0  # image input: the weights' channels per row (CSC WEIGHT_CHANNEL_EXT)
+    y_ext: int = 1  # image input: rows per weight atom (CSC POST_Y_EXTENSION)
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.k * self.r * (self.kc if self.pixel else self.s * self.c)
 
     def summary(self) -> str:
-        return (f"conv {self.r}x{self.s}, {self.c}x{self.h}x{self.w} -> "
+        return (f"conv {self.r}x{self.s}, "
+                + (f"image {self.pixel.fmt.name} " if self.pixel else "")
+                + f"{self.c}x{self.h}x{self.w} -> "
                 f"{self.k}x{self.out_h}x{self.out_w}, stride {self.stride[1]}x{self.stride[0]}"
                 + (f", dilation {self.dilation[1]}x{self.dilation[0]}"
                    if self.dilation != (1, 1) else "")
@@ -80,8 +96,9 @@ def decode(reg: Reg) -> ConvConfig:
                       "INT8 only")
     if bit_field(misc["CDMA"], 9, 8):
         raise bad("CDMA_D_MISC_CFG.in_precision is not INT8: nv_small reads INT8 only")
-    if reg("CDMA", "D_DATAIN_FORMAT") & 1:
-        raise bad("CDMA_D_DATAIN_FORMAT.datain_format is PIXEL: image input is not modelled yet")
+    pixel_in = reg("CDMA", "D_DATAIN_FORMAT") & 1
+    if reg("CSC", "D_DATAIN_FORMAT") & 1 != pixel_in:
+        raise bad("CSC_D_DATAIN_FORMAT.datain_format differs from CDMA_D_DATAIN_FORMAT's")
     if reg("CDMA", "D_WEIGHT_FORMAT") & 1 or reg("CSC", "D_WEIGHT_FORMAT") & 1:
         raise bad("D_WEIGHT_FORMAT is COMPRESSED: nv_small has no weight compression")
     size0, size1 = reg("CDMA", "D_DATAIN_SIZE_0"), reg("CDMA", "D_DATAIN_SIZE_1")
@@ -94,16 +111,37 @@ def decode(reg: Reg) -> ConvConfig:
         raise bad("CSC_D_DATAIN_SIZE_EXT_1 differs from CDMA_D_DATAIN_SIZE_1")
     wext0, wext1 = reg("CSC", "D_WEIGHT_SIZE_EXT_0"), reg("CSC", "D_WEIGHT_SIZE_EXT_1")
     s, r = bit_field(wext0, 4, 0) + 1, bit_field(wext0, 20, 16) + 1
-    k = bit_field(wext1, 28, 16) + 1
-    if bit_field(wext1, 12, 0) + 1 != c:
+    k, kc = bit_field(wext1, 28, 16) + 1, bit_field(wext1, 12, 0) + 1
+    pixel, y_ext = None, 1
+    if pixel_in:
+        pixel = PX.decode(reg, w)
+        if c != pixel.fmt.elements:
+            raise bad(f"CDMA_D_DATAIN_SIZE_1 gives {c} channels, a {pixel.fmt.name} pixel has "
+                      f"{pixel.fmt.elements} elements")
+        if s != 1:
+            raise bad(f"CSC_D_WEIGHT_SIZE_EXT_0.weight_width_ext is {s - 1}: with pixel input "
+                      "CSC takes the kernel's width into its channels, the width is 1")
+        s = -(-kc // c)  # pixels a kernel row covers
+        ext = bit_field(reg("CSC", "D_POST_Y_EXTENSION"), 1, 0)
+        if ext == 3:
+            raise bad("CSC_D_POST_Y_EXTENSION.y_extension is 3: 0, 1 or 2 (1, 2 or 4 rows)")
+        y_ext = 1 << ext
+        if y_ext > 1 and kc > F.ATOM // y_ext:
+            raise bad(f"CSC_D_POST_Y_EXTENSION puts {y_ext} rows in one atom: a row may hold "
+                      f"{F.ATOM // y_ext} weights, CSC_D_WEIGHT_SIZE_EXT_1 gives {kc}")
+        if reg("CSC", "D_DILATION_EXT"):
+            raise bad("CSC_D_DILATION_EXT is not 0: CSC's image path has no dilation")
+    elif kc != c:
         raise bad("CSC_D_WEIGHT_SIZE_EXT_1.weight_channel_ext differs from the input channels")
     if bit_field(reg("CDMA", "D_WEIGHT_SIZE_1"), 12, 0) + 1 != k:
         raise bad("CDMA_D_WEIGHT_SIZE_1 and CSC_D_WEIGHT_SIZE_EXT_1 give different kernel "
                   "counts")
     bpk = bit_field(reg("CDMA", "D_WEIGHT_SIZE_0"), 17, 0) + 1
-    if bpk != r * s * c:
+    row = kc if pixel else s * c
+    if bpk != r * row:
+        shape = f"{r}x{kc}" if pixel else f"{r}x{s}x{c}"
         raise bad(f"CDMA_D_WEIGHT_SIZE_0 says {bpk} bytes per kernel, the kernel is "
-                  f"{r}x{s}x{c} = {r * s * c} (L479)")
+                  f"{shape} = {r * row} (L479)")
     for u in ("CDMA", "CSC"):  # the drivers round the total up to 128 bytes
         if reg(u, "D_WEIGHT_BYTES") < bpk * k:
             raise bad(f"{u}_D_WEIGHT_BYTES is {reg(u, 'D_WEIGHT_BYTES')}, the weights take "
@@ -155,7 +193,17 @@ def decode(reg: Reg) -> ConvConfig:
            sign_extend(reg("CDMA", "D_CVT_SCALE") & 0xFFFF, 16), bit_field(cvt_cfg, 9, 4)) \
         if cvt_cfg & 1 else None
     return ConvConfig(w, h, c, k, r, s, batches, in_addr, line, surf, wt_addr, stride, dilation,
-                      pad, pad_value, out_w, out_h, clip, cvt)
+                      pad, pad_value, out_w, out_h, clip, cvt, pixel, kc, y_ext)
+
+
+def read_weights(cfg: ConvConfig, data: np.ndarray) -> np.ndarray:
+    """int8 weights [K, R, S, C] from the layer's weight bytes; with pixel input the rows'
+    positions past WEIGHT_CHANNEL_EXT weigh 0."""
+    if cfg.pixel is None:
+        return F.read_weights(data, 0, cfg.k, cfg.c, cfg.r, cfg.s)
+    rows = F.read_image_weights(data, 0, cfg.k, cfg.r, cfg.kc, cfg.y_ext)
+    rows = np.pad(rows, ((0, 0), (0, 0), (0, cfg.s * cfg.c - cfg.kc)))
+    return rows.reshape(cfg.k, cfg.r, cfg.s, cfg.c)
 
 
 def convert_input(cfg: ConvConfig, image: np.ndarray) -> np.ndarray:

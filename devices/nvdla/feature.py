@@ -9,7 +9,9 @@ of its documentation):
   hold fewer); inside a group channel blocks of 8 (the last may hold fewer), then kernel rows,
   then columns, then the group's kernels, each contributing its block's channels: the scan
   order C' -> K -> W -> H -> C of the documentation, kernel after kernel group. No padding: a
-  kernel takes R*S*C bytes (CDMA D_WEIGHT_SIZE_0 BYTE_PER_KERNEL).
+  kernel takes R*S*C bytes (CDMA D_WEIGHT_SIZE_0 BYTE_PER_KERNEL);
+* weights of an image convolution: R rows of kc values a kernel (conv.py), as above with width
+  1, or grouped by CSC's post extension (:func:`read_image_weights`).
 
 Every function takes the memory as a flat uint8 array and an offset in it; the caller has made
 sure the whole range lies in that memory (:func:`feature_span`).
@@ -84,3 +86,29 @@ def _weight_index(k: int, c: int, r: int, s: int) -> np.ndarray:
 def read_weights(data: np.ndarray, offset: int, k: int, c: int, r: int, s: int) -> np.ndarray:
     """int8 weights [K, R, S, C] of a direct convolution stored at ``offset``."""
     return data[offset:offset + k * r * s * c][_weight_index(k, c, r, s)].view(np.int8)
+
+
+@functools.lru_cache(maxsize=32)
+def _image_weight_index(k: int, r: int, kc: int, ext: int) -> np.ndarray:
+    """Byte offset of row value w[k, r, j] of an image convolution's weights. Rows are grouped
+    ``ext`` to an atom (CSC POST_Y_EXTENSION): in a kernel group, group of rows after group of
+    rows, each kernel's rows of the group together; with ext 1 this is a direct kernel of width
+    1 and ``kc`` channels ([EXT] cmod csc/NV_NVDLA_csc.cpp, the weight sequencer's strides)."""
+    if ext == 1:
+        return _weight_index(k, kc, r, 1)[:, :, 0, :]
+    kk = np.arange(k, dtype=np.int64)[:, None, None]
+    rr = np.arange(r, dtype=np.int64)[None, :, None]
+    jj = np.arange(kc, dtype=np.int64)[None, None, :]
+    group, kin = kk // ATOM_K, kk % ATOM_K
+    kg = np.minimum(ATOM_K, k - group * ATOM_K)
+    t, i = rr // ext, rr % ext
+    rows = np.minimum(ext, r - t * ext)  # rows in this group of rows
+    idx = group * ATOM_K * r * kc + t * ext * kc * kg + kin * rows * kc + i * kc + jj
+    idx.flags.writeable = False
+    return idx
+
+
+def read_image_weights(data: np.ndarray, offset: int, k: int, r: int, kc: int,
+                       ext: int) -> np.ndarray:
+    """int8 weight rows [K, R, kc] of an image convolution stored at ``offset``."""
+    return data[offset:offset + k * r * kc][_image_weight_index(k, r, kc, ext)].view(np.int8)

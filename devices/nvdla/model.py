@@ -47,6 +47,7 @@ from . import cdp as D
 from . import conv as C
 from . import feature as F
 from . import pdp as P
+from . import pixel as PX
 from . import sdp as S
 
 UNITS = ("CDMA", "CSC", "CMAC_A", "CMAC_B", "CACC", "SDP_RDMA", "SDP", "PDP_RDMA", "PDP",
@@ -265,12 +266,19 @@ class Nvdla(Device):
             if cfg.batches > 1:
                 raise DeviceError("CDMA_D_BATCH_NUMBER: nv_small has no batches "
                                   "(spec/defs/nv_small.spec BATCH_DISABLE)")
-            image = self._cube_in((cfg.in_addr, cfg.line, cfg.surf), cfg.c, cfg.h, cfg.w,
-                                  "convolution input", touched)[:cfg.c]
-            image = C.convert_input(cfg, image)
-            nbytes = cfg.k * cfg.r * cfg.s * cfg.c
-            weights = F.read_weights(self._read(cfg.wt_addr, nbytes, "convolution weights"), 0,
-                                     cfg.k, cfg.c, cfg.r, cfg.s)
+            if cfg.pixel is None:
+                image = self._cube_in((cfg.in_addr, cfg.line, cfg.surf), cfg.c, cfg.h, cfg.w,
+                                      "convolution input", touched)[:cfg.c]
+                image = C.convert_input(cfg, image)
+            else:
+                planes = []
+                for p, (addr, size) in enumerate(cfg.pixel.spans(cfg.h, cfg.w)):
+                    planes.append(self._read(addr, size, f"image plane {p}"))
+                    touched.reads.append((addr, addr + size))
+                image = PX.convert(cfg.pixel, PX.read_pixels(cfg.pixel, planes, cfg.h, cfg.w),
+                                   cfg.cvt)
+            nbytes = cfg.weight_bytes
+            weights = C.read_weights(cfg, self._read(cfg.wt_addr, nbytes, "convolution weights"))
             touched.reads.append((cfg.wt_addr, cfg.wt_addr + nbytes))
             values, sat = C.cacc(C.convolve(cfg, image, weights), cfg.clip)
             # the lanes of the last atom without a kernel carry 0 through SDP
