@@ -79,6 +79,11 @@ class Conv:
     cvt: tuple[int, int, int] = (0, 1, 0)
     cvt_in: tuple[int, int, int] | None = None  # CDMA's input converter: offset, scale, shift
     pixel: Pixel | None = None  # image input instead of a feature cube
+    #: the convolution buffer: (data, weights) kept for the next convolution (SKIP_*_RLS) and
+    #: taken from the previous one instead of memory (*_REUSE); the layer's own data and
+    #: weights are still written to memory, where a reusing layer must not read them
+    keep: tuple[bool, bool] = (False, False)
+    reuse: tuple[bool, bool] = (False, False)
 
     @property
     def out_hw(self) -> tuple[int, int]:
@@ -259,6 +264,7 @@ def build(layers: list, name: str = "nvdla_test", seed: int = 0) -> Trace:
               "reg_write(NVDLA_GLB.S_INTR_MASK_0, 0x3f0000);"]  # SDP, CDP, PDP done unmasked
     #: the previous layer's output (all lanes), its address, line, surface, channels
     prev: tuple[np.ndarray, int, int, int, int] | None = None
+    kept: tuple = (None, None)  # the input and weights the last Conv kept in the buffer
     out_at = OUT_BASE
     group = {u: 0 for u in ("SDP", "SDP_RDMA", "CDMA", "CSC", "CMAC_A", "CMAC_B", "CACC",
                             "PDP", "PDP_RDMA", "CDP", "CDP_RDMA")}
@@ -306,8 +312,6 @@ def build(layers: list, name: str = "nvdla_test", seed: int = 0) -> Trace:
                 wt = ref.pack_weights(weights)
                 conv_in = image if layer.cvt_in is None else \
                     ref.cdma_convert(image, *layer.cvt_in)
-                sums = ref.conv(conv_in, weights, layer.stride, layer.dilation, layer.pad,
-                                layer.pad_value, (oh, ow))
             else:
                 if layer.c != ref.pixel_elements(px.fmt):
                     raise ValueError(f"{px.fmt} has {ref.pixel_elements(px.fmt)} elements")
@@ -324,16 +328,26 @@ def build(layers: list, name: str = "nvdla_test", seed: int = 0) -> Trace:
                 weights = rng.integers(-128, 128, (layer.k, layer.r, kc))
                 wt = ref.pack_image_weights(weights, px.y_ext)
                 conv_in = ref.pixel_convert(raw, px.signed, layer.cvt_in, px.mean)
+            t.load(f"{tag}_wt.dat", wt_at, wt)
+            # the C model reuses what the previous convolution kept, else reads memory
+            conv_in = kept[0] if layer.reuse[0] and kept[0] is not None else conv_in
+            weights = kept[1] if layer.reuse[1] and kept[1] is not None else weights
+            kept = (conv_in if layer.keep[0] else None, weights if layer.keep[1] else None)
+            if px is None:
+                sums = ref.conv(conv_in, weights, layer.stride, layer.dilation, layer.pad,
+                                layer.pad_value, (oh, ow))
+            else:
                 sums = ref.image_conv(conv_in, weights, layer.stride, layer.pad,
                                       layer.pad_value, (oh, ow))
-            t.load(f"{tag}_wt.dat", wt_at, wt)
             lanes = -(-layer.k // 8) * 8
             values = np.zeros((lanes, oh, ow), np.int64)
             for idx, v in np.ndenumerate(sums):
                 values[idx] = ref.cacc(int(v), layer.clip)
             shape = (layer.k, oh, ow)
             top, bottom, left, right = layer.pad
-            cdma = {"D_MISC_CFG": 0, "D_DATAIN_FORMAT": 0,
+            misc = (layer.reuse[0] << 16 | layer.reuse[1] << 20 | layer.keep[0] << 24
+                    | layer.keep[1] << 28)
+            cdma = {"D_MISC_CFG": misc, "D_DATAIN_FORMAT": 0,
                     "D_DATAIN_SIZE_0": (layer.h - 1) << 16 | (layer.w - 1),
                     "D_DATAIN_SIZE_1": layer.c - 1,
                     "D_DATAIN_SIZE_EXT_0": (layer.h - 1) << 16 | (layer.w - 1),
@@ -364,7 +378,7 @@ def build(layers: list, name: str = "nvdla_test", seed: int = 0) -> Trace:
                              "D_MEAN_GLOBAL_1": m[3] << 16 | m[2],
                              "D_WEIGHT_SIZE_0": layer.r * kc - 1})
                 csc_wt = ((layer.r - 1) << 16, (layer.k - 1) << 16 | (kc - 1))
-            csc = {"D_MISC_CFG": 0, "D_DATAIN_FORMAT": int(px is not None),
+            csc = {"D_MISC_CFG": misc, "D_DATAIN_FORMAT": int(px is not None),
                    "D_DATAIN_SIZE_EXT_0": cdma["D_DATAIN_SIZE_0"],
                    "D_DATAIN_SIZE_EXT_1": layer.c - 1, "D_BATCH_NUMBER": 0,
                    "D_ENTRY_PER_SLICE": cdma["D_ENTRY_PER_SLICE"], "D_WEIGHT_FORMAT": 0,

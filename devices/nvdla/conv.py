@@ -21,7 +21,13 @@ docs/design-notes.md "NVDLA"):
   the last pixel's may be cut short: its missing elements weigh 0), stored as a direct kernel of
   width 1; with POST_Y_EXTENSION 2 or 4 that many rows share one atom and are stored together
   per kernel; no dilation, no batches ([EXT] cmod csc/NV_NVDLA_csc.cpp
-  SendImageDataToMacSequencerConvCommon and its weight sequencer).
+  SendImageDataToMacSequencerConvCommon and its weight sequencer);
+* the convolution buffer across layers (D_MISC_CFG, [EXT] cmod cdma/NV_NVDLA_cdma.cpp, the data
+  and weight request sequencers): a layer with SKIP_DATA_RLS / SKIP_WEIGHT_RLS keeps its
+  converted input / weights in the buffer; the next convolution with DATA_REUSE / WEIGHT_REUSE
+  uses them instead of reading memory when the input kind (feature or pixel) and D_BANK are
+  unchanged, and reads memory otherwise; WEIGHT_REUSE after a layer that released its weights,
+  with those settings unchanged, is the C model's invalid configuration (an error here).
 """
 from __future__ import annotations
 
@@ -65,6 +71,14 @@ class ConvConfig:
     pixel: PX.PixelConfig | None = None  # image input
     kc: int = 0  # image input: the weights' channels per row (CSC WEIGHT_CHANNEL_EXT)
     y_ext: int = 1  # image input: rows per weight atom (CSC POST_Y_EXTENSION)
+    reuse: tuple[bool, bool] = (False, False)  # D_MISC_CFG DATA_REUSE, WEIGHT_REUSE
+    keep: tuple[bool, bool] = (False, False)  # D_MISC_CFG SKIP_DATA_RLS, SKIP_WEIGHT_RLS
+    bank: int = 0  # CDMA D_BANK
+
+    @property
+    def buffer_key(self) -> tuple[bool, int]:
+        """What must not change for a layer to reuse its predecessor's buffer contents."""
+        return self.pixel is not None, self.bank
 
     @property
     def weight_bytes(self) -> int:
@@ -96,6 +110,9 @@ def decode(reg: Reg) -> ConvConfig:
                       "INT8 only")
     if bit_field(misc["CDMA"], 9, 8):
         raise bad("CDMA_D_MISC_CFG.in_precision is not INT8: nv_small reads INT8 only")
+    flags = 0x11110000  # DATA_REUSE, WEIGHT_REUSE, SKIP_DATA_RLS, SKIP_WEIGHT_RLS
+    if misc["CDMA"] & flags != misc["CSC"] & flags:
+        raise bad("CSC_D_MISC_CFG's reuse and release flags differ from CDMA_D_MISC_CFG's")
     pixel_in = reg("CDMA", "D_DATAIN_FORMAT") & 1
     if reg("CSC", "D_DATAIN_FORMAT") & 1 != pixel_in:
         raise bad("CSC_D_DATAIN_FORMAT.datain_format differs from CDMA_D_DATAIN_FORMAT's")
@@ -193,7 +210,19 @@ def decode(reg: Reg) -> ConvConfig:
            sign_extend(reg("CDMA", "D_CVT_SCALE") & 0xFFFF, 16), bit_field(cvt_cfg, 9, 4)) \
         if cvt_cfg & 1 else None
     return ConvConfig(w, h, c, k, r, s, batches, in_addr, line, surf, wt_addr, stride, dilation,
-                      pad, pad_value, out_w, out_h, clip, cvt, pixel, kc, y_ext)
+                      pad, pad_value, out_w, out_h, clip, cvt, pixel, kc, y_ext,
+                      (bool(misc["CDMA"] >> 16 & 1), bool(misc["CDMA"] >> 20 & 1)),
+                      (bool(misc["CDMA"] >> 24 & 1), bool(misc["CDMA"] >> 28 & 1)),
+                      reg("CDMA", "D_BANK"))
+
+
+@dataclass(frozen=True)
+class Kept:
+    """What the last convolution left in the convolution buffer: its converted input and its
+    weights, each None when released."""
+    key: tuple[bool, int]
+    data: np.ndarray | None
+    weights: np.ndarray | None
 
 
 def read_weights(cfg: ConvConfig, data: np.ndarray) -> np.ndarray:

@@ -132,6 +132,7 @@ class Nvdla(Device):
         self.events.clear()
         self.ro_writes.clear()
         self.luts = D.Luts.empty()  # CDP's lookup tables
+        self.cbuf: C.Kept | None = None  # None until the first convolution after reset
         self.regs.set_field("CDMA_S_CBUF_FLUSH_STATUS", "flush_done", 1)  # flushed at reset
 
     def reset(self, kind: str = "halt") -> None:
@@ -139,11 +140,12 @@ class Nvdla(Device):
         self._reset_state()
 
     def _state(self) -> dict:
-        return {"events": Counter(self.events), "luts": self.luts}
+        return {"events": Counter(self.events), "luts": self.luts, "cbuf": self.cbuf}
 
     def _set_state(self, state: dict) -> None:
         self.events = Counter(state["events"])
         self.luts = state["luts"]
+        self.cbuf = state["cbuf"]
 
     # -- interrupts -----------------------------------------------------------------------------
     def _raise(self, bits: int) -> None:
@@ -266,20 +268,7 @@ class Nvdla(Device):
             if cfg.batches > 1:
                 raise DeviceError("CDMA_D_BATCH_NUMBER: nv_small has no batches "
                                   "(spec/defs/nv_small.spec BATCH_DISABLE)")
-            if cfg.pixel is None:
-                image = self._cube_in((cfg.in_addr, cfg.line, cfg.surf), cfg.c, cfg.h, cfg.w,
-                                      "convolution input", touched)[:cfg.c]
-                image = C.convert_input(cfg, image)
-            else:
-                planes = []
-                for p, (addr, size) in enumerate(cfg.pixel.spans(cfg.h, cfg.w)):
-                    planes.append(self._read(addr, size, f"image plane {p}"))
-                    touched.reads.append((addr, addr + size))
-                image = PX.convert(cfg.pixel, PX.read_pixels(cfg.pixel, planes, cfg.h, cfg.w),
-                                   cfg.cvt)
-            nbytes = cfg.weight_bytes
-            weights = C.read_weights(cfg, self._read(cfg.wt_addr, nbytes, "convolution weights"))
-            touched.reads.append((cfg.wt_addr, cfg.wt_addr + nbytes))
+            image, weights = self._conv_operands(cfg, touched)
             values, sat = C.cacc(C.convolve(cfg, image, weights), cfg.clip)
             # the lanes of the last atom without a kernel carry 0 through SDP
             values = np.pad(values, ((0, lanes - cfg.k), (0, 0), (0, 0)))
@@ -301,6 +290,45 @@ class Nvdla(Device):
             self.regs.poke(f"SDP_D_PERF_OUT_SATURATION_G{self.consumer_group('SDP')}", sat)
         self._done(layer)
         return touched
+
+    def _conv_operands(self, cfg: C.ConvConfig, touched: Touched
+                       ) -> tuple[np.ndarray, np.ndarray]:
+        """The convolution's converted input [C, H, W] and weights [K, R, S, C]: from memory,
+        or kept in the convolution buffer by the previous convolution (conv.py)."""
+        kept = self.cbuf if self.cbuf is not None and self.cbuf.key == cfg.buffer_key else None
+        if cfg.reuse[0] and kept is not None and kept.data is not None:
+            image = kept.data
+            if image.shape != (cfg.c, cfg.h, cfg.w):
+                raise DeviceError(f"CDMA_D_MISC_CFG.data_reuse: the buffer holds the previous "
+                                  f"layer's {'x'.join(map(str, image.shape))} input, this layer "
+                                  f"reads {cfg.c}x{cfg.h}x{cfg.w}")
+        elif cfg.pixel is None:
+            image = self._cube_in((cfg.in_addr, cfg.line, cfg.surf), cfg.c, cfg.h, cfg.w,
+                                  "convolution input", touched)[:cfg.c]
+            image = C.convert_input(cfg, image)
+        else:
+            planes = []
+            for p, (addr, size) in enumerate(cfg.pixel.spans(cfg.h, cfg.w)):
+                planes.append(self._read(addr, size, f"image plane {p}"))
+                touched.reads.append((addr, addr + size))
+            image = PX.convert(cfg.pixel, PX.read_pixels(cfg.pixel, planes, cfg.h, cfg.w),
+                               cfg.cvt)
+        if cfg.reuse[1] and kept is not None:
+            if kept.weights is None:
+                raise DeviceError("CDMA_D_MISC_CFG.weight_reuse is set, but the previous "
+                                  "convolution released its weights (its SKIP_WEIGHT_RLS was 0)")
+            weights = kept.weights
+            if weights.shape != (cfg.k, cfg.r, cfg.s, cfg.c):
+                raise DeviceError(f"CDMA_D_MISC_CFG.weight_reuse: the buffer holds the previous "
+                                  f"layer's {'x'.join(map(str, weights.shape))} weights, this "
+                                  f"layer's are {cfg.k}x{cfg.r}x{cfg.s}x{cfg.c}")
+        else:
+            nbytes = cfg.weight_bytes
+            weights = C.read_weights(cfg, self._read(cfg.wt_addr, nbytes, "convolution weights"))
+            touched.reads.append((cfg.wt_addr, cfg.wt_addr + nbytes))
+        self.cbuf = C.Kept(cfg.buffer_key, image if cfg.keep[0] else None,
+                           weights if cfg.keep[1] else None)
+        return image, weights
 
     def _cube_in(self, src: tuple[int, int, int], c: int, h: int, w: int, what: str,
                  touched: Touched) -> np.ndarray:

@@ -36,6 +36,17 @@ CASES = {
                             Sdp(chain=True, bs=Stage(alu="sum", alu_operand=3, mul=True,
                                                      mul_operand=5, mul_shift=2, relu=True)),
                             Conv(6, 5, 8, 9, clip=7, cvt=(1, 2, 1))],
+    # the second layer's own input and weights are in memory too: using them fails the CRC
+    "conv_reuse_data_and_weights": [Conv(8, 6, 12, 10, clip=3, cvt_in=(-5, 3, 1), cvt=(0, 1, 2),
+                                         keep=(True, True)),
+                                    Conv(8, 6, 12, 10, clip=4, cvt=(0, 1, 1),
+                                         reuse=(True, True))],
+    "conv_reuse_weights_across_sdp": [Conv(7, 5, 8, 9, clip=3, cvt=(0, 1, 3), keep=(False, True)),
+                                      Sdp(chain=True, bs=Stage(alu="max", alu_operand=-4)),
+                                      Conv(9, 4, 8, 9, pad=(0, 0, 1, 1), clip=3, cvt=(0, 1, 3),
+                                           reuse=(False, True), keep=(True, True)),
+                                      Conv(9, 4, 8, 9, pad=(0, 0, 1, 1), clip=2, cvt=(0, 1, 2),
+                                           reuse=(True, False))],
     "pdp_max_min": [Pdp(9, 7, 11, "max", (3, 2), (2, 1), (1, 0, 1, 1)),
                     Pdp(6, 6, 8, "min", (2, 3), (1, 2), (0, 1, 2, 0))],
     "pdp_average_padding": [Pdp(7, 9, 19, "average", (3, 3), (2, 2), (1, 2, 2, 1), 5),
@@ -151,3 +162,25 @@ def test_cdp_lut_statistics_count_which_table_gave_each_result(tmp_path):
             assert rc.device.regs.peek(f"{reg}_G{group}") == want, (name, reg)
             seen[reg] = seen.get(reg, 0) + want
     assert all(seen.values()), seen  # together the cases reach every kind of result
+
+
+def test_reuse_after_other_buffer_settings_reads_memory(tmp_path, capsys):
+    """With D_BANK changed the buffer is not reused (the C model refetches): the layer reads
+    its own data from memory, and the CRC computed with the kept data fails."""
+    trace = build(CASES["conv_reuse_data_and_weights"], "bank", seed=3).write(tmp_path / "bank")
+    cfg = trace / "bank.cfg"
+    lines = cfg.read_text().splitlines()
+    last = max(i for i, ln in enumerate(lines) if ln.startswith("reg_write(NVDLA_CDMA.D_BANK_0"))
+    lines[last] = "reg_write(NVDLA_CDMA.D_BANK_0, 0xe000e);"
+    cfg.write_text("\n".join(lines) + "\n")
+    assert cli_main(["run", "nvdla", "--program", str(cfg)]) == 1
+    out = capsys.readouterr().out
+    assert out.count(": PASS") == 1 and out.count(": FAIL") == 1, out
+
+
+def test_weight_reuse_after_released_weights_is_an_error(tmp_path, capsys):
+    layers = [Conv(5, 5, 8, 8, clip=3), Conv(5, 5, 8, 8, clip=3, reuse=(False, True))]
+    trace = build(layers, "rls", seed=3).write(tmp_path / "rls")
+    assert cli_main(["run", "nvdla", "--program", str(trace)]) == 2
+    assert "CDMA_D_MISC_CFG.weight_reuse is set, but the previous convolution released its " \
+           "weights" in capsys.readouterr().err
