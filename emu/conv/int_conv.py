@@ -75,30 +75,29 @@ class parallel:
     another process holds a core, since a descheduled worker holds up the whole barrier
     (MobileNet v2 0.35 at 96x96, 227 operations of at most ~1 M MACs each: 0.6-1 s per
     inference on a loaded 2-core machine with 2 threads, 37 ms with 1). A class rather than a
-    generator: it is entered for every layer (~1 us instead of ~4)."""
+    generator: it is entered for every layer (~1 us instead of ~4). Every launch of the
+    project's parallel kernels goes through it, so the calling thread's numba thread count is
+    set only when it must change (numba keeps it per thread; 1 us per set_num_threads call)."""
 
-    __slots__ = ("serial", "threads")
+    __slots__ = ("threads",)
+    _local = threading.local()
 
     def __init__(self, work: int) -> None:
-        self.serial = work < SERIAL_WORK
-        self.threads = 0
+        self.threads = 1 if work < SERIAL_WORK else numba.config.NUMBA_NUM_THREADS
 
     def __enter__(self) -> None:
         PARALLEL.acquire()
-        if self.serial:
+        local = parallel._local
+        if getattr(local, "threads", None) != self.threads:
             try:
-                self.threads = numba.get_num_threads()
-                numba.set_num_threads(1)
+                numba.set_num_threads(self.threads)
             except BaseException:
                 PARALLEL.release()
                 raise
+            local.threads = self.threads
 
     def __exit__(self, *exc: object) -> None:
-        try:
-            if self.serial:
-                numba.set_num_threads(self.threads)
-        finally:
-            PARALLEL.release()
+        PARALLEL.release()
 
 
 class PackedWeights(NamedTuple):

@@ -132,3 +132,17 @@ def test_packed_weights_kept_for_read_only_arrays_while_they_live():
     IC.packed_weights(writable)
     writable[...] = 5  # a writable array may change: never kept
     assert IC.packed_weights(writable).words.view(np.int16)[:2].tolist() == [5, 5]
+
+
+def test_parallel_runs_small_work_on_one_thread_and_large_work_on_all():
+    """The calling thread's numba thread count follows each launch's work (set only when it
+    changes, so it must be right after any sequence of launches)."""
+    import numba
+
+    every = numba.config.NUMBA_NUM_THREADS
+    for work, threads in ((1, 1), (IC.SERIAL_WORK, every), (IC.SERIAL_WORK - 1, 1),
+                          (IC.SERIAL_WORK - 1, 1), (1 << 30, every)):
+        with IC.parallel(work):
+            assert numba.get_num_threads() == threads
+            assert IC.PARALLEL.locked()
+    assert not IC.PARALLEL.locked()
