@@ -138,6 +138,8 @@ class EthosU85(Device):
         self.pmu_mask_enable = True  # NPU_OP_PMU_MASK (L8773-8802)
         self.power_masked = False  # RESET masks power control until the next CMD write (L1358)
         self._axi_memo: dict = {}  # _axi_events: accesses and port setup -> counts
+        self._axi_addrs: tuple[int, ...] | None = None
+        self._axi_cfg: tuple | None = None  # _axi_setup: (register values, setup)
         self._qread = self.description.register("QREAD")
         self.stop_reason = "not started"
         self.stats: dict[str, int] = {}
@@ -297,12 +299,14 @@ class EthosU85(Device):
         self._windows[(lo, hi)] = mem, off
         return mem, off
 
-    def _record(self, family: int, channel: int, write: bool, ranges) -> None:
+    def _record(self, family: int, channel: int, write: bool, ranges,
+                nbytes: int | None = None) -> None:
+        """Account an access of ``ranges`` (``nbytes`` in all, summed here when not given)."""
         ctx = self._unit_ctx
         t: Touched = ctx["touched"]
         (t.writes if write else t.reads).extend(ranges)
         ctx["axi"].append((family, channel, write, ranges))
-        ctx["bytes"] += sum(e - s for s, e in ranges)
+        ctx["bytes"] += sum(e - s for s, e in ranges) if nbytes is None else nbytes
 
     # MemoryPort (ops.py) ------------------------------------------------------------------
     def gather(self, region: int, offsets: np.ndarray, size: int, signed: bool,
@@ -339,15 +343,15 @@ class EthosU85(Device):
         return _box_span_at(self.basep(region), offset, tuple(shape), tuple(strides), size)
 
     @staticmethod
-    def _box_ranges(lo: int, shape: tuple, strides: tuple, size: int) -> list:
-        """Merged byte ranges of a box, identical to ``_ranges`` of all its element addresses
-        (a fresh list: the caller's Touched may grow it)."""
-        return list(EthosU85._box_runs(int(lo), tuple(map(int, shape)), tuple(map(int, strides)),
-                                       int(size)))
+    def _box_ranges(lo: int, shape: tuple, strides: tuple, size: int) -> tuple[tuple, int]:
+        """(merged byte ranges of a box, identical to ``_ranges`` of all its element addresses;
+        their total bytes)."""
+        return EthosU85._box_runs(int(lo), tuple(map(int, shape)), tuple(map(int, strides)),
+                                  int(size))
 
     @staticmethod
     @functools.lru_cache(maxsize=256)
-    def _box_runs(lo: int, shape: tuple, strides: tuple, size: int) -> tuple:
+    def _box_runs(lo: int, shape: tuple, strides: tuple, size: int) -> tuple[tuple, int]:
         """:meth:`_box_ranges`: the innermost dimensions that are contiguous (stride <= run
         length) fold into one run, the outer ones enumerate run starts. Memoised: a program's
         tensors are the same boxes on every run."""
@@ -361,7 +365,8 @@ class EthosU85(Device):
         starts = np.zeros(1, np.int64) + lo
         for st, n in outer:
             starts = (starts[:, None] + np.arange(n, dtype=np.int64)[None, :] * st).ravel()
-        return tuple(address_ranges(starts, run))
+        runs = tuple(address_ranges(starts, run))
+        return runs, sum(e - s for s, e in runs)
 
     @staticmethod
     @functools.lru_cache(maxsize=1024)
@@ -398,7 +403,7 @@ class EthosU85(Device):
             vals = view.view()
             vals.flags.writeable = False
         self._record(self.region_family(region), channel, False,
-                     self._box_ranges(lo, shape, strides, size))
+                     *self._box_ranges(lo, shape, strides, size))
         return vals
 
     def scatter_box(self, region: int, offset: int, shape: tuple, strides: tuple, size: int,
@@ -422,7 +427,7 @@ class EthosU85(Device):
         else:
             view[...] = v.astype(np.int64).astype(f"<u{size}")
         self._record(self.region_family(region), channel, True,
-                     self._box_ranges(lo, shape, strides, size))
+                     *self._box_ranges(lo, shape, strides, size))
         return True
 
     def read_bytes(self, region: int, offset: int, length: int, channel: int) -> bytes:
@@ -792,14 +797,32 @@ class EthosU85(Device):
         mb = min(self.regs.field(reg, "max_beats"), self.regs.field(cap, "max_beats"), 2)
         return 64 << mb
 
-    def _axi_events(self, cycles: int) -> dict[int, int]:
-        """Per-port AXI events of this unit (exact transactions and 16-byte beats)."""
-        chan = self.regs.peek("PMCAXI_CHAN")
-        fams = []
-        for family in (0, 1):
-            n, granule = self._ports(family)
-            align = self._burst_bytes(family)
-            fams.append((n, min(align, granule) if granule else align, self._hashes(family)))
+    #: the registers the AXI accounting reads (the port setup and PMCAXI_CHAN)
+    _AXI_REGS = ("PMCAXI_CHAN", "CONFIG", "AXI_SRAM", "AXI_EXT", "CFG_SRAM_CAP", "CFG_EXT_CAP",
+                 "CFG_SRAM_HASH0_LO", "CFG_SRAM_HASH0_HI", "CFG_SRAM_HASH1_LO",
+                 "CFG_SRAM_HASH1_HI", "CFG_EXT_HASH0_LO", "CFG_EXT_HASH0_HI")
+
+    def _axi_setup(self) -> tuple[int, tuple]:
+        """(PMCAXI_CHAN, per port family (ports, burst alignment, hash masks)), worked out again
+        only when one of _AXI_REGS changed (every unit needs it: ~5 us of register reads)."""
+        if self._axi_addrs is None:
+            self._axi_addrs = tuple(self.description.register(n).address
+                                    for n in self._AXI_REGS)
+        raw = self.regs.peek_addresses(self._axi_addrs)
+        if self._axi_cfg is None or self._axi_cfg[0] != raw:
+            fams = []
+            for family in (0, 1):
+                n, granule = self._ports(family)
+                align = self._burst_bytes(family)
+                fams.append((n, min(align, granule) if granule else align,
+                             self._hashes(family)))
+            self._axi_cfg = (raw, (raw[0], tuple(fams)))
+        return self._axi_cfg[1]
+
+    def _axi_events(self, cycles: int, events: bool) -> dict[int, int]:
+        """Per-port AXI events of this unit (exact transactions and 16-byte beats); the byte
+        statistics only (an empty dict) when ``events`` is False (the PMU is not counting)."""
+        chan, fams = self._axi_setup()
         # every count below is a sum over bursts, so the accesses of one (port family, channel,
         # direction) are split and counted together: one vectorised pass instead of one per
         # command fetch
@@ -807,19 +830,21 @@ class EthosU85(Device):
         for family, channel, write, ranges in self._unit_ctx["axi"]:
             if ranges:
                 groups.setdefault((family, channel, write), []).extend(ranges)
-        key = (chan, tuple(fams), tuple((g, tuple(r)) for g, r in groups.items()))
+        key = (chan, fams, tuple((g, tuple(r)) for g, r in groups.items()))
         hit = self._axi_memo.get(key)
         if hit is None:  # a program's units repeat their accesses on every run
             if len(self._axi_memo) >= 256:
                 self._axi_memo.clear()
             hit = self._axi_memo[key] = self._axi_counts(chan, fams, groups)
+        for k, v in hit[1]:
+            self.stats[k] = self.stats.get(k, 0) + v
+        if not events:
+            return {}
         ev = dict(hit[0])
         for family in (0, 1):
             base = SRAM_PORT if family == 0 else EXT_PORT
             for p in range(fams[family][0]):
                 ev[base + 16 * p + S_ENABLED] = cycles  # modelled: aclken every cycle
-        for k, v in hit[1]:
-            self.stats[k] = self.stats.get(k, 0) + v
         return ev
 
     @staticmethod
@@ -874,17 +899,18 @@ class EthosU85(Device):
         ctx = self._unit_ctx
         cycles = ctx["cycles"]
         self.cycles += cycles
-        ev = self._axi_events(cycles)
+        r = self.regs
+        pmcr = r.peek("PMCR")
+        counting = pmcr & 1 and not (pmcr & 8 and not self.pmu_mask_enable)
+        ev = self._axi_events(cycles, bool(counting))
+        if not counting:
+            return
         ev.update({EV_CYCLE: cycles, EV_NPU_ACTIVE: cycles, EV_MAC_ACTIVE: ctx["mac_cycles"],
                    EV_MAC_DPU_ACTIVE: ctx["mac_cycles"], EV_AO_ACTIVE: ctx["ao_cycles"]})
         for sum_base, port_base in ((SRAM_SUM, SRAM_PORT), (EXT_SUM, EXT_PORT)):
             ev[sum_base + S_ENABLED] = sum(v for k, v in ev.items()
                                            if port_base <= k < port_base + 64
                                            and (k - port_base) % 16 == S_ENABLED)
-        r = self.regs
-        pmcr = r.peek("PMCR")
-        if not pmcr & 1 or (pmcr & 8 and not self.pmu_mask_enable):
-            return
         en = r.peek("PMCNTENSET")
         ovf = 0
         for i in range(8):
