@@ -107,3 +107,18 @@ def test_settings_nv_small_cannot_run_name_the_register(register, value, message
     cfg = _retarget(tmp_path, "bad", "A8B8G8R8", register, value)
     assert cli_main(["run", "nvdla", "--program", cfg]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_program_view_names_the_pixel_format(tmp_path):
+    """`monitor units` and the TUI's program view describe an armed image layer."""
+    from accelstub.devices import open_device
+    from accelstub.stub.server import StubServer
+
+    trace = build(_format_case("Y8___U8V8_N444"), "view", seed=5).write(tmp_path / "view")
+    server = StubServer([open_device("nvdla")], gdb_port=0, telnet_port=None, tcl_port=None)
+    try:
+        server.load_program(trace, log=lambda s: None)
+        (unit,) = server.targets[0].device.units()
+    finally:
+        server.stop()
+    assert unit.summary.startswith("conv 3x3, image T_Y8___U8V8_N444 3x6x9 -> 10x"), unit
