@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 from accelstub.stub.cli import main as cli_main
@@ -122,3 +123,37 @@ def test_the_program_view_names_the_pixel_format(tmp_path):
     finally:
         server.stop()
     assert unit.summary.startswith("conv 3x3, image T_Y8___U8V8_N444 3x6x9 -> 10x"), unit
+
+
+def test_random_register_values_are_refused_or_run_never_crash(tmp_path, capsys):
+    """A client may write anything: 60 traces of an image and a feature convolution with 1-3 of
+    their CDMA/CSC/CACC/SDP data registers set to random values, bit flips or small numbers each
+    run or stop with an error message (exit 2), never another exception."""
+    rng = np.random.default_rng(7)
+    cases = [_format_case("A8B8G8R8"), [Conv(8, 6, 12, 10, clip=3)]]
+    traces = [build(c, f"rand{i}", seed=5).write(tmp_path / f"rand{i}")
+              for i, c in enumerate(cases)]
+    texts = [(t / f"rand{i}.cfg").read_text() for i, t in enumerate(traces)]
+    outcomes = set()
+    for n in range(60):
+        trace = traces[n % 2]
+        lines = texts[n % 2].splitlines()
+        regs = [i for i, ln in enumerate(lines) if re.match(
+            r"reg_write\(NVDLA_(CDMA|CSC|CACC|SDP)\.D_(?!OP_ENABLE)", ln)]
+        for i in rng.choice(regs, size=int(rng.integers(1, 4)), replace=False):
+            value = int(re.search(r"0x[0-9a-f]+", lines[i].split(",")[1]).group(0), 16)
+            kind = rng.integers(0, 3)
+            value = (int(rng.integers(0, 1 << 32)) if kind == 0 else
+                     value ^ (1 << int(rng.integers(0, 32))) if kind == 1 else
+                     int(rng.integers(0, 64)))
+            lines[i] = f"{lines[i].split(',')[0]}, {value:#x});"
+        mutated = trace / "mutated.cfg"
+        mutated.write_text("\n".join(lines) + "\n")
+        rc = cli_main(["run", "nvdla", "--program", str(mutated)])
+        err = capsys.readouterr().err
+        assert rc in (0, 1, 2), err
+        assert "Traceback" not in err and "internal error" not in err, err
+        if rc == 2:
+            assert "accelstub: error: " in err, err
+        outcomes.add(rc)
+    assert 2 in outcomes and outcomes & {0, 1}  # refused ones and ones that ran
