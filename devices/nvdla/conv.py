@@ -184,8 +184,13 @@ def decode(reg: Reg) -> ConvConfig:
     pad_value = sign_extend(reg("CDMA", "D_ZERO_PADDING_VALUE") & 0xFF, 8)
     out0, out1 = reg("CSC", "D_DATAOUT_SIZE_0"), reg("CSC", "D_DATAOUT_SIZE_1")
     out_w, out_h = bit_field(out0, 12, 0) + 1, bit_field(out0, 28, 16) + 1
-    ew = (w + pad[2] + pad[3] - ((s - 1) * dilation[1] + 1)) // stride[1] + 1
-    eh = (h + pad[0] + pad[1] - ((r - 1) * dilation[0] + 1)) // stride[0] + 1
+    span_w, span_h = (s - 1) * dilation[1] + 1, (r - 1) * dilation[0] + 1
+    if span_w > w + pad[2] + pad[3] or span_h > h + pad[0] + pad[1]:
+        raise bad(f"the kernel spans {span_w}x{span_h} (CSC_D_WEIGHT_SIZE_EXT_0, D_DILATION_EXT), "
+                  f"more than the padded input's {w + pad[2] + pad[3]}x{h + pad[0] + pad[1]} "
+                  "(CDMA_D_DATAIN_SIZE_0, D_ZERO_PADDING)")
+    ew = (w + pad[2] + pad[3] - span_w) // stride[1] + 1
+    eh = (h + pad[0] + pad[1] - span_h) // stride[0] + 1
     if (out_w, out_h) != (ew, eh):
         raise bad(f"CSC_D_DATAOUT_SIZE_0 gives {out_w}x{out_h}, the input, kernel, padding, "
                   f"stride and dilation give {ew}x{eh} (L1050)")

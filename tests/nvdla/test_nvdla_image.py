@@ -157,3 +157,4 @@ def test_random_register_values_are_refused_or_run_never_crash(tmp_path, capsys)
             assert "accelstub: error: " in err, err
         outcomes.add(rc)
     assert 2 in outcomes and outcomes & {0, 1}  # refused ones and ones that ran
+

@@ -108,6 +108,17 @@ def test_inconsistent_units_are_an_error_naming_the_registers(tmp_path, capsys):
     assert "CSC_D_CONV_STRIDE_EXT differs from CDMA_D_CONV_STRIDE" in capsys.readouterr().err
 
 
+def test_a_kernel_larger_than_the_padded_input_is_named(tmp_path, capsys):
+    """Dilation 10 across: a 3-wide kernel spans 21 columns of a 9-column input padded by 1."""
+    trace = build(CASES["conv_3x3_pad"], "wide", seed=3).write(tmp_path / "wide")
+    cfg = trace / "wide.cfg"
+    cfg.write_text(cfg.read_text().replace("reg_write(NVDLA_CSC.D_DILATION_EXT_0, 0x0);",
+                                           "reg_write(NVDLA_CSC.D_DILATION_EXT_0, 0x9);"))
+    assert cli_main(["run", "nvdla", "--program", str(cfg)]) == 2
+    assert "the kernel spans 21x3 (CSC_D_WEIGHT_SIZE_EXT_0, D_DILATION_EXT), more than the " \
+           "padded input's 11x9" in capsys.readouterr().err
+
+
 def test_read_only_registers_written_by_a_trace_are_counted_not_failed(tmp_path, capsys):
     trace = build(CASES["conv_3x3_pad"], "ro", seed=3).write(tmp_path / "ro")
     cfg = trace / "ro.cfg"
