@@ -289,28 +289,36 @@ class Tensor:
         return f"{'s' if self.signed else 'u'}{self.bits}"
 
 
+_MEMO: dict = {}  # (kind, ids of the commands read, extra) -> (the commands, result)
+
+
+def memo_on_commands(kind: str, s: SetState, keys: tuple[str, ...], extra, compute):
+    """``compute()``, memoised on the identity of the NPU_SET_* commands ``keys`` it reads and
+    ``extra``: decoded commands are shared, frozen objects (the entry holds them, so their ids
+    stay theirs), so an operation's decode is the same on every run of a stream. Errors are
+    not memoised. Callers treat the result as read-only."""
+    cmds = tuple(map(s.cmds.get, keys))
+    key = (kind, tuple(map(id, cmds)), extra)
+    hit = _MEMO.get(key)
+    if hit is None:
+        result = compute()
+        if len(_MEMO) >= 4096:
+            _MEMO.clear()
+        hit = _MEMO[key] = (cmds, result)
+    return hit[1]
+
+
 #: per tensor, the NPU_SET_* commands :func:`tensor` reads
 _TENSOR_CMDS = {which: tuple(SetState._key(f"{which}_{n}") for n in (
     "PRECISION", "REGION", "BASE0", "BASE1", "BASE2", "BASE3", "STRIDE_Y", "STRIDE_X",
     "STRIDE_C", "WIDTH0_M1", "HEIGHT0_M1", "HEIGHT1_M1")) for which in ("IFM", "IFM2", "OFM")}
-_TENSORS: dict = {}  # (which, ids of those commands) -> (the commands, Tensor)
 
 
 def tensor(s: SetState, which: str) -> Tensor:
-    """The IFM / IFM2 / OFM description from the state (the registers an access needs).
-    Memoised on the identity of the commands it reads (decoded commands are shared, frozen
-    objects; the entry holds them, so their ids stay theirs): an operation's tensors are the
-    same on every run. Callers treat the Tensor as read-only."""
-    cmds = tuple(map(s.cmds.get, _TENSOR_CMDS[which]))
-    key = (which, tuple(map(id, cmds)))
-    hit = _TENSORS.get(key)
-    if hit is not None:
-        return hit[1]
-    t = _tensor(s, which)
-    if len(_TENSORS) >= 4096:
-        _TENSORS.clear()
-    _TENSORS[key] = (cmds, t)
-    return t
+    """The IFM / IFM2 / OFM description from the state (the registers an access needs),
+    memoised on the commands it reads (:func:`memo_on_commands`)."""
+    return memo_on_commands("tensor", s, _TENSOR_CMDS[which], which,
+                            lambda: _tensor(s, which))
 
 
 def _tensor(s: SetState, which: str) -> Tensor:
@@ -452,7 +460,20 @@ def microblock(s: SetState) -> int:
     return mb
 
 
+#: the NPU_SET_* commands :func:`out_config` reads
+_OUT_CMDS = tuple(SetState._key(n) for n in (
+    "OFM_PRECISION", "ACTIVATION", "ACTIVATION_MIN", "ACTIVATION_MAX", "OFM_ZERO_POINT",
+    "OFM_SCALE", "ACC_FORMAT"))
+
+
 def out_config(s: SetState, *, accumulator_path: bool) -> np.ndarray:
+    """:func:`_out_config` memoised on the commands it reads (:func:`memo_on_commands`); the
+    kernels only read the array."""
+    return memo_on_commands("out", s, _OUT_CMDS, accumulator_path,
+                            lambda: _out_config(s, accumulator_path=accumulator_path))
+
+
+def _out_config(s: SetState, *, accumulator_path: bool) -> np.ndarray:
     """Pack OFM_PRECISION / OFM_SCALE / OFM_ZERO_POINT / ACTIVATION* / ACC_FORMAT into the
     kernels' ``cfg`` (emu/numeric/ethosu85.py: out_config) with the asserts of rescale and
     activation (L6955-7000, L7075-7173). ``accumulator_path``: write_accumulator ops (conv,

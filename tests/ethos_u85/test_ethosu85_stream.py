@@ -428,3 +428,36 @@ def test_tensor_memo_names_every_command_the_tensor_description_reads():
                 ops._tensor(s, which)
                 assert s.read and s.read <= set(ops._TENSOR_CMDS[which]), \
                     (which, storage, fmt, s.read - set(ops._TENSOR_CMDS[which]))
+
+
+def test_output_config_memo_names_every_command_it_reads():
+    """ops.out_config is memoised on ops._OUT_CMDS (as ops.tensor on _TENSOR_CMDS): every
+    command the decode reads, over the activation functions, clip ranges, precisions and
+    accumulator formats, is in the list."""
+    from accelstub.devices.ethos_u85 import ops
+
+    class Recording(ops.SetState):
+        def get(self, name, fld, default=None):
+            self.read.add(self._key(name))
+            return super().get(name, fld, default)
+
+    for fn, table, clip, prec, acc in [(0, 0, 0, 0, 0), (0, 0, 1, 3, 0), (3, 0, 0, 1, 1),
+                                       (1, 0, 0, 0, 0), (16, 3, 0, 0, 1)]:
+        cmds = cs.decode(cs.to_bytes(cs.encode_stream([
+            ("NPU_SET_OFM_PRECISION", dict(activation_precision=prec, activation_type=1)),
+            ("NPU_SET_ACTIVATION", dict(activation_function=fn, table=table,
+                                        activation_clip_range=clip)),
+            ("NPU_SET_ACTIVATION_MIN", dict(clip_boundary=-128)),
+            ("NPU_SET_ACTIVATION_MAX", dict(clip_boundary=127)), "NPU_SET_OFM_ZERO_POINT",
+            ("NPU_SET_OFM_SCALE", dict(shift=20, scale=3)),
+            ("NPU_SET_ACC_FORMAT", dict(acc_format=acc))])))
+        for path in (True, False):
+            s = Recording()
+            s.read = set()
+            for c in cmds:
+                s.set(c)
+            try:
+                ops._out_config(s, accumulator_path=path)
+            except ops.Unpredictable:
+                pass  # an assert failed: what it read so far still counts
+            assert s.read and s.read <= set(ops._OUT_CMDS), s.read - set(ops._OUT_CMDS)
