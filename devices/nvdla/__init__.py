@@ -1,7 +1,7 @@
 """NVDLA nv_small: the units' register groups, hardware layers and GLB interrupts (model.py), the
 convolution pipeline (conv.py) with its image input (pixel.py), SDP (sdp.py), PDP (pdp.py), CDP
-(cdp.py), the in-memory data formats (feature.py), the
-trace-test player (trace.py) and the monitor command (monitor.py)."""
+(cdp.py), the in-memory data formats (feature.py), the trace-test player (trace.py) and the
+monitor command (monitor.py)."""
 
 from ..device import DeviceSpec
 

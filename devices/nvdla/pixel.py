@@ -28,8 +28,7 @@ import numpy as np
 from ...emu.numeric.nvdla import round_shift, saturate
 from ..bits import bit_field, sign_extend
 from ..errors import DeviceError
-
-ATOM = 8  # bytes of a memory atom (nv_small)
+from .feature import ATOM  # bytes of a memory atom (nv_small)
 
 
 @dataclass(frozen=True)
