@@ -27,6 +27,7 @@ sparse_2_4 weights are decoded like dense ones in their own order, the 2:4 rule 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -402,7 +403,7 @@ def read_raw(mem: MemoryPort, t: Tensor, shape: tuple[int, int, int], channel: i
     stored integer type when the tensor is one box (:func:`box`, read through the port's
     ``gather_box``); read_ifm's value part (zero point, upscale) is the kernel's."""
     if t.storage == 2:
-        return mem.npu.pop(t.region, int(np.prod(shape))).reshape(shape)
+        return mem.npu.pop(t.region, math.prod(shape)).reshape(shape)
     _check_addressable(t)
     b = box(t, shape)
     gather_box = getattr(mem, "gather_box", None)
@@ -958,7 +959,7 @@ def elementwise(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> O
                         lut=mem.lut, diag=diag)
     _check_diag(diag, "NPU_OP_ELEMENTWISE")
     write_ofm(mem, s, cfg, out, all_perms=False)
-    n = int(np.prod(shape))
+    n = math.prod(shape)
     return OpResult(macs=0, elements=n, mac_cycles=0,
                     ao_cycles=ao_cycles(cfg, n, _ofm_bits(s), ifm.bits, not unary, True))
 
