@@ -8,7 +8,8 @@ docs/design-notes.md "NVDLA"):
 
 * sizes are "n - 1" fields (L230-250); output W/H = (in + pad_l + pad_r - ((S-1)*dx + 1)) /
   stride + 1 with the dilated kernel (digest 8 #23), checked against CSC/CACC D_DATAOUT_SIZE;
-* padding reads the CDMA pad value, [7:0] signed for INT8 feature data (L705-715);
+* padding reads the pad value, [7:0] as int8 (L705-715); CDMA's and CSC's must match (L719,
+  L1154: CSC pads feature data and an image's top and bottom, CDMA an image's sides);
 * CDMA's converter (D_CVT_CFG) applies to feature data when enabled; the mean (MEAN_FORMAT) does
   not (facts from the C model, confirmed by the trace tests);
 * sums are exact int32 (digest 8 #13: the 22-bit figure is the MAC partial width); CACC divides
@@ -181,7 +182,11 @@ def decode(reg: Reg) -> ConvConfig:
     zp2 = reg("CSC", "D_ZERO_PADDING")
     if (bit_field(zp2, 20, 16), bit_field(zp2, 4, 0)) != (pad[0], pad[2]):
         raise bad("CSC_D_ZERO_PADDING (left, top) differs from CDMA_D_ZERO_PADDING (L1138)")
-    pad_value = sign_extend(reg("CDMA", "D_ZERO_PADDING_VALUE") & 0xFF, 8)
+    pad_raw = reg("CDMA", "D_ZERO_PADDING_VALUE") & 0xFFFF
+    if reg("CSC", "D_ZERO_PADDING_VALUE") & 0xFFFF != pad_raw:
+        # CDMA pads an image's lines, CSC everything else (C model): one value (L719, L1154)
+        raise bad("CSC_D_ZERO_PADDING_VALUE differs from CDMA_D_ZERO_PADDING_VALUE (L719)")
+    pad_value = sign_extend(pad_raw & 0xFF, 8)
     out0, out1 = reg("CSC", "D_DATAOUT_SIZE_0"), reg("CSC", "D_DATAOUT_SIZE_1")
     out_w, out_h = bit_field(out0, 12, 0) + 1, bit_field(out0, 28, 16) + 1
     span_w, span_h = (s - 1) * dilation[1] + 1, (r - 1) * dilation[0] + 1
