@@ -166,6 +166,9 @@ def decode(reg: Reg) -> ConvConfig:
                       f"{bpk * k} bytes (L539)")
     if reg("CDMA", "D_WEIGHT_BYTES") != reg("CSC", "D_WEIGHT_BYTES"):
         raise bad("CSC_D_WEIGHT_BYTES differs from CDMA_D_WEIGHT_BYTES (L1482)")
+    for name, line in (("D_ENTRY_PER_SLICE", "L433, L963"), ("D_BANK", "L741, L1160")):
+        if reg("CDMA", name) != reg("CSC", name):  # how the two share the convolution buffer
+            raise bad(f"CSC_{name} differs from CDMA_{name} ({line})")
     batches = bit_field(reg("CDMA", "D_BATCH_NUMBER"), 4, 0) + 1
     for u in ("CSC", "CACC"):
         if bit_field(reg(u, "D_BATCH_NUMBER"), 4, 0) + 1 != batches:

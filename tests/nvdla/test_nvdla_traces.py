@@ -181,8 +181,10 @@ def test_reuse_after_other_buffer_settings_reads_memory(tmp_path, capsys):
     trace = build(CASES["conv_reuse_data_and_weights"], "bank", seed=3).write(tmp_path / "bank")
     cfg = trace / "bank.cfg"
     lines = cfg.read_text().splitlines()
-    last = max(i for i, ln in enumerate(lines) if ln.startswith("reg_write(NVDLA_CDMA.D_BANK_0"))
-    lines[last] = "reg_write(NVDLA_CDMA.D_BANK_0, 0xe000e);"
+    for unit in ("CDMA", "CSC"):  # the second layer's
+        last = max(i for i, ln in enumerate(lines)
+                   if ln.startswith(f"reg_write(NVDLA_{unit}.D_BANK_0"))
+        lines[last] = f"reg_write(NVDLA_{unit}.D_BANK_0, 0xe000e);"
     cfg.write_text("\n".join(lines) + "\n")
     assert cli_main(["run", "nvdla", "--program", str(cfg)]) == 1
     out = capsys.readouterr().out
