@@ -80,7 +80,7 @@ from ..description import load_description
 from ..device import Device, MonitorCommand, ProgramOptions, Touched, Unit, UnitContext
 from ..errors import BusError, DeviceError
 from ..host import HostProgram
-from ..ranges import address_ranges
+from ..ranges import address_ranges, merge_ranges
 from . import ops
 from . import stream as es
 from .vela import program_in, vela_host_program
@@ -380,54 +380,72 @@ class EthosU85(Device):
             span += (n - 1) * st
         return True
 
-    def gather_box(self, region: int, offset: int, shape: tuple, strides: tuple, size: int,
-                   signed: bool, channel: int) -> np.ndarray | None:
-        """:meth:`gather` of the box offset + sum(i_k * strides[k]) as one strided view of the
-        memory (same window check, Touched ranges and AXI bytes): the stored integer type,
-        int64 for 8-byte elements as gather gives. None when the box is not a plain view (the
-        caller uses gather)."""
-        require(0 <= region < 8, "0 <= region && region < 8", "L6228")
-        span = self._box_span(region, offset, shape, strides, size)
-        if span is None:
-            return None
-        lo, hi = span
-        mem, moff = self._window(lo, hi, channel, region, f"region {region} read")
-        if not mem.data.flags.c_contiguous:
-            return None
-        view = np.ndarray(tuple(shape), dtype=f"<{'i' if signed else 'u'}{size}",
-                          buffer=mem.data, offset=moff, strides=tuple(strides))
-        if size == 8:
-            vals = view.astype(np.int64)
-        else:  # no copy: the operation reads it before its OFM is written (numpy's assignment
-            # copies first where the two overlap), and read-only, so nothing changes memory
-            vals = view.view()
-            vals.flags.writeable = False
-        self._record(self.region_family(region), channel, False,
-                     *self._box_ranges(lo, shape, strides, size))
-        return vals
-
-    def scatter_box(self, region: int, offset: int, shape: tuple, strides: tuple, size: int,
-                    values: np.ndarray, channel: int) -> bool:
-        """:meth:`scatter` of ``values`` (box-shaped) into the box: the low ``size`` bytes of
-        each value, little-endian, through one strided view. False (nothing written) when the
-        box is not a plain injective view (the caller uses scatter)."""
-        require(0 <= region < 8, "0 <= region && region < 8", "L6244")
-        span = self._box_span(region, offset, shape, strides, size)
-        if span is None or not self._injective(tuple(shape), tuple(strides), size):
-            return False
-        lo, hi = span
-        mem, moff = self._window(lo, hi, channel, region, f"region {region} write")
-        if not mem.data.flags.c_contiguous:
-            return False
-        view = np.ndarray(tuple(shape), dtype=f"<u{size}", buffer=mem.data, offset=moff,
-                          strides=tuple(strides))
-        v = np.asarray(values)
-        if v.dtype.kind in "iu" and v.dtype.itemsize == size:
-            view[...] = v.view(f"<u{size}")
+    def _box_views(self, region: int, boxes: list, size: int, dtype: str, channel: int,
+                   write: bool) -> list[np.ndarray] | None:
+        """Strided views of the memory for ``boxes`` ((offset, shape, strides): elements at
+        offset + sum(i_k * strides[k]) of BASEP[region]), window-checked as gather and scatter
+        are, and their accesses recorded as one (the byte ranges of all the boxes' elements
+        merged, as the element path's address_ranges gives them). None, recording nothing,
+        when a box is not a plain view (or, for ``write``, writes a byte twice)."""
+        views, runs = [], []
+        for offset, shape, strides in boxes:
+            span = self._box_span(region, offset, shape, strides, size)
+            if span is None or (write and not self._injective(tuple(shape), tuple(strides),
+                                                              size)):
+                return None
+            lo, hi = span
+            mem, moff = self._window(lo, hi, channel, region,
+                                     f"region {region} {'write' if write else 'read'}")
+            if not mem.data.flags.c_contiguous:
+                return None
+            views.append(np.ndarray(tuple(shape), dtype=dtype, buffer=mem.data, offset=moff,
+                                    strides=tuple(strides)))
+            runs.append(self._box_ranges(lo, shape, strides, size))
+        if len(runs) == 1:
+            ranges, nbytes = runs[0]
         else:
-            view[...] = v.astype(np.int64).astype(f"<u{size}")
-        self._record(self.region_family(region), channel, True,
-                     *self._box_ranges(lo, shape, strides, size))
+            ranges = merge_ranges([r for part, _ in runs for r in part])
+            nbytes = sum(e - s for s, e in ranges)
+        self._record(self.region_family(region), channel, write, ranges, nbytes)
+        return views
+
+    def gather_boxes(self, region: int, boxes: list, size: int, signed: bool,
+                     channel: int) -> list[np.ndarray] | None:
+        """:meth:`gather` of the elements of ``boxes`` (:meth:`_box_views`), one strided view
+        each: the stored integer type, int64 for 8-byte elements as gather gives. None when a
+        box is not a plain view (the caller uses gather)."""
+        require(0 <= region < 8, "0 <= region && region < 8", "L6228")
+        views = self._box_views(region, boxes, size, f"<{'i' if signed else 'u'}{size}",
+                                channel, False)
+        if views is None:
+            return None
+        out = []
+        for view in views:
+            if size == 8:
+                out.append(view.astype(np.int64))
+            else:  # no copy: the operation reads it before its OFM is written (numpy's
+                # assignment copies first where the two overlap), and read-only, so nothing
+                # changes memory
+                view.flags.writeable = False
+                out.append(view)
+        return out
+
+    def scatter_boxes(self, region: int, boxes: list, size: int, values: list,
+                      channel: int) -> bool:
+        """:meth:`scatter` of ``values`` (one box-shaped array per box) into ``boxes``: the low
+        ``size`` bytes of each value, little-endian, through one strided view each. False
+        (nothing written) when a box is not a plain injective view (the caller uses
+        scatter)."""
+        require(0 <= region < 8, "0 <= region && region < 8", "L6244")
+        views = self._box_views(region, boxes, size, f"<u{size}", channel, True)
+        if views is None:
+            return False
+        for view, v in zip(views, values):
+            v = np.asarray(v)
+            if v.dtype.kind in "iu" and v.dtype.itemsize == size:
+                view[...] = v.view(f"<u{size}")
+            else:
+                view[...] = v.astype(np.int64).astype(f"<u{size}")
         return True
 
     def read_bytes(self, region: int, offset: int, length: int, channel: int) -> bytes:

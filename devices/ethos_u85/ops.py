@@ -249,13 +249,14 @@ class MemoryPort(Protocol):
 
     def read_bytes(self, region: int, offset: int, length: int, channel: int) -> bytes: ...
 
-    # optional (read_raw / write_ofm use them when present, else gather / scatter): one strided
-    # box of elements at offset + sum(i_k * strides[k]); None / False = use the element path
-    def gather_box(self, region: int, offset: int, shape: tuple, strides: tuple, size: int,
-                   signed: bool, channel: int) -> np.ndarray | None: ...
+    # optional (read_raw / write_ofm use them when present, else gather / scatter): strided
+    # boxes (offset, shape, strides) of elements at offset + sum(i_k * strides[k]), accessed
+    # as one; None / False = use the element path
+    def gather_boxes(self, region: int, boxes: list, size: int, signed: bool,
+                     channel: int) -> list[np.ndarray] | None: ...
 
-    def scatter_box(self, region: int, offset: int, shape: tuple, strides: tuple, size: int,
-                    values: np.ndarray, channel: int) -> bool: ...
+    def scatter_boxes(self, region: int, boxes: list, size: int, values: list,
+                      channel: int) -> bool: ...
 
     def set_result_flag(self, value: int) -> None: ...
 
@@ -370,13 +371,14 @@ def addresses(t: Tensor, shape: tuple[int, int, int]) -> np.ndarray:
                                t.heights, t.storage, t.size, t.fmt)
 
 
-def box(t: Tensor, shape: tuple[int, int, int]) -> tuple[int, tuple, tuple, bool] | None:
-    """The tensor as one strided box of memory, when it is: every element in tile 0 (the usual
-    single-tile tensor), NHWC, or NHCWB16 with depth <= 16 or a multiple of 16. Returns
-    (offset, box shape, byte strides, bricked) where bricked means the box is
-    [H, C/16, W, 16] (NHCWB16) rather than [H, W, C]; None otherwise (the element-address path
-    runs). Why: a box is read and written as one numpy view instead of an address per element,
-    with exactly the same addresses (element_address_in_region, L6448-6498)."""
+def boxes(t: Tensor, shape: tuple[int, int, int]) -> list[tuple[int, tuple, tuple, bool]] | None:
+    """The tensor as strided boxes of memory, when it is: every element in tile 0 (the usual
+    single-tile tensor), NHWC (one box), or NHCWB16: one box of whole bricks [H, C/16, W, 16]
+    and, when the depth is not a multiple of 16, one of the last brick's channels [H, W, C % 16].
+    Each is (offset, box shape, byte strides, bricked), the boxes in channel order; None
+    otherwise (the element-address path runs). Why: a box is read and written as one numpy view
+    instead of an address per element, with exactly the same addresses
+    (element_address_in_region, L6448-6498)."""
     H, W, C = shape
     if min(shape) <= 0:
         return None
@@ -388,30 +390,31 @@ def box(t: Tensor, shape: tuple[int, int, int]) -> tuple[int, tuple, tuple, bool
         return None
     if not tile0:
         return None
-    es = t.size
+    es, base = t.size, t.bases[0]
     if t.fmt == 0:
-        return t.bases[0], (H, W, C), (t.stride_y, t.stride_x, es), False
-    if C <= 16:
-        return t.bases[0], (H, W, C), (t.stride_y, 16 * es, es), False
-    if C % 16 == 0:
-        return t.bases[0], (H, C // 16, W, 16), (t.stride_y, t.stride_c, 16 * es, es), True
-    return None
+        return [(base, (H, W, C), (t.stride_y, t.stride_x, es), False)]
+    full, rest = divmod(C, 16)
+    out = [(base, (H, full, W, 16), (t.stride_y, t.stride_c, 16 * es, es), True)] if full else []
+    if rest:
+        out.append((base + full * t.stride_c, (H, W, rest), (t.stride_y, 16 * es, es), False))
+    return out
 
 
 def read_raw(mem: MemoryPort, t: Tensor, shape: tuple[int, int, int], channel: int) -> np.ndarray:
     """The stored integers of a [H, W, C] tensor (memory or chaining FIFO): int64, or the
-    stored integer type when the tensor is one box (:func:`box`, read through the port's
-    ``gather_box``); read_ifm's value part (zero point, upscale) is the kernel's."""
+    stored integer type when the tensor is boxes (:func:`boxes`, read through the port's
+    ``gather_boxes``); read_ifm's value part (zero point, upscale) is the kernel's."""
     if t.storage == 2:
         return mem.npu.pop(t.region, math.prod(shape)).reshape(shape)
     _check_addressable(t)
-    b = box(t, shape)
-    gather_box = getattr(mem, "gather_box", None)
-    if b is not None and gather_box is not None:
-        off, bshape, strides, bricked = b
-        vals = gather_box(t.region, off, bshape, strides, t.size, t.signed, channel)
+    bs = boxes(t, shape)
+    gather_boxes = getattr(mem, "gather_boxes", None)
+    if bs is not None and gather_boxes is not None:
+        vals = gather_boxes(t.region, [b[:3] for b in bs], t.size, t.signed, channel)
         if vals is not None:
-            return vals.transpose(0, 2, 1, 3).reshape(shape) if bricked else vals
+            parts = [v.transpose(0, 2, 1, 3).reshape(shape[0], shape[1], -1) if b[3] else v
+                     for b, v in zip(bs, vals)]
+            return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=2)
     offs = addresses(t, shape)
     return mem.gather(t.region, offs.ravel(), t.size, t.signed, channel).reshape(shape)
 
@@ -674,15 +677,18 @@ def write_ofm(mem: MemoryPort, s: SetState, cfg: NpuConfig, value: np.ndarray,
     require(lim.get(tr, True), "OFM block fits the transpose limits (128 / 1024)", "L6710-6740")
     stored = np.transpose(v, _TRANSPOSE_PERM[tr])
     _check_addressable(t)
-    b = box(t, stored.shape)
-    scatter_box = getattr(mem, "scatter_box", None)
-    if b is not None and scatter_box is not None:
-        off, bshape, strides, bricked = b
-        vals = stored
-        if bricked:
-            h, w, c = stored.shape
-            vals = stored.reshape(h, w, c // 16, 16).transpose(0, 2, 1, 3)
-        if scatter_box(t.region, off, bshape, strides, t.size, vals, WR_OFM):
+    bs = boxes(t, stored.shape)
+    scatter_boxes = getattr(mem, "scatter_boxes", None)
+    if bs is not None and scatter_boxes is not None:
+        h, w, _ = stored.shape
+        parts, c0 = [], 0
+        for _, bshape, _, bricked in bs:
+            n = bshape[1] * 16 if bricked else bshape[2]
+            part = stored[:, :, c0:c0 + n]
+            parts.append(part.reshape(h, w, n // 16, 16).transpose(0, 2, 1, 3) if bricked
+                         else part)
+            c0 += n
+        if scatter_boxes(t.region, [b[:3] for b in bs], t.size, parts, WR_OFM):
             return
     offs = addresses(t, stored.shape)
     mem.scatter(t.region, offs.ravel(), t.size, np.ascontiguousarray(stored).ravel(), WR_OFM)

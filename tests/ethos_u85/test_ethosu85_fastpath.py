@@ -5,7 +5,7 @@
   pads, IFM types (int8 / uint8 / int16), accumulator inputs, 32/48-bit accumulators, raw
   accumulator output, LUT functions, and against an independent numpy integer computation of the
   accumulator sums;
-* the strided-box gather/scatter of the device (gather_box / scatter_box) against the
+* the strided-box gather/scatter of the device (gather_boxes / scatter_boxes) against the
   element-address path (gather / scatter): values, memory, Touched ranges and PMU counters;
 * the memoised weight decoder against the plain one.
 """
@@ -273,8 +273,8 @@ def fresh():
 
 
 def without_boxes(d):
-    d.gather_box = lambda *a, **k: None
-    d.scatter_box = lambda *a, **k: False
+    d.gather_boxes = lambda *a, **k: None
+    d.scatter_boxes = lambda *a, **k: False
     return d
 
 
@@ -306,7 +306,7 @@ def test_box_gather_scatter_equal_element_path():
         signed = bool(rng.integers(0, 2))
         ctx = {"touched": Touched(), "axi": [], "bytes": 0}
         d._unit_ctx = ctx
-        a = d.gather_box(1, off, shape, strides, size, signed, 1)
+        (a,) = d.gather_boxes(1, [(off, shape, strides)], size, signed, 1)
         ctx2 = {"touched": Touched(), "axi": [], "bytes": 0}
         d._unit_ctx = ctx2
         b = d.gather(1, offs, size, signed, 1).reshape(shape)
@@ -316,7 +316,7 @@ def test_box_gather_scatter_equal_element_path():
         vals = rng.integers(-(1 << 40), 1 << 40, shape)
         before = d.read(BUF, 0x4000)
         d._unit_ctx = ctx
-        assert d.scatter_box(1, off, shape, strides, size, vals, 8)
+        assert d.scatter_boxes(1, [(off, shape, strides)], size, [vals], 8)
         after_box = d.read(BUF, 0x4000)
         d.write(BUF, before)
         d._unit_ctx = ctx2
@@ -326,7 +326,7 @@ def test_box_gather_scatter_equal_element_path():
     d._unit_ctx = None
     assert base == d.basep(1)
     # a self-overlapping box is left to the element path
-    assert not d.scatter_box(1, 0, (2, 3), (1, 1), 1, np.zeros((2, 3)), 8)
+    assert not d.scatter_boxes(1, [(0, (2, 3), (1, 1))], 1, [np.zeros((2, 3))], 8)
 
 
 def conv_program(d, rng, fmt, ofmt, transpose, shape, oc, k=3):
@@ -351,7 +351,8 @@ def conv_program(d, rng, fmt, ofmt, transpose, shape, oc, k=3):
 @pytest.mark.parametrize("fmt, ofmt, transpose, shape, oc, used", [
     ("nhwc", "nhwc", "HWC", (6, 7, 5), 9, (True, True)),
     ("nhcwb16", "nhcwb16", "HWC", (5, 4, 32), 16, (True, True)),    # whole bricks: 4-D boxes
-    ("nhcwb16", "nhcwb16", "HWC", (5, 4, 20), 18, (False, False)),  # partial bricks: elements
+    ("nhcwb16", "nhcwb16", "HWC", (5, 4, 20), 18, (True, True)),    # a partial brick: 2 boxes
+    ("nhcwb16", "nhcwb16", "HWC", (3, 5, 40), 24, (True, True)),
     ("nhcwb16", "nhwc", "HWC", (4, 5, 12), 7, (True, True)),        # one brick
     ("nhwc", "nhwc", "WHC", (5, 6, 3), 4, (True, True)),
     ("nhwc", "nhwc", "CHW", (4, 6, 3), 5, (True, True)),
@@ -370,8 +371,8 @@ def test_device_box_path_equals_element_path(fmt, ofmt, transpose, shape, oc, us
                     calls.append((tag, r is not None and r is not False))
                     return r
                 return call
-            d.gather_box = spy(d.gather_box, "g")
-            d.scatter_box = spy(d.scatter_box, "s")
+            d.gather_boxes = spy(d.gather_boxes, "g")
+            d.scatter_boxes = spy(d.scatter_boxes, "s")
         rng = np.random.default_rng(42)
         cmds = conv_program(d, rng, fmt, ofmt, transpose, shape, oc)
         Host(d).start(es.encode_stream(cmds + STOP))
