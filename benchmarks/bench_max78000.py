@@ -10,7 +10,8 @@
 2. A network with the shapes of the ai8x MNIST example (1x28x28 -> 60 -> 60 -> 56 -> 12 -> 10):
    wall time per inference after warm-up against the silicon's 70,157 cycles at 50 MHz = 1.40 ms,
    measured like the chip's figure: the program loaded once, then cnn_start to completion
-   repeatedly (the CNN_ISR writes and the start writes between runs are not timed).
+   repeatedly (the CNN_ISR writes and the start writes between runs are not timed), 200
+   times: best and median.
    The last layer is a 1x1 convolution of the 12x4x4... flattened features until flatten lands
    (192 -> 10 MACs either way: 1,920 of 10.8 M).
 (The command line's start-up and first run: benchmarks/bench_first_run.py.)
