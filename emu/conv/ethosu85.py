@@ -95,8 +95,7 @@ def _gemm_dtype(vmax: int, w: np.ndarray) -> type | None:
     None when not even float64 is (the loop kernel runs)."""
     if w.size == 0:
         return np.float32
-    wsum = int(np.abs(w).reshape(w.shape[0], -1).sum(axis=1).max())
-    bound = int(vmax) * wsum
+    bound = int(vmax) * IC.weight_sum_bound(w)
     if bound < F32_EXACT:
         return np.float32
     if bound < F64_EXACT:

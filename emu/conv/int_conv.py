@@ -149,6 +149,11 @@ def fits_int32(lo: int, hi: int, w: np.ndarray) -> bool:
     return max(-lo, hi) * w_sum < 1 << 31
 
 
+def weight_sum_bound(w: np.ndarray) -> int:
+    """max over K of sum |w[k]| of ``w`` [K, ...], kept while a read-only ``w`` lives."""
+    return _weight_facts(w, pack=False)[2]
+
+
 def packed_weights(w: np.ndarray) -> PackedWeights:
     """:func:`pack_weights` of ``w`` [K, kh, kw, C], kept while a read-only ``w`` lives."""
     return _weight_facts(w, pack=True)[0]
