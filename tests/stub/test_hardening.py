@@ -431,6 +431,20 @@ def test_telnet_client_that_reads_nothing_never_blocks_run_control(ctx, rc):
         server.stop()
 
 
+def _stop_until_cut(rc, server) -> None:
+    """Resume and stop until the server cuts the connection that reads nothing (each stop
+    queues a notification for it): run control never blocks, and the cut comes within 3 s."""
+    for i in range(3000):
+        rc.resume()
+        assert rc.wait(2) is not None, f"run control blocked after {i} stops"
+        if server.connections == 0:
+            break
+    t_end = time.monotonic() + 3
+    while server.connections and time.monotonic() < t_end:
+        time.sleep(0.05)
+    assert server.connections == 0, "the connection that reads nothing is still open"
+
+
 @pytest.mark.parametrize("kind", ["telnet", "tcl"])
 def test_unread_unsolicited_output_past_the_limit_closes_the_connection(ctx, rc, monkeypatch,
                                                                         kind):
@@ -447,15 +461,7 @@ def test_unread_unsolicited_output_past_the_limit_closes_the_connection(ctx, rc,
             if kind == "tcl":
                 s.sendall(b"tcl notifications on" + EOM)
             time.sleep(0.2)
-            for i in range(3000):
-                rc.resume()
-                assert rc.wait(2) is not None, f"run control blocked after {i} stops"
-                if server.connections == 0:
-                    break
-            t_end = time.monotonic() + 3
-            while server.connections and time.monotonic() < t_end:
-                time.sleep(0.05)
-            assert server.connections == 0, "the connection that reads nothing is still open"
+            _stop_until_cut(rc, server)
             s.settimeout(5)
             data = b""
             while True:  # what was queued before the cut, then the end of the stream
@@ -483,15 +489,7 @@ def test_gdb_notifications_to_a_client_that_reads_nothing_never_block_run_contro
         s.sendall(frame(b"qSupported:accelstub-notify+"))
         _small_server_buffers(server)
         time.sleep(0.2)
-        for i in range(3000):
-            rc.resume()
-            assert rc.wait(2) is not None, f"run control blocked after {i} stops"
-            if server.connections == 0:
-                break
-        t_end = time.monotonic() + 3
-        while server.connections and time.monotonic() < t_end:
-            time.sleep(0.05)
-        assert server.connections == 0, "the connection that reads nothing is still open"
+        _stop_until_cut(rc, server)
 
 
 def test_gdb_session_stops_reading_a_client_that_reads_no_replies(stub, monkeypatch):
