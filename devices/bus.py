@@ -155,7 +155,8 @@ class Bus:
                 off = addr - r.base
                 return mem.data[off:off + size].tobytes()
         # range by range in address order (a read has no side effects), so the BusError raised
-        # names the first byte that cannot be read
+        # names the first byte that cannot be read: not _chunks, which finds an unpopulated byte
+        # before a reserved register word earlier in the read fails
         end = addr + size
         if addr < 0 or end > 1 << 32:
             raise BusError(addr & 0xFFFFFFFF, "outside the 32-bit address space")
