@@ -138,7 +138,7 @@ class EthosU85(Device):
         self.pmu_mask_enable = True  # NPU_OP_PMU_MASK (L8773-8802)
         self.power_masked = False  # RESET masks power control until the next CMD write (L1358)
         self._axi_memo: dict = {}  # _axi_events: accesses and port setup -> counts
-        self._axi_addrs: tuple[int, ...] | None = None
+        self._axi_addrs = tuple(self.description.register(n).address for n in self._AXI_REGS)
         self._axi_cfg: tuple | None = None  # _axi_setup: (register values, setup)
         self._qread = self.description.register("QREAD")
         self.stop_reason = "not started"
@@ -344,8 +344,8 @@ class EthosU85(Device):
 
     @staticmethod
     def _box_ranges(lo: int, shape: tuple, strides: tuple, size: int) -> tuple[tuple, int]:
-        """(merged byte ranges of a box, identical to ``_ranges`` of all its element addresses;
-        their total bytes)."""
+        """(merged byte ranges of a box, identical to ``address_ranges`` of all its element
+        addresses; their total bytes)."""
         return EthosU85._box_runs(int(lo), tuple(map(int, shape)), tuple(map(int, strides)),
                                   int(size))
 
@@ -823,9 +823,6 @@ class EthosU85(Device):
     def _axi_setup(self) -> tuple[int, tuple]:
         """(PMCAXI_CHAN, per port family (ports, burst alignment, hash masks)), worked out again
         only when one of _AXI_REGS changed (every unit needs it: ~5 us of register reads)."""
-        if self._axi_addrs is None:
-            self._axi_addrs = tuple(self.description.register(n).address
-                                    for n in self._AXI_REGS)
         raw = self.regs.peek_addresses(self._axi_addrs)
         if self._axi_cfg is None or self._axi_cfg[0] != raw:
             fams = []
