@@ -38,7 +38,7 @@ from typing import Callable
 import numpy as np
 
 from ...emu.conv import int_conv as IC
-from ...emu.numeric.nvdla import round_shift, saturate
+from ...emu.numeric.nvdla import cdma_convert, round_shift, saturate
 from ..bits import bit_field, sign_extend
 from ..errors import DeviceError
 from . import feature as F
@@ -253,11 +253,7 @@ def convert_input(cfg: ConvConfig, image: np.ndarray) -> np.ndarray:
     cdma/NV_NVDLA_cdma.cpp and hls/cdma_libs/cdma_cvt.cpp): (x - offset) * scale, shifted right
     by CVT_TRUNCATE rounding half away from zero, saturated to 17 bits, then to int8. Padding
     is added later (by CSC) and is not converted."""
-    if cfg.cvt is None:
-        return image
-    offset, scale, shift = cfg.cvt
-    v = round_shift((image.astype(np.int64) - offset) * scale, shift)
-    return saturate(saturate(v, 17), 8).astype(np.int8)
+    return image if cfg.cvt is None else cdma_convert(image, *cfg.cvt)
 
 
 def convolve(cfg: ConvConfig, image: np.ndarray, weights: np.ndarray) -> np.ndarray:

@@ -25,7 +25,7 @@ from typing import Callable
 
 import numpy as np
 
-from ...emu.numeric.nvdla import round_shift, saturate
+from ...emu.numeric.nvdla import cdma_convert
 from ..bits import bit_field, sign_extend
 from ..errors import DeviceError
 from .feature import ATOM  # bytes of a memory atom (nv_small)
@@ -139,8 +139,7 @@ def convert(cfg: PixelConfig, raw: np.ndarray, cvt: tuple[int, int, int] | None)
     if cvt is None:
         return raw.view(np.int8)
     offset, scale, shift = cvt
-    values = raw.view(np.int8).astype(np.int64) if cfg.signed else raw.astype(np.int64)
+    values = raw.view(np.int8) if cfg.signed else raw
     sub = (np.asarray(cfg.mean[:raw.shape[0]], np.int64)[:, None, None] if cfg.mean is not None
            else offset)
-    v = round_shift((values - sub) * scale, shift)
-    return saturate(saturate(v, 17), 8).astype(np.int8)
+    return cdma_convert(values, sub, scale, shift)

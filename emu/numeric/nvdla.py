@@ -25,3 +25,11 @@ def wrap(v, bits: int):
     """Keep the low ``bits`` bits as a signed value (a store into a narrower register)."""
     half = np.int64(1) << (bits - 1)
     return ((np.asarray(v, np.int64) + half) & ((half << 1) - 1)) - half
+
+
+def cdma_convert(v, offset, scale: int, shift: int) -> np.ndarray:
+    """CDMA's input converter (cmod hls/cdma_libs/cdma_cvt.cpp): (v - offset) * scale, shifted
+    right by ``shift`` rounding half away from zero, saturated to 17 bits, then to int8.
+    ``offset`` broadcasts (the image path's per-element means)."""
+    t = round_shift((np.asarray(v, np.int64) - offset) * scale, shift)
+    return saturate(saturate(t, 17), 8).astype(np.int8)
