@@ -96,8 +96,12 @@ def cdma_convert(image: np.ndarray, offset: int, scale: int, shift: int) -> np.n
     from zero, saturated to 17 bits, then to int8."""
     out = np.zeros_like(image, dtype=np.int64)
     for idx, x in np.ndenumerate(image):
-        out[idx] = sat(sat(rshift_round((int(x) - offset) * scale, shift), 17), 8)
+        out[idx] = _convert(int(x), offset, scale, shift)
     return out
+
+
+def _convert(x: int, offset: int, scale: int, shift: int) -> int:
+    return sat(sat(rshift_round((x - offset) * scale, shift), 17), 8)
 
 
 #: pixel formats nv_small reads (the register manual's D_DATAIN_FORMAT.pixel_format codes)
@@ -156,9 +160,8 @@ def pixel_convert(raw: np.ndarray, signed: bool, cvt: tuple[int, int, int] | Non
             out[e, y, x] = as_int8
             continue
         offset, scale, shift = cvt
-        sub = mean[e] if mean is not None else offset
-        v = (as_int8 if signed else b) - sub
-        out[e, y, x] = sat(sat(rshift_round(v * scale, shift), 17), 8)
+        out[e, y, x] = _convert(as_int8 if signed else b, mean[e] if mean is not None else offset,
+                                scale, shift)
     return out
 
 
