@@ -468,7 +468,8 @@ class EthosU85(Device):
         n = qsize & ~3
         if not n:
             return np.zeros(0, dtype="<u4")
-        mem, off = self._window(self.qbase, self.qbase + n, ops.RD_CMD, -1, "command stream")
+        qbase = self.qbase
+        mem, off = self._window(qbase, qbase + n, ops.RD_CMD, -1, "command stream")
         return mem.data[off:off + n].view("<u4")
 
     _DECODE_CACHE_MAX = 1 << 14
@@ -615,19 +616,19 @@ class EthosU85(Device):
                 return  # or a breakpoint inside the unit: stop before that command
             r.poke(qread, q)
             fetched()
-            where = self._where(q)
             self.stats["operations"] += 1
             try:
                 self._operation(cmd, q, qsize)
             except NotImplementedYet as e:
                 r.poke(qread, q)
-                raise DeviceError(f"{cmd.name} {where}: {e}") from None
+                raise DeviceError(f"{cmd.name} {self._where(q)}: {e}") from None
             except _BranchFault as e:
-                raise self._error("branch_fault", f"{cmd.name} {where}: {e}") from None
+                raise self._error("branch_fault", f"{cmd.name} {self._where(q)}: {e}") from None
             except Unpredictable as e:
-                raise self._error("cmd_parse_error", f"{cmd.name} {where}: {e}") from None
+                raise self._error("cmd_parse_error", f"{cmd.name} {self._where(q)}: {e}") \
+                    from None
             except NpuBusFault as e:
-                raise self._error("bus_status", f"{cmd.name} {where}: {e}",
+                raise self._error("bus_status", f"{cmd.name} {self._where(q)}: {e}",
                                   self.region_family(e.region) if e.region >= 0 else cmd_family,
                                   e.channel) from None
             if self.running and r.peek(qread) >= qsize:

@@ -350,7 +350,7 @@ def _conv_common(ifm, weights, ofm_hw, stride, dilation, pad, ifm_zp, ifm_bits, 
             and ((depthwise and w.shape[3] == 1) or (not depthwise and raw.shape[2] >= w.shape[3])):
         lo, hi = P.type_range(bits, signed)
         # the integer kernel (emu/int_conv.py) where its int32 sums are exact, else float BLAS
-        gemm = "int" if not depthwise and IC.fits_int32(lo - zp, hi - zp, w) else \
+        gemm = "int" if IC.fits_int32(lo - zp, hi - zp, w) else \
             _gemm_dtype(max(abs(lo - zp), abs(hi - zp)), w)
     if gemm is not None and upscale_mode == UPSCALE_NONE:
         # read_values without the int64 round trip: native stored integers go straight into
@@ -371,7 +371,11 @@ def _conv_common(ifm, weights, ofm_hw, stride, dilation, pad, ifm_zp, ifm_bits, 
             v = np.concatenate([v, np.zeros(v.shape[:2] + (oc_n - v.shape[2],), v.dtype)], axis=2)
         elif not depthwise:
             v = v[:, :, :w.shape[3]]                                 # the loop reads ic < IC only
-        if gemm == "int":
+        if gemm == "int" and depthwise:
+            tot = IC.depthwise_sums(v[:, :, :oc_n], w, (H, W), zero_point=vzp,
+                                    in_hw=(ih, iw), pad=(pt, pl), stride=(sy, sx),
+                                    dilation=(dy, dx))
+        elif gemm == "int":
             tot = IC.conv_sums(v.transpose(2, 0, 1), IC.packed_weights(w), (H, W),
                                zero_point=vzp, in_hw=(ih, iw), pad=(pt, pl), stride=(sy, sx),
                                dilation=(dy, dx), hwc=True)

@@ -36,8 +36,13 @@ def check(diag, cond, msg):
 
 
 def lut_bytes(lut):
+    """The LUT as the kernels' uint8[LUT_BYTES]: the array itself when it is one they take
+    as it is (they only read it; a copy per operation cost ~2 us)."""
     if lut is None:
         return np.zeros(P.LUT_BYTES, np.uint8)
+    if isinstance(lut, np.ndarray) and lut.dtype == np.uint8 and lut.shape == (P.LUT_BYTES,) \
+            and lut.flags.c_contiguous and lut.flags.writeable:  # (read-only: another compile)
+        return lut
     b = np.frombuffer(bytes(lut), np.uint8) if not isinstance(lut, np.ndarray) else lut
     out = np.zeros(P.LUT_BYTES, np.uint8)
     b = b.view(np.uint8).ravel()[:P.LUT_BYTES]

@@ -19,6 +19,7 @@ from accelstub.devices import open_device
 from accelstub.devices.ethos_u85 import stream as es
 from accelstub.devices.device import Touched
 from accelstub.emu.conv import ethosu85 as conv_k
+from accelstub.emu.conv import int_conv as IC
 from accelstub.emu.numeric import ethosu85_values as values_k
 from accelstub.emu.numeric import ethosu85 as P
 from accelstub.emu.weights import ethosu85 as Wt
@@ -454,3 +455,23 @@ def test_weight_decode_memo_evicts_the_least_recently_used(monkeypatch):
     Wt.decode_weights_memo(c, p)  # the memo is full: the least recently used (b) goes
     assert Wt.decode_weights_memo(a, p) is first
     assert len(Wt._DECODED) == 2 and all(k[0] != tuple(b) for k in Wt._DECODED)
+
+
+def test_depthwise_sums_on_the_integer_kernel_where_exact(monkeypatch):
+    """DEPTHWISE accumulates on the shared integer kernel (int_conv.depthwise_sums) where
+    fits_int32 proves its int32 sums exact, and keeps the float GEMM past that bound; both give
+    the loop's result."""
+    calls = []
+    real = IC.depthwise_sums
+    monkeypatch.setattr(IC, "depthwise_sums", lambda *a, **k: calls.append(1) or real(*a, **k))
+    rng = np.random.default_rng(5)
+    cfg = P.out_config(acc_bits=48, acc_output_disable=True)
+    x8 = rng.integers(-128, 128, (6, 7, 5)).astype(np.int8)
+    x16 = np.full((6, 7, 5), -32768, np.int16)
+    for x, w, used in ((x8, rng.integers(-255, 256, (5, 3, 3, 1)), True),
+                       (x16, np.full((5, 3, 3, 1), 32767), False)):  # 2^15 * 9 * 32767 > 2^31
+        calls.clear()
+        kw_ = dict(pad=(1, 1, 1, 1), ifm_zp=0, cfg=cfg)
+        got = conv_k.depthwise2d(x, w, (6, 7), **kw_)
+        assert bool(calls) == used
+        np.testing.assert_array_equal(got, conv_k.depthwise2d(x, w, (6, 7), method="loop", **kw_))

@@ -125,9 +125,9 @@ def test_packed_weights_kept_for_read_only_arrays_while_they_live():
     assert IC.fits_int32(-128, 127, w) == (128 * int(np.abs(w).reshape(2, -1).sum(1).max())
                                            < 1 << 31)
     key = id(w)
-    assert key in IC._FACTS
+    assert key in IC._PACKED and key in IC._BOUNDS
     del w
-    assert key not in IC._FACTS  # freed with its array
+    assert key not in IC._PACKED and key not in IC._BOUNDS  # freed with its array
     writable = np.ones((1, 1, 1, 2), np.int64)
     IC.packed_weights(writable)
     writable[...] = 5  # a writable array may change: never kept
@@ -146,3 +146,75 @@ def test_parallel_runs_small_work_on_one_thread_and_large_work_on_all():
             assert numba.get_num_threads() == threads
             assert IC.PARALLEL.locked()
     assert not IC.PARALLEL.locked()
+
+
+def depthwise_reference(v, w, zp, out_hw, in_hw, pad, stride, dilation):
+    """out[y, x, c] = sum over taps of (v[..., c] - zp) * w[c, i, j], 0 outside the used input;
+    v [H, W, C], w [C, kh, kw]; one output element at a time in Python integers."""
+    rows, cols = min(in_hw[0], v.shape[0]), min(in_hw[1], v.shape[1])
+    c_n, kh, kw = w.shape
+    out = np.zeros(out_hw + (c_n,), object)
+    for y in range(out_hw[0]):
+        for x in range(out_hw[1]):
+            for c in range(c_n):
+                total = 0
+                for i in range(kh):
+                    for j in range(kw):
+                        r = y * stride[0] + i * dilation[0] - pad[0]
+                        q = x * stride[1] + j * dilation[1] - pad[1]
+                        if 0 <= r < rows and 0 <= q < cols:
+                            total += (int(v[r, q, c]) - zp) * int(w[c, i, j])
+                out[y, x, c] = total
+    return out
+
+
+def wrap32(a):
+    return np.array([((int(t) + 2**31) % 2**32) - 2**31 for t in np.ravel(a)],
+                    np.int64).reshape(np.shape(a))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_depthwise_sums_match_reference_for_random_geometries(data):
+    """Every input type the Ethos-U85 reads (int8, uint8, int16, and int64 from the element
+    path), zero points, strides, dilations, padding, a used input smaller than the stored one,
+    strided (NHCWB16-like) views; weights up to int9 and int16."""
+    d = data.draw
+    c_n, h, wd = d(st.integers(1, 40)), d(st.integers(1, 10)), d(st.integers(1, 12))
+    kh, kw = d(st.integers(1, 4)), d(st.integers(1, 4))
+    stride = (d(st.integers(1, 3)), d(st.integers(1, 3)))
+    dilation = (d(st.integers(1, 3)), d(st.integers(1, 3)))
+    pad = (d(st.integers(0, 3)), d(st.integers(0, 3)))
+    in_hw = (d(st.integers(1, h)), d(st.integers(1, wd)))
+    ho = (in_hw[0] + 2 * pad[0] - (kh - 1) * dilation[0] - 1) // stride[0] + 1
+    wo = (in_hw[1] + 2 * pad[1] - (kw - 1) * dilation[1] - 1) // stride[1] + 1
+    if ho < 1 or wo < 1:
+        return
+    rng = np.random.default_rng(d(st.integers(0, 2**32 - 1)))
+    dtype = d(st.sampled_from([np.int8, np.uint8, np.int16, np.int64]))
+    lo, hi = (-2000, 2000) if dtype in (np.int16, np.int64) else \
+        (int(np.iinfo(dtype).min), int(np.iinfo(dtype).max))
+    zp = d(st.integers(-200, 200)) if dtype != np.uint8 else d(st.integers(0, 255))
+    v = rng.integers(lo, hi + 1, (h, wd, c_n + 3)).astype(dtype)[:, :, 1:c_n + 1]  # strided
+    wmax = d(st.sampled_from([1, 255, 32767]))
+    w = rng.integers(-wmax, wmax + 1, (c_n, kh, kw))
+    got = IC.depthwise_sums(v, w, (ho, wo), zero_point=zp, in_hw=in_hw, pad=pad, stride=stride,
+                            dilation=dilation)
+    assert got.dtype == np.int32
+    want = wrap32(depthwise_reference(v, w, zp, (ho, wo), in_hw, pad, stride, dilation))
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("value, zp, weight", [(2000, -2000, 32767), (-2000, 2000, 32767)])
+def test_depthwise_sums_wrap_past_int32(value, zp, weight):
+    """4000 * 32767 * 25 taps = 3.3e9: past 2**31 the sums wrap modulo 2**32 as int32
+    accumulators do (the caller uses them only where it proved the sums fit, or wants the
+    wrap)."""
+    v = np.full((7, 7, 3), value, np.int16)
+    w = np.full((3, 5, 5), weight)
+    got = IC.depthwise_sums(v, w, (7, 7), zero_point=zp, pad=(2, 2))
+    centre = (value - zp) * weight * 25
+    assert abs(centre) >= 2**31
+    assert int(got[3, 3, 0]) == int(wrap32([centre])[0])
+    np.testing.assert_array_equal(got, wrap32(depthwise_reference(v, w, zp, (7, 7), (7, 7),
+                                                                  (2, 2), (1, 1), (1, 1))))
