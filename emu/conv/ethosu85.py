@@ -307,15 +307,39 @@ def _conv_finish(tot, acc_in, rows, cols, use_acc, cfg, bias, scales, shifts, lu
     (rows[oy] and cols[ox]): acc = sign_extend(acc + sum, acc_bits) (= the chain of wrapping
     accumulate() calls); write_accumulator(acc, rescale_mode_normal) = P.finish. tot: [H, Wc,
     OC] exact integer sums (float from the BLAS path, int32 from emu/int_conv.py); ``out``
-    [H, W, OC] of the OFM's integer type (stores truncate, as astype does). Two kernels, so a
-    first run compiles the one its layers need (the general one alone took ~5 s per type)."""
-    sc, sh, bi, rp, rn, inline = _finish_terms(cfg, bias, scales, shifts, out.shape[2])
+    [H, W, OC] of the OFM's integer type (stores truncate, as astype does); bias/scales/shifts
+    as given (:func:`_stage_terms` widens them). Two kernels, so a first run compiles the one
+    its layers need (the general one alone took ~5 s per type)."""
+    bias, scales, shifts, sc, sh, bi, rp, rn, inline = _stage_terms(cfg, bias, scales, shifts,
+                                                                      out.shape[2])
     if inline and not use_acc and cfg[C_ACC_OUTPUT] == 0 and cfg[C_ACC_BITS] == 32:
         _finish_fast(tot, rows, cols, cfg, sc, sh, bi, rp, rn, out)
     else:
-        _finish_general(tot, acc_in, rows, cols, use_acc, cfg, bias, scales, shifts, lut, sc, sh,
-                        bi, rp, rn, inline, out)
+        _finish_general(tot, acc_in, rows, cols, use_acc, cfg, bias, scales, shifts,
+                        lut_bytes(lut), sc, sh, bi, rp, rn, inline, out)
     return out
+
+
+_TERMS: dict = {}  # (cfg bytes, ids of bias/scales/shifts, channels) -> (those arrays, terms)
+
+
+def _stage_terms(cfg, bias, scales, shifts, oc_n: int) -> tuple:
+    """(bias, scales, shifts as int64[oc_n], then :func:`_finish_terms`), kept for read-only
+    (decoded) scale arrays and the same cfg: a layer passes the same ones on every run, and
+    working them out again cost ~15 us per operation. The entry holds the arrays, so their
+    ids stay theirs while it lives."""
+    keep = all(a is None or (isinstance(a, np.ndarray) and not a.flags.writeable)
+               for a in (bias, scales, shifts))
+    key = (cfg.tobytes(), id(bias), id(scales), id(shifts), oc_n)
+    hit = _TERMS.get(key) if keep else None
+    if hit is None:
+        pc = (per_channel(bias, oc_n), per_channel(scales, oc_n), per_channel(shifts, oc_n))
+        hit = ((bias, scales, shifts), pc + tuple(_finish_terms(cfg, *pc, oc_n)))
+        if keep:
+            if len(_TERMS) >= 1024:
+                _TERMS.clear()
+            _TERMS[key] = hit
+    return hit[1]
 
 
 def _native(raw: np.ndarray, bits: int, signed: bool) -> bool:
@@ -387,8 +411,7 @@ def _conv_common(ifm, weights, ofm_hw, stride, dilation, pad, ifm_zp, ifm_bits, 
         with IC.parallel(16 * H * W * oc_n):  # ~16 multiply-adds' time per output element
             return _conv_finish(tot, acc, _tap_mask(H, sy, dy, kh, pt, ih),
                                 _tap_mask(W, sx, dx, kw, pl, iw), acc_in is not None, cfg,
-                                per_channel(bias, oc_n), per_channel(scales, oc_n),
-                                per_channel(shifts, oc_n), lut_bytes(lut), out)
+                                bias, scales, shifts, lut, out)
     v = fit_hw(v, max(ih, 0), max(iw, 0))
     if depthwise and v.shape[2] < oc_n:
         v = np.concatenate([v, np.zeros(v.shape[:2] + (oc_n - v.shape[2],), np.int64)], axis=2)

@@ -159,6 +159,8 @@ def _scalar_value(scalar: int, zero_point: int, bits: int, signed: bool, diag, n
 
 def _broadcast(v, mode, shape, diag, name):
     H, W, D = shape
+    if not mode & (BC_H | BC_W | BC_C) and v.shape == (H, W, D):  # nothing to broadcast or cut
+        return np.ascontiguousarray(v)
     ys = np.zeros(H, np.intp) if mode & BC_H else np.arange(H)
     xs = np.zeros(W, np.intp) if mode & BC_W else np.arange(W)
     cs = np.zeros(D, np.intp) if mode & BC_C else np.arange(D)

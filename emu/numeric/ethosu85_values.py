@@ -77,6 +77,9 @@ def read_values(raw, zero_point: int, bits: int, signed: bool, diag=None, name="
     Returns int64."""
     raw = np.asarray(raw)
     v = raw.astype(np.int64)
+    if raw.dtype == np.dtype(("i" if signed else "u") + str(bits // 8)):  # already the type
+        v -= checked_zero_point(zero_point, bits, signed, diag, name)
+        return v
     if bits < 64:
         v = v & ((1 << bits) - 1)
         if signed:

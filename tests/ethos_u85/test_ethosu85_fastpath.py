@@ -475,3 +475,29 @@ def test_depthwise_sums_on_the_integer_kernel_where_exact(monkeypatch):
         got = conv_k.depthwise2d(x, w, (6, 7), **kw_)
         assert bool(calls) == used
         np.testing.assert_array_equal(got, conv_k.depthwise2d(x, w, (6, 7), method="loop", **kw_))
+
+
+def test_output_stage_terms_follow_the_config_and_writable_scale_arrays():
+    """The output stage's per-channel terms are kept for read-only (decoded) scale arrays: a
+    second configuration with the same arrays, and a writable array changed between two runs,
+    each still give the loop's result."""
+    rng = np.random.default_rng(11)
+    x = rng.integers(-128, 128, (5, 6, 7)).astype(np.int8)
+    w = rng.integers(-127, 128, (9, 3, 3, 7))
+    bias, scales, shifts = (rng.integers(-999, 999, 9), rng.integers(1 << 20, 1 << 30, 9),
+                            rng.integers(20, 40, 9))
+    for a in (bias, scales, shifts):
+        a.flags.writeable = False
+    for rnd in (P.RND_DOUBLE_SYMMETRIC, P.RND_TRUNCATE_TO_ZERO):
+        kw_ = dict(pad=(1, 1, 1, 1), ifm_zp=3, bias=bias, scales=scales, shifts=shifts,
+                   cfg=P.out_config(ofm_bits=8, ofm_signed=True, act_min=-128, act_max=127,
+                                    round_mode=rnd, per_channel=True))
+        np.testing.assert_array_equal(conv_k.conv2d(x, w, (5, 6), **kw_),
+                                      conv_k.conv2d(x, w, (5, 6), method="loop", **kw_))
+    scales = scales.copy()  # writable
+    kw_["scales"] = scales
+    first = conv_k.conv2d(x, w, (5, 6), **kw_)
+    scales[:] //= 2
+    again = conv_k.conv2d(x, w, (5, 6), **kw_)
+    np.testing.assert_array_equal(again, conv_k.conv2d(x, w, (5, 6), method="loop", **kw_))
+    assert not np.array_equal(first, again)
