@@ -330,6 +330,31 @@ def test_box_gather_scatter_equal_element_path():
     assert not d.scatter_boxes(1, [(0, (2, 3), (1, 1))], 1, [np.zeros((2, 3))], 8)
 
 
+def test_box_views_follow_memory_and_basep():
+    """The box views are kept per box and BASEP: a second read sees memory written since, and
+    after BASEP moves, the new place, with the same values and ranges as the element path."""
+    d = fresh()
+    h = Host(d)
+    h.w("BASEP1_HI", 0)
+    rng = np.random.default_rng(3)
+    d.write(BUF, rng.integers(0, 256, 0x400).astype(np.uint8).tobytes())
+    box = (8, (3, 4, 5), (40, 10, 2))
+    offs = 8 + np.indices(box[1]).reshape(3, -1).T @ np.array(box[2])
+    for base, write in ((BUF, None), (BUF, bytes(range(100, 200))), (BUF + 0x100, None)):
+        h.w("BASEP1_LO", base)
+        if write:
+            d.write(base, write)
+        ctx = {"touched": Touched(), "axi": [], "bytes": 0}
+        d._unit_ctx = ctx
+        (a,) = d.gather_boxes(1, [box], 2, True, 1)
+        ctx2 = {"touched": Touched(), "axi": [], "bytes": 0}
+        d._unit_ctx = ctx2
+        b = d.gather(1, offs, 2, True, 1).reshape(box[1])
+        np.testing.assert_array_equal(np.asarray(a, np.int64), b)
+        assert ctx["touched"].reads == ctx2["touched"].reads and _axi(ctx) == _axi(ctx2)
+    d._unit_ctx = None
+
+
 def conv_program(d, rng, fmt, ofmt, transpose, shape, oc, k=3):
     IH, IW, IC = shape
     x = rng.integers(-128, 128, shape)
