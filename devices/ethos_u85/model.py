@@ -135,6 +135,7 @@ class EthosU85(Device):
         self.npu = NpuInternal()  # chaining FIFOs, accumulator storage
         self._windows: dict[tuple[int, int], tuple] = {}  # [lo, hi) -> (Memory, offset)
         self._boxes: dict[tuple, tuple | None] = {}  # _box_views: key -> (views, ranges, bytes)
+        self._words: tuple = (None, None)  # _stream_words: ((QBASE, bytes), the words' view)
         self.resumable = False  # last stop was NPU_OP_STOP and QBASE/QSIZE not written since
         self.pmu_mask_enable = True  # NPU_OP_PMU_MASK (L8773-8802)
         self.power_masked = False  # RESET masks power control until the next CMD write (L1358)
@@ -487,9 +488,11 @@ class EthosU85(Device):
         n = qsize & ~3
         if not n:
             return np.zeros(0, dtype="<u4")
-        qbase = self.qbase
-        mem, off = self._window(qbase, qbase + n, ops.RD_CMD, -1, "command stream")
-        return mem.data[off:off + n].view("<u4")
+        key = (self.qbase, n)
+        if self._words[0] != key:  # a view of the same memory serves every unit of a stream
+            mem, off = self._window(key[0], key[0] + n, ops.RD_CMD, -1, "command stream")
+            self._words = key, mem.data[off:off + n].view("<u4")
+        return self._words[1]
 
     _DECODE_CACHE_MAX = 1 << 14
     _decode_cache: dict = {}  # (offset, word, next word) -> Command (frozen), shared

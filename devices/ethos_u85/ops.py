@@ -350,16 +350,18 @@ def _tensor(s: SetState, which: str) -> Tensor:
 
 def _check_addressable(t: Tensor) -> None:
     """element_address_in_region's storage and alignment asserts (L6462, L6487, L6492)."""
-    require(t.storage in (0, 1), f"{t.name} storage is tile2x2 or tile3x1", "L6462")
+    # (the messages are formatted only for a failing check: this runs on every tensor access)
+    if t.storage not in (0, 1):
+        require(False, f"{t.name} storage is tile2x2 or tile3x1", "L6462")
     es = t.size
     if t.fmt == 0:
-        require(all(b % es == 0 for b in t.bases) and t.stride_x % es == 0
-                and t.stride_y % es == 0, f"{t.name} base/stride_x/stride_y % element_size == 0",
-                "L6487")
-    else:
-        require(all(b % 16 == 0 for b in t.bases) and t.stride_c % (16 * es) == 0
-                and t.stride_y % (16 * es) == 0,
-                f"{t.name} base % 16 == 0 && stride_c/stride_y % (16*element_size) == 0", "L6492")
+        if not (all(b % es == 0 for b in t.bases) and t.stride_x % es == 0
+                and t.stride_y % es == 0):
+            require(False, f"{t.name} base/stride_x/stride_y % element_size == 0", "L6487")
+    elif not (all(b % 16 == 0 for b in t.bases) and t.stride_c % (16 * es) == 0
+              and t.stride_y % (16 * es) == 0):
+        require(False, f"{t.name} base % 16 == 0 && stride_c/stride_y % (16*element_size) == 0",
+                "L6492")
 
 
 def addresses(t: Tensor, shape: tuple[int, int, int]) -> np.ndarray:
