@@ -526,3 +526,22 @@ def test_output_stage_terms_follow_the_config_and_writable_scale_arrays():
     again = conv_k.conv2d(x, w, (5, 6), **kw_)
     np.testing.assert_array_equal(again, conv_k.conv2d(x, w, (5, 6), method="loop", **kw_))
     assert not np.array_equal(first, again)
+
+
+def test_axi_counts_memo_keys_tuples_by_identity_and_lists_by_value():
+    """A unit's AXI counts are memoised with tuples of ranges keyed by identity (the entry
+    holds them) and lists by value: a new tuple or list with other ranges gets its own counts,
+    equal ones the same counts."""
+    d = fresh()
+    Host(d).w("PMCR", 1)
+    counts = []
+    for ranges in ((0x100, 0x180),), ((0x100, 0x180),), [(0x100, 0x180)], ((0x100, 0x1000),), \
+            [(0x100, 0x1000)]:
+        d.stats.clear()
+        d._unit_ctx = {"axi": [(0, 1, False, ranges), (0, 2, True, [(0x40, 0x44)])]}
+        ev = d._axi_events(10, True)
+        counts.append((ev, dict(d.stats)))
+    d._unit_ctx = None
+    assert counts[0] == counts[1] == counts[2] and counts[3] == counts[4]
+    assert counts[0] != counts[3]
+    assert sum(v for k, v in counts[3][1].items() if k.endswith("read_bytes")) == 0x1000 - 0x100
