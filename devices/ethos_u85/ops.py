@@ -163,10 +163,11 @@ class NpuInternal:
         for use, which in ((use_ifm, "IFM"), (use_ifm2, "IFM2")):
             if not use:
                 continue
-            if s.get(f"{which}_PRECISION", "activation_storage") == 2:
-                region = s.get(f"{which}_REGION", "region")
-                require(region < 3, f"{which}_REGION.region < 3", "L6336")
-                require(region in self.fifo_valid, f"g_fifo_valid[{which}_REGION.region]", "L6337")
+            if s.get(which + "_PRECISION", "activation_storage") == 2:
+                region = s.get(which + "_REGION", "region")
+                if region >= 3 or region not in self.fifo_valid:  # messages only on failure
+                    require(region < 3, f"{which}_REGION.region < 3", "L6336")
+                    require(False, f"g_fifo_valid[{which}_REGION.region]", "L6337")
                 chained.append(region)
             else:
                 self.num_ifm += 1
@@ -190,8 +191,9 @@ class NpuInternal:
         """read_chaining_fifo n times (L6400-6419): assert(head >= tail)."""
         buf = self.fifo.get(region)
         have = 0 if buf is None else len(buf[0]) - buf[1]
-        require(have >= n, f"g_fifo_head >= g_fifo_tail (FIFO {region} holds {have} values, "
-                f"{n} read)", "L6410")
+        if have < n:
+            require(False, f"g_fifo_head >= g_fifo_tail (FIFO {region} holds {have} values, "
+                    f"{n} read)", "L6410")
         out = buf[0][buf[1]:buf[1] + n]
         buf[1] += n
         return out
