@@ -730,3 +730,21 @@ def test_sparse_weights(dev, host):
     with pytest.raises(DeviceError, match="UNPREDICTABLE: weight stream.*group of 4"):
         step(dev)
     assert host.field("STATUS", "cmd_parse_error") == 1 and dev.read(BUF + 0x100, 18) == bytes(18)
+
+@pytest.mark.parametrize("region, message", [
+    (0, r"assert\(g_fifo_valid\[IFM_REGION.region\]\) fails \(L6337\)"),  # FIFO 0 unwritten
+    (3, r"assert\(IFM_REGION.region < 3\) fails \(L6336\)"),
+])
+def test_chained_ifm_without_its_fifo_is_unpredictable(dev, host, region, message):
+    """read of a chained IFM whose FIFO no chained OFM filled, or a FIFO that does not exist:
+    the chaining asserts (L6336-6337) name the register."""
+    y = RNG.integers(-128, 128, (2, 2, 2))
+    dev.write(BUF + 0x100, tensor_bytes(y, 8, True))
+    cmds = (ifm("IFM", None, 0, storage="chained", region=region) + ifm("IFM2", (2, 2, 2), 0x100)
+            + [("NPU_SET_IFM_SCALE", dict(scale=1, round_mode=1)),
+               ("NPU_SET_IFM2_SCALE", dict(scale=1, round_mode=1))]
+            + ofm((2, 2, 2), 0x200, out()) + [("NPU_OP_ELEMENTWISE", dict(elementwise_mode="add"))])
+    host.start(es.encode_stream(cmds + STOP))
+    with pytest.raises(DeviceError, match=message):
+        step(dev)
+    assert host.field("STATUS", "cmd_parse_error") == 1
