@@ -26,7 +26,7 @@ from ..numeric.ethosu85 import (C_ACC_BITS, C_ACC_OUTPUT, C_OFM_BITS, C_OFM_SIGN
                                 C_SHIFT, C_ZP, RESCALE_NORMAL)
 from ..numeric.ethosu85_values import (UPSCALE_NONE, batched, check, checked_zero_point,
                                        config_or_default, fit_hw, infer_type, lut_bytes,
-                                       ofm_dtype, per_channel, read_values, upscale)
+                                       native, ofm_dtype, per_channel, read_values, upscale)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -342,11 +342,6 @@ def _stage_terms(cfg, bias, scales, shifts, oc_n: int) -> tuple:
     return hit[1]
 
 
-def _native(raw: np.ndarray, bits: int, signed: bool) -> bool:
-    """The stored integers already have the tensor's type (no reinterpretation needed)."""
-    return raw.dtype == np.dtype(("i" if signed else "u") + str(bits // 8))
-
-
 def _conv_common(ifm, weights, ofm_hw, stride, dilation, pad, ifm_zp, ifm_bits, ifm_signed,
                  upscale_mode, cfg, bias, scales, shifts, lut, acc_in, diag, depthwise,
                  method="auto", dilated=None):
@@ -380,7 +375,7 @@ def _conv_common(ifm, weights, ofm_hw, stride, dilation, pad, ifm_zp, ifm_bits, 
         # read_values without the int64 round trip: native stored integers go straight into
         # the padded float frame, the zero point is subtracted there
         checked_zero_point(ifm_zp, bits, signed, diag)
-        v, vzp = (raw, zp) if _native(raw, bits, signed) else (read_values(raw, zp, bits, signed), 0)
+        v, vzp = (raw, zp) if native(raw, bits, signed) else (read_values(raw, zp, bits, signed), 0)
     else:
         v, vzp = upscale(read_values(raw, ifm_zp, bits, signed, diag), upscale_mode), 0
     check(diag, ih >= 1 and iw >= 1, "derived IFM extent < 1 (L8174)")

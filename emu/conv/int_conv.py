@@ -506,9 +506,8 @@ def depthwise_sums(v: np.ndarray, w: np.ndarray, out_hw: tuple[int, int], *,
     a read-only ``w`` lives. Why its own kernel: a depthwise convolution has one input channel
     per output channel, so neither GEMM layout applies; the float multiply-add pass per tap it
     replaces took about twice as long over MobileNet v2's 18 depthwise layers (1.7-2.1x with
-    the output stage, two measurements).
-    The input is copied once as int16 with the zero point subtracted: one kernel type for every
-    input type."""
+    the output stage, two measurements). The input is copied once as int16 with the zero
+    point subtracted: one kernel type for every input type."""
     rows, cols = in_hw or v.shape[:2]
     rows, cols = min(rows, v.shape[0]), min(cols, v.shape[1])
     c_n = v.shape[2]

@@ -71,13 +71,18 @@ def infer_type(arr, bits, signed):
     return int(bits), bool(signed)
 
 
+def native(raw: np.ndarray, bits: int, signed: bool) -> bool:
+    """The stored integers already have the tensor's type (no reinterpretation needed)."""
+    return raw.dtype == np.dtype(("i" if signed else "u") + str(bits // 8))
+
+
 def read_values(raw, zero_point: int, bits: int, signed: bool, diag=None, name="IFM") -> np.ndarray:
     """read_ifm's value part (L6540-6558): reinterpret the stored integers as the tensor type
     (bits/signed) and subtract the zero point, interpreted as int16 or uint16 by the type.
     Returns int64."""
     raw = np.asarray(raw)
     v = raw.astype(np.int64)
-    if raw.dtype == np.dtype(("i" if signed else "u") + str(bits // 8)):  # already the type
+    if native(raw, bits, signed):
         v -= checked_zero_point(zero_point, bits, signed, diag, name)
         return v
     if bits < 64:
