@@ -731,6 +731,7 @@ def test_sparse_weights(dev, host):
         step(dev)
     assert host.field("STATUS", "cmd_parse_error") == 1 and dev.read(BUF + 0x100, 18) == bytes(18)
 
+
 @pytest.mark.parametrize("region, message", [
     (0, r"assert\(g_fifo_valid\[IFM_REGION.region\]\) fails \(L6337\)"),  # FIFO 0 unwritten
     (3, r"assert\(IFM_REGION.region < 3\) fails \(L6336\)"),
