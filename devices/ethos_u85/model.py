@@ -877,7 +877,7 @@ class EthosU85(Device):
             for family, channel, write, ranges in axi:
                 if ranges:
                     groups.setdefault((family, channel, write), []).extend(ranges)
-            if len(self._axi_memo) >= 256:
+            if len(self._axi_memo) >= 4096:  # all units of a network (MobileNet v2: 227)
                 self._axi_memo.clear()
             hit = self._axi_memo[key] = self._axi_counts(chan, fams, groups) + (
                 [r for *_, r in axi],)

@@ -545,3 +545,22 @@ def test_axi_counts_memo_keys_tuples_by_identity_and_lists_by_value():
     assert counts[0] == counts[1] == counts[2] and counts[3] == counts[4]
     assert counts[0] != counts[3]
     assert sum(v for k, v in counts[3][1].items() if k.endswith("read_bytes")) == 0x1000 - 0x100
+
+
+def test_weight_and_scale_memos_hold_more_layers_than_a_network_has(monkeypatch):
+    """An inference uses every layer's weights once: 100 distinct streams (more than MobileNet
+    v2's 61 weighted operations) decoded in turn are all still held for the next inference."""
+    monkeypatch.setattr(Wt, "_DECODED", type(Wt._DECODED)())
+    monkeypatch.setattr(Wt, "_PROBES", {})
+    p = Wt.ordering_params(ofm_depth=4, ifm_depth=4, kernel_hw=(1, 1), ofm_block_depth=16,
+                           macs_per_cc=256, microblock=2)
+    rng = np.random.default_rng(6)
+    streams = [[Wt.encode_swd(s, zdiv=0, wdiv=5)
+                for s in Wt.order_weights(rng.integers(-99, 100, (4, 1, 1, 4)), p)]
+               for _ in range(100)]
+    first = [Wt.decode_weights_memo(st, p) for st in streams]
+    assert all(Wt.decode_weights_memo(list(st), p) is w for st, w in zip(streams, first))
+    scales = [Wt.encode_scale_stream(rng.integers(-99, 99, 4), rng.integers(1, 1 << 20, 4),
+                                     rng.integers(1, 30, 4)) for _ in range(100)]
+    kept = [Wt.decode_scale_stream(b, 4) for b in scales]
+    assert all(Wt.decode_scale_stream(b, 4)[0] is k[0] for b, k in zip(scales, kept))
