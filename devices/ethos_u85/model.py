@@ -69,7 +69,6 @@ a DMA takes its bytes / 16 (one 128-bit beat per cycle).
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 from pathlib import Path
 
@@ -104,19 +103,6 @@ S_RD_ACC, S_RD_DONE, S_RD_BEAT, S_WR_ACC, S_WR_BEAT, S_ENABLED = 0, 1, 2, 4, 7, 
 
 
 INT63 = (1 << 63) - 1  # addresses are non-negative int64: hash bits above 62 never match
-
-
-@functools.lru_cache(maxsize=1024)
-def _box_span_at(base: int, offset: int, shape: tuple, strides: tuple,
-                 size: int) -> tuple[int, int] | None:
-    """:meth:`EthosU85._box_span` at region base ``base`` (memoised: the same boxes recur)."""
-    if any(int(st) < 0 for st in strides) or min(shape) <= 0:
-        return None
-    lo = (base + int(offset)) & ADDR_MASK
-    hi = lo + sum((int(n) - 1) * int(st) for n, st in zip(shape, strides)) + size
-    if hi - 1 > ADDR_MASK:
-        return None
-    return lo, hi
 
 
 class EthosU85(Device):
@@ -342,21 +328,19 @@ class EthosU85(Device):
                   size: int) -> tuple[int, int] | None:
         """[lo, hi) of a box with non-negative strides that does not wrap the address space;
         None for anything else (the element path handles it)."""
-        return _box_span_at(self.basep(region), offset, tuple(shape), tuple(strides), size)
+        if any(int(st) < 0 for st in strides) or min(shape) <= 0:
+            return None
+        lo = (self.basep(region) + int(offset)) & ADDR_MASK
+        hi = lo + sum((int(n) - 1) * int(st) for n, st in zip(shape, strides)) + size
+        if hi - 1 > ADDR_MASK:
+            return None
+        return lo, hi
 
     @staticmethod
     def _box_ranges(lo: int, shape: tuple, strides: tuple, size: int) -> tuple[tuple, int]:
         """(merged byte ranges of a box, identical to ``address_ranges`` of all its element
-        addresses; their total bytes)."""
-        return EthosU85._box_runs(int(lo), tuple(map(int, shape)), tuple(map(int, strides)),
-                                  int(size))
-
-    @staticmethod
-    @functools.lru_cache(maxsize=256)
-    def _box_runs(lo: int, shape: tuple, strides: tuple, size: int) -> tuple[tuple, int]:
-        """:meth:`_box_ranges`: the innermost dimensions that are contiguous (stride <= run
-        length) fold into one run, the outer ones enumerate run starts. Memoised: a program's
-        tensors are the same boxes on every run."""
+        addresses; their total bytes): the innermost dimensions that are contiguous (stride <=
+        run length) fold into one run, the outer ones enumerate run starts."""
         dims = sorted((int(st), int(n)) for n, st in zip(shape, strides) if n > 1)
         run, outer = size, []
         for st, n in dims:
@@ -371,10 +355,9 @@ class EthosU85(Device):
         return runs, sum(e - s for s, e in runs)
 
     @staticmethod
-    @functools.lru_cache(maxsize=1024)
     def _injective(shape: tuple, strides: tuple, size: int) -> bool:
         """No two elements of the box share a byte (so one view assignment equals the element
-        stores in any order). Memoised: a program's tensors are the same boxes on every run."""
+        stores in any order)."""
         span = size
         for st, n in sorted((int(st), int(n)) for n, st in zip(shape, strides) if n > 1):
             if st < span:
@@ -391,7 +374,8 @@ class EthosU85(Device):
         when a box is not a plain view (or, for ``write``, writes a byte twice). Memoised on
         the boxes and BASEP (the bus map never changes, so the views stay views of the same
         memory): a program's tensors are the same boxes on every run, and working the views
-        out again cost ~10 us per access."""
+        out again cost ~10 us per access. The one memo of the box path: what
+        :meth:`_box_views_of` calls runs on a miss only."""
         key = (region, self.basep(region), tuple(boxes), size, dtype, channel, write)
         hit = self._boxes.get(key, False)
         if hit is False:
@@ -411,8 +395,7 @@ class EthosU85(Device):
         views, runs = [], []
         for offset, shape, strides in boxes:
             span = self._box_span(region, offset, shape, strides, size)
-            if span is None or (write and not self._injective(tuple(shape), tuple(strides),
-                                                              size)):
+            if span is None or (write and not self._injective(shape, strides, size)):
                 return None
             lo, hi = span
             mem, moff = self._window(lo, hi, channel, region,
