@@ -579,23 +579,22 @@ class EthosU85(Device):
         cmd_family = self._family(r.field("QCONFIG", "cmd_region0"))
         qbase = self.qbase  # QBASE cannot change inside a unit (the words were fetched from it)
         qread = self._qread
-        fetches: list[tuple[int, int]] = []  # command fetches not yet recorded
+        fetches: list[tuple[int, int]] = []  # command fetches, recorded when the unit ends
 
         def fetched() -> None:
-            """Record the fetches so far (before an operation: its cycle model counts them)."""
-            self._record(cmd_family, ops.RD_CMD, False, fetches[:])
-            self._unit_ctx["cycles"] += CMD_ISSUE_CYCLES * len(fetches)
-            self.stats["commands"] += len(fetches)
-            fetches.clear()
+            self._fetched(cmd_family, fetches, None)
 
         # NPU_SET_* commands only store state: QREAD is kept in q and written when the loop
         # leaves (it is written before anything can look at it)
         q = r.peek(qread)
-        seg = None if bp else self._segment(words, q, qsize)
-        if seg is not None:  # the same commands as last time from q: their state at once
-            sets, fetch_offsets, q = seg
+        seg = None if bp else self._segment(words, q, qsize, qbase)
+        if seg is not None:  # the same commands as last time from q: their state at once,
+            # and the fetches up to and including the operation's as one kept tuple
+            sets, ranges, nbytes, q = seg
             self.sets.cmds.update(sets)
-            fetches.extend((qbase + a, qbase + b) for a, b in fetch_offsets)
+            r.poke(qread, q)
+            self._fetched(cmd_family, ranges, nbytes)
+            return self._issue(self._decode_at(words, q), q, qsize, cmd_family)
         while True:
             if q >= qsize:
                 r.poke(qread, q)
@@ -621,56 +620,73 @@ class EthosU85(Device):
                 return  # or a breakpoint inside the unit: stop before that command
             r.poke(qread, q)
             fetched()
-            self.stats["operations"] += 1
-            try:
-                self._operation(cmd, q, qsize)
-            except NotImplementedYet as e:
-                r.poke(qread, q)
-                raise DeviceError(f"{cmd.name} {self._where(q)}: {e}") from None
-            except _BranchFault as e:
-                raise self._error("branch_fault", f"{cmd.name} {self._where(q)}: {e}") from None
-            except Unpredictable as e:
-                raise self._error("cmd_parse_error", f"{cmd.name} {self._where(q)}: {e}") \
-                    from None
-            except NpuBusFault as e:
-                raise self._error("bus_status", f"{cmd.name} {self._where(q)}: {e}",
-                                  self.region_family(e.region) if e.region >= 0 else cmd_family,
-                                  e.channel) from None
-            if self.running and r.peek(qread) >= qsize:
-                self._end_of_stream()
-            return
+            return self._issue(cmd, q, qsize, cmd_family)
+
+    def _fetched(self, family: int, ranges, nbytes: int | None) -> None:
+        """Record command fetches (before an operation: its cycle model counts them)."""
+        self._record(family, ops.RD_CMD, False, ranges, nbytes)
+        self._unit_ctx["cycles"] += CMD_ISSUE_CYCLES * len(ranges)
+        self.stats["commands"] += len(ranges)
+
+    def _issue(self, cmd: es.Command, q: int, qsize: int, cmd_family: int) -> None:
+        """Run the operation ``cmd`` at ``q`` (QREAD is at it, its fetch recorded)."""
+        r = self.regs
+        self.stats["operations"] += 1
+        try:
+            self._operation(cmd, q, qsize)
+        except NotImplementedYet as e:
+            r.poke(self._qread, q)
+            raise DeviceError(f"{cmd.name} {self._where(q)}: {e}") from None
+        except _BranchFault as e:
+            raise self._error("branch_fault", f"{cmd.name} {self._where(q)}: {e}") from None
+        except Unpredictable as e:
+            raise self._error("cmd_parse_error", f"{cmd.name} {self._where(q)}: {e}") \
+                from None
+        except NpuBusFault as e:
+            raise self._error("bus_status", f"{cmd.name} {self._where(q)}: {e}",
+                              self.region_family(e.region) if e.region >= 0 else cmd_family,
+                              e.channel) from None
+        if self.running and r.peek(self._qread) >= qsize:
+            self._end_of_stream()
 
     _SEGMENTS_MAX = 4096
-    _segments: dict = {}  # (start, QSIZE) -> (stream bytes, SET state, fetches, op offset)
+    #: (start, QSIZE, QBASE) -> (stream bytes to the operation's end, SET state, fetch ranges,
+    #: their bytes, that end, the operation's offset)
+    _segments: dict = {}
 
     @classmethod
-    def _segment(cls, words: np.ndarray, q: int, qsize: int) -> tuple | None:
+    def _segment(cls, words: np.ndarray, q: int, qsize: int, qbase: int) -> tuple | None:
         """The NPU_SET_* commands from ``q`` up to the next operation, as (their state by name,
-        the fetch offsets, the operation's offset), when the stream there holds the same words
-        as when this was last worked out: a program's units repeat on every run, and setting
-        each command of a unit one by one cost more than its convolution's output stage. None
-        where the walk must go command by command (no operation before the end, a reserved
-        encoding, an operation at ``q``)."""
-        key = (q, qsize)
+        the fetch ranges up to and including the operation's as one tuple, their bytes, the
+        operation's offset), when the stream there holds the same words as when this was last
+        worked out: a program's units repeat on every run, and setting each command of a unit
+        one by one cost more than its convolution's output stage (and the kept tuple lets the
+        unit's AXI counts be found by its identity). None where the walk must go command by
+        command (no operation before the end, a reserved encoding, an operation at ``q``)."""
+        key = (q, qsize, qbase)
         hit = cls._segments.get(key)
         if hit is not None:
-            data, sets, fetches, op_q = hit
-            if words[q // 4:op_q // 4].tobytes() == data:
-                return sets, fetches, op_q
-        sets, fetches, p = {}, [], q
+            data, sets, ranges, nbytes, end, op_q = hit
+            if words[q // 4:end // 4].tobytes() == data:
+                return sets, ranges, nbytes, op_q
+        sets, ranges, p = {}, [], q
         while p < qsize:
             cmd = cls._decode_at(words, p)
             if cmd.name == es.UNKNOWN:
                 return None
+            ranges.append((qbase + p, qbase + p + cmd.size))
             if cmd.is_operation:
                 if p == q:
                     return None  # nothing to set before it
                 if len(cls._segments) >= cls._SEGMENTS_MAX:
                     cls._segments.clear()
-                cls._segments[key] = (words[q // 4:p // 4].tobytes(), sets, fetches, p)
-                return sets, fetches, p
+                end = p + cmd.size
+                ranges = tuple(ranges)
+                nbytes = sum(b - a for a, b in ranges)
+                cls._segments[key] = (words[q // 4:end // 4].tobytes(), sets, ranges, nbytes,
+                                      end, p)
+                return sets, ranges, nbytes, p
             sets[cmd.name] = cmd
-            fetches.append((p, p + cmd.size))
             p += cmd.size
         return None
 

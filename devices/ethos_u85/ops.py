@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -294,6 +294,9 @@ class Tensor:
 
 
 _MEMO: dict = {}  # (kind, ids of the commands read, extra) -> (the commands, result)
+#: a few entries per operation of a program must fit (clearing them all on every run of a
+#: bigger program would decode every operation afresh each time)
+_MEMO_MAX = 16384
 
 
 def memo_on_commands(kind: str, s: SetState, keys: tuple[str, ...], extra, compute):
@@ -301,12 +304,21 @@ def memo_on_commands(kind: str, s: SetState, keys: tuple[str, ...], extra, compu
     ``extra``: decoded commands are shared, frozen objects (the entry holds them, so their ids
     stay theirs), so an operation's decode is the same on every run of a stream. Errors are
     not memoised. Callers treat the result as read-only."""
-    cmds = tuple(map(s.cmds.get, keys))
+    return _memo(kind, tuple(map(s.cmds.get, keys)), extra, compute)
+
+
+def memo_on_state(kind: str, cmd: Command, s: SetState, extra, compute):
+    """:func:`memo_on_commands` over the operation command ``cmd`` and every NPU_SET_* command
+    set: for an operation's whole decode, which reads more commands than are worth listing."""
+    return _memo(kind, (cmd, *s.cmds.values()), extra, compute)
+
+
+def _memo(kind: str, cmds: tuple, extra, compute):
     key = (kind, tuple(map(id, cmds)), extra)
     hit = _MEMO.get(key)
     if hit is None:
         result = compute()
-        if len(_MEMO) >= 4096:
+        if len(_MEMO) >= _MEMO_MAX:
             _MEMO.clear()
         hit = _MEMO[key] = (cmds, result)
     return hit[1]
@@ -530,6 +542,12 @@ def _out_config(s: SetState, *, accumulator_path: bool) -> np.ndarray:
 def scale_stream(s: SetState, mem: MemoryPort, cfg: NpuConfig, depth: int, acc48: bool):
     """(bias, scale, shift) per OFM channel from the scale-and-bias stream (section 5,
     L7211-7299) at BASEP[SCALE_REGION] + SCALE_BASE, SCALE_LENGTH bytes."""
+    return read_scales(mem, scale_read(s, cfg, depth, acc48))
+
+
+def scale_read(s: SetState, cfg: NpuConfig, depth: int, acc48: bool) -> tuple:
+    """What :func:`scale_stream` reads and how it decodes it (region, base, length, decode
+    arguments), with its asserts: the part the commands decide."""
     region = s.get("SCALE_REGION", "region")
     base = s.get("SCALE_BASE", "addr")
     length = s.get("SCALE_LENGTH", "length")
@@ -545,18 +563,30 @@ def scale_stream(s: SetState, mem: MemoryPort, cfg: NpuConfig, depth: int, acc48
         need = 10 * depth
     require(length >= need, f"SCALE_LENGTH {length} holds the {depth} channel records "
             f"({need} bytes)", "L7211-7273")
-    data = mem.read_bytes(region, base, length, RD_SCALE_BIAS)
-    return Wt.decode_scale_stream(data, depth, acc48=acc48, set_size=cs, reverse_c=reverse_c)
+    return region, base, length, (depth, acc48, cs, reverse_c)
+
+
+def read_scales(mem: MemoryPort, read: tuple):
+    """The stream of :func:`scale_read` read and decoded."""
+    region, base, length, args = read
+    return Wt.decode_scale_stream(mem.read_bytes(region, base, length, RD_SCALE_BIAS), *args)
 
 
 _WEIGHT_STREAMS = (("WEIGHT_BASE", "WEIGHT_LENGTH"), ("WEIGHT1_BASE", "WEIGHT1_LENGTH"),
                    ("WEIGHT2_BASE", "WEIGHT2_LENGTH"), ("WEIGHT3_BASE", "WEIGHT3_LENGTH"))
 
 
-def weights(s: SetState, mem: MemoryPort, cfg: NpuConfig, *, depth: int, ifm_depth: int,
-            dilated: tuple[int, int], dilation: tuple[int, int], stride: tuple[int, int],
-            order: int, decomposition: int, depthwise: bool, ifm16: bool) -> np.ndarray:
-    """Decode the weight stream(s) into W[oc][ky][kx][ic] (undilated; section 6)."""
+def weights(s: SetState, mem: MemoryPort, cfg: NpuConfig, **geometry) -> np.ndarray:
+    """Decode the weight stream(s) into W[oc][ky][kx][ic] (undilated; section 6); ``geometry``
+    as for :func:`weight_read`."""
+    return read_weights(mem, weight_read(s, cfg, **geometry))
+
+
+def weight_read(s: SetState, cfg: NpuConfig, *, depth: int, ifm_depth: int,
+                dilated: tuple[int, int], dilation: tuple[int, int], stride: tuple[int, int],
+                order: int, decomposition: int, depthwise: bool, ifm16: bool) -> tuple:
+    """What :func:`weights` reads and how it decodes it (region, ((base, length) per stream),
+    ordering parameters, fwd), with its asserts: the part the commands decide."""
     fwd = s.get("WEIGHT_FORMAT", "weight_format") == 1
     sparse = bool(s.get("WEIGHT_FORMAT", "weight_sparsity"))
     if depthwise:
@@ -582,9 +612,16 @@ def weights(s: SetState, mem: MemoryPort, cfg: NpuConfig, *, depth: int, ifm_dep
         require(base % 16 == 0, f"{bname} % 16 == 0", "L12329")
         align = 32 if fwd else 16
         require(length % align == 0, f"{lname} % {align} == 0", "L12501")
-        streams.append(mem.read_bytes(region, base, length, RD_WEIGHTS))
+        streams.append((base, length))
+    return region, tuple(streams), p, fwd
+
+
+def read_weights(mem: MemoryPort, read: tuple) -> np.ndarray:
+    """The streams of :func:`weight_read` read and decoded (memoised on their bytes)."""
+    region, streams, p, fwd = read
+    data = [mem.read_bytes(region, base, length, RD_WEIGHTS) for base, length in streams]
     diag: list[str] = []
-    w = Wt.decode_weights_memo(streams, p, fwd=fwd, diag=diag)
+    w = Wt.decode_weights_memo(data, p, fwd=fwd, diag=diag)
     _check_diag(diag, "weight stream")
     return w
 
@@ -730,9 +767,90 @@ def _ofm_bits(s: SetState) -> int:
 # NPU_OP_CONV (L8147-8228) and NPU_OP_DEPTHWISE (L8256-8315)
 
 
+class _ConvDecode(NamedTuple):
+    """What the commands decide about an NPU_OP_CONV / _DEPTHWISE: extents, tensors, output
+    stage, the streams to read, the counts (:func:`_conv_decode`)."""
+    matmul: bool
+    ofm: tuple               # H, W, D
+    stride: tuple
+    dilation: tuple
+    dilated: tuple           # KERNEL_HEIGHT/WIDTH_M1 + 1
+    pad: tuple               # top, left, bottom, right
+    ifm: Tensor
+    ifm_shape: tuple         # the stored extent read
+    ifm2: Tensor | None      # matmul
+    upscale: int
+    kcfg: np.ndarray
+    acc48: bool
+    scales: tuple | None     # scale_read
+    weights: tuple | None    # weight_read (not matmul)
+    result: OpResult
+    kernels: dict            # _int_conv's
+
+
 def _conv_like(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig,
                depthwise: bool) -> OpResult:
+    """The operation: its decode (memoised on the commands: a program's operations are the
+    same on every run, and decoding them again cost more than the smaller ones' kernels),
+    then the reads, the kernel and the OFM write, in the pseudocode's order."""
     matmul = not depthwise and cmd.fields.get("weights_ifm2", 0) == 1
+    ain = s.get("ACC_FORMAT", "acc_input")
+    mem.npu.add_operation_to_chain(s, True, matmul or ain == 2, False)
+    d = memo_on_state("conv", cmd, s, (cfg, depthwise),
+                      lambda: _conv_decode(s, cfg, depthwise, matmul))
+    H, W, D = d.ofm
+    acc_in = acc_input(s, mem, d.ofm, d.acc48) if ain else None
+    raw = read_raw(mem, d.ifm, d.ifm_shape, RD_IFM)
+    zp = s.get("IFM_ZERO_POINT", "zero_point")
+    bias = scales = shifts = None
+    if d.scales is not None:
+        bias, scales, shifts = read_scales(mem, d.scales)
+    diag: list[str] = []
+    if matmul:
+        raw2 = read_raw(mem, d.ifm2, (1, d.ifm_shape[2], D), RD_IFM_STREAM)
+        out = conv_k.matmul(raw, raw2, ifm_zp=zp, ifm2_zp=s.get("IFM2_ZERO_POINT", "zero_point"),
+                            ifm_bits=d.ifm.bits, ifm_signed=d.ifm.signed, cfg=d.kcfg, bias=bias,
+                            scales=scales, shifts=shifts, lut=mem.lut, acc_in=acc_in, diag=diag)
+    else:
+        w = read_weights(mem, d.weights)
+        k = _int_conv(d, raw, zp, w, bias, scales, shifts, depthwise)
+        if k is not None:
+            out = conv_k.run_int_conv(k, raw, acc_in, mem.lut)
+        else:
+            fn = conv_k.depthwise2d if depthwise else conv_k.conv2d
+            out = fn(raw, w, (H, W), stride=d.stride, dilation=d.dilation, pad=d.pad,
+                     ifm_zp=zp, ifm_bits=d.ifm.bits, ifm_signed=d.ifm.signed,
+                     upscale_mode=d.upscale, cfg=d.kcfg, bias=bias, scales=scales,
+                     shifts=shifts, lut=mem.lut, acc_in=acc_in, diag=diag, dilated=d.dilated)
+    _check_diag(diag, cmd.name)
+    _finish(mem, s, cfg, out, d.kcfg, True)
+    return d.result
+
+
+def _int_conv(d: _ConvDecode, raw: np.ndarray, zp: int, w: np.ndarray, bias, scales, shifts,
+              depthwise: bool) -> conv_k.IntConv | None:
+    """conv_k.plan_int_conv of the operation, kept in its decode for read-only (decoded)
+    weights and scale arrays and the input's type (the entry holds the arrays, so their ids
+    stay theirs); None where the integer kernels do not take it as it is."""
+    arrays = (w, bias, scales, shifts)
+    keep = all(a is None or not a.flags.writeable for a in arrays)
+    key = (*map(id, arrays), raw.dtype.str)
+    hit = d.kernels.get(key) if keep else None
+    if hit is None:
+        k = None if d.upscale else conv_k.plan_int_conv(
+            raw, w, d.ofm[:2], d.stride, d.dilation, d.pad, zp, d.ifm.bits, d.ifm.signed,
+            d.kcfg, bias, scales, shifts, depthwise, d.dilated)
+        hit = (arrays, k)
+        if keep:
+            if len(d.kernels) >= 8:  # weights rewritten between runs: a few at a time
+                d.kernels.clear()
+            d.kernels[key] = hit
+    return hit[1]
+
+
+def _conv_decode(s: SetState, cfg: NpuConfig, depthwise: bool, matmul: bool) -> _ConvDecode:
+    """The prologue of NPU_OP_CONV (L8147-8228) / NPU_OP_DEPTHWISE (L8256-8315): extents and
+    asserts from the commands alone."""
     H, W, D = ofm_shape(s)
     sy, sx, dy, dx, order, decomp = kernel_stride(s)
     dh = s.get("KERNEL_HEIGHT_M1", "height_m1") + 1
@@ -743,7 +861,6 @@ def _conv_like(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig,
     acc48 = s.get("ACC_FORMAT", "acc_format") == 1
     ih = (H - 1) * sy + dh - (pt + pb)
     iw = (W - 1) * sx + dw - (pl + pr)
-    mem.npu.add_operation_to_chain(s, True, matmul or ain == 2, False)
     line = "L8283-8292" if depthwise else "L8172-8189"
     require(ih >= 1 and iw >= 1, "ifm_height >= 1 && ifm_width >= 1", line)
     require(dh * dw <= 64 * 64 and (dh <= 64 or dw <= 64),
@@ -758,14 +875,11 @@ def _conv_like(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig,
     up = _upscale(s, ifm, sy, sx)
     kh_u, kw_u = (dh + dy - 1) // dy, (dw + dx - 1) // dx
     kcfg = out_config(s, accumulator_path=True)
-    acc_in = acc_input(s, mem, (H, W, D), acc48)
-    ih_r, iw_r = _ifm_extent(up, ih, iw)
-    raw = read_raw(mem, ifm, (ih_r, iw_r, ifm_depth), RD_IFM)
-    zp = s.get("IFM_ZERO_POINT", "zero_point")
-    bias = scales = shifts = None
+    require(ain in (0, 1, 2), "ACC_FORMAT.acc_input is not reserved", "L9217")
+    scales = None
     if not kcfg[P.C_ACC_OUTPUT] and kcfg[P.C_SCALE_MODE] == 0:
-        bias, scales, shifts = scale_stream(s, mem, cfg, D, acc48)
-    diag: list[str] = []
+        scales = scale_read(s, cfg, D, acc48)
+    ifm2 = wts = None
     if matmul:
         require(dh == 1 and dw == 1 and H == 1 and pl == 0 and pt == 0,
                 "dilated 1x1 && ofm_height == 1 && pad_x == 0 && pad_y == 0 (weights_ifm2)",
@@ -779,26 +893,19 @@ def _conv_like(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig,
         require(s.get("WEIGHT_FORMAT", "weight_sparsity", 0) == 0, "weight_sparsity == none",
                 "L8185")
         require(order == 0, "weight_order == depth_first (weights_ifm2)", "L8186")
-        raw2 = read_raw(mem, ifm2, (1, ifm_depth, D), RD_IFM_STREAM)
-        out = conv_k.matmul(raw, raw2, ifm_zp=zp, ifm2_zp=s.get("IFM2_ZERO_POINT", "zero_point"),
-                       ifm_bits=ifm.bits, ifm_signed=ifm.signed, cfg=kcfg, bias=bias,
-                       scales=scales, shifts=shifts, lut=mem.lut, acc_in=acc_in, diag=diag)
     else:
-        w = weights(s, mem, cfg, depth=D, ifm_depth=ifm_depth, dilated=(dh, dw),
-                    dilation=(dy, dx), stride=(sy, sx), order=order, decomposition=decomp,
-                    depthwise=depthwise, ifm16=ifm.bits == 16)
-        fn = conv_k.depthwise2d if depthwise else conv_k.conv2d
-        out = fn(raw, w, (H, W), stride=(sy, sx), dilation=(dy, dx), pad=(pt, pl, pb, pr),
-                 ifm_zp=zp, ifm_bits=ifm.bits, ifm_signed=ifm.signed, upscale_mode=up, cfg=kcfg,
-                 bias=bias, scales=scales, shifts=shifts, lut=mem.lut, acc_in=acc_in, diag=diag,
-                 dilated=(dh, dw))
-    _check_diag(diag, cmd.name)
-    _finish(mem, s, cfg, out, kcfg, True)
+        wts = weight_read(s, cfg, depth=D, ifm_depth=ifm_depth, dilated=(dh, dw),
+                          dilation=(dy, dx), stride=(sy, sx), order=order,
+                          decomposition=decomp, depthwise=depthwise, ifm16=ifm.bits == 16)
     n = H * W * D
     macs = n * kh_u * kw_u * (1 if depthwise else ifm_depth)
     rate = cfg.depthwise_macs(ifm.bits) if depthwise else cfg.macs
-    return OpResult(macs=macs, elements=n, mac_cycles=-(-macs // rate),
-                    ao_cycles=ao_cycles(cfg, n, _ofm_bits(s), 64 if acc48 else 32, False, False))
+    result = OpResult(macs=macs, elements=n, mac_cycles=-(-macs // rate),
+                      ao_cycles=ao_cycles(cfg, n, _ofm_bits(s), 64 if acc48 else 32, False,
+                                          False))
+    return _ConvDecode(matmul, (H, W, D), (sy, sx), (dy, dx), (dh, dw), (pt, pl, pb, pr), ifm,
+                       (*_ifm_extent(up, ih, iw), ifm_depth), ifm2, up, kcfg, acc48, scales,
+                       wts, result, {})
 
 
 def conv(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> OpResult:

@@ -16,6 +16,7 @@ Every wrapper returns the OFM values truncated to the OFM type (dtype from ``cfg
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit, prange
@@ -301,22 +302,107 @@ def _finish_general(tot, acc_in, rows, cols, use_acc, cfg, bias, scales, shifts,
                     out[oy, ox, oc] = ((t + oh) & om) - oh
 
 
-def _conv_finish(tot, acc_in, rows, cols, use_acc, cfg, bias, scales, shifts, lut, out):
-    """The accumulator and output stage of the GEMM path: per output
+class IntConv(NamedTuple):
+    """A convolution on the shared integer kernels (emu/int_conv.py) with everything but its
+    input worked out: the kernel's weight layout, the geometry, the tap masks and the output
+    stage's per-channel terms. Why: a layer has the same ones on every run, and working them
+    out (with the wrapper's checks) cost more than the smaller layers' kernels; the device
+    keeps one per layer (:func:`plan_int_conv`), the wrappers build one per call."""
+    depthwise: bool
+    weights: object            # PackedWeights (conv), the decoded [C, kh, kw, 1] (depthwise)
+    channels: int              # input channels read
+    out_hw: tuple
+    in_hw: tuple               # derived IFM extent
+    pad: tuple                 # (top, left)
+    stride: tuple
+    dilation: tuple
+    zero_point: int            # subtracted by the kernel
+    rows: np.ndarray           # _tap_mask of the output rows / columns
+    cols: np.ndarray
+    cfg: np.ndarray
+    terms: tuple               # _stage_terms
+    dtype: np.dtype            # the OFM's integer type
+
+
+def int_conv(w: np.ndarray, depthwise: bool, ofm_hw: tuple, in_hw: tuple, pad: tuple,
+             stride: tuple, dilation: tuple, zero_point: int, cfg: np.ndarray, bias, scales,
+             shifts) -> IntConv:
+    """The :class:`IntConv` of ``w`` [OC, KHu, KWu, IC] (IC = 1 for depthwise) and the
+    geometry; the caller has checked that the sums are exact (IC.fits_int32)."""
+    oc_n, kh, kw = w.shape[0], w.shape[1], w.shape[2]
+    (H, W), (ih, iw), (pt, pl) = ofm_hw, in_hw, pad[:2]
+    (sy, sx), (dy, dx) = stride, dilation
+    return IntConv(depthwise, w if depthwise else IC.packed_weights(w),
+                   oc_n if depthwise else w.shape[3], (H, W), (ih, iw), (pt, pl), (sy, sx),
+                   (dy, dx), zero_point, _tap_mask(H, sy, dy, kh, pt, ih),
+                   _tap_mask(W, sx, dx, kw, pl, iw), cfg,
+                   _stage_terms(cfg, bias, scales, shifts, oc_n), ofm_dtype(cfg))
+
+
+def plan_int_conv(raw: np.ndarray, w: np.ndarray, ofm_hw: tuple, stride: tuple,
+                  dilation: tuple, pad: tuple, ifm_zp: int, bits: int, signed: bool, cfg,
+                  bias, scales, shifts, depthwise: bool, dilated: tuple) -> IntConv | None:
+    """The :class:`IntConv` of a convolution (no upscale) whose input is ``raw`` [H, W, C],
+    the stored integers in the IFM's own type (as the device reads them), or None where the
+    integer kernels' exact path does not take it as it is or one of the pseudocode's asserts
+    that :func:`_conv_common` reports would fail (it then runs as before)."""
+    if not (bits == 8 or (bits == 16 and signed)) or raw.ndim != 3 \
+            or not native(raw, bits, signed):
+        return None
+    zp, ok = P.ifm_zero_point(ifm_zp, bits, signed)
+    oc_n = w.shape[0]
+    (H, W), (sy, sx), (dh, dw) = ofm_hw, stride, dilated
+    pt, pl, pb, pr = pad
+    ih, iw = (H - 1) * sy + dh - (pt + pb), (W - 1) * sx + dw - (pl + pr)
+    if not ok or min(H, W, ih, iw) < 1 or min(pad) < 0 or dh * dw > 4096 \
+            or (dh > 64 and dw > 64) or raw.shape[0] < ih or raw.shape[1] < iw \
+            or raw.shape[2] < (oc_n if depthwise else w.shape[3]) \
+            or (depthwise and w.shape[3] != 1):
+        return None
+    lo, hi = P.type_range(bits, signed)
+    if not IC.fits_int32(lo - zp, hi - zp, w):
+        return None
+    return int_conv(w, depthwise, (H, W), (ih, iw), pad, stride, dilation, zp,
+                    config_or_default(cfg), bias, scales, shifts)
+
+
+def run_int_conv(p: IntConv, v: np.ndarray, acc_in: np.ndarray | None = None,
+                 lut=None) -> np.ndarray:
+    """The convolution of ``v`` [H, W, >= p.channels] (integers whose values after
+    p.zero_point fit int16): the integer kernels' exact sums, then per output
     acc = read_accumulator(...) (0 for reset); if any kernel position was inside the IFM
     (rows[oy] and cols[ox]): acc = sign_extend(acc + sum, acc_bits) (= the chain of wrapping
-    accumulate() calls); write_accumulator(acc, rescale_mode_normal) = P.finish. tot: [H, Wc,
-    OC] exact integer sums (float from the BLAS path, int32 from emu/int_conv.py); ``out``
-    [H, W, OC] of the OFM's integer type (stores truncate, as astype does); bias/scales/shifts
-    as given (:func:`_stage_terms` widens them). Two kernels, so a first run compiles the one
-    its layers need (the general one alone took ~5 s per type)."""
-    bias, scales, shifts, sc, sh, bi, rp, rn, inline = _stage_terms(cfg, bias, scales, shifts,
-                                                                      out.shape[2])
-    if inline and not use_acc and cfg[C_ACC_OUTPUT] == 0 and cfg[C_ACC_BITS] == 32:
-        _finish_fast(tot, rows, cols, cfg, sc, sh, bi, rp, rn, out)
+    accumulate() calls); write_accumulator(acc, rescale_mode_normal) = P.finish. Returns the
+    OFM [H, W, OC] in its integer type (stores truncate, as astype does). Two output kernels,
+    so a first run compiles the one its layers need (the general one alone took ~5 s per
+    type)."""
+    (H, W), v = p.out_hw, v[:, :, :p.channels]
+    if p.depthwise:
+        tot = IC.depthwise_sums(v, p.weights, (H, W), zero_point=p.zero_point, in_hw=p.in_hw,
+                                pad=p.pad, stride=p.stride, dilation=p.dilation)
     else:
-        _finish_general(tot, acc_in, rows, cols, use_acc, cfg, bias, scales, shifts,
-                        lut_bytes(lut), sc, sh, bi, rp, rn, inline, out)
+        tot = IC.conv_sums(v.transpose(2, 0, 1), p.weights, (H, W), zero_point=p.zero_point,
+                           in_hw=p.in_hw, pad=p.pad, stride=p.stride, dilation=p.dilation,
+                           hwc=True)
+    out = np.empty((H, W, tot.shape[2]), p.dtype)
+    return _output_stage(tot, acc_in, p.rows, p.cols, p.cfg, p.terms, lut, out)
+
+
+def _output_stage(tot, acc_in, rows, cols, cfg, terms, lut, out):
+    """The accumulator and output stage of exact sums ``tot`` [H, >= W, OC] (int32 from the
+    integer kernels, float from the BLAS path) into ``out`` [H, W, OC]; ``terms`` from
+    :func:`_stage_terms`. Two kernels, so a first run compiles the one its layers need (the
+    general one alone took ~5 s per type)."""
+    bias, scales, shifts, sc, sh, bi, rp, rn, inline = terms
+    use_acc = acc_in is not None
+    with IC.parallel(16 * out.size):  # ~16 multiply-adds' time per output element
+        if inline and not use_acc and cfg[C_ACC_OUTPUT] == 0 and cfg[C_ACC_BITS] == 32:
+            _finish_fast(tot, rows, cols, cfg, sc, sh, bi, rp, rn, out)
+        else:
+            acc = np.ascontiguousarray(acc_in, np.int64) if use_acc \
+                else np.zeros((1, 1, 1), np.int64)
+            _finish_general(tot, acc, rows, cols, use_acc, cfg, bias, scales, shifts,
+                            lut_bytes(lut), sc, sh, bi, rp, rn, inline, out)
     return out
 
 
@@ -354,12 +440,18 @@ def _conv_common(ifm, weights, ofm_hw, stride, dilation, pad, ifm_zp, ifm_bits, 
         w = w[..., None]
     oc_n, kh, kw = w.shape[0], w.shape[1], w.shape[2]
     H, W = int(ofm_hw[0]), int(ofm_hw[1])
+    dilated = dilated or ((kh - 1) * dilation[0] + 1, (kw - 1) * dilation[1] + 1)
+    if method != "loop" and upscale_mode == UPSCALE_NONE:  # the usual case: no assert to report
+        p = plan_int_conv(raw, w, (H, W), stride, dilation, pad, ifm_zp, bits, signed, cfg,
+                          bias, scales, shifts, depthwise, dilated)
+        if p is not None:
+            return run_int_conv(p, raw, acc_in, lut)
     sy, sx = stride
     dy, dx = dilation
     pt, pl, pb, pr = pad
     # KERNEL_*_M1 + 1 (L8150-8151); with dilation x2 it may be even, one more than the taps
     # reach (ky*dil < dilated size, L8188), and still counts in the IFM extent
-    dh, dw = dilated or ((kh - 1) * dy + 1, (kw - 1) * dx + 1)
+    dh, dw = dilated
     ih = (H - 1) * sy + dh - (pt + pb)                              # derived IFM extent (L8168-8169)
     iw = (W - 1) * sx + dw - (pl + pr)
     zp = P.ifm_zero_point(ifm_zp, bits, signed)[0]
@@ -384,34 +476,26 @@ def _conv_common(ifm, weights, ofm_hw, stride, dilation, pad, ifm_zp, ifm_bits, 
     check(diag, v.shape[0] >= ih and v.shape[1] >= iw, f"IFM {v.shape[:2]} smaller than derived extent {(ih, iw)}")
     if depthwise:
         check(diag, v.shape[2] >= oc_n, "DEPTHWISE IFM depth < OFM depth")
-    acc = np.zeros((1, 1, 1), np.int64) if acc_in is None else np.ascontiguousarray(acc_in, np.int64)
     if gemm is not None:
         if depthwise and v.shape[2] < oc_n:
             v = np.concatenate([v, np.zeros(v.shape[:2] + (oc_n - v.shape[2],), v.dtype)], axis=2)
         elif not depthwise:
             v = v[:, :, :w.shape[3]]                                 # the loop reads ic < IC only
-        if gemm == "int" and depthwise:
-            tot = IC.depthwise_sums(v[:, :, :oc_n], w, (H, W), zero_point=vzp,
-                                    in_hw=(ih, iw), pad=(pt, pl), stride=(sy, sx),
-                                    dilation=(dy, dx))
-        elif gemm == "int":
-            tot = IC.conv_sums(v.transpose(2, 0, 1), IC.packed_weights(w), (H, W),
-                               zero_point=vzp, in_hw=(ih, iw), pad=(pt, pl), stride=(sy, sx),
-                               dilation=(dy, dx), hwc=True)
-        else:
-            hp, wp = (H - 1) * sy + dh, (W - 1) * sx + dw
-            tot = _conv_sums(_padded(v, vzp, hp, wp, pt, pl, ih, iw, gemm), w, H, W, sy, sx,
-                             dy, dx, depthwise)
-        out = np.empty((H, W, oc_n), ofm_dtype(cfg))
-        with IC.parallel(16 * H * W * oc_n):  # ~16 multiply-adds' time per output element
-            return _conv_finish(tot, acc, _tap_mask(H, sy, dy, kh, pt, ih),
-                                _tap_mask(W, sx, dx, kw, pl, iw), acc_in is not None, cfg,
-                                bias, scales, shifts, lut, out)
+        if gemm == "int":
+            return run_int_conv(int_conv(w, depthwise, (H, W), (ih, iw), pad, stride, dilation,
+                                         vzp, cfg, bias, scales, shifts), v, acc_in, lut)
+        hp, wp = (H - 1) * sy + dh, (W - 1) * sx + dw
+        tot = _conv_sums(_padded(v, vzp, hp, wp, pt, pl, ih, iw, gemm), w, H, W, sy, sx, dy, dx,
+                         depthwise)
+        return _output_stage(tot, acc_in, _tap_mask(H, sy, dy, kh, pt, ih),
+                             _tap_mask(W, sx, dx, kw, pl, iw), cfg,
+                             _stage_terms(cfg, bias, scales, shifts, oc_n), lut,
+                             np.empty((H, W, oc_n), ofm_dtype(cfg)))
     v = fit_hw(v, max(ih, 0), max(iw, 0))
     if depthwise and v.shape[2] < oc_n:
         v = np.concatenate([v, np.zeros(v.shape[:2] + (oc_n - v.shape[2],), np.int64)], axis=2)
-    if acc_in is None:
-        acc = np.zeros((H, W, oc_n), np.int64)
+    acc = np.zeros((H, W, oc_n), np.int64) if acc_in is None \
+        else np.ascontiguousarray(acc_in, np.int64)
     geo = np.array([H, W, sy, sx, dy, dx, pt, pl, dh, dw, 1 if depthwise else 0], np.int64)
     out = _conv_kernel(np.ascontiguousarray(v), np.require(w, requirements=["C", "W"]), acc, geo, cfg,
                        per_channel(bias, oc_n), per_channel(scales, oc_n), per_channel(shifts, oc_n), lut_bytes(lut))

@@ -564,3 +564,53 @@ def test_weight_and_scale_memos_hold_more_layers_than_a_network_has(monkeypatch)
                                      rng.integers(1, 30, 4)) for _ in range(100)]
     kept = [Wt.decode_scale_stream(b, 4) for b in scales]
     assert all(Wt.decode_scale_stream(b, 4)[0] is k[0] for b, k in zip(scales, kept))
+
+
+def test_conv_decode_is_kept_per_command_state_and_the_kernel_per_weights(monkeypatch):
+    """An operation's decode is memoised on its commands (ops.memo_on_state) and its integer
+    kernel setup on the decoded weights and scales: a rerun decodes nothing again; weights or
+    scales rewritten in memory under the same commands, or one command changed, give what a
+    device with empty memos gives."""
+    from accelstub.devices.ethos_u85 import ops
+
+    monkeypatch.setattr(ops, "_MEMO", {})  # (other tests may have run the same commands)
+    decodes = []
+    real = ops._conv_decode
+    monkeypatch.setattr(ops, "_conv_decode", lambda *a: decodes.append(a) or real(*a))
+
+    def run(cmds, fresh_memos=False):
+        if fresh_memos:
+            monkeypatch.setattr(ops, "_MEMO", {})
+        d.write(BUF + 0x4000, bytes(0x400))
+        Host(d).start(es.encode_stream(cmds + STOP))
+        t = d.execute_unit(UnitContext())
+        assert not Host(d).field("STATUS", "cmd_parse_error")
+        d.execute_unit(UnitContext())  # the STOP: the next start runs from the beginning
+        return d.read(BUF + 0x4000, 6 * 7 * 9), t.reads, t.writes
+
+    d = fresh()
+    rng = np.random.default_rng(5)
+    cmds = conv_program(d, rng, "nhwc", "nhwc", "HWC", (6, 7, 5), 9)
+    first = run(cmds)
+    assert len(decodes) == 1
+    assert run(cmds) == first and len(decodes) == 1           # a rerun: the kept decode
+    wcmds = [c for c in cmds if c[0].startswith("NPU_SET_WEIGHT")]
+    for _ in range(200):  # other weights whose stream has the same length: same commands
+        w2 = rng.integers(-255, 256, (9, 3, 3, 5))
+        if weight_cmds(d, w2, ofm_blk_depth=16, kernel_hw=(3, 3)) == wcmds:
+            break
+    else:
+        pytest.fail("no weights of the same stream length")
+    new_weights = run(cmds)
+    assert len(decodes) == 1 and new_weights[0] != first[0]
+    assert run(cmds, fresh_memos=True) == new_weights
+    scale_cmds(d, rng.integers(-5000, 5000, 9), rng.integers(1 << 29, 1 << 31, 9),
+               rng.integers(36, 42, 9))                         # same length: same commands
+    new_scales = run(cmds)
+    assert new_scales[0] != new_weights[0] and run(cmds, fresh_memos=True) == new_scales
+    changed = [("NPU_SET_IFM_ZERO_POINT", dict(zero_point=-7)) if c[0] == "NPU_SET_IFM_ZERO_POINT"
+               else c for c in cmds]
+    n = len(decodes)
+    other = run(changed)
+    assert len(decodes) == n + 1 and other[0] != new_scales[0]
+    assert run(changed, fresh_memos=True) == other
