@@ -614,3 +614,24 @@ def test_conv_decode_is_kept_per_command_state_and_the_kernel_per_weights(monkey
     other = run(changed)
     assert len(decodes) == n + 1 and other[0] != new_scales[0]
     assert run(changed, fresh_memos=True) == other
+
+
+def test_kept_set_segment_equals_the_command_by_command_walk():
+    """A unit's NPU_SET_* commands taken at once from the kept segment (first run and rerun)
+    leave what the walk command by command (a breakpoint elsewhere forces it) leaves: QREAD,
+    the fetches in Touched, the statistics, the cycles and the PMU counters."""
+    def units(bp):
+        d = fresh()
+        cmds = conv_program(d, np.random.default_rng(8), "nhwc", "nhwc", "HWC", (4, 5, 6), 7)
+        out = []
+        for _ in range(2):
+            Host(d).start(es.encode_stream(cmds + STOP))
+            while not d.finished():
+                t = d.execute_unit(UnitContext(breakpoints=bp))
+                out.append((d.regs.peek("QREAD"), t.reads, t.writes, dict(d.stats), d.cycles,
+                            d.counters()))
+        return out
+
+    kept = units(frozenset())
+    assert kept == units(frozenset({0xFFFF_FFF0}))
+    assert len(kept) == 4 and kept[0][1][0] == kept[2][1][0]
