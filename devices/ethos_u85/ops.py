@@ -668,42 +668,75 @@ def store_accumulators(s: SetState, mem: MemoryPort, acc: np.ndarray) -> None:
     mem.npu.acc = new
 
 
+class _OfmWrite(NamedTuple):
+    """Where and how write_ofm stores an OFM of one shape (:func:`_ofm_write`)."""
+    tensor: Tensor
+    flips: tuple             # the index that reverses (OFM reverse)
+    perm: tuple              # the transpose
+    boxes: list | None       # :func:`boxes` of the stored tensor
+    parts: tuple             # per box: (channels, bricked)
+
+
 def write_ofm(mem: MemoryPort, s: SetState, cfg: NpuConfig, value: np.ndarray,
               all_perms: bool) -> None:
     """write_ofm (L6618-6757) of the whole [H, W, D] OFM (values already truncated by the
-    kernel): result flag, chaining FIFO, storage none, reverse, transpose, tiles."""
-    t = tensor(s, "OFM")
+    kernel): result flag, chaining FIFO, storage none, reverse, transpose, tiles. The layout is
+    decoded once per command state and shape (memoised as an operation's decode)."""
     H, W, D = value.shape
     if H == W == D == 1:
         mem.set_result_flag(int(value.ravel()[0]) & 1)
+    w = _memo("ofm", tuple(s.cmds.values()), (cfg, value.shape, all_perms),
+              lambda: _ofm_write(s, cfg, value.shape, all_perms))
+    if w is None:  # storage none
+        return
+    t = w.tensor
+    if t.storage == 2:
+        mem.npu.push(t.region, value)
+        return
+    stored = np.transpose(value[w.flips], w.perm)
+    scatter_boxes = getattr(mem, "scatter_boxes", None)
+    if w.boxes is not None and scatter_boxes is not None:
+        h, wd, _ = stored.shape
+        parts, c0 = [], 0
+        for n, bricked in w.parts:
+            part = stored[:, :, c0:c0 + n]
+            parts.append(part.reshape(h, wd, n // 16, 16).transpose(0, 2, 1, 3) if bricked
+                         else part)
+            c0 += n
+        if scatter_boxes(t.region, w.boxes, t.size, parts, WR_OFM):
+            return
+    offs = addresses(t, stored.shape)
+    mem.scatter(t.region, offs.ravel(), t.size, np.ascontiguousarray(stored).ravel(), WR_OFM)
+
+
+def _ofm_write(s: SetState, cfg: NpuConfig, shape: tuple, all_perms: bool) -> _OfmWrite | None:
+    """write_ofm's layout and asserts for an OFM of ``shape`` from the commands alone; None for
+    storage none."""
+    t = tensor(s, "OFM")
+    H, W, D = shape
     rev = s.get("OFM_PRECISION", "activation_reverse")
     tr = s.get("OFM_PRECISION", "activation_transpose")
     require(tr in _TRANSPOSE_PERM, f"OFM transpose {tr} is not reserved", "L10529")
     if t.storage == 2:
         require(rev == 0 and tr == 0, "reverse == none && transpose == HWC (chained OFM)",
                 "L6666-6667")
-        mem.npu.push(t.region, value)
-        return
+        return _OfmWrite(t, (), (0, 1, 2), None, ())
     if t.storage == 3:
-        return
+        return None
     bh = s.get("OFM_BLK_HEIGHT_M1", "height_m1", 0) + 1
     bw = s.get("OFM_BLK_WIDTH_M1", "width_m1", 0) + 1
     bd = s.get("OFM_BLK_DEPTH_M1", "depth_m1", 0) + 1
-    v = value
+    flips = ()
     if rev:
         require(tr == 0, "transpose == HWC (with reverse)", "L6677")
         require(all_perms, "allowed_perms == allowed_perms_all (reverse)", "L6678")
         require(t.bits != 64, "precision != b64 (reverse)", "L6679")
-        if rev == 1:
-            v = v[::-1]
-        elif rev == 2:
-            v = v[:, ::-1]
-        else:
+        if rev == 3:
             mbd = max(16, Wt.microblock_depth(cfg.macs, microblock(s)))
             if D % mbd:
                 require(t.fmt == 0 and bd <= 16, "format == nhwc && ofm_blk_depth <= 16 "
                         "(reverse C, depth not a multiple of the microblock)", "L6686-6688")
-            v = v[:, :, ::-1]
+        flips = (slice(None),) * (rev - 1) + (slice(None, None, -1),)
     if t.fmt == 1:
         if tr in (2, 6):
             require(bw % 16 == 0, "ofm_blk_width % 16 == 0 (NHCWB16 HCW/CHW)", "L6700")
@@ -716,23 +749,13 @@ def write_ofm(mem: MemoryPort, s: SetState, cfg: NpuConfig, value: np.ndarray,
            7: (bd <= 128 and bh <= 1024), 6: (bd <= 128 and bh <= 128 and bw <= 1024),
            3: (bw <= 128 and bd <= 128 and bh <= 1024)}
     require(lim.get(tr, True), "OFM block fits the transpose limits (128 / 1024)", "L6710-6740")
-    stored = np.transpose(v, _TRANSPOSE_PERM[tr])
+    perm = _TRANSPOSE_PERM[tr]
     _check_addressable(t)
-    bs = boxes(t, stored.shape)
-    scatter_boxes = getattr(mem, "scatter_boxes", None)
-    if bs is not None and scatter_boxes is not None:
-        h, w, _ = stored.shape
-        parts, c0 = [], 0
-        for _, bshape, _, bricked in bs:
-            n = bshape[1] * 16 if bricked else bshape[2]
-            part = stored[:, :, c0:c0 + n]
-            parts.append(part.reshape(h, w, n // 16, 16).transpose(0, 2, 1, 3) if bricked
-                         else part)
-            c0 += n
-        if scatter_boxes(t.region, [b[:3] for b in bs], t.size, parts, WR_OFM):
-            return
-    offs = addresses(t, stored.shape)
-    mem.scatter(t.region, offs.ravel(), t.size, np.ascontiguousarray(stored).ravel(), WR_OFM)
+    bs = boxes(t, tuple(shape[i] for i in perm))
+    if bs is None:
+        return _OfmWrite(t, flips, perm, None, ())
+    return _OfmWrite(t, flips, perm, [b[:3] for b in bs],
+                     tuple((b[1][1] * 16 if b[3] else b[1][2], b[3]) for b in bs))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1018,7 +1041,38 @@ def _in_scale(s: SetState, which: str, needed: bool) -> tuple[int, int, int, int
             s.get(f"{which}_SCALE", "round_mode"), s.get(f"{which}_SCALE", "dbl_rnd"))
 
 
+class _EltwiseDecode(NamedTuple):
+    """What the commands decide about an NPU_OP_ELEMENTWISE (:func:`_eltwise_decode`)."""
+    mode: int
+    chain: tuple             # add_operation_to_chain's use_ifm, use_ifm2
+    shape: tuple             # OFM H, W, D
+    reads: tuple             # per input: (tensor, shape read) or None (unary or scalar)
+    kwargs: dict             # eltwise_k.elementwise's keywords but lut and diag
+    result: OpResult
+    error: str | None = None  # an assert that fails after the chain bookkeeping
+
+
 def elementwise(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> OpResult:
+    """The operation: its decode (memoised on the commands, as NPU_OP_CONV's), then the reads,
+    the kernel and the OFM write. The asserts fail in the pseudocode's order around the chain
+    bookkeeping; the later ones all before anything is read (the device stops before the
+    operation's reads, where the pseudocode may have read an operand first)."""
+    d = memo_on_state("eltwise", cmd, s, cfg, lambda: _eltwise_decode(cmd, s, cfg))
+    mem.npu.add_operation_to_chain(s, *d.chain, True)
+    if d.error is not None:
+        raise Unpredictable(d.error)
+    raws = [None if r is None else read_raw(mem, r[0], r[1], RD_IFM_STREAM) for r in d.reads]
+    diag: list[str] = []
+    out = eltwise_k.elementwise(d.mode, raws[0], raws[1], d.shape, lut=mem.lut, diag=diag,
+                                **d.kwargs)
+    _check_diag(diag, "NPU_OP_ELEMENTWISE")
+    write_ofm(mem, s, cfg, out, all_perms=False)
+    return d.result
+
+
+def _eltwise_decode(cmd: Command, s: SetState, cfg: NpuConfig) -> _EltwiseDecode:
+    """The prologue of NPU_OP_ELEMENTWISE (L8490-8698): operands, scales and asserts from the
+    commands alone."""
     mode = cmd.fields["elementwise_mode"]
     require(mode in eltwise_k.EW_MODES, f"elementwise_mode {mode} is not reserved", "L8670-8698")
     unary = mode in eltwise_k.EW_UNARY
@@ -1029,8 +1083,16 @@ def elementwise(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> O
     if ifm2 is not None:  # digest G-R12: only checked when IFM2 is used
         require(ifm.bits == ifm2.bits and ifm.signed == ifm2.signed,
                 "IFM precision == IFM2 precision", "L8497")
-    use_ifm2 = not (unary or bm2 == eltwise_k.BC_SCALAR)
-    mem.npu.add_operation_to_chain(s, bm1 != eltwise_k.BC_SCALAR, use_ifm2, True)
+    chain = (bm1 != eltwise_k.BC_SCALAR, not (unary or bm2 == eltwise_k.BC_SCALAR))
+    try:
+        return _eltwise_operands(s, cfg, mode, unary, ifm, ifm2, bm1, bm2, chain)
+    except Unpredictable as e:  # raised after add_operation_to_chain, as the pseudocode does
+        return _EltwiseDecode(mode, chain, (), (), {}, OpResult(), str(e))
+
+
+def _eltwise_operands(s: SetState, cfg: NpuConfig, mode: int, unary: bool, ifm: Tensor,
+                      ifm2: Tensor | None, bm1: int, bm2: int, chain: tuple) -> _EltwiseDecode:
+    """The rest of :func:`_eltwise_decode`: the asserts after the chain bookkeeping."""
     require(ifm.bits in (8, 16) or (ifm.bits == 32 and ifm.signed),
             "IFM precision == b8 || b16 || (b32 && signed)", "L8509")
     require(s.get("OFM_PRECISION", "activation_reverse") == 0, "OFM reverse == none", "L8512")
@@ -1040,19 +1102,19 @@ def elementwise(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> O
             "mode == normal in rescale: elementwise needs OFM scale_mode global", "L6968, G-R9")
     shape = ofm_shape(s)
     scalar = 0
-    raws = []
+    reads = []
     for which, t, bm in (("IFM", ifm, bm1), ("IFM2", ifm2, bm2)):
         if t is None:
-            raws.append(None)
+            reads.append(None)
         elif bm == eltwise_k.BC_SCALAR:
             require(t.storage == 3, f"{which} storage == none for a scalar operand", "L9645")
             scalar = s.get("OP_SCALAR", "scalar")
-            raws.append(None)
+            reads.append(None)
         else:
             require(bm <= 7, f"{which} broadcast_mode {bm} is not reserved", "L9538")
             if t.storage == 2:
                 require(bm == 0, "no broadcast from a chaining FIFO", "L6429-6434")
-            raws.append(read_raw(mem, t, _operand_shape(bm, shape), RD_IFM_STREAM))
+            reads.append((t, _operand_shape(bm, shape)))
     if bm1 == eltwise_k.BC_SCALAR and bm2 == eltwise_k.BC_SCALAR:
         require(False, "IFM_BROADCAST != scalar when IFM2 is scalar", "L8535")
     # scale_a / scale_b read IFM_SCALE / IFM2_SCALE for b8 and signed b16 inputs (L7008-7048);
@@ -1064,21 +1126,17 @@ def elementwise(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> O
     for sc, which in ((sc1, "IFM"), (sc2, "IFM2")):
         require(sc[2] in (0, 1), f"{which}_SCALE.round_mode is not reserved", "L11814")
         require(0 <= sc[3] <= 30, "0 <= dbl_rnd && dbl_rnd <= 30", "L6912")
-    diag: list[str] = []
-    out = eltwise_k.elementwise(mode, raws[0], raws[1], shape,
-                        ifm_zp=s.get("IFM_ZERO_POINT", "zero_point", 0 if bm1 == 8 else None),
-                        ifm2_zp=0 if unary else s.get("IFM2_ZERO_POINT", "zero_point",
-                                                      0 if bm2 == 8 else None),
-                        ifm_bits=ifm.bits, ifm_signed=ifm.signed,
-                        ifm2_bits=ifm2.bits if ifm2 else ifm.bits,
-                        ifm2_signed=ifm2.signed if ifm2 else ifm.signed, ifm_scale=sc1,
-                        ifm2_scale=sc2, broadcast=bm1, broadcast2=bm2, scalar=scalar, cfg=kcfg,
-                        lut=mem.lut, diag=diag)
-    _check_diag(diag, "NPU_OP_ELEMENTWISE")
-    write_ofm(mem, s, cfg, out, all_perms=False)
+    kwargs = dict(ifm_zp=s.get("IFM_ZERO_POINT", "zero_point", 0 if bm1 == 8 else None),
+                  ifm2_zp=0 if unary else s.get("IFM2_ZERO_POINT", "zero_point",
+                                                0 if bm2 == 8 else None),
+                  ifm_bits=ifm.bits, ifm_signed=ifm.signed,
+                  ifm2_bits=ifm2.bits if ifm2 else ifm.bits,
+                  ifm2_signed=ifm2.signed if ifm2 else ifm.signed, ifm_scale=sc1,
+                  ifm2_scale=sc2, broadcast=bm1, broadcast2=bm2, scalar=scalar, cfg=kcfg)
     n = math.prod(shape)
-    return OpResult(macs=0, elements=n, mac_cycles=0,
-                    ao_cycles=ao_cycles(cfg, n, _ofm_bits(s), ifm.bits, not unary, True))
+    result = OpResult(macs=0, elements=n, mac_cycles=0,
+                      ao_cycles=ao_cycles(cfg, n, _ofm_bits(s), ifm.bits, not unary, True))
+    return _EltwiseDecode(mode, chain, shape, tuple(reads), kwargs, result)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -635,3 +635,49 @@ def test_kept_set_segment_equals_the_command_by_command_walk():
     kept = units(frozenset())
     assert kept == units(frozenset({0xFFFF_FFF0}))
     assert len(kept) == 4 and kept[0][1][0] == kept[2][1][0]
+
+
+def test_elementwise_decode_is_kept_per_command_state(monkeypatch):
+    """NPU_OP_ELEMENTWISE's decode is memoised on its commands like the convolution's: a
+    rerun decodes nothing again and reads the operands afresh; a changed command decodes
+    again and gives what a device with empty memos gives; so does the OFM write's layout."""
+    from accelstub.devices.ethos_u85 import ops
+
+    monkeypatch.setattr(ops, "_MEMO", {})
+    decodes = []
+    real = ops._eltwise_decode
+    monkeypatch.setattr(ops, "_eltwise_decode", lambda *a: decodes.append(a) or real(*a))
+    rng = np.random.default_rng(9)
+    d = fresh()
+
+    def program(scale, at=0x200):
+        return (ifm("IFM", (3, 4, 5), 0, zp=3) + ifm("IFM2", (3, 4, 5), 0x100, zp=-2)
+                + [("NPU_SET_IFM_UPSCALE", {}), ("NPU_SET_IFM_SCALE", dict(scale=scale, shift=3, round_mode=1)),
+                   ("NPU_SET_IFM2_SCALE", dict(scale=5, shift=2, round_mode=1))]
+                + ofm((3, 4, 5), at, out(zp=1)) + acc_format()
+                + [("NPU_OP_ELEMENTWISE", dict(elementwise_mode="add"))])
+
+    def run(cmds, fresh_memos=False):
+        if fresh_memos:
+            monkeypatch.setattr(ops, "_MEMO", {})
+        Host(d).start(es.encode_stream(cmds + STOP))
+        while not d.finished():
+            d.execute_unit(UnitContext())
+        assert not Host(d).field("STATUS", "cmd_parse_error")
+        return d.read(BUF + 0x200, 60)
+
+    def operands():
+        d.write(BUF, rng.integers(0, 256, 0x200).astype(np.uint8).tobytes())
+
+    operands()
+    first = run(program(7))
+    assert len(decodes) == 1 and run(program(7)) == first and len(decodes) == 1
+    operands()
+    again = run(program(7))
+    assert len(decodes) == 1 and again != first and run(program(7), fresh_memos=True) == again
+    n = len(decodes)
+    other = run(program(9))
+    assert len(decodes) == n + 1 and other != again
+    assert run(program(9), fresh_memos=True) == other
+    run(program(9, at=0x280))  # the OFM write's layout is kept per command state too
+    assert d.read(BUF + 0x280, 60) == other
