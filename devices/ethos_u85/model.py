@@ -591,7 +591,7 @@ class EthosU85(Device):
         if seg is not None:  # the same commands as last time from q: their state at once,
             # and the fetches up to and including the operation's as one kept tuple
             sets, ranges, nbytes, q = seg
-            self.sets.cmds.update(sets)
+            self.sets.update(sets)
             r.poke(qread, q)
             self._fetched(cmd_family, ranges, nbytes)
             return self._issue(self._decode_at(words, q), q, qsize, cmd_family)

@@ -105,9 +105,24 @@ class SetState:
     using one that was never written is UNPREDICTABLE."""
 
     cmds: dict[str, Command] = field(default_factory=dict)
+    _held: tuple | None = field(default=None, repr=False, compare=False)
 
     def set(self, cmd: Command) -> None:
         self.cmds[cmd.name] = cmd
+        self._held = None
+
+    def update(self, cmds: dict[str, Command]) -> None:
+        """:meth:`set` of each of ``cmds`` (name -> command)."""
+        self.cmds.update(cmds)
+        self._held = None
+
+    def held(self) -> tuple[tuple, tuple]:
+        """(the commands set, their ids), kept until the next set: the operations' memos key
+        on them (:func:`memo_on_state`), several times per operation."""
+        if self._held is None:
+            cmds = tuple(self.cmds.values())
+            self._held = (cmds, tuple(map(id, cmds)))
+        return self._held
 
     def has(self, name: str) -> bool:
         return self._key(name) in self.cmds
@@ -304,23 +319,26 @@ def memo_on_commands(kind: str, s: SetState, keys: tuple[str, ...], extra, compu
     ``extra``: decoded commands are shared, frozen objects (the entry holds them, so their ids
     stay theirs), so an operation's decode is the same on every run of a stream. Errors are
     not memoised. Callers treat the result as read-only."""
-    return _memo(kind, tuple(map(s.cmds.get, keys)), extra, compute)
+    cmds = tuple(map(s.cmds.get, keys))
+    return _memo((kind, tuple(map(id, cmds)), extra), cmds, compute)
 
 
-def memo_on_state(kind: str, cmd: Command, s: SetState, extra, compute):
+def memo_on_state(kind: str, cmd: Command | None, s: SetState, extra, compute):
     """:func:`memo_on_commands` over the operation command ``cmd`` and every NPU_SET_* command
     set: for an operation's whole decode, which reads more commands than are worth listing."""
-    return _memo(kind, (cmd, *s.cmds.values()), extra, compute)
+    cmds, ids = s.held()
+    return _memo((kind, id(cmd), ids, extra), (cmd, cmds), compute)
 
 
-def _memo(kind: str, cmds: tuple, extra, compute):
-    key = (kind, tuple(map(id, cmds)), extra)
+def _memo(key: tuple, held: tuple, compute):
+    """``compute()`` kept under ``key`` (ids of the commands in ``held``, which the entry
+    holds so that the ids stay theirs)."""
     hit = _MEMO.get(key)
     if hit is None:
         result = compute()
         if len(_MEMO) >= _MEMO_MAX:
             _MEMO.clear()
-        hit = _MEMO[key] = (cmds, result)
+        hit = _MEMO[key] = (held, result)
     return hit[1]
 
 
@@ -685,8 +703,8 @@ def write_ofm(mem: MemoryPort, s: SetState, cfg: NpuConfig, value: np.ndarray,
     H, W, D = value.shape
     if H == W == D == 1:
         mem.set_result_flag(int(value.ravel()[0]) & 1)
-    w = _memo("ofm", tuple(s.cmds.values()), (cfg, value.shape, all_perms),
-              lambda: _ofm_write(s, cfg, value.shape, all_perms))
+    w = memo_on_state("ofm", None, s, (cfg, value.shape, all_perms),
+                      lambda: _ofm_write(s, cfg, value.shape, all_perms))
     if w is None:  # storage none
         return
     t = w.tensor
