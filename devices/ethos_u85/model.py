@@ -128,6 +128,9 @@ class EthosU85(Device):
         self._axi_memo: dict = {}  # _axi_events: accesses and port setup -> counts
         self._axi_addrs = tuple(self.description.register(n).address for n in self._AXI_REGS)
         self._axi_cfg: tuple | None = None  # _axi_setup: (register values, setup)
+        self._stream_addrs = tuple(self.description.register(n).address
+                                   for n in self._STREAM_REGS)
+        self._stream_cfg: tuple = (None, None)  # _stream: (register values, its result)
         self._qread = self.description.register("QREAD")
         self.stop_reason = "not started"
         self.stats: dict[str, int] = {}
@@ -253,6 +256,19 @@ class EthosU85(Device):
         return DeviceError(message)
 
     # -- address translation -----------------------------------------------------------------
+    #: the registers that place the command stream (:meth:`_stream`)
+    _STREAM_REGS = ("QBASE_LO", "QBASE_HI", "QSIZE", "QCONFIG", *(f"MEM_ATTR{i}" for i in range(4)))
+
+    def _stream(self) -> tuple[int, int, int]:
+        """(QBASE, QSIZE, the command stream's port family), worked out again only when one of
+        _STREAM_REGS changed (every unit needs them; reading them by name cost ~5 us)."""
+        raw = self.regs.peek_addresses(self._stream_addrs)
+        if self._stream_cfg[0] != raw:
+            r = self.regs
+            self._stream_cfg = (raw, (self.qbase, r.peek("QSIZE"),
+                                      self._family(r.field("QCONFIG", "cmd_region0"))))
+        return self._stream_cfg[1]
+
     @property
     def qbase(self) -> int:
         return (self.regs.peek("QBASE_HI") << 32 | self.regs.peek("QBASE_LO")) & ADDR_MASK
@@ -570,14 +586,12 @@ class EthosU85(Device):
 
     def _run_unit(self, bp: frozenset[int]) -> None:
         r = self.regs
-        qsize = r.peek("QSIZE")
+        qbase, qsize, cmd_family = self._stream()  # (they cannot change inside a unit)
         try:
             words = self._stream_words(qsize)
         except NpuBusFault as e:
-            raise self._error("bus_status", f"{e} (command fetch at QBASE {self.qbase:#x})",
-                              self._family(r.field("QCONFIG", "cmd_region0")), ops.RD_CMD)
-        cmd_family = self._family(r.field("QCONFIG", "cmd_region0"))
-        qbase = self.qbase  # QBASE cannot change inside a unit (the words were fetched from it)
+            raise self._error("bus_status", f"{e} (command fetch at QBASE {qbase:#x})",
+                              cmd_family, ops.RD_CMD)
         qread = self._qread
         fetches: list[tuple[int, int]] = []  # command fetches, recorded when the unit ends
 

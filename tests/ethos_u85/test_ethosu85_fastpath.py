@@ -681,3 +681,38 @@ def test_elementwise_decode_is_kept_per_command_state(monkeypatch):
     assert run(program(9), fresh_memos=True) == other
     run(program(9, at=0x280))  # the OFM write's layout is kept per command state too
     assert d.read(BUF + 0x280, 60) == other
+
+
+def test_port_families_follow_regioncfg_and_mem_attr():
+    """The command stream's place and port family are kept between units (EthosU85._stream)
+    and worked out again when one of their registers changes: pointing region 1's memory
+    attributes (shared with the command stream's region here) at the other AXI port family
+    between two runs moves their bytes there, as on a device set up that way from the start."""
+    def axi_bytes(d, before):
+        return {k: v - before.get(k, 0) for k, v in d.stats.items()
+                if k.startswith("axi.") and v != before.get(k, 0)}
+
+    def run(d, flip_before, flip_between):
+        idx = d.regs.field("REGIONCFG", "region1")
+        assert idx == d.regs.field("QCONFIG", "cmd_region0")
+        flip = (lambda: Host(d).w(f"MEM_ATTR{idx}",
+                                  Host(d).r(f"MEM_ATTR{idx}") ^ 0x4))  # axi_port, bit 2
+        if flip_before:
+            flip()
+        cmds = conv_program(d, np.random.default_rng(4), "nhwc", "nhwc", "HWC", (5, 6, 7), 8)
+        out = []
+        for k in range(2):
+            if k and flip_between:
+                flip()
+            before = dict(d.stats)
+            Host(d).start(es.encode_stream(cmds + STOP))
+            while not d.finished():
+                d.execute_unit(UnitContext())
+            out.append(axi_bytes(d, before))
+        return out
+
+    same = run(fresh(), False, False)
+    moved = run(fresh(), False, True)
+    flipped = run(fresh(), True, False)
+    assert same[0] == same[1] == moved[0] and flipped[0] == flipped[1]
+    assert moved[1] == flipped[0] != same[0]
