@@ -169,30 +169,6 @@ def _tap_mask(n: int, stride: int, dil: int, k: int, pad: int, extent: int) -> n
 
 
 @njit(nogil=True, cache=True)
-def _round_terms(shift, mode, dbl_rnd):
-    """The rounding addends R of rounded_shift_right (L6906-6934) for acc >= 0 and acc < 0,
-    so the output loop needs no per-element mode dispatch (same arithmetic as
-    P.rounded_shift_right; shift 1..63)."""
-    half = np.int64(1) << (shift - 1)
-    d = np.int64(0)
-    if dbl_rnd <= 30 and shift > 31 - dbl_rnd:
-        d = np.int64(1) << (30 - dbl_rnd)
-    rp = half
-    rn = half
-    if mode == P.RND_DOUBLE_SYMMETRIC:
-        rp, rn = half + d, half - d
-    elif mode == P.RND_DOUBLE_ASYMMETRIC:
-        rp, rn = half + d, half + d
-    elif mode == P.RND_TRUNCATE_TO_ZERO:
-        rp, rn = np.int64(0), (half - 1) + half
-    elif mode == P.RND_TRUNCATE_TO_LOWER:
-        rp, rn = np.int64(0), np.int64(0)
-    elif mode == P.RND_SYMMETRIC:
-        rp, rn = half, half - 1
-    return rp, rn
-
-
-@njit(nogil=True, cache=True)
 def _finish_terms(cfg, bias, scales, shifts, oc_n):
     """Per output channel: scale, shift, bias and the rounding addends of the output stage
     (global scale_mode: cfg's scale and shift, bias 0), and whether the fast output stage
@@ -213,7 +189,7 @@ def _finish_terms(cfg, bias, scales, shifts, oc_n):
         if sh[oc] < 0 or sh[oc] > 62 or abs(sc[oc]) >= np.int64(1) << 31:
             fast = False
         elif sh[oc] > 0:
-            rp[oc], rn[oc] = _round_terms(sh[oc], cfg[P.C_ROUND], cfg[P.C_DBL_RND])
+            rp[oc], rn[oc] = P.round_terms(sh[oc], cfg[P.C_ROUND], cfg[P.C_DBL_RND])
     return sc, sh, bi, rp, rn, fast
 
 

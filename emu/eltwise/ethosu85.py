@@ -48,6 +48,72 @@ def _scale_in(a, bits, signed, scale, shift, rnd, dbl):
 
 
 @njit(nogil=True, cache=True)
+def _addsub_fast_applies(ew, cfg):
+    """Whether :func:`_addsub_fast` computes add/sub exactly: both inputs scaled (b8 or signed
+    b16: |value| <= 2**31 + 2**16 even for a scalar operand), input and output scales below
+    2**31 and shifts 0..62 (so no product plus rounding addend leaves int64), no LUT function,
+    OFM narrower than 64 bits."""
+    for k in (1, 3):
+        if not (ew[k] == 8 or (ew[k] == 16 and ew[k + 1] != 0)):
+            return False
+    for sc, sh in ((ew[5], ew[6]), (ew[9], ew[10]), (cfg[C_SCALE], cfg[C_SHIFT])):
+        if sh < 0 or sh > 62 or abs(sc) >= np.int64(1) << 31:
+            return False
+    return cfg[P.C_FUNC] == P.LUT_NONE and cfg[P.C_OFM_BITS] != 64
+
+
+@njit(nogil=True, cache=True)
+def _terms(shift, mode, dbl):
+    """rounded_shift_right's addends for x >= 0 and x < 0 (0, 0 for shift 0)."""
+    if shift == 0:
+        return np.int64(0), np.int64(0)
+    return P.round_terms(shift, mode, dbl)
+
+
+@njit(nogil=True, cache=True)
+def _addsub_fast(a, b, sub, ew, cfg, out):
+    """The add/sub body of :func:`_ew_kernel` where :func:`_addsub_fast_applies`:
+    sa = (int32)rounded_shift_right(a * scale_a, ...) (scale_b likewise), acc = (int32)(sa +/-
+    sb), rescale with OFM_SCALE, activation clip, truncate: the same arithmetic without a
+    per-element mode dispatch, so the loop vectorises (~1 ns instead of ~30 ns per element on
+    MobileNet v2's residual adds)."""
+    s1, h1 = ew[5], ew[6]
+    s2, h2 = ew[9], ew[10]
+    p1, n1 = _terms(h1, ew[7], ew[8])
+    p2, n2 = _terms(h2, ew[11], ew[12])
+    sc, sh = cfg[C_SCALE], cfg[C_SHIFT]
+    rp, rn = _terms(sh, cfg[P.C_ROUND], cfg[P.C_DBL_RND])
+    if cfg[P.C_OFM_SIGNED] != 0:
+        zp = P.sign_extend(cfg[C_ZP], 16)
+        lo = P.sign_extend(cfg[P.C_ACT_MIN], 16)
+        hi = P.sign_extend(cfg[P.C_ACT_MAX], 16)
+        oh = np.int64(1) << (cfg[P.C_OFM_BITS] - 1)
+    else:
+        zp = cfg[C_ZP] & 0xFFFF
+        lo = cfg[P.C_ACT_MIN] & 0xFFFF
+        hi = cfg[P.C_ACT_MAX] & 0xFFFF
+        oh = np.int64(0)
+    if cfg[P.C_CLIP] != 0:
+        lo, hi = -(np.int64(1) << 62), np.int64(1) << 62
+    om = (np.int64(1) << cfg[P.C_OFM_BITS]) - 1
+    sign = np.int64(-1) if sub else np.int64(1)
+    fa, fb, fo = a.ravel(), b.ravel(), out.ravel()
+    for i in range(fo.shape[0]):
+        x = fa[i] * s1
+        x = (x + p1 + ((n1 - p1) & (x >> 63))) >> h1
+        y = fb[i] * s2
+        y = (y + p2 + ((n2 - p2) & (y >> 63))) >> h2
+        acc = (((((x + 0x80000000) & 0xFFFFFFFF) - 0x80000000)
+                + sign * (((y + 0x80000000) & 0xFFFFFFFF) - 0x80000000) + 0x80000000)
+               & 0xFFFFFFFF) - 0x80000000
+        r = acc * sc
+        r = (r + rp + ((rn - rp) & (r >> 63))) >> sh
+        t = ((r + zp + 0x80000000) & 0xFFFFFFFF) - 0x80000000
+        t = min(max(t, lo), hi)
+        fo[i] = ((t + oh) & om) - oh
+
+
+@njit(nogil=True, cache=True)
 def _ew_kernel(a, b, ew, cfg, lut):
     """NPU_OP_ELEMENTWISE per-element body (L8549-8646), acc int32 (wrapped, G-R7) except
     for mul, whose product is kept whole (64 bits) into rescale::
@@ -61,11 +127,14 @@ def _ew_kernel(a, b, ew, cfg, lut):
 
     a, b: [H, W, D] broadcast, zero-point-corrected (scalars too); ew: mode, ifm bits,
     ifm signed, ifm2 bits, ifm2 signed, ifm scale, shift, round, dbl_rnd, ifm2 scale, shift,
-    round, dbl_rnd."""
+    round, dbl_rnd, 1 to keep add/sub off :func:`_addsub_fast` (the tests' reference)."""
     mode, ab, asg, bb, bsg = ew[0], ew[1], ew[2] != 0, ew[3], ew[4] != 0
     s1, h1, r1, d1, s2, h2, r2, d2 = ew[5], ew[6], ew[7], ew[8], ew[9], ew[10], ew[11], ew[12]
     H, W, D = a.shape[0], a.shape[1], a.shape[2]
     out = np.zeros((H, W, D), np.int64)
+    if (mode == 1 or mode == 2) and ew[13] == 0 and _addsub_fast_applies(ew, cfg):
+        _addsub_fast(a, b, mode == 2, ew, cfg, out)
+        return out
     empty = np.zeros(0, np.int64)
     for y in range(H):
         for x in range(W):
@@ -230,7 +299,7 @@ def elementwise(mode, ifm, ifm2=None, ofm_shape=None, *, ifm_zp=0, ifm2_zp=0, if
         check(diag, not np.any((b == -1) & (a == INT32_MIN)), "div INT32_MIN / -1 (L8614): wraps")
     check(diag, mode in EW_MODES, f"reserved elementwise mode {mode} (L8670-8698)")
     ew = np.array([mode, bits, 1 if signed else 0, bits2, 1 if signed2 else 0, *ifm_scale,
-                   *ifm2_scale], np.int64)
+                   *ifm2_scale, 0], np.int64)
     out = _ew_kernel(np.ascontiguousarray(a), np.ascontiguousarray(b), ew, cfg, lut_bytes(lut))
     return out.astype(ofm_dtype(cfg))
 

@@ -200,6 +200,30 @@ def rounded_shift_right(acc, shift, mode, dbl_rnd):
 
 
 @njit(nogil=True, cache=True)
+def round_terms(shift, mode, dbl_rnd):
+    """The rounding addends R of rounded_shift_right (L6906-6934) for acc >= 0 and acc < 0,
+    so the output loop needs no per-element mode dispatch (same arithmetic as
+    rounded_shift_right; shift 1..63)."""
+    half = np.int64(1) << (shift - 1)
+    d = np.int64(0)
+    if dbl_rnd <= 30 and shift > 31 - dbl_rnd:
+        d = np.int64(1) << (30 - dbl_rnd)
+    rp = half
+    rn = half
+    if mode == RND_DOUBLE_SYMMETRIC:
+        rp, rn = half + d, half - d
+    elif mode == RND_DOUBLE_ASYMMETRIC:
+        rp, rn = half + d, half + d
+    elif mode == RND_TRUNCATE_TO_ZERO:
+        rp, rn = np.int64(0), (half - 1) + half
+    elif mode == RND_TRUNCATE_TO_LOWER:
+        rp, rn = np.int64(0), np.int64(0)
+    elif mode == RND_SYMMETRIC:
+        rp, rn = half, half - 1
+    return rp, rn
+
+
+@njit(nogil=True, cache=True)
 def avgpool_scale(d):
     """Built-in average-pool scale for a divisor d (L6959-6965)::
 
