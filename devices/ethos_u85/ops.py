@@ -594,17 +594,12 @@ _WEIGHT_STREAMS = (("WEIGHT_BASE", "WEIGHT_LENGTH"), ("WEIGHT1_BASE", "WEIGHT1_L
                    ("WEIGHT2_BASE", "WEIGHT2_LENGTH"), ("WEIGHT3_BASE", "WEIGHT3_LENGTH"))
 
 
-def weights(s: SetState, mem: MemoryPort, cfg: NpuConfig, **geometry) -> np.ndarray:
-    """Decode the weight stream(s) into W[oc][ky][kx][ic] (undilated; section 6); ``geometry``
-    as for :func:`weight_read`."""
-    return read_weights(mem, weight_read(s, cfg, **geometry))
-
-
 def weight_read(s: SetState, cfg: NpuConfig, *, depth: int, ifm_depth: int,
                 dilated: tuple[int, int], dilation: tuple[int, int], stride: tuple[int, int],
                 order: int, decomposition: int, depthwise: bool, ifm16: bool) -> tuple:
-    """What :func:`weights` reads and how it decodes it (region, ((base, length) per stream),
-    ordering parameters, fwd), with its asserts: the part the commands decide."""
+    """What the weight stream(s) of an operation are (WEIGHT_BASE/WEIGHT1-3_BASE, section 6)
+    and how they decode into W[oc][ky][kx][ic] (undilated): (region, ((base, length) per
+    stream), ordering parameters, fwd), with the asserts: the part the commands decide."""
     fwd = s.get("WEIGHT_FORMAT", "weight_format") == 1
     sparse = bool(s.get("WEIGHT_FORMAT", "weight_sparsity"))
     if depthwise:
