@@ -28,6 +28,7 @@ sparse_2_4 weights are decoded like dense ones in their own order, the 2:4 rule 
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
@@ -866,21 +867,24 @@ def _conv_like(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig,
 def _int_conv(d: _ConvDecode, raw: np.ndarray, zp: int, w: np.ndarray, bias, scales, shifts,
               depthwise: bool) -> conv_k.IntConv | None:
     """conv_k.plan_int_conv of the operation, kept in its decode for read-only (decoded)
-    weights and scale arrays and the input's type (the entry holds the arrays, so their ids
-    stay theirs); None where the integer kernels do not take it as it is."""
-    arrays = (w, bias, scales, shifts)
-    keep = all(a is None or not a.flags.writeable for a in arrays)
-    key = (*map(id, arrays), raw.dtype.str)
+    weights and scale arrays and the input's type; None where the integer kernels do not take
+    it as it is. The entry holds the scale arrays (so their ids stay theirs) but not the
+    weights: it goes when they are freed (the weight memo's bound then bounds this too)."""
+    scale_arrays = (bias, scales, shifts)
+    keep = not w.flags.writeable and all(a is None or not a.flags.writeable
+                                         for a in scale_arrays)
+    key = (id(w), *map(id, scale_arrays), raw.dtype.str)
     hit = d.kernels.get(key) if keep else None
     if hit is None:
         k = None if d.upscale else conv_k.plan_int_conv(
             raw, w, d.ofm[:2], d.stride, d.dilation, d.pad, zp, d.ifm.bits, d.ifm.signed,
             d.kcfg, bias, scales, shifts, depthwise, d.dilated)
-        hit = (arrays, k)
+        hit = (scale_arrays, k)
         if keep:
             if len(d.kernels) >= 8:  # weights rewritten between runs: a few at a time
                 d.kernels.clear()
             d.kernels[key] = hit
+            weakref.finalize(w, d.kernels.pop, key, None)
     return hit[1]
 
 

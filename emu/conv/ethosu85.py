@@ -285,7 +285,8 @@ class IntConv(NamedTuple):
     out (with the wrapper's checks) cost more than the smaller layers' kernels; the device
     keeps one per layer (:func:`plan_int_conv`), the wrappers build one per call."""
     depthwise: bool
-    weights: object            # PackedWeights (conv), the decoded [C, kh, kw, 1] (depthwise)
+    weights: object            # PackedWeights (conv), IC.depthwise_layout (depthwise): not
+    #                            the decoded weights themselves (a kept IntConv must not keep them)
     channels: int              # input channels read
     out_hw: tuple
     in_hw: tuple               # derived IFM extent
@@ -308,7 +309,7 @@ def int_conv(w: np.ndarray, depthwise: bool, ofm_hw: tuple, in_hw: tuple, pad: t
     oc_n, kh, kw = w.shape[0], w.shape[1], w.shape[2]
     (H, W), (ih, iw), (pt, pl) = ofm_hw, in_hw, pad[:2]
     (sy, sx), (dy, dx) = stride, dilation
-    return IntConv(depthwise, w if depthwise else IC.packed_weights(w),
+    return IntConv(depthwise, IC.depthwise_layout(w) if depthwise else IC.packed_weights(w),
                    oc_n if depthwise else w.shape[3], (H, W), (ih, iw), (pt, pl), (sy, sx),
                    (dy, dx), zero_point, _tap_mask(H, sy, dy, kh, pt, ih),
                    _tap_mask(W, sx, dx, kw, pl, iw), cfg,
@@ -355,7 +356,7 @@ def run_int_conv(p: IntConv, v: np.ndarray, acc_in: np.ndarray | None = None,
     (H, W), v = p.out_hw, v[:, :, :p.channels]
     if p.depthwise:
         tot = IC.depthwise_sums(v, p.weights, (H, W), zero_point=p.zero_point, in_hw=p.in_hw,
-                                pad=p.pad, stride=p.stride, dilation=p.dilation)
+                                pad=p.pad, stride=p.stride, dilation=p.dilation, laid_out=True)
     else:
         tot = IC.conv_sums(v.transpose(2, 0, 1), p.weights, (H, W), zero_point=p.zero_point,
                            in_hw=p.in_hw, pad=p.pad, stride=p.stride, dilation=p.dilation,

@@ -497,13 +497,13 @@ def _depthwise_rows(x, w, out, top, left, sy, sx, dy, dx):
 def depthwise_sums(v: np.ndarray, w: np.ndarray, out_hw: tuple[int, int], *,
                    zero_point: int = 0, in_hw: tuple[int, int] | None = None,
                    pad: tuple[int, int] = (0, 0), stride: tuple[int, int] = (1, 1),
-                   dilation: tuple[int, int] = (1, 1)) -> np.ndarray:
+                   dilation: tuple[int, int] = (1, 1), laid_out: bool = False) -> np.ndarray:
     """int32 [Ho, Wo, C]: out[y, x, c] = sum over i, j of (v[y*sy + i*dy - top, x*sx + j*dx -
     left, c] - zero_point) * w[c, i, j], positions outside the input (or outside ``in_hw``)
     reading 0; modulo 2**32 like :func:`conv_sums` (exact where :func:`fits_int32` holds for
     ``w``). ``v`` [H, W, C] integers whose values after the zero point fit int16, any strides;
     ``w`` [C, kh, kw] (or [C, kh, kw, 1]) integers in int16 range, its kernel layout kept while
-    a read-only ``w`` lives. Why its own kernel: a depthwise convolution has one input channel
+    a read-only ``w`` lives (``laid_out``: ``w`` is that layout, :func:`depthwise_layout`). Why its own kernel: a depthwise convolution has one input channel
     per output channel, so neither GEMM layout applies; the float multiply-add pass per tap it
     replaces took about twice as long over MobileNet v2's 18 depthwise layers (1.7-2.1x with
     the output stage, two measurements). The input is copied once as int16 with the zero
@@ -515,10 +515,15 @@ def depthwise_sums(v: np.ndarray, w: np.ndarray, out_hw: tuple[int, int], *,
     # in int16 (numpy would subtract in int8 for int8 data): wraps modulo 2**16 only where
     # the true difference does not fit int16, which the caller excludes
     np.subtract(v[:rows, :cols], zero_point, out=x, dtype=np.int16, casting="unsafe")
-    wt = _kept(_DEPTHWISE, w, _depthwise_layout)
+    wt = w if laid_out else depthwise_layout(w)
     out = scratch("int_conv.dw_out", (out_hw[0], out_hw[1], c_n), np.int32)
     _depthwise_rows(x, wt, out, pad[0], pad[1], stride[0], stride[1], dilation[0], dilation[1])
     return out
+
+
+def depthwise_layout(w: np.ndarray) -> np.ndarray:
+    """:func:`_depthwise_layout` of ``w``, kept while a read-only ``w`` lives."""
+    return _kept(_DEPTHWISE, w, _depthwise_layout)
 
 
 def _depthwise_layout(w: np.ndarray) -> np.ndarray:

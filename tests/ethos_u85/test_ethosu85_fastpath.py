@@ -752,3 +752,43 @@ def test_elementwise_add_sub_fast_path_equals_the_general_loop(seed):
         lut = np.zeros(P.LUT_BYTES, np.uint8)
         np.testing.assert_array_equal(E._ew_kernel(a, b, ew, cfg, lut),
                                       E._ew_kernel(a, b, slow, cfg, lut))
+
+
+@pytest.mark.parametrize("depthwise", [False, True])
+def test_kept_kernel_setup_goes_with_its_decoded_weights(monkeypatch, depthwise):
+    """A convolution's kept integer-kernel setup does not keep its decoded weights alive (the
+    weight memo's byte bound bounds it): when the memo lets them go, the setup goes too, and the
+    next run decodes and sets up again with the same result."""
+    import gc
+
+    from accelstub.devices.ethos_u85 import ops
+
+    monkeypatch.setattr(ops, "_MEMO", {})
+    d = fresh()
+    rng = np.random.default_rng(12)
+    C = 6
+    d.write(BUF, tensor_bytes(rng.integers(-128, 128, (5, 5, C)), 8, True, "nhwc"))
+    W = rng.integers(-255, 256, (C, 3, 3, 1 if depthwise else C))
+    cmds = (ifm("IFM", (5, 5, C), 0, zp=2) + [("NPU_SET_IFM_DEPTH_M1", dict(depth_m1=C - 1))]
+            + ofm((5, 5, C), 0x400, out(zp=-1, rnd=0, per_channel=True), blk=(5, 5, 16))
+            + kernel(3, 3, pad=(1, 1, 1, 1)) + acc_format()
+            + weight_cmds(d, W, ofm_blk_depth=16, kernel_hw=(3, 3), depthwise=depthwise)
+            + scale_cmds(d, rng.integers(-900, 900, C), rng.integers(1 << 29, 1 << 31, C),
+                         rng.integers(33, 38, C))
+            + [("NPU_OP_DEPTHWISE" if depthwise else "NPU_OP_CONV", {})])
+
+    def run():
+        Host(d).start(es.encode_stream(cmds + STOP))
+        while not d.finished():
+            d.execute_unit(UnitContext())
+        assert not Host(d).field("STATUS", "cmd_parse_error")
+        return d.read(BUF + 0x400, 5 * 5 * C)
+
+    first = run()
+    (decode,) = [r for _, r in ops._MEMO.values() if isinstance(r, ops._ConvDecode)]
+    assert len(decode.kernels) == 1
+    Wt._DECODED.clear()  # (a memo: emptying it changes nothing but speed; monkeypatch would
+    Wt._PROBES.clear()   # keep the old one, and the weights with it, until the test ends)
+    gc.collect()
+    assert len(decode.kernels) == 0
+    assert run() == first and len(decode.kernels) == 1
