@@ -676,7 +676,7 @@ class EthosU85(Device):
         worked out: a program's units repeat on every run, and setting each command of a unit
         one by one cost more than its convolution's output stage (and the kept tuple lets the
         unit's AXI counts be found by its identity). None where the walk must go command by
-        command (no operation before the end, a reserved encoding, an operation at ``q``)."""
+        command (no operation before the end, a reserved encoding)."""
         key = (q, qsize, qbase)
         hit = cls._segments.get(key)
         if hit is not None:
@@ -690,8 +690,6 @@ class EthosU85(Device):
                 return None
             ranges.append((qbase + p, qbase + p + cmd.size))
             if cmd.is_operation:
-                if p == q:
-                    return None  # nothing to set before it
                 if len(cls._segments) >= cls._SEGMENTS_MAX:
                     cls._segments.clear()
                 end = p + cmd.size

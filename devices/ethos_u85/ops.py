@@ -114,8 +114,9 @@ class SetState:
 
     def update(self, cmds: dict[str, Command]) -> None:
         """:meth:`set` of each of ``cmds`` (name -> command)."""
-        self.cmds.update(cmds)
-        self._held = None
+        if cmds:
+            self.cmds.update(cmds)
+            self._held = None
 
     def held(self) -> tuple[tuple, tuple]:
         """(the commands set, their ids), kept until the next set: the operations' memos key
