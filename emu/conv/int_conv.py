@@ -503,11 +503,12 @@ def depthwise_sums(v: np.ndarray, w: np.ndarray, out_hw: tuple[int, int], *,
     reading 0; modulo 2**32 like :func:`conv_sums` (exact where :func:`fits_int32` holds for
     ``w``). ``v`` [H, W, C] integers whose values after the zero point fit int16, any strides;
     ``w`` [C, kh, kw] (or [C, kh, kw, 1]) integers in int16 range, its kernel layout kept while
-    a read-only ``w`` lives (``laid_out``: ``w`` is that layout, :func:`depthwise_layout`). Why its own kernel: a depthwise convolution has one input channel
-    per output channel, so neither GEMM layout applies; the float multiply-add pass per tap it
-    replaces took about twice as long over MobileNet v2's 18 depthwise layers (1.7-2.1x with
-    the output stage, two measurements). The input is copied once as int16 with the zero
-    point subtracted: one kernel type for every input type."""
+    a read-only ``w`` lives (``laid_out``: ``w`` is that layout, :func:`depthwise_layout`).
+    Why its own kernel: a depthwise convolution has one input channel per output channel, so
+    neither GEMM layout applies; the float multiply-add pass per tap it replaces took about
+    twice as long over MobileNet v2's 18 depthwise layers (1.7-2.1x with the output stage, two
+    measurements). The input is copied once as int16 with the zero point subtracted: one
+    kernel type for every input type."""
     rows, cols = in_hw or v.shape[:2]
     rows, cols = min(rows, v.shape[0]), min(cols, v.shape[1])
     c_n = v.shape[2]

@@ -652,7 +652,8 @@ def test_elementwise_decode_is_kept_per_command_state(monkeypatch):
 
     def program(scale, at=0x200):
         return (ifm("IFM", (3, 4, 5), 0, zp=3) + ifm("IFM2", (3, 4, 5), 0x100, zp=-2)
-                + [("NPU_SET_IFM_UPSCALE", {}), ("NPU_SET_IFM_SCALE", dict(scale=scale, shift=3, round_mode=1)),
+                + [("NPU_SET_IFM_UPSCALE", {}),
+                   ("NPU_SET_IFM_SCALE", dict(scale=scale, shift=3, round_mode=1)),
                    ("NPU_SET_IFM2_SCALE", dict(scale=5, shift=2, round_mode=1))]
                 + ofm((3, 4, 5), at, out(zp=1)) + acc_format()
                 + [("NPU_OP_ELEMENTWISE", dict(elementwise_mode="add"))])
