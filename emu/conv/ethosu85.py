@@ -188,7 +188,7 @@ def _finish_terms(cfg, bias, scales, shifts, oc_n):
             sc[oc], sh[oc] = cfg[C_SCALE], cfg[C_SHIFT]
         if sh[oc] < 0 or sh[oc] > 62 or abs(sc[oc]) >= np.int64(1) << 31:
             fast = False
-        elif sh[oc] > 0:
+        else:
             rp[oc], rn[oc] = P.round_terms(sh[oc], cfg[P.C_ROUND], cfg[P.C_DBL_RND])
     return sc, sh, bi, rp, rn, fast
 

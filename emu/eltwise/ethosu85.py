@@ -63,14 +63,6 @@ def _addsub_fast_applies(ew, cfg):
 
 
 @njit(nogil=True, cache=True)
-def _terms(shift, mode, dbl):
-    """rounded_shift_right's addends for x >= 0 and x < 0 (0, 0 for shift 0)."""
-    if shift == 0:
-        return np.int64(0), np.int64(0)
-    return P.round_terms(shift, mode, dbl)
-
-
-@njit(nogil=True, cache=True)
 def _addsub_fast(a, b, sub, ew, cfg, out):
     """The add/sub body of :func:`_ew_kernel` where :func:`_addsub_fast_applies`:
     sa = (int32)rounded_shift_right(a * scale_a, ...) (scale_b likewise), acc = (int32)(sa +/-
@@ -79,10 +71,10 @@ def _addsub_fast(a, b, sub, ew, cfg, out):
     MobileNet v2's residual adds)."""
     s1, h1 = ew[5], ew[6]
     s2, h2 = ew[9], ew[10]
-    p1, n1 = _terms(h1, ew[7], ew[8])
-    p2, n2 = _terms(h2, ew[11], ew[12])
+    p1, n1 = P.round_terms(h1, ew[7], ew[8])
+    p2, n2 = P.round_terms(h2, ew[11], ew[12])
     sc, sh = cfg[C_SCALE], cfg[C_SHIFT]
-    rp, rn = _terms(sh, cfg[P.C_ROUND], cfg[P.C_DBL_RND])
+    rp, rn = P.round_terms(sh, cfg[P.C_ROUND], cfg[P.C_DBL_RND])
     if cfg[P.C_OFM_SIGNED] != 0:
         zp = P.sign_extend(cfg[C_ZP], 16)
         lo = P.sign_extend(cfg[P.C_ACT_MIN], 16)

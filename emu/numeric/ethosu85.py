@@ -203,7 +203,9 @@ def rounded_shift_right(acc, shift, mode, dbl_rnd):
 def round_terms(shift, mode, dbl_rnd):
     """The rounding addends R of rounded_shift_right (L6906-6934) for acc >= 0 and acc < 0,
     so the output loop needs no per-element mode dispatch (same arithmetic as
-    rounded_shift_right; shift 1..63)."""
+    rounded_shift_right; shift 0..63, 0 and 0 for shift 0: no rounding)."""
+    if shift <= 0:
+        return np.int64(0), np.int64(0)
     half = np.int64(1) << (shift - 1)
     d = np.int64(0)
     if dbl_rnd <= 30 and shift > 31 - dbl_rnd:
