@@ -15,10 +15,12 @@ from __future__ import annotations
 import functools
 import operator
 from collections import Counter
-from typing import Callable
+from typing import Callable, TypeVar
 
 from .description import BlockInstance, Description, Field, Register
 from .errors import DeviceError
+
+T = TypeVar("T")
 
 WriteHook = Callable[[Register, int, int], None]  # (register, old value, new value)
 ReadHook = Callable[[Register, int], int]  # (register, stored value) -> value seen
@@ -161,6 +163,22 @@ class RegisterFile:
         if len(addresses) == 1:
             return (self._values[addresses[0]],)
         return _getter(addresses)(self._values) if addresses else ()
+
+    def derived(self, names: tuple[str, ...], compute: Callable[[], T]) -> Callable[[], T]:
+        """A function giving ``compute()``, worked out again only when one of the (unbanked)
+        registers ``names`` holds another value than the last time (compared with
+        :meth:`peek_addresses`): for device state derived from registers that every unit needs,
+        where reading them by name each time costs more than the comparison."""
+        addrs = tuple(self.description.register(n).address for n in names)
+        last: list = [None, None]  # register values, result
+
+        def get() -> T:
+            raw = self.peek_addresses(addrs)
+            if last[0] != raw:
+                last[1] = compute()
+                last[0] = raw
+            return last[1]
+        return get
 
     def poke(self, reg: Register | str, value: int) -> None:
         """Set the stored value as the hardware does (status bits); no hooks, no access rules."""

@@ -126,11 +126,8 @@ class EthosU85(Device):
         self.pmu_mask_enable = True  # NPU_OP_PMU_MASK (L8773-8802)
         self.power_masked = False  # RESET masks power control until the next CMD write (L1358)
         self._axi_memo: dict = {}  # _axi_events: accesses and port setup -> counts
-        self._axi_addrs = tuple(self.description.register(n).address for n in self._AXI_REGS)
-        self._axi_cfg: tuple | None = None  # _axi_setup: (register values, setup)
-        self._stream_addrs = tuple(self.description.register(n).address
-                                   for n in self._STREAM_REGS)
-        self._stream_cfg: tuple = (None, None)  # _stream: (register values, its result)
+        self._axi_setup = self.regs.derived(self._AXI_REGS, self._axi_setup_now)
+        self._stream = self.regs.derived(self._STREAM_REGS, self._stream_now)
         self._qread = self.description.register("QREAD")
         self.stop_reason = "not started"
         self.stats: dict[str, int] = {}
@@ -256,18 +253,14 @@ class EthosU85(Device):
         return DeviceError(message)
 
     # -- address translation -----------------------------------------------------------------
-    #: the registers that place the command stream (:meth:`_stream`)
+    #: the registers that place the command stream (``_stream``, kept with regs.derived: every
+    #: unit needs them, and reading them by name cost ~5 us)
     _STREAM_REGS = ("QBASE_LO", "QBASE_HI", "QSIZE", "QCONFIG", *(f"MEM_ATTR{i}" for i in range(4)))
 
-    def _stream(self) -> tuple[int, int, int]:
-        """(QBASE, QSIZE, the command stream's port family), worked out again only when one of
-        _STREAM_REGS changed (every unit needs them; reading them by name cost ~5 us)."""
-        raw = self.regs.peek_addresses(self._stream_addrs)
-        if self._stream_cfg[0] != raw:
-            r = self.regs
-            self._stream_cfg = (raw, (self.qbase, r.peek("QSIZE"),
-                                      self._family(r.field("QCONFIG", "cmd_region0"))))
-        return self._stream_cfg[1]
+    def _stream_now(self) -> tuple[int, int, int]:
+        """(QBASE, QSIZE, the command stream's port family)."""
+        return (self.qbase, self.regs.peek("QSIZE"),
+                self._family(self.regs.field("QCONFIG", "cmd_region0")))
 
     @property
     def qbase(self) -> int:
@@ -481,13 +474,13 @@ class EthosU85(Device):
         self.regs.set_field("COND_STATUS", "result_flag", value & 1)
 
     # -- the command stream ------------------------------------------------------------------
-    def _stream_words(self, qsize: int | None = None) -> np.ndarray:
+    def _stream_words(self) -> np.ndarray:
         """The words of [QBASE, QBASE+QSIZE) (a view; bus fault if not in system memory)."""
-        qsize = self.regs.peek("QSIZE") if qsize is None else qsize
+        qbase, qsize, _ = self._stream()
         n = qsize & ~3
         if not n:
             return np.zeros(0, dtype="<u4")
-        key = (self.qbase, n)
+        key = (qbase, n)
         if self._words[0] != key:  # a view of the same memory serves every unit of a stream
             mem, off = self._window(key[0], key[0] + n, ops.RD_CMD, -1, "command stream")
             self._words = key, mem.data[off:off + n].view("<u4")
@@ -588,16 +581,12 @@ class EthosU85(Device):
         r = self.regs
         qbase, qsize, cmd_family = self._stream()  # (they cannot change inside a unit)
         try:
-            words = self._stream_words(qsize)
+            words = self._stream_words()
         except NpuBusFault as e:
             raise self._error("bus_status", f"{e} (command fetch at QBASE {qbase:#x})",
                               cmd_family, ops.RD_CMD)
         qread = self._qread
         fetches: list[tuple[int, int]] = []  # command fetches, recorded when the unit ends
-
-        def fetched() -> None:
-            self._fetched(cmd_family, fetches, None)
-
         # NPU_SET_* commands only store state: QREAD is kept in q and written when the loop
         # leaves (it is written before anything can look at it)
         q = r.peek(qread)
@@ -612,14 +601,14 @@ class EthosU85(Device):
         while True:
             if q >= qsize:
                 r.poke(qread, q)
-                fetched()
+                self._fetched(cmd_family, fetches, None)
                 self._end_of_stream()
                 return
             cmd = self._decode_at(words, q)
             fetches.append((qbase + q, qbase + q + 4 * len(cmd.words)))
             if cmd.name == es.UNKNOWN:
                 r.poke(qread, q)
-                fetched()
+                self._fetched(cmd_family, fetches, None)
                 raise self._error("cmd_parse_error", f"command parse error "
                                   f"{self._where(q)}: {cmd.field_text()}")
             if not cmd.is_operation:
@@ -628,12 +617,12 @@ class EthosU85(Device):
                 if q < qsize and not (bp and (qbase + q) & 0xFFFFFFFF in bp):
                     continue
                 r.poke(qread, q)
-                fetched()
+                self._fetched(cmd_family, fetches, None)
                 if q >= qsize:
                     self._end_of_stream()
                 return  # or a breakpoint inside the unit: stop before that command
             r.poke(qread, q)
-            fetched()
+            self._fetched(cmd_family, fetches, None)
             return self._issue(cmd, q, qsize, cmd_family)
 
     def _fetched(self, family: int, ranges, nbytes: int | None) -> None:
@@ -849,24 +838,20 @@ class EthosU85(Device):
         mb = min(self.regs.field(reg, "max_beats"), self.regs.field(cap, "max_beats"), 2)
         return 64 << mb
 
-    #: the registers the AXI accounting reads (the port setup and PMCAXI_CHAN)
+    #: the registers the AXI accounting reads (the port setup and PMCAXI_CHAN; ``_axi_setup``,
+    #: kept with regs.derived: every unit needs it, ~5 us of register reads)
     _AXI_REGS = ("PMCAXI_CHAN", "CONFIG", "AXI_SRAM", "AXI_EXT", "CFG_SRAM_CAP", "CFG_EXT_CAP",
                  "CFG_SRAM_HASH0_LO", "CFG_SRAM_HASH0_HI", "CFG_SRAM_HASH1_LO",
                  "CFG_SRAM_HASH1_HI", "CFG_EXT_HASH0_LO", "CFG_EXT_HASH0_HI")
 
-    def _axi_setup(self) -> tuple[int, tuple]:
-        """(PMCAXI_CHAN, per port family (ports, burst alignment, hash masks)), worked out again
-        only when one of _AXI_REGS changed (every unit needs it: ~5 us of register reads)."""
-        raw = self.regs.peek_addresses(self._axi_addrs)
-        if self._axi_cfg is None or self._axi_cfg[0] != raw:
-            fams = []
-            for family in (0, 1):
-                n, granule = self._ports(family)
-                align = self._burst_bytes(family)
-                fams.append((n, min(align, granule) if granule else align,
-                             self._hashes(family)))
-            self._axi_cfg = (raw, (raw[0], tuple(fams)))
-        return self._axi_cfg[1]
+    def _axi_setup_now(self) -> tuple[int, tuple]:
+        """(PMCAXI_CHAN, per port family (ports, burst alignment, hash masks))."""
+        fams = []
+        for family in (0, 1):
+            n, granule = self._ports(family)
+            align = self._burst_bytes(family)
+            fams.append((n, min(align, granule) if granule else align, self._hashes(family)))
+        return self.regs.peek("PMCAXI_CHAN"), tuple(fams)
 
     def _axi_events(self, cycles: int, events: bool) -> dict[int, int]:
         """Per-port AXI events of this unit (exact transactions and 16-byte beats); the byte
