@@ -82,6 +82,19 @@ def test_w1c_w1s_ro_wo_rules(small):
     assert regs.peek("KEY") == 0x44332211
 
 
+def test_derived_value_is_worked_out_again_only_when_its_registers_change(small):
+    """RegisterFile.derived: the function runs on the first call and after a write to one of
+    the named registers, and not for a register outside them."""
+    desc, regs, bus = small
+    calls = []
+    get = regs.derived(("KEY",), lambda: calls.append(1) or regs.peek("KEY") * 2)
+    assert get() == 0 and get() == 0 and len(calls) == 1
+    bus.write(0x1004, (21).to_bytes(4, "little"))
+    assert get() == 42 and len(calls) == 2
+    regs.poke("STATUS", 0xA5000101)  # not one of them
+    assert get() == 42 and len(calls) == 2
+
+
 def test_byte_write_touches_only_its_lane(small):
     desc, regs, bus = small
     regs.poke("STATUS", 0xA5000101)
