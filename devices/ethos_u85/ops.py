@@ -243,8 +243,9 @@ class NpuConfig:
         return {128: 8, 256: 16, 512: 16, 1024: 64, 2048: 128}[self.macs]
 
 
-@dataclass
+@dataclass(frozen=True)
 class OpResult:
+    """What an operation did (frozen: an operation's decode hands the same one to every run)."""
     macs: int = 0  # multiply-accumulates the pseudocode performs (accumulate() calls), exact
     elements: int = 0  # OFM elements produced, exact
     mac_cycles: int = 0  # MODELLED cycles of the MAC unit
@@ -728,7 +729,6 @@ def _ofm_write(s: SetState, cfg: NpuConfig, shape: tuple, all_perms: bool) -> _O
     """write_ofm's layout and asserts for an OFM of ``shape`` from the commands alone; None for
     storage none."""
     t = tensor(s, "OFM")
-    H, W, D = shape
     rev = s.get("OFM_PRECISION", "activation_reverse")
     tr = s.get("OFM_PRECISION", "activation_transpose")
     require(tr in _TRANSPOSE_PERM, f"OFM transpose {tr} is not reserved", "L10529")
@@ -748,7 +748,7 @@ def _ofm_write(s: SetState, cfg: NpuConfig, shape: tuple, all_perms: bool) -> _O
         require(t.bits != 64, "precision != b64 (reverse)", "L6679")
         if rev == 3:
             mbd = max(16, Wt.microblock_depth(cfg.macs, microblock(s)))
-            if D % mbd:
+            if shape[2] % mbd:
                 require(t.fmt == 0 and bd <= 16, "format == nhwc && ofm_blk_depth <= 16 "
                         "(reverse C, depth not a multiple of the microblock)", "L6686-6688")
         flips = (slice(None),) * (rev - 1) + (slice(None, None, -1),)
@@ -817,6 +817,7 @@ class _ConvDecode(NamedTuple):
     ifm: Tensor
     ifm_shape: tuple         # the stored extent read
     ifm2: Tensor | None      # matmul
+    zp: int                  # IFM_ZERO_POINT as stored
     upscale: int
     kcfg: np.ndarray
     acc48: bool
@@ -839,7 +840,7 @@ def _conv_like(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig,
     H, W, D = d.ofm
     acc_in = acc_input(s, mem, d.ofm, d.acc48) if ain else None
     raw = read_raw(mem, d.ifm, d.ifm_shape, RD_IFM)
-    zp = s.get("IFM_ZERO_POINT", "zero_point")
+    zp = d.zp
     bias = scales = shifts = None
     if d.scales is not None:
         bias, scales, shifts = read_scales(mem, d.scales)
@@ -945,8 +946,9 @@ def _conv_decode(s: SetState, cfg: NpuConfig, depthwise: bool, matmul: bool) -> 
                       ao_cycles=ao_cycles(cfg, n, _ofm_bits(s), 64 if acc48 else 32, False,
                                           False))
     return _ConvDecode(matmul, (H, W, D), (sy, sx), (dy, dx), (dh, dw), (pt, pl, pb, pr), ifm,
-                       (*_ifm_extent(up, ih, iw), ifm_depth), ifm2, up, kcfg, acc48, scales,
-                       wts, result, {})
+                       (*_ifm_extent(up, ih, iw), ifm_depth), ifm2,
+                       s.get("IFM_ZERO_POINT", "zero_point"), up, kcfg, acc48, scales, wts,
+                       result, {})
 
 
 def conv(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> OpResult:
