@@ -24,6 +24,7 @@ from accelstub.emu.numeric import ethosu85_values as values_k
 from accelstub.emu.numeric import ethosu85 as P
 from accelstub.emu.weights import ethosu85 as Wt
 from accelstub.devices.device import UnitContext
+from tests.ethos_u85 import ethosu85_reference as ref
 from tests.ethos_u85.test_ethosu85_device import BUF, Host
 from tests.ethos_u85.test_ethosu85_ops_device import (STOP, acc_format, ifm, kernel, ofm, out, scale_cmds,
                                             tensor_bytes, weight_cmds)
@@ -485,7 +486,7 @@ def test_weight_decode_memo_evicts_the_least_recently_used(monkeypatch):
 def test_depthwise_sums_on_the_integer_kernel_where_exact(monkeypatch):
     """DEPTHWISE accumulates on the shared integer kernel (int_conv.depthwise_sums) where
     fits_int32 proves its int32 sums exact, and keeps the float GEMM past that bound; both give
-    the loop's result."""
+    the loop's result and the Python-integer reference's."""
     calls = []
     real = IC.depthwise_sums
     monkeypatch.setattr(IC, "depthwise_sums", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -500,12 +501,15 @@ def test_depthwise_sums_on_the_integer_kernel_where_exact(monkeypatch):
         got = conv_k.depthwise2d(x, w, (6, 7), **kw_)
         assert bool(calls) == used
         np.testing.assert_array_equal(got, conv_k.depthwise2d(x, w, (6, 7), method="loop", **kw_))
+        exp = ref.conv(ref.values(x, 0, 8 * x.itemsize, True), w, 6, 7, (1, 1), (1, 1), (1, 1),
+                       dict(raw=True, acc_bits=48), bytes(2048), depthwise=True)
+        np.testing.assert_array_equal(got, exp.astype(np.int64))  # Python integers
 
 
 def test_output_stage_terms_follow_the_config_and_writable_scale_arrays():
     """The output stage's per-channel terms are kept for read-only (decoded) scale arrays: a
     second configuration with the same arrays, and a writable array changed between two runs,
-    each still give the loop's result."""
+    each still give the loop's result and the Python-integer reference's."""
     rng = np.random.default_rng(11)
     x = rng.integers(-128, 128, (5, 6, 7)).astype(np.int8)
     w = rng.integers(-127, 128, (9, 3, 3, 7))
@@ -513,18 +517,28 @@ def test_output_stage_terms_follow_the_config_and_writable_scale_arrays():
                             rng.integers(20, 40, 9))
     for a in (bias, scales, shifts):
         a.flags.writeable = False
+    v = ref.values(x, 3, 8, True)
+
+    def reference(rnd, scales):  # the Python-integer reference
+        o = dict(bits=8, signed=True, zp=0, amin=-128, amax=127, scale=1, shift=0, rnd=rnd,
+                 per_channel=True)
+        return ref.conv(v, w, 5, 6, (1, 1), (1, 1), (1, 1), o, bytes(2048), bias, scales,
+                        shifts).astype(np.int64)
+
     for rnd in (P.RND_DOUBLE_SYMMETRIC, P.RND_TRUNCATE_TO_ZERO):
         kw_ = dict(pad=(1, 1, 1, 1), ifm_zp=3, bias=bias, scales=scales, shifts=shifts,
                    cfg=P.out_config(ofm_bits=8, ofm_signed=True, act_min=-128, act_max=127,
                                     round_mode=rnd, per_channel=True))
-        np.testing.assert_array_equal(conv_k.conv2d(x, w, (5, 6), **kw_),
-                                      conv_k.conv2d(x, w, (5, 6), method="loop", **kw_))
+        got = conv_k.conv2d(x, w, (5, 6), **kw_)
+        np.testing.assert_array_equal(got, conv_k.conv2d(x, w, (5, 6), method="loop", **kw_))
+        np.testing.assert_array_equal(got, reference(rnd, scales))
     scales = scales.copy()  # writable
     kw_["scales"] = scales
     first = conv_k.conv2d(x, w, (5, 6), **kw_)
     scales[:] //= 2
     again = conv_k.conv2d(x, w, (5, 6), **kw_)
     np.testing.assert_array_equal(again, conv_k.conv2d(x, w, (5, 6), method="loop", **kw_))
+    np.testing.assert_array_equal(again, reference(P.RND_TRUNCATE_TO_ZERO, scales))
     assert not np.array_equal(first, again)
 
 
@@ -570,7 +584,7 @@ def test_conv_decode_is_kept_per_command_state_and_the_kernel_per_weights(monkey
     """An operation's decode is memoised on its commands (ops.memo_on_state) and its integer
     kernel setup on the decoded weights and scales: a rerun decodes nothing again; weights or
     scales rewritten in memory under the same commands, or one command changed, give what a
-    device with empty memos gives."""
+    device with empty memos gives, and the last two what the Python-integer reference gives."""
     from accelstub.devices.ethos_u85 import ops
 
     monkeypatch.setattr(ops, "_MEMO", {})  # (other tests may have run the same commands)
@@ -604,8 +618,9 @@ def test_conv_decode_is_kept_per_command_state_and_the_kernel_per_weights(monkey
     new_weights = run(cmds)
     assert len(decodes) == 1 and new_weights[0] != first[0]
     assert run(cmds, fresh_memos=True) == new_weights
-    scale_cmds(d, rng.integers(-5000, 5000, 9), rng.integers(1 << 29, 1 << 31, 9),
-               rng.integers(36, 42, 9))                         # same length: same commands
+    bias, sc, sh = (rng.integers(-5000, 5000, 9), rng.integers(1 << 29, 1 << 31, 9),
+                    rng.integers(36, 42, 9))
+    scale_cmds(d, bias, sc, sh)                                 # same length: same commands
     new_scales = run(cmds)
     assert new_scales[0] != new_weights[0] and run(cmds, fresh_memos=True) == new_scales
     changed = [("NPU_SET_IFM_ZERO_POINT", dict(zero_point=-7)) if c[0] == "NPU_SET_IFM_ZERO_POINT"
@@ -614,6 +629,12 @@ def test_conv_decode_is_kept_per_command_state_and_the_kernel_per_weights(monkey
     other = run(changed)
     assert len(decodes) == n + 1 and other[0] != new_scales[0]
     assert run(changed, fresh_memos=True) == other
+    # the last two against the Python-integer reference (every input is the test's by now)
+    x = np.frombuffer(d.read(BUF, 6 * 7 * 5), np.int8).reshape(6, 7, 5)
+    for zp, got in ((3, new_scales), (-7, other)):
+        exp = ref.conv(ref.values(x, zp, 8, True), w2, 6, 7, (1, 1), (1, 1), (1, 1),
+                       out(zp=-2, rnd=0, per_channel=True), bytes(2048), bias, sc, sh)
+        assert got[0] == exp.astype(np.int8).tobytes()
 
 
 def test_kept_set_segment_equals_the_command_by_command_walk():
@@ -640,7 +661,8 @@ def test_kept_set_segment_equals_the_command_by_command_walk():
 def test_elementwise_decode_is_kept_per_command_state(monkeypatch):
     """NPU_OP_ELEMENTWISE's decode is memoised on its commands like the convolution's: a
     rerun decodes nothing again and reads the operands afresh; a changed command decodes
-    again and gives what a device with empty memos gives; so does the OFM write's layout."""
+    again and gives what a device with empty memos gives; so does the OFM write's layout. Each
+    result is also the Python-integer reference's (ethosu85_reference)."""
     from accelstub.devices.ethos_u85 import ops
 
     monkeypatch.setattr(ops, "_MEMO", {})
@@ -670,15 +692,24 @@ def test_elementwise_decode_is_kept_per_command_state(monkeypatch):
     def operands():
         d.write(BUF, rng.integers(0, 256, 0x200).astype(np.uint8).tobytes())
 
+    def expected(scale):  # the Python-integer reference on the operands in memory
+        x, y = (np.frombuffer(d.read(BUF + off, 60), np.int8).reshape(3, 4, 5)
+                for off in (0, 0x100))
+        exp = ref.elementwise(1, ref.values(x, 3, 8, True), ref.values(y, -2, 8, True), 8, True,
+                              (scale, 3, 1, 0), (5, 2, 1, 0), out(zp=1), bytes(P.LUT_BYTES))
+        return exp.astype(np.int8).tobytes()
+
     operands()
     first = run(program(7))
+    assert first == expected(7)
     assert len(decodes) == 1 and run(program(7)) == first and len(decodes) == 1
     operands()
     again = run(program(7))
     assert len(decodes) == 1 and again != first and run(program(7), fresh_memos=True) == again
+    assert again == expected(7)
     n = len(decodes)
     other = run(program(9))
-    assert len(decodes) == n + 1 and other != again
+    assert len(decodes) == n + 1 and other != again and other == expected(9)
     assert run(program(9), fresh_memos=True) == other
     run(program(9, at=0x280))  # the OFM write's layout is kept per command state too
     assert d.read(BUF + 0x280, 60) == other
@@ -724,7 +755,8 @@ def test_elementwise_add_sub_fast_path_equals_the_general_loop(seed):
     """eltwise _addsub_fast (taken by add/sub where _addsub_fast_applies) against the
     per-element loop of _ew_kernel (ew[13] = 1): input types, scales up to 2**31 - 1 of either
     sign, shifts 0..62, every round mode and dbl_rnd, scalar-sized operands, OFM types,
-    clipping on and off. The loop is checked against Python integers elsewhere."""
+    clipping on and off; and, where the seed defines the rounding (modes 0-5, dbl_rnd <= 30),
+    against the Python-integer reference written from the pseudocode (ethosu85_reference)."""
     from accelstub.emu.eltwise import ethosu85 as E
 
     rng = np.random.default_rng(seed)
@@ -739,20 +771,26 @@ def test_elementwise_add_sub_fast_path_equals_the_general_loop(seed):
                 int(rng.integers(0, 8)), int(rng.integers(0, 32)))
 
     obits, osigned = [(8, True), (8, False), (16, True), (32, True)][seed % 4]
-    cfg = P.out_config(ofm_bits=obits, ofm_signed=osigned,
-                       zero_point=int(rng.integers(-300, 300)),
-                       scale=int(rng.integers(-(1 << 31) + 1, 1 << 31)),
-                       shift=int(rng.integers(0, 63)), round_mode=int(rng.integers(0, 6)),
-                       dbl_rnd=int(rng.integers(0, 32)), clip_none=bool(seed % 2))
+    lo16, hi16 = P.type_range(min(obits, 16), osigned)
+    o = dict(bits=obits, signed=osigned, zp=int(rng.integers(-300, 300)), amin=lo16, amax=hi16,
+             scale=int(rng.integers(-(1 << 31) + 1, 1 << 31)), shift=int(rng.integers(0, 63)),
+             rnd=int(rng.integers(0, 6)), dbl=int(rng.integers(0, 32)), clip_none=bool(seed % 2))
+    cfg = P.out_config(ofm_bits=obits, ofm_signed=osigned, zero_point=o["zp"], act_min=lo16,
+                       act_max=hi16, scale=o["scale"], shift=o["shift"], round_mode=o["rnd"],
+                       dbl_rnd=o["dbl"], clip_none=o["clip_none"])
     for mode in (E.EW_ADD, E.EW_SUB):
-        ew = np.array([mode, bits, int(signed), bits, int(signed), *scale(), *scale(), 0],
-                      np.int64)
+        sc1, sc2 = scale(), scale()
+        ew = np.array([mode, bits, int(signed), bits, int(signed), *sc1, *sc2, 0], np.int64)
         assert E._addsub_fast_applies(ew, cfg)
         slow = ew.copy()
         slow[13] = 1
         lut = np.zeros(P.LUT_BYTES, np.uint8)
-        np.testing.assert_array_equal(E._ew_kernel(a, b, ew, cfg, lut),
-                                      E._ew_kernel(a, b, slow, cfg, lut))
+        got = E._ew_kernel(a, b, ew, cfg, lut)
+        np.testing.assert_array_equal(got, E._ew_kernel(a, b, slow, cfg, lut))
+        if max(sc1[2], sc2[2]) <= 5 and max(sc1[3], sc2[3], o["dbl"]) <= 30:
+            exp = ref.elementwise(mode, a.astype(object), b.astype(object), bits, signed, sc1,
+                                  sc2, o, bytes(P.LUT_BYTES))
+            np.testing.assert_array_equal(got, exp.astype(np.int64))
 
 
 @pytest.mark.parametrize("depthwise", [False, True])
@@ -768,15 +806,20 @@ def test_kept_kernel_setup_goes_with_its_decoded_weights(monkeypatch, depthwise)
     d = fresh()
     rng = np.random.default_rng(12)
     C = 6
-    d.write(BUF, tensor_bytes(rng.integers(-128, 128, (5, 5, C)), 8, True, "nhwc"))
+    x = rng.integers(-128, 128, (5, 5, C))
+    d.write(BUF, tensor_bytes(x, 8, True, "nhwc"))
     W = rng.integers(-255, 256, (C, 3, 3, 1 if depthwise else C))
+    o = out(zp=-1, rnd=0, per_channel=True)
+    bias, sc, sh = (rng.integers(-900, 900, C), rng.integers(1 << 29, 1 << 31, C),
+                    rng.integers(33, 38, C))
     cmds = (ifm("IFM", (5, 5, C), 0, zp=2) + [("NPU_SET_IFM_DEPTH_M1", dict(depth_m1=C - 1))]
-            + ofm((5, 5, C), 0x400, out(zp=-1, rnd=0, per_channel=True), blk=(5, 5, 16))
+            + ofm((5, 5, C), 0x400, o, blk=(5, 5, 16))
             + kernel(3, 3, pad=(1, 1, 1, 1)) + acc_format()
             + weight_cmds(d, W, ofm_blk_depth=16, kernel_hw=(3, 3), depthwise=depthwise)
-            + scale_cmds(d, rng.integers(-900, 900, C), rng.integers(1 << 29, 1 << 31, C),
-                         rng.integers(33, 38, C))
+            + scale_cmds(d, bias, sc, sh)
             + [("NPU_OP_DEPTHWISE" if depthwise else "NPU_OP_CONV", {})])
+    exp = ref.conv(ref.values(x, 2, 8, True), W, 5, 5, (1, 1), (1, 1), (1, 1), o, bytes(2048),
+                   bias, sc, sh, depthwise=depthwise)
 
     def run():
         Host(d).start(es.encode_stream(cmds + STOP))
@@ -786,6 +829,7 @@ def test_kept_kernel_setup_goes_with_its_decoded_weights(monkeypatch, depthwise)
         return d.read(BUF + 0x400, 5 * 5 * C)
 
     first = run()
+    assert first == exp.astype(np.int8).tobytes()  # the Python-integer reference
     (decode,) = [r for _, r in ops._MEMO.values() if isinstance(r, ops._ConvDecode)]
     assert len(decode.kernels) == 1
     Wt._DECODED.clear()  # (a memo: emptying it changes nothing but speed; monkeypatch would
