@@ -360,14 +360,15 @@ def run_int_conv(p: IntConv, v: np.ndarray, acc_in: np.ndarray | None = None,
     else:
         tot = IC.conv_sums(v.transpose(2, 0, 1), p.weights, (H, W), zero_point=p.zero_point,
                            in_hw=p.in_hw, pad=p.pad, stride=p.stride, dilation=p.dilation,
-                           hwc=True)
-    out = np.empty((H, W, tot.shape[2]), p.dtype)
+                           hwc=True, padded=True)
+    out = np.empty((H, W, p.channels if p.depthwise else p.weights.k), p.dtype)
     return _output_stage(tot, acc_in, p.rows, p.cols, p.cfg, p.terms, lut, out)
 
 
 def _output_stage(tot, acc_in, rows, cols, cfg, terms, lut, out):
-    """The accumulator and output stage of exact sums ``tot`` [H, >= W, OC] (int32 from the
-    integer kernels, float from the BLAS path) into ``out`` [H, W, OC]; ``terms`` from
+    """The accumulator and output stage of exact sums ``tot`` [H, >= W, >= OC] (int32 from the
+    integer kernels, float from the BLAS path; a C-contiguous array, not a view of one: numba
+    vectorises the channel loop only then) into ``out`` [H, W, OC]; ``terms`` from
     :func:`_stage_terms`. Two kernels, so a first run compiles the one its layers need (the
     general one alone took ~5 s per type)."""
     bias, scales, shifts, sc, sh, bi, rp, rn, inline = terms

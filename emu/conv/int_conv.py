@@ -410,7 +410,8 @@ def conv_sums(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_
     ``v`` is indexed [C, H, W] with any strides and int16-range values after the zero point;
     the sums wrap modulo 2**32 (see the module docstring for when they are exact).
     ``padded``: the whole C-contiguous work array instead ([K rounded up, Ho, Wo rounded up],
-    not with ``hwc``): numba vectorises loops over a C-contiguous array, not over the view.
+    with ``hwc`` [Ho, Wo rounded up, K rounded up]): numba vectorises loops over a
+    C-contiguous array, not over the view (an output stage over the view ran ~5x slower).
 
     ``kernel``: "auto" runs the byte kernel (``vpdpbusd``) where it applies: the CPU has it
     (:data:`HAVE_VNNI`), the weights fit int8 (``w.quads``) and ``v`` is int8 or uint8 with a
@@ -458,7 +459,8 @@ def conv_sums(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_
             _conv_blocks(buf, w.words, acc, ho, p.wob, p.c2, w.kh, w.kw, kp // KB, stride[0],
                          p.c2 * plane, plane, p.row_off, p.col_off, hwc)
     if hwc:
-        return acc.reshape(ho, p.wob, kp)[:, :wo, :w.k]
+        acc = acc.reshape(ho, p.wob, kp)
+        return acc if padded else acc[:, :wo, :w.k]
     acc = acc.reshape(kp, ho, p.wob)
     return acc if padded else acc[:w.k, :, :wo]
 

@@ -56,10 +56,15 @@ def test_sums_match_reference_for_random_geometries(data):
     else:
         v = rng.integers(info.min, info.max + 1, (c, h, wd)).astype(dtype)
     w = rng.integers(-256, 256, (k, kh, kw, c))
-    hwc = d(st.booleans())
+    hwc, padded = d(st.booleans()), d(st.booleans())
     got = IC.conv_sums(v, IC.pack_weights(w), (ho, wo), zero_point=zp, in_hw=in_hw, pad=pad,
-                       stride=stride, dilation=dilation, hwc=hwc)
+                       stride=stride, dilation=dilation, hwc=hwc, padded=padded)
     want = reference(v, w, zp, (ho, wo), in_hw, pad, stride, dilation)
+    if padded:  # the whole C-contiguous work array, the sums in its leading corner
+        assert got.flags.c_contiguous
+        assert got.shape[0 if hwc else 1] == ho and got.shape[1 if hwc else 2] >= wo
+        assert got.shape[2 if hwc else 0] >= k
+        got = got[:, :wo, :k] if hwc else got[:k, :, :wo]
     if hwc:
         want = want.transpose(1, 2, 0)
     if IC.fits_int32(int(info.min) - zp, int(info.max) - zp, w):
