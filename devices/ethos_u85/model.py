@@ -120,7 +120,7 @@ class EthosU85(Device):
         self.lut = np.zeros(LUT_BYTES, dtype=np.uint8)
         self.npu = NpuInternal()  # chaining FIFOs, accumulator storage
         self._windows: dict[tuple[int, int], tuple] = {}  # [lo, hi) -> (Memory, offset)
-        self._boxes: dict[tuple, tuple | None] = {}  # _box_views: key -> (views, ranges, bytes)
+        self._boxes: dict[tuple, ops.Access | None] = {}  # box_access's memo
         self._words: tuple = (None, None)  # _stream_words: ((QBASE, bytes), the words' view)
         self.resumable = False  # last stop was NPU_OP_STOP and QBASE/QSIZE not written since
         self.pmu_mask_enable = True  # NPU_OP_PMU_MASK (L8773-8802)
@@ -128,6 +128,9 @@ class EthosU85(Device):
         self._axi_memo: dict = {}  # _axi_events: accesses and port setup -> counts
         self._axi_setup = self.regs.derived(self._AXI_REGS, self._axi_setup_now)
         self._stream = self.regs.derived(self._STREAM_REGS, self._stream_now)
+        #: per region (BASEP, port family), kept with regs.derived (``_placement_now``)
+        self.placement = self.regs.derived(self._PLACEMENT_REGS, self._placement_now)
+        self.kept_runs: dict = {}  # ops' kept operation runs (ops.kept_run)
         self._qread = self.description.register("QREAD")
         self.stop_reason = "not started"
         self.stats: dict[str, int] = {}
@@ -266,6 +269,14 @@ class EthosU85(Device):
     def qbase(self) -> int:
         return (self.regs.peek("QBASE_HI") << 32 | self.regs.peek("QBASE_LO")) & ADDR_MASK
 
+    #: the registers that place the regions (``placement``: every access is keyed or
+    #: accounted by them)
+    _PLACEMENT_REGS = (*(f"BASEP{r}_{h}" for r in range(8) for h in ("LO", "HI")), "REGIONCFG",
+                       *(f"MEM_ATTR{i}" for i in range(4)))
+
+    def _placement_now(self) -> tuple[tuple[int, int], ...]:
+        return tuple((self.basep(r), self.region_family(r)) for r in range(8))
+
     def basep(self, region: int) -> int:
         return (self.regs.peek(f"BASEP{region}_HI") << 32
                 | self.regs.peek(f"BASEP{region}_LO")) & ADDR_MASK
@@ -374,14 +385,14 @@ class EthosU85(Device):
             span += (n - 1) * st
         return True
 
-    def _box_views(self, region: int, boxes: list, size: int, dtype: str, channel: int,
-                   write: bool) -> list[np.ndarray] | None:
-        """Strided views of the memory for ``boxes`` ((offset, shape, strides): elements at
-        offset + sum(i_k * strides[k]) of BASEP[region]), window-checked as gather and scatter
-        are, and their accesses recorded as one (the byte ranges of all the boxes' elements
-        merged, as the element path's address_ranges gives them). None, recording nothing,
-        when a box is not a plain view (or, for ``write``, writes a byte twice). Memoised on
-        the boxes and BASEP (the bus map never changes, so the views stay views of the same
+    def box_access(self, region: int, boxes: list, size: int, dtype: str, channel: int,
+                   write: bool) -> ops.Access | None:
+        """The access of ``boxes`` ((offset, shape, strides): elements at offset +
+        sum(i_k * strides[k]) of BASEP[region]) as strided views of the memory, window-checked
+        as gather and scatter are, with the byte ranges of all the boxes' elements merged (as
+        the element path's address_ranges gives them); not recorded (:meth:`record`). None when
+        a box is not a plain view (or, for ``write``, writes a byte twice). Memoised on the
+        boxes and BASEP (the bus map never changes, so the views stay views of the same
         memory): a program's tensors are the same boxes on every run, and working the views
         out again cost ~10 us per access. The one memo of the box path: what
         :meth:`_box_views_of` calls runs on a miss only."""
@@ -392,15 +403,28 @@ class EthosU85(Device):
             if len(self._boxes) >= 4096:
                 self._boxes.clear()
             self._boxes[key] = hit
-        if hit is None:
-            return None
-        views, ranges, nbytes = hit
-        self._record(self.region_family(region), channel, write, ranges, nbytes)
-        return views
+        return hit
+
+    def stream_access(self, region: int, offset: int, length: int,
+                      channel: int) -> ops.Access:
+        """The access of a stream read (weights, scale and bias): ``length`` > 0 bytes at
+        BASEP[region] + offset as a uint8 view; not recorded (:meth:`record`)."""
+        require(0 <= region < 8, "0 <= region && region < 8", "L6228")
+        a = (self.basep(region) + offset) & ADDR_MASK
+        mem, moff = self._window(a, a + length, channel, region, f"region {region} stream read")
+        # the range as a list: the AXI counts' memo keys lists by value (a new tuple on every
+        # run would miss it)
+        return ops.Access(region, channel, False, (mem.data[moff:moff + length],),
+                          [(a, a + length)], length)
+
+    def record(self, access: ops.Access) -> None:
+        """Account ``access`` (Touched, AXI counts, bytes) as made now."""
+        self._record(self.placement()[access.region][1], access.channel, access.write,
+                     access.ranges, access.nbytes)
 
     def _box_views_of(self, region: int, boxes: list, size: int, dtype: str, channel: int,
-                      write: bool) -> tuple | None:
-        """:meth:`_box_views` worked out: (views, merged byte ranges, their bytes) or None."""
+                      write: bool) -> ops.Access | None:
+        """:meth:`box_access` worked out."""
         views, runs = [], []
         for offset, shape, strides in boxes:
             span = self._box_span(region, offset, shape, strides, size)
@@ -419,28 +443,20 @@ class EthosU85(Device):
         else:
             ranges = tuple(merge_ranges([r for part, _ in runs for r in part]))
             nbytes = sum(e - s for s, e in ranges)
-        return views, ranges, nbytes
+        return ops.Access(region, channel, write, tuple(views), ranges, nbytes)
 
     def gather_boxes(self, region: int, boxes: list, size: int, signed: bool,
                      channel: int) -> list[np.ndarray] | None:
-        """:meth:`gather` of the elements of ``boxes`` (:meth:`_box_views`), one strided view
+        """:meth:`gather` of the elements of ``boxes`` (:meth:`box_access`), one strided view
         each: the stored integer type, int64 for 8-byte elements as gather gives. None when a
         box is not a plain view (the caller uses gather)."""
         require(0 <= region < 8, "0 <= region && region < 8", "L6228")
-        views = self._box_views(region, boxes, size, f"<{'i' if signed else 'u'}{size}",
-                                channel, False)
-        if views is None:
+        acc = self.box_access(region, boxes, size, f"<{'i' if signed else 'u'}{size}", channel,
+                              False)
+        if acc is None:
             return None
-        out = []
-        for view in views:
-            if size == 8:
-                out.append(view.astype(np.int64))
-            else:  # no copy: the operation reads it before its OFM is written (numpy's
-                # assignment copies first where the two overlap), and read-only, so nothing
-                # changes memory
-                view.flags.writeable = False
-                out.append(view)
-        return out
+        self.record(acc)
+        return ops.read_views(acc)
 
     def scatter_boxes(self, region: int, boxes: list, size: int, values: list,
                       channel: int) -> bool:
@@ -449,15 +465,11 @@ class EthosU85(Device):
         (nothing written) when a box is not a plain injective view (the caller uses
         scatter)."""
         require(0 <= region < 8, "0 <= region && region < 8", "L6244")
-        views = self._box_views(region, boxes, size, f"<u{size}", channel, True)
-        if views is None:
+        acc = self.box_access(region, boxes, size, f"<u{size}", channel, True)
+        if acc is None:
             return False
-        for view, v in zip(views, values):
-            v = np.asarray(v)
-            if v.dtype.kind in "iu" and v.dtype.itemsize == size:
-                view[...] = v.view(f"<u{size}")
-            else:
-                view[...] = v.astype(np.int64).astype(f"<u{size}")
+        ops.store_views(acc, values)
+        self.record(acc)
         return True
 
     def read_bytes(self, region: int, offset: int, length: int, channel: int) -> bytes:
@@ -465,10 +477,9 @@ class EthosU85(Device):
         require(0 <= region < 8, "0 <= region && region < 8", "L6228")
         if length <= 0:
             return b""
-        a = (self.basep(region) + offset) & ADDR_MASK
-        mem, moff = self._window(a, a + length, channel, region, f"region {region} stream read")
-        self._record(self.region_family(region), channel, False, [(a, a + length)])
-        return mem.data[moff:moff + length].tobytes()
+        acc = self.stream_access(region, offset, length, channel)
+        self.record(acc)
+        return acc.views[0].tobytes()
 
     def set_result_flag(self, value: int) -> None:
         self.regs.set_field("COND_STATUS", "result_flag", value & 1)

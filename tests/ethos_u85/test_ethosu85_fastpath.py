@@ -7,7 +7,9 @@
   accumulator sums;
 * the strided-box gather/scatter of the device (gather_boxes / scatter_boxes) against the
   element-address path (gather / scatter): values, memory, Touched ranges and PMU counters;
-* the memoised weight decoder against the plain one.
+* the memoised weight decoder against the plain one;
+* the kept operation runs (accesses and kernel kept per decode and region placement) against
+  the general path: memory, Touched, AXI accesses, statistics, cycles and PMU counters.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from accelstub.emu.numeric import ethosu85 as P
 from accelstub.emu.weights import ethosu85 as Wt
 from accelstub.devices.device import UnitContext
 from tests.ethos_u85 import ethosu85_reference as ref
-from tests.ethos_u85.test_ethosu85_device import BUF, Host
+from tests.ethos_u85.test_ethosu85_device import BUF, BUF2, SRAM, Host
 from tests.ethos_u85.test_ethosu85_ops_device import (STOP, acc_format, ifm, kernel, ofm, out, scale_cmds,
                                             tensor_bytes, weight_cmds)
 
@@ -277,6 +279,7 @@ def fresh():
 def without_boxes(d):
     d.gather_boxes = lambda *a, **k: None
     d.scatter_boxes = lambda *a, **k: False
+    d.box_access = lambda *a, **k: None  # (the kept operation runs take their views from it)
     return d
 
 
@@ -837,3 +840,54 @@ def test_kept_kernel_setup_goes_with_its_decoded_weights(monkeypatch, depthwise)
     gc.collect()
     assert len(decode.kernels) == 0
     assert run() == first and len(decode.kernels) == 1
+
+
+@pytest.mark.parametrize("fmt, ofmt, transpose, shape, oc", [
+    ("nhwc", "nhwc", "HWC", (6, 7, 5), 9),
+    ("nhcwb16", "nhcwb16", "HWC", (5, 4, 20), 18),   # a partial brick: two boxes each side
+    ("nhcwb16", "nhwc", "HWC", (4, 5, 12), 7),
+    ("nhwc", "nhwc", "CHW", (4, 6, 3), 5),
+])
+def test_kept_conv_run_equals_the_general_path(monkeypatch, fmt, ofmt, transpose, shape, oc):
+    """A convolution's kept run (ops._ConvRun: its accesses and kernel kept per decode and
+    region placement) leaves what the general path leaves, run after run: memory, Touched,
+    AXI accesses, statistics, cycles, PMU counters. Where the scale stream was rewritten
+    under the same commands, or BASEP moved the tensors, the general path runs and keeps a
+    new run."""
+    from accelstub.devices.ethos_u85 import ops
+
+    used = []
+    real = ops._run_kept_conv
+    monkeypatch.setattr(ops, "_run_kept_conv", lambda *a: used.append(real(*a)) or used[-1])
+    moved = SRAM + 0x20000
+
+    def runs(kept: bool) -> list:
+        d = fresh()
+        if not kept:
+            d.kept_runs = None
+        rng = np.random.default_rng(42)
+        cmds = conv_program(d, rng, fmt, ofmt, transpose, shape, oc)
+        out, basep = [], {1: BUF, 2: BUF2}
+        for step in range(6):
+            if step == 2:  # new scales, the same stream length: the same commands
+                scale_cmds(d, rng.integers(-5000, 5000, oc), rng.integers(1 << 29, 1 << 31, oc),
+                           rng.integers(36, 42, oc))
+            if step == 4:  # region 1 (IFM and OFM) moved
+                d.write(moved, d.read(BUF, 0x6000))
+                basep = {1: moved, 2: BUF2}
+            Host(d).start(es.encode_stream(cmds + STOP), basep=basep)
+            t = d.execute_unit(UnitContext())
+            assert not Host(d).field("STATUS", "cmd_parse_error")
+            out.append((d.read(SRAM, 0x28000), t.reads, t.writes, dict(d.stats), d.cycles,
+                        d.counters()))
+            d.execute_unit(UnitContext())  # the STOP: the next start runs from the beginning
+        return out
+
+    general = runs(False)
+    assert used == []
+    kept = runs(True)
+    # a rerun, new scales (the general path), a rerun; moved: another key (the general path),
+    # then its rerun
+    assert used == [True, False, True, True]
+    assert kept == general
+    assert general[2][0] != general[1][0] and general[4][0] != general[3][0]
