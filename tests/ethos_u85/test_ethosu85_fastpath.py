@@ -9,7 +9,7 @@
   element-address path (gather / scatter): values, memory, Touched ranges and PMU counters;
 * the memoised weight decoder against the plain one;
 * the kept operation runs (accesses and kernel kept per decode and region placement) against
-  the general path: memory, Touched, AXI accesses, statistics, cycles and PMU counters.
+  the general path: memory, Touched, statistics, cycles and PMU counters.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from accelstub.devices import open_device
+from accelstub.devices import DeviceError, open_device
 from accelstub.devices.ethos_u85 import stream as es
 from accelstub.devices.device import Touched
 from accelstub.emu.conv import ethosu85 as conv_k
@@ -851,7 +851,7 @@ def test_kept_kernel_setup_goes_with_its_decoded_weights(monkeypatch, depthwise)
 def test_kept_conv_run_equals_the_general_path(monkeypatch, fmt, ofmt, transpose, shape, oc):
     """A convolution's kept run (ops._ConvRun: its accesses and kernel kept per decode and
     region placement) leaves what the general path leaves, run after run: memory, Touched,
-    AXI accesses, statistics, cycles, PMU counters. Where the scale stream was rewritten
+    statistics (AXI byte counts among them), cycles, PMU counters. Where the scale stream was rewritten
     under the same commands, or BASEP moved the tensors, the general path runs and keeps a
     new run."""
     from accelstub.devices.ethos_u85 import ops
@@ -891,3 +891,45 @@ def test_kept_conv_run_equals_the_general_path(monkeypatch, fmt, ofmt, transpose
     assert used == [True, False, True, True]
     assert kept == general
     assert general[2][0] != general[1][0] and general[4][0] != general[3][0]
+
+
+def test_kept_dma_copies_equal_the_general_path():
+    """A DMA's copies kept per decode and region placement (the same views on every run) leave
+    what the general path leaves, run after run: memory, Touched, statistics (AXI byte counts
+    among them), cycles; with a destination that starts inside its source (copy_bytes repeats the first
+    bytes), and with a copy that leaves memory (the bus fault comes after the copies before
+    it, which are made)."""
+    from tests.ethos_u85.test_ethosu85_device import dma_cmds, stream
+
+    good = stream(dma_cmds(16, 0, 0), dma_cmds(4, 0x20, 0x100, "d2", size0=3, strides=(8, 16)),
+                  dma_cmds(2, 0x40, 0x200, "d3", size0=2, size1=2, strides=(4, -2, 32, 8)),
+                  dma_cmds(40, 0x10, 0x10), STOP)  # region 2 is region 1 + 8: an overlap
+    bad = stream(dma_cmds(4, 0, 0x40, "d2", size0=3, strides=(4, 0x7FFF_0000)), STOP)
+
+    def runs(kept: bool) -> list:
+        d = fresh()
+        if not kept:
+            d.kept_runs = None
+        d.write(BUF, bytes(range(256)) * 2)
+        out = []
+        for words, dst in ((good, 8), (good, 8), (good, 0x24), (good, 0x24), (bad, 8),
+                           (bad, 8)):  # region 2 moved for the third and fourth
+            Host(d).start(words, basep={1: BUF, 2: BUF + dst})
+            err = None
+            while not d.finished() and err is None:
+                ctx = UnitContext()
+                try:
+                    d.execute_unit(ctx)
+                except DeviceError as e:
+                    err = str(e)
+                out.append((d.read(BUF, 0x400), ctx.touched.reads, ctx.touched.writes,
+                            dict(d.stats), d.cycles, err))
+            Host(d).boot()  # (after the fault)
+        return out, len(d.kept_runs or ())
+
+    general, _ = runs(False)
+    kept, n = runs(True)
+    assert kept == general and n == 8  # the four good DMAs twice; the faulting one is not kept
+    assert general[-1][-1] is not None and "DMA destination" in general[-1][-1]
+    mem = general[-1][0]
+    assert mem[0x48:0x4C] == mem[0:4]  # the copy before it was made
