@@ -953,40 +953,74 @@ class _ConvRun(NamedTuple):
     (:func:`_kept_conv`): the same on every run while the weight and scale streams hold the
     bytes they were decoded from. Why: working them out through the general reads and writes
     cost ~40 us per operation, several times a MobileNet layer's kernel."""
-    ifm: Access
-    bricked: tuple           # per IFM box (:func:`boxes`)
-    ifm_shape: tuple
+    ifm: tuple               # _kept_read_access
     streams: tuple           # (Access, the bytes it held): scale stream, weight streams
     kernel: tuple            # the integer kernel's key in the decode's kernels (not the
     #                          kernel: a kept run must not keep the packed weights alive)
-    ofm: Access
-    ofm_write: _OfmWrite
+    ofm: tuple               # _kept_write_access
+
+
+def _kept_read_access(mem: MemoryPort, t: Tensor, shape: tuple, channel: int) -> tuple | None:
+    """(the Access, bricked per box, shape) of :func:`read_raw` of ``t`` as kept box views,
+    (None, the region, shape) for a chained tensor (the chaining FIFO), or None where it is
+    neither (not boxes, not a plain view)."""
+    if t.storage == 2:
+        return None, t.region, shape
+    bs = boxes(t, shape)
+    acc = bs and mem.box_access(t.region, [b[:3] for b in bs], t.size,
+                                f"<{'i' if t.signed else 'u'}{t.size}", channel, False)
+    return (acc, tuple(b[3] for b in bs), shape) if acc else None
+
+
+def _kept_write_access(mem: MemoryPort, w: _OfmWrite | None) -> tuple | None:
+    """(the Access, ``w``) of :func:`write_ofm`'s store through ``w`` as kept box views, (None,
+    ``w``) for a chained OFM, or None where it is neither (storage none, not boxes, not a
+    plain injective view)."""
+    if w is None or (w.tensor.storage != 2 and w.boxes is None):
+        return None
+    if w.tensor.storage == 2:
+        return None, w
+    t = w.tensor
+    acc = mem.box_access(t.region, w.boxes, t.size, f"<u{t.size}", WR_OFM, True)
+    return (acc, w) if acc is not None else None
+
+
+def _kept_read(mem: MemoryPort, r: tuple) -> np.ndarray:
+    """:func:`read_raw` through a kept read access."""
+    if r[0] is None:
+        return mem.npu.pop(r[1], math.prod(r[2])).reshape(r[2])
+    mem.record(r[0])
+    return _joined(read_views(r[0]), r[1], r[2])
+
+
+def _kept_write(mem: MemoryPort, o: tuple, value: np.ndarray) -> None:
+    """:func:`write_ofm` through a kept write access."""
+    if value.shape == (1, 1, 1):
+        mem.set_result_flag(int(value.ravel()[0]) & 1)
+    if o[0] is None:
+        mem.npu.push(o[1].tensor.region, value)
+        return
+    store_views(o[0], _ofm_parts(o[1], value))
+    mem.record(o[0])
 
 
 def _kept_conv(d: _ConvDecode, s: SetState, cfg: NpuConfig, mem: MemoryPort,
                kernel: tuple) -> _ConvRun | None:
     """The :class:`_ConvRun` of an operation that has just read its streams and chosen the
     integer kernel kept under ``kernel`` (no accumulator input, not matmul), or None where one
-    of its accesses is not a kept view: an IFM or OFM that is chained, not boxes, or not a
-    plain view, storage none, accumulator output, an empty stream."""
+    of its accesses is not a kept view (:func:`_kept_read_access`,
+    :func:`_kept_write_access`), with accumulator output, or with an empty stream."""
     if d.kcfg[P.C_ACC_OUTPUT]:
         return None
-    t = d.ifm
-    bs = boxes(t, d.ifm_shape) if t.storage != 2 else None
-    ifm = bs and mem.box_access(t.region, [b[:3] for b in bs], t.size,
-                                f"<{'i' if t.signed else 'u'}{t.size}", RD_IFM, False)
-    w = ofm_write_layout(s, cfg, d.ofm, True)
-    if not ifm or w is None or w.tensor.storage == 2 or w.boxes is None:
-        return None
-    ofm = mem.box_access(w.tensor.region, w.boxes, w.tensor.size, f"<u{w.tensor.size}",
-                         WR_OFM, True)
+    ifm = _kept_read_access(mem, d.ifm, d.ifm_shape, RD_IFM)
+    ofm = _kept_write_access(mem, ofm_write_layout(s, cfg, d.ofm, True))
     reads = [] if d.scales is None else [(d.scales[0], d.scales[1], d.scales[2], RD_SCALE_BIAS)]
     reads += [(d.weights[0], base, length, RD_WEIGHTS) for base, length in d.weights[1]]
-    if ofm is None or any(length <= 0 for _, _, length, _ in reads):
+    if ifm is None or ofm is None or any(length <= 0 for _, _, length, _ in reads):
         return None
     streams = tuple((a, a.views[0].tobytes())
                     for a in (mem.stream_access(*r) for r in reads))
-    return _ConvRun(ifm, tuple(b[3] for b in bs), d.ifm_shape, streams, kernel, ofm, w)
+    return _ConvRun(ifm, streams, kernel, ofm)
 
 
 def _run_kept_conv(d: _ConvDecode, r: _ConvRun, mem: MemoryPort) -> bool:
@@ -1000,15 +1034,10 @@ def _run_kept_conv(d: _ConvDecode, r: _ConvRun, mem: MemoryPort) -> bool:
     for a, held in r.streams:
         if a.views[0].tobytes() != held:
             return False
-    mem.record(r.ifm)
-    raw = _joined(read_views(r.ifm), r.bricked, r.ifm_shape)
+    raw = _kept_read(mem, r.ifm)
     for a, _ in r.streams:
         mem.record(a)
-    out = conv_k.run_int_conv(k[1], raw, None, mem.lut)
-    if out.shape == (1, 1, 1):
-        mem.set_result_flag(int(out.ravel()[0]) & 1)
-    store_views(r.ofm, _ofm_parts(r.ofm_write, out))
-    mem.record(r.ofm)
+    _kept_write(mem, r.ofm, conv_k.run_int_conv(k[1], raw, None, mem.lut))
     return True
 
 
@@ -1228,12 +1257,33 @@ def elementwise(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> O
     mem.npu.add_operation_to_chain(s, *d.chain, True)
     if d.error is not None:
         raise Unpredictable(d.error)
-    raws = [None if r is None else read_raw(mem, r[0], r[1], RD_IFM_STREAM) for r in d.reads]
+    runs = getattr(mem, "kept_runs", None)
+    key = hit = None
+    if runs is not None:
+        key = (id(d), mem.placement())
+        hit = runs.get(key)
+    if hit is not None:  # the operation's accesses kept (as a convolution's, _ConvRun)
+        reads, ofm = hit[1]
+        raws = [None if r is None else _kept_read(mem, r) for r in reads]
+    else:
+        raws = [None if r is None else read_raw(mem, r[0], r[1], RD_IFM_STREAM) for r in d.reads]
     diag: list[str] = []
     out = eltwise_k.elementwise(d.mode, raws[0], raws[1], d.shape, lut=mem.lut, diag=diag,
                                 **d.kwargs)
     _check_diag(diag, "NPU_OP_ELEMENTWISE")
+    if hit is not None:
+        _kept_write(mem, ofm, out)
+        return d.result
     write_ofm(mem, s, cfg, out, all_perms=False)
+    # kept unless DIV, whose asserts depend on the data (every other one on the commands)
+    if runs is not None and d.mode != eltwise_k.EW_DIV:
+        reads = tuple(None if r is None else _kept_read_access(mem, r[0], r[1], RD_IFM_STREAM)
+                      for r in d.reads)
+        ofm = _kept_write_access(mem, ofm_write_layout(s, cfg, out.shape, False))
+        if ofm is not None and all((r is None) == (t is None) for r, t in zip(reads, d.reads)):
+            if len(runs) >= 4096:
+                runs.clear()
+            runs[key] = (d, (reads, ofm))
     return d.result
 
 

@@ -270,9 +270,12 @@ def test_padding_only_outputs_keep_unwrapped_start_value():
 # device: strided boxes against element addresses
 
 
-def fresh():
+def fresh(kept_runs: bool = True):
+    """A booted device; ``kept_runs`` False: every operation through the general path."""
     d = open_device("ethos-u85")
     Host(d).boot()
+    if not kept_runs:
+        d.kept_runs = None
     return d
 
 
@@ -862,9 +865,7 @@ def test_kept_conv_run_equals_the_general_path(monkeypatch, fmt, ofmt, transpose
     moved = SRAM + 0x20000
 
     def runs(kept: bool) -> list:
-        d = fresh()
-        if not kept:
-            d.kept_runs = None
+        d = fresh(kept)
         rng = np.random.default_rng(42)
         cmds = conv_program(d, rng, fmt, ofmt, transpose, shape, oc)
         out, basep = [], {1: BUF, 2: BUF2}
@@ -907,9 +908,7 @@ def test_kept_dma_copies_equal_the_general_path():
     bad = stream(dma_cmds(4, 0, 0x40, "d2", size0=3, strides=(4, 0x7FFF_0000)), STOP)
 
     def runs(kept: bool) -> list:
-        d = fresh()
-        if not kept:
-            d.kept_runs = None
+        d = fresh(kept)
         d.write(BUF, bytes(range(256)) * 2)
         out = []
         for words, dst in ((good, 8), (good, 8), (good, 0x24), (good, 0x24), (bad, 8),
@@ -933,3 +932,72 @@ def test_kept_dma_copies_equal_the_general_path():
     assert general[-1][-1] is not None and "DMA destination" in general[-1][-1]
     mem = general[-1][0]
     assert mem[0x48:0x4C] == mem[0:4]  # the copy before it was made
+
+
+def test_kept_elementwise_and_chained_runs_equal_the_general_path(monkeypatch):
+    """Elementwise operations keep their accesses as convolutions do, chained operands
+    included (the run pops and pushes the chaining FIFO as read_raw and write_ofm do): a
+    convolution into the FIFO, an add of it and a row-broadcast memory operand into an NHCWB16
+    OFM with a partial brick, a multiply of that by a scalar, a 1x1x1 subtraction (the result
+    flag). Run after run, with the operands rewritten between runs and region 1 moved, memory,
+    Touched, statistics, cycles, PMU counters and the result flag equal the general path's,
+    and every operation takes its kept run when it runs again under the same placement."""
+    from accelstub.devices.ethos_u85 import ops
+
+    used = []
+    real = ops._kept_read
+    monkeypatch.setattr(ops, "_kept_read",
+                        lambda *a: used.append((a[1][0] is None, a[1][2])) or real(*a))
+    H, W, C, D = 3, 4, 6, 18
+    moved = SRAM + 0x20000
+
+    def runs(kept: bool) -> list:
+        d = fresh(kept)
+        rng = np.random.default_rng(21)
+        wts = rng.integers(-20, 21, (D, 1, 1, C))
+        cmds = (ifm("IFM", (H, W, C), 0) + [("NPU_SET_IFM_DEPTH_M1", dict(depth_m1=C - 1))]
+                + ofm((H, W, D), 0, out(scale=1 << 30, shift=33, rnd=0), storage="chained",
+                      region=0, blk=(H, W, 32))
+                + kernel(1, 1) + acc_format() + weight_cmds(d, wts, ofm_blk_depth=32,
+                                                             kernel_hw=(1, 1))
+                + [("NPU_OP_CONV", {})]
+                + ifm("IFM", None, 0, storage="chained", region=0, zp=0)
+                + ifm("IFM2", (1, W, D), 0x100, zp=-3, broadcast="h")
+                + [("NPU_SET_IFM_SCALE", dict(scale=3, shift=1, round_mode=1)),
+                   ("NPU_SET_IFM2_SCALE", dict(scale=5, shift=2, round_mode=0))]
+                + ofm((H, W, D), 0x200, out(zp=1), fmt="nhcwb16", blk=(H, W, 32))
+                + [("NPU_OP_ELEMENTWISE", dict(elementwise_mode="add"))]
+                + ifm("IFM", (H, W, D), 0x200, fmt="nhcwb16", zp=1)
+                + ifm("IFM2", None, 0, storage="none", broadcast="scalar")
+                + [("NPU_SET_OP_SCALAR", dict(scalar=-7))]
+                + ofm((H, W, D), 0x800, out(zp=-1, scale=3, shift=2))
+                + [("NPU_OP_ELEMENTWISE", dict(elementwise_mode="mul"))]
+                + ifm("IFM", (1, 1, 1), 0x180) + [("NPU_SET_OP_SCALAR", dict(scalar=1))]
+                + ofm((1, 1, 1), 0xC00, out())  # a 1x1x1 OFM: its low bit is the result flag
+                + [("NPU_OP_ELEMENTWISE", dict(elementwise_mode="sub"))])
+        out_ = []
+        for n in range(5):
+            d.write(BUF, rng.integers(0, 256, 0x181).astype(np.uint8).tobytes())  # operands
+            if n == 3:  # region 1 moved (the operands with it)
+                d.write(moved, d.read(BUF, 0x1000))
+            Host(d).boot()  # the driver's soft reset: the same command state on every run
+            Host(d).start(es.encode_stream(cmds + STOP),
+                          basep={1: moved if n >= 3 else BUF, 2: BUF2})
+            while not d.finished():
+                t = d.execute_unit(UnitContext())
+                assert not Host(d).field("STATUS", "cmd_parse_error")
+                out_.append((d.read(SRAM, 0x28000), t.reads, t.writes, dict(d.stats), d.cycles,
+                             d.counters(), Host(d).field("COND_STATUS", "result_flag")))
+            assert d.npu.chain_length == 0
+        return out_
+
+    general = runs(False)
+    assert used == []
+    kept = runs(True)
+    # the second, third and fifth run (the fourth moved region 1: other keys): the
+    # convolution's IFM, the add's chained IFM and its IFM2, the multiply's IFM, the
+    # subtraction's (as the kept reads take them: chained or not, shape)
+    assert used == [(False, (H, W, C)), (True, (H, W, D)), (False, (1, W, D)),
+                    (False, (H, W, D)), (False, (1, 1, 1))] * 3
+    assert {u[-1] for u in general} == {0, 1}  # the flag changed
+    assert kept == general
