@@ -395,11 +395,12 @@ class EthosU85(Device):
         as gather and scatter are, with the byte ranges of all the boxes' elements merged (as
         the element path's address_ranges gives them); not recorded (:meth:`record`). None when
         a box is not a plain view (or, for ``write``, writes a byte twice). Memoised on the
-        boxes and BASEP (the bus map never changes, so the views stay views of the same
-        memory): a program's tensors are the same boxes on every run, and working the views
-        out again cost ~10 us per access. The one memo of the box path: what
-        :meth:`_box_views_of` calls runs on a miss only."""
-        key = (region, self.basep(region), tuple(boxes), size, dtype, channel, write)
+        boxes and the region's BASEP and port family (the bus map never changes, so the views
+        stay views of the same memory; the access carries the family): a program's tensors
+        are the same boxes on every run, and working the views out again cost ~10 us per
+        access. The one memo of the box path: what :meth:`_box_views_of` calls runs on a miss
+        only."""
+        key = (region, *self.placement()[region], tuple(boxes), size, dtype, channel, write)
         hit = self._boxes.get(key, False)
         if hit is False:
             hit = self._box_views_of(region, boxes, size, dtype, channel, write)
@@ -424,13 +425,14 @@ class EthosU85(Device):
         mem, moff = self._window(a, a + length, channel, region, what)
         # the range as a list: the AXI counts' memo keys lists by value (a new tuple on every
         # run would miss it)
-        return ops.Access(region, channel, write, (mem.data[moff:moff + length],),
+        return ops.Access(region, self.region_family(region), channel, write,
+                          (mem.data[moff:moff + length],),
                           [(a, a + length)], length)
 
     def record(self, access: ops.Access) -> None:
         """Account ``access`` (Touched, AXI counts, bytes) as made now."""
-        self._record(self.placement()[access.region][1], access.channel, access.write,
-                     access.ranges, access.nbytes)
+        self._record(access.family, access.channel, access.write, access.ranges,
+                     access.nbytes)
 
     def _box_views_of(self, region: int, boxes: list, size: int, dtype: str, channel: int,
                       write: bool) -> ops.Access | None:
@@ -453,7 +455,8 @@ class EthosU85(Device):
         else:
             ranges = tuple(merge_ranges([r for part, _ in runs for r in part]))
             nbytes = sum(e - s for s, e in ranges)
-        return ops.Access(region, channel, write, tuple(views), ranges, nbytes)
+        return ops.Access(region, self.region_family(region), channel, write, tuple(views),
+                          ranges, nbytes)
 
     def gather_boxes(self, region: int, boxes: list, size: int, signed: bool,
                      channel: int) -> list[np.ndarray] | None:

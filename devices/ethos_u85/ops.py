@@ -258,6 +258,7 @@ class Access(NamedTuple):
     boxes, or a stream's bytes) and the byte ranges it accounts (Touched, AXI counts). Why
     apart from making it: a program's operations make the same accesses on every run."""
     region: int
+    family: int              # the AXI port family its region uses (0 SRAM, 1 external)
     channel: int
     write: bool
     views: tuple
