@@ -7,8 +7,11 @@ input in the same run, alternating one device inference with one LiteRT inferenc
     python benchmarks/bench_ethosu85_mobilenet.py [--repeat N] [--macs M] [--profile]
 
 Timed per device inference: CMD.transition_to_running_state to the IRQ (run control's loop in
-this thread, as `accelstub run` runs it); the driver's setup before it (soft reset, payload,
-weights, arena cleared, input written) is not timed, as LiteRT's set_tensor is not.
+this thread); the driver's setup before it (soft reset, payload, weights, arena cleared, input
+written) is not timed, as LiteRT's set_tensor is not. Two device runs alternate: with blocks
+(a continue with no breakpoint, watchpoint or host program: the units replayed at once,
+Device.run_block), and unit by unit (blocks off: as `accelstub run` and a debugger session with
+a host program run it).
 Ratio = LiteRT time / device time (1.0: as fast as LiteRT; the goal is >= 0.5). The device's
 output is checked against LiteRT's reference kernels (BUILTIN_REF, bit-exact) and compared with
 the optimized kernels' output (which may differ by 1 LSB). --profile prints where the device's
@@ -48,8 +51,10 @@ class Device:
     """The device with the program's parts read once; each inference re-places it (untimed)
     and runs it to the IRQ (timed)."""
 
-    def __init__(self, path: Path, macs: int, x: np.ndarray) -> None:
+    def __init__(self, path: Path, macs: int, x: np.ndarray, blocks: bool = True) -> None:
         self.dev = open_device("ethos-u85", macs=macs)
+        if not blocks:
+            self.dev._blocks = None
         self.rc = RunControl(self.dev)
         self.prog = read_vela(path)
         self.x = x
@@ -110,31 +115,38 @@ def main() -> int:
         src, out = compile_network(Path(tmp), args.macs)
         (x,) = sample_inputs(src.read_bytes())
         device, lite = Device(out, args.macs, x), LiteRT(src, x)
+        units = Device(out, args.macs, x, blocks=False)
         first = device.infer()
-        for _ in range(3):  # warm both
+        for _ in range(3):  # warm all
             device.infer()
+            units.infer()
             lite.infer()
-        t_dev, t_lite = [], []
+        t_dev, t_units, t_lite = [], [], []
         for _ in range(args.repeat):  # alternating
             t_dev.append(device.infer())
+            t_units.append(units.infer())
             t_lite.append(lite.infer())
-        got, fast = device.output(), lite.output()
+        fast = lite.output()
         (want,) = litert_reference(src, [x])
         counters = device.dev.counters()  # of the last inference (the setup's reset clears them)
-        d, l = float(np.median(t_dev)), float(np.median(t_lite))
-        db, lb = min(t_dev), min(t_lite)
+        l, lb = float(np.median(t_lite)), min(t_lite)
         print(f"{NETWORK} 96x96x3 int8, Vela ethos-u85-{args.macs}: {device.prog.command_words} "
               f"command words, {counters['operations']} operations, "
               f"{counters['macs'] / 1e6:.1f} M MACs per inference; "
               f"{os.cpu_count()} cores")
-        print(f"  device (CMD start to IRQ):     {d * 1e3:8.2f} ms median of {args.repeat}, best "
-              f"{db * 1e3:.2f} ms (first run incl. JIT/cache load {first * 1e3:.0f} ms)")
         print(f"  LiteRT {_litert_version()} default kernels: {l * 1e3:8.2f} ms median, best "
               f"{lb * 1e3:.2f} ms")
-        print(f"  ratio LiteRT/device: {l / d:.3f} (medians), {lb / db:.3f} (best of each)")
-        print(f"  output: bit-exact with LiteRT BUILTIN_REF {np.array_equal(got, want)}; "
-              f"differs from the default kernels in "
-              f"{int(np.count_nonzero(got.astype(int) != fast.astype(int)))}/{got.size} elements")
+        for name, dev, ts in (("blocks", device, t_dev), ("unit by unit", units, t_units)):
+            d, db = float(np.median(ts)), min(ts)
+            got = dev.output()
+            print(f"  device, {name + ':':13s} {d * 1e3:8.2f} ms median of {args.repeat}, best "
+                  f"{db * 1e3:.2f} ms; ratio LiteRT/device {l / d:.3f} (medians), "
+                  f"{lb / db:.3f} (best of each)")
+            print(f"    output: bit-exact with LiteRT BUILTIN_REF {np.array_equal(got, want)}; "
+                  f"differs from the default kernels in "
+                  f"{int(np.count_nonzero(got.astype(int) != fast.astype(int)))}/{got.size} "
+                  f"elements")
+        print(f"  (first device run incl. JIT/cache load {first * 1e3:.0f} ms)")
         if args.profile:
             print(profile(device))
     return 0

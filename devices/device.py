@@ -246,6 +246,15 @@ class Device:
     def set_pc(self, address: int) -> None:
         raise DeviceError(f"{self.name}: the next {self.unit_name} cannot be chosen by writing pc")
 
+    def run_block(self, halt: threading.Event) -> int | None:
+        """Run as many whole units as the device can at once, when no one looks at single
+        units (run control calls it only without breakpoints, watchpoints, unit listeners, a
+        host program or a throttle): the same end state as that many execute_unit calls,
+        ``units_done`` counted here. Returns the units run (it stops early when ``halt`` is
+        set), or None when it cannot (run control then runs unit by unit until the run ends).
+        Why: where a unit is short, the per-unit path costs more than the unit."""
+        return None
+
     def host_read(self, addr: int, size: int) -> bytes:
         """A read by the driver's CPU, with the side effects the debugger's read never has (a
         FIFO pop, a queue acquire); host programs poll through it."""

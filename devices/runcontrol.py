@@ -12,7 +12,9 @@ program advanced until it blocks, a breakpoint stops *before* its unit (not the 
 one unit executed with a :class:`UnitContext` (halt request, breakpoints, granularity, touched
 ranges), the interrupts it raised taken by the host program, a watchpoint stops *after* the unit
 that touched it, and the end of the program (done, or a fault when the driver waits for
-something the device will never do).
+something the device will never do). Where no one looks at single units (no breakpoint,
+watchpoint, unit listener, host program or throttle, not a step) the device may run a block of
+units at once (:meth:`Device.run_block`), with the same end state.
 """
 from __future__ import annotations
 
@@ -254,6 +256,9 @@ class RunControl:
         bps = frozenset() if single else frozenset(b & 0xFFFFFFFF for b in self.breakpoints)
         wps = list(self._watch)
         grain = granularity or dev.granularities[0]
+        # whole blocks of units where no one looks at single ones (Device.run_block)
+        blocks = not (single or bps or wps or host is not None or self._unit_listeners
+                      or grain != dev.granularities[0] or dev.throttle_us)
         progressed = False
         if host is not None:
             if host.t0 is None:
@@ -270,6 +275,12 @@ class RunControl:
             if not first and bps and dev.pc in bps:
                 return Stop("breakpoint")
             first = False
+            if blocks:
+                n = dev.run_block(halt)
+                if n is not None:
+                    progressed = progressed or n > 0
+                    continue
+                blocks = False
             touched = self._unit(UnitContext(halt, bps, grain))
             progressed = True
             if touched.partial:

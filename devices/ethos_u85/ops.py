@@ -27,6 +27,7 @@ sparse_2_4 weights are decoded like dense ones in their own order, the 2:4 rule 
 """
 from __future__ import annotations
 
+import functools
 import math
 import weakref
 from dataclasses import dataclass, field
@@ -986,15 +987,17 @@ def _kept_write_access(mem: MemoryPort, w: _OfmWrite | None) -> tuple | None:
     return (acc, w) if acc is not None else None
 
 
-def _kept_read(mem: MemoryPort, r: tuple) -> np.ndarray:
-    """:func:`read_raw` through a kept read access."""
+def _kept_read(mem: MemoryPort, r: tuple, account: bool = True) -> np.ndarray:
+    """:func:`read_raw` through a kept read access (accounted unless a replay, which accounts
+    the whole block at once: EthosU85.run_block)."""
     if r[0] is None:
         return mem.npu.pop(r[1], math.prod(r[2])).reshape(r[2])
-    mem.record(r[0])
+    if account:
+        mem.record(r[0])
     return _joined(read_views(r[0]), r[1], r[2])
 
 
-def _kept_write(mem: MemoryPort, o: tuple, value: np.ndarray) -> None:
+def _kept_write(mem: MemoryPort, o: tuple, value: np.ndarray, account: bool = True) -> None:
     """:func:`write_ofm` through a kept write access."""
     if value.shape == (1, 1, 1):
         mem.set_result_flag(int(value.ravel()[0]) & 1)
@@ -1002,7 +1005,16 @@ def _kept_write(mem: MemoryPort, o: tuple, value: np.ndarray) -> None:
         mem.npu.push(o[1].tensor.region, value)
         return
     store_views(o[0], _ofm_parts(o[1], value))
-    mem.record(o[0])
+    if account:
+        mem.record(o[0])
+
+
+def _traced(mem: MemoryPort, step) -> None:
+    """Hand a kept run's data part (``step(mem)``: False, having done nothing, when it no
+    longer applies) to the device's block recorder while it records."""
+    trace = getattr(mem, "trace", None)
+    if trace is not None:
+        trace.append(step)
 
 
 def _kept_conv(d: _ConvDecode, s: SetState, cfg: NpuConfig, mem: MemoryPort,
@@ -1024,21 +1036,23 @@ def _kept_conv(d: _ConvDecode, s: SetState, cfg: NpuConfig, mem: MemoryPort,
     return _ConvRun(ifm, streams, kernel, ofm)
 
 
-def _run_kept_conv(d: _ConvDecode, r: _ConvRun, mem: MemoryPort) -> bool:
+def _run_kept_conv(d: _ConvDecode, r: _ConvRun, mem: MemoryPort, account: bool = True) -> bool:
     """The operation through its kept run, as the general path does it (reads, kernel, OFM
-    write, each access accounted in the same order); False, having done nothing, when a
-    stream no longer holds the bytes the run was worked out from or the kernel has gone with
-    its weights."""
+    write, each access accounted in the same order unless ``account`` is False); False,
+    having done nothing, when a stream no longer holds the bytes the run was worked out from
+    or the kernel has gone with its weights."""
     k = d.kernels.get(r.kernel)
     if k is None:
         return False
     for a, held in r.streams:
         if a.views[0].tobytes() != held:
             return False
-    raw = _kept_read(mem, r.ifm)
-    for a, _ in r.streams:
-        mem.record(a)
-    _kept_write(mem, r.ofm, conv_k.run_int_conv(k[1], raw, None, mem.lut))
+    raw = _kept_read(mem, r.ifm, account)
+    if account:
+        for a, _ in r.streams:
+            mem.record(a)
+        _traced(mem, functools.partial(_run_kept_conv, d, r, account=False))
+    _kept_write(mem, r.ofm, conv_k.run_int_conv(k[1], raw, None, mem.lut), account)
     return True
 
 
@@ -1264,17 +1278,14 @@ def elementwise(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> O
         key = (id(d), mem.placement())
         hit = runs.get(key)
     if hit is not None:  # the operation's accesses kept (as a convolution's, _ConvRun)
-        reads, ofm = hit[1]
-        raws = [None if r is None else _kept_read(mem, r) for r in reads]
-    else:
-        raws = [None if r is None else read_raw(mem, r[0], r[1], RD_IFM_STREAM) for r in d.reads]
+        _run_kept_eltwise(d, hit[1], mem)
+        _traced(mem, functools.partial(_run_kept_eltwise, d, hit[1], account=False))
+        return d.result
+    raws = [None if r is None else read_raw(mem, r[0], r[1], RD_IFM_STREAM) for r in d.reads]
     diag: list[str] = []
     out = eltwise_k.elementwise(d.mode, raws[0], raws[1], d.shape, lut=mem.lut, diag=diag,
                                 **d.kwargs)
     _check_diag(diag, "NPU_OP_ELEMENTWISE")
-    if hit is not None:
-        _kept_write(mem, ofm, out)
-        return d.result
     write_ofm(mem, s, cfg, out, all_perms=False)
     # kept unless DIV, whose asserts depend on the data (every other one on the commands)
     if runs is not None and d.mode != eltwise_k.EW_DIV:
@@ -1286,6 +1297,17 @@ def elementwise(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> O
                 runs.clear()
             runs[key] = (d, (reads, ofm))
     return d.result
+
+
+def _run_kept_eltwise(d: _EltwiseDecode, kept: tuple, mem: MemoryPort,
+                      account: bool = True) -> bool:
+    """The operation through its kept reads and write (:func:`elementwise`); its asserts
+    depend on the commands only (DIV is never kept), so they passed when it was kept."""
+    reads, ofm = kept
+    raws = [None if r is None else _kept_read(mem, r, account) for r in reads]
+    out = eltwise_k.elementwise(d.mode, raws[0], raws[1], d.shape, lut=mem.lut, **d.kwargs)
+    _kept_write(mem, ofm, out, account)
+    return True
 
 
 def _eltwise_decode(cmd: Command, s: SetState, cfg: NpuConfig) -> _EltwiseDecode:

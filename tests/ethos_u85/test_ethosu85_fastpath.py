@@ -934,6 +934,17 @@ def test_kept_dma_copies_equal_the_general_path():
     assert mem[0x48:0x4C] == mem[0:4]  # the copy before it was made
 
 
+def chained_add(H: int, W: int, D: int) -> list:
+    """An add of the chaining FIFO 0 ([H, W, D]) and a row of BUF+0x100 broadcast over H into
+    an NHCWB16 OFM at BUF+0x200."""
+    return (ifm("IFM", None, 0, storage="chained", region=0, zp=0)
+            + ifm("IFM2", (1, W, D), 0x100, zp=-3, broadcast="h")
+            + [("NPU_SET_IFM_SCALE", dict(scale=3, shift=1, round_mode=1)),
+               ("NPU_SET_IFM2_SCALE", dict(scale=5, shift=2, round_mode=0))]
+            + ofm((H, W, D), 0x200, out(zp=1), fmt="nhcwb16", blk=(H, W, 32))
+            + [("NPU_OP_ELEMENTWISE", dict(elementwise_mode="add"))])
+
+
 def test_kept_elementwise_and_chained_runs_equal_the_general_path(monkeypatch):
     """Elementwise operations keep their accesses as convolutions do, chained operands
     included (the run pops and pushes the chaining FIFO as read_raw and write_ofm do): a
@@ -960,13 +971,7 @@ def test_kept_elementwise_and_chained_runs_equal_the_general_path(monkeypatch):
                       region=0, blk=(H, W, 32))
                 + kernel(1, 1) + acc_format() + weight_cmds(d, wts, ofm_blk_depth=32,
                                                              kernel_hw=(1, 1))
-                + [("NPU_OP_CONV", {})]
-                + ifm("IFM", None, 0, storage="chained", region=0, zp=0)
-                + ifm("IFM2", (1, W, D), 0x100, zp=-3, broadcast="h")
-                + [("NPU_SET_IFM_SCALE", dict(scale=3, shift=1, round_mode=1)),
-                   ("NPU_SET_IFM2_SCALE", dict(scale=5, shift=2, round_mode=0))]
-                + ofm((H, W, D), 0x200, out(zp=1), fmt="nhcwb16", blk=(H, W, 32))
-                + [("NPU_OP_ELEMENTWISE", dict(elementwise_mode="add"))]
+                + [("NPU_OP_CONV", {})] + chained_add(H, W, D)
                 + ifm("IFM", (H, W, D), 0x200, fmt="nhcwb16", zp=1)
                 + ifm("IFM2", None, 0, storage="none", broadcast="scalar")
                 + [("NPU_SET_OP_SCALAR", dict(scalar=-7))]
