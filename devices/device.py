@@ -246,13 +246,15 @@ class Device:
     def set_pc(self, address: int) -> None:
         raise DeviceError(f"{self.name}: the next {self.unit_name} cannot be chosen by writing pc")
 
-    def run_block(self, halt: threading.Event) -> int | None:
+    def run_block(self, halt: threading.Event) -> list[tuple[int, list]] | None:
         """Run as many whole units as the device can at once, when no one looks at single
-        units (run control calls it only without breakpoints, watchpoints, unit listeners, a
-        host program or a throttle): the same end state as that many execute_unit calls,
-        ``units_done`` counted here. Returns the units run (it stops early when ``halt`` is
-        set), or None when it cannot (run control then runs unit by unit until the run ends).
-        Why: where a unit is short, the per-unit path costs more than the unit."""
+        units (run control calls it only without breakpoints, watchpoints, unit listeners or
+        a throttle, and with a host program only while it waits for an interrupt): the same
+        end state as that many execute_unit calls, ``units_done`` counted here, ending at the
+        latest after a unit that changed the interrupt lines. Returns each unit's (pc at its
+        start, ranges it wrote), fewer when ``halt`` is set, or None when it cannot (run
+        control then runs unit by unit until the run ends). Why: where a unit is short, the
+        per-unit path costs more than the unit."""
         return None
 
     def host_read(self, addr: int, size: int) -> bytes:

@@ -238,6 +238,25 @@ class HostProgram:
                 self.t_end = time.perf_counter()
         return ran
 
+    def waits_for_interrupt(self) -> bool:
+        """Whether the program can do nothing before an interrupt event (its step waits for one
+        that is not pending, or it has ended) and nothing after each unit (no on_unit): run
+        control may then run units in blocks, which end at the latest after a unit that
+        changed the interrupt lines."""
+        if self.on_unit is not None:
+            return False
+        if self.pos >= len(self.steps):
+            return True
+        step = self.steps[self.pos]
+        return isinstance(step, WaitIrq) and self.pending[step.line] == 0
+
+    def units_ran(self, units: list[tuple[int, list]]) -> None:
+        """:meth:`unit_ran` of a block of whole units, each (pc, ranges it wrote): only the last
+        can have changed the interrupt lines."""
+        self.units += len(units)
+        self.history.extend(units)
+        self._take_interrupts()
+
     def unit_ran(self, pc: int, touched: "Touched") -> None:
         """After a unit: record what it wrote, then take the interrupts that rose (ISR steps
         run at once, one pending event per rise)."""

@@ -13,8 +13,9 @@ one unit executed with a :class:`UnitContext` (halt request, breakpoints, granul
 ranges), the interrupts it raised taken by the host program, a watchpoint stops *after* the unit
 that touched it, and the end of the program (done, or a fault when the driver waits for
 something the device will never do). Where no one looks at single units (no breakpoint,
-watchpoint, unit listener, host program or throttle, not a step) the device may run a block of
-units at once (:meth:`Device.run_block`), with the same end state.
+watchpoint, unit listener or throttle, not a step; a host program only while it waits for an
+interrupt) the device may run a block of units at once (:meth:`Device.run_block`), with the
+same end state, the block ending at the latest after a unit that changed the interrupt lines.
 """
 from __future__ import annotations
 
@@ -256,8 +257,9 @@ class RunControl:
         bps = frozenset() if single else frozenset(b & 0xFFFFFFFF for b in self.breakpoints)
         wps = list(self._watch)
         grain = granularity or dev.granularities[0]
-        # whole blocks of units where no one looks at single ones (Device.run_block)
-        blocks = not (single or bps or wps or host is not None or self._unit_listeners
+        # whole blocks of units where no one looks at single ones (Device.run_block); a host
+        # program only while it waits for an interrupt (HostProgram.waits_for_interrupt)
+        blocks = not (single or bps or wps or self._unit_listeners
                       or grain != dev.granularities[0] or dev.throttle_us)
         progressed = False
         if host is not None:
@@ -275,10 +277,13 @@ class RunControl:
             if not first and bps and dev.pc in bps:
                 return Stop("breakpoint")
             first = False
-            if blocks:
-                n = dev.run_block(halt)
-                if n is not None:
-                    progressed = progressed or n > 0
+            if blocks and (host is None or host.waits_for_interrupt()):
+                units = dev.run_block(halt)
+                if units is not None:
+                    progressed = progressed or bool(units)
+                    if host is not None:
+                        host.units_ran(units)
+                        host.advance()
                     continue
                 blocks = False
             touched = self._unit(UnitContext(halt, bps, grain))

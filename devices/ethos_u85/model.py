@@ -661,7 +661,7 @@ class EthosU85(Device):
     # -- blocks: the units of a run replayed at once ----------------------------------------
     _BLOCKS_MAX = 8
 
-    def run_block(self, halt: "threading.Event") -> int | None:
+    def run_block(self, halt: "threading.Event") -> list | None:
         """Device.run_block. From a state (every register but COND_STATUS, the SET state, the
         chain bookkeeping, the stop state) and command stream seen before, the units that run
         made are replayed at once: each operation's kept run without its accounting (ops:
@@ -674,8 +674,9 @@ class EthosU85(Device):
         the state after the units before it, and the replay ends there if that unit leaves
         other registers than recorded. A run from a new state is recorded (when no unit
         walked its commands one by one: the first run of a program keeps its segments and
-        runs then) and stored if it ran to the NPU's stop without writing its own command
-        stream. The result flag (COND_STATUS) is the data's: left as the units set it. Why: a
+        runs then) and stored if it ran to the NPU's stop, or to a unit that changed the
+        interrupt lines (a block ends there: a host program takes the interrupt after it),
+        without writing its own command stream. The result flag (COND_STATUS) is the data's: left as the units set it. Why: a
         MobileNet inference spends most of its time in the per-unit path around its kernels
         (~10 ms of Python around ~2 ms of kernels)."""
         if self._blocks is None or self.trace is not None or not self.running:
@@ -708,46 +709,51 @@ class EthosU85(Device):
                 self.pmu_mask_enable, self.stop_reason)
 
     def _record_block(self, key: tuple, held: tuple, words: bytes,
-                      halt: "threading.Event") -> int:
-        """Run units one by one as run control does, recording the block; its units."""
-        states, steps, ran = [self._block_state()], [], 0
+                      halt: "threading.Event") -> list:
+        """Run units one by one as run control does, recording the block; the units' (pc,
+        written ranges)."""
+        states, steps, units = [self._block_state()], [], []
         qbase = self.qbase
-        own_stream = False
+        own_stream = interrupted = False
+        lines = (self.interrupts(), self.interrupt_counts())
         self._walked = False
         self.trace = []
         try:
-            while self.running and not halt.is_set():
+            while self.running and not halt.is_set() and not interrupted:
+                pc = self.pc
                 t = self.execute_unit(UnitContext(halt, frozenset(), self.granularities[0]))
                 if t.partial:
-                    return ran
+                    return units
                 self.units_done += 1
-                ran += 1
+                units.append((pc, t.writes))
                 steps.append(self.trace[0] if len(self.trace) == 1 else _GENERAL)
                 self.trace.clear()
                 states.append(self._block_state())
                 own_stream |= any(s < qbase + len(words) and e > qbase for s, e in t.writes)
+                interrupted = (self.interrupts(), self.interrupt_counts()) != lines
         finally:
             self.trace = None
-        if self.running or self._walked:  # halted; or a first run: the next one records
-            return ran
+        if (self.running and not interrupted) or self._walked:  # halted; or a first run
+            return units
         if len(self._blocks) >= self._BLOCKS_MAX:
             self._blocks.clear()
-        self._blocks[key] = (held, None if own_stream else _Block(words, steps, states))
-        return ran
+        self._blocks[key] = (held, None if own_stream else _Block(words, steps, states, units))
+        return units
 
-    def _replay_block(self, blk: "_Block", halt: "threading.Event") -> int:
+    def _replay_block(self, blk: "_Block", halt: "threading.Event") -> list:
         base = (dict(self.stats), self.cycles)
         u0 = self.units_done
         for k, step in enumerate(blk.steps):
             if halt.is_set():
                 self._materialize(blk, k, base)
                 self.units_done = u0 + k
-                return k
+                return blk.units[:k]
             if step is _NO_DATA or (step is not _GENERAL and step(self)):
                 continue
             # through the general path from the state after the units before it
             self._materialize(blk, k, base)
             self.units_done = u0 + k
+            pc = self.pc
             self.trace = []
             try:
                 t = self.execute_unit(UnitContext(halt, frozenset(), self.granularities[0]))
@@ -756,16 +762,16 @@ class EthosU85(Device):
             finally:
                 self.trace = None
             if t.partial:
-                return k
+                return blk.units[:k]
             self.units_done = u0 + k + 1
             regs = self.regs.snapshot()
             regs[self._cond_key] = blk.states[k + 1][0][self._cond_key]
             if regs != blk.states[k + 1][0]:  # another path than recorded (a branch)
-                return k + 1
+                return blk.units[:k] + [(pc, t.writes)]
         n = len(blk.steps)
         self._materialize(blk, n, base)
         self.units_done = u0 + n
-        return n
+        return blk.units
 
     def _materialize(self, blk: "_Block", k: int, base: tuple) -> None:
         """The state after the block's first ``k`` units: registers but COND_STATUS, SET
@@ -1369,6 +1375,7 @@ class _Block(NamedTuple):
     words: bytes             # the command stream they ran
     steps: list              # per unit: _NO_DATA, _GENERAL or a kept run's data part
     states: list             # _block_state at each unit boundary (len(steps) + 1)
+    units: list              # per unit: (pc, the ranges it wrote)
 
 
 class _DmaDecode(NamedTuple):

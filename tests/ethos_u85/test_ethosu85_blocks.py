@@ -65,6 +65,7 @@ def runs(blocks: bool) -> tuple[list, list]:
     replays = []
     real = d._replay_block
     d._replay_block = lambda blk, halt: replays.append(real(blk, halt)) or replays[-1]
+    # (each replay's list of the units it ran)
     rc = RunControl(d)
     rng = np.random.default_rng(4)
     weights = rng.integers(-20, 21, (D, 3, 3, C))
@@ -105,8 +106,9 @@ def test_blocks_equal_the_runs_unit_by_unit():
     done = [u[5] for u in unit_by_unit]
     per_run = [b - a for a, b in zip([0] + done, done)]
     assert len(set(per_run)) == 2  # the branch went both ways
-    assert len(replays) >= 5 and max(replays) == max(per_run)  # whole runs replayed at once
-    assert min(replays) < min(per_run)  # and one left at the branch
+    ran = [len(r) for r in replays]
+    assert len(ran) >= 5 and max(ran) == max(per_run)  # whole runs replayed at once
+    assert min(ran) < min(per_run)  # and one left at the branch
 
 
 def started(blocks: bool = True):
@@ -161,7 +163,7 @@ def test_a_halt_before_a_replay_leaves_the_state_as_it_was():
     before = (d.read(SRAM, 0x28000), d.regs.snapshot(), d.cycles, d.units_done, dict(d.stats))
     halt = threading.Event()
     halt.set()
-    assert d.run_block(halt) == 0
+    assert d.run_block(halt) == []
     assert (d.read(SRAM, 0x28000), d.regs.snapshot(), d.cycles, d.units_done,
             dict(d.stats)) == before
     stop = rc.run_here()
@@ -170,3 +172,86 @@ def test_a_halt_before_a_replay_leaves_the_state_as_it_was():
         start_ref()
         stop_ref = rc_ref.run_here()
     assert state(d, stop) == state(ref, stop_ref)
+
+
+def test_a_host_program_waiting_for_its_interrupt_takes_blocks():
+    """The bundled Vela demo run as `accelstub run` and a debugger session run it (its host
+    program places it, starts the NPU, waits for the IRQ, checks the output), five times: with
+    blocks (taken while the host program waits for the IRQ; the block ends at the unit that
+    raises it) it prints what the runs unit by unit print, the host program records the same
+    units (pc and writes, for naming a unit that wrote a wrong output) and the device ends in
+    the same state."""
+    import re
+    from pathlib import Path
+
+    from accelstub.devices.device import ProgramOptions
+    from accelstub.stub.commands import CommandContext
+    from accelstub.stub.program import load_program, run_to_end
+
+    demo = Path(__file__).resolve().parents[2] / "configs" / "demo" / "ethos-u85_demo"
+
+    def runs(blocks: bool) -> tuple[list, list]:
+        d = open_device("ethos-u85")
+        if not blocks:
+            d._blocks = None
+        took = []
+        real = d.run_block
+        d.run_block = lambda halt: took.append(real(halt)) or took[-1]
+        rc = RunControl(d)
+        out = []
+        for _ in range(5):
+            load_program(CommandContext(targets=[rc]), demo, ProgramOptions())
+            outcome = run_to_end(rc)
+            lines = [re.sub(r", \d+ ms\)", ")", line) for line in outcome.lines]  # wall time
+            assert outcome.code == 0, lines
+            st = state(d, rc.last_stop)
+            out.append((lines, rc.host.history, rc.host.units, st[:-1],
+                        re.sub(r", \d+ ms\)", ")", st[-1])))
+        return out, took
+
+    unit_by_unit, none = runs(False)
+    blocked, took = runs(True)
+    assert none == [None] * 5
+    assert blocked == unit_by_unit
+    n = unit_by_unit[0][2]
+    assert [len(t) for t in took] == [n] * 5  # a walk, a recording, three replays
+
+
+def test_host_steps_between_units_keep_their_place_with_blocks():
+    """A host program that, in the middle of the stream, polls QREAD for a command or takes the
+    interrupt an NPU_OP_IRQ raises, and then writes the input of a later DMA and clears the
+    IRQ: blocks are not taken while it polls, and end at the unit that raises the interrupt,
+    so the later DMA copies what the host wrote and every run ends as unit by unit (five runs
+    each)."""
+    from accelstub.devices.host import HostProgram, Poll, WaitIrq, Write
+    from tests.ethos_u85.test_ethosu85_device import stream
+
+    first = dma_cmds(16, 0, 0) + [("NPU_OP_IRQ", dict(mask=1))]
+    words = stream(first, dma_cmds(16, 0x40, 0x40), STOP)
+    # the poll waits for QREAD at the first DMA's DMA_WAIT (no interrupt there)
+    polled = 4 * len(stream(dma_cmds(16, 0, 0)[:-1]))
+
+    def runs(wait: str, blocks: bool) -> list:
+        d = open_device("ethos-u85")
+        if not blocks:
+            d._blocks = None
+        rc = RunControl(d)
+        cmd = d.description.register("CMD").address
+        qread = d.description.register("QREAD").address
+        rng = np.random.default_rng(8)
+        out = []
+        for _ in range(5):
+            d.write(BUF, rng.integers(0, 256, 0x80).astype(np.uint8).tobytes())
+            Host(d).boot()
+            Host(d).start(words)
+            mid = Poll(qread, 0xFFFF_FFFF, polled) if wait == "poll" else WaitIrq("IRQ")
+            rc.attach(HostProgram("t", [mid, Write(BUF + 0x40, rng.bytes(16)),
+                                        Write(cmd, (0x6).to_bytes(4, "little")),
+                                        WaitIrq("IRQ")]))
+            stop = rc.run_here()
+            assert stop.reason == "done" and rc.host.finished, stop
+            out.append((state(d, stop), rc.host.history))
+        return out
+
+    for wait in ("poll", "irq"):
+        assert runs(wait, True) == runs(wait, False), wait
