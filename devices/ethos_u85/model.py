@@ -140,7 +140,6 @@ class EthosU85(Device):
         #: list of the current unit's data parts while it records (ops._traced)
         self._blocks: dict | None = {}
         self.trace: list | None = None
-        self._walked = False
         self._qread = self.description.register("QREAD")
         self._cond_key = self.description.register("COND_STATUS").key
         self.stop_reason = "not started"
@@ -630,7 +629,6 @@ class EthosU85(Device):
             r.poke(qread, q)
             self._fetched(cmd_family, ranges, nbytes)
             return self._issue(self._decode_at(words, q), q, qsize, cmd_family)
-        self._walked = True  # (the block recorder keeps no block of a walked run)
         while True:
             if q >= qsize:
                 r.poke(qread, q)
@@ -672,13 +670,13 @@ class EthosU85(Device):
         on), so the result is the units' one by one; a unit without a kept run (POOL, a
         conditional branch, a kept run whose check fails) runs through the general path from
         the state after the units before it, and the replay ends there if that unit leaves
-        other registers than recorded. A run from a new state is recorded (when no unit
-        walked its commands one by one: the first run of a program keeps its segments and
-        runs then) and stored if it ran to the NPU's stop, or to a unit that changed the
-        interrupt lines (a block ends there: a host program takes the interrupt after it),
-        without writing its own command stream. The result flag (COND_STATUS) is the data's: left as the units set it. Why: a
-        MobileNet inference spends most of its time in the per-unit path around its kernels
-        (~10 ms of Python around ~2 ms of kernels)."""
+        other registers than recorded. A run from a new state is recorded, and stored if no
+        operation kept its run just then (the first run of a program keeps them, the next
+        one records), it ran to the NPU's stop or to a unit that changed the interrupt lines
+        (a block ends there: a host program takes the interrupt after it), and it did not
+        write its own command stream. The result flag (COND_STATUS) is the data's: left as
+        the units set it. Why: a MobileNet inference spent most of its time in the per-unit
+        path around its kernels (~8 ms of Python around ~2 ms of kernels)."""
         if self._blocks is None or self.trace is not None or not self.running:
             return None
         held, ids = self.sets.held()
@@ -714,9 +712,8 @@ class EthosU85(Device):
         written ranges)."""
         states, steps, units = [self._block_state()], [], []
         qbase = self.qbase
-        own_stream = interrupted = False
+        own_stream = interrupted = fresh = False
         lines = (self.interrupts(), self.interrupt_counts())
-        self._walked = False
         self.trace = []
         try:
             while self.running and not halt.is_set() and not interrupted:
@@ -726,14 +723,15 @@ class EthosU85(Device):
                     return units
                 self.units_done += 1
                 units.append((pc, t.writes))
-                steps.append(self.trace[0] if len(self.trace) == 1 else _GENERAL)
+                fresh |= ops.KEPT_NOW in self.trace
+                steps.append(_step_of(self.trace))
                 self.trace.clear()
                 states.append(self._block_state())
                 own_stream |= any(s < qbase + len(words) and e > qbase for s, e in t.writes)
                 interrupted = (self.interrupts(), self.interrupt_counts()) != lines
         finally:
             self.trace = None
-        if (self.running and not interrupted) or self._walked:  # halted; or a first run
+        if (self.running and not interrupted) or fresh:  # halted; or runs kept just now
             return units
         if len(self._blocks) >= self._BLOCKS_MAX:
             self._blocks.clear()
@@ -757,7 +755,7 @@ class EthosU85(Device):
             self.trace = []
             try:
                 t = self.execute_unit(UnitContext(halt, frozenset(), self.granularities[0]))
-                if len(self.trace) == 1 and self.trace[0] is not _NO_DATA:
+                if callable(_step_of(self.trace)):
                     blk.steps[k] = self.trace[0]  # a kept run now: the next replay takes it
             finally:
                 self.trace = None
@@ -926,6 +924,8 @@ class EthosU85(Device):
                     if len(self.kept_runs) >= 4096:
                         self.kept_runs.clear()
                     hit = self.kept_runs[key] = (d, copies)
+                    if self.trace is not None:
+                        self.trace.append(ops.KEPT_NOW)
         if hit is not None:
             self._copy_kept(hit[1])
             if self.trace is not None:
@@ -1368,6 +1368,14 @@ _NO_DATA_OPS = frozenset(("NPU_OP_STOP", "NPU_OP_IRQ", "NPU_OP_PMU_MASK", "NPU_O
                           "NPU_OP_KERNEL_WAIT"))
 _NO_DATA = "no data"   # a step of a block: nothing to do
 _GENERAL = "general"   # a step of a block: the unit through the general path
+
+
+def _step_of(trace: list):
+    """A block's step for a unit that handed the recorder ``trace``: its one kept run's data
+    part, _NO_DATA, or _GENERAL (nothing, or a run kept just now)."""
+    if len(trace) == 1 and (trace[0] is _NO_DATA or callable(trace[0])):
+        return trace[0]
+    return _GENERAL
 
 
 class _Block(NamedTuple):

@@ -938,6 +938,7 @@ def _conv_like(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig,
                     if len(runs) >= 4096:
                         runs.clear()
                     runs[key] = (d, kept)
+                    _traced(mem, KEPT_NOW)
             out = conv_k.run_int_conv(k, raw, acc_in, mem.lut)
         else:
             fn = conv_k.depthwise2d if depthwise else conv_k.conv2d
@@ -1009,9 +1010,14 @@ def _kept_write(mem: MemoryPort, o: tuple, value: np.ndarray, account: bool = Tr
         mem.record(o[0])
 
 
+#: what an operation hands the block recorder when it has just kept a run (the recording
+#: would replay it through the general path: the next run records the kept run)
+KEPT_NOW = "kept now"
+
+
 def _traced(mem: MemoryPort, step) -> None:
     """Hand a kept run's data part (``step(mem)``: False, having done nothing, when it no
-    longer applies) to the device's block recorder while it records."""
+    longer applies), or KEPT_NOW, to the device's block recorder while it records."""
     trace = getattr(mem, "trace", None)
     if trace is not None:
         trace.append(step)
@@ -1296,6 +1302,7 @@ def elementwise(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> O
             if len(runs) >= 4096:
                 runs.clear()
             runs[key] = (d, (reads, ofm))
+            _traced(mem, KEPT_NOW)
     return d.result
 
 
