@@ -454,8 +454,13 @@ class EthosU85(Device):
                                      f"region {region} {'write' if write else 'read'}")
             if not mem.data.flags.c_contiguous:
                 return None
-            views.append(np.ndarray(tuple(shape), dtype=dtype, buffer=mem.data, offset=moff,
-                                    strides=tuple(strides)))
+            view = np.ndarray(tuple(shape), dtype=dtype, buffer=mem.data, offset=moff,
+                              strides=tuple(strides))
+            # a read's view is read-only: an operation reads it before its OFM is written
+            # (numpy's assignment copies first where the two overlap), and nothing may write
+            # memory through it
+            view.flags.writeable = write
+            views.append(view)
             runs.append(self._box_ranges(lo, shape, strides, size))
         if len(runs) == 1:
             ranges, nbytes = runs[0]

@@ -268,17 +268,9 @@ class Access(NamedTuple):
 
 
 def read_views(acc: Access) -> list[np.ndarray]:
-    """The values of a read access's box views: the stored integer type, int64 for 8-byte
-    elements (as gather gives)."""
-    out = []
-    for view in acc.views:
-        if view.dtype.itemsize == 8:
-            out.append(view.astype(np.int64))
-        else:  # no copy: the operation reads it before its OFM is written (numpy's assignment
-            # copies first where the two overlap), and read-only, so nothing changes memory
-            view.flags.writeable = False
-            out.append(view)
-    return out
+    """The values of a read access's box views (read-only views, no copy): the stored integer
+    type, int64 for 8-byte elements (as gather gives)."""
+    return [view.astype(np.int64) if view.dtype.itemsize == 8 else view for view in acc.views]
 
 
 def store_views(acc: Access, values: list) -> None:
@@ -510,6 +502,8 @@ def read_raw(mem: MemoryPort, t: Tensor, shape: tuple[int, int, int], channel: i
 
 def _joined(vals: list, bricked: tuple, shape: tuple[int, int, int]) -> np.ndarray:
     """The [H, W, C] tensor from the values of its :func:`boxes` (``bricked`` per box)."""
+    if bricked == (False,):  # NHWC: the box is the tensor
+        return vals[0]
     parts = [v.transpose(0, 2, 1, 3).reshape(shape[0], shape[1], -1) if b else v
              for b, v in zip(bricked, vals)]
     return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=2)
@@ -786,6 +780,8 @@ def ofm_write_layout(s: SetState, cfg: NpuConfig, shape: tuple,
 def _ofm_parts(w: _OfmWrite, value: np.ndarray) -> list[np.ndarray]:
     """The OFM ``value`` [H, W, D] as stored (reversed, transposed), one array per box of
     ``w.boxes``."""
+    if w.parts == ((value.shape[2], False),) and not w.flips and w.perm == (0, 1, 2):
+        return [value]  # NHWC as it is
     stored = np.transpose(value[w.flips], w.perm)
     h, wd, _ = stored.shape
     parts, c0 = [], 0
