@@ -1297,19 +1297,20 @@ def elementwise(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> O
         if ofm is not None and all((r is None) == (t is None) for r, t in zip(reads, d.reads)):
             if len(runs) >= 4096:
                 runs.clear()
-            runs[key] = (d, (reads, ofm))
+            plan = eltwise_k.plan_elementwise(d.mode, raws[0], raws[1], d.shape, **d.kwargs)
+            runs[key] = (d, (reads, ofm, plan))
             _traced(mem, KEPT_NOW)
     return d.result
 
 
 def _run_kept_eltwise(d: _EltwiseDecode, kept: tuple, mem: MemoryPort,
                       account: bool = True) -> bool:
-    """The operation through its kept reads and write (:func:`elementwise`); its asserts
-    depend on the commands only (DIV is never kept), so they passed when it was kept."""
-    reads, ofm = kept
+    """The operation through its kept reads, plan (eltwise_k.plan_elementwise) and write
+    (:func:`elementwise`); its asserts depend on the commands only (DIV is never kept), so
+    they passed when it was kept."""
+    reads, ofm, plan = kept
     raws = [None if r is None else _kept_read(mem, r, account) for r in reads]
-    out = eltwise_k.elementwise(d.mode, raws[0], raws[1], d.shape, lut=mem.lut, **d.kwargs)
-    _kept_write(mem, ofm, out, account)
+    _kept_write(mem, ofm, eltwise_k.run_elementwise(plan, raws[0], raws[1], mem.lut), account)
     return True
 
 

@@ -14,6 +14,7 @@ Every wrapper returns the OFM values truncated to the OFM type (dtype from ``cfg
 """
 from __future__ import annotations
 
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
@@ -218,6 +219,15 @@ def _scalar_value(scalar: int, zero_point: int, bits: int, signed: bool, diag, n
                                                                name)
 
 
+def _broadcast_check(vshape: tuple, mode: int, shape: tuple, diag, name: str) -> bool:
+    """Whether an operand of ``vshape`` covers the OFM ``shape`` on its non-broadcast axes
+    (reported to ``diag`` when not)."""
+    ok = all(n >= (1 if mode & bit else max(m, 1))
+             for n, m, bit in zip(vshape, shape, (BC_H, BC_W, BC_C)))
+    check(diag, ok, f"{name} smaller than the OFM on a non-broadcast axis")
+    return ok
+
+
 def _broadcast(v, mode, shape, diag, name):
     H, W, D = shape
     if not mode & (BC_H | BC_W | BC_C) and v.shape == (H, W, D):  # nothing to broadcast or cut
@@ -225,9 +235,7 @@ def _broadcast(v, mode, shape, diag, name):
     ys = np.zeros(H, np.intp) if mode & BC_H else np.arange(H)
     xs = np.zeros(W, np.intp) if mode & BC_W else np.arange(W)
     cs = np.zeros(D, np.intp) if mode & BC_C else np.arange(D)
-    ok = v.shape[0] > ys.max(initial=0) and v.shape[1] > xs.max(initial=0) and v.shape[2] > cs.max(initial=0)
-    check(diag, ok, f"{name} smaller than the OFM on a non-broadcast axis")
-    if not ok:
+    if not _broadcast_check(v.shape, mode, shape, diag, name):
         v = fit_hw(v, max(v.shape[0], H), max(v.shape[1], W))
         if v.shape[2] < D:
             v = np.concatenate([v, np.zeros(v.shape[:2] + (D - v.shape[2],), np.int64)], axis=2)
@@ -245,7 +253,6 @@ def elementwise(mode, ifm, ifm2=None, ofm_shape=None, *, ifm_zp=0, ifm2_zp=0, if
     dbl_rnd). cfg must be global scale_mode (G-R9). ofm_shape (H, W, D) defaults to the
     non-broadcast input's shape."""
     cfg = config_or_default(cfg)
-    unary = mode in EW_UNARY
     ref = ifm if broadcast != BC_SCALAR else ifm2
     if ofm_shape is None:
         ofm_shape = np.asarray(ref).shape
@@ -261,25 +268,65 @@ def elementwise(mode, ifm, ifm2=None, ofm_shape=None, *, ifm_zp=0, ifm2_zp=0, if
                                     ifm2_scale=ifm2_scale, broadcast=broadcast, broadcast2=broadcast2,
                                     scalar=scalar, cfg=cfg, lut=lut, diag=diag))
         return np.stack(outs)
-    bits, signed = infer_type(ref if ref is not None else np.zeros(1, np.int8), ifm_bits, ifm_signed)
+    p = plan_elementwise(mode, ifm, ifm2, ofm_shape, ifm_zp=ifm_zp, ifm2_zp=ifm2_zp,
+                         ifm_bits=ifm_bits, ifm_signed=ifm_signed, ifm2_bits=ifm2_bits,
+                         ifm2_signed=ifm2_signed, ifm_scale=ifm_scale, ifm2_scale=ifm2_scale,
+                         broadcast=broadcast, broadcast2=broadcast2, scalar=scalar, cfg=cfg,
+                         diag=diag)
+    a, b = _operand_values(p, ifm, ifm2)
+    if mode == EW_DIV:  # the asserts on the values
+        check(diag, not np.any(b == 0), "div by zero (L8613): result 0")
+        check(diag, not np.any((b == -1) & (a == INT32_MIN)), "div INT32_MIN / -1 (L8614): wraps")
+    return _run(p, a, b, lut)
+
+
+class Eltwise(NamedTuple):
+    """An NPU_OP_ELEMENTWISE with everything but its operands' values worked out
+    (:func:`plan_elementwise`): why: an operation is the same on every run, and its checks and
+    parameters cost more than the kernel on MobileNet's small tensors (the device keeps one
+    per operation)."""
+    shape: tuple             # OFM [H, W, D]
+    operands: tuple          # per input: a scalar's value (int), None (the unary zeros), or
+    #                          (zero point, bits, signed, broadcast mode) of a tensor
+    ew: np.ndarray           # the kernel's parameter vector
+    cfg: np.ndarray
+    dtype: np.dtype          # the OFM's
+
+
+def plan_elementwise(mode, ifm, ifm2, ofm_shape, *, ifm_zp=0, ifm2_zp=0, ifm_bits=None,
+                     ifm_signed=None, ifm2_bits=None, ifm2_signed=None, ifm_scale=(1, 0, 1, 0),
+                     ifm2_scale=(1, 0, 1, 0), broadcast=0, broadcast2=0, scalar=0, cfg=None,
+                     diag=None) -> Eltwise:
+    """The :class:`Eltwise` of an [H, W, D] ``ofm_shape`` (the arguments as for
+    :func:`elementwise`; ``ifm``/``ifm2`` only for their shapes and types), with the asserts
+    that do not depend on the values reported to ``diag`` (DIV's on the values are
+    :func:`elementwise`'s)."""
+    cfg = config_or_default(cfg)
+    unary = mode in EW_UNARY
+    ref = ifm if broadcast != BC_SCALAR else ifm2
+    none = np.zeros(1, np.int8)
+    bits, signed = infer_type(ref if ref is not None else none, ifm_bits, ifm_signed)
     bits2, signed2 = (bits, signed) if (ifm2_bits is None and ifm2_signed is None) else \
-        infer_type(ifm2 if ifm2 is not None else np.zeros(1, np.int8), ifm2_bits, ifm2_signed)
-    check(diag, (bits, signed) == (bits2, signed2), "IFM2 precision/type must match IFM (L8497, L9616)")
-    check(diag, bits in (8, 16) or (bits == 32 and signed), "ELEMENTWISE IFM b8, b16 or s32 (L8500)")
-    check(diag, cfg[P.C_SCALE_MODE] == 1, "ELEMENTWISE needs OFM scale_mode global (G-R9, L6968)")
-    check(diag, not (broadcast == BC_SCALAR and broadcast2 == BC_SCALAR), "both inputs scalar (L8538)")
-    if broadcast == BC_SCALAR:
-        a = np.full(ofm_shape, _scalar_value(scalar, ifm_zp, bits, signed, diag, "IFM"), np.int64)
-    else:
-        a = _broadcast(read_values(ifm, ifm_zp, bits, signed, diag), broadcast, ofm_shape, diag, "IFM")
-    if unary:
-        b = np.zeros(ofm_shape, np.int64)
-    elif broadcast2 == BC_SCALAR:
-        b = np.full(ofm_shape, _scalar_value(scalar, ifm2_zp, bits2, signed2, diag, "IFM2"),
-                    np.int64)
-    else:
-        b = _broadcast(read_values(ifm2, ifm2_zp, bits2, signed2, diag, "IFM2"), broadcast2,
-                       ofm_shape, diag, "IFM2")
+        infer_type(ifm2 if ifm2 is not None else none, ifm2_bits, ifm2_signed)
+    check(diag, (bits, signed) == (bits2, signed2),
+          "IFM2 precision/type must match IFM (L8497, L9616)")
+    check(diag, bits in (8, 16) or (bits == 32 and signed),
+          "ELEMENTWISE IFM b8, b16 or s32 (L8500)")
+    check(diag, cfg[P.C_SCALE_MODE] == 1,
+          "ELEMENTWISE needs OFM scale_mode global (G-R9, L6968)")
+    check(diag, not (broadcast == BC_SCALAR and broadcast2 == BC_SCALAR),
+          "both inputs scalar (L8538)")
+    operands = []
+    for name, t, zp, b, s, bc in (("IFM", ifm, ifm_zp, bits, signed, broadcast),
+                                  ("IFM2", ifm2, ifm2_zp, bits2, signed2, broadcast2)):
+        if name == "IFM2" and unary:
+            operands.append(None)
+        elif bc == BC_SCALAR:
+            operands.append(int(_scalar_value(scalar, zp, b, s, diag, name)))
+        else:
+            checked_zero_point(zp, b, s, diag, name)
+            _broadcast_check(np.shape(t), bc, ofm_shape, diag, name)
+            operands.append((zp, b, s, bc))
     if mode == EW_MUL:
         check(diag, bits == 8 or signed or (ifm_zp & 0xFFFF == 32768 and ifm2_zp & 0xFFFF == 32768),
               "uint16 mul needs zero points 32768 (L8559)")
@@ -287,12 +334,35 @@ def elementwise(mode, ifm, ifm2=None, ofm_shape=None, *, ifm_zp=0, ifm2_zp=0, if
         check(diag, tuple(ifm_scale[:2]) == (1, 0) and tuple(ifm2_scale[:2]) == (1, 0)
               and ifm_zp == 0 and ifm2_zp == 0 and int(cfg[C_SCALE]) == 1 and int(cfg[C_SHIFT]) == 0
               and int(cfg[C_ZP]) == 0, "div: unit scales, zero points 0 (L8606-8619)")
-        check(diag, not np.any(b == 0), "div by zero (L8613): result 0")
-        check(diag, not np.any((b == -1) & (a == INT32_MIN)), "div INT32_MIN / -1 (L8614): wraps")
     check(diag, mode in EW_MODES, f"reserved elementwise mode {mode} (L8670-8698)")
     ew = np.array([mode, bits, 1 if signed else 0, bits2, 1 if signed2 else 0, *ifm_scale,
                    *ifm2_scale, 0], np.int64)
-    out = _ew_kernel(np.ascontiguousarray(a), np.ascontiguousarray(b), ew, cfg, lut_bytes(lut))
-    return out.astype(ofm_dtype(cfg))
+    return Eltwise(tuple(ofm_shape), tuple(operands), ew, cfg, ofm_dtype(cfg))
+
+
+def _operand_values(p: Eltwise, ifm, ifm2) -> tuple[np.ndarray, np.ndarray]:
+    """Both operands as int64 [H, W, D] (zero point subtracted, broadcast)."""
+    out = []
+    for t, o in ((ifm, p.operands[0]), (ifm2, p.operands[1])):
+        if o is None:
+            out.append(np.zeros(p.shape, np.int64))
+        elif isinstance(o, int):
+            out.append(np.full(p.shape, o, np.int64))
+        else:
+            zp, bits, signed, bc = o
+            out.append(_broadcast(read_values(t, zp, bits, signed), bc, p.shape, None, ""))
+    return out[0], out[1]
+
+
+def _run(p: Eltwise, a: np.ndarray, b: np.ndarray, lut) -> np.ndarray:
+    out = _ew_kernel(np.ascontiguousarray(a), np.ascontiguousarray(b), p.ew, p.cfg,
+                     lut_bytes(lut))
+    return out.astype(p.dtype)
+
+
+def run_elementwise(p: Eltwise, ifm, ifm2, lut=None) -> np.ndarray:
+    """The operation of :func:`plan_elementwise` on raw ``ifm``/``ifm2`` of the planned
+    shapes and types (not DIV: its asserts look at the values)."""
+    return _run(p, *_operand_values(p, ifm, ifm2), lut)
 
 
