@@ -139,6 +139,7 @@ class EthosU85(Device):
         #: run_block: blocks by start state (None: that state is not replayed); the recorder's
         #: list of the current unit's data parts while it records (ops._traced)
         self._blocks: dict | None = {}
+        self._unreplayed = 0
         self.trace: list | None = None
         self._qread = self.description.register("QREAD")
         self._cond_key = self.description.register("COND_STATUS").key
@@ -663,6 +664,10 @@ class EthosU85(Device):
 
     # -- blocks: the units of a run replayed at once ----------------------------------------
     _BLOCKS_MAX = 8
+    #: stored recordings in a row that no replay used: the start states do not come again
+    #: (the PMU's counters add up from run to run, say): no more recording (a recording costs
+    #: ~50 % more than the run) until a stored block is replayed
+    _UNREPLAYED_MAX = 4
 
     def run_block(self, halt: "threading.Event") -> list | None:
         """Device.run_block. From a state (every register but COND_STATUS, the SET state, the
@@ -694,7 +699,10 @@ class EthosU85(Device):
         except NpuBusFault:
             return None
         if entry is None or entry[1].words != words:
+            if self._unreplayed >= self._UNREPLAYED_MAX:
+                return None
             return self._record_block(key, held, words, halt)
+        self._unreplayed = 0
         return self._replay_block(entry[1], halt)
 
     def _block_key(self, set_ids: tuple) -> tuple:
@@ -741,6 +749,7 @@ class EthosU85(Device):
         if len(self._blocks) >= self._BLOCKS_MAX:
             self._blocks.clear()
         self._blocks[key] = (held, None if own_stream else _Block(words, steps, states, units))
+        self._unreplayed += 1
         return units
 
     def _replay_block(self, blk: "_Block", halt: "threading.Event") -> list:

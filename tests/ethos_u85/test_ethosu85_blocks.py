@@ -9,7 +9,8 @@ import numpy as np
 from accelstub.devices import open_device
 from accelstub.devices.ethos_u85 import stream as es
 from accelstub.devices.runcontrol import RunControl
-from tests.ethos_u85.test_ethosu85_device import BUF, BUF2, SRAM, STOP, Host, dma_cmds
+from tests.ethos_u85.test_ethosu85_device import (BUF, BUF2, QBASE, SRAM, STOP, Host,
+                                                   dma_cmds)
 from tests.ethos_u85.test_ethosu85_fastpath import chained_add
 from tests.ethos_u85.test_ethosu85_ops_device import (acc_format, ifm, kernel, ofm, out,
                                                       scale_cmds, weight_cmds)
@@ -255,3 +256,44 @@ def test_host_steps_between_units_keep_their_place_with_blocks():
 
     for wait in ("poll", "irq"):
         assert runs(wait, True) == runs(wait, False), wait
+
+
+def test_blocks_with_the_pmu_counting():
+    """With the PMU counting (PMCR.cnt_en, the cycle counter enabled): with the driver's soft
+    reset before each run the counters start at 0 every time, so blocks replay; without it
+    they add up and no start state comes again: after four recordings no replay used,
+    run_block declines and the runs go unit by unit. Either way every run ends as unit by
+    unit, the counters included."""
+    def runs(blocks: bool, reset: bool) -> tuple[list, list]:
+        d, rc, _ = started(blocks)
+        took = []
+        real = d.run_block
+        d.run_block = lambda halt: took.append(real(halt)) or took[-1]
+        words = d.read(QBASE, 4 * d.regs.peek("QSIZE"))
+        out = []
+        for _ in range(8):
+            if reset:
+                Host(d).boot()
+            Host(d).start(list(np.frombuffer(words, "<u4")), basep={1: BUF, 2: BUF2})
+            Host(d).w("PMCR", 1)
+            Host(d).w("PMCNTENSET", 1 << 31)
+            stop = rc.run_here()
+            out.append(state(d, stop))
+        return out, [None if t is None else len(t) for t in took]
+
+    for reset in (True, False):
+        unit_by_unit, _ = runs(False, reset)
+        blocked, took = runs(True, reset)
+        assert blocked == unit_by_unit, reset
+        cycles = [u[1][d_key("PMCCNTR_LO")] for u in unit_by_unit]
+        if reset:
+            assert len(set(cycles)) == 1 and cycles[0] > 0
+            assert took[3:] == [took[3]] * 5 and took[3] > 0  # replays
+        else:
+            assert cycles == sorted(cycles) and len(set(cycles)) == 8
+            first = took.index(None)  # recordings first (the first runs keep their runs)
+            assert 4 <= first < 8 and took[first:] == [None] * (8 - first)
+
+
+def d_key(name: str) -> int:
+    return open_device("ethos-u85").description.register(name).key
