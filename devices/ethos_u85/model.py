@@ -925,27 +925,19 @@ class EthosU85(Device):
         its copies kept per decode and region placement when it has no index stream and no
         LUT destination (the same views on every run), else copied through the general path."""
         d = ops.memo_on_state("dma", cmd, self.sets, None, self._dma_decode)
-        hit = None
-        if self.kept_runs is not None and d.idx is None and not d.dst_internal:
-            key = (id(d), self.placement())
-            hit = self.kept_runs.get(key)
-            if hit is None:
+        copies = None
+        if d.idx is None and not d.dst_internal:
+            key, copies = ops.kept_run(self, d)
+            if key is not None and copies is None:
                 try:
                     copies = tuple(self._dma_copy(d, *c) for c in self._dma_copies(d))
                 except NpuBusFault:  # the general path faults at its copy, after the ones
                     pass             # before it
                 else:
-                    if len(self.kept_runs) >= 4096:
-                        self.kept_runs.clear()
-                    hit = self.kept_runs[key] = (d, copies)
-                    if self.trace is not None:
-                        self.trace.append(ops.KEPT_NOW)
-        if hit is not None:
-            self._copy_kept(hit[1])
-            if self.trace is not None:
-                self.trace.append(functools.partial(EthosU85._copy_kept, copies=hit[1],
-                                                    account=False))
-            moved = len(hit[1]) * d.length
+                    ops.keep_run(self, key, d, copies)
+        if copies is not None:
+            self._copy_kept(copies)
+            moved = len(copies) * d.length
         else:
             moved = self._dma_general(d)
         self.stats["dma_bytes"] += moved
@@ -953,6 +945,9 @@ class EthosU85(Device):
 
     def _copy_kept(self, copies: tuple, account: bool = True) -> bool:
         """The kept copies of a DMA (:meth:`_dma`), accounted unless a replay."""
+        if account and self.trace is not None:
+            self.trace.append(functools.partial(EthosU85._copy_kept, copies=copies,
+                                                account=False))
         for src, dst, step in copies:
             data = src.views[0].copy()
             if account:

@@ -312,9 +312,10 @@ class MemoryPort(Protocol):
 
     def set_result_flag(self, value: int) -> None: ...
 
-    # optional (an operation keeps its accesses where present, :func:`kept_run`): the
+    # optional (an operation keeps its accesses where present, :class:`_ConvRun`): the
     # accesses worked out without being made, their accounting when made, the regions'
-    # (BASEP, port family) that key them, and where they are kept
+    # (BASEP, port family) that key them, where they are kept, the block recorder's list
+    # (:func:`_traced`)
     def box_access(self, region: int, boxes: list, size: int, dtype: str, channel: int,
                    write: bool) -> Access | None: ...
 
@@ -324,7 +325,8 @@ class MemoryPort(Protocol):
 
     def placement(self) -> tuple: ...
 
-    kept_runs: dict
+    kept_runs: dict | None
+    trace: list | None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -905,12 +907,9 @@ def _conv_like(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig,
     mem.npu.add_operation_to_chain(s, True, matmul or ain == 2, False)
     d = memo_on_state("conv", cmd, s, (cfg, depthwise),
                       lambda: _conv_decode(s, cfg, depthwise, matmul))
-    runs = getattr(mem, "kept_runs", None)
-    if runs is not None:
-        key = (id(d), mem.placement())
-        hit = runs.get(key)
-        if hit is not None and _run_kept_conv(d, hit[1], mem):
-            return d.result
+    key, kept = kept_run(mem, d)
+    if kept is not None and _run_kept_conv(d, kept, mem):
+        return d.result
     H, W, D = d.ofm
     acc_in = acc_input(s, mem, d.ofm, d.acc48) if ain else None
     raw = read_raw(mem, d.ifm, d.ifm_shape, RD_IFM)
@@ -928,13 +927,10 @@ def _conv_like(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig,
         w = read_weights(mem, d.weights)
         k, kkey = _int_conv(d, raw, zp, w, bias, scales, shifts, depthwise)
         if k is not None:
-            if runs is not None and not ain and kkey is not None:  # before the OFM write: the
-                kept = _kept_conv(d, s, cfg, mem, kkey)            # streams as decoded
+            if key is not None and not ain and kkey is not None:  # before the OFM write: the
+                kept = _kept_conv(d, s, cfg, mem, kkey)           # streams as decoded
                 if kept is not None:
-                    if len(runs) >= 4096:
-                        runs.clear()
-                    runs[key] = (d, kept)
-                    _traced(mem, KEPT_NOW)
+                    keep_run(mem, key, d, kept)
             out = conv_k.run_int_conv(k, raw, acc_in, mem.lut)
         else:
             fn = conv_k.depthwise2d if depthwise else conv_k.conv2d
@@ -1017,6 +1013,27 @@ def _traced(mem: MemoryPort, step) -> None:
     trace = getattr(mem, "trace", None)
     if trace is not None:
         trace.append(step)
+
+
+def kept_run(mem: MemoryPort, d) -> tuple[tuple | None, tuple | None]:
+    """(key, kept run or None) of the operation decoded as ``d`` under the regions' present
+    placement; (None, None) where the port keeps no runs."""
+    runs = getattr(mem, "kept_runs", None)
+    if runs is None:
+        return None, None
+    key = (id(d), mem.placement())
+    hit = runs.get(key)
+    return key, None if hit is None else hit[1]
+
+
+def keep_run(mem: MemoryPort, key: tuple, d, run) -> None:
+    """Keep ``run`` of the operation decoded as ``d`` (the entry holds ``d``, so its id stays
+    its own) under ``key``; the table is cleared whole past 4096 entries."""
+    runs = mem.kept_runs
+    if len(runs) >= 4096:
+        runs.clear()
+    runs[key] = (d, run)
+    _traced(mem, KEPT_NOW)
 
 
 def _kept_conv(d: _ConvDecode, s: SetState, cfg: NpuConfig, mem: MemoryPort,
@@ -1274,14 +1291,9 @@ def elementwise(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> O
     mem.npu.add_operation_to_chain(s, *d.chain, True)
     if d.error is not None:
         raise Unpredictable(d.error)
-    runs = getattr(mem, "kept_runs", None)
-    key = hit = None
-    if runs is not None:
-        key = (id(d), mem.placement())
-        hit = runs.get(key)
-    if hit is not None:  # the operation's accesses kept (as a convolution's, _ConvRun)
-        _run_kept_eltwise(d, hit[1], mem)
-        _traced(mem, functools.partial(_run_kept_eltwise, d, hit[1], account=False))
+    key, kept = kept_run(mem, d)
+    if kept is not None:  # the operation's accesses kept (as a convolution's, _ConvRun)
+        _run_kept_eltwise(d, kept, mem)
         return d.result
     raws = [None if r is None else read_raw(mem, r[0], r[1], RD_IFM_STREAM) for r in d.reads]
     diag: list[str] = []
@@ -1290,16 +1302,13 @@ def elementwise(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> O
     _check_diag(diag, "NPU_OP_ELEMENTWISE")
     write_ofm(mem, s, cfg, out, all_perms=False)
     # kept unless DIV, whose asserts depend on the data (every other one on the commands)
-    if runs is not None and d.mode != eltwise_k.EW_DIV:
+    if key is not None and d.mode != eltwise_k.EW_DIV:
         reads = tuple(None if r is None else _kept_read_access(mem, r[0], r[1], RD_IFM_STREAM)
                       for r in d.reads)
         ofm = _kept_write_access(mem, ofm_write_layout(s, cfg, out.shape, False))
         if ofm is not None and all((r is None) == (t is None) for r, t in zip(reads, d.reads)):
-            if len(runs) >= 4096:
-                runs.clear()
             plan = eltwise_k.plan_elementwise(d.mode, raws[0], raws[1], d.shape, **d.kwargs)
-            runs[key] = (d, (reads, ofm, plan))
-            _traced(mem, KEPT_NOW)
+            keep_run(mem, key, d, (reads, ofm, plan))
     return d.result
 
 
@@ -1310,6 +1319,8 @@ def _run_kept_eltwise(d: _EltwiseDecode, kept: tuple, mem: MemoryPort,
     they passed when it was kept."""
     reads, ofm, plan = kept
     raws = [None if r is None else _kept_read(mem, r, account) for r in reads]
+    if account:
+        _traced(mem, functools.partial(_run_kept_eltwise, d, kept, account=False))
     _kept_write(mem, ofm, eltwise_k.run_elementwise(plan, raws[0], raws[1], mem.lut), account)
     return True
 
