@@ -23,7 +23,7 @@ from ..numeric import ethosu85 as P
 from ..numeric.ethosu85 import (C_SCALE, C_SHIFT, C_ZP, RESCALE_GLOBAL, RESCALE_NONE,
                                 RESCALE_SHIFT_ONLY)
 from ..numeric.ethosu85_values import (INT32_MIN, check, checked_zero_point, config_or_default,
-                                       fit_hw, infer_type, lut_bytes, ofm_dtype, read_values)
+                                       fit_hw, infer_type, lut_bytes, ofm_dtype, values_minus)
 
 # elementwise_mode (Table 3-100, L8670-8698)
 EW_MUL, EW_ADD, EW_SUB, EW_MIN, EW_MAX, EW_LRELU, EW_ABS, EW_CLZ, EW_SHR, EW_SHL, EW_LSHR, \
@@ -287,7 +287,7 @@ class Eltwise(NamedTuple):
     per operation)."""
     shape: tuple             # OFM [H, W, D]
     operands: tuple          # per input: a scalar's value (int), None (the unary zeros), or
-    #                          (zero point, bits, signed, broadcast mode) of a tensor
+    #                          (zero point as read, bits, signed, broadcast mode) of a tensor
     ew: np.ndarray           # the kernel's parameter vector
     cfg: np.ndarray
     dtype: np.dtype          # the OFM's
@@ -324,9 +324,9 @@ def plan_elementwise(mode, ifm, ifm2, ofm_shape, *, ifm_zp=0, ifm2_zp=0, ifm_bit
         elif bc == BC_SCALAR:
             operands.append(int(_scalar_value(scalar, zp, b, s, diag, name)))
         else:
-            checked_zero_point(zp, b, s, diag, name)
+            zpv = checked_zero_point(zp, b, s, diag, name)
             _broadcast_check(np.shape(t), bc, ofm_shape, diag, name)
-            operands.append((zp, b, s, bc))
+            operands.append((zpv, b, s, bc))
     if mode == EW_MUL:
         check(diag, bits == 8 or signed or (ifm_zp & 0xFFFF == 32768 and ifm2_zp & 0xFFFF == 32768),
               "uint16 mul needs zero points 32768 (L8559)")
@@ -350,7 +350,7 @@ def _operand_values(p: Eltwise, ifm, ifm2) -> tuple[np.ndarray, np.ndarray]:
             out.append(np.full(p.shape, o, np.int64))
         else:
             zp, bits, signed, bc = o
-            out.append(_broadcast(read_values(t, zp, bits, signed), bc, p.shape, None, ""))
+            out.append(_broadcast(values_minus(t, zp, bits, signed), bc, p.shape, None, ""))
     return out[0], out[1]
 
 

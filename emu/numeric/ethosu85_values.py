@@ -80,16 +80,21 @@ def read_values(raw, zero_point: int, bits: int, signed: bool, diag=None, name="
     """read_ifm's value part (L6540-6558): reinterpret the stored integers as the tensor type
     (bits/signed) and subtract the zero point, interpreted as int16 or uint16 by the type.
     Returns int64."""
+    return values_minus(raw, checked_zero_point(zero_point, bits, signed, diag, name), bits,
+                        signed)
+
+
+def values_minus(raw, zp: int, bits: int, signed: bool) -> np.ndarray:
+    """The stored integers of ``raw`` as the tensor type (bits/signed) reads them, minus the
+    zero point ``zp`` as :func:`checked_zero_point` interprets it; int64."""
     raw = np.asarray(raw)
     v = raw.astype(np.int64)
-    if native(raw, bits, signed):
-        v -= checked_zero_point(zero_point, bits, signed, diag, name)
-        return v
-    if bits < 64:
-        v = v & ((1 << bits) - 1)
+    if not native(raw, bits, signed) and bits < 64:
+        v &= (1 << bits) - 1
         if signed:
             v = np.where(v >= (1 << (bits - 1)), v - (1 << bits), v)
-    return v - checked_zero_point(zero_point, bits, signed, diag, name)
+    v -= zp
+    return v
 
 
 def checked_zero_point(raw: int, bits: int, signed: bool, diag=None, name="IFM") -> int:
