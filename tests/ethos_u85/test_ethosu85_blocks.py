@@ -297,3 +297,34 @@ def test_blocks_with_the_pmu_counting():
 
 def d_key(name: str) -> int:
     return open_device("ethos-u85").description.register(name).key
+
+
+def test_a_halt_in_the_middle_of_a_replay_stops_between_units():
+    """A halt requested while a block replays (here by its third unit) stops after that unit
+    with the state the units before left (pc at the next unit, its units done), and the
+    continue after it ends as the run unit by unit does."""
+    d, rc, start = started()
+    for _ in range(3):  # a first run, a recording, a replay
+        start()
+        assert rc.run_here().reason == "done"
+    (_, blk), = [e for e in d._blocks.values() if e[1] is not None]
+    k = next(i for i, s in enumerate(blk.steps) if callable(s) and i >= 2)
+    real = blk.steps[k]
+
+    def halting(dev):
+        rc._halt.set()  # (what a Ctrl-C from a client does)
+        return real(dev)
+    blk.steps[k] = halting
+    start()
+    units0 = d.units_done
+    stop = rc.run_here()
+    assert stop.reason == "halt"
+    assert d.units_done == units0 + k + 1 and d.pc == QBASE + blk.states[k + 1][0][
+        d.description.register("QREAD").key]
+    blk.steps[k] = real
+    stop = rc.run_here()
+    ref, rc_ref, start_ref = started(blocks=False)
+    for _ in range(4):
+        start_ref()
+        stop_ref = rc_ref.run_here()
+    assert state(d, stop) == state(ref, stop_ref)
