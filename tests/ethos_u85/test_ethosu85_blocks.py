@@ -129,6 +129,15 @@ def started(blocks: bool = True):
     return d, RunControl(d), start
 
 
+def fourth_run_unit_by_unit() -> tuple:
+    """The state after the fourth run of the program unit by unit."""
+    d, rc, start = started(blocks=False)
+    for _ in range(4):
+        start()
+        stop = rc.run_here()
+    return state(d, stop)
+
+
 def test_run_control_takes_blocks_only_where_no_one_looks_at_single_units():
     """Breakpoints, watchpoints, unit listeners, stepping and a throttle each keep the run
     unit by unit (run_block is not called); a plain continue takes blocks."""
@@ -167,12 +176,7 @@ def test_a_halt_before_a_replay_leaves_the_state_as_it_was():
     assert d.run_block(halt) == []
     assert (d.read(SRAM, 0x28000), d.regs.snapshot(), d.cycles, d.units_done,
             dict(d.stats)) == before
-    stop = rc.run_here()
-    ref, rc_ref, start_ref = started(blocks=False)
-    for _ in range(4):
-        start_ref()
-        stop_ref = rc_ref.run_here()
-    assert state(d, stop) == state(ref, stop_ref)
+    assert state(d, rc.run_here()) == fourth_run_unit_by_unit()
 
 
 def test_a_host_program_waiting_for_its_interrupt_takes_blocks():
@@ -322,9 +326,4 @@ def test_a_halt_in_the_middle_of_a_replay_stops_between_units():
     assert d.units_done == units0 + k + 1 and d.pc == QBASE + blk.states[k + 1][0][
         d.description.register("QREAD").key]
     blk.steps[k] = real
-    stop = rc.run_here()
-    ref, rc_ref, start_ref = started(blocks=False)
-    for _ in range(4):
-        start_ref()
-        stop_ref = rc_ref.run_here()
-    assert state(d, stop) == state(ref, stop_ref)
+    assert state(d, rc.run_here()) == fourth_run_unit_by_unit()
