@@ -299,6 +299,7 @@ class IntConv(NamedTuple):
     cfg: np.ndarray
     terms: tuple               # _stage_terms
     dtype: np.dtype            # the OFM's integer type
+    launches: dict             # per input layout: its IC.ByteLaunch, or None (run_int_conv)
 
 
 def int_conv(w: np.ndarray, depthwise: bool, ofm_hw: tuple, in_hw: tuple, pad: tuple,
@@ -313,7 +314,7 @@ def int_conv(w: np.ndarray, depthwise: bool, ofm_hw: tuple, in_hw: tuple, pad: t
                    oc_n if depthwise else w.shape[3], (H, W), (ih, iw), (pt, pl), (sy, sx),
                    (dy, dx), zero_point, _tap_mask(H, sy, dy, kh, pt, ih),
                    _tap_mask(W, sx, dx, kw, pl, iw), cfg,
-                   _stage_terms(cfg, bias, scales, shifts, oc_n), ofm_dtype(cfg))
+                   _stage_terms(cfg, bias, scales, shifts, oc_n), ofm_dtype(cfg), {})
 
 
 def plan_int_conv(raw: np.ndarray, w: np.ndarray, ofm_hw: tuple, stride: tuple,
@@ -357,10 +358,19 @@ def run_int_conv(p: IntConv, v: np.ndarray, acc_in: np.ndarray | None = None,
     if p.depthwise:
         tot = IC.depthwise_sums(v, p.weights, (H, W), zero_point=p.zero_point, in_hw=p.in_hw,
                                 pad=p.pad, stride=p.stride, dilation=p.dilation, laid_out=True)
-    else:
-        tot = IC.conv_sums(v.transpose(2, 0, 1), p.weights, (H, W), zero_point=p.zero_point,
-                           in_hw=p.in_hw, pad=p.pad, stride=p.stride, dilation=p.dilation,
-                           hwc=True, padded=True)
+    else:  # conv_sums(..., hwc=True, padded=True), its byte-kernel call kept per layout
+        chw = v.transpose(2, 0, 1)
+        key = (v.dtype.str, v.shape, v.strides)
+        launch = p.launches.get(key, False)
+        if launch is False:
+            if len(p.launches) >= 8:
+                p.launches.clear()
+            launch = p.launches[key] = IC.byte_launch(
+                chw, p.weights, (H, W), zero_point=p.zero_point, in_hw=p.in_hw, pad=p.pad,
+                stride=p.stride, dilation=p.dilation, hwc=True)
+        tot = IC.run_byte_launch(launch, chw) if launch is not None else IC.conv_sums(
+            chw, p.weights, (H, W), zero_point=p.zero_point, in_hw=p.in_hw, pad=p.pad,
+            stride=p.stride, dilation=p.dilation, hwc=True, padded=True)
     out = np.empty((H, W, p.channels if p.depthwise else p.weights.k), p.dtype)
     return _output_stage(tot, acc_in, p.rows, p.cols, p.cfg, p.terms, lut, out)
 

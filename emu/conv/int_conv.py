@@ -42,6 +42,7 @@ same thread's next call.
 from __future__ import annotations
 
 import functools
+import math
 import threading
 import weakref
 from typing import NamedTuple
@@ -421,48 +422,95 @@ def conv_sums(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_
     c, h, wd = v.shape
     if c != w.c:
         raise ValueError(f"input has {c} channels, weights {w.c}")
-    off = byte_offset(v.dtype, zero_point) if w.quads is not None and kernel != "int16" \
-        else None
-    if kernel == "int8" and off is None:
+    launch = None if kernel == "int16" else byte_launch(
+        v, w, out_hw, zero_point=zero_point, in_hw=in_hw, pad=pad, stride=stride,
+        dilation=dilation, hwc=hwc)
+    if kernel == "int8" and launch is None:
         raise ValueError("the byte kernel does not apply (no VNNI, weights past int8, or an "
                          "input type/zero point without an unsigned byte form)")
+    if launch is not None:
+        return _sums_view(run_byte_launch(launch, v), out_hw, w.k, hwc, padded)
     ho, wo = out_hw
     rows, cols = in_hw or (h, wd)
     sx = stride[1]
     p = _plan(c, min(cols, wd), w.kh, w.kw, ho, wo, pad[1], stride[0], sx, dilation[0],
               dilation[1])
     plane = sx * p.wq
-    kp = w.kp8 if off is not None else w.kp
-    acc = scratch("int_conv.acc", (kp * ho * p.wob,), np.int32)
-    if off is not None:
-        # sum of (v + off) * w minus (zero_point + off) * sum(w) per channel (the accumulators'
-        # start value), all modulo 2**32: the same sums; padding holds zero_point + off
-        q4 = (c + 3) // 4
-        nhwc = v.transpose(1, 2, 0)
-        if c % 4 or not nhwc.flags.c_contiguous:  # whole words of 4 channels, NHWC: a copy
-            # (the bytes of channels >= c are left as they were: their weights are 0)
-            copy = scratch("int_conv.nhwc8", (h, wd, 4 * q4), v.dtype)
-            copy[:, :, :c] = nhwc
-            nhwc = copy
-        buf = scratch("int_conv.x8", (p.hp * q4 * plane,), np.int32)
-    else:
-        buf = scratch("int_conv.x", (p.hp * p.c2 * plane,), np.int32)
+    acc = scratch("int_conv.acc", (w.kp * ho * p.wob,), np.int32)
+    buf = scratch("int_conv.x", (p.hp * p.c2 * plane,), np.int32)
     with parallel(ho * wo * w.k * c * w.kh * w.kw):
-        if off is not None:
-            _vnni_conv(nhwc.view(np.int32), off, zero_point + off, min(rows, h), pad[0],
-                       p.dst_col, buf, w.quads, w.wsum, acc, ho, p.wob, q4, w.kh, w.kw,
-                       kp // KB8, stride[0], q4 * plane, plane, p.row_off, p.col_off, hwc)
-        else:
-            _pack_input(v, zero_point, min(rows, h), pad[0], p.dst_col,
-                        v.strides[0] < v.strides[2],
-                        buf.view(np.int16).reshape(p.hp, p.c2, plane, 2))
-            _conv_blocks(buf, w.words, acc, ho, p.wob, p.c2, w.kh, w.kw, kp // KB, stride[0],
-                         p.c2 * plane, plane, p.row_off, p.col_off, hwc)
-    if hwc:
-        acc = acc.reshape(ho, p.wob, kp)
-        return acc if padded else acc[:, :wo, :w.k]
-    acc = acc.reshape(kp, ho, p.wob)
-    return acc if padded else acc[:w.k, :, :wo]
+        _pack_input(v, zero_point, min(rows, h), pad[0], p.dst_col, v.strides[0] < v.strides[2],
+                    buf.view(np.int16).reshape(p.hp, p.c2, plane, 2))
+        _conv_blocks(buf, w.words, acc, ho, p.wob, p.c2, w.kh, w.kw, w.kp // KB, stride[0],
+                     p.c2 * plane, plane, p.row_off, p.col_off, hwc)
+    acc = acc.reshape((ho, p.wob, w.kp) if hwc else (w.kp, ho, p.wob))
+    return _sums_view(acc, out_hw, w.k, hwc, padded)
+
+
+def _sums_view(acc: np.ndarray, out_hw: tuple, k: int, hwc: bool, padded: bool) -> np.ndarray:
+    """The sums [K, Ho, Wo] ([Ho, Wo, K] with ``hwc``) of the whole work array ``acc``, or it
+    whole (``padded``)."""
+    if padded:
+        return acc
+    return acc[:, :out_hw[1], :k] if hwc else acc[:k, :, :out_hw[1]]
+
+
+class ByteLaunch(NamedTuple):
+    """The byte kernel's call for one input layout (shape, strides, type), worked out once
+    (:func:`byte_launch`): why: a layer runs the same one on every run, and working it out
+    cost about as much as a small layer's kernel."""
+    args: tuple              # _vnni_conv's arguments after the input words, before x4
+    mid: tuple               # ... between x4 and acc (quads, wsum)
+    tail: tuple              # ... after acc
+    copy: tuple | None       # (h, wd, 4 * q4): the input is copied into whole words first
+    c: int                   # input channels
+    buf: int                 # words of the packed input
+    acc: tuple               # the work array's shape
+    work: int                # multiply-adds (parallel's threshold)
+
+
+def byte_launch(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_point: int,
+                in_hw: tuple[int, int] | None, pad: tuple, stride: tuple, dilation: tuple,
+                hwc: bool) -> ByteLaunch | None:
+    """:class:`ByteLaunch` of :func:`conv_sums`' byte kernel for ``v`` [C, H, W] (its layout
+    only), or None where that kernel does not apply (``w`` has no byte form, or
+    :func:`byte_offset` admits no unsigned byte form of ``v``'s type and the zero point)."""
+    c, h, wd = v.shape
+    off = byte_offset(v.dtype, zero_point) if w.quads is not None else None
+    if off is None:
+        return None
+    ho, wo = out_hw
+    rows, cols = in_hw or (h, wd)
+    sx = stride[1]
+    p = _plan(c, min(cols, wd), w.kh, w.kw, ho, wo, pad[1], stride[0], sx, dilation[0],
+              dilation[1])
+    plane = sx * p.wq
+    kp, q4 = w.kp8, (c + 3) // 4
+    # sum of (v + off) * w minus (zero_point + off) * sum(w) per channel (the accumulators'
+    # start value), all modulo 2**32: the same sums; padding holds zero_point + off. The input
+    # as NHWC words of 4 channels: a copy unless it is one (the bytes of channels >= c are
+    # left as they were: their weights are 0)
+    copy = (h, wd, 4 * q4) if c % 4 or not v.transpose(1, 2, 0).flags.c_contiguous else None
+    return ByteLaunch((off, zero_point + off, min(rows, h), pad[0], p.dst_col), (w.quads, w.wsum),
+                      (ho, p.wob, q4, w.kh, w.kw, kp // KB8, stride[0], q4 * plane, plane,
+                       p.row_off, p.col_off, hwc), copy, c, p.hp * q4 * plane,
+                      (ho, p.wob, kp) if hwc else (kp, ho, p.wob),
+                      ho * wo * w.k * c * w.kh * w.kw)
+
+
+def run_byte_launch(b: ByteLaunch, v: np.ndarray) -> np.ndarray:
+    """The byte kernel's whole work array (``b.acc``) for ``v`` [C, H, W] of the launch's
+    layout."""
+    nhwc = v.transpose(1, 2, 0)
+    if b.copy is not None:
+        copy = scratch("int_conv.nhwc8", b.copy, v.dtype)
+        copy[:, :, :b.c] = nhwc
+        nhwc = copy
+    acc = scratch("int_conv.acc", (math.prod(b.acc),), np.int32)
+    buf = scratch("int_conv.x8", (b.buf,), np.int32)
+    with parallel(b.work):
+        _vnni_conv(nhwc.view(np.int32), *b.args, buf, *b.mid, acc, *b.tail)
+    return acc.reshape(b.acc)
 
 
 @njit(nogil=True, cache=True)
