@@ -431,20 +431,27 @@ def conv_sums(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_
     if launch is not None:
         return _sums_view(run_byte_launch(launch, v), out_hw, w.k, hwc, padded)
     ho, wo = out_hw
-    rows, cols = in_hw or (h, wd)
-    sx = stride[1]
-    p = _plan(c, min(cols, wd), w.kh, w.kw, ho, wo, pad[1], stride[0], sx, dilation[0],
-              dilation[1])
-    plane = sx * p.wq
+    p, plane, rows = _geometry(v.shape, w, out_hw, in_hw, pad, stride, dilation)
     acc = scratch("int_conv.acc", (w.kp * ho * p.wob,), np.int32)
     buf = scratch("int_conv.x", (p.hp * p.c2 * plane,), np.int32)
     with parallel(ho * wo * w.k * c * w.kh * w.kw):
-        _pack_input(v, zero_point, min(rows, h), pad[0], p.dst_col, v.strides[0] < v.strides[2],
+        _pack_input(v, zero_point, rows, pad[0], p.dst_col, v.strides[0] < v.strides[2],
                     buf.view(np.int16).reshape(p.hp, p.c2, plane, 2))
         _conv_blocks(buf, w.words, acc, ho, p.wob, p.c2, w.kh, w.kw, w.kp // KB, stride[0],
                      p.c2 * plane, plane, p.row_off, p.col_off, hwc)
     acc = acc.reshape((ho, p.wob, w.kp) if hwc else (w.kp, ho, p.wob))
     return _sums_view(acc, out_hw, w.k, hwc, padded)
+
+
+def _geometry(v_shape: tuple, w: PackedWeights, out_hw: tuple, in_hw: tuple | None, pad: tuple,
+              stride: tuple, dilation: tuple) -> tuple[_Plan, int, int]:
+    """(:func:`_plan`, words per padded row's channel group, input rows read) of a
+    convolution of an input [C, H, W]."""
+    c, h, wd = v_shape
+    rows, cols = in_hw or (h, wd)
+    p = _plan(c, min(cols, wd), w.kh, w.kw, out_hw[0], out_hw[1], pad[1], stride[0], stride[1],
+              dilation[0], dilation[1])
+    return p, stride[1] * p.wq, min(rows, h)
 
 
 def _sums_view(acc: np.ndarray, out_hw: tuple, k: int, hwc: bool, padded: bool) -> np.ndarray:
@@ -480,18 +487,14 @@ def byte_launch(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zer
     if off is None:
         return None
     ho, wo = out_hw
-    rows, cols = in_hw or (h, wd)
-    sx = stride[1]
-    p = _plan(c, min(cols, wd), w.kh, w.kw, ho, wo, pad[1], stride[0], sx, dilation[0],
-              dilation[1])
-    plane = sx * p.wq
+    p, plane, rows = _geometry(v.shape, w, out_hw, in_hw, pad, stride, dilation)
     kp, q4 = w.kp8, (c + 3) // 4
     # sum of (v + off) * w minus (zero_point + off) * sum(w) per channel (the accumulators'
     # start value), all modulo 2**32: the same sums; padding holds zero_point + off. The input
     # as NHWC words of 4 channels: a copy unless it is one (the bytes of channels >= c are
     # left as they were: their weights are 0)
     copy = (h, wd, 4 * q4) if c % 4 or not v.transpose(1, 2, 0).flags.c_contiguous else None
-    return ByteLaunch((off, zero_point + off, min(rows, h), pad[0], p.dst_col), (w.quads, w.wsum),
+    return ByteLaunch((off, zero_point + off, rows, pad[0], p.dst_col), (w.quads, w.wsum),
                       (ho, p.wob, q4, w.kh, w.kw, kp // KB8, stride[0], q4 * plane, plane,
                        p.row_off, p.col_off, hwc), copy, c, p.hp * q4 * plane,
                       (ho, p.wob, kp) if hwc else (kp, ho, p.wob),
