@@ -854,9 +854,9 @@ def test_kept_kernel_setup_goes_with_its_decoded_weights(monkeypatch, depthwise)
 def test_kept_conv_run_equals_the_general_path(monkeypatch, fmt, ofmt, transpose, shape, oc):
     """A convolution's kept run (ops._ConvRun: its accesses and kernel kept per decode and
     region placement) leaves what the general path leaves, run after run: memory, Touched,
-    statistics (AXI byte counts among them), cycles, PMU counters. Where the scale stream was rewritten
-    under the same commands, or BASEP moved the tensors, the general path runs and keeps a
-    new run."""
+    statistics (AXI byte counts among them), cycles, PMU counters. Where the scale stream was
+    rewritten under the same commands, or BASEP moved the tensors, the general path runs and
+    keeps a new run."""
     from accelstub.devices.ethos_u85 import ops
 
     used = []
@@ -897,9 +897,9 @@ def test_kept_conv_run_equals_the_general_path(monkeypatch, fmt, ofmt, transpose
 def test_kept_dma_copies_equal_the_general_path():
     """A DMA's copies kept per decode and region placement (the same views on every run) leave
     what the general path leaves, run after run: memory, Touched, statistics (AXI byte counts
-    among them), cycles; with a destination that starts inside its source (copy_bytes repeats the first
-    bytes), and with a copy that leaves memory (the bus fault comes after the copies before
-    it, which are made)."""
+    among them), cycles; with a destination that starts inside its source (copy_bytes repeats
+    the first bytes), and with a copy that leaves memory (the bus fault comes after the copies
+    before it, which are made)."""
     from tests.ethos_u85.test_ethosu85_device import dma_cmds, stream
 
     good = stream(dma_cmds(16, 0, 0), dma_cmds(4, 0x20, 0x100, "d2", size0=3, strides=(8, 16)),
@@ -1006,3 +1006,36 @@ def test_kept_elementwise_and_chained_runs_equal_the_general_path(monkeypatch):
                     (False, (H, W, D)), (False, (1, 1, 1))] * 3
     assert {u[-1] for u in general} == {0, 1}  # the flag changed
     assert kept == general
+
+
+@pytest.mark.parametrize("case", range(12))
+def test_a_1x1_convolution_runs_as_one_row(case):
+    """A 1x1, stride 1, unpadded convolution runs as one row of H*W outputs (IntConv.flat):
+    the same OFM as the per-element loop for int8 (byte kernel, int8 and int9 weights) and
+    int16 inputs, an input that is a strided view (its rows not contiguous: copied into the
+    row), more input rows and columns than the derived extent, and an accumulator input."""
+    rng = np.random.default_rng(300 + case)
+    H, W = int(rng.integers(2, 9)), int(rng.integers(1, 9))
+    c, oc = int(rng.integers(1, 40)), int(rng.integers(1, 30))
+    itype = [np.int8, np.int16][case % 2]
+    info = np.iinfo(itype)
+    x = rng.integers(info.min, info.max + 1, (H + case % 3, W + 2, c + 1)).astype(itype)
+    if case % 4 == 1:
+        x = x[:, ::-1]  # negative column strides
+    wmax = 256 if case % 3 == 0 else 128
+    w = rng.integers(-wmax + 1, wmax, (oc, 1, 1, c))
+    cfg = P.out_config(ofm_bits=8, ofm_signed=True, zero_point=int(rng.integers(-128, 128)),
+                       act_min=-128, act_max=127, scale=int(rng.integers(1 << 29, 1 << 31)),
+                       shift=int(rng.integers(38, 46)), round_mode=case % 2, per_channel=False,
+                       acc_bits=48 if case % 5 == 0 else 32)
+    kw_ = dict(ifm_zp=int(rng.integers(-100, 100)) if itype == np.int8 else 0, cfg=cfg,
+               ifm_bits=8 if itype == np.int8 else 16, ifm_signed=True)
+    if case % 5 == 0:
+        kw_["acc_in"] = rng.integers(-(1 << 40), 1 << 40, (H, W, oc))
+    p = conv_k.plan_int_conv(x[:, :, :c], w, (H, W), (1, 1), (1, 1), (0, 0, 0, 0), kw_["ifm_zp"],
+                             kw_["ifm_bits"], True, cfg, None, None, None, False, (1, 1))
+    assert p is not None and p.flat == (H, W) and p.out_hw == (1, H * W)
+    got = conv_k.conv2d(x[:, :, :c], w, (H, W), **kw_)
+    exp = conv_k.conv2d(x[:, :, :c], w, (H, W), method="loop", **kw_)
+    assert got.shape == (H, W, oc)
+    np.testing.assert_array_equal(got, exp)
