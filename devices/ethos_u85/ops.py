@@ -100,6 +100,14 @@ _ACT_FUNCTIONS = (0, 1, 4, 5, 7, 8, 9, 10, 11)  # activation_function (L9257)
 _SET_KEYS: dict[str, str] = {}  # "IFM_BASE0" -> "NPU_SET_IFM_BASE0" (names are few)
 
 
+#: SET states: the interned (commands, ids) of each, and per (state, kept segment) the state
+#: after it (the entries hold both, so their ids stay theirs). Why: rebuilding and hashing the
+#: id tuple of ~100 commands after every unit's segment cost ~4 us per operation unit.
+_HELD: dict = {}
+_AFTER: dict = {}
+_STATES_MAX = 16384
+
+
 @dataclass
 class SetState:
     """The NPU_SET_* state registers (L6016-6024): per mnemonic the last decoded command and the
@@ -108,23 +116,45 @@ class SetState:
 
     cmds: dict[str, Command] = field(default_factory=dict)
     _held: tuple | None = field(default=None, repr=False, compare=False)
+    _from: tuple | None = field(default=None, repr=False, compare=False)  # (held, segment)
 
     def set(self, cmd: Command) -> None:
         self.cmds[cmd.name] = cmd
-        self._held = None
+        self._held = self._from = None
 
     def update(self, cmds: dict[str, Command]) -> None:
-        """:meth:`set` of each of ``cmds`` (name -> command)."""
+        """:meth:`set` of each of ``cmds`` (name -> command; a kept segment: the same dict on
+        every run, so the state after it is found from the state before it and its identity
+        instead of being rebuilt)."""
         if cmds:
+            old = self._held
             self.cmds.update(cmds)
-            self._held = None
+            self._held = self._from = None
+            if old is not None:
+                hit = _AFTER.get((id(old), id(cmds)))
+                if hit is not None:
+                    self._held = hit[2]
+                else:
+                    self._from = (old, cmds)
 
     def held(self) -> tuple[tuple, tuple]:
-        """(the commands set, their ids), kept until the next set: the operations' memos key
-        on them (:func:`memo_on_state`), several times per operation."""
+        """(the commands set, their ids), one object per state (interned), kept until the next
+        set: the operations' memos key on its identity (:func:`memo_on_state`)."""
         if self._held is None:
             cmds = tuple(self.cmds.values())
-            self._held = (cmds, tuple(map(id, cmds)))
+            ids = tuple(map(id, cmds))
+            held = _HELD.get(ids)
+            if held is None:
+                if len(_HELD) >= _STATES_MAX:
+                    _HELD.clear()
+                held = _HELD[ids] = (cmds, ids)
+            self._held = held
+            if self._from is not None:
+                if len(_AFTER) >= _STATES_MAX:
+                    _AFTER.clear()
+                old, seg = self._from
+                _AFTER[(id(old), id(seg))] = (old, seg, held)
+                self._from = None
         return self._held
 
     def has(self, name: str) -> bool:
@@ -377,8 +407,8 @@ def memo_on_commands(kind: str, s: SetState, keys: tuple[str, ...], extra, compu
 def memo_on_state(kind: str, cmd: Command | None, s: SetState, extra, compute):
     """:func:`memo_on_commands` over the operation command ``cmd`` and every NPU_SET_* command
     set: for an operation's whole decode, which reads more commands than are worth listing."""
-    cmds, ids = s.held()
-    return _memo((kind, id(cmd), ids, extra), (cmd, cmds), compute)
+    held = s.held()
+    return _memo((kind, id(cmd), id(held), extra), (cmd, held), compute)
 
 
 def _memo(key: tuple, held: tuple, compute):

@@ -1039,3 +1039,39 @@ def test_a_1x1_convolution_runs_as_one_row(case):
     exp = conv_k.conv2d(x[:, :, :c], w, (H, W), method="loop", **kw_)
     assert got.shape == (H, W, oc)
     np.testing.assert_array_equal(got, exp)
+
+
+def test_set_state_after_a_kept_segment_is_the_state_built_command_by_command():
+    """SetState.update of a kept segment (the same dict on every run) finds the state after
+    it from the state before it and the segment's identity; it is the same interned
+    (commands, ids) that setting the commands one by one gives, so the operation memos key on
+    one object per state; the same segment after another state, or after a command set in
+    between, gives that state's successor."""
+    from accelstub.devices.ethos_u85.ops import SetState
+
+    c = es.decode(es.encode_stream([("NPU_SET_IFM_ZERO_POINT", dict(zero_point=z))
+                                    for z in range(3)] + [("NPU_SET_OFM_ZERO_POINT", {}),
+                                                          ("NPU_SET_IFM2_ZERO_POINT", {})]))
+    seg1 = {c[0].name: c[0], c[3].name: c[3]}
+    seg2 = {c[1].name: c[1]}
+
+    def walked(*cmds) -> tuple:
+        s = SetState()
+        for cmd in cmds:
+            s.set(cmd)
+        return s.held()
+
+    for _ in range(2):  # the transitions are kept on the first pass and found on the second
+        for start in ((), (c[4],)):  # the same segments after two states
+            s = SetState()
+            for cmd in start:
+                s.set(cmd)
+            s.held()
+            s.update(seg1)
+            assert s.held() is walked(*start, c[0], c[3])
+            s.update(seg2)
+            assert s.held() is walked(*start, c[0], c[3], c[1])
+            s.set(c[2])
+            s.update(seg1)
+            assert s.held() is walked(*start, c[0], c[3])
+            assert s.held()[0] == tuple(s.cmds.values())
