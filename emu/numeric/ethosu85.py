@@ -180,30 +180,17 @@ def rounded_shift_right(acc, shift, mode, dbl_rnd):
     acc = np.int64(acc)
     if shift <= 0:
         return acc
-    half = np.int64(1) << (shift - 1)
-    d = np.int64(0)
-    if dbl_rnd <= 30 and shift > 31 - dbl_rnd:
-        d = np.int64(1) << (30 - dbl_rnd)
-    r = half
-    if mode == RND_DOUBLE_SYMMETRIC:
-        r = half + d if acc >= 0 else half - d
-    elif mode == RND_DOUBLE_ASYMMETRIC:
-        r = half + d
-    elif mode == RND_TRUNCATE_TO_ZERO:
-        r = np.int64(0) if acc >= 0 else (half - 1) + half     # (1 << shift) - 1 without overflow
-    elif mode == RND_TRUNCATE_TO_LOWER:
-        r = np.int64(0)
-    elif mode == RND_SYMMETRIC:
-        r = half if acc >= 0 else half - 1
+    rp, rn = round_terms(shift, mode, dbl_rnd)
+    r = rp if acc >= 0 else rn
     carry = ((acc & 1) + (r & 1)) >> 1
     return ((acc >> 1) + (r >> 1) + carry) >> (shift - 1)
 
 
 @njit(nogil=True, cache=True)
 def round_terms(shift, mode, dbl_rnd):
-    """The rounding addends R of rounded_shift_right (L6906-6934) for acc >= 0 and acc < 0,
-    so the output loop needs no per-element mode dispatch (same arithmetic as
-    rounded_shift_right; shift 0..63, 0 and 0 for shift 0: no rounding)."""
+    """The rounding addends R of rounded_shift_right (L6906-6934) for acc >= 0 and acc < 0
+    (shift 0..63, 0 and 0 for shift 0: no rounding): rounded_shift_right picks one per value,
+    and the output loops take both once, so they need no per-element mode dispatch."""
     if shift <= 0:
         return np.int64(0), np.int64(0)
     half = np.int64(1) << (shift - 1)
@@ -217,7 +204,7 @@ def round_terms(shift, mode, dbl_rnd):
     elif mode == RND_DOUBLE_ASYMMETRIC:
         rp, rn = half + d, half + d
     elif mode == RND_TRUNCATE_TO_ZERO:
-        rp, rn = np.int64(0), (half - 1) + half
+        rp, rn = np.int64(0), (half - 1) + half  # (1 << shift) - 1 without overflow
     elif mode == RND_TRUNCATE_TO_LOWER:
         rp, rn = np.int64(0), np.int64(0)
     elif mode == RND_SYMMETRIC:
