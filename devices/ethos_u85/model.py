@@ -990,26 +990,19 @@ class EthosU85(Device):
             s.get("DMA0_SRC_STRIDE1", "addr") if height > 1 else 0,
             s.get("DMA0_DST_STRIDE1", "addr") if height > 1 else 0, idx)
 
-    @staticmethod
-    def _dma_copies(d: "_DmaDecode"):
-        """(source offset, destination offset) of each copy of a DMA without an index stream,
-        in order."""
-        for y in range(d.height):
-            for x in range(d.width):
-                yield d.src_p + y * d.ss1 + x * d.ss0, d.dst_p + y * d.ds1 + x * d.ds0
-
-    def _dma_general(self, d: "_DmaDecode") -> int:
-        """The copies of ``d`` one by one (index streams, LUT destination); the bytes moved."""
+    def _dma_copies(self, d: "_DmaDecode"):
+        """(source offset, destination offset) of each copy of ``d``, in order (L8388-8431):
+        per row ``height`` times ``width`` copies at stride 0, the row start advanced by stride
+        1; with an index stream each int32 index is read (load_int32 at DMA0_IDX in
+        DMA0_IDX_REGION) just before its copy, a copy whose index is outside 0..idx_max is
+        skipped (L8407-8419), and the index pointer skips IDX_SKIP1 after each row."""
         src_p, dst_p = d.src_p, d.dst_p
         if d.idx is not None:
             idx_r, idx_p, idx_max, skip1, src_idx = d.idx
-        moved = 0
         for _ in range(d.height):
             for x in range(d.width):
                 si = di = x
                 if d.idx is not None:
-                    # load_int32(idx_p, idx_region); an index outside 0..idx_max skips the
-                    # copy (L8407-8419)
                     idx = int(self._dma_read(idx_r, idx_p, 4).view("<i4")[0])
                     idx_p += 4
                     if not 0 <= idx <= idx_max:
@@ -1018,20 +1011,25 @@ class EthosU85(Device):
                         si = idx
                     else:
                         di = idx
-                data = self._dma_read(d.src_r, src_p + si * d.ss0, d.length)
-                if d.dst_internal:
-                    a = dst_p + di * d.ds0
-                    require(0 <= a and a + d.length <= LUT_BYTES,
-                            f"LUT RAM write {a:#x}+{d.length} inside {LUT_BYTES} bytes", "L6246")
-                    self.lut[a:a + d.length] = data
-                else:
-                    self._dma_write(d.dst_r, dst_p + di * d.ds0, data, d.src_r,
-                                    src_p + si * d.ss0)
-                moved += d.length
+                yield src_p + si * d.ss0, dst_p + di * d.ds0
             src_p += d.ss1
             dst_p += d.ds1
             if d.idx is not None:
                 idx_p += skip1
+
+    def _dma_general(self, d: "_DmaDecode") -> int:
+        """The copies of ``d`` one by one (index streams, LUT destination); the bytes moved."""
+        moved = 0
+        for src_off, dst_off in self._dma_copies(d):
+            data = self._dma_read(d.src_r, src_off, d.length)
+            if d.dst_internal:
+                require(0 <= dst_off and dst_off + d.length <= LUT_BYTES,
+                        f"LUT RAM write {dst_off:#x}+{d.length} inside {LUT_BYTES} bytes",
+                        "L6246")
+                self.lut[dst_off:dst_off + d.length] = data
+            else:
+                self._dma_write(d.dst_r, dst_off, data, d.src_r, src_off)
+            moved += d.length
         return moved
 
     def _dma_copy(self, d: "_DmaDecode", src_off: int, dst_off: int) -> tuple:
