@@ -705,19 +705,24 @@ class EthosU85(Device):
         self._unreplayed = 0
         return self._replay_block(entry[1], halt)
 
-    def _block_key(self, set_ids: tuple) -> tuple:
+    def _regs_but_flag(self) -> dict:
+        """Every register's value but COND_STATUS (the result flag is the data's: a block
+        neither keys on it nor restores it)."""
         regs = self.regs.snapshot()
-        regs[self._cond_key] = None
+        del regs[self._cond_key]
+        return regs
+
+    def _chain_state(self) -> tuple:
         n = self.npu
-        return (tuple(regs.items()), set_ids, n.chain_length, n.num_ifm,
-                frozenset(n.fifo_valid), self.resumable, self.pmu_mask_enable,
-                self.power_masked, self.stop_reason)
+        return n.chain_length, n.num_ifm, frozenset(n.fifo_valid)
+
+    def _block_key(self, set_ids: tuple) -> tuple:
+        return (tuple(self._regs_but_flag().items()), set_ids, self._chain_state(),
+                self.resumable, self.pmu_mask_enable, self.power_masked, self.stop_reason)
 
     def _block_state(self) -> tuple:
-        n = self.npu
-        return (self.regs.snapshot(), self.sets.copy(), (n.chain_length, n.num_ifm,
-                frozenset(n.fifo_valid)), dict(self.stats), self.cycles, self.resumable,
-                self.pmu_mask_enable, self.stop_reason)
+        return (self._regs_but_flag(), self.sets.copy(), self._chain_state(), dict(self.stats),
+                self.cycles, self.resumable, self.pmu_mask_enable, self.stop_reason)
 
     def _record_block(self, key: tuple, held: tuple, words: bytes,
                       halt: "threading.Event") -> list:
@@ -776,10 +781,8 @@ class EthosU85(Device):
             if t.partial:
                 return blk.units[:k]
             self.units_done = u0 + k + 1
-            regs = self.regs.snapshot()
-            regs[self._cond_key] = blk.states[k + 1][0][self._cond_key]
-            if regs != blk.states[k + 1][0]:  # another path than recorded (a branch)
-                return blk.units[:k] + [(pc, t.writes)]
+            if self._regs_but_flag() != blk.states[k + 1][0]:  # another path than recorded
+                return blk.units[:k] + [(pc, t.writes)]       # (a branch)
         n = len(blk.steps)
         self._materialize(blk, n, base)
         self.units_done = u0 + n
@@ -792,9 +795,7 @@ class EthosU85(Device):
         regs, sets, (chain, num_ifm, valid), stats, cycles, resumable, pme, reason = \
             blk.states[k]
         _, _, _, stats0, cycles0, *_ = blk.states[0]
-        cond = self.regs.peek("COND_STATUS")
-        self.regs.restore(regs)
-        self.regs.poke("COND_STATUS", cond)
+        self.regs.restore(regs)  # (all but COND_STATUS)
         self.sets = sets.copy()
         n = self.npu
         n.chain_length, n.num_ifm, n.fifo_valid = chain, num_ifm, set(valid)
