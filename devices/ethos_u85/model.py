@@ -355,13 +355,14 @@ class EthosU85(Device):
         mem.data[idx] = raw[:, :size]
         self._record(self.region_family(region), channel, True, address_ranges(addrs, size))
 
-    def _box_span(self, region: int, offset: int, shape: tuple, strides: tuple,
+    @staticmethod
+    def _box_span(base: int, offset: int, shape: tuple, strides: tuple,
                   size: int) -> tuple[int, int] | None:
-        """[lo, hi) of a box with non-negative strides that does not wrap the address space;
-        None for anything else (the element path handles it)."""
+        """[lo, hi) of a box with non-negative strides at region base ``base`` that does not
+        wrap the address space; None for anything else (the element path handles it)."""
         if any(int(st) < 0 for st in strides) or min(shape) <= 0:
             return None
-        lo = (self.basep(region) + int(offset)) & ADDR_MASK
+        lo = (base + int(offset)) & ADDR_MASK
         hi = lo + sum((int(n) - 1) * int(st) for n, st in zip(shape, strides)) + size
         if hi - 1 > ADDR_MASK:
             return None
@@ -408,10 +409,11 @@ class EthosU85(Device):
         are the same boxes on every run, and working the views out again cost ~10 us per
         access. The one memo of the box path: what :meth:`_box_views_of` calls runs on a miss
         only."""
-        key = (region, *self.placement()[region], tuple(boxes), size, dtype, channel, write)
+        base, family = self.placement()[region]
+        key = (region, base, family, tuple(boxes), size, dtype, channel, write)
         hit = self._boxes.get(key, False)
         if hit is False:
-            hit = self._box_views_of(region, boxes, size, dtype, channel, write)
+            hit = self._box_views_of(region, base, family, boxes, size, dtype, channel, write)
             if len(self._boxes) >= 4096:
                 self._boxes.clear()
             self._boxes[key] = hit
@@ -429,12 +431,12 @@ class EthosU85(Device):
                     what: str) -> ops.Access:
         """The access of ``length`` > 0 bytes at BASEP[region] + offset (``what`` names it in a
         bus fault) as a uint8 view; not recorded."""
-        a = (self.basep(region) + offset) & ADDR_MASK
+        base, family = self.placement()[region]
+        a = (base + offset) & ADDR_MASK
         mem, moff = self._window(a, a + length, channel, region, what)
         # the range as a list: the AXI counts' memo keys lists by value (a new tuple on every
         # run would miss it)
-        return ops.Access(region, self.region_family(region), channel, write,
-                          (mem.data[moff:moff + length],),
+        return ops.Access(region, family, channel, write, (mem.data[moff:moff + length],),
                           [(a, a + length)], length)
 
     def record(self, access: ops.Access) -> None:
@@ -442,12 +444,12 @@ class EthosU85(Device):
         self._record(access.family, access.channel, access.write, access.ranges,
                      access.nbytes)
 
-    def _box_views_of(self, region: int, boxes: list, size: int, dtype: str, channel: int,
-                      write: bool) -> ops.Access | None:
-        """:meth:`box_access` worked out."""
+    def _box_views_of(self, region: int, base: int, family: int, boxes: list, size: int,
+                      dtype: str, channel: int, write: bool) -> ops.Access | None:
+        """:meth:`box_access` worked out (``base``, ``family``: the region's placement)."""
         views, runs = [], []
         for offset, shape, strides in boxes:
-            span = self._box_span(region, offset, shape, strides, size)
+            span = self._box_span(base, offset, shape, strides, size)
             if span is None or (write and not self._injective(shape, strides, size)):
                 return None
             lo, hi = span
@@ -468,8 +470,7 @@ class EthosU85(Device):
         else:
             ranges = tuple(merge_ranges([r for part, _ in runs for r in part]))
             nbytes = sum(e - s for s, e in ranges)
-        return ops.Access(region, self.region_family(region), channel, write, tuple(views),
-                          ranges, nbytes)
+        return ops.Access(region, family, channel, write, tuple(views), ranges, nbytes)
 
     def gather_boxes(self, region: int, boxes: list, size: int, signed: bool,
                      channel: int) -> list[np.ndarray] | None:

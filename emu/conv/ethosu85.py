@@ -359,9 +359,7 @@ def run_int_conv(p: IntConv, v: np.ndarray, acc_in: np.ndarray | None = None,
     acc = read_accumulator(...) (0 for reset); if any kernel position was inside the IFM
     (rows[oy] and cols[ox]): acc = sign_extend(acc + sum, acc_bits) (= the chain of wrapping
     accumulate() calls); write_accumulator(acc, rescale_mode_normal) = P.finish. Returns the
-    OFM [H, W, OC] in its integer type (stores truncate, as astype does). Two output kernels,
-    so a first run compiles the one its layers need (the general one alone took ~5 s per
-    type)."""
+    OFM [H, W, OC] in its integer type (stores truncate, as astype does)."""
     (H, W), v = p.out_hw, v[:, :, :p.channels]
     if p.flat is not None:  # (a view where the rows are contiguous, else a copy)
         v = v[:p.flat[0], :p.flat[1]].reshape(1, H * W, v.shape[2])
@@ -381,13 +379,11 @@ def run_int_conv(p: IntConv, v: np.ndarray, acc_in: np.ndarray | None = None,
         tot = IC.run_byte_launch(launch, chw) if launch is not None else IC.conv_sums(
             chw, p.weights, (H, W), zero_point=p.zero_point, in_hw=p.in_hw, pad=p.pad,
             stride=p.stride, dilation=p.dilation, hwc=True, padded=True)
-    out = np.empty((H, W, p.channels if p.depthwise else p.weights.k), p.dtype)
-    if p.flat is not None:
-        if acc_in is not None:
-            acc_in = np.reshape(acc_in, (1, H * W, -1))
-        return _output_stage(tot, acc_in, p.rows, p.cols, p.cfg, p.terms, lut,
-                             out).reshape(*p.flat, -1)
-    return _output_stage(tot, acc_in, p.rows, p.cols, p.cfg, p.terms, lut, out)
+    if p.flat is not None and acc_in is not None:
+        acc_in = np.reshape(acc_in, (1, H * W, -1))
+    out = _output_stage(tot, acc_in, p.rows, p.cols, p.cfg, p.terms, lut,
+                        np.empty((H, W, p.channels if p.depthwise else p.weights.k), p.dtype))
+    return out if p.flat is None else out.reshape(*p.flat, -1)
 
 
 def _output_stage(tot, acc_in, rows, cols, cfg, terms, lut, out):
