@@ -59,13 +59,23 @@ def state(d, stop) -> tuple:
             npu.fifo_valid, fifos), d.cycles, d.units_done, stop.reason, stop.message)
 
 
+def returns_of(d, method: str) -> list:
+    """The list that every later call of ``d``'s ``method`` appends its return value to."""
+    returned = []
+    real = getattr(d, method)
+
+    def spy(*args):
+        returned.append(real(*args))
+        return returned[-1]
+    setattr(d, method, spy)
+    return returned
+
+
 def runs(blocks: bool) -> tuple[list, list]:
     d = open_device("ethos-u85")
     if not blocks:
         d._blocks = None
-    replays = []
-    real = d._replay_block
-    d._replay_block = lambda blk, halt: replays.append(real(blk, halt)) or replays[-1]
+    replays = returns_of(d, "_replay_block")
     # (each replay's list of the units it ran)
     rc = RunControl(d)
     rng = np.random.default_rng(4)
@@ -199,9 +209,7 @@ def test_a_host_program_waiting_for_its_interrupt_takes_blocks():
         d = open_device("ethos-u85")
         if not blocks:
             d._blocks = None
-        took = []
-        real = d.run_block
-        d.run_block = lambda halt: took.append(real(halt)) or took[-1]
+        took = returns_of(d, "run_block")
         rc = RunControl(d)
         out = []
         for _ in range(5):
@@ -270,9 +278,7 @@ def test_blocks_with_the_pmu_counting():
     unit, the counters included."""
     def runs(blocks: bool, reset: bool) -> tuple[list, list]:
         d, rc, _ = started(blocks)
-        took = []
-        real = d.run_block
-        d.run_block = lambda halt: took.append(real(halt)) or took[-1]
+        took = returns_of(d, "run_block")
         words = d.read(QBASE, 4 * d.regs.peek("QSIZE"))
         out = []
         for _ in range(8):

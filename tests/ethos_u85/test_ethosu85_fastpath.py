@@ -892,6 +892,29 @@ def test_kept_conv_run_equals_the_general_path(monkeypatch, fmt, ofmt, transpose
     assert used == [True, False, True, True]
     assert kept == general
     assert general[2][0] != general[1][0] and general[4][0] != general[3][0]
+    if transpose == "HWC":  # and the Python-integer reference, run by run (the same draws)
+        rng = np.random.default_rng(42)
+        IH, IW, C = shape
+        x = rng.integers(-128, 128, shape)
+        W = rng.integers(-255, 256, (oc, 3, 3, C))
+        scales = [tuple(rng.integers(lo, hi, oc) for lo, hi in
+                        ((-5000, 5000), (1 << 29, 1 << 31), (36, 42))) for _ in range(2)]
+        o = out(zp=-2, rnd=0, per_channel=True)
+        for step, (mem, *_) in enumerate(kept):
+            base = (moved if step >= 4 else BUF) - SRAM + 0x4000
+            exp = ref.conv(ref.values(x, 3, 8, True), W, IH, IW, (1, 1), (1, 1), (1, 1), o,
+                           bytes(2048), *scales[step >= 2])
+            got = ofm_from_bytes(mem[base:], (IH, IW, oc), ofmt)
+            np.testing.assert_array_equal(got, exp.astype(np.int8))
+
+
+def ofm_from_bytes(mem: bytes, shape: tuple, fmt: str) -> np.ndarray:
+    """An int8 [H, W, D] tensor stored NHWC or NHCWB16 at the start of ``mem``."""
+    H, W, D = shape
+    if fmt == "nhwc":
+        return np.frombuffer(mem[:H * W * D], np.int8).reshape(H, W, D)
+    b = np.frombuffer(mem[:H * -(-D // 16) * W * 16], np.int8).reshape(H, -(-D // 16), W, 16)
+    return b.transpose(0, 2, 1, 3).reshape(H, W, -1)[:, :, :D]
 
 
 def test_kept_dma_copies_equal_the_general_path():
@@ -1011,9 +1034,10 @@ def test_kept_elementwise_and_chained_runs_equal_the_general_path(monkeypatch):
 @pytest.mark.parametrize("case", range(12))
 def test_a_1x1_convolution_runs_as_one_row(case):
     """A 1x1, stride 1, unpadded convolution runs as one row of H*W outputs (IntConv.flat):
-    the same OFM as the per-element loop for int8 (byte kernel, int8 and int9 weights) and
-    int16 inputs, an input that is a strided view (its rows not contiguous: copied into the
-    row), more input rows and columns than the derived extent, and an accumulator input."""
+    the same OFM as the per-element loop and the Python-integer reference for int8 (byte
+    kernel, int8 and int9 weights) and int16 inputs, an input that is a strided view (its rows
+    not contiguous: copied into the row), more input rows and columns than the derived extent,
+    and a 48-bit accumulator input."""
     rng = np.random.default_rng(300 + case)
     H, W = int(rng.integers(2, 9)), int(rng.integers(1, 9))
     c, oc = int(rng.integers(1, 40)), int(rng.integers(1, 30))
@@ -1024,14 +1048,21 @@ def test_a_1x1_convolution_runs_as_one_row(case):
         x = x[:, ::-1]  # negative column strides
     wmax = 256 if case % 3 == 0 else 128
     w = rng.integers(-wmax + 1, wmax, (oc, 1, 1, c))
-    cfg = P.out_config(ofm_bits=8, ofm_signed=True, zero_point=int(rng.integers(-128, 128)),
-                       act_min=-128, act_max=127, scale=int(rng.integers(1 << 29, 1 << 31)),
-                       shift=int(rng.integers(38, 46)), round_mode=case % 2, per_channel=False,
-                       acc_bits=48 if case % 5 == 0 else 32)
+    # (a 48-bit accumulator takes a 16-bit scale, L6984-6986); shifts that keep most outputs
+    # inside int8 rather than clipped
+    acc48 = case % 5 == 0
+    wide = 8 if itype == np.int16 else 0
+    o = out(zp=int(rng.integers(-128, 128)),
+            scale=int(rng.integers(1 << 13, 1 << 15) if acc48 else rng.integers(1 << 29, 1 << 31)),
+            shift=int(rng.integers(30, 33) if acc48 else rng.integers(40, 43)) + wide,
+            rnd=case % 2, acc_bits=48 if acc48 else 32)
+    cfg = P.out_config(ofm_bits=8, ofm_signed=True, zero_point=o["zp"], act_min=-128,
+                       act_max=127, scale=o["scale"], shift=o["shift"], round_mode=o["rnd"],
+                       per_channel=False, acc_bits=o["acc_bits"])
     kw_ = dict(ifm_zp=int(rng.integers(-100, 100)) if itype == np.int8 else 0, cfg=cfg,
                ifm_bits=8 if itype == np.int8 else 16, ifm_signed=True)
-    if case % 5 == 0:
-        kw_["acc_in"] = rng.integers(-(1 << 40), 1 << 40, (H, W, oc))
+    if acc48:
+        kw_["acc_in"] = rng.integers(-(1 << (24 + wide)), 1 << (24 + wide), (H, W, oc))
     p = conv_k.plan_int_conv(x[:, :, :c], w, (H, W), (1, 1), (1, 1), (0, 0, 0, 0), kw_["ifm_zp"],
                              kw_["ifm_bits"], True, cfg, None, None, None, False, (1, 1))
     assert p is not None and p.flat == (H, W) and p.out_hw == (1, H * W)
@@ -1039,6 +1070,9 @@ def test_a_1x1_convolution_runs_as_one_row(case):
     exp = conv_k.conv2d(x[:, :, :c], w, (H, W), method="loop", **kw_)
     assert got.shape == (H, W, oc)
     np.testing.assert_array_equal(got, exp)
+    want = ref.conv(ref.values(x[:H, :W, :c], kw_["ifm_zp"], kw_["ifm_bits"], True), w, H, W,
+                    (1, 1), (1, 1), (0, 0), o, bytes(2048), acc0=kw_.get("acc_in"))
+    np.testing.assert_array_equal(got, want.astype(np.int8))  # the Python-integer reference
 
 
 def test_set_state_after_a_kept_segment_is_the_state_built_command_by_command():
