@@ -310,9 +310,23 @@ def store_views(acc: Access, values: list) -> None:
         v = np.asarray(v)
         size = view.dtype.itemsize
         if v.dtype.kind in "iu" and v.dtype.itemsize == size:
-            view[...] = v.view(view.dtype)
+            if view.ndim == 4 and v.strides[-1] == size:  # bricks: whole bricks at a time
+                np.copyto(_bricks(view), _bricks(v))
+            else:
+                view[...] = v.view(view.dtype)
         else:
             view[...] = v.astype(np.int64).astype(view.dtype)
+
+
+def _bricks(a: np.ndarray) -> np.ndarray:
+    """``a`` [..., 16] (the last axis contiguous) as [..., 1] of 16-element units. Why: numpy
+    copies an NHCWB16 box element by element in its innermost loop of 16; as units the same
+    copy is 2-4x faster (int8 48x48x48: 33 -> 5 us written, 36 -> 11 us read; 12x12x96: 7.5 ->
+    2.1 us, 5.7 -> 2.0 us)."""
+    return a.view(_UNITS[a.itemsize])
+
+
+_UNITS = {n: np.dtype(f"V{16 * n}") for n in (1, 2, 4, 8)}
 
 
 class MemoryPort(Protocol):
@@ -536,8 +550,8 @@ def _joined(vals: list, bricked: tuple, shape: tuple[int, int, int]) -> np.ndarr
     """The [H, W, C] tensor from the values of its :func:`boxes` (``bricked`` per box)."""
     if bricked == (False,):  # NHWC: the box is the tensor
         return vals[0]
-    parts = [v.transpose(0, 2, 1, 3).reshape(shape[0], shape[1], -1) if b else v
-             for b, v in zip(bricked, vals)]
+    parts = [np.ascontiguousarray(_bricks(v)[..., 0].transpose(0, 2, 1)).view(v.dtype)
+             if b else v for b, v in zip(bricked, vals)]
     return parts[0] if len(parts) == 1 else np.concatenate(parts, axis=2)
 
 
@@ -812,9 +826,10 @@ def ofm_write_layout(s: SetState, cfg: NpuConfig, shape: tuple,
 def _ofm_parts(w: _OfmWrite, value: np.ndarray) -> list[np.ndarray]:
     """The OFM ``value`` [H, W, D] as stored (reversed, transposed), one array per box of
     ``w.boxes``."""
-    if w.parts == ((value.shape[2], False),) and not w.flips and w.perm == (0, 1, 2):
+    as_is = not w.flips and w.perm == (0, 1, 2)
+    if as_is and w.parts == ((value.shape[2], False),):
         return [value]  # NHWC as it is
-    stored = np.transpose(value[w.flips], w.perm)
+    stored = value if as_is else np.transpose(value[w.flips], w.perm)
     h, wd, _ = stored.shape
     parts, c0 = [], 0
     for n, bricked in w.parts:
