@@ -232,8 +232,10 @@ class NpuInternal:
     def push(self, region: int, values: np.ndarray) -> None:
         """write_chaining_fifo of every value, in (oy, ox, oc) order (L6386-6396)."""
         buf = self.fifo.get(region)
-        rest = np.zeros(0, np.int64) if buf is None else buf[0][buf[1]:]
-        self.fifo[region] = [np.concatenate([rest, values.astype(np.int64).ravel()]), 0]
+        new = values.astype(np.int64).ravel()
+        rest = None if buf is None else buf[0][buf[1]:]
+        self.fifo[region] = [new if rest is None or not len(rest) else
+                             np.concatenate([rest, new]), 0]
 
     def pop(self, region: int, n: int) -> np.ndarray:
         """read_chaining_fifo n times (L6400-6419): assert(head >= tail)."""

@@ -232,14 +232,13 @@ def _broadcast(v, mode, shape, diag, name):
     H, W, D = shape
     if not mode & (BC_H | BC_W | BC_C) and v.shape == (H, W, D):  # nothing to broadcast or cut
         return np.ascontiguousarray(v)
-    ys = np.zeros(H, np.intp) if mode & BC_H else np.arange(H)
-    xs = np.zeros(W, np.intp) if mode & BC_W else np.arange(W)
-    cs = np.zeros(D, np.intp) if mode & BC_C else np.arange(D)
     if not _broadcast_check(v.shape, mode, shape, diag, name):
         v = fit_hw(v, max(v.shape[0], H), max(v.shape[1], W))
         if v.shape[2] < D:
             v = np.concatenate([v, np.zeros(v.shape[:2] + (D - v.shape[2],), np.int64)], axis=2)
-    return np.ascontiguousarray(v[ys][:, xs][:, :, cs])
+    # a broadcast axis reads coordinate 0, the others the OFM's extent
+    cut = v[:1 if mode & BC_H else H, :1 if mode & BC_W else W, :1 if mode & BC_C else D]
+    return np.ascontiguousarray(np.broadcast_to(cut, shape))
 
 
 def elementwise(mode, ifm, ifm2=None, ofm_shape=None, *, ifm_zp=0, ifm2_zp=0, ifm_bits=None,

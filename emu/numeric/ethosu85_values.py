@@ -91,8 +91,9 @@ def values_minus(raw, zp: int, bits: int, signed: bool) -> np.ndarray:
     v = raw.astype(np.int64)
     if not native(raw, bits, signed) and bits < 64:
         v &= (1 << bits) - 1
-        if signed:
-            v = np.where(v >= (1 << (bits - 1)), v - (1 << bits), v)
+        if signed:  # the low bits as a two's-complement number: (v ^ h) - h
+            v ^= 1 << (bits - 1)
+            zp += 1 << (bits - 1)
     v -= zp
     return v
 

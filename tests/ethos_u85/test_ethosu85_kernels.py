@@ -664,9 +664,12 @@ def test_elementwise_vs_reference(o, seed, mode, ityp, bc1, bc2):
     if bc2 == 8 and mode in eltwise_k.EW_UNARY:
         bc2 = 0
 
-    def tensor(bc):
-        s = tuple(1 if bc & bit else n for bit, n in zip((1, 2, 4), shape))
+    def tensor(bc):  # 1 or 2 along a broadcast axis: it is read at coordinate 0
+        s = tuple(int(rng.integers(1, 3)) if bc & bit else n for bit, n in zip((1, 2, 4), shape))
         return rng.integers(lo, hi + 1, s)
+
+    def first(t, bc):
+        return t[tuple(slice(0, 1) if bc & bit else slice(None) for bit in (1, 2, 4))]
 
     a, b = tensor(bc1), tensor(bc2 if bc2 != 8 else 0)
     if bits == 8:
@@ -685,11 +688,11 @@ def test_elementwise_vs_reference(o, seed, mode, ityp, bc1, bc2):
     got = eltwise_k.elementwise(mode, a, b if bc2 != 8 else None, shape, ifm_zp=zp1, ifm2_zp=zp2, ifm_bits=bits,
                         ifm_signed=signed, ifm_scale=sc1, ifm2_scale=sc2, broadcast=bc1, broadcast2=bc2,
                         scalar=scalar, cfg=cfg_of(o), lut=lut)
-    va = np.broadcast_to(R.values(a, zp1, bits, signed), shape)
+    va = np.broadcast_to(R.values(first(a, bc1), zp1, bits, signed), shape)
     if bc2 == 8:
         vb = np.full(shape, scalar - zp2, dtype=object)
     else:
-        vb = np.broadcast_to(R.values(b, zp2, bits, signed), shape)
+        vb = np.broadcast_to(R.values(first(b, bc2), zp2, bits, signed), shape)
     if mode in eltwise_k.EW_UNARY:
         vb = np.zeros(shape, dtype=object)
     if mode == eltwise_k.EW_MUL and bits in (8, 16):
