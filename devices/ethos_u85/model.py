@@ -924,17 +924,17 @@ class EthosU85(Device):
     # -- DMA (L8347-8431) ------------------------------------------------------------------------
     def _dma(self, cmd: es.Command) -> None:
         """NPU_OP_DMA_START: its parameters decoded once per command state (as an operation's),
-        its copies kept per decode and region placement when it has no index stream and no
-        LUT destination (the same views on every run), else copied through the general path."""
+        its copies kept per decode and region placement when it has no index stream (the same
+        views on every run), else copied through the general path."""
         d = ops.memo_on_state("dma", cmd, self.sets, None, self._dma_decode)
         copies = None
-        if d.idx is None and not d.dst_internal:
+        if d.idx is None:
             key, copies = ops.kept_run(self, d)
             if key is not None and copies is None:
                 try:
                     copies = tuple(self._dma_copy(d, *c) for c in self._dma_copies(d))
-                except NpuBusFault:  # the general path faults at its copy, after the ones
-                    pass             # before it
+                except (NpuBusFault, Unpredictable):  # the general path faults at its copy,
+                    pass                              # after the ones before it
                 else:
                     ops.keep_run(self, key, d, copies)
         if copies is not None:
@@ -1020,14 +1020,12 @@ class EthosU85(Device):
                 idx_p += skip1
 
     def _dma_general(self, d: "_DmaDecode") -> int:
-        """The copies of ``d`` one by one (index streams, LUT destination); the bytes moved."""
+        """The copies of ``d`` one by one (index streams, or runs not kept); the bytes moved."""
         moved = 0
         for src_off, dst_off in self._dma_copies(d):
             data = self._dma_read(d.src_r, src_off, d.length)
             if d.dst_internal:
-                require(0 <= dst_off and dst_off + d.length <= LUT_BYTES,
-                        f"LUT RAM write {dst_off:#x}+{d.length} inside {LUT_BYTES} bytes",
-                        "L6246")
+                self._lut_bounds(dst_off, d.length)
                 self.lut[dst_off:dst_off + d.length] = data
             else:
                 self._dma_write(d.dst_r, dst_off, data, d.src_r, src_off)
@@ -1035,10 +1033,20 @@ class EthosU85(Device):
         return moved
 
     def _dma_copy(self, d: "_DmaDecode", src_off: int, dst_off: int) -> tuple:
-        """(source access, destination access, overlap step) of one copy of ``d``."""
+        """(source access, destination access, overlap step) of one copy of ``d``; the LUT
+        RAM as region -1 without byte ranges (not a bus access: recording it counts nothing)."""
         src = self._dma_access(d.src_r, src_off, d.length, False)
+        if d.dst_internal:
+            self._lut_bounds(dst_off, d.length)
+            return src, ops.Access(-1, 0, 0, True, (self.lut[dst_off:dst_off + d.length],), (),
+                                   0), 0
         dst = self._dma_access(d.dst_r, dst_off, d.length, True)
         return src, dst, self._overlap(src.ranges[0][0], dst.ranges[0][0], d.length)
+
+    @staticmethod
+    def _lut_bounds(off: int, n: int) -> None:
+        require(0 <= off and off + n <= LUT_BYTES,
+                f"LUT RAM write {off:#x}+{n} inside {LUT_BYTES} bytes", "L6246")
 
     def _dma_access(self, region: int, off: int, n: int, write: bool) -> ops.Access:
         require(0 <= region < 8, "0 <= region && region < 8", "L6244" if write else "L6228")

@@ -1220,20 +1220,102 @@ def depthwise(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> OpR
 # NPU_OP_POOL (L8815-8993)
 
 
+class _PoolDecode(NamedTuple):
+    """What the commands decide about an NPU_OP_POOL (:func:`_pool_decode`)."""
+    mode: int
+    ofm: tuple               # H, W, D
+    kernel: tuple            # kh, kw
+    stride: tuple
+    pad: tuple               # top, left, bottom, right
+    ifm: Tensor | None       # None: pooling mode none
+    ifm_shape: tuple | None  # the stored extent read
+    zp: int
+    upscale: int
+    kcfg: np.ndarray
+    acc48: bool
+    acc_in: int              # ACC_FORMAT.acc_input
+    scaled: bool             # per-channel scales from the scale stream
+    result: OpResult
+    error: str | None        # an assert after the chain bookkeeping (raised there)
+
+
 def pool(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> OpResult:
+    """The operation: its decode (memoised on the commands, as NPU_OP_CONV's), then the reads,
+    the kernel and the OFM write; its run kept as a convolution's (:func:`_ConvRun`) when it
+    reads no accumulators and no scale stream and writes an OFM."""
+    d = memo_on_state("pool", cmd, s, cfg, lambda: _pool_decode(cmd, s, cfg))
+    mem.npu.add_operation_to_chain(s, d.mode != pool_k.POOL_NONE, d.acc_in == 2, False)
+    if d.error is not None:
+        raise Unpredictable(d.error)
+    key, kept = kept_run(mem, d)
+    if kept is not None:
+        return _run_kept_pool(d, kept, mem)
+    acc_in = acc_input(s, mem, d.ofm, d.acc48)
+    raw = None if d.ifm is None else read_raw(mem, d.ifm, d.ifm_shape, RD_IFM)
+    bias = scales = shifts = None
+    if d.scaled:
+        bias, scales, shifts = scale_stream(s, mem, cfg, d.ofm[2], d.acc48)
+    _finish(mem, s, cfg, _pool_values(d, raw, mem.lut, acc_in, bias, scales, shifts), d.kcfg,
+            True)
+    if key is not None and raw is not None and acc_in is None and not d.scaled \
+            and not d.kcfg[P.C_ACC_OUTPUT]:
+        ifm = _kept_read_access(mem, d.ifm, d.ifm_shape, RD_IFM)
+        ofm = _kept_write_access(mem, ofm_write_layout(s, cfg, d.ofm, True))
+        if ifm is not None and ofm is not None:
+            keep_run(mem, key, d, (ifm, ofm))
+    return d.result
+
+
+def _run_kept_pool(d: _PoolDecode, kept: tuple, mem: MemoryPort,
+                   account: bool = True) -> OpResult:
+    """The operation through its kept read and write (:func:`pool`); its asserts depend on
+    the commands only, so they passed when it was kept."""
+    ifm, ofm = kept
+    raw = _kept_read(mem, ifm, account)
+    if account:
+        _traced(mem, functools.partial(_run_kept_pool, d, kept, account=False))
+    _kept_write(mem, ofm, _pool_values(d, raw, mem.lut), account)
+    return d.result
+
+
+def _pool_values(d: _PoolDecode, raw, lut, acc_in=None, bias=None, scales=None,
+                 shifts=None) -> np.ndarray:
+    diag: list[str] = []
+    H, W, D = d.ofm
+    out = pool_k.pool2d(raw, d.mode, d.kernel, (H, W), stride=d.stride, pad=d.pad, ifm_zp=d.zp,
+                        ifm_bits=d.ifm.bits if d.ifm else 8,
+                        ifm_signed=d.ifm.signed if d.ifm else True, upscale_mode=d.upscale,
+                        cfg=d.kcfg, bias=bias, scales=scales, shifts=shifts, lut=lut,
+                        acc_in=acc_in, depth=D, diag=diag)
+    _check_diag(diag, "NPU_OP_POOL")
+    return out
+
+
+def _pool_decode(cmd: Command, s: SetState, cfg: NpuConfig) -> _PoolDecode:
+    """The prologue of NPU_OP_POOL (L8815-8993) from the commands alone: the dilation assert
+    raises (before the chain bookkeeping, as in the pseudocode), the later ones are kept as
+    the decode's error."""
     mode = cmd.fields["pooling_mode"]
-    H, W, D = ofm_shape(s)
-    kh = s.get("KERNEL_HEIGHT_M1", "height_m1") + 1
-    kw = s.get("KERNEL_WIDTH_M1", "width_m1") + 1
+    ofm = ofm_shape(s)
+    kernel = (s.get("KERNEL_HEIGHT_M1", "height_m1") + 1, s.get("KERNEL_WIDTH_M1", "width_m1") + 1)
     sy, sx, dy, dx, order, decomp = kernel_stride(s)
-    pt, pl, pb, pr = pads(s)
+    pad = pads(s)
+    acc = (s.get("ACC_FORMAT", "acc_input"), s.get("ACC_FORMAT", "acc_format") == 1)
+    require(dy == 1 and dx == 1, "dilation_y == 1 && dilation_x == 1", "L8830")
+    try:
+        return _pool_prologue(s, cfg, mode, ofm, kernel, (sy, sx, order, decomp), pad, acc)
+    except Unpredictable as e:
+        return _PoolDecode(mode, (), (), (), (), None, None, 0, 0, None, False, acc[0], False,
+                           OpResult(), str(e))
+
+
+def _pool_prologue(s: SetState, cfg: NpuConfig, mode: int, ofm: tuple, kernel: tuple,
+                   stride: tuple, pad: tuple, acc: tuple) -> _PoolDecode:
+    (H, W, D), (kh, kw), (sy, sx, order, decomp), (pt, pl, pb, pr) = ofm, kernel, stride, pad
+    ain, acc48 = acc
     ih = (H - 1) * sy + kh - (pt + pb)
     iw = (W - 1) * sx + kw - (pl + pr)
-    ain = s.get("ACC_FORMAT", "acc_input")
-    acc48 = s.get("ACC_FORMAT", "acc_format") == 1
     use_ifm = mode != pool_k.POOL_NONE
-    require(dy == 1 and dx == 1, "dilation_y == 1 && dilation_x == 1", "L8830")
-    mem.npu.add_operation_to_chain(s, use_ifm, ain == 2, False)
     if mode == pool_k.POOL_NONE:
         require(s.get("OFM_PRECISION", "activation_storage") != 2, "OFM storage != chained "
                 "(pooling none)", "L8842-8845")
@@ -1270,36 +1352,25 @@ def pool(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> OpResult
     require(mode in (pool_k.POOL_SUM, pool_k.POOL_REDUCE_SUM, pool_k.POOL_NONE) or not acc48,
             "pooling_mode in {sum, reduce_sum, none} || acc_format == i32", "L8880")
     kcfg = out_config(s, accumulator_path=True)
-    acc_in = acc_input(s, mem, (H, W, D), acc48)
-    raw = None
-    zp = 0
+    shape = None
     if use_ifm:
-        if mode == pool_k.POOL_REDUCE_SUM:
-            shape = (H, W, s.get("IFM_DEPTH_M1", "depth_m1") + 1)
-        else:
-            shape = _ifm_extent(up, ih, iw) + (D,)
-        raw = read_raw(mem, ifm, shape, RD_IFM)
-        zp = s.get("IFM_ZERO_POINT", "zero_point")
-    bias = scales = shifts = None
-    if not kcfg[P.C_ACC_OUTPUT] and kcfg[P.C_SCALE_MODE] == 0:
-        bias, scales, shifts = scale_stream(s, mem, cfg, D, acc48)
-    diag: list[str] = []
-    out = pool_k.pool2d(raw, mode, (kh, kw), (H, W), stride=(sy, sx), pad=(pt, pl, pb, pr),
-                   ifm_zp=zp, ifm_bits=ifm.bits if ifm else 8,
-                   ifm_signed=ifm.signed if ifm else True, upscale_mode=up, cfg=kcfg, bias=bias,
-                   scales=scales, shifts=shifts, lut=mem.lut, acc_in=acc_in, depth=D, diag=diag)
-    _check_diag(diag, "NPU_OP_POOL")
-    _finish(mem, s, cfg, out, kcfg, True)
+        shape = (H, W, s.get("IFM_DEPTH_M1", "depth_m1") + 1) if mode == pool_k.POOL_REDUCE_SUM \
+            else _ifm_extent(up, ih, iw) + (D,)
     n = H * W * D
     if mode == pool_k.POOL_REDUCE_SUM:
-        macs = H * W * raw.shape[2]
+        macs = H * W * shape[2]
     elif mode == pool_k.POOL_NONE:
         macs = 0
     else:
         macs = n * kh * kw
-    return OpResult(macs=macs, elements=n,
-                    mac_cycles=-(-macs // cfg.depthwise_macs(ifm.bits if ifm else 8)),
-                    ao_cycles=ao_cycles(cfg, n, _ofm_bits(s), 64 if acc48 else 32, False, False))
+    result = OpResult(macs=macs, elements=n,
+                      mac_cycles=-(-macs // cfg.depthwise_macs(ifm.bits if ifm else 8)),
+                      ao_cycles=ao_cycles(cfg, n, _ofm_bits(s), 64 if acc48 else 32, False,
+                                          False))
+    return _PoolDecode(mode, ofm, kernel, (sy, sx), pad, ifm, shape,
+                       s.get("IFM_ZERO_POINT", "zero_point") if use_ifm else 0, up, kcfg,
+                       acc48, ain,
+                       not kcfg[P.C_ACC_OUTPUT] and kcfg[P.C_SCALE_MODE] == 0, result, None)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -920,22 +920,26 @@ def ofm_from_bytes(mem: bytes, shape: tuple, fmt: str) -> np.ndarray:
 def test_kept_dma_copies_equal_the_general_path():
     """A DMA's copies kept per decode and region placement (the same views on every run) leave
     what the general path leaves, run after run: memory, Touched, statistics (AXI byte counts
-    among them), cycles; with a destination that starts inside its source (copy_bytes repeats
-    the first bytes), and with a copy that leaves memory (the bus fault comes after the copies
-    before it, which are made)."""
+    among them), cycles, the LUT RAM; with a destination that starts inside its source
+    (copy_bytes repeats the first bytes), with the LUT RAM as the destination, with a copy that
+    leaves memory and one that leaves the LUT RAM (the fault comes after the copies before it,
+    which are made)."""
     from tests.ethos_u85.test_ethosu85_device import dma_cmds, stream
 
     good = stream(dma_cmds(16, 0, 0), dma_cmds(4, 0x20, 0x100, "d2", size0=3, strides=(8, 16)),
                   dma_cmds(2, 0x40, 0x200, "d3", size0=2, size1=2, strides=(4, -2, 32, 8)),
-                  dma_cmds(40, 0x10, 0x10), STOP)  # region 2 is region 1 + 8: an overlap
+                  dma_cmds(40, 0x10, 0x10),  # region 2 is region 1 + 8: an overlap
+                  dma_cmds(32, 0x30, 0x40, "d2", size0=2, strides=(64, 32), internal=True), STOP)
     bad = stream(dma_cmds(4, 0, 0x40, "d2", size0=3, strides=(4, 0x7FFF_0000)), STOP)
+    bad_lut = stream(dma_cmds(16, 0x50, 2032, "d2", size0=2, strides=(16, 16), internal=True),
+                     STOP)
 
     def runs(kept: bool) -> list:
         d = fresh(kept)
         d.write(BUF, bytes(range(256)) * 2)
         out = []
         for words, dst in ((good, 8), (good, 8), (good, 0x24), (good, 0x24), (bad, 8),
-                           (bad, 8)):  # region 2 moved for the third and fourth
+                           (bad, 8), (bad_lut, 8), (bad_lut, 8)):  # region 2 moved: 3rd, 4th
             Host(d).start(words, basep={1: BUF, 2: BUF + dst})
             err = None
             while not d.finished() and err is None:
@@ -945,16 +949,21 @@ def test_kept_dma_copies_equal_the_general_path():
                 except DeviceError as e:
                     err = str(e)
                 out.append((d.read(BUF, 0x400), ctx.touched.reads, ctx.touched.writes,
-                            dict(d.stats), d.cycles, err))
+                            dict(d.stats), d.cycles, d.lut.tobytes(), err))
             Host(d).boot()  # (after the fault)
         return out, len(d.kept_runs or ())
 
     general, _ = runs(False)
     kept, n = runs(True)
-    assert kept == general and n == 8  # the four good DMAs twice; the faulting one is not kept
-    assert general[-1][-1] is not None and "DMA destination" in general[-1][-1]
-    mem = general[-1][0]
-    assert mem[0x48:0x4C] == mem[0:4]  # the copy before it was made
+    assert kept == general and n == 10  # the five good DMAs twice; the faulting ones not kept
+    fault = next(u for u in general if u[-1] is not None and "DMA destination" in u[-1])
+    assert fault[0][0x48:0x4C] == fault[0][0:4]  # the copy before it was made
+    assert "LUT RAM write" in general[-1][-1]
+    mem, lut = general[-1][0], general[-1][-2]
+    assert lut[2032:2048] == mem[0x50:0x60]  # the copy before the fault was made
+    # the good stream's LUT copies (boot clears the LUT RAM after each run)
+    assert any(u[-2][0x40:0x60] == u[0][0x30:0x50] and u[-2][0x60:0x80] == u[0][0x70:0x90]
+               and any(u[-2][0x40:0x80]) for u in general)
 
 
 def chained_add(H: int, W: int, D: int) -> list:
@@ -973,7 +982,7 @@ def test_kept_elementwise_and_chained_runs_equal_the_general_path(monkeypatch):
     included (the run pops and pushes the chaining FIFO as read_raw and write_ofm do): a
     convolution into the FIFO, an add of it and a row-broadcast memory operand into an NHCWB16
     OFM with a partial brick, a multiply of that by a scalar, a 1x1x1 subtraction (the result
-    flag). Run after run, with the operands rewritten between runs and region 1 moved, memory,
+    flag), an average pool of the add's NHCWB16 OFM with padding. Run after run, with the operands rewritten between runs and region 1 moved, memory,
     Touched, statistics, cycles, PMU counters and the result flag equal the general path's,
     and every operation takes its kept run when it runs again under the same placement."""
     from accelstub.devices.ethos_u85 import ops
@@ -1002,7 +1011,10 @@ def test_kept_elementwise_and_chained_runs_equal_the_general_path(monkeypatch):
                 + [("NPU_OP_ELEMENTWISE", dict(elementwise_mode="mul"))]
                 + ifm("IFM", (1, 1, 1), 0x180) + [("NPU_SET_OP_SCALAR", dict(scalar=1))]
                 + ofm((1, 1, 1), 0xC00, out())  # a 1x1x1 OFM: its low bit is the result flag
-                + [("NPU_OP_ELEMENTWISE", dict(elementwise_mode="sub"))])
+                + [("NPU_OP_ELEMENTWISE", dict(elementwise_mode="sub"))]
+                + ifm("IFM", (H, W, D), 0x200, fmt="nhcwb16", zp=1)
+                + ofm((H, W, D), 0xE00, out(zp=2, rnd=0)) + kernel(2, 2, pad=(1, 1, 0, 0))
+                + [("NPU_OP_POOL", dict(pooling_mode="average"))])
         out_ = []
         for n in range(5):
             d.write(BUF, rng.integers(0, 256, 0x181).astype(np.uint8).tobytes())  # operands
@@ -1024,9 +1036,9 @@ def test_kept_elementwise_and_chained_runs_equal_the_general_path(monkeypatch):
     kept = runs(True)
     # the second, third and fifth run (the fourth moved region 1: other keys): the
     # convolution's IFM, the add's chained IFM and its IFM2, the multiply's IFM, the
-    # subtraction's (as the kept reads take them: chained or not, shape)
+    # subtraction's, the pool's (as the kept reads take them: chained or not, shape)
     assert used == [(False, (H, W, C)), (True, (H, W, D)), (False, (1, W, D)),
-                    (False, (H, W, D)), (False, (1, 1, 1))] * 3
+                    (False, (H, W, D)), (False, (1, 1, 1)), (False, (H, W, D))] * 3
     assert {u[-1] for u in general} == {0, 1}  # the flag changed
     assert kept == general
 
