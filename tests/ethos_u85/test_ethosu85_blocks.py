@@ -21,8 +21,8 @@ MOVED = SRAM + 0x20000
 
 def program(d, rng, weights) -> list[int]:
     """A DMA of the input, a convolution into the chaining FIFO, an add of it and a broadcast
-    row into an NHCWB16 tensor, a max pool of that (no kept run: the general path inside a
-    block), a 1x1x1 subtraction whose result flag picks the branch, a multiply the branch
+    row into an NHCWB16 tensor, a max pool of that with per-channel scales (a scale stream:
+    no kept run, the general path inside a block), a 1x1x1 subtraction whose result flag picks the branch, a multiply the branch
     skips when the flag is 1, STOP."""
     head = (dma_cmds(H * W * C, 0x800, 0x6000)  # region 1 -> region 2, then DMA_WAIT
             + ifm("IFM", (H, W, C), 0x6000, region=2)
@@ -34,7 +34,10 @@ def program(d, rng, weights) -> list[int]:
             + scale_cmds(d, rng.integers(-900, 900, D), rng.integers(1 << 29, 1 << 31, D),
                          rng.integers(36, 40, D))
             + [("NPU_OP_CONV", {})] + chained_add(H, W, D) + [("NPU_OP_KERNEL_WAIT", {})]
-            + ifm("IFM", (H, W, D), 0x200, fmt="nhcwb16", zp=1) + ofm((H, W, D), 0xA00, out())
+            + ifm("IFM", (H, W, D), 0x200, fmt="nhcwb16", zp=1)
+            + ofm((H, W, D), 0xA00, out(per_channel=True))
+            + scale_cmds(d, rng.integers(-9, 9, D), rng.integers(1 << 29, 1 << 31, D),
+                         rng.integers(30, 32, D), off=0x4800)
             + kernel(1, 1) + [("NPU_OP_POOL", dict(pooling_mode="max"))]
             + ifm("IFM", (1, 1, 1), 0x180)
             + ifm("IFM2", None, 0, storage="none", broadcast="scalar")
