@@ -22,8 +22,8 @@ MOVED = SRAM + 0x20000
 def program(d, rng, weights) -> list[int]:
     """A DMA of the input, a convolution into the chaining FIFO, an add of it and a broadcast
     row into an NHCWB16 tensor, a max pool of that with per-channel scales (a scale stream:
-    no kept run, the general path inside a block), a 1x1x1 subtraction whose result flag picks the branch, a multiply the branch
-    skips when the flag is 1, STOP."""
+    no kept run, the general path inside a block), a 1x1x1 subtraction whose result flag
+    picks the branch, a multiply the branch skips when the flag is 1, STOP."""
     head = (dma_cmds(H * W * C, 0x800, 0x6000)  # region 1 -> region 2, then DMA_WAIT
             + ifm("IFM", (H, W, C), 0x6000, region=2)
             + [("NPU_SET_IFM_DEPTH_M1", dict(depth_m1=C - 1))]

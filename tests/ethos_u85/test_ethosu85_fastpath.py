@@ -982,9 +982,10 @@ def test_kept_elementwise_and_chained_runs_equal_the_general_path(monkeypatch):
     included (the run pops and pushes the chaining FIFO as read_raw and write_ofm do): a
     convolution into the FIFO, an add of it and a row-broadcast memory operand into an NHCWB16
     OFM with a partial brick, a multiply of that by a scalar, a 1x1x1 subtraction (the result
-    flag), an average pool of the add's NHCWB16 OFM with padding. Run after run, with the operands rewritten between runs and region 1 moved, memory,
-    Touched, statistics, cycles, PMU counters and the result flag equal the general path's,
-    and every operation takes its kept run when it runs again under the same placement."""
+    flag), an average pool of the add's NHCWB16 OFM with padding. Run after run, with the
+    operands rewritten between runs and region 1 moved, memory, Touched, statistics, cycles,
+    PMU counters and the result flag equal the general path's, and every operation takes its
+    kept run when it runs again under the same placement."""
     from accelstub.devices.ethos_u85 import ops
 
     used = []
