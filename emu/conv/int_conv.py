@@ -521,9 +521,9 @@ def run_byte_launch(b: ByteLaunch, v: np.ndarray) -> np.ndarray:
 
 
 @njit(nogil=True, cache=True)
-def _depthwise_rows(x, w, out, top, left, sy, sx, dy, dx):
-    """out[y, x, c] = sum over taps inside ``x`` of x[y*sy + i*dy - top, x*sx + j*dx - left, c]
-    * w[i, j, c], modulo 2**32; per output row and tap the run of output columns that reads
+def _depthwise_rows(x, zp, w, out, top, left, sy, sx, dy, dx):
+    """out[y, x, c] = sum over taps inside ``x`` of (x[y*sy + i*dy - top, x*sx + j*dx - left, c]
+    - zp) * w[i, j, c], modulo 2**32 (``zp`` an int32); per output row and tap the run of output columns that reads
     inside the input, channels innermost (contiguous in all three arrays, so the loop
     vectorises). One thread: depthwise layers are small (MobileNet's ~0.1-1 M multiply-adds,
     below SERIAL_WORK), and a prange kernel would add seconds of compilation to the first run
@@ -548,7 +548,7 @@ def _depthwise_rows(x, w, out, top, left, sy, sx, dy, dx):
                     s = src[ox * sx + off]
                     d = o[ox]
                     for c in range(c_n):
-                        d[c] += np.int32(s[c]) * wt[c]
+                        d[c] += (np.int32(s[c]) - zp) * wt[c]
 
 
 def depthwise_sums(v: np.ndarray, w: np.ndarray, out_hw: tuple[int, int], *,
@@ -564,18 +564,23 @@ def depthwise_sums(v: np.ndarray, w: np.ndarray, out_hw: tuple[int, int], *,
     Why its own kernel: a depthwise convolution has one input channel per output channel, so
     neither GEMM layout applies; the float multiply-add pass per tap it replaces took about
     twice as long over MobileNet v2's 18 depthwise layers (1.7-2.1x with the output stage, two
-    measurements). The input is copied once as int16 with the zero point subtracted: one
-    kernel type for every input type."""
+    measurements). A byte input is read as it is (the kernel subtracts the zero point: a
+    contiguous NHCWB16 join or NHWC tensor is not copied at all); any other is copied once as
+    int16 with the zero point subtracted."""
     rows, cols = in_hw or v.shape[:2]
     rows, cols = min(rows, v.shape[0]), min(cols, v.shape[1])
     c_n = v.shape[2]
-    x = scratch("int_conv.dw_in", (rows, cols, c_n), np.int16)
-    # in int16 (numpy would subtract in int8 for int8 data): wraps modulo 2**16 only where
-    # the true difference does not fit int16, which the caller excludes
-    np.subtract(v[:rows, :cols], zero_point, out=x, dtype=np.int16, casting="unsafe")
+    if v.dtype in (np.int8, np.uint8):
+        x, zp = np.ascontiguousarray(v[:rows, :cols]), zero_point
+    else:
+        x, zp = scratch("int_conv.dw_in", (rows, cols, c_n), np.int16), 0
+        # in int16 (numpy would subtract in int8 for int8 data): wraps modulo 2**16 only where
+        # the true difference does not fit int16, which the caller excludes
+        np.subtract(v[:rows, :cols], zero_point, out=x, dtype=np.int16, casting="unsafe")
     wt = w if laid_out else depthwise_layout(w)
     out = scratch("int_conv.dw_out", (out_hw[0], out_hw[1], c_n), np.int32)
-    _depthwise_rows(x, wt, out, pad[0], pad[1], stride[0], stride[1], dilation[0], dilation[1])
+    _depthwise_rows(x, np.int32(zp), wt, out, pad[0], pad[1], stride[0], stride[1],
+                    dilation[0], dilation[1])
     return out
 
 
