@@ -564,14 +564,15 @@ def depthwise_sums(v: np.ndarray, w: np.ndarray, out_hw: tuple[int, int], *,
     Why its own kernel: a depthwise convolution has one input channel per output channel, so
     neither GEMM layout applies; the float multiply-add pass per tap it replaces took about
     twice as long over MobileNet v2's 18 depthwise layers (1.7-2.1x with the output stage, two
-    measurements). A byte input is read as it is (the kernel subtracts the zero point: a
-    contiguous NHCWB16 join or NHWC tensor is not copied at all); any other is copied once as
+    measurements). A byte input is read as it is where it is a writeable C-contiguous array
+    (the kernel subtracts the zero point: an NHCWB16 join is not copied again; a read-only
+    view is, as numba would compile another kernel type for it); any other is copied once as
     int16 with the zero point subtracted."""
     rows, cols = in_hw or v.shape[:2]
     rows, cols = min(rows, v.shape[0]), min(cols, v.shape[1])
     c_n = v.shape[2]
     if v.dtype in (np.int8, np.uint8):
-        x, zp = np.ascontiguousarray(v[:rows, :cols]), zero_point
+        x, zp = np.require(v[:rows, :cols], requirements=["C", "W"]), zero_point
     else:
         x, zp = scratch("int_conv.dw_in", (rows, cols, c_n), np.int16), 0
         # in int16 (numpy would subtract in int8 for int8 data): wraps modulo 2**16 only where
