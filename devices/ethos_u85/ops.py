@@ -1241,7 +1241,7 @@ class _PoolDecode(NamedTuple):
 
 def pool(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> OpResult:
     """The operation: its decode (memoised on the commands, as NPU_OP_CONV's), then the reads,
-    the kernel and the OFM write; its run kept as a convolution's (:func:`_ConvRun`) when it
+    the kernel and the OFM write; its run kept as a convolution's (:class:`_ConvRun`) when it
     reads no accumulators and no scale stream and writes an OFM."""
     d = memo_on_state("pool", cmd, s, cfg, lambda: _pool_decode(cmd, s, cfg))
     mem.npu.add_operation_to_chain(s, d.mode != pool_k.POOL_NONE, d.acc_in == 2, False)
@@ -1280,6 +1280,7 @@ def _run_kept_pool(d: _PoolDecode, kept: tuple, mem: MemoryPort,
 
 def _pool_values(d: _PoolDecode, raw, lut, acc_in=None, bias=None, scales=None,
                  shifts=None) -> np.ndarray:
+    """The pooling kernel on the operation's reads (both paths)."""
     diag: list[str] = []
     H, W, D = d.ofm
     out = pool_k.pool2d(raw, d.mode, d.kernel, (H, W), stride=d.stride, pad=d.pad, ifm_zp=d.zp,

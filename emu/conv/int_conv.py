@@ -523,9 +523,9 @@ def run_byte_launch(b: ByteLaunch, v: np.ndarray) -> np.ndarray:
 @njit(nogil=True, cache=True)
 def _depthwise_rows(x, zp, w, out, top, left, sy, sx, dy, dx):
     """out[y, x, c] = sum over taps inside ``x`` of (x[y*sy + i*dy - top, x*sx + j*dx - left, c]
-    - zp) * w[i, j, c], modulo 2**32 (``zp`` an int32); per output row and tap the run of output columns that reads
-    inside the input, channels innermost (contiguous in all three arrays, so the loop
-    vectorises). One thread: depthwise layers are small (MobileNet's ~0.1-1 M multiply-adds,
+    - zp) * w[i, j, c], modulo 2**32 (``zp`` an int32); per output row and tap the run of
+    output columns that reads inside the input, channels innermost (contiguous in all three
+    arrays, so the loop vectorises). One thread: depthwise layers are small (MobileNet's ~0.1-1 M multiply-adds,
     below SERIAL_WORK), and a prange kernel would add seconds of compilation to the first run
     of every program with a depthwise layer (the Ethos-U85 demo has one)."""
     rows, cols, c_n = x.shape
