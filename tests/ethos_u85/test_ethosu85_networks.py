@@ -1,7 +1,8 @@
 """Whole int8 networks (testkit/ethosu85_networks.py: ResNet-8, DS-CNN, MobileNet v1 0.25 and
 v2 0.35 at 96x96, the dense autoencoder; each with and without its softmax) compiled by Vela for
 two MAC configurations, run in the device and compared bit for bit with LiteRT's reference
-kernels (OpResolverType.BUILTIN_REF).
+kernels (OpResolverType.BUILTIN_REF); four of them also run four times on one device with new
+inputs (kept runs, then replayed blocks).
 
 Known differences (strict xfail, so a change on either side shows): LiteRT 2.3's reference
 kernels round the output rescale once (its MultiplyByQuantizedMultiplier is the single-rounding
@@ -110,3 +111,35 @@ def test_rounding_near_tie(compiled):
     double = (hi >> -e) + ((hi & mask) > (mask >> 1) + (hi < 0)) + zp
     assert abs(acc * real + zp - (-58.4985)) < 1e-3
     assert (single, double) == (-58, -59)
+
+
+#: networks run again and again on one device (kept runs, then a replayed block)
+AGAIN = ("mobilenet_v2_035", "resnet8", "ds_cnn", "mobilenet_v1_025_logits")
+
+
+@needs_vela
+@needs_litert
+@pytest.mark.parametrize("name", AGAIN)
+def test_network_runs_again_with_new_inputs(compiled, name):
+    """The same program run four times on one device with a new input each time, as a driver
+    does it (its setup, then the run to the IRQ): the first run goes through the general path
+    and keeps the operations' runs, the second records a block, the third and fourth replay it
+    (EthosU85.run_block). Every output is bit-exact with LiteRT's reference kernels for its
+    input, so the kept views, kernels and replays of real networks are checked, not only the
+    first run."""
+    from accelstub.devices import open_device
+    from accelstub.devices.ethos_u85.vela import place_vela_program, read_vela, run_vela_program
+
+    src, out = compiled(name, 256)
+    dev = open_device("ethos-u85", macs=256)
+    replays = []
+    real = dev._replay_block
+    dev._replay_block = lambda blk, halt: replays.append(len(blk.steps)) or real(blk, halt)
+    prog = read_vela(out)
+    per_run = []
+    for seed in range(4):
+        xs = sample_inputs(src.read_bytes(), seed=seed)
+        place_vela_program(dev, prog, xs)
+        assert_outputs_equal(run_vela_program(dev, prog, timeout=300), litert_reference(src, xs))
+        per_run.append(len(replays))
+    assert per_run[1] == 0 and per_run[2] > 0 and per_run[3] > per_run[2]  # replays: 3rd, 4th
