@@ -435,8 +435,8 @@ def conv_sums(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_
     acc = scratch("int_conv.acc", (w.kp * ho * p.wob,), np.int32)
     buf = scratch("int_conv.x", (p.hp * p.c2 * plane,), np.int32)
     with parallel(ho * wo * w.k * c * w.kh * w.kw):
-        _pack_input(v, zero_point, rows, pad[0], p.dst_col, v.strides[0] < v.strides[2],
-                    buf.view(np.int16).reshape(p.hp, p.c2, plane, 2))
+        _pack_input(read_only(v), zero_point, rows, pad[0], p.dst_col,
+                    v.strides[0] < v.strides[2], buf.view(np.int16).reshape(p.hp, p.c2, plane, 2))
         _conv_blocks(buf, w.words, acc, ho, p.wob, p.c2, w.kh, w.kw, w.kp // KB, stride[0],
                      p.c2 * plane, plane, p.row_off, p.col_off, hwc)
     acc = acc.reshape((ho, p.wob, w.kp) if hwc else (w.kp, ho, p.wob))
@@ -516,8 +516,18 @@ def run_byte_launch(b: ByteLaunch, v: np.ndarray) -> np.ndarray:
     acc = scratch("int_conv.acc", (math.prod(b.acc),), np.int32)
     buf = scratch("int_conv.x8", (b.buf,), np.int32)
     with parallel(b.work):
-        _vnni_conv(nhwc.view(np.int32), *b.args, buf, *b.mid, acc, *b.tail)
+        _vnni_conv(read_only(nhwc.view(np.int32)), *b.args, buf, *b.mid, acc, *b.tail)
     return acc.reshape(b.acc)
+
+
+def read_only(a: np.ndarray) -> np.ndarray:
+    """A read-only view of ``a``. Why: numba compiles a kernel once for read-only and once
+    for writeable array arguments (~1.4 s for the byte kernel); inputs read from the device's
+    memory views are read-only, copies are not, so the kernels that only read an input take it
+    read-only every time (one type)."""
+    v = a.view()
+    v.flags.writeable = False
+    return v
 
 
 @njit(nogil=True, cache=True)
@@ -525,9 +535,10 @@ def _depthwise_rows(x, zp, w, out, top, left, sy, sx, dy, dx):
     """out[y, x, c] = sum over taps inside ``x`` of (x[y*sy + i*dy - top, x*sx + j*dx - left, c]
     - zp) * w[i, j, c], modulo 2**32 (``zp`` an int32); per output row and tap the run of
     output columns that reads inside the input, channels innermost (contiguous in all three
-    arrays, so the loop vectorises). One thread: depthwise layers are small (MobileNet's ~0.1-1 M multiply-adds,
-    below SERIAL_WORK), and a prange kernel would add seconds of compilation to the first run
-    of every program with a depthwise layer (the Ethos-U85 demo has one)."""
+    arrays, so the loop vectorises). One thread: depthwise layers are small (MobileNet's
+    ~0.1-1 M multiply-adds, below SERIAL_WORK), and a prange kernel would add seconds of
+    compilation to the first run of every program with a depthwise layer (the Ethos-U85 demo
+    has one)."""
     rows, cols, c_n = x.shape
     kh, kw = w.shape[0], w.shape[1]
     ho, wo = out.shape[0], out.shape[1]
@@ -564,15 +575,14 @@ def depthwise_sums(v: np.ndarray, w: np.ndarray, out_hw: tuple[int, int], *,
     Why its own kernel: a depthwise convolution has one input channel per output channel, so
     neither GEMM layout applies; the float multiply-add pass per tap it replaces took about
     twice as long over MobileNet v2's 18 depthwise layers (1.7-2.1x with the output stage, two
-    measurements). A byte input is read as it is where it is a writeable C-contiguous array
-    (the kernel subtracts the zero point: an NHCWB16 join is not copied again; a read-only
-    view is, as numba would compile another kernel type for it); any other is copied once as
-    int16 with the zero point subtracted."""
+    measurements). A C-contiguous byte input is read as it is (the kernel subtracts the zero
+    point: an NHCWB16 join or an NHWC tensor is not copied again); any other is copied once,
+    as int16 with the zero point subtracted where it is not bytes."""
     rows, cols = in_hw or v.shape[:2]
     rows, cols = min(rows, v.shape[0]), min(cols, v.shape[1])
     c_n = v.shape[2]
     if v.dtype in (np.int8, np.uint8):
-        x, zp = np.require(v[:rows, :cols], requirements=["C", "W"]), zero_point
+        x, zp = np.ascontiguousarray(v[:rows, :cols]), zero_point
     else:
         x, zp = scratch("int_conv.dw_in", (rows, cols, c_n), np.int16), 0
         # in int16 (numpy would subtract in int8 for int8 data): wraps modulo 2**16 only where
@@ -580,7 +590,7 @@ def depthwise_sums(v: np.ndarray, w: np.ndarray, out_hw: tuple[int, int], *,
         np.subtract(v[:rows, :cols], zero_point, out=x, dtype=np.int16, casting="unsafe")
     wt = w if laid_out else depthwise_layout(w)
     out = scratch("int_conv.dw_out", (out_hw[0], out_hw[1], c_n), np.int32)
-    _depthwise_rows(x, np.int32(zp), wt, out, pad[0], pad[1], stride[0], stride[1],
+    _depthwise_rows(read_only(x), np.int32(zp), wt, out, pad[0], pad[1], stride[0], stride[1],
                     dilation[0], dilation[1])
     return out
 
