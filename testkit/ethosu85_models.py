@@ -410,6 +410,7 @@ def _small_cnn(g: Graph) -> None:
     y = g.conv(x, 8, (3, 3), (1, 1), SAME, RELU)
     y = g.pool(y, MAX_POOL_2D, (2, 2), (2, 2), VALID)
     y = g.depthwise(y, (3, 3), (1, 1), SAME, RELU)
+    y = g.binary(ADD, y, g.conv(y, 8, (1, 1), (1, 1), VALID))  # a residual add
     y = g.conv(y, 4, (1, 1), (1, 1), VALID)
     y = g.reshape(y, (1, 6 * 6 * 4))
     y = g.fully_connected(y, 10)
