@@ -575,9 +575,10 @@ def depthwise_sums(v: np.ndarray, w: np.ndarray, out_hw: tuple[int, int], *,
     Why its own kernel: a depthwise convolution has one input channel per output channel, so
     neither GEMM layout applies; the float multiply-add pass per tap it replaces took about
     twice as long over MobileNet v2's 18 depthwise layers (1.7-2.1x with the output stage, two
-    measurements). A C-contiguous byte input is read as it is (the kernel subtracts the zero
-    point: an NHCWB16 join or an NHWC tensor is not copied again); any other is copied once,
-    as int16 with the zero point subtracted where it is not bytes."""
+    measurements). A byte input is read as it is where it is C-contiguous, else copied once
+    (the kernel subtracts the zero point: an NHCWB16 join or an NHWC tensor is not copied
+    again); an input of any other type is copied once as int16 with the zero point
+    subtracted."""
     rows, cols = in_hw or v.shape[:2]
     rows, cols = min(rows, v.shape[0]), min(cols, v.shape[1])
     c_n = v.shape[2]
