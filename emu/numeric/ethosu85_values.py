@@ -88,13 +88,16 @@ def values_minus(raw, zp: int, bits: int, signed: bool) -> np.ndarray:
     """The stored integers of ``raw`` as the tensor type (bits/signed) reads them, minus the
     zero point ``zp`` as :func:`checked_zero_point` interprets it; int64."""
     raw = np.asarray(raw)
+    if bits in (8, 16, 32) and not native(raw, bits, signed):
+        raw = raw.astype(f"{'i' if signed else 'u'}{bits // 8}")  # numpy keeps the low bits
     v = raw.astype(np.int64)
-    if not native(raw, bits, signed) and bits < 64:
+    if bits not in (8, 16, 32, 64):
         v &= (1 << bits) - 1
         if signed:  # the low bits as a two's-complement number: (v ^ h) - h
             v ^= 1 << (bits - 1)
             zp += 1 << (bits - 1)
-    v -= zp
+    if zp:
+        v -= zp
     return v
 
 
