@@ -537,9 +537,10 @@ def _depthwise_pixels(x, zp, w, out, top, left, sy, sx, dy, dx):
     over the taps in a small array that stays in cache and stored once (the row-at-a-time loop
     before it loaded and stored the output row per tap: MobileNet v2's 18 depthwise layers
     0.275 -> 0.190 ms each call repeated warm, 0.251 -> 0.242 ms in place, alternating
-    inferences), channels innermost (contiguous in all three arrays, so the loop vectorises). One thread: depthwise layers are small (MobileNet's ~0.1-1 M multiply-adds,
-    below SERIAL_WORK), and a prange kernel would add seconds of compilation to the first run
-    of every program with a depthwise layer (the Ethos-U85 demo has one)."""
+    inferences), channels innermost (contiguous in all three arrays, so the loop vectorises).
+    One thread: depthwise layers are small (MobileNet's ~0.1-1 M multiply-adds, below
+    SERIAL_WORK), and a prange kernel would add seconds of compilation to the first run of every
+    program with a depthwise layer (the Ethos-U85 demo has one)."""
     rows, cols, c_n = x.shape
     kh, kw = w.shape[0], w.shape[1]
     ho, wo = out.shape[0], out.shape[1]
