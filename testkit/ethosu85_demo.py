@@ -3,10 +3,11 @@
 ``accelstub serve ethos-u85`` loads it so there is something to step, as ``serve max78000``
 has its ai8x project. The network is the project's small CNN (testkit/ethosu85_models.py:
 conv 3x3 + ReLU, max pool, depthwise 3x3 + ReLU, a residual add of a conv 1x1, conv 1x1,
-fully connected; 17 NPU operations once Vela has compiled it) under the name ``demo``. The
-residual add is there so that ``accelstub compile``, which runs the demo, compiles the
-elementwise kernels too: without it a network's first run with an add or a softmax compiled
-them (~3 s). The directory holds:
+global average pooling (MEAN), fully connected; 25 NPU operations once Vela has compiled it)
+under the name ``demo``. The residual add and the MEAN are there so that ``accelstub
+compile``, which runs the demo, compiles the elementwise kernels and the output stage of a
+32-bit OFM (Vela's MEAN) too: without them a network's first run with an add, a softmax or a
+global average pooling compiled them (~3 s). The directory holds:
 
 * ``demo.tflite``: the int8 model as the generator writes it (run it with LiteRT to compare);
 * ``demo_vela.tflite``: that model compiled by Vela 5.2.0 for ``ethos-u85-256``;

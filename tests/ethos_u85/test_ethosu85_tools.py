@@ -321,7 +321,7 @@ def test_serve_finds_the_bundled_demo():
 
 def test_bundled_demo_passes_with_its_known_answer(capsys):
     code, text, err = cli(capsys, "run", "ethos-u85", "--program", DEMO)
-    assert code == 0 and text.startswith("PASS (1 output(s), 17 operations"), (text, err)
+    assert code == 0 and text.startswith("PASS (1 output(s), 25 operations"), (text, err)
 
 
 @needs_vela
@@ -348,7 +348,7 @@ def test_serve_steps_the_bundled_demo_operation_by_operation():
     server = StubServer([dev], gdb_port=None, telnet_port=None, tcl_port=None)
     server.load_program(DEMO, log=lambda s: None)
     units = dev.units()
-    assert len(units) == 17 and dev.pc == units[0].address and not dev.finished()
+    assert len(units) == 25 and dev.pc == units[0].address and not dev.finished()
     rc = server.targets[0]
     assert rc.step(60).reason == "step" and dev.pc == units[1].address and dev.units_done == 1
     stop = rc.run(120)
