@@ -1027,6 +1027,37 @@ def _kept_write_access(mem: MemoryPort, w: _OfmWrite | None) -> tuple | None:
     return (acc, w) if acc is not None else None
 
 
+def _kept_accesses(mem: MemoryPort, s: SetState, cfg: NpuConfig, reads: list, shape: tuple,
+                   all_perms: bool) -> tuple[tuple, tuple] | None:
+    """(per read (tensor, shape, channel) or None: its :func:`_kept_read_access` or None, the
+    :func:`_kept_write_access` of the OFM of ``shape``), or None where one of them is not a
+    kept view."""
+    kept = tuple(None if r is None else _kept_read_access(mem, *r) for r in reads)
+    ofm = _kept_write_access(mem, ofm_write_layout(s, cfg, shape, all_perms))
+    if ofm is None or any((k is None) != (r is None) for k, r in zip(kept, reads)):
+        return None
+    return kept, ofm
+
+
+class _ValuesRun(NamedTuple):
+    """An operation whose OFM is a function of its tensor reads alone (ELEMENTWISE but DIV,
+    POOL without accumulators or scale stream): its reads and write kept as a convolution's
+    (:class:`_ConvRun`), and that function."""
+    reads: tuple             # per input: _kept_read_access, or None
+    ofm: tuple               # _kept_write_access
+    values: object           # values(*raw inputs, LUT) -> OFM values
+
+
+def _run_values(r: _ValuesRun, mem: MemoryPort, account: bool = True) -> bool:
+    """The operation through its kept reads, function and write; its asserts depend on the
+    commands only, so they passed when it was kept."""
+    raws = [None if a is None else _kept_read(mem, a, account) for a in r.reads]
+    if account:
+        _traced(mem, functools.partial(_run_values, r, account=False))
+    _kept_write(mem, r.ofm, r.values(*raws, mem.lut), account)
+    return True
+
+
 def _kept_read(mem: MemoryPort, r: tuple, account: bool = True) -> np.ndarray:
     """:func:`read_raw` through a kept read access (accounted unless a replay, which accounts
     the whole block at once: EthosU85.run_block)."""
@@ -1091,15 +1122,14 @@ def _kept_conv(d: _ConvDecode, s: SetState, cfg: NpuConfig, mem: MemoryPort,
     :func:`_kept_write_access`), with accumulator output, or with an empty stream."""
     if d.kcfg[P.C_ACC_OUTPUT]:
         return None
-    ifm = _kept_read_access(mem, d.ifm, d.ifm_shape, RD_IFM)
-    ofm = _kept_write_access(mem, ofm_write_layout(s, cfg, d.ofm, True))
+    acc = _kept_accesses(mem, s, cfg, [(d.ifm, d.ifm_shape, RD_IFM)], d.ofm, True)
     reads = [] if d.scales is None else [(d.scales[0], d.scales[1], d.scales[2], RD_SCALE_BIAS)]
     reads += [(d.weights[0], base, length, RD_WEIGHTS) for base, length in d.weights[1]]
-    if ifm is None or ofm is None or any(length <= 0 for _, _, length, _ in reads):
+    if acc is None or any(length <= 0 for _, _, length, _ in reads):
         return None
     streams = tuple((a, a.views[0].tobytes())
                     for a in (mem.stream_access(*r) for r in reads))
-    return _ConvRun(ifm, streams, kernel, ofm)
+    return _ConvRun(acc[0][0], streams, kernel, acc[1])
 
 
 def _run_kept_conv(d: _ConvDecode, r: _ConvRun, mem: MemoryPort, account: bool = True) -> bool:
@@ -1249,7 +1279,8 @@ def pool(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> OpResult
         raise Unpredictable(d.error)
     key, kept = kept_run(mem, d)
     if kept is not None:
-        return _run_kept_pool(d, kept, mem)
+        _run_values(kept, mem)
+        return d.result
     acc_in = acc_input(s, mem, d.ofm, d.acc48)
     raw = None if d.ifm is None else read_raw(mem, d.ifm, d.ifm_shape, RD_IFM)
     bias = scales = shifts = None
@@ -1259,22 +1290,9 @@ def pool(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> OpResult
             True)
     if key is not None and raw is not None and acc_in is None and not d.scaled \
             and not d.kcfg[P.C_ACC_OUTPUT]:
-        ifm = _kept_read_access(mem, d.ifm, d.ifm_shape, RD_IFM)
-        ofm = _kept_write_access(mem, ofm_write_layout(s, cfg, d.ofm, True))
-        if ifm is not None and ofm is not None:
-            keep_run(mem, key, d, (ifm, ofm))
-    return d.result
-
-
-def _run_kept_pool(d: _PoolDecode, kept: tuple, mem: MemoryPort,
-                   account: bool = True) -> OpResult:
-    """The operation through its kept read and write (:func:`pool`); its asserts depend on
-    the commands only, so they passed when it was kept."""
-    ifm, ofm = kept
-    raw = _kept_read(mem, ifm, account)
-    if account:
-        _traced(mem, functools.partial(_run_kept_pool, d, kept, account=False))
-    _kept_write(mem, ofm, _pool_values(d, raw, mem.lut), account)
+        acc = _kept_accesses(mem, s, cfg, [(d.ifm, d.ifm_shape, RD_IFM)], d.ofm, True)
+        if acc is not None:
+            keep_run(mem, key, d, _ValuesRun(*acc, functools.partial(_pool_values, d)))
     return d.result
 
 
@@ -1411,8 +1429,8 @@ def elementwise(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> O
     if d.error is not None:
         raise Unpredictable(d.error)
     key, kept = kept_run(mem, d)
-    if kept is not None:  # the operation's accesses kept (as a convolution's, _ConvRun)
-        _run_kept_eltwise(d, kept, mem)
+    if kept is not None:
+        _run_values(kept, mem)
         return d.result
     raws = [None if r is None else read_raw(mem, r[0], r[1], RD_IFM_STREAM) for r in d.reads]
     diag: list[str] = []
@@ -1422,26 +1440,13 @@ def elementwise(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> O
     write_ofm(mem, s, cfg, out, all_perms=False)
     # kept unless DIV, whose asserts depend on the data (every other one on the commands)
     if key is not None and d.mode != eltwise_k.EW_DIV:
-        reads = tuple(None if r is None else _kept_read_access(mem, r[0], r[1], RD_IFM_STREAM)
-                      for r in d.reads)
-        ofm = _kept_write_access(mem, ofm_write_layout(s, cfg, out.shape, False))
-        if ofm is not None and all((r is None) == (t is None) for r, t in zip(reads, d.reads)):
+        acc = _kept_accesses(mem, s, cfg, [None if r is None else (*r, RD_IFM_STREAM)
+                                           for r in d.reads], out.shape, False)
+        if acc is not None:
             plan = eltwise_k.plan_elementwise(d.mode, raws[0], raws[1], d.shape, **d.kwargs)
-            keep_run(mem, key, d, (reads, ofm, plan))
+            keep_run(mem, key, d,
+                     _ValuesRun(*acc, functools.partial(eltwise_k.run_elementwise, plan)))
     return d.result
-
-
-def _run_kept_eltwise(d: _EltwiseDecode, kept: tuple, mem: MemoryPort,
-                      account: bool = True) -> bool:
-    """The operation through its kept reads, plan (eltwise_k.plan_elementwise) and write
-    (:func:`elementwise`); its asserts depend on the commands only (DIV is never kept), so
-    they passed when it was kept."""
-    reads, ofm, plan = kept
-    raws = [None if r is None else _kept_read(mem, r, account) for r in reads]
-    if account:
-        _traced(mem, functools.partial(_run_kept_eltwise, d, kept, account=False))
-    _kept_write(mem, ofm, eltwise_k.run_elementwise(plan, raws[0], raws[1], mem.lut), account)
-    return True
 
 
 def _eltwise_decode(cmd: Command, s: SetState, cfg: NpuConfig) -> _EltwiseDecode:
