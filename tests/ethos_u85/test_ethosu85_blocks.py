@@ -62,6 +62,15 @@ def state(d, stop) -> tuple:
             npu.fifo_valid, fifos), d.cycles, d.units_done, stop.reason, stop.message)
 
 
+def device(blocks: bool) -> tuple:
+    """An Ethos-U85 device and its run control; ``blocks`` False: every run unit by unit (the
+    runs the tests compare with)."""
+    d = open_device("ethos-u85")
+    if not blocks:
+        d._blocks = None
+    return d, RunControl(d)
+
+
 def returns_of(d, method: str) -> list:
     """The list that every later call of ``d``'s ``method`` appends its return value to."""
     returned = []
@@ -75,12 +84,8 @@ def returns_of(d, method: str) -> list:
 
 
 def runs(blocks: bool) -> tuple[list, list]:
-    d = open_device("ethos-u85")
-    if not blocks:
-        d._blocks = None
-    replays = returns_of(d, "_replay_block")
-    # (each replay's list of the units it ran)
-    rc = RunControl(d)
+    d, rc = device(blocks)
+    replays = returns_of(d, "_replay_block")  # (each replay's list of the units it ran)
     rng = np.random.default_rng(4)
     weights = rng.integers(-20, 21, (D, 3, 3, C))
     words = program(d, rng, weights)
@@ -127,9 +132,7 @@ def test_blocks_equal_the_runs_unit_by_unit():
 
 def started(blocks: bool = True):
     """A device with the program placed and started, and its run control."""
-    d = open_device("ethos-u85")
-    if not blocks:
-        d._blocks = None
+    d, rc = device(blocks)
     rng = np.random.default_rng(4)
     words = program(d, rng, rng.integers(-20, 21, (D, 3, 3, C)))
     d.write(BUF, rng.integers(0, 256, 0x181).astype(np.uint8).tobytes())
@@ -139,7 +142,7 @@ def started(blocks: bool = True):
         Host(d).boot()
         Host(d).start(words, basep={1: BUF, 2: BUF2})
     start()
-    return d, RunControl(d), start
+    return d, rc, start
 
 
 def fourth_run_unit_by_unit() -> tuple:
@@ -209,11 +212,8 @@ def test_a_host_program_waiting_for_its_interrupt_takes_blocks():
     demo = Path(__file__).resolve().parents[2] / "configs" / "demo" / "ethos-u85_demo"
 
     def runs(blocks: bool) -> tuple[list, list]:
-        d = open_device("ethos-u85")
-        if not blocks:
-            d._blocks = None
+        d, rc = device(blocks)
         took = returns_of(d, "run_block")
-        rc = RunControl(d)
         out = []
         for _ in range(5):
             load_program(CommandContext(targets=[rc]), demo, ProgramOptions())
@@ -248,10 +248,7 @@ def test_host_steps_between_units_keep_their_place_with_blocks():
     polled = 4 * len(stream(dma_cmds(16, 0, 0)[:-1]))
 
     def runs(wait: str, blocks: bool) -> list:
-        d = open_device("ethos-u85")
-        if not blocks:
-            d._blocks = None
-        rc = RunControl(d)
+        d, rc = device(blocks)
         cmd = d.description.register("CMD").address
         qread = d.description.register("QREAD").address
         rng = np.random.default_rng(8)
