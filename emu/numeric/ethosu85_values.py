@@ -85,17 +85,13 @@ def read_values(raw, zero_point: int, bits: int, signed: bool, diag=None, name="
 
 
 def values_minus(raw, zp: int, bits: int, signed: bool) -> np.ndarray:
-    """The stored integers of ``raw`` as the tensor type (bits/signed) reads them, minus the
-    zero point ``zp`` as :func:`checked_zero_point` interprets it; int64."""
+    """The stored integers of ``raw`` as the tensor type (``bits`` a precision: 8, 16, 32 or
+    64; signed or not) reads them, minus the zero point ``zp`` as :func:`checked_zero_point`
+    interprets it; int64."""
     raw = np.asarray(raw)
-    if bits in (8, 16, 32) and not native(raw, bits, signed):
-        raw = raw.astype(f"{'i' if signed else 'u'}{bits // 8}")  # numpy keeps the low bits
+    if bits != 64:  # numpy's narrowing cast keeps the low bits (no copy where it is the type)
+        raw = raw.astype(f"{'i' if signed else 'u'}{bits // 8}", copy=False)
     v = raw.astype(np.int64)
-    if bits not in (8, 16, 32, 64):
-        v &= (1 << bits) - 1
-        if signed:  # the low bits as a two's-complement number: (v ^ h) - h
-            v ^= 1 << (bits - 1)
-            zp += 1 << (bits - 1)
     if zp:
         v -= zp
     return v
