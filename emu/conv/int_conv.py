@@ -591,8 +591,8 @@ def depthwise_sums(v: np.ndarray, w: np.ndarray, out_hw: tuple[int, int], *,
         np.subtract(v[:rows, :cols], zero_point, out=x, dtype=np.int16, casting="unsafe")
     wt = w if laid_out else depthwise_layout(w)
     out = scratch("int_conv.dw_out", (out_hw[0], out_hw[1], c_n), np.int32)
-    _depthwise_pixels(read_only(x), np.int32(zp), wt, out, pad[0], pad[1], stride[0], stride[1],
-                    dilation[0], dilation[1])
+    _depthwise_pixels(read_only(x), np.int32(zp), wt, out, pad[0], pad[1], stride[0],
+                      stride[1], dilation[0], dilation[1])
     return out
 
 
