@@ -678,10 +678,10 @@ class EthosU85(Device):
         the state the recording left after the last unit (registers, SET state, chain
         bookkeeping, and the statistics and cycles it added). What the commands decide does
         not depend on the data (the kept runs check the weight and scale bytes they depend
-        on), so the result is the units' one by one; a unit without a kept run (POOL, a
-        conditional branch, a kept run whose check fails) runs through the general path from
-        the state after the units before it, and the replay ends there if that unit leaves
-        other registers than recorded. A run from a new state is recorded, and stored if no
+        on), so the result is the units' one by one; a unit without a kept run (an operation
+        not kept, a conditional branch, a kept run whose check fails) runs through the general
+        path from the state after the units before it, and the replay ends there if that unit
+        leaves other registers than recorded. A run from a new state is recorded, and stored if no
         operation kept its run just then (the first run of a program keeps them, the next
         one records), it ran to the NPU's stop or to a unit that changed the interrupt lines
         (a block ends there: a host program takes the interrupt after it), and it did not
@@ -1020,33 +1020,34 @@ class EthosU85(Device):
                 idx_p += skip1
 
     def _dma_general(self, d: "_DmaDecode") -> int:
-        """The copies of ``d`` one by one (index streams, or runs not kept); the bytes moved."""
+        """The copies of ``d`` one by one (index streams, or runs not kept), each source read
+        before its destination is looked at (a destination fault comes after the read); the
+        bytes moved."""
         moved = 0
         for src_off, dst_off in self._dma_copies(d):
-            data = self._dma_read(d.src_r, src_off, d.length)
-            if d.dst_internal:
-                self._lut_bounds(dst_off, d.length)
-                self.lut[dst_off:dst_off + d.length] = data
-            else:
-                self._dma_write(d.dst_r, dst_off, data, d.src_r, src_off)
+            src = self._dma_access(d.src_r, src_off, d.length, False)
+            data = src.views[0].copy()
+            self.record(src)
+            dst, step = self._dma_dst(d, src, dst_off)
+            self._copy_bytes(dst.views[0], data, step)
+            self.record(dst)
             moved += d.length
         return moved
 
     def _dma_copy(self, d: "_DmaDecode", src_off: int, dst_off: int) -> tuple:
-        """(source access, destination access, overlap step) of one copy of ``d``; the LUT
-        RAM as region -1 without byte ranges (not a bus access: recording it counts nothing)."""
+        """(source access, destination access, overlap step) of one copy of ``d``."""
         src = self._dma_access(d.src_r, src_off, d.length, False)
-        if d.dst_internal:
-            self._lut_bounds(dst_off, d.length)
-            return src, ops.Access(-1, 0, 0, True, (self.lut[dst_off:dst_off + d.length],), (),
-                                   0), 0
-        dst = self._dma_access(d.dst_r, dst_off, d.length, True)
-        return src, dst, self._overlap(src.ranges[0][0], dst.ranges[0][0], d.length)
+        return (src, *self._dma_dst(d, src, dst_off))
 
-    @staticmethod
-    def _lut_bounds(off: int, n: int) -> None:
-        require(0 <= off and off + n <= LUT_BYTES,
-                f"LUT RAM write {off:#x}+{n} inside {LUT_BYTES} bytes", "L6246")
+    def _dma_dst(self, d: "_DmaDecode", src: ops.Access, dst_off: int) -> tuple:
+        """(destination access, overlap step) of a copy of ``d`` from ``src``: the LUT RAM as
+        region -1 without byte ranges (not a bus access: recording it counts nothing)."""
+        if d.dst_internal:
+            require(0 <= dst_off and dst_off + d.length <= LUT_BYTES,
+                    f"LUT RAM write {dst_off:#x}+{d.length} inside {LUT_BYTES} bytes", "L6246")
+            return ops.Access(-1, 0, 0, True, (self.lut[dst_off:dst_off + d.length],), (), 0), 0
+        dst = self._dma_access(d.dst_r, dst_off, d.length, True)
+        return dst, self._overlap(src.ranges[0][0], dst.ranges[0][0], d.length)
 
     def _dma_access(self, region: int, off: int, n: int, write: bool) -> ops.Access:
         require(0 <= region < 8, "0 <= region && region < 8", "L6244" if write else "L6228")
@@ -1058,13 +1059,6 @@ class EthosU85(Device):
         acc = self._dma_access(region, off, n, False)
         self.record(acc)
         return acc.views[0].copy()
-
-    def _dma_write(self, region: int, off: int, data: np.ndarray, src_region: int,
-                   src_off: int) -> None:
-        acc = self._dma_access(region, off, len(data), True)
-        src = (self.basep(src_region) + src_off) & ADDR_MASK
-        self._copy_bytes(acc.views[0], data, self._overlap(src, acc.ranges[0][0], len(data)))
-        self.record(acc)
 
     @staticmethod
     def _overlap(src: int, dst: int, n: int) -> int:
