@@ -4,7 +4,7 @@ compiled by Vela for ethos-u85-256, run through the command stream in the device
 LiteRT's optimized kernels (the interpreter's default OpResolverType) on the same model and
 input in the same run, alternating one device inference with one LiteRT inference.
 
-    python benchmarks/bench_ethosu85_mobilenet.py [--repeat N] [--macs M] [--profile]
+    python benchmarks/bench_ethosu85_mobilenet.py [--repeat N] [--macs M] [--profile] [--kernels]
 
 Timed per device inference: CMD.transition_to_running_state to the IRQ (run control's loop in
 this thread); the driver's setup before it (soft reset, payload, weights, arena cleared, input
@@ -15,12 +15,18 @@ a host program run it).
 Ratio = LiteRT time / device time (1.0: as fast as LiteRT; the goal is >= 0.5). The device's
 output is checked against LiteRT's reference kernels (BUILTIN_REF, bit-exact) and compared with
 the optimized kernels' output (which may differ by 1 LSB). --profile prints where the device's
-time goes (cProfile over a few warm inferences). Not a test: nothing here asserts a speed.
+time goes (cProfile over a few warm inferences). --kernels records every call into a numba
+kernel (accelstub.emu) that one inference with blocks makes, with copies of its arguments, and
+times those calls alone back to back: the floor that faster glue between the kernels (a
+compiled plan of the whole block) could reach with today's kernels, and the ratio LiteRT/floor
+that bounds it. Not a test: nothing here asserts a speed.
 """
 from __future__ import annotations
 
 import argparse
+import collections
 import cProfile
+import importlib
 import io
 import os
 import pstats
@@ -29,7 +35,9 @@ import tempfile
 import time
 from pathlib import Path
 
+import numba
 import numpy as np
+from numba.core.registry import CPUDispatcher
 
 from accelstub.devices import open_device
 from accelstub.devices.ethos_u85.vela import place_vela_program, read_output, read_vela
@@ -105,11 +113,67 @@ def profile(device: Device, runs: int = 5, top: int = 25) -> str:
     return out.getvalue()
 
 
+KERNEL_MODULES = ("conv.ethosu85", "conv.int_conv", "conv.vnni", "eltwise.ethosu85",
+                  "numeric.ethosu85", "pool.ethosu85", "resize.ethosu85", "weights.ethosu85")
+
+
+def record_kernels(device: Device) -> list[tuple[str, object, list, int]]:
+    """(name, kernel, copies of its arguments, numba thread count) of every call one inference
+    makes into a numba kernel from Python (module attributes wrapped for that inference)."""
+    calls: list[tuple[str, object, list, int]] = []
+
+    def copy(a: object) -> object:
+        if not isinstance(a, np.ndarray):
+            return a
+        c = a.copy()
+        c.flags.writeable = a.flags.writeable  # read-only views keep their kernel type
+        return c
+
+    def wrap(name: str, kernel: CPUDispatcher):
+        def call(*args):
+            calls.append((name, kernel, [copy(a) for a in args], numba.get_num_threads()))
+            return kernel(*args)
+        return call
+
+    patched = []
+    for mod in (importlib.import_module("accelstub.emu." + m) for m in KERNEL_MODULES):
+        for name, obj in list(vars(mod).items()):
+            if isinstance(obj, CPUDispatcher):
+                patched.append((mod, name, obj))
+                setattr(mod, name, wrap(name, obj))
+    try:
+        device.infer()
+    finally:
+        for mod, name, obj in patched:
+            setattr(mod, name, obj)
+    return calls
+
+
+def time_kernels(calls: list, repeat: int) -> tuple[list[float], dict[str, float]]:
+    """Each run's time for ``calls`` back to back, and each kernel's median share."""
+    totals, per = [], collections.defaultdict(list)
+    for _ in range(repeat):
+        share = collections.Counter()
+        t_all = time.perf_counter()
+        for name, kernel, args, threads in calls:
+            if numba.get_num_threads() != threads:
+                numba.set_num_threads(threads)
+            t0 = time.perf_counter()
+            kernel(*args)
+            share[name] += time.perf_counter() - t0
+        totals.append(time.perf_counter() - t_all)
+        for name, t in share.items():
+            per[name].append(t)
+    return totals, {name: float(np.median(ts)) for name, ts in per.items()}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--macs", type=int, default=256)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--kernels", action="store_true",
+                    help="also time the numba kernels alone (the floor of faster glue)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         src, out = compile_network(Path(tmp), args.macs)
@@ -147,6 +211,16 @@ def main() -> int:
                   f"{int(np.count_nonzero(got.astype(int) != fast.astype(int)))}/{got.size} "
                   f"elements")
         print(f"  (first device run incl. JIT/cache load {first * 1e3:.0f} ms)")
+        if args.kernels:
+            calls = record_kernels(device)
+            totals, per = time_kernels(calls, args.repeat)
+            k, kb = float(np.median(totals)), min(totals)
+            print(f"  kernels alone: {len(calls)} calls, {k * 1e3:.2f} ms median, best "
+                  f"{kb * 1e3:.2f} ms ({k / float(np.median(t_dev)):.0%} of the blocks run); "
+                  f"ratio LiteRT/kernels {l / k:.3f} (medians), {lb / kb:.3f} (best of each)")
+            for name, t in sorted(per.items(), key=lambda kv: -kv[1]):
+                n = sum(c[0] == name for c in calls)
+                print(f"    {name:20s} {n:3d} calls {t * 1e3:6.3f} ms")
         if args.profile:
             print(profile(device))
     return 0
