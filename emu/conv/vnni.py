@@ -138,6 +138,34 @@ def zdot(typingctx, acc, x, arr, idx):
     return i32x16(acc, x, arr, idx), codegen
 
 
+@intrinsic
+def zbroadcast(typingctx, s):
+    """The integer ``s``, as an int32 (truncated), in every lane."""
+    if not isinstance(s, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        v = args[0]
+        if v.type.width != 32:
+            v = builder.trunc(v, _I32) if v.type.width > 32 else builder.sext(v, _I32)
+        return _splat(builder, v)
+    return i32x16(s), codegen
+
+
+@intrinsic
+def zdotv(typingctx, acc, u, s):
+    """acc + per lane the sum over bytes b of u8(u, b) * s8(s, b) (``vpdpbusd`` of two
+    registers; wraps modulo 2**32)."""
+    if not (acc == i32x16 and u == i32x16 and s == i32x16):
+        return None
+
+    def codegen(context, builder, signature, args):
+        fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_V16, [_V16] * 3),
+                                            _DPBUSD)
+        return builder.call(fn, list(args))
+    return i32x16(acc, u, s), codegen
+
+
 _V8 = ir.VectorType(_I32, 8)
 
 

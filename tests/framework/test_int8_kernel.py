@@ -87,6 +87,54 @@ def test_byte_kernel_matches_reference_for_random_geometries(data):
         np.testing.assert_array_equal(old, want)
 
 
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_pointwise_kernel_matches_reference(data):
+    """1x1, stride 1, no padding, channels-last sums: the pointwise kernel (_pointwise8), for
+    pixel counts around its blocks of 4 and output channels around its registers of 16."""
+    d = data.draw
+    c, k = d(st.integers(1, 70)), d(st.integers(1, 70))
+    h, wd = d(st.integers(1, 6)), d(st.integers(1, 11))
+    rng = np.random.default_rng(d(st.integers(0, 2**32 - 1)))
+    dtype = d(st.sampled_from([np.int8, np.uint8]))
+    info = np.iinfo(dtype)
+    zp = d(st.integers(int(info.min), int(info.max)))
+    nhwc = rng.integers(info.min, info.max + 1, (h, wd, c)).astype(dtype)
+    v = nhwc.transpose(2, 0, 1) if d(st.booleans()) else np.ascontiguousarray(
+        nhwc.transpose(2, 0, 1))                      # NHWC words as they are, or a copy
+    if d(st.booleans()):
+        v[...] = d(st.sampled_from([int(info.min), int(info.max)]))
+    w = rng.integers(-128, 128, (k, 1, 1, c))
+    if d(st.booleans()):
+        w[...] = d(st.sampled_from([-128, 127]))
+    in_hw = d(st.sampled_from([None, (h, wd), (h + 2, wd + 1)]))
+    pw = IC.pack_weights(w)
+    launch = IC.byte_launch(v, pw, (h, wd), zero_point=zp, in_hw=in_hw, pad=(0, 0),
+                            stride=(1, 1), dilation=(1, 1), hwc=True)
+    assert isinstance(launch, IC.PointwiseLaunch)
+    got = IC.conv_sums(v, pw, (h, wd), zero_point=zp, in_hw=in_hw, hwc=True, kernel="int8")
+    want = wrap32(reference(v, w, zp, (h, wd), (h, wd), (0, 0), (1, 1), (1, 1)))
+    np.testing.assert_array_equal(got, want.transpose(1, 2, 0))
+
+
+def test_pointwise_kernel_only_where_each_output_reads_its_own_pixel():
+    v = np.zeros((8, 4, 5), np.int8)
+    pw, p3 = IC.pack_weights(np.ones((3, 1, 1, 8))), IC.pack_weights(np.ones((3, 3, 3, 8)))
+    geometry = dict(zero_point=0, in_hw=None, pad=(0, 0), stride=(1, 1), dilation=(1, 1))
+
+    def launch(w, out_hw=(4, 5), hwc=True, **kw):
+        return type(IC.byte_launch(v, w, out_hw, hwc=hwc, **(geometry | kw))).__name__
+
+    assert launch(pw) == "PointwiseLaunch"
+    assert launch(pw, hwc=False) == "ByteLaunch"              # sums [K, H, W]
+    assert launch(pw, (2, 3), stride=(2, 2)) == "ByteLaunch"
+    assert launch(pw, (6, 7), pad=(1, 1)) == "ByteLaunch"
+    assert launch(pw, in_hw=(3, 5)) == "ByteLaunch"           # rows past in_hw read 0
+    assert launch(pw, (3, 5)) == "ByteLaunch"                 # fewer outputs than pixels
+    assert launch(p3, (2, 3)) == "ByteLaunch"
+    assert p3.columns is None
+
+
 @pytest.mark.parametrize("dtype, value, zp, weight, channels", [
     (np.uint8, 255, 0, -128, 512),      # 9 * 512 * -32640: -1.5e8, far past 2**24
     (np.int8, -128, 127, -128, 512),    # (-255) * (-128) per product: +1.5e8
@@ -103,6 +151,30 @@ def test_sums_past_float32_and_int32(dtype, value, zp, weight, channels):
     centre = (value - zp) * weight * 9 * channels
     assert got[0, 2, 2] == wrap32(np.array([centre]))[0]
     assert abs(centre) >= 2**24
+    w1 = np.full((17, 1, 1, channels), weight)  # the pointwise kernel: 2**24 < |sum| < 2**31
+    got = IC.conv_sums(v, IC.pack_weights(w1), (5, 5), zero_point=zp, hwc=True, kernel="int8")
+    want = wrap32(reference(v, w1, zp, (5, 5), (5, 5), (0, 0), (1, 1), (1, 1)))
+    np.testing.assert_array_equal(got, want.transpose(1, 2, 0))
+
+
+def test_pointwise_sums_wrap_modulo_2_32():
+    """Accumulators that start near +-2**31 (as -(zero point + 128) x sum(w) does for deep
+    layers) and pass it wrap as int32 lanes do."""
+    rng = np.random.default_rng(5)
+    n, q4, kv = 7, 3, 2
+    x = rng.integers(0, 256, (n, 4 * q4)).astype(np.uint8)
+    x[:2] = 255
+    w = rng.integers(-128, 128, (kv * 16, 4 * q4)).astype(np.int8)
+    w[:4] = 127
+    w[4:8] = -128
+    init = np.where(np.arange(kv * 16) % 2, 2**31 - 1000, -2**31 + 1000).astype(np.int32)
+    acc = np.empty(n * kv * 16, np.int32)
+    cols = np.ascontiguousarray(w.view(np.int32).T).reshape(-1)
+    words = IC.read_only(x.view(np.int32).reshape(-1))
+    IC._pointwise8(words, np.int32(0), cols, init, acc, n, q4, kv)
+    exact = init.astype(object) + x.astype(object) @ w.T.astype(object)
+    assert (np.abs(exact) >= 2**31).any()
+    np.testing.assert_array_equal(acc.reshape(n, kv * 16), wrap32(exact))
 
 
 def test_dispatch_runs_the_byte_kernel_only_where_it_applies(monkeypatch):
