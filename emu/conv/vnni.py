@@ -11,11 +11,14 @@ Exactness: a lane's four products sum to at most 4 * 255 * 128 < 2**17 in magnit
 into the lane wraps modulo 2**32 (``vpdpbusd``, not the saturating ``vpdpbusds``), so a kernel
 built from it computes every sum exactly modulo 2**32, whatever the number of terms.
 
-The instructions exist only where :data:`HAVE_VNNI` is true: kernels using these intrinsics must
-not be compiled (called) elsewhere (LLVM cannot select the intrinsic without the feature).
+The instructions exist only where :data:`HAVE_VNNI` is true: kernels using :func:`zdot` or
+:func:`zdotv` must not be compiled (called) elsewhere (LLVM cannot select the intrinsic without
+the feature). The others (loads, stores, splats, lane-wise arithmetic) are plain LLVM vector IR,
+lowered to whatever vectors the CPU has, so any kernel may use them.
 
-Only used with 1-D C-contiguous int32 arrays; a word holds four bytes, byte ``b`` the channel
-``4q + b`` (little endian, as ``ndarray.view(np.uint8)`` sees it).
+Only used with 1-D C-contiguous arrays (int32 words but for :func:`zload`, which also reads 8-
+and 16-bit integers); a word holds four bytes, byte ``b`` the channel ``4q + b`` (little
+endian, as ``ndarray.view(np.uint8)`` sees it).
 """
 from __future__ import annotations
 
@@ -99,14 +102,40 @@ def zsplat(typingctx, arr, idx):
 
 @intrinsic
 def zload(typingctx, arr, idx):
-    """arr[idx:idx+16] (no bounds check: callers size their arrays)."""
-    if not (_is_words(arr) and isinstance(idx, types.Integer)):
+    """arr[idx:idx+16] (no bounds check: callers size their arrays); 8- and 16-bit integers
+    extended to int32 as their type says (sign or zero)."""
+    if not (isinstance(arr, types.Array) and arr.ndim == 1 and arr.layout == "C"
+            and isinstance(arr.dtype, types.Integer) and arr.dtype.bitwidth in (8, 16, 32)
+            and isinstance(idx, types.Integer)):
         return None
+    bits, signed = arr.dtype.bitwidth, arr.dtype.signed
 
     def codegen(context, builder, signature, args):
         p = _address(context, builder, signature.args[0], args[0], args[1])
-        return builder.load(builder.bitcast(p, _V16.as_pointer()), align=4)
+        vt = ir.VectorType(ir.IntType(bits), 16)
+        v = builder.load(builder.bitcast(p, vt.as_pointer()), align=bits // 8)
+        if bits == 32:
+            return v
+        return builder.sext(v, _V16) if signed else builder.zext(v, _V16)
     return i32x16(arr, idx), codegen
+
+
+def _lanewise(op: str, doc: str):
+    @intrinsic
+    def f(typingctx, a, b):
+        if not (a == i32x16 and b == i32x16):
+            return None
+
+        def codegen(context, builder, signature, args):
+            return getattr(builder, op)(args[0], args[1])
+        return i32x16(a, b), codegen
+    f.__doc__ = doc
+    return f
+
+
+zadd = _lanewise("add", "a + b per lane (wraps modulo 2**32).")
+zsub = _lanewise("sub", "a - b per lane (wraps modulo 2**32).")
+zmul = _lanewise("mul", "a * b per lane, the low 32 bits (wraps modulo 2**32).")
 
 
 @intrinsic

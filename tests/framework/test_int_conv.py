@@ -183,9 +183,10 @@ def wrap32(a):
 def test_depthwise_sums_match_reference_for_random_geometries(data):
     """Every input type the Ethos-U85 reads (int8, uint8, int16, and int64 from the element
     path), zero points, strides, dilations, padding, a used input smaller than the stored one,
-    strided (NHCWB16-like) views; weights up to int9 and int16."""
+    strided (NHCWB16-like) views; weights up to int9 and int16; channel counts around the
+    kernel's registers of 16 and pairs of them."""
     d = data.draw
-    c_n, h, wd = d(st.integers(1, 40)), d(st.integers(1, 10)), d(st.integers(1, 12))
+    c_n, h, wd = d(st.integers(1, 70)), d(st.integers(1, 10)), d(st.integers(1, 12))
     kh, kw = d(st.integers(1, 4)), d(st.integers(1, 4))
     stride = (d(st.integers(1, 3)), d(st.integers(1, 3)))
     dilation = (d(st.integers(1, 3)), d(st.integers(1, 3)))
@@ -215,8 +216,8 @@ def test_depthwise_sums_wrap_past_int32(value, zp, weight):
     """4000 * 32767 * 25 taps = 3.3e9: past 2**31 the sums wrap modulo 2**32 as int32
     accumulators do (the caller uses them only where it proved the sums fit, or wants the
     wrap)."""
-    v = np.full((7, 7, 3), value, np.int16)
-    w = np.full((3, 5, 5), weight)
+    v = np.full((7, 7, 51), value, np.int16)  # 51 channels: a pair of registers, one, a tail
+    w = np.full((51, 5, 5), weight)
     got = IC.depthwise_sums(v, w, (7, 7), zero_point=zp, pad=(2, 2))
     centre = (value - zp) * weight * 25
     assert abs(centre) >= 2**31
