@@ -113,7 +113,7 @@ def profile(device: Device, runs: int = 5, top: int = 25) -> str:
     return out.getvalue()
 
 
-KERNEL_MODULES = ("conv.ethosu85", "conv.int_conv", "conv.vnni", "eltwise.ethosu85",
+KERNEL_MODULES = ("conv.ethosu85", "conv.int_conv", "eltwise.ethosu85",
                   "numeric.ethosu85", "pool.ethosu85", "resize.ethosu85", "weights.ethosu85")
 
 
