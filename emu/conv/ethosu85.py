@@ -299,7 +299,7 @@ class IntConv(NamedTuple):
     cfg: np.ndarray
     terms: tuple               # _stage_terms
     dtype: np.dtype            # the OFM's integer type
-    launches: dict             # per input layout: its IC.ByteLaunch, or None (run_int_conv)
+    launches: dict             # IC.conv_sums' byte-kernel calls kept for this layer
     flat: tuple | None = None  # (H, W) of a 1x1, stride 1, unpadded convolution run as one
     #                            row of H*W (out_hw, in_hw and the masks are that row's): the
     #                            kernel computes blocks of 16 columns, so a 6x6 or 3x3 layer
@@ -366,19 +366,10 @@ def run_int_conv(p: IntConv, v: np.ndarray, acc_in: np.ndarray | None = None,
     if p.depthwise:
         tot = IC.depthwise_sums(v, p.weights, (H, W), zero_point=p.zero_point, in_hw=p.in_hw,
                                 pad=p.pad, stride=p.stride, dilation=p.dilation, laid_out=True)
-    else:  # conv_sums(..., hwc=True, padded=True), its byte-kernel call kept per layout
-        chw = v.transpose(2, 0, 1)
-        key = (v.dtype.str, v.shape, v.strides)
-        launch = p.launches.get(key, False)
-        if launch is False:
-            if len(p.launches) >= 8:
-                p.launches.clear()
-            launch = p.launches[key] = IC.byte_launch(
-                chw, p.weights, (H, W), zero_point=p.zero_point, in_hw=p.in_hw, pad=p.pad,
-                stride=p.stride, dilation=p.dilation, hwc=True)
-        tot = IC.run_byte_launch(launch, chw) if launch is not None else IC.conv_sums(
-            chw, p.weights, (H, W), zero_point=p.zero_point, in_hw=p.in_hw, pad=p.pad,
-            stride=p.stride, dilation=p.dilation, hwc=True, padded=True)
+    else:
+        tot = IC.conv_sums(v.transpose(2, 0, 1), p.weights, (H, W), zero_point=p.zero_point,
+                           in_hw=p.in_hw, pad=p.pad, stride=p.stride, dilation=p.dilation,
+                           hwc=True, padded=True, launches=p.launches)
     if p.flat is not None and acc_in is not None:
         acc_in = np.reshape(acc_in, (1, H * W, -1))
     out = _output_stage(tot, acc_in, p.rows, p.cols, p.cfg, p.terms, lut,

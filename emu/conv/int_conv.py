@@ -494,7 +494,8 @@ def byte_offset(dtype, zero_point: int) -> int | None:
 def conv_sums(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_point: int = 0,
               in_hw: tuple[int, int] | None = None, pad: tuple[int, int] = (0, 0),
               stride: tuple[int, int] = (1, 1), dilation: tuple[int, int] = (1, 1),
-              hwc: bool = False, padded: bool = False, kernel: str = "auto") -> np.ndarray:
+              hwc: bool = False, padded: bool = False, kernel: str = "auto",
+              launches: dict | None = None) -> np.ndarray:
     """int32 [K, Ho, Wo] (``hwc``: [Ho, Wo, K]): out[k, y, x] = sum over c, i, j of
     (v[c, y*sy + i*dy - top, x*sx + j*dx - left] - zero_point) * w[k, i, j, c], positions
     outside the input (or outside ``in_hw``, the rows and columns of ``v`` to use) reading 0.
@@ -508,13 +509,27 @@ def conv_sums(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_
     (:data:`HAVE_VNNI`), the weights fit int8 (``w.quads``) and ``v`` is int8 or uint8 with a
     zero point that :func:`byte_offset` admits; else the int16-pair kernel. "int16" always
     runs the latter, "int8" the byte kernel (ValueError where it does not apply). Both give
-    the same int32 sums (each exact modulo 2**32)."""
+    the same int32 sums (each exact modulo 2**32).
+
+    ``launches``: a dict the caller keeps for one layer (these weights and every argument
+    but ``v`` the same on each call), where the byte kernel's call is kept per input layout
+    (:func:`byte_launch`): why: a layer runs the same one on every run, and working it out
+    cost about as much as a small layer's kernel."""
     c, h, wd = v.shape
     if c != w.c:
         raise ValueError(f"input has {c} channels, weights {w.c}")
-    launch = None if kernel == "int16" else byte_launch(
-        v, w, out_hw, zero_point=zero_point, in_hw=in_hw, pad=pad, stride=stride,
-        dilation=dilation, hwc=hwc)
+    if kernel == "int16":
+        launch = None
+    else:
+        key = (v.dtype.str, v.shape, v.strides)
+        launch = False if launches is None else launches.get(key, False)
+        if launch is False:
+            launch = byte_launch(v, w, out_hw, zero_point=zero_point, in_hw=in_hw, pad=pad,
+                                 stride=stride, dilation=dilation, hwc=hwc)
+            if launches is not None:
+                if len(launches) >= 8:
+                    launches.clear()
+                launches[key] = launch
     if kernel == "int8" and launch is None:
         raise ValueError("the byte kernel does not apply (no VNNI, weights past int8, or an "
                          "input type/zero point without an unsigned byte form)")
@@ -554,8 +569,7 @@ def _sums_view(acc: np.ndarray, out_hw: tuple, k: int, hwc: bool, padded: bool) 
 
 class ByteLaunch(NamedTuple):
     """The byte kernel's call for one input layout (shape, strides, type), worked out once
-    (:func:`byte_launch`): why: a layer runs the same one on every run, and working it out
-    cost about as much as a small layer's kernel."""
+    (:func:`byte_launch`, kept in :func:`conv_sums`' ``launches``)."""
     args: tuple              # _vnni_conv's arguments after the input words, before x4
     mid: tuple               # ... between x4 and acc (quads, wsum)
     tail: tuple              # ... after acc

@@ -157,6 +157,26 @@ def test_sums_past_float32_and_int32(dtype, value, zp, weight, channels):
     np.testing.assert_array_equal(got, want.transpose(1, 2, 0))
 
 
+@pytest.mark.parametrize("kh", [1, 3])
+def test_kept_launches_follow_the_input_layout(kh):
+    """conv_sums with a ``launches`` dict kept for one layer: inputs of one shape but other
+    layouts (NHWC words, a CHW array, a view with reversed columns) and types (int8, uint8)
+    each get their own launch, and every call's sums are the reference's."""
+    rng = np.random.default_rng(9)
+    w = rng.integers(-128, 128, (20, kh, kh, 8))
+    pw, launches = IC.pack_weights(w), {}
+    pad = (kh // 2, kh // 2)
+    nhwc = rng.integers(-128, 128, (5, 7, 8)).astype(np.int8)
+    inputs = [nhwc.transpose(2, 0, 1), np.ascontiguousarray(nhwc.transpose(2, 0, 1)),
+              nhwc[:, ::-1].transpose(2, 0, 1), (nhwc.astype(np.int16) + 128).astype(
+                  np.uint8).transpose(2, 0, 1)]
+    for v in inputs * 2:
+        got = IC.conv_sums(v, pw, (5, 7), zero_point=3, pad=pad, hwc=True, launches=launches)
+        want = wrap32(reference(v, w, 3, (5, 7), (5, 7), pad, (1, 1), (1, 1)))
+        np.testing.assert_array_equal(got, want.transpose(1, 2, 0))
+    assert len(launches) == len(inputs)
+
+
 def test_pointwise_sums_wrap_modulo_2_32():
     """Accumulators that start near +-2**31 (as -(zero point + 128) x sum(w) does for deep
     layers) and pass it wrap as int32 lanes do."""
