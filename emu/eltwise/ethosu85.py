@@ -219,20 +219,21 @@ def _scalar_value(scalar: int, zero_point: int, bits: int, signed: bool, diag, n
                                                                name)
 
 
-def _broadcast_check(vshape: tuple, mode: int, shape: tuple, diag, name: str) -> bool:
+def _covers(vshape: tuple, mode: int, shape: tuple) -> bool:
     """Whether an operand of ``vshape`` covers the OFM ``shape`` on its non-broadcast axes
-    (reported to ``diag`` when not)."""
-    ok = all(n >= (1 if mode & bit else max(m, 1))
-             for n, m, bit in zip(vshape, shape, (BC_H, BC_W, BC_C)))
-    check(diag, ok, f"{name} smaller than the OFM on a non-broadcast axis")
-    return ok
+    (plan_elementwise reports it where not: UNPREDICTABLE)."""
+    return all(n >= (1 if mode & bit else max(m, 1))
+               for n, m, bit in zip(vshape, shape, (BC_H, BC_W, BC_C)))
 
 
-def _broadcast(v, mode, shape, diag, name):
+def _broadcast(v, mode, shape):
+    """The operand ``v`` as the OFM ``shape``: broadcast axes read coordinate 0, an operand
+    short of the OFM on another axis padded with zeros (what the model does where the
+    pseudocode is UNPREDICTABLE)."""
     H, W, D = shape
     if not mode & (BC_H | BC_W | BC_C) and v.shape == (H, W, D):  # nothing to broadcast or cut
         return np.ascontiguousarray(v)
-    if not _broadcast_check(v.shape, mode, shape, diag, name):
+    if not _covers(v.shape, mode, shape):
         v = fit_hw(v, max(v.shape[0], H), max(v.shape[1], W))
         if v.shape[2] < D:
             v = np.concatenate([v, np.zeros(v.shape[:2] + (D - v.shape[2],), np.int64)], axis=2)
@@ -324,7 +325,8 @@ def plan_elementwise(mode, ifm, ifm2, ofm_shape, *, ifm_zp=0, ifm2_zp=0, ifm_bit
             operands.append(int(_scalar_value(scalar, zp, b, s, diag, name)))
         else:
             zpv = checked_zero_point(zp, b, s, diag, name)
-            _broadcast_check(np.shape(t), bc, ofm_shape, diag, name)
+            check(diag, _covers(np.shape(t), bc, ofm_shape),
+                  f"{name} smaller than the OFM on a non-broadcast axis")
             operands.append((zpv, b, s, bc))
     if mode == EW_MUL:
         check(diag, bits == 8 or signed or (ifm_zp & 0xFFFF == 32768 and ifm2_zp & 0xFFFF == 32768),
@@ -349,7 +351,7 @@ def _operand_values(p: Eltwise, ifm, ifm2) -> tuple[np.ndarray, np.ndarray]:
             out.append(np.full(p.shape, o, np.int64))
         else:
             zp, bits, signed, bc = o
-            out.append(_broadcast(values_minus(t, zp, bits, signed), bc, p.shape, None, ""))
+            out.append(_broadcast(values_minus(t, zp, bits, signed), bc, p.shape))
     return out[0], out[1]
 
 
