@@ -799,9 +799,7 @@ def write_ofm(mem: MemoryPort, s: SetState, cfg: NpuConfig, value: np.ndarray,
     """write_ofm (L6618-6757) of the whole [H, W, D] OFM (values already truncated by the
     kernel): result flag, chaining FIFO, storage none, reverse, transpose, tiles. The layout is
     decoded once per command state and shape (memoised as an operation's decode)."""
-    H, W, D = value.shape
-    if H == W == D == 1:
-        mem.set_result_flag(int(value.ravel()[0]) & 1)
+    _result_flag(mem, value)
     w = ofm_write_layout(s, cfg, value.shape, all_perms)
     if w is None:  # storage none
         return
@@ -816,6 +814,12 @@ def write_ofm(mem: MemoryPort, s: SetState, cfg: NpuConfig, value: np.ndarray,
     stored = np.transpose(value[w.flips], w.perm)
     offs = addresses(t, stored.shape)
     mem.scatter(t.region, offs.ravel(), t.size, np.ascontiguousarray(stored).ravel(), WR_OFM)
+
+
+def _result_flag(mem: MemoryPort, value: np.ndarray) -> None:
+    """write_ofm's result flag: the low bit of a 1x1x1 OFM (both write paths)."""
+    if value.shape == (1, 1, 1):
+        mem.set_result_flag(int(value.ravel()[0]) & 1)
 
 
 def ofm_write_layout(s: SetState, cfg: NpuConfig, shape: tuple,
@@ -1070,8 +1074,7 @@ def _kept_read(mem: MemoryPort, r: tuple, account: bool = True) -> np.ndarray:
 
 def _kept_write(mem: MemoryPort, o: tuple, value: np.ndarray, account: bool = True) -> None:
     """:func:`write_ofm` through a kept write access."""
-    if value.shape == (1, 1, 1):
-        mem.set_result_flag(int(value.ravel()[0]) & 1)
+    _result_flag(mem, value)
     if o[0] is None:
         mem.npu.push(o[1].tensor.region, value)
         return
