@@ -291,11 +291,12 @@ def test_blocks_with_the_pmu_counting():
             out.append(state(d, stop))
         return out, [None if t is None else len(t) for t in took]
 
+    ccnt = open_device("ethos-u85").description.register("PMCCNTR_LO").key
     for reset in (True, False):
         unit_by_unit, _ = runs(False, reset)
         blocked, took = runs(True, reset)
         assert blocked == unit_by_unit, reset
-        cycles = [u[1][d_key("PMCCNTR_LO")] for u in unit_by_unit]
+        cycles = [u[1][ccnt] for u in unit_by_unit]
         if reset:
             assert len(set(cycles)) == 1 and cycles[0] > 0
             assert took[3:] == [took[3]] * 5 and took[3] > 0  # replays
@@ -303,10 +304,6 @@ def test_blocks_with_the_pmu_counting():
             assert cycles == sorted(cycles) and len(set(cycles)) == 8
             first = took.index(None)  # recordings first (the first runs keep their runs)
             assert 4 <= first < 8 and took[first:] == [None] * (8 - first)
-
-
-def d_key(name: str) -> int:
-    return open_device("ethos-u85").description.register(name).key
 
 
 def test_a_halt_in_the_middle_of_a_replay_stops_between_units():
