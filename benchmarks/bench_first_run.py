@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from machine import machine_line
+
 from accelstub.devices import DEVICES
 from accelstub.testkit.max78000_build import build, mnist_shapes_network
 
@@ -55,6 +57,7 @@ def spread(times: list[float]) -> str:
 
 def main() -> int:
     runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 5
+    print(machine_line(), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         mnist = build(MNIST, seed=1).write(Path(tmp) / MNIST.name)
         cold, compiled = Path(tmp, "cold"), Path(tmp, "compiled")

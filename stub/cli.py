@@ -67,6 +67,7 @@ def describe(desc: Description) -> str:
         out.append(f"  {'address':<10}  {'register':<28} {'reset':<10}  fields")
         for r in b.registers:
             fields = ", ".join(f"{f.name}[{f.msb}:{f.lsb}]{'' if f.access == 'rw' else ' ' + f.access}"
+                               + (f" {f.text_of(r.reset)}" if f.text else "")  # "1", not 49
                                if f.width > 1 else
                                f"{f.name}[{f.lsb}]{'' if f.access == 'rw' else ' ' + f.access}"
                                for f in sorted(r.fields, key=lambda f: -f.lsb))
@@ -243,51 +244,6 @@ def _run_program(args: argparse.Namespace) -> int:
     return outcome.code
 
 
-def _compile(devices: list[str]) -> int:
-    """``accelstub compile``: numba compiles a kernel on its first call and caches it on disk
-    (next to the installed sources, or numba's user cache when they are read-only), which
-    made a first run after install take 3-25 s. Running each bundled demo once compiles the
-    kernels the demos need; the devices run as separate processes, as many at a time as there
-    are cores (numba compiles one function at a time per process)."""
-    import os
-    import subprocess
-    import tempfile
-    import time
-
-    t0 = time.perf_counter()
-    waiting = list(devices)
-    running: dict[str, tuple[subprocess.Popen, float, object]] = {}
-    failed = 0
-    print(f"accelstub: compiling kernels for {', '.join(devices)} "
-          f"({min(len(devices), os.cpu_count() or 1)} at a time)", flush=True)
-    while waiting or running:
-        while waiting and len(running) < (os.cpu_count() or 1):
-            dev = waiting.pop(0)
-            cmd = [sys.executable, "-m", "accelstub.stub.cli", "run", dev]
-            log = tempfile.TemporaryFile("w+")  # a file, not a pipe: no child blocks on it
-            running[dev] = (subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT),
-                            time.perf_counter(), log)
-        for dev, (proc, start, log) in list(running.items()):
-            if proc.poll() is None:
-                continue
-            del running[dev]
-            log.seek(0)
-            out = log.read()
-            log.close()
-            if proc.returncode == 0:
-                print(f"accelstub: {dev}: done in {time.perf_counter() - start:.1f} s",
-                      flush=True)
-            else:
-                failed += 1
-                print(f"accelstub: {dev}: the bundled demo failed (exit {proc.returncode}):\n"
-                      f"{out.rstrip()}", file=sys.stderr, flush=True)
-        time.sleep(0.05)
-    print(f"accelstub: kernels compiled in {time.perf_counter() - t0:.1f} s"
-          + (f"; {failed} device(s) failed" if failed else " (later runs load them from the "
-             "cache)"), flush=True)
-    return 1 if failed else 0
-
-
 #: largest command stream ``accelstub disasm`` reads (Ethos-U85 command streams are kilobytes)
 MAX_DISASM_BYTES = 16 << 20
 #: largest Vela output file (model, weights and stream) ``accelstub disasm`` reads
@@ -394,6 +350,12 @@ def _list(header: str, data: bytes, path: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .install_check import install_problem
+
+    problem = install_problem()
+    if problem:
+        print(f"accelstub: error: {problem}", file=sys.stderr)
+        return 2
     ap = argparse.ArgumentParser(prog="accelstub", description="GDB stub for AI accelerator "
                                  "emulators, compatible with OpenOCD's ports and commands")
     ap.add_argument("--version", action="version", version=f"accelstub {version()}")
@@ -488,7 +450,9 @@ def _dispatch(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         unknown = [d for d in args.device if d not in DEVICES]
         if unknown:
             ap.error(f"compile: unknown device {unknown[0]!r} (choose from {', '.join(DEVICES)})")
-        return _compile(args.device or list(DEVICES))
+        from .precompile import compile_devices
+
+        return compile_devices(args.device or list(DEVICES))
     if args.cmd == "disasm":
         return _disasm(args.file)
     if args.cmd == "serve":

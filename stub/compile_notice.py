@@ -7,7 +7,13 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import TextIO
+from typing import Callable, TextIO
+
+
+def _named(e) -> tuple[str, str]:
+    """The function name and module of the kernel a numba compile event is about."""
+    func = getattr(e.data.get("dispatcher"), "py_func", None)
+    return getattr(func, "__name__", "kernel"), getattr(func, "__module__", "")
 
 
 class CompileNotice:
@@ -15,9 +21,15 @@ class CompileNotice:
 
     DELAY_S = 0.5  # below this, say nothing
 
-    def __init__(self, out: TextIO | None = None) -> None:
-        self.out = out or sys.stderr  # the stream of the moment (tests swap sys.stderr)
-        self.tty = self.out.isatty()
+    def __init__(self, out: TextIO | Callable[[str], None] | None = None,
+                 on_kernel: Callable[[str, str, str], None] | None = None) -> None:
+        #: a stream (the one of the moment: tests swap sys.stderr), or a function given each
+        #: piece of text (a gdb session's console)
+        self.out = out or sys.stderr
+        #: called with ("start" or "end", module, function) as each kernel's compilation starts
+        #: and ends (accelstub compile's progress)
+        self.on_kernel = on_kernel
+        self.tty = not callable(self.out) and self.out.isatty()
         self.names: list[str] = []
         self.t0: float | None = None
         self.total = 0.0
@@ -33,11 +45,10 @@ class CompileNotice:
 
         class _Listener(event.Listener):
             def on_start(self, e: event.Event) -> None:
-                notice._start()
+                notice._start(*_named(e))
 
             def on_end(self, e: event.Event) -> None:
-                d = e.data.get("dispatcher")
-                notice._end(getattr(getattr(d, "py_func", None), "__name__", "kernel"))
+                notice._end(*_named(e))
 
         self._listener = _Listener()
         event.register("numba:compile", self._listener)
@@ -58,23 +69,30 @@ class CompileNotice:
         """Print to the stream; a stream that has gone (closed by its owner) ends the notice
         instead of failing the compilation it reports on."""
         try:
-            print(text, end=end, file=self.out, flush=True)
+            if callable(self.out):
+                self.out(text + end)
+            else:
+                print(text, end=end, file=self.out, flush=True)
         except (ValueError, OSError):
             self.uninstall()
 
-    def _start(self) -> None:
+    def _start(self, name: str = "kernel", module: str = "") -> None:
         with self._lock:
             if self.depth == 0:
                 self.t0 = time.perf_counter()
+                if self.on_kernel is not None:
+                    self.on_kernel("start", module, name)
             self.depth += 1
 
-    def _end(self, name: str) -> None:
+    def _end(self, name: str = "kernel", module: str = "") -> None:
         with self._lock:
             self.depth -= 1
             if self.depth:
                 return  # a kernel called by the one being compiled: counted with it
             self.total += time.perf_counter() - (self.t0 or time.perf_counter())
             self.names.append(name)
+            if self.on_kernel is not None:
+                self.on_kernel("end", module, name)
             if self.tty and self.total > self.DELAY_S:
                 self.shown = True
                 self._say(f"\raccelstub: compiling kernels for the first run (cached "

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from accelstub.devices import open_device
-from accelstub.stub.server import StubServer
+from accelstub.stub.install_check import install_problem
 
-from .helpers import step
-from .max78000 import programs
+PROBLEM = install_problem()
+if PROBLEM:  # before any import that the stale folder would break
+    raise pytest.UsageError(PROBLEM)
+
+from accelstub.devices import open_device  # noqa: E402
+from accelstub.stub.server import StubServer  # noqa: E402
+
+from .helpers import step  # noqa: E402
+from .max78000 import programs  # noqa: E402
 
 
 @pytest.fixture(scope="session")

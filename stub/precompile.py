@@ -1,0 +1,131 @@
+"""``accelstub compile``: compile the kernels of every device's bundled demo before a user waits.
+
+numba compiles a kernel on its first call and caches it on disk (emu/kernel_cache.py says
+where), which made a first run after install take 3-25 s. Running each bundled demo once
+compiles the kernels the demos need. The devices run as separate processes, as many at a time
+as there are cores (numba compiles one function at a time per process). Each child reports
+each kernel it starts and finishes compiling on its output (``KERNEL_MARK start|end module
+function``), so the parent can say at least every :data:`PROGRESS_EVERY_S` seconds which device
+and which kernel family (the module under accelstub.emu) is being compiled: on a busy 2-core machine max78000's
+kernels alone took 48 s, which a silent command cannot explain.
+
+    python -m accelstub.stub.precompile DEVICE   # one child: the demo, with kernel lines
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import IO, Callable
+
+#: how often, at most, a progress line is printed while kernels compile
+PROGRESS_EVERY_S = 2.0
+#: the start of a child's line that names a kernel it finished compiling
+KERNEL_MARK = "accelstub-kernel:"
+
+
+def family(module: str) -> str:
+    """The kernel family of a module: its path under accelstub.emu (``conv.max78000``)."""
+    return module.removeprefix("accelstub.emu.")
+
+
+@dataclass
+class _Child:
+    """One device's demo run: its process, its output file and what it has reported."""
+    device: str
+    number: int  # 1-based, in the order given
+    proc: subprocess.Popen
+    log: IO[str]
+    start: float
+    read: int = 0  # bytes of the log already parsed
+    kernels: int = 0  # finished
+    now: str = ""  # the family of the kernel being compiled, if one is
+    lines: list[str] = field(default_factory=list)  # the demo's own output
+
+    def poll_log(self) -> None:
+        """Parse what the child wrote since the last look (pread: the child's file offset is
+        shared with ours, so ours must not move)."""
+        data = os.pread(self.log.fileno(), 1 << 20, self.read)
+        end = data.rfind(b"\n") + 1  # whole lines only
+        self.read += end
+        for line in data[:end].decode("utf-8", "replace").splitlines():
+            if line.startswith(KERNEL_MARK):
+                phase, module = line[len(KERNEL_MARK):].split()[:2]
+                self.now = family(module) if phase == "start" else ""
+                self.kernels += phase == "end"
+            else:
+                self.lines.append(line)
+
+
+def _kernels(n: int) -> str:
+    return f"{n} kernel" + ("" if n == 1 else "s")
+
+
+def compile_devices(devices: list[str], python: str | None = None,
+                    say: Callable[[str], None] | None = None) -> int:
+    """Run each device's demo in a child process, printing progress; 0 if all ran, else 1."""
+    say = say or (lambda s: print(s, flush=True))
+    python = python or sys.executable
+    cores = os.cpu_count() or 1
+    t0 = last_progress = time.perf_counter()
+    waiting = list(enumerate(devices, 1))
+    running: list[_Child] = []
+    failed = 0
+    say(f"accelstub: compiling kernels for {', '.join(devices)} "
+        f"({min(len(devices), cores)} at a time)")
+    while waiting or running:
+        while waiting and len(running) < cores:
+            number, dev = waiting.pop(0)
+            log = tempfile.TemporaryFile("w+")  # a file, not a pipe: no child blocks on it
+            proc = subprocess.Popen([python, "-m", "accelstub.stub.precompile", dev],
+                                    stdout=log, stderr=subprocess.STDOUT)
+            running.append(_Child(dev, number, proc, log, time.perf_counter()))
+        for child in list(running):
+            if child.proc.poll() is None:
+                continue
+            running.remove(child)
+            child.poll_log()
+            child.log.close()
+            if child.proc.returncode == 0:
+                say(f"accelstub: {child.device}: done in "
+                    f"{time.perf_counter() - child.start:.1f} s ({_kernels(child.kernels)} "
+                    "compiled)")
+            else:
+                failed += 1
+                output = "\n".join(child.lines).rstrip()
+                print(f"accelstub: {child.device}: the bundled demo failed (exit "
+                      f"{child.proc.returncode}):\n{output}", file=sys.stderr, flush=True)
+        now = time.perf_counter()
+        if running and now - last_progress >= PROGRESS_EVERY_S:
+            last_progress = now
+            parts = []
+            for child in running:
+                child.poll_log()
+                doing = f", compiling {child.now}" if child.now else ""
+                parts.append(f"{child.device} ({child.number} of {len(devices)}): "
+                             f"{_kernels(child.kernels)} compiled{doing}")
+            say(f"accelstub: {now - t0:.0f} s: " + "; ".join(parts))
+        time.sleep(0.05)
+    say(f"accelstub: kernels compiled in {time.perf_counter() - t0:.1f} s"
+        + (f"; {failed} device(s) failed" if failed else " (later runs load them from the "
+           "cache)"))
+    return 1 if failed else 0
+
+
+def _child(device: str) -> int:
+    """Run ``device``'s bundled demo, printing a KERNEL_MARK line as each kernel compiles."""
+    from .cli import main
+    from .compile_notice import CompileNotice
+
+    def report(phase: str, module: str, name: str) -> None:
+        print(f"{KERNEL_MARK} {phase} {module} {name}", file=sys.stderr, flush=True)
+
+    with CompileNotice(on_kernel=report):
+        return main(["run", device])
+
+
+if __name__ == "__main__":
+    sys.exit(_child(sys.argv[1]))
