@@ -20,6 +20,8 @@ not answered within --probe-timeout, or a batch the server did not finish within
 should have had a clean error), and the server's peak RSS (VmHWM). A crash or hang restarts the
 server and saves the batch that preceded it under --out.
 Not a test: tests/stub/test_fuzz_smoke.py runs a few thousand packets of it.
+These batches beside well-formed gdb, telnet, Tcl and TUI clients, with the server's RSS over
+time: benchmarks/soak_ports.py.
 """
 from __future__ import annotations
 
@@ -271,12 +273,16 @@ class Server:
         self.log_path = os.path.join(workdir, f"{device}.stderr")
         self.peak_kib = 0
 
+    def command(self) -> list[str]:
+        """The server's command line (every port on 127.0.0.1, chosen by the system)."""
+        return [sys.executable, "-m", "accelstub.stub.cli", "serve", self.device, "--port", "0",
+                "--telnet-port", "0", "--tcl-port", "0"]
+
     def start(self) -> None:
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self._log = open(self.log_path, "a")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "accelstub.stub.cli", "serve", self.device, "--port", "0",
-             "--telnet-port", "0", "--tcl-port", "0"], stdout=subprocess.PIPE,
+            self.command(), stdout=subprocess.PIPE,
             stderr=self._log, text=True, cwd=self.workdir, env=env)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
