@@ -145,7 +145,9 @@ class AccelApp(App[int]):
                 yield StatusView(id="status-view")
             with TabPane("Tensor", id="tensor"):
                 yield TensorView(self.target.data_address, id="tensor-view")
-        yield Footer()
+        # without the command palette's entry (^p still opens it), and with short binding names:
+        # at 80 columns every view's bindings fit (issue 25 #14: the footer was cut)
+        yield Footer(show_command_palette=False)
 
     def on_mount(self) -> None:
         self.title = f"accelstub — {self.target.desc.device}"

@@ -96,11 +96,14 @@ class ProgramView(Widget):
                               key=str(u.address))
             if units:
                 table.move_cursor(row=min(max(row, 0), len(units) - 1))
-        else:
+        else:  # the same addresses: a unit's label and summary may still be new (issue 25
+            # #14: NVDLA's armed layer kept the label "layer 0" beside a status line at layer 1)
             for u in units:
                 table.update_cell(str(u.address), "mark", self._mark(u))
+                table.update_cell(str(u.address), "label", u.label)
                 table.update_cell(str(u.address), "summary", u.summary)
         self._render_note()
+        self._render_detail()
 
     def _render_note(self) -> None:
         units = self.units or []
@@ -115,6 +118,9 @@ class ProgramView(Widget):
             Text(text, style="yellow" if note else "dim"))
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        self._render_detail()
+
+    def _render_detail(self) -> None:
         """Rows are cut at the screen's edge; the selected unit is shown whole below."""
         u = self.selected()
         self.query_one("#prog-detail", Static).update(

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -33,9 +34,31 @@ def parse_value(text: str) -> int:
         return int(t, 16)
 
 
+#: narrowest block list (prompt cells), register name column, and fields pane (cells)
+BLOCKS_MIN, NAME_MIN, FIELDS_MIN = 12, 12, 22
+
+
+def value_width(bits: int) -> int:
+    """Cells of a whole ``bits``-bit value in hex: ``0x`` and one digit per nibble."""
+    return 2 + (bits + 3) // 4
+
+
+def fit(text: str, width: int) -> str:
+    """``text`` cut to ``width`` cells with an ellipsis (whole when it fits)."""
+    return text if len(text) <= width or width <= 0 else text[:max(width - 1, 0)] + "…"
+
+
+def block_prompt(name: str, count: int, width: int | None = None) -> str:
+    """``name (count)``, in ``width`` cells when given: the name cut with an ellipsis and the
+    count kept (an OptionList wraps a long prompt into lines that look like entries of their
+    own)."""
+    tail = f" ({count})"
+    return name + tail if width is None else fit(name, max(width - len(tail), 2)) + tail
+
+
 class RegistersView(Widget):
     MAIN = "#reg-table"  # focused when the view is shown
-    BINDINGS = [Binding("e", "edit", "Edit register")]
+    BINDINGS = [Binding("e", "edit", "Edit")]
 
     def __init__(self, desc: TargetDescription, **kw: Any) -> None:
         super().__init__(**kw)
@@ -51,10 +74,15 @@ class RegistersView(Widget):
         self.changed: set[str] = set()
         self.editing: RegInfo | None = None
         self._shown: dict[str, tuple[int | None, bool]] = {}  # what each cell shows now
+        regs = [r for b in self.blocks for r in b.registers]
+        #: the value column fits the widest register's whole value (never cut: see _layout)
+        self.value_width = max((value_width(r.bits) for r in regs), default=10)
+        self.name_width = 0  # set by _layout from the terminal's width
+        self.blocks_width = 0
 
     def compose(self) -> ComposeResult:
         with Horizontal():
-            yield OptionList(*[Option(f"{b.name} ({len(b.registers)})", id=b.name)
+            yield OptionList(*[Option(block_prompt(b.name, len(b.registers)), id=b.name)
                                for b in self.blocks], id="reg-blocks")
             with Vertical(id="reg-main"):
                 yield DataTable(id="reg-table", cursor_type="row", zebra_stripes=False)
@@ -63,14 +91,52 @@ class RegistersView(Widget):
             yield Static(id="reg-fields")
 
     def on_mount(self) -> None:
-        table = self.query_one("#reg-table", DataTable)
-        table.add_column("Register", key="name", width=24)
-        table.add_column("Value", key="value", width=10)
         self.query_one("#reg-edit", Input).display = False
         if self.block is not None:
             ol = self.query_one("#reg-blocks", OptionList)
             ol.highlighted = self.blocks.index(self.block)
-        self._fill()
+        self._layout(self.app.size.width)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._layout(event.size.width)
+
+    def _layout(self, width: int) -> None:
+        """Size the block list and the table's columns for ``width`` cells (issue 25 #14).
+
+        Why: with fixed widths the table's scrollbar covered the value column's last digit
+        (0x1000100 shown for 0x10001000) and long block names wrapped into lines that looked
+        like blocks of their own. So the value column is as wide as the widest value and the
+        table always keeps room for its scrollbar (``scrollbar-gutter: stable``); what does not
+        fit is cut from the names, with an ellipsis (the fields pane shows the selected
+        register's whole name and group). Never a value."""
+        if width <= 0:
+            return
+        ol = self.query_one("#reg-blocks", OptionList)
+        table = self.query_one("#reg-table", DataTable)
+        prompts = max((len(block_prompt(b.name, len(b.registers))) for b in self.blocks),
+                      default=8)
+        inner = min(prompts, max(BLOCKS_MIN, width // 6))
+        # the list's border, padding and (stable) scrollbar gutter around the prompts
+        blocks_width = inner + ol.styles.gutter.width + ol.styles.scrollbar_size_vertical
+        # two columns with cell padding on both sides, and the (stable) scrollbar gutter
+        fixed = self.value_width + 4 * table.cell_padding + table.styles.scrollbar_size_vertical
+        longest = max((len(r.name) for b in self.blocks for r in b.registers), default=8)
+        name_width = max(NAME_MIN, min(longest, width - blocks_width - fixed - FIELDS_MIN))
+        if blocks_width != self.blocks_width:
+            self.blocks_width = blocks_width
+            ol.styles.width = blocks_width
+            for b in self.blocks:
+                ol.replace_option_prompt(b.name, block_prompt(b.name, len(b.registers), inner))
+        if name_width != self.name_width:
+            self.name_width = name_width
+            self.query_one("#reg-main").styles.width = name_width + fixed
+            row = table.cursor_row
+            table.clear(columns=True)
+            table.add_column("Register", key="name", width=name_width)
+            table.add_column("Value", key="value", width=self.value_width)
+            self._fill()
+            if self.block is not None and 0 < row < len(self.block.registers):
+                table.move_cursor(row=row)
 
     # -- table contents --------------------------------------------------------------------
     def _fill(self) -> None:
@@ -80,7 +146,7 @@ class RegistersView(Widget):
         if self.block is None:
             return
         for r in self.block.registers:
-            table.add_row(r.name, self._cell(r.name), key=r.name)
+            table.add_row(fit(r.name, self.name_width), self._cell(r.name), key=r.name)
             if r.name in self.values:
                 self._shown[r.name] = (self.values[r.name], r.name in self.changed)
         self._show_fields()
@@ -89,7 +155,9 @@ class RegistersView(Widget):
         v = self.values.get(name)
         if v is None:
             return Text("—" if name in self.values else "", style="dim")
-        return Text(f"{v:#010x}", style=CHANGED if name in self.changed else "")
+        reg = self.desc.register(name)
+        digits = value_width(reg.bits if reg else 32) - 2
+        return Text(f"0x{v:0{digits}x}", style=CHANGED if name in self.changed else "")
 
     def current_register(self) -> RegInfo | None:
         if self.block is None or not self.block.registers:

@@ -155,15 +155,17 @@ class Unit:
     summary: str
 
 
-_UNIT_RE = re.compile(r"^\s*0x([0-9a-fA-F]{1,16})\s+([^:]+):\s?(.*)$")
+_UNIT_RE = re.compile(r"^\s*(?:=>\s*)?0x([0-9a-fA-F]{1,16})\s+([^:]+):\s?(.*)$")
 
 
 def parse_units(text: str) -> list[Unit]:
-    """``monitor units`` output: one ``0x%08x <label>: <summary>`` line per unit."""
+    """``monitor units`` output: one ``0x%08x <label>: <summary>`` line per unit, the one at
+    pc marked ``=>`` (the view marks pc itself, from the status), then the end address
+    (label ``end``: not a unit; the view says when pc is past the last unit)."""
     out = []
     for line in text.splitlines():
         m = _UNIT_RE.match(line)
-        if m:
+        if m and m.group(2).strip() != "end":
             out.append(Unit(int(m.group(1), 16), m.group(2).strip(), m.group(3).strip()))
     return out
 

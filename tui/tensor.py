@@ -64,9 +64,9 @@ class TensorView(Widget):
     #: views follow every poll; a large view's redraw costs the emulation more than it shows)
     RUN_PERIOD = 0.25
     BINDINGS = [
-        Binding("left_square_bracket", "channel(-1)", "Prev ch"),
-        Binding("right_square_bracket", "channel(1)", "Next ch"),
-        Binding("v", "toggle_grid", "Channel/grid"),
+        Binding("left_square_bracket", "channel(-1)", "Ch-"),
+        Binding("right_square_bracket", "channel(1)", "Ch+"),
+        Binding("v", "toggle_grid", "Grid"),
     ]
 
     def __init__(self, address: int = 0x50400000, shape: tuple[int, int, int] = (4, 4, 4),

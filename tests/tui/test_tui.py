@@ -548,9 +548,9 @@ def test_tensor_view_opens_on_the_devices_data_memory():
 
 
 def test_ne16_queue_in_the_program_view_and_both_contexts_in_the_registers_view():
-    """NE16 with its demo loaded: the program view lists the queued job with its context, the
+    """NE16 with its demo loaded: the program view lists the program's job with its context, the
     registers view shows the two job contexts as registers of their own, and a step runs the
-    job (the queue empties)."""
+    job (pc goes to the end address)."""
     from accelstub.devices import open_device
     from tests.helpers import ROOT
 
@@ -558,16 +558,18 @@ def test_ne16_queue_in_the_program_view_and_both_contexts_in_the_registers_view(
         app = make_app(t)
         async with app.run_test(size=(120, 40)) as pilot:
             await started(pilot)
-            assert "(job 0 C0)" in statusline(app)
+            assert "pc 0xf0001000 (job 0)" in statusline(app)  # the program window
             view = app.query_one("#registers-view")
             await wait_for(pilot, lambda: "INFEAT_PTR_C1" in view.values, what="context 1")
             assert view.values["INFEAT_PTR_C0"] != 0 and view.values["INFEAT_PTR_C1"] == 0
             await show(pilot, "3", "program-view")
             table = app.query_one("#prog-table")
-            await wait_for(pilot, lambda: table.row_count == 1, what="the queued job")
-            assert "job 0 C0" in " ".join(str(c) for c in table.get_row_at(0))
+            await wait_for(pilot, lambda: table.row_count == 1, what="the program's job")
+            row = " ".join(str(c) for c in table.get_row_at(0))
+            assert "job 0" in row and "(ID 0, C0)" in row
             await pilot.press("s")
-            await wait_for(pilot, lambda: table.row_count == 0, what="the queue emptied")
+            await wait_for(pilot, lambda: "pc 0xf000001c" in statusline(app),
+                           what="the end address")
 
     with served(open_device("ne16"), ROOT / "configs" / "demo" / "ne16_demo") as t:
         run(go(t))
@@ -583,7 +585,7 @@ def test_nvdla_layer_in_the_program_view_and_both_groups_in_the_registers_view()
         app = make_app(t)
         async with app.run_test(size=(120, 40)) as pilot:
             await started(pilot)
-            assert "pc 0x00009038 (layer 0" in statusline(app)  # SDP_D_OP_ENABLE
+            assert "pc 0xf0001000 (layer 0" in statusline(app)  # the program window
             view = app.query_one("#registers-view")
             blocks = app.query_one("#reg-blocks")
             blocks.highlighted = [b.name for b in view.blocks].index("sdp")
@@ -592,7 +594,7 @@ def test_nvdla_layer_in_the_program_view_and_both_groups_in_the_registers_view()
             assert view.values["SDP_D_DST_BASE_ADDR_LOW_G0"] == 0x9000_0000
             await show(pilot, "3", "program-view")
             table = app.query_one("#prog-table")
-            await wait_for(pilot, lambda: table.row_count == 1, what="the armed layer")
+            await wait_for(pilot, lambda: table.row_count == 2, what="the program's layers")
             assert "conv 3x3" in " ".join(str(c) for c in table.get_row_at(0))
             await pilot.press("s")
             await wait_for(pilot, lambda: "(layer 1" in statusline(app), what="next layer")

@@ -6,6 +6,7 @@ It starts its own in-process stub with the bundled demo (halted before layer 0 a
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -71,3 +72,36 @@ def test_tui_in_tmux():
     finally:
         if alive(session):
             subprocess.run([TMUX, "kill-session", "-t", session], capture_output=True)
+
+
+@pytest.mark.slow
+def test_tui_in_tmux_at_80x24():
+    """Ethos-U85 at 80x24 in a real terminal (issue 25 #14: ``ID 0x2000700`` for 0x20007001,
+    block names wrapped into fake entries, the footer cut): every register row shows a whole
+    32-bit value, every block-list line is one ``name (count)`` entry, the footer ends with Quit."""
+    session = f"accelstub-tui-{uuid.uuid4().hex[:8]}"
+    cmd = " ".join(shlex.quote(a) for a in
+                   [sys.executable, "-m", "accelstub.tui", "--device", "ethos-u85"])
+    env = dict(os.environ, TERM="xterm-256color")
+    subprocess.run([TMUX, "new-session", "-d", "-s", session, "-x", "80", "-y", "24", cmd],
+                   check=True, env=env)
+    try:
+        screen = wait_screen(session, "halted", "QBASE_LO", "q Quit")
+        deadline = time.monotonic() + 15
+        while re.search(r"^▊.*▎ ID +0x", screen, re.M) is None:  # the first values read
+            assert time.monotonic() < deadline, screen
+            time.sleep(0.2)
+            screen = capture(session)
+        lines = screen.splitlines()
+        assert lines[-1].rstrip().endswith("q Quit"), lines[-1]
+        rows = re.findall(r"▎ (\w+) +(0x[0-9a-f]+)", screen)
+        assert len(rows) >= 10, screen
+        for name, value in rows:
+            assert len(value) == 10, f"{name} shows {value} at 80x24:\n{screen}"
+        entries = [m.strip() for m in re.findall(r"^▊ (.*?)▎", screen, re.M)]
+        entries = [e for e in entries if e]
+        assert len(entries) >= 5, screen
+        for e in entries:
+            assert re.fullmatch(r"\S+ \(\d+\)", e), f"block list line {e!r}:\n{screen}"
+    finally:
+        subprocess.run([TMUX, "kill-session", "-t", session], capture_output=True)

@@ -47,6 +47,13 @@ def regs_loaded(app) -> bool:
     return bool(v.block) and all(r.name in v.values for r in v.block.registers[:6])
 
 
+def program_listed(app) -> bool:
+    """The Program view shows the whole listing (the 4 layers, and the end row where the stub
+    lists one)."""
+    units = app.query_one("#program-view").units
+    return bool(units) and app.query_one("#prog-table").row_count == len(units)
+
+
 def test_snapshot_registers_80x24(app, snap_compare):
     assert snap_compare(app, terminal_size=(80, 24), run_before=waiting(regs_loaded))
 
@@ -62,7 +69,7 @@ def test_snapshot_memory_80x24(app, snap_compare):
 
 def test_snapshot_program_80x24(app, snap_compare):
     assert snap_compare(app, terminal_size=(80, 24), run_before=waiting(
-        lambda a: a.query_one("#prog-table").row_count == 4, "3"))
+        program_listed, "3"))
 
 
 def test_snapshot_status_80x24(app, snap_compare):
@@ -73,6 +80,46 @@ def test_snapshot_status_80x24(app, snap_compare):
 def test_snapshot_tensor_80x24(app, snap_compare):
     assert snap_compare(app, terminal_size=(80, 24), run_before=waiting(
         lambda a: a.query_one("#tensor-view").data is not None, "5"))
+
+
+@pytest.fixture(params=("max78000", "ethos-u85", "ne16", "nvdla"))
+def device_app(request):
+    """The app on a stub of each device with its bundled demo (issue 25 #14: the views at
+    80x24 on every device, not only on the MAX78000 test program)."""
+    from accelstub.devices import open_device
+    from accelstub.stub.cli import demo_program
+    from accelstub.stub.server import StubServer
+
+    server = StubServer([open_device(request.param)], gdb_port=0, telnet_port=None,
+                        tcl_port=None)
+    server.load_program(demo_program(request.param), log=lambda s: None)
+    server.start()
+    t = Target("127.0.0.1", server.gdb[0].port)
+    try:
+        yield AccelApp(t, label="snapshot", idle_period=0.1)
+    finally:
+        t.close()
+        server.stop()
+
+
+def test_snapshot_device_registers_80x24(device_app, snap_compare):
+    assert snap_compare(device_app, terminal_size=(80, 24), run_before=waiting(regs_loaded))
+
+
+def test_snapshot_device_program_80x24(device_app, snap_compare):
+    """After one step: the second unit marked, its label as in the status line."""
+    async def run_before(pilot) -> None:
+        app = pilot.app
+        await waiting(program_listed, "3")(pilot)
+        line = str(app.query_one("#statusline").render())
+        await pilot.press("s")
+        deadline = time.monotonic() + 20
+        while str(app.query_one("#statusline").render()) == line or \
+                app.query_one("#program-view").units is None:
+            assert time.monotonic() < deadline, "the step never ended"
+            await pilot.pause(0.05)
+        await pilot.pause(0.3)
+    assert snap_compare(device_app, terminal_size=(80, 24), run_before=run_before)
 
 
 def test_snapshot_help_80x24(app, snap_compare):
