@@ -173,6 +173,9 @@ class Bus:
 
     def write(self, addr: int, data: bytes) -> None:
         chunks = self._chunks(addr, len(data))  # check all before writing any
+        for a, _, r in chunks:
+            if r.kind == "rom":
+                raise BusError(a, f"{r.name} is read-only (the emulator fills it)")
         pos = 0
         for a, n, r in chunks:
             piece = bytes(data[pos:pos + n])

@@ -36,7 +36,9 @@ def user_doc(text: str) -> str:
 #: writes ignored).
 ACCESS_KINDS = ("rw", "ro", "wo", "w1c", "w1s", "rsvd")
 
-REGION_KINDS = ("registers", "ram", "weights", "bias", "tram", "pseudo")
+#: Region kinds. ``pseudo``: emulator-only registers; ``rom``: an emulator-only window the model
+#: fills (the program window of NE16 and NVDLA, DESIGN.md "pc"): readable, bus writes refused.
+REGION_KINDS = ("registers", "ram", "weights", "bias", "tram", "pseudo", "rom")
 
 
 @dataclass(frozen=True)
@@ -55,10 +57,22 @@ class Field:
     reset: int = 0
     doc: str = ""
     enums: tuple[EnumValue, ...] = ()
+    text: str = ""  # "ascii": the field holds characters (see :meth:`text_of`)
 
     @property
     def width(self) -> int:
         return self.msb - self.lsb + 1
+
+    def text_of(self, value: int) -> str | None:
+        """A ``text = "ascii"`` field's value as the characters it holds, quoted: its bytes in
+        memory (little-endian) order, the byte at ``lsb`` first, as ``x/s`` shows them, with
+        non-printable bytes as \\xNN (NVDLA's S_NVDLA_HW_VERSION holds "100" that way: major
+        0x31 = "1", minor 0x3030 = "00"). None for other fields."""
+        if self.text != "ascii":
+            return None
+        raw = self.extract(value).to_bytes(self.width // 8, "little")
+        return '"' + "".join(chr(b) if 0x20 <= b < 0x7F and b not in b'"\\' else f"\\x{b:02x}"
+                             for b in raw) + '"'
 
     @property
     def mask(self) -> int:
@@ -290,7 +304,7 @@ def _parse_field(d: dict, reg_access: str, where: str, src: str) -> Field:
     if "name" not in d:
         raise DescriptionError(src, where, "field has no name")
     where = f"{where} field {d['name']!r}"
-    _check_keys(d, ("name", "bits", "access", "reset", "doc", "enum"), where, src)
+    _check_keys(d, ("name", "bits", "access", "reset", "doc", "enum", "text"), where, src)
     if "bits" not in d:
         raise DescriptionError(src, where, "missing 'bits'")
     msb, lsb = _bits(d["bits"], where, src)
@@ -306,7 +320,12 @@ def _parse_field(d: dict, reg_access: str, where: str, src: str) -> Field:
             raise DescriptionError(src, where, f"enum entries are [value, name(, doc)], got {e!r}")
         enums.append(EnumValue(_int(e[0], where, src), str(e[1]),
                                user_doc(str(e[2])) if len(e) > 2 else ""))
-    return Field(d["name"], lsb, msb, access, reset, user_doc(d.get("doc", "")), tuple(enums))
+    text = d.get("text", "")
+    if text not in ("", "ascii") or text and ((msb - lsb + 1) % 8 or enums):
+        raise DescriptionError(src, where, f"text {text!r}: only \"ascii\", for a field of whole "
+                               "bytes without enum")
+    return Field(d["name"], lsb, msb, access, reset, user_doc(d.get("doc", "")), tuple(enums),
+                 text)
 
 
 def _parse_register(d: dict, where: str, src: str) -> RegisterDef:

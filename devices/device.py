@@ -33,6 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ClassVar
 
+import numpy as np
+
 from .bus import Bus
 from .description import Description, Register
 from .errors import DeviceError
@@ -217,11 +219,16 @@ class Device:
         self._emu_regs = {r.name: r for r in description.registers if r.block == "emu"}
         for name in self._emu_regs:
             self.regs.on_read(name, self._read_emu)
+        self._program_window = next((r for r in description.regions if r.name == "emu_program"), None)
+        if self._program_window is not None:  # word k reads k (DESIGN.md "pc": the program window)
+            mem = self.bus.memories[self._program_window.name]
+            mem.data.view("<u4")[:] = np.arange(self._program_window.size // 4, dtype="<u4")
 
     # -- required ----------------------------------------------------------------------------
     @property
     def pc(self) -> int:
-        """A real address in the map that names the next unit (DESIGN.md "pc")."""
+        """A real address in the map that names the next unit uniquely and stably (DESIGN.md
+        "pc"), :attr:`end_address` once the program has ended."""
         raise NotImplementedError
 
     def finished(self) -> bool:
@@ -267,6 +274,10 @@ class Device:
         when ``path`` is not this device's format (the stub then reads a command script)."""
         return None
 
+    def program_started(self, host: "HostProgram") -> None:
+        """``host`` now drives the device (HostProgram.start): a device that lists its program
+        from the driver's plan (HostProgram.plan) takes it here."""
+
     def monitor_commands(self) -> dict[str, MonitorCommand]:
         return {}
 
@@ -291,8 +302,36 @@ class Device:
         raise DeviceError(f"{self.name}: {reg.name} is banked by device state, but the model "
                           "does not select banks")
 
+    # -- the end of a program and the program window (DESIGN.md "pc") --------------------------
+    @property
+    def end_address(self) -> int:
+        """pc once the program has ended: the EMU_END word of the emulator block, the one rule of
+        every device. It names no unit, so gdb never reports the end as a breakpoint on one
+        (issue 25 #8: MAX78000's pc went back to layer 0's address)."""
+        return self._emu_regs["EMU_END"].address
+
+    def at_end(self) -> bool:
+        """Whether pc is the end address (the program ended)."""
+        return "EMU_END" in self._emu_regs and self.pc == self.end_address
+
+    def window_pc(self, k: int) -> int:
+        """pc of unit ``k`` of the program (program order) in the program window, for devices
+        whose register contexts are reused by every unit (NE16, NVDLA): a context address cannot
+        tell units apart, a window word can. Units past the window share its last word."""
+        w = self._program_window
+        return w.base + 4 * min(k, w.size // 4 - 1)
+
+    def window_index(self, address: int) -> int | None:
+        """The unit index of program-window word ``address``, None outside the window."""
+        w = self._program_window
+        if w is None or not w.base <= address < w.end or address % 4:
+            return None
+        return (address - w.base) // 4
+
     def unit_label(self, address: int) -> str:
         """How messages name the unit at ``address`` ("layer 2", "command 5")."""
+        if "EMU_END" in self._emu_regs and address == self.end_address:
+            return "end of program"
         for u in self.units():
             if u.address == address:
                 return u.label
@@ -363,6 +402,8 @@ class Device:
             return (self.cycles >> 32) & 0xFFFFFFFF
         if name == "EMU_STATE":
             return 2 if self.finished() else 0
+        if name == "EMU_END":
+            return int(self.pc == reg.address)
         return stored
 
     # -- snapshots ---------------------------------------------------------------------------

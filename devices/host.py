@@ -191,6 +191,9 @@ class HostProgram:
         self.summary = summary or f"{name}: {len(steps)} host steps"
         #: units the program runs in all (for progress lines), when the importer knows it
         self.total_units = total_units
+        #: one-line summaries of the program's units in program order, when the importer found
+        #: them (plan_units): the whole listing before the driver has queued the units
+        self.plan: list[str] | None = None
         #: the vendor tool's cycle estimate when the program carries one: (where it comes
         #: from, total, per unit or empty), printed beside the modelled cycles by `run`
         self.vendor_cycles: tuple[str, int, list[int]] | None = None
@@ -205,8 +208,10 @@ class HostProgram:
         self.units = 0
         #: (pc of the unit, address ranges it wrote), every unit since the program started
         self.history: list[tuple[int, list[tuple[int, int]]]] = []
+        #: seconds of emulation: time spent inside run control's runs (not time spent halted
+        #: in a debugger), up to the program's end; ``t0``: start of the current run
+        self.run_s = 0.0
         self.t0: float | None = None
-        self.t_end: float | None = None
         self.reported = False  # run control has reported the program's end
         #: called after every whole unit with (this program, the unit's Touched): an importer's
         #: per-unit check, which must read what the unit wrote before a later unit reuses it
@@ -219,6 +224,7 @@ class HostProgram:
         self.device = device
         self.levels = dict(device.interrupts())
         self.pulses = dict(device.interrupt_counts())
+        device.program_started(self)
 
     @property
     def finished(self) -> bool:
@@ -235,7 +241,7 @@ class HostProgram:
             ran = True
             self._take_interrupts()
             if self.pos == len(self.steps):
-                self.t_end = time.perf_counter()
+                self.run_ended()  # the clock of the PASS line stops at the program's end
         return ran
 
     def waits_for_interrupt(self) -> bool:
@@ -302,10 +308,22 @@ class HostProgram:
                 return pc
         return None
 
+    def run_started(self) -> None:
+        """Run control starts a run (continue, step): the emulation clock runs."""
+        if self.t0 is None and not self.finished:
+            self.t0 = time.perf_counter()
+
+    def run_ended(self) -> None:
+        """A run ended (a stop) or the program did: the clock stops until the next run."""
+        if self.t0 is not None:
+            self.run_s += time.perf_counter() - self.t0
+            self.t0 = None
+
     def elapsed_ms(self) -> float:
-        if self.t0 is None:
-            return 0.0
-        return ((self.t_end or time.perf_counter()) - self.t0) * 1e3
+        """Emulation time so far: the runs' time, not the time halted between them (a minute
+        in the TUI or at a gdb prompt is not the program's time)."""
+        now = time.perf_counter() - self.t0 if self.t0 is not None else 0.0
+        return (self.run_s + now) * 1e3
 
     @property
     def ok(self) -> bool:
@@ -316,6 +334,38 @@ class HostProgram:
             return step.run(self)
         except (BusError, DeviceError) as e:
             raise _step_error(step, e) from None
+
+
+def plan_units(host: HostProgram, device: "Device", retire: Callable[["Device"], str | None],
+               limit: int) -> list[str]:
+    """The summaries of the units ``host`` makes ``device`` run, in program order, at most
+    ``limit``: the driver's register steps played on ``device`` (a fresh one, thrown away), each
+    unit retired by ``retire`` (its summary, the device's state moved on as after the unit,
+    nothing computed; None: nothing to run). Memory writes and checks are skipped. Why: NE16
+    and NVDLA reuse two register contexts, so only the driver knows what comes after the units
+    queued now, and ``monitor units`` lists the whole program (issue 25 #7). The plan ends
+    early where a step waits for a value only the data gives."""
+    def plans(step: Step) -> bool:
+        if isinstance(step, Write):
+            region = device.bus.region_at(step.address)
+            return region is not None and region.kind in ("registers", "pseudo")
+        return not isinstance(step, (Check, CheckWords, Call))
+
+    hp = HostProgram(host.name, [s for s in host.steps if plans(s)],
+                     {line: [s for s in steps if plans(s)] for line, steps in host.isr.items()})
+    out: list[str] = []
+    try:
+        hp.start(device)
+        while len(out) < limit:
+            hp.advance()
+            summary = retire(device)
+            if summary is None:
+                break
+            out.append(summary)
+            hp._take_interrupts()
+    except (BusError, DeviceError):
+        pass  # the real run reports it; the plan is what came before
+    return out
 
 
 def apply_steps(device: "Device", steps: list[Step]) -> None:

@@ -32,6 +32,9 @@ from .errors import DeviceError, TargetRunning
 from .host import HostProgram
 
 StopListener = Callable[[Stop], None]
+#: the owner of breakpoints and watchpoints set by `bp`/`wp` (telnet, Tcl, monitor): OpenOCD's
+#: target-level points, which no connection's end removes
+TARGET_OWNER = "target"
 
 
 class RunControl:
@@ -44,8 +47,10 @@ class RunControl:
         #: resets) and by the start of a run, so a change never lands inside a unit
         self.lock = threading.RLock()
         self.breakpoints: set[int] = set()
-        #: watchpoints in insertion order (a dict: O(1) insert and remove)
-        self._watch: dict[Watchpoint, None] = {}
+        #: who set each breakpoint: TARGET_OWNER (`bp`) or a gdb connection (``Z0``/``Z1``)
+        self._bp_owners: dict[int, set[object]] = {}
+        #: watchpoints in insertion order (a dict: O(1) insert and remove), with who set them
+        self._watch: dict[Watchpoint, set[object]] = {}
         #: the same watchpoints by start address, so removing by address is O(1)
         self._watch_at: dict[int, dict[Watchpoint, None]] = {}
         self.host: HostProgram | None = None
@@ -125,46 +130,82 @@ class RunControl:
                 host.advance()
 
     # -- breakpoints and watchpoints (unlimited, O(1) insert and remove) -----------------------
-    def add_breakpoint(self, addr: int) -> None:
+    # Each point remembers who set it: TARGET_OWNER for OpenOCD's target-level `bp`/`wp`
+    # (they stay until removed), or the gdb connection whose Z packet set it, so that a
+    # connection's points go with it (drop_owner) and its ``z`` never removes a `bp` that
+    # happens to sit at the same address. Removing with owner None removes whoever set it
+    # (`rbp`/`rwp`, as OpenOCD's).
+    def add_breakpoint(self, addr: int, owner: object = None) -> None:
+        self._bp_owners.setdefault(addr, set()).add(TARGET_OWNER if owner is None else owner)
         self.breakpoints.add(addr)
 
-    def remove_breakpoint(self, addr: int) -> bool:
-        if addr in self.breakpoints:
+    def remove_breakpoint(self, addr: int, owner: object = None) -> bool:
+        owners = self._bp_owners.get(addr)
+        if owners is None or (owner is not None and owner not in owners):
+            return False
+        if owner is None:
+            owners.clear()
+        else:
+            owners.discard(owner)
+        if not owners:
+            del self._bp_owners[addr]
             self.breakpoints.discard(addr)
-            return True
-        return False
+        return True
 
     def clear_breakpoints(self) -> None:
         self.breakpoints.clear()
+        self._bp_owners.clear()
 
     @property
     def watchpoints(self) -> list[Watchpoint]:
         return list(self._watch)
 
-    def add_watchpoint(self, kind: str, addr: int, length: int) -> None:
+    def watchpoints_of(self, owner: object) -> list[Watchpoint]:
+        return [w for w, owners in self._watch.items() if owner in owners]
+
+    def add_watchpoint(self, kind: str, addr: int, length: int, owner: object = None) -> None:
         w = Watchpoint(kind, addr, max(1, length))
-        self._watch[w] = None
+        self._watch.setdefault(w, set()).add(TARGET_OWNER if owner is None else owner)
         self._watch_at.setdefault(addr, {})[w] = None
 
-    def remove_watchpoint(self, kind: str | None, addr: int, length: int | None = None) -> bool:
-        """Remove the watchpoints at ``addr`` matching ``kind`` and ``length`` (None: any). Looks
-        only at the watchpoints starting at ``addr`` (the per-address index), so removing all of
-        n watchpoints one by one (``rwp`` per address, gdb's ``z``) costs O(n), not O(n^2)."""
+    def remove_watchpoint(self, kind: str | None, addr: int, length: int | None = None,
+                          owner: object = None) -> bool:
+        """Remove the watchpoints at ``addr`` matching ``kind`` and ``length`` (None: any), or
+        only ``owner``'s hold on them. Looks only at the watchpoints starting at ``addr`` (the
+        per-address index), so removing all of n watchpoints one by one (``rwp`` per address,
+        gdb's ``z``) costs O(n), not O(n^2)."""
         here = self._watch_at.get(addr)
         if not here:
             return False
-        gone = [w for w in here if (kind is None or w.kind == kind)
-                and (length is None or w.length == max(1, length))]
-        for w in gone:
-            del self._watch[w]
-            del here[w]
+        found = False
+        for w in [w for w in here if (kind is None or w.kind == kind)
+                  and (length is None or w.length == max(1, length))]:
+            owners = self._watch[w]
+            if owner is None:
+                owners.clear()
+            elif owner in owners:
+                owners.discard(owner)
+            else:
+                continue
+            found = True
+            if not owners:
+                del self._watch[w]
+                del here[w]
         if not here:
             del self._watch_at[addr]
-        return bool(gone)
+        return found
 
     def clear_watchpoints(self) -> None:
         self._watch.clear()
         self._watch_at.clear()
+
+    def drop_owner(self, owner: object) -> None:
+        """Remove every breakpoint and watchpoint ``owner`` (a gdb connection that ended) set,
+        except where someone else also set it."""
+        for addr in [a for a, owners in self._bp_owners.items() if owner in owners]:
+            self.remove_breakpoint(addr, owner)
+        for w in self.watchpoints_of(owner):
+            self.remove_watchpoint(w.kind, w.start, w.length, owner)
 
     # -- execution ---------------------------------------------------------------------------
     def resume(self) -> None:
@@ -241,6 +282,8 @@ class RunControl:
         except Exception as e:  # a model bug must not kill the server: report it as a fault
             stop = Stop("fault", SIGTRAP, message=f"internal error: {e!r}\n"
                         + traceback.format_exc(limit=3))
+        if self.host is not None:
+            self.host.run_ended()
         with self.lock:
             self.last_stop = stop
             self._idle.set()
@@ -263,8 +306,7 @@ class RunControl:
                       or grain != dev.granularities[0] or dev.throttle_us)
         progressed = False
         if host is not None:
-            if host.t0 is None:
-                host.t0 = time.perf_counter()
+            host.run_started()
             # a program that ended during the last stop (after a watchpoint's unit, say) still
             # owes its done stop and its checks' lines
             progressed = host.advance() or (host.finished and not host.reported)
@@ -290,7 +332,7 @@ class RunControl:
             progressed = True
             if touched.partial:
                 return Stop("halt", SIGINT) if halt.is_set() else Stop("step")
-            hit = _watch_hit(wps, touched)
+            hit = watch_hit(wps, touched)
             if host is not None:
                 host.advance()
             if hit is not None:
@@ -325,6 +367,10 @@ class RunControl:
         if host is not None and not host.finished:
             return Stop("fault", message=host.stuck_message())
         if not progressed:
+            if dev.at_end():  # a step or continue after the end: say so, pc stays there
+                again = "; 'reset init' loads it again" if self.init_handler else ""
+                return Stop("idle", message=f"the program has ended: pc {dev.pc:#010x} is its "
+                            f"end address (EMU_END), no {dev.unit_name} left to run{again}")
             return Stop("idle", message=dev.idle_message())
         lines = [dev.done_message()] + [r.line for r in (host.results if host else ())]
         if host is not None:
@@ -350,20 +396,31 @@ class RunControl:
     def reset(self, kind: str = "halt") -> None:
         """Reset the device. A running device is halted first. ``kind``: run | halt | init. The
         loaded program's driver is dropped (the hardware forgot its setup); ``init`` loads the
-        program again through :attr:`init_handler`."""
+        program again through :attr:`init_handler`.
+
+        A reset that fails (the program became invalid on disk, a device error) leaves a state
+        that says so and mixes nothing stale in: halted, no driver, the stop of a reset
+        (debug-request, "reset KIND failed") -- never the last run's program-exit beside the
+        reset's zeroed counters. The error goes on to the caller."""
         if self.running:
             self.halt_and_wait()
         with self.halted_access("reset"):
-            self.device.reset(kind)
             self.host = None
+            self.last_stop = Stop("halt", SIGTRAP, message=f"reset {kind} failed")
+            self.device.reset(kind)
             if kind == "init" and self.init_handler is not None:
-                self.init_handler()
+                try:
+                    self.init_handler()
+                except Exception:
+                    self.host = None  # a load that failed half-way drives nothing
+                    raise
             self.last_stop = Stop("halt", SIGTRAP, message=f"reset {kind}")
         if kind == "run":
             self.resume()
 
 
-def _watch_hit(watchpoints: list[Watchpoint], t: Touched) -> Stop | None:
+def watch_hit(watchpoints: list[Watchpoint], t: Touched) -> Stop | None:
+    """The stop the first of ``watchpoints`` that ``t`` touched causes (None: none)."""
     for wp in watchpoints:
         addr = None
         kind = "watch"

@@ -34,7 +34,8 @@ class RspClient:
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._read_loop, daemon=True, name="rsp-client")
         self._thread.start()
-        feats = self.request("qSupported:multiprocess-;accelstub-notify+").decode()
+        feats = self.request("qSupported:multiprocess-;accelstub-notify+;"
+                             "accelstub-rcmd-errors+").decode()
         self.features = dict(f.split("=", 1) if "=" in f else (f.rstrip("+-"), f[-1])
                              for f in feats.split(";") if f)
         self.packet_size = int(self.features.get("PacketSize", "1000"), 16)

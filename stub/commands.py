@@ -1081,12 +1081,19 @@ def cmd_tcl(ctx: CommandContext, args: list[str]) -> str:
 
 
 def cmd_units(ctx: CommandContext, args: list[str]) -> str:
-    """The program: one line per unit, ``0x%08x <label>: <summary>``, like the comments the
-    vendor tools put in generated code (machine-readable: the TUI parses it)."""
+    """The whole program: one line per unit, ``0x%08x <label>: <summary>``, like the comments
+    the vendor tools put in generated code, then the end address (``end``); the line at pc is
+    marked ``=>`` as gdb's ``x/i`` marks it (machine-readable: the TUI parses it)."""
     if args:
         raise _usage("units")
-    return "\n".join(f"0x{u.address:08x} {u.label}: {u.summary}"
-                     for u in ctx.target.device.units())
+    dev = ctx.target.device
+    rows = [(u.address, u.label, u.summary) for u in dev.units()]
+    if dev.description.find_register("EMU_END") is not None:
+        rows.append((dev.end_address, "end", f"end of program (pc once every {dev.unit_name} "
+                     "has run)"))
+    pc = dev.pc
+    return "\n".join(f"{'=>' if a == pc else '  '} 0x{a:08x} {label}: {summary}"
+                     for a, label, summary in rows)
 
 
 def cmd_status(ctx: CommandContext, args: list[str]) -> str:

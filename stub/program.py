@@ -7,9 +7,16 @@ ProgramError. Every device also accepts a *command script*: a text file of the O
 commands (``mww``, ``mwh``, ``mwb``, ``write_memory``, ``load_image``, ``reset``, ``reg``), one
 per line, ``#`` comments -- the form a register-level bring-up script takes. Errors name file and
 line.
+
+Every file a program consists of is read through devices/files.py (regular files only, size
+checked before reading, a limit per format kept next to its reader): a program is a regular
+file or a directory; a character device, FIFO or socket is refused before any importer opens
+it, and an empty file (or ``/dev/null``) is "empty program".
 """
 from __future__ import annotations
 
+import os
+import stat
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,12 +25,16 @@ from typing import Callable
 from accelstub.devices import DeviceError, device_spec
 from accelstub.devices.errors import BusError
 from accelstub.devices.device import Device, ProgramOptions
+from accelstub.devices.files import FileRefused, file_kind, read_program_text
 from accelstub.devices.host import unit_output
 from accelstub.devices.runcontrol import RunControl
 
 from .commands import CommandContext, CommandError, execute
 
 SCRIPT_COMMANDS = {"mww", "mwh", "mwb", "write_memory", "load_image", "reset", "reg"}
+#: largest command script read: a bring-up script is a few thousand lines (its images come
+#: through load_image, with their own limit); 16 MiB is some 600 000 commands
+MAX_SCRIPT = 16 << 20
 
 
 class ProgramError(Exception):
@@ -36,8 +47,7 @@ def load_program(ctx: CommandContext, path: str | Path,
     path = Path(path)
     rc = ctx.target
     device = rc.device
-    if not path.exists():
-        raise ProgramError(f"{path}: no such file or directory")
+    check_program_path(path)
     try:
         host = device.load_program(path, options)
         if host is not None:
@@ -63,12 +73,33 @@ def load_program(ctx: CommandContext, path: str | Path,
         raise
 
 
+def check_program_path(path: Path) -> None:
+    """A program is a directory or a non-empty regular file: anything else (``/dev/zero``, a
+    FIFO, which would block the reader) is refused before an importer opens it, with one line
+    naming the file; an empty file and ``/dev/null`` are "empty program"."""
+    try:
+        st = path.stat()  # stat never blocks, not even on a FIFO
+    except FileNotFoundError:
+        raise ProgramError(f"{path}: no such file or directory") from None
+    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the name
+        raise ProgramError(f"{path}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+    if stat.S_ISDIR(st.st_mode):
+        return
+    if st.st_size == 0 and stat.S_ISREG(st.st_mode) or os.path.samestat(st, os.stat(os.devnull)):
+        raise ProgramError(f"{path}: empty program")
+    if not stat.S_ISREG(st.st_mode):
+        raise ProgramError(f"{path} is {file_kind(st.st_mode)}; a program is a regular file "
+                           "or a directory")
+
+
 def run_script(ctx: CommandContext, path: Path) -> str:
     n = 0
     script_ctx = CommandContext(targets=ctx.targets, current=ctx.current, log=lambda s: None,
                                 shutdown=None, cwd=path.parent)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_program_text(path, MAX_SCRIPT, "a command script", errors="strict")
+    except FileRefused as e:
+        raise ProgramError(str(e)) from None
     except (OSError, UnicodeDecodeError) as e:
         raise ProgramError(f"{path}: cannot read the command script: {e}") from None
     for lineno, raw in enumerate(text.splitlines(), 1):
@@ -90,7 +121,9 @@ def run_script(ctx: CommandContext, path: Path) -> str:
 @dataclass(frozen=True)
 class RunOutcome:
     """What ``accelstub run`` reports: exit code 0 (done, every check passed), 1 (a check
-    failed) or 2 (a fault, or the program is stuck); the lines to print."""
+    failed) or 2 (a fault, the program is stuck, or its driver ended without running a single
+    unit: checks that pass over an accelerator that never started prove nothing); the lines to
+    print."""
 
     code: int
     lines: list[str]
@@ -114,7 +147,7 @@ def run_to_end(rc: RunControl, progress: Callable[[int], None] | None = None,
     listeners = ([record] if verbose else []) + ([progress] if progress is not None else [])
     for fn in listeners:
         rc.add_unit_listener(fn)
-    start = dev.cycles
+    start, units = dev.cycles, dev.units_done
     try:
         stop = rc.run_here()
     finally:
@@ -122,6 +155,9 @@ def run_to_end(rc: RunControl, progress: Callable[[int], None] | None = None,
             rc.remove_unit_listener(fn)
     if stop.reason != "done":  # a fault, a stuck driver, a halt, or nothing to run at all
         return RunOutcome(2, [f"error: {stop.message or stop.reason}"])
+    if dev.units_done == units:  # the driver finished without starting the accelerator
+        return RunOutcome(2, [f"error: the program ran no {dev.unit_name}: "
+                              f"{dev.idle_message()}"])
     host = rc.host
     lines = [r.line for r in host.results] if host is not None and host.results else \
         [stop.message]

@@ -14,10 +14,11 @@ from typing import Callable
 from accelstub.devices.device import CORE_REGS, Device, ProgramOptions
 from accelstub.devices.runcontrol import RunControl
 
-from .commands import CommandContext
+from .commands import CommandContext, CommandError
+from .heap import pin_mmap_threshold
 from .listener import TcpListener
 from .session import GdbSession
-from .target_xml import memory_map_xml, register_table, target_xml
+from .target_xml import memory_map_xml, memory_ranges, register_table, target_xml
 from .transports import SocketConnection
 
 log = logging.getLogger("accelstub.server")
@@ -38,6 +39,7 @@ class GdbServer(TcpListener):
         self.core_names = sorted(CORE_REGS, key=lambda n: 25 if n == "xpsr" else CORE_REGS.index(n))
         self.target_xml = target_xml(desc).encode()
         self.memory_map = memory_map_xml(desc).encode()
+        self.memory_ranges = memory_ranges(desc)  # what bounds a Z packet's range
         self.sessions: list[GdbSession] = []
 
     def command_context(self, log: Callable[[str], None]) -> CommandContext:
@@ -115,15 +117,25 @@ class StubServer:
 
     def load_program(self, path, target: int = 0, log: Callable[[str], None] = print,
                      options: ProgramOptions = ProgramOptions()) -> str:
-        """Load ``path`` into a target and make `reset init` load it again."""
-        from .program import load_program
+        """Load ``path`` into a target and make `reset init` load it again. A program that
+        became invalid on disk since is a user error of `reset init` (the one line `accelstub
+        run` prints for it), not an internal error with a traceback."""
+        from .program import ProgramError, load_program
 
         ctx = self.context(log=log, rc=self.targets[target])
         summary = load_program(ctx, path, options)
-        self.targets[target].init_handler = lambda: load_program(ctx, path, options)
+
+        def reload() -> None:
+            try:
+                load_program(ctx, path, options)
+            except ProgramError as e:
+                raise CommandError(f"reset init: {e}") from None
+
+        self.targets[target].init_handler = reload
         return summary
 
     def start(self) -> None:
+        pin_mmap_threshold()  # many connection threads: keep freed large buffers off the heaps
         if self._gdb_port is not None:
             for g in self.gdb:
                 g.start()

@@ -6,6 +6,7 @@ protocol-correct reply (``Exx`` or empty), so no client input can crash or hang 
 from __future__ import annotations
 
 import binascii
+import bisect
 import logging
 import struct
 import threading
@@ -13,8 +14,10 @@ from typing import TYPE_CHECKING, Callable
 
 from accelstub.devices import BusError, DeviceError, TargetRunning
 from accelstub.devices.device import SIGINT, Stop
+from accelstub.devices.runcontrol import watch_hit
 
 from .commands import CommandError, execute
+from .compile_notice import CompileNotice
 from .listener import OutputQueue
 from .rsp_codec import PacketReader, escape, frame, unescape
 
@@ -66,11 +69,14 @@ class GdbSession:
         self.noack = False
         self.binary_upload = False
         self.notify = False  # client asked for %Stop notifications (accelstub-notify+)
+        #: client asked for Exx after a failed monitor command's text (accelstub-rcmd-errors+)
+        self.rcmd_errors = False
         #: gdb steps once after every watchpoint stop (ARM watchpoints are "non-steppable":
         #: it expects the access not to have happened yet); ours stop after the unit that made
         #: the access, so that one step must not run another unit
         self._after_watch = False
         self.waiting = False  # a stop reply is owed for c/s/vCont
+        self._compiling: CompileNotice | None = None  # listening while this session's run goes
         self._send_lock = threading.Lock()
         self._last_sent = b""
         self.closed = False
@@ -105,6 +111,9 @@ class GdbSession:
         finally:
             self.closed = True
             self.rc.remove_stop_listener(self._on_stop)
+            if self._compiling is not None:
+                self._compiling.uninstall()
+            self.rc.drop_owner(self)  # its Z breakpoints and watchpoints end with it
             self.server.session_ended(self)
             self.stop_output.close(flush_timeout=0.5)
             self.conn.close()
@@ -150,7 +159,11 @@ class GdbSession:
                 self.closed = True
             self._after_reply = ""
         elif ev.kind == "interrupt":
-            if self.waiting:
+            if self.waiting and not self.server.is_controller(self):
+                # an observer's Ctrl-C ends its own wait; the run it did not start goes on
+                self.waiting = False
+                self.send(self.stop_reply(Stop("halt", SIGINT)))
+            elif self.waiting:
                 self.rc.halt()
         elif ev.kind == "bad_checksum":
             if ack:
@@ -196,22 +209,49 @@ class GdbSession:
 
     # -- stops --------------------------------------------------------------------------------
     def stop_reply(self, stop: Stop) -> bytes:
+        stop = self._own_watch(stop)
         pc = self.device.pc.to_bytes(4, "little").hex()
         reply = b"T%02x0f:%s;" % (stop.signal, pc.encode())
         if stop.watch:
             reply += b"%s:%x;" % (stop.watch[0].encode(), stop.watch[1])
         return reply
 
+    def _own_watch(self, stop: Stop) -> Stop:
+        """A watchpoint stop as this connection reports it. gdb steps over a watchpoint stop
+        that none of its own watchpoints explains and resumes, so a stop caused by a
+        target-level `wp` (monitor, telnet, Tcl) or another client's watchpoint would never
+        show: such a stop goes out as a plain SIGTRAP (gdb stops and says so) with a console
+        line naming the access. A stop one of this connection's watchpoints explains names
+        that watchpoint's first touched address. accelstub's own client (accelstub-notify+)
+        never steps over a stop: it gets every watchpoint stop as it is."""
+        if not stop.watch or self.notify:
+            return stop
+        own, touched = self.rc.watchpoints_of(self), self.rc.last_touched
+        hit = watch_hit(own, touched) if own and touched is not None else None
+        if hit is not None:
+            return hit
+        kind, addr = stop.watch
+        what = {"watch": "write to", "rwatch": "read of", "awatch": "access to"}[kind]
+        return Stop("watchpoint", stop.signal, message="accelstub: watchpoint not set by this "
+                    f"gdb (monitor wp or another client): {what} 0x{addr:08x}")
+
     def _on_stop(self, stop: Stop) -> None:
         if self.waiting:
             self.waiting = False
-            msg = stop.message
+            if self._compiling is not None:
+                self._compiling.finish()  # the total, when a compile was announced
+                self._compiling = None
+            shown = self._own_watch(stop)
+            msg = stop.message or shown.message
             if stop.reason == "fault":
                 msg = f"accelstub: {self.device.name} fault: {msg}"
+            elif stop.reason == "done" and self.device.at_end():  # not a stop on a unit
+                msg = (f"accelstub: {self.device.name} program ended: pc {self.device.pc:#010x}"
+                       f" is its end address (EMU_END)\n{msg}")
             if msg:
                 self._post(o_packet(msg.rstrip("\n") + "\n"))
-            self._after_watch = bool(stop.watch) and not self.notify
-            self._post(self.stop_reply(stop))
+            self._after_watch = bool(shown.watch) and not self.notify
+            self._post(self.stop_reply(shown))
         elif self.notify:
             self._post(b"Stop:" + self.stop_reply(stop), notification=True)
 
@@ -236,6 +276,10 @@ class GdbSession:
                 self.console(f"accelstub: {e}\n")
                 return E_INVAL
         self.waiting = True
+        # kernels compiled on first use: gdb's console says so, not only the server's terminal
+        if self._compiling is not None:
+            self._compiling.uninstall()
+        self._compiling = CompileNotice(lambda text: self._post(o_packet(text))).install()
         try:
             self.rc.start_step() if step else self.rc.resume()
         except TargetRunning:
@@ -245,7 +289,12 @@ class GdbSession:
     def _status(self, p: bytes) -> bytes | None:
         """``?``: the current stop. While the target runs there is none to report: halt it, as
         OpenOCD halts the target when gdb attaches, and answer with the stop that causes (never
-        an earlier stop and a pc that has moved on)."""
+        an earlier stop and a pc that has moved on). Only the controller halts: a second client
+        attaching must not stop the run the first one's ``continue`` started; it gets a stop
+        reply with signal 0 at the pc of the moment, and its own ``continue`` then returns at
+        the next stop (an observer's continue)."""
+        if self.rc.running and not self.server.is_controller(self):
+            return self.stop_reply(Stop("running", 0))
         if self.rc.running:
             self.waiting = True
             self.rc.halt()
@@ -428,17 +477,27 @@ class GdbSession:
         kind, addr, length = p[1:].split(b";")[0].split(b",")[:3]
         return hex_number(kind), hex_number(addr), hex_number(length)
 
+    def _mapped(self, addr: int, length: int) -> bool:
+        """Whether [addr, addr+length) lies inside one region of the memory map."""
+        ranges = self.server.memory_ranges
+        i = bisect.bisect_right(ranges, (addr, 1 << 64)) - 1
+        return i >= 0 and ranges[i][0] <= addr and addr + max(1, length) <= ranges[i][1]
+
     def _insert(self, p: bytes) -> bytes:
+        """Z0-Z4: the point belongs to this connection (removed when it ends) and must lie in
+        one region of the memory map (a breakpoint's kind is its byte length)."""
         try:
             kind, addr, length = self._z_args(p)
         except ValueError:
             return E_INVAL
-        if kind in (0, 1):
-            self.rc.add_breakpoint(addr)
-        elif kind in (2, 3, 4):
-            self.rc.add_watchpoint("wra"[kind - 2], addr, length)
-        else:
+        if kind > 4:
             return b""
+        if not self._mapped(addr, length):
+            return E_FAULT
+        if kind in (0, 1):
+            self.rc.add_breakpoint(addr, owner=self)
+        else:
+            self.rc.add_watchpoint("wra"[kind - 2], addr, length, owner=self)
         return b"OK"
 
     def _remove(self, p: bytes) -> bytes:
@@ -447,9 +506,9 @@ class GdbSession:
         except ValueError:
             return E_INVAL
         if kind in (0, 1):
-            self.rc.remove_breakpoint(addr)
+            self.rc.remove_breakpoint(addr, owner=self)
         elif kind in (2, 3, 4):
-            self.rc.remove_watchpoint("wra"[kind - 2], addr, length)
+            self.rc.remove_watchpoint("wra"[kind - 2], addr, length, owner=self)
         else:
             return b""
         return b"OK"
@@ -460,12 +519,15 @@ class GdbSession:
             offered = p.split(b":", 1)[1].split(b";") if b":" in p else []
             self.binary_upload = b"binary-upload+" in offered
             self.notify = b"accelstub-notify+" in offered
+            self.rcmd_errors = b"accelstub-rcmd-errors+" in offered
             feats = [b"PacketSize=%x" % PACKET_SIZE, b"QStartNoAckMode+",
                      b"qXfer:features:read+", b"qXfer:memory-map:read+", b"vContSupported+"]
             if self.binary_upload:
                 feats.append(b"binary-upload+")
             if self.notify:
                 feats.append(b"accelstub-notify+")
+            if self.rcmd_errors:
+                feats.append(b"accelstub-rcmd-errors+")
             return b";".join(feats)
         if p.startswith(b"qXfer:"):
             return self._xfer(p)
@@ -513,8 +575,11 @@ class GdbSession:
         try:
             result = execute(ctx, line)
         except CommandError as e:
+            # the message only, as OpenOCD's gdb server has long answered (O packets, then
+            # OK): gdb shows an Exx reply to qRcmd as "Protocol error with Rcmd" after the
+            # text. accelstub's own client asks for the error (accelstub-rcmd-errors+).
             self.console(str(e).rstrip("\n") + "\n")
-            return E_PERM
+            return E_PERM if self.rcmd_errors else b"OK"
         if not result:
             return b"OK"
         return (result.rstrip("\n") + "\n").encode("utf-8", "replace").hex().encode()

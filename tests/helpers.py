@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import weakref
@@ -89,3 +90,29 @@ def source_docs(device: str) -> dict[str, tuple[str, dict[str, str]]]:
     data = tomllib.loads((ROOT / "configs" / f"{device}.toml").read_text())
     return {r["name"]: (r.get("doc", ""), {f["name"]: f.get("doc", "") for f in r.get("field", [])})
             for b in data.get("block", []) for r in b.get("register", [])}
+
+
+class TelnetClient:
+    """A line client of the telnet port: ``until`` reads up to a marker (kept in the text),
+    ``command`` sends one line and returns what came before the next prompt."""
+
+    def __init__(self, port: int, timeout: float = 10) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        self.buf = b""
+
+    def until(self, marker: bytes) -> bytes:
+        while marker not in self.buf:
+            data = self.sock.recv(65536)
+            if not data:
+                raise EOFError(self.buf)
+            self.buf += data
+        out, _, self.buf = self.buf.partition(marker)
+        return out + marker
+
+    def command(self, line: str | bytes) -> str:
+        self.sock.sendall((line.encode() if isinstance(line, str) else line) + b"\r\n")
+        return self.until(b"> ").decode("latin-1")[:-len("> ")]
+
+    def close(self) -> None:
+        self.sock.close()
+

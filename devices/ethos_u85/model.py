@@ -554,7 +554,14 @@ class EthosU85(Device):
     # -- Device interface ----------------------------------------------------------------------
     @property
     def pc(self) -> int:
-        return (self.qbase + self.regs.peek("QREAD")) & 0xFFFFFFFF
+        """QBASE + QREAD, the next command; the end address once the NPU stopped with the stream
+        read to its end (end of stream, or Vela's closing NPU_OP_STOP): QBASE + QSIZE would be
+        the address of whatever follows the stream."""
+        q = self.regs.peek("QREAD")
+        if (not self.running and q >= self.regs.peek("QSIZE")
+                and self.stop_reason != "not started"):
+            return self.end_address
+        return (self.qbase + q) & 0xFFFFFFFF
 
     def set_pc(self, address: int) -> None:
         off = address - self.qbase
@@ -1271,6 +1278,23 @@ class EthosU85(Device):
                             "end of stream (NPU_SET_* commands, no operation)"))
         self._units_cache = (key, out)
         return out
+
+    def unit_label(self, address: int) -> str:
+        """The listing's label plus the kind and stream offset of the unit's operation, the
+        offset written as ``accelstub disasm`` lists it (a QREAD value), so a ``run -v`` line or
+        an ``--expect`` failure can be found in the listing: "cmd 3 (NPU_OP_CONV at 0x0140)"."""
+        label = super().unit_label(address)
+        try:
+            words = self._stream_words()
+        except NpuBusFault:
+            return label
+        q = address - self.qbase
+        while 0 <= q < 4 * len(words):
+            c = self._decode_at(words, q)
+            if c.name == es.UNKNOWN or c.is_operation:
+                return f"{label} ({c.name} at 0x{c.offset:04x})"
+            q = c.next_offset
+        return label
 
     # -- monitor commands ------------------------------------------------------------------------
     def monitor_commands(self) -> dict[str, MonitorCommand]:

@@ -36,7 +36,9 @@ like every program the debugger holds; :func:`run_vela_program` runs it to the e
 """
 from __future__ import annotations
 
+import functools
 import io
+import math
 import re
 import struct
 import zipfile
@@ -47,6 +49,7 @@ import numpy as np
 
 from ..device import ProgramOptions
 from ..errors import DeviceError
+from ..files import mib, read_program_file
 from ..ranges import merge_ranges
 from ..host import Call, Check, CheckResult, HostProgram, WaitIrq, unit_output
 from ..runcontrol import RunControl
@@ -212,6 +215,47 @@ def read_tflite(data: bytes, name: str = "model") -> TFLiteModel:
         raise VelaImportError(f"{name}: corrupt TFLite flatbuffer ({e})") from None
 
 
+@functools.cache
+def _builtin_names() -> dict[int, str]:
+    """TFLite's BuiltinOperator enum (schema.fbs) as number -> name, taken from the schema module
+    that ethos-u-vela generates from TFLite's schema (``ethosu.vela.tflite.BuiltinOperator``):
+    whoever brings Vela's output has Vela, and reading its copy keeps the names in step with the
+    schema Vela writes. Empty when Vela is not installed here (names then fall back to numbers)."""
+    try:
+        from ethosu.vela.tflite.BuiltinOperator import BuiltinOperator
+    except ImportError:
+        return {}
+    return {v: k for k, v in vars(BuiltinOperator).items()
+            if not k.startswith("_") and isinstance(v, int)}
+
+
+def operator_name(op: TFLiteOperator) -> str:
+    """How messages name an operator: its custom code, or its BuiltinOperator name
+    ("DEQUANTIZE"; "builtin operator 6" when the names are not available)."""
+    if op.custom_code:
+        return op.custom_code
+    return _builtin_names().get(op.builtin_code, f"builtin operator {op.builtin_code}")
+
+
+def no_npu_operator(m: TFLiteModel) -> str:
+    """Why a TFLite model without an 'ethos-u' operator has nothing for the NPU: Vela's output
+    (it writes OfflineMemoryAllocation metadata) whose every operator Vela left on the CPU, or
+    a model Vela has not compiled; float tensors named, as Vela leaves those on the CPU (its
+    supported-operator check takes integer feature maps only)."""
+    names = list(dict.fromkeys(operator_name(op) for op in m.operators))
+    used = {t for op in m.operators for t in op.inputs + op.outputs if t >= 0}
+    floats = "/".join(sorted({str(m.tensors[t].dtype) for t in used
+                              if t < len(m.tensors) and m.tensors[t].dtype.kind == "f"}))
+    if "OfflineMemoryAllocation" not in m.metadata:
+        return (f"not compiled by Vela, and its {floats} tensors would stay on the CPU: quantize "
+                "the model to int8/int16, then compile it with vela" if floats else
+                "no 'ethos-u' custom operator: compile it with vela first")
+    ops_text = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
+    return (f"Vela placed every operator on the CPU: {ops_text or 'no operator'}"
+            + (f" on {floats} tensors, which the NPU does not take; quantize the model to "
+               "int8/int16 and compile it again" if floats else ""))
+
+
 # --- the program ------------------------------------------------------------------------------
 
 DA_OPTIMIZER_CONFIG, DA_COMMAND_STREAM, DA_NOP = 1, 2, 5  # driver actions (ethosu_driver.c)
@@ -312,14 +356,13 @@ def _from_tflite(path: Path, data: bytes) -> VelaProgram:
     m = read_tflite(data, str(path))
     npu = [i for i, op in enumerate(m.operators) if op.custom_code == "ethos-u"]
     if not npu:
-        raise VelaImportError(f"{path}: no 'ethos-u' custom operator: this is not Vela's "
-                              "output (compile it with vela first)")
-    others = [(i, op) for i, op in enumerate(m.operators) if op.custom_code != "ethos-u"]
+        raise VelaImportError(f"{path}: a TFLite model with no NPU operator ({no_npu_operator(m)})")
+    others = [f"operator {i} ({operator_name(op)})" for i, op in enumerate(m.operators)
+              if op.custom_code != "ethos-u"]
     if others:
-        i, op = others[0]
-        what = op.custom_code or f"builtin operator {op.builtin_code}"
-        raise VelaImportError(f"{path}: operator {i} ({what}) runs on the CPU; only models that "
-                              f"Vela mapped entirely to the NPU can run here")
+        what = others[0] + " runs" if len(others) == 1 else ", ".join(others) + " run"
+        raise VelaImportError(f"{path}: {what} on the CPU; only models that Vela mapped "
+                              "entirely to the NPU can run here")
     if len(npu) > 1:
         raise VelaImportError(f"{path}: {len(npu)} ethos-u operators; one is supported")
     op = m.operators[npu[0]]
@@ -371,11 +414,66 @@ def raw(a: np.ndarray) -> bytes:
     return a.tobytes()
 
 
-def _from_npz(path: Path) -> VelaProgram:
+#: largest Vela output file read (model, weights and command stream: Ethos-U85 systems keep
+#: models of tens of MB in flash)
+MAX_VELA_FILE = 256 << 20
+#: largest --input / --expect file read (the tensors of one inference, some MB at most)
+MAX_TENSOR_FILE = 256 << 20
+#: bytes the arrays of one .npz may unpack to (checked against the sizes its directory and its
+#: .npy headers declare, before anything is inflated or allocated)
+MAX_NPZ_UNPACKED = 256 << 20
+
+
+def _read_tensor_file(path: Path) -> bytes:
+    """An --input / --expect file: regular files only, at most MAX_TENSOR_FILE bytes."""
     try:
-        z = np.load(path, allow_pickle=False)  # never unpickle a user's file
-    except (OSError, ValueError, zipfile.BadZipFile) as e:
-        raise VelaImportError(f"{path}: not a readable .npz archive ({e})") from None
+        return read_program_file(path, MAX_TENSOR_FILE, "a tensor file (.npy/.npz)")
+    except OSError as e:
+        raise VelaImportError(f"{path}: cannot read ({e.strerror or e})") from None
+
+
+def _check_npy_header(f, size: int, where: str) -> None:
+    """An .npy header declares the array's shape and type, and numpy allocates that much
+    before it reads the data: the array must fit in the ``size`` bytes that hold it."""
+    version = np.lib.format.read_magic(f)
+    read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+        np.lib.format.read_array_header_2_0  # 3.0 differs from 2.0 only in its encoding
+    shape, _, dtype = read_header(f)
+    need = math.prod(shape) * dtype.itemsize
+    if need > size:
+        raise VelaImportError(f"{where}: its header declares {need} bytes of array data; the "
+                              f"file holds {size}")
+
+
+def np_load(data: bytes, path: str | Path, what: str):
+    """np.load of a file's bytes (never unpickling) after checking what its arrays will take: a
+    200-byte .npy or .npz could otherwise claim terabytes (a member inflates to the size its
+    zip directory declares, and numpy allocates what an .npy header declares). Every .npz
+    member together at most MAX_NPZ_UNPACKED; each array within the bytes that hold it.
+    VelaImportError "<path>: <what> (<reason>)" for an unreadable file."""
+    try:
+        if data[:4] == b"PK\x03\x04":
+            with zipfile.ZipFile(io.BytesIO(data)) as zf:
+                infos = zf.infolist()
+                total = sum(i.file_size for i in infos)
+                if total > MAX_NPZ_UNPACKED:
+                    raise VelaImportError(f"{path}: its arrays unpack to {total} bytes; at most "
+                                          f"{mib(MAX_NPZ_UNPACKED)} per .npz")
+                for i in infos:
+                    if i.filename.endswith(".npy"):
+                        with zf.open(i) as f:
+                            _check_npy_header(f, i.file_size, f"{path}: {i.filename}")
+        elif data[:6] == b"\x93NUMPY":
+            _check_npy_header(io.BytesIO(data), len(data), str(path))
+        return np.load(io.BytesIO(data), allow_pickle=False)
+    except VelaImportError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+        raise VelaImportError(f"{path}: {what} ({e})") from None
+
+
+def _from_npz(path: Path, data: bytes) -> VelaProgram:
+    z = np_load(data, path, "not a readable .npz archive")
     need = ("cmd_data", "weight_data", "weight_region", "scratch_size", "scratch_region",
             "scratch_fast_size", "scratch_fast_region", "input_shape", "input_elem_size",
             "input_region", "input_offset", "output_shape", "output_elem_size",
@@ -428,12 +526,12 @@ def read_vela(path: str | Path) -> VelaProgram:
     """Parse a ``*_vela.tflite`` or Vela raw ``.npz`` (chosen by content)."""
     path = Path(path)
     try:
-        data = path.read_bytes()
+        data = read_program_file(path, MAX_VELA_FILE, "Vela's output")
     except OSError as e:
         raise VelaImportError(f"{path}: cannot read: {e.strerror or e}") from None
     kind = container_kind(data)
     if kind == "npz":
-        return _from_npz(path)
+        return _from_npz(path, data)
     if kind == "tflite":
         return _from_tflite(path, data)
     raise VelaImportError(f"{path}: neither a Vela .tflite (TFL3 flatbuffer) nor a Vela raw "
@@ -498,7 +596,7 @@ def find_command_streams(data: bytes, name: str) -> list[FoundStream] | None:
     kind = container_kind(data)
     if kind == "npz":
         try:
-            with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            with np_load(data, name, "not a readable .npz archive") as z:
                 if "cmd_data" not in z.files:
                     raise VelaImportError(f"{name}: an .npz without Vela's cmd_data array "
                                           f"(it holds {', '.join(z.files[:8]) or 'nothing'}): "
@@ -518,8 +616,8 @@ def find_command_streams(data: bytes, name: str) -> list[FoundStream] | None:
                 payload = m.buffers[t.buffer] if t.buffer < len(m.buffers) else b""
                 found.append(one(payload, f"{name}: operator {i} (ethos-u), tensor '{t.name}'"))
         if not found:
-            raise VelaImportError(f"{name}: a TFLite model without an 'ethos-u' custom operator: "
-                                  "no command stream (compile it with vela first)")
+            raise VelaImportError(f"{name}: a TFLite model with no NPU operator, so no command "
+                                  f"stream ({no_npu_operator(m)})")
         return found
     if data[:6] == b"\x93NUMPY":
         raise VelaImportError(f"{name}: a NumPy .npy array, not a command stream (Vela's raw "
@@ -588,14 +686,26 @@ def _inputs(prog: VelaProgram, inputs) -> list[np.ndarray]:
             raise VelaImportError(f"{prog.path}: input '{t.name}' is {t.shape} {t.dtype}, the "
                                   f"given array has shape {x.shape}")
         if x.dtype != t.dtype:
-            info = np.iinfo(t.dtype) if t.dtype.kind in "iu" else None
-            if x.dtype.kind not in "iu" or info is None or x.size and (
-                    x.min() < info.min or x.max() > info.max):
-                raise VelaImportError(f"{prog.path}: input '{t.name}' is {t.dtype}, the given "
-                                      f"array is {x.dtype} with values it cannot hold")
-            x = x.astype(t.dtype)
+            x = _cast_input(prog, t, x)
         out.append(np.ascontiguousarray(x).reshape(t.shape))
     return out
+
+
+def _cast_input(prog: VelaProgram, t: TensorSlot, x: np.ndarray) -> np.ndarray:
+    """``x`` as input ``t``'s type when that loses nothing: an integer array of the same
+    signedness whose values fit (np.array of Python ints is int64). A float array (not yet
+    quantized) or one of the other signedness (a uint8 image for an int8 model: its values
+    mean something else by 128 zero-point steps) is refused naming both types, never cast."""
+    want = f"{prog.path}: input '{t.name}' is {t.dtype}, the given array is {x.dtype}"
+    if x.dtype.kind == "f" and t.dtype.kind in "iu":
+        raise VelaImportError(f"{want}: quantize it with the model's input scale and zero point")
+    if x.dtype.kind not in "iu" or t.dtype.kind not in "iu" or x.dtype.kind != t.dtype.kind:
+        raise VelaImportError(f"{want}: give an array of type {t.dtype}")
+    info = np.iinfo(t.dtype)
+    if x.size and (x.min() < info.min or x.max() > info.max):
+        raise VelaImportError(f"{want} with values outside {t.dtype}'s range "
+                              f"{info.min}..{info.max} ({x.min()}..{x.max()})")
+    return x.astype(t.dtype)
 
 
 def load_vela_program(device, path: str | Path, input=None) -> VelaProgram:
@@ -723,18 +833,11 @@ def load_input(path: str | Path, names: list[str] | None = None) -> list[np.ndar
     by name when their names are exactly ``names`` (the model's input names, in any order),
     else in file order (np.savez(f, x0, x1) stores arr_0, arr_1). Never unpickles."""
     path = Path(path)
-    try:
-        with open(path, "rb") as f:
-            magic = f.read(6)
-    except OSError as e:
-        raise VelaImportError(f"{path}: cannot read ({e.strerror or e})") from None
-    if magic != b"\x93NUMPY" and magic[:4] != b"PK\x03\x04":
+    data = _read_tensor_file(path)
+    if data[:6] != b"\x93NUMPY" and data[:4] != b"PK\x03\x04":
         raise VelaImportError(f"{path}: not a .npy or .npz file (a .npy array, or an .npz with "
                               "one array per model input or output)")
-    try:
-        obj = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, zipfile.BadZipFile) as e:
-        raise VelaImportError(f"{path}: cannot read the input tensor ({e})") from None
+    obj = np_load(data, path, "cannot read the input tensor")
     if isinstance(obj, np.ndarray):
         return [obj]
     try:
@@ -793,7 +896,8 @@ def vela_host_program(path: str | Path, options: ProgramOptions) -> HostProgram:
             raise VelaImportError(f"{path}: no *_vela.tflite or *_vela.npz in this directory")
 
         def here(names: tuple[str, ...]) -> str | None:
-            return next((str(path / n) for n in names if (path / n).is_file()), None)
+            # exists(): a FIFO or device there is refused when read, not taken as missing
+            return next((str(path / n) for n in names if (path / n).exists()), None)
         options = replace(options, input=options.input or here(DIR_INPUT),
                           expect=options.expect or here(DIR_EXPECT))
         path = vela
@@ -833,11 +937,12 @@ def load_op_reference(path: str | Path) -> dict[int, bytes] | None:
     order (uint8 as --output-ops writes them; another dtype is compared by its bytes). None
     for any other file (a whole-output reference, read by load_input)."""
     path = Path(path)
+    data = _read_tensor_file(path)
+    if data[:4] != b"PK\x03\x04":
+        return None
+    z = np_load(data, path, "cannot read the reference")
     try:
-        with open(path, "rb") as f:
-            if f.read(4) != b"PK\x03\x04":
-                return None
-        with np.load(path, allow_pickle=False) as z:
+        with z:
             keys = list(z.files)
             if not keys or not all(OP_KEY.fullmatch(k) for k in keys):
                 return None
@@ -873,8 +978,8 @@ class OpTrace:
 
     @staticmethod
     def _compare(hp: HostProgram, i: int, writes, got: bytes, ref: bytes) -> str | None:
-        pc = hp.history[-1][0]
-        what = f"operation {i} ({hp.device.unit_label(pc)} at {pc:#010x})"
+        pc = hp.history[-1][0]  # the unit named as run -v names it, and where to break
+        what = f"operation {i}, {hp.device.unit_label(pc)} at pc {pc:#010x}"
         if len(got) != len(ref):
             return f"{what} wrote {len(got)} B, the reference op{i} has {len(ref)} B"
         a, b = np.frombuffer(got, np.uint8), np.frombuffer(ref, np.uint8)

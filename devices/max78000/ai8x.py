@@ -47,12 +47,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..c_source import strip_comments
+from ..files import read_program_text
 from ..host import Check, CheckResult, CheckWords, HostProgram, Poll, Step, WaitIrq, Write
 
 MASK32 = 0xFFFF_FFFF
 FILES = ("cnn.c", "main.c")
 RISCV_MAIN = "main_riscv.c"  # present in --riscv projects: the RISC-V core runs the network
 HEADERS = ("weights.h", "sampledata.h", "sampleoutput.h", "cnn.h")
+#: largest file of a project read: the biggest weights.h (the 442 KB of kernel memory written as
+#: C words, ~3 characters per byte) and an unrolled cnn.c are a few MB
+MAX_SOURCE = 64 << 20
+
+
+def _read(path: Path) -> str:
+    """A file of the project (regular files only, at most MAX_SOURCE bytes)."""
+    return read_program_text(path, MAX_SOURCE, "a file of an ai8x-synthesis project")
 
 
 class Ai8xImportError(ValueError):
@@ -237,7 +246,7 @@ _INT = re.compile(r"(-)?(0[xX][0-9a-fA-F]+|\d+)[uUlL]*")
 
 def _parse_header(path: Path, arrays: dict[str, _Array], scalars: dict[str, str]) -> None:
     """``#define NAME { v, v, ... }`` (continued with backslashes) and ``#define NAME value``."""
-    lines = strip_comments(path.read_text(encoding="utf-8", errors="replace")).split("\n")
+    lines = strip_comments(_read(path)).split("\n")
     i = 0
     while i < len(lines):
         ln = lines[i]
@@ -364,12 +373,12 @@ class _Importer:
             raise Ai8xImportError(f"{self.dir}: not a directory (expected an ai8xize.py project "
                                   "directory with cnn.c, main.c, weights.h, sampledata.h, "
                                   "sampleoutput.h)")
-        for f in FILES:
-            if not (self.dir / f).is_file():
+        for f in FILES:  # exists(): a FIFO or device is refused when read, not "missing"
+            if not (self.dir / f).exists():
                 raise Ai8xImportError(f"{self.dir / f}: missing (not an ai8xize.py project "
                                       "directory?)")
         for h in HEADERS:
-            if (self.dir / h).is_file():
+            if (self.dir / h).exists():
                 _parse_header(self.dir / h, self.arrays, self.scalars)
         if (self.dir / RISCV_MAIN).is_file():
             self.main_file = RISCV_MAIN
@@ -399,7 +408,7 @@ class _Importer:
 
     def _parse_c(self, path: Path, funcs: dict[str, _Func] | None = None) -> None:
         funcs = self.funcs if funcs is None else funcs
-        items = _items(strip_comments(path.read_text(encoding="utf-8", errors="replace")))
+        items = _items(strip_comments(_read(path)))
         i = 0
         while i < len(items):
             it = items[i]
@@ -811,11 +820,17 @@ class _Importer:
         if missing:
             coupled = (" (fifo_cpl = 1: the FIFOs are read together, so none drains)"
                        if value >> 11 & 1 else "")
+            load = self.funcs.get("load_input")
+            if pushes:  # the first FIFO write's line
+                writes = (f"load_input() ({pushes[0].where}) writes FIFO(s) "
+                          f"{', '.join(map(str, written))} only")
+            elif load is not None:  # the function's own line in main.c
+                writes = f"load_input() ({load.file}:{load.line}) writes no FIFO"
+            else:
+                writes = f"no FIFO is written ({self.main_file} defines no load_input())"
             raise Ai8xImportError(
                 f"{ctl[-1].where}: CNN_FIF0_CTRL = {value:#010x} enables FIFO(s) "
-                f"{', '.join(map(str, enabled))}{coupled}, but load_input() "
-                f"({pushes[0].where if pushes else 'load_input()'}) writes "
-                f"FIFO(s) {', '.join(map(str, written)) or 'none'} only: layer 0 would wait for "
+                f"{', '.join(map(str, enabled))}{coupled}, but {writes}: layer 0 would wait for "
                 f"ever for the data of processors "
                 f"{', '.join(f'{16 * n}-{16 * n + 3}' for n in missing)} (FIFO n feeds "
                 "processors 16n..16n+3); the program cannot complete")
@@ -892,10 +907,10 @@ def read_latency(path: Path) -> tuple[str, int, list[int]] | None:
     per layer (facts from ai8x-synthesis izer/rtlsim.py write_latency and the ESTIMATED LATENCY
     table of izer/backend/max7800x.py). None without the file; a malformed one is an error
     naming its line."""
-    if not path.is_file():
+    if not path.exists():  # a FIFO or device is refused by _read, not skipped
         return None
     values = []
-    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+    for n, line in enumerate(_read(path).splitlines(), 1):
         if line.strip():
             try:
                 values.append(abs(int(line.strip())))

@@ -41,6 +41,7 @@ class Max78000(Device):
         self.active = False  # the state machine is between a start edge and completion
         self.paused = False  # one-shot: a layer ran, waiting for the next cnn_en edge (L2213)
         self.layer = 0  # next layer to run
+        self.ended = False  # the last layer completed: pc is the end address until a start
         self._decoded: dict[int, tuple] = {}  # layer -> (addresses read, their values, config)
         # one 2-D array per memory kind so the datapath's kernels index every processor at once:
         # row = global processor (MRAM) / global data memory q*4+g (SRAM)
@@ -116,6 +117,7 @@ class Max78000(Device):
             self.fifos.drain()
             return
         self._warned.clear()
+        self.ended = False
         if self.paused:
             self.paused = False
             self.active = True
@@ -132,6 +134,10 @@ class Max78000(Device):
 
     @property
     def pc(self) -> int:
+        """The next layer's CNNx16_0_L<y>_RCNT; the end address after the last layer (the
+        engine's layer counter returns to 0 there, which would name layer 0)."""
+        if self.ended:
+            return self.end_address
         return self._layer_address(self.layer if self.layer < LAYERS else 0)
 
     def set_pc(self, address: int) -> None:
@@ -139,6 +145,7 @@ class Max78000(Device):
             if self._layer_address(y) == address:
                 self.layer = y
                 self.active = True
+                self.ended = False
                 return
         super().set_pc(address)
 
@@ -219,6 +226,7 @@ class Max78000(Device):
         ISR clears it, digest §7 #10)."""
         self.active = self.paused = False
         self.layer = 0
+        self.ended = True
         self._raise_irq()
 
     def _raise_irq(self) -> None:
@@ -249,7 +257,7 @@ class Max78000(Device):
 
     def reset(self, kind: str = "halt") -> None:
         super().reset(kind)
-        self.active = self.paused = False
+        self.active = self.paused = self.ended = False
         self.layer = 0
         self.fifos.reset()
         self.tests.reset()
@@ -258,12 +266,14 @@ class Max78000(Device):
 
     def _state(self) -> dict:
         return {"active": self.active, "paused": self.paused, "layer": self.layer,
+                "ended": self.ended,
                 "fifos": self.fifos.state(),
                 "tests": self.tests.state(), "stream_frames": dict(self.stream_frames)}
 
     def _set_state(self, state: dict) -> None:
         self.active, self.paused = state["active"], state["paused"]
         self.layer = state["layer"]
+        self.ended = state["ended"]
         if "fifos" in state:
             self.fifos.set_state(state["fifos"])
             self.tests.set_state(state["tests"])

@@ -33,7 +33,7 @@ import numpy as np
 from ..description import load_description
 from ..device import Device, MonitorCommand, ProgramOptions, Touched, Unit, UnitContext
 from ..errors import BusError, DeviceError
-from ..host import HostProgram
+from ..host import HostProgram, plan_units
 from . import job as J
 from .monitor import commands
 
@@ -70,7 +70,11 @@ class Ne16(Device):
                 raise ValueError(f"ne16: l1_kib must be 16..65536, not {l1_kib}")
             desc = with_l1_size(desc, l1_kib * 1024)
         super().__init__(desc)
+        self._args = (l1_kib, description_path)  # a fresh device of this kind plans programs
         self.l1 = self.bus.memories["l1"]
+        #: summaries of the program's jobs by program index (the driver's plan, then each job
+        #: as it starts): the listing, and what a job's window pc names
+        self.listing: list[str] = []
         self._job_regs = {name: self.description.banks_at(JOB_BASE + 4 * i)
                           for i, name in enumerate(J.JOB_REGISTERS)}
         r = self.regs
@@ -165,9 +169,12 @@ class Ne16(Device):
 
     @property
     def pc(self) -> int:
-        """The job registers (WEIGHTS_PTR) of the context whose job runs next (both contexts'
-        registers share the address; the unit's label names the context)."""
-        return JOB_BASE
+        """Job k of the program (k = jobs run since reset) is word k of the program window: the
+        two contexts' job registers share one address for every job, so they cannot name one
+        (issue 25 #7). The end address once the program's jobs have all run."""
+        if not self.queue and 0 < self.units_done >= len(self.listing):
+            return self.end_address
+        return self.window_pc(self.units_done)
 
     def _runnable(self) -> Job | None:
         return self.queue[0] if self.queue and not self.queue[0].held else None
@@ -175,20 +182,38 @@ class Ne16(Device):
     def finished(self) -> bool:
         return self._runnable() is None
 
+    @staticmethod
+    def _summary(j: Job) -> str:
+        try:
+            summary = J.decode(j.regs).summary()
+        except DeviceError as e:
+            summary = f"not runnable: {e}"
+        held = ", held (committed without start)" if j.held else ""
+        return f"{summary} (ID {j.job_id}, C{j.context}{held})"
+
     def units(self) -> list[Unit]:
-        out = []
-        for j in self.queue:
-            try:
-                summary = J.decode(j.regs).summary()
-            except DeviceError as e:
-                summary = f"not runnable: {e}"
-            held = ", held (committed without start)" if j.held else ""
-            out.append(Unit(JOB_BASE, f"job {j.job_id} C{j.context}", summary + held))
-        return out
+        """The whole program: the jobs run, the queued ones (their registers as committed), and
+        the ones the driver has still to queue (its plan)."""
+        rows = list(self.listing)
+        for i, j in enumerate(self.queue, self.units_done):
+            rows[i:i + 1] = [self._summary(j)]
+        return [Unit(self.window_pc(k), f"job {k}", s) for k, s in enumerate(rows)]
 
     def unit_label(self, address: int) -> str:
+        k = self.window_index(address)
+        return f"job {k}" if k is not None else super().unit_label(address)
+
+    def program_started(self, host: HostProgram) -> None:
+        self.listing = self.listing[:self.units_done] + list(host.plan or [])
+
+    def _retire(self) -> str | None:
+        """plan_units: the next job's summary, the queue moved on as after it, nothing run."""
         j = self._runnable()
-        return f"job {j.job_id}" if j is not None else super().unit_label(address)
+        if j is None:
+            return None
+        summary = self._summary(j)
+        self._finish(j)
+        return summary
 
     def interrupts(self) -> dict[str, bool]:
         return {"EVT": False}  # a pulse: see interrupt_counts
@@ -207,7 +232,11 @@ class Ne16(Device):
         from .pulp_nnx import is_test_app, load_test_app
 
         l1 = (self.l1.region.base, self.l1.region.size)
-        return load_test_app(Path(path), l1) if is_test_app(Path(path)) else None
+        if not is_test_app(Path(path)):
+            return None
+        host = load_test_app(Path(path), l1)
+        host.plan = plan_units(host, Ne16(*self._args), Ne16._retire, self._program_window.size // 4)
+        return host
 
     def done_message(self) -> str:
         return (f"NE16 queue empty after {self.units_done} jobs, {self.events} end-of-job events"
@@ -239,6 +268,7 @@ class Ne16(Device):
             except BusError as e:
                 raise DeviceError(f"{where}{e}") from None
             j.cfg = cfg
+            self.listing[self.units_done:self.units_done + 1] = [self._summary(j)]
         res, cfg = j.result, j.cfg
         last = cfg.subtiles if ctx.granularity != "subtile" else j.next_subtile + 1
         self._write(res, j.next_subtile, last, cfg.subtiles)
@@ -280,9 +310,13 @@ class Ne16(Device):
         self.l1.touch()
 
     def _job_done(self, j: Job) -> None:
-        self.queue.remove(j)
         self.history.append((j.job_id, j.result))
         del self.history[:-16]
+        self._finish(j)
+
+    def _finish(self, j: Job) -> None:
+        """The end of job ``j``: out of the queue, the end-of-job event, the status."""
+        self.queue.remove(j)
         self.events += 1
         self.last_run = j.job_id
         self._sync_status(finished=(self.regs.peek("FINISHED") + 1) & 0xFFFFFFFF)
@@ -304,18 +338,21 @@ class Ne16(Device):
         super().reset(kind)
         self.warnings = []
         self.history = []
+        self.listing = []
         self.events = 0  # the cluster's event line: SOFT_CLEAR (NE16's own state) keeps it
         self._clear()
 
     def _state(self) -> dict:
         return {"queue": list(self.queue), "pointer": self.pointer, "locked": self.locked,
-                "next_id": self.next_id, "events": self.events, "last_run": self.last_run}
+                "next_id": self.next_id, "events": self.events, "last_run": self.last_run,
+                "listing": list(self.listing)}
 
     def _set_state(self, state: dict) -> None:
         self.queue = list(state["queue"])
         self.pointer, self.locked = state["pointer"], state["locked"]
         self.next_id, self.events = state["next_id"], state["events"]
         self.last_run = state["last_run"]
+        self.listing = list(state["listing"])
 
 
 def with_l1_size(desc, size: int):

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from ..c_source import strip_comments
+from ..files import read_program_text
 from ..host import Check, CheckResult, HostProgram, Step, Write
 from .job import JOB_REGISTERS
 from .model import BASE, JOB_BASE
@@ -44,8 +45,21 @@ class TestAppError(ValueError):
     """The test application cannot be imported; the message starts with ``file:line:``."""
 
 
+#: largest generated source read (gen/inc/*.h, gen/src/*.c): the arrays of a layer that fits
+#: the cluster's L1 written as C numbers (~5 characters per byte) are well under 16 MiB
+MAX_SOURCE = 16 << 20
+#: largest conf.json read (the generator's few dozen parameters)
+MAX_CONF = 1 << 20
+
+
+def _read(path: Path, limit: int = MAX_SOURCE) -> str:
+    """A file of the test application: regular files only, at most ``limit`` bytes (checks
+    below use exists(), so a FIFO or device in the tree is refused here, not skipped)."""
+    return read_program_text(path, limit, "a file of a pulp-nnx test application")
+
+
 def is_test_app(path: Path) -> bool:
-    return path.is_dir() and any((path / d / "inc" / "layer_conf.h").is_file()
+    return path.is_dir() and any((path / d / "inc" / "layer_conf.h").exists()
                                  for d in ("gen", "."))
 
 
@@ -60,7 +74,7 @@ class Array:
 def read_defines(path: Path) -> dict[str, object]:
     """``#define NAME (value)`` / ``"string"`` / bare flags of layer_conf.h."""
     out: dict[str, object] = {}
-    for n, line in enumerate(strip_comments(path.read_text()).splitlines(), 1):
+    for n, line in enumerate(strip_comments(_read(path)).splitlines(), 1):
         m = re.match(r"\s*#define\s+(\w+)\s*(.*?)\s*$", line)
         if not m or m.group(1).startswith("__"):
             continue
@@ -80,7 +94,7 @@ def read_defines(path: Path) -> dict[str, object]:
 
 def read_arrays(path: Path) -> dict[str, Array]:
     """The arrays a generated source defines: ``[section] ctype name[SIZE] [= {...}];``."""
-    text = strip_comments(path.read_text())
+    text = strip_comments(_read(path))
     sizes = {m.group(1): int(m.group(2)) for m in
              re.finditer(r"#define\s+(\w+)\s+\((\d+)\)", text)}
     out = {}
@@ -282,7 +296,7 @@ def load_test_app(path: Path, l1: tuple[int, int] = (L1_BASE, L1_SIZE)) -> HostP
     """The host program of the test application at ``path`` (the app directory holding gen/,
     or gen/ itself), its arrays placed in the L1 window ``l1`` (base, size). Raises
     TestAppError naming file:line."""
-    gen = path / "gen" if (path / "gen" / "inc" / "layer_conf.h").is_file() else path
+    gen = path / "gen" if (path / "gen" / "inc" / "layer_conf.h").exists() else path
     d = read_defines(gen / "inc" / "layer_conf.h")
     for key in ("INPUT_HEIGHT", "INPUT_WIDTH", "INPUT_CHANNEL", "OUTPUT_HEIGHT", "OUTPUT_WIDTH",
                 "OUTPUT_CHANNEL", "OUTPUT_BITS", "INPUT_BITS", "WEIGHT_HEIGHT", "WEIGHT_BITS",
@@ -291,14 +305,14 @@ def load_test_app(path: Path, l1: tuple[int, int] = (L1_BASE, L1_SIZE)) -> HostP
         if key not in d:
             raise TestAppError(f"layer_conf.h:1: {key} is not defined")
     conf = path / "conf.json"
-    if conf.is_file():
+    if conf.exists():
         _check_conf(conf, d)
     arrays: dict[str, Array] = {}
     for name in ARRAYS:
         src = gen / "src" / f"{name}.c"
-        if name in ("scale", "bias") and not src.is_file():
+        if name in ("scale", "bias") and not src.exists():
             continue
-        if not src.is_file():
+        if not src.exists():
             raise TestAppError(f"{gen.name}/src/{name}.c: missing")
         arrays.update(read_arrays(src))
     for name in ("input", "output", "weight", "golden_output"):
@@ -357,8 +371,9 @@ def _check(hp: HostProgram, base: int, dt: np.dtype, golden: Array, d: dict) -> 
 
 def _check_conf(path: Path, d: dict[str, object]) -> None:
     """conf.json and layer_conf.h describe the same layer."""
+    text = _read(path, MAX_CONF)
     try:
-        c = json.loads(path.read_text())
+        c = json.loads(text)
     except ValueError as e:
         raise TestAppError(f"{path.name}:{getattr(e, 'lineno', 1)}: {e}") from None
     pairs = (("in_height", "INPUT_HEIGHT"), ("in_width", "INPUT_WIDTH"),

@@ -42,7 +42,7 @@ from ..bus import Memory
 from ..description import load_description
 from ..device import Device, MonitorCommand, ProgramOptions, Touched, Unit, UnitContext
 from ..errors import BusError, DeviceError
-from ..host import HostProgram
+from ..host import HostProgram, plan_units
 from . import cdp as D
 from . import conv as C
 from . import feature as F
@@ -80,6 +80,10 @@ class Nvdla(Device):
 
     def __init__(self, description_path: str | None = None) -> None:
         super().__init__(load_description(description_path or "nvdla"))
+        self._description_path = description_path  # a fresh device of this kind plans traces
+        #: summaries of the program's hardware layers by program index (the trace's plan, then
+        #: each layer as it starts): the listing, and what a layer's window pc names
+        self.listing: list[str] = []
         self.ro_writes: Counter[str] = Counter()
         self.events: Counter[str] = Counter()
         self._names = {r.name for r in self.description.registers}
@@ -138,11 +142,14 @@ class Nvdla(Device):
     def reset(self, kind: str = "halt") -> None:
         super().reset(kind)
         self._reset_state()
+        self.listing = []
 
     def _state(self) -> dict:
-        return {"events": Counter(self.events), "luts": self.luts, "cbuf": self.cbuf}
+        return {"events": Counter(self.events), "luts": self.luts, "cbuf": self.cbuf,
+                "listing": list(self.listing)}
 
     def _set_state(self, state: dict) -> None:
+        self.listing = list(state["listing"])
         self.events = Counter(state["events"])
         self.luts = state["luts"]
         self.cbuf = state["cbuf"]
@@ -194,30 +201,49 @@ class Nvdla(Device):
 
     @property
     def pc(self) -> int:
-        layer = self.ready()
-        unit = layer.last[0] if layer is not None else "SDP"
-        return self.description.slot_address(f"{unit}_D_OP_ENABLE")
+        """Hardware layer k of the program (k = layers run since reset) is word k of the program
+        window: every layer reuses the same two register groups, so no register address can
+        name one (issue 25 #7). The end address once the program's layers have all run."""
+        if 0 < self.units_done >= len(self.listing) and self.ready() is None:
+            return self.end_address
+        return self.window_pc(self.units_done)
 
     def finished(self) -> bool:
         return self.ready() is None
 
-    def _label(self, layer: Layer) -> str:
+    def summary(self, layer: Layer) -> str:
+        """``conv (SDP G0): <the decoded layer>``: the kind, the unit that ends it, its group."""
         unit, g = layer.last
-        return f"layer {self.units_done}: {layer.kind} ({unit} G{g})"
+        try:
+            text = self._describe(layer)
+        except DeviceError as e:
+            text = f"not runnable: {e}"
+        return f"{layer.kind} ({unit} G{g}): {text}"
 
     def unit_label(self, address: int) -> str:
-        layer = self.ready()
-        return self._label(layer) if layer is not None else super().unit_label(address)
+        k = self.window_index(address)
+        return f"layer {k}" if k is not None else super().unit_label(address)
 
     def units(self) -> list[Unit]:
+        """The whole program: the layers run, the armed one, the ones the trace arms later."""
+        rows = list(self.listing)
+        layer = self.ready()
+        if layer is not None:
+            rows[self.units_done:self.units_done + 1] = [self.summary(layer)]
+        return [Unit(self.window_pc(k), f"layer {k}", s) for k, s in enumerate(rows)]
+
+    def program_started(self, host: HostProgram) -> None:
+        self.listing = self.listing[:self.units_done] + list(host.plan or [])
+
+    def _retire(self) -> str | None:
+        """plan_units: the armed layer's summary, the groups moved on as after it, nothing
+        computed."""
         layer = self.ready()
         if layer is None:
-            return []
-        try:
-            summary = self._describe(layer)
-        except DeviceError as e:
-            summary = f"not runnable: {e}"
-        return [Unit(self.pc, self._label(layer), summary)]
+            return None
+        text = self.summary(layer)
+        self._done(layer)
+        return text
 
     def _describe(self, layer: Layer) -> str:
         reg = self.value
@@ -250,6 +276,7 @@ class Nvdla(Device):
         layer = self.ready()
         if layer is None:
             raise DeviceError("no hardware layer is armed")
+        self.listing[self.units_done:self.units_done + 1] = [self.summary(layer)]
         reg = self.value
         if layer.kind == "pdp":
             return self._pdp(layer, ctx.touched)
@@ -385,7 +412,12 @@ class Nvdla(Device):
     def load_program(self, path: Path, options: ProgramOptions) -> HostProgram | None:
         from .trace import is_trace, load_trace
 
-        return load_trace(Path(path), self) if is_trace(Path(path)) else None
+        if not is_trace(Path(path)):
+            return None
+        host = load_trace(Path(path), self)
+        host.plan = plan_units(host, Nvdla(self._description_path), Nvdla._retire,
+                               self._program_window.size // 4)
+        return host
 
     def monitor_commands(self) -> dict[str, MonitorCommand]:
         from .monitor import commands

@@ -30,8 +30,9 @@ def _nvdla(dev, ctx, args: list[str]) -> str:
                          f"{_STATE[status & 3]:<8} {_STATE[status >> 16 & 3]}")
         return "\n".join(lines)
     if args == ["layer"]:
-        units = dev.units()
-        return "\n".join(f"{u.label}: {u.summary}" for u in units) or dev.idle_message()
+        layer = dev.ready()
+        return (f"{dev.unit_label(dev.pc)}: {dev.summary(layer)}" if layer is not None
+                else dev.idle_message())
     if args == ["ignored"]:
         ro = dev.ro_writes
         busy = dev.regs.ignored_writes

@@ -26,12 +26,14 @@ checks (``ro_writes``). Errors name the file and line.
 from __future__ import annotations
 
 import functools
+import os
 import re
 import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..description import Description
+from ..files import FileRefused, mib, read_program_text
 from ..host import Check, CheckResult, HostProgram, Poll, Step, WaitIrq, Write
 
 if TYPE_CHECKING:
@@ -40,8 +42,14 @@ if TYPE_CHECKING:
 _COMMAND = re.compile(r"^\s*([a-z_]+)\s*\((.*)\)\s*;?\s*$", re.S)
 _RECORD = re.compile(r"\{\s*offset\s*:\s*(0x[0-9a-fA-F]+|\d+)\s*,\s*size\s*:\s*(\d+)\s*,\s*"
                      r"payload\s*:\s*([^}]*)\}")
-#: memory-file bytes a trace may load (a larger file is refused, not read into memory)
+#: memory-file bytes a trace may load (a larger file is refused, not read into memory): the
+#: text form takes ~5 bytes per byte, and the largest window is 64 MiB
 MAX_FILE = 64 << 20
+#: memory-file bytes one trace may load in all (a trace naming one file many times included)
+MAX_FILES_TOTAL = 256 << 20
+#: largest .cfg read: the repository's traces are some hundred lines of register writes; 16 MiB
+#: is 300 000 commands, and the steps they become take a few times that in memory
+MAX_TRACE = 16 << 20
 
 
 class TraceError(ValueError):
@@ -55,10 +63,15 @@ def is_trace(path: Path) -> bool:
 
 
 def trace_file(path: Path) -> Path | None:
+    """The .cfg of the trace ``path`` names, or None. In a directory that is its ``<dir>.cfg``,
+    or its one .cfg, whatever that file holds: the directory says it is a trace, so a .cfg there
+    that is empty, unreadable or no trace is refused by load_trace naming the .cfg's problem
+    (not as "is a directory"). A .cfg named directly is a trace only when its first 64 KiB hold
+    a trace command: an OpenOCD command script is a .cfg too."""
     if path.is_dir():
         named = path / f"{path.name}.cfg"
-        found = [named] if named.is_file() else sorted(path.glob("*.cfg"))
-        path = found[0] if len(found) == 1 else path
+        found = [named] if os.path.lexists(named) else sorted(path.glob("*.cfg"))
+        return found[0] if len(found) == 1 else None
     if path.is_file() and path.suffix == ".cfg":
         try:
             with path.open("rb") as f:
@@ -70,12 +83,15 @@ def trace_file(path: Path) -> Path | None:
     return None
 
 
-def read_memory_file(path: Path, where: str) -> list[tuple[int, bytes]]:
-    """The memory file's records as (offset, bytes), records that touch merged into one run."""
+def read_memory_file(path: Path, where: str, limit: int = MAX_FILE) -> list[tuple[int, bytes]]:
+    """The memory file's records as (offset, bytes), records that touch merged into one run;
+    at most ``limit`` bytes of it are read (the trace's remaining budget)."""
     try:
-        if path.stat().st_size > MAX_FILE:
-            raise TraceError(f"{where}: {path.name} is larger than {MAX_FILE >> 20} MiB")
-        text = path.read_text(encoding="ascii", errors="replace")
+        what = "an NVDLA memory file" if limit == MAX_FILE else \
+            f"the rest of this trace's memory files ({mib(MAX_FILES_TOTAL)} in all)"
+        text = read_program_text(path, limit, what, name=path.name, encoding="ascii")
+    except FileRefused as e:
+        raise TraceError(f"{where}: {e}") from None
     except OSError as e:
         raise TraceError(f"{where}: cannot read {path.name}: {e.strerror}") from None
     runs: list[tuple[int, bytearray]] = []
@@ -151,12 +167,16 @@ def load_trace(path: Path, device: "Nvdla") -> HostProgram:
     if cfg is None:
         raise TraceError(f"{path}: not a trace (.cfg, or a directory with one)")
     try:
-        text = cfg.read_text(encoding="ascii", errors="replace")
+        text = read_program_text(cfg, MAX_TRACE, "an NVDLA trace", encoding="ascii")
+    except FileRefused as e:
+        raise TraceError(str(e)) from None
     except OSError as e:
         raise TraceError(f"{cfg}: cannot read: {e.strerror}") from None
     desc = device.description
     steps: list[Step] = []
     layers = 0
+    budget = MAX_FILES_TOTAL  # memory-file bytes this trace may still read
+    zeros = b""  # mem_init's bytes: one buffer shared by every mem_init (views of it)
     for n, raw in enumerate(text.splitlines(), 1):
         line = raw.split("//", 1)[0].strip()
         if not line:
@@ -174,12 +194,17 @@ def load_trace(path: Path, device: "Nvdla") -> HostProgram:
                 raise TraceError(f"{where}: mem_init pattern {args[3]} is not supported "
                                  "(ALL_ZERO is)")
             _check_span(device, addr, size, where)
-            steps.append(Write(addr, bytes(size), where=where))
+            if len(zeros) < size:  # a 50-byte line may clear 64 MiB: allocate that once
+                zeros = bytes(size)
+            steps.append(Write(addr, memoryview(zeros)[:size], where=where))
         elif cmd == "mem_load":
             if len(args) != 3:
                 raise TraceError(f"{where}: mem_load takes (mem, address, \"file\")")
             addr = _int(args[1], where)
-            for off, data in read_memory_file(cfg.parent / args[2].strip('"'), where):
+            file = cfg.parent / args[2].strip('"')
+            records = read_memory_file(file, where, min(MAX_FILE, budget))
+            budget -= file.stat().st_size  # the text read (a budget of file bytes)
+            for off, data in records:
                 _check_span(device, addr + off, len(data), where)
                 steps.append(Write(addr + off, data, where=f"{where} ({args[2]})"))
         elif cmd == "reg_write":
@@ -215,6 +240,9 @@ def load_trace(path: Path, device: "Nvdla") -> HostProgram:
                                where=where))
         else:
             raise TraceError(f"{where}: unknown trace command {cmd}")
+    if not steps:
+        raise TraceError(f"{cfg}: {'empty file' if not text.strip() else 'only comments'}, "
+                         "not a trace (no reg_write, mem_init or mem_load command)")
     steps.append(Check(lambda hp: _ignored_writes(hp), where=cfg.name))
     return HostProgram(cfg.stem, steps, summary=f"{cfg.name}: NVDLA trace, {len(steps)} steps, "
                        f"{layers} interrupt waits", total_units=layers or None)

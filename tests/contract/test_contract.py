@@ -9,7 +9,7 @@ from accelstub.devices import DEVICES, BusError, device_spec, open_device
 from accelstub.devices.device import Device, MonitorCommand, ProgramOptions, Unit
 from accelstub.devices.runcontrol import RunControl
 from accelstub.stub.cli import demo_program
-from accelstub.stub.commands import CommandContext
+from accelstub.stub.commands import CommandContext, execute
 from accelstub.stub.program import load_program, run_to_end
 from accelstub.stub.svd import description_to_svd
 from accelstub.stub.target_xml import target_xml
@@ -123,3 +123,140 @@ def test_bundled_demo_runs_to_its_end(name):
     outcome = run_to_end(rc)
     assert outcome.code == 0, outcome.lines
     assert rc.device.finished()
+
+
+# -- one debugger behaviour on every device (issue 25 #7, #8) ----------------------------------
+DEMOS = [d for d in DEVICES if demo_program(d) is not None]
+
+
+def _demo(name: str) -> tuple[RunControl, CommandContext]:
+    """A run control with the device's bundled demo loaded, halted before its first unit, and
+    `reset init` reloading it (as the stub sets it up)."""
+    rc = RunControl(open_device(name))
+    ctx = CommandContext(targets=[rc])
+    rc.init_handler = lambda: load_program(ctx, demo_program(name))
+    rc.reset("init")
+    return rc, ctx
+
+
+def _pcs_of_a_run(rc: RunControl) -> list[int]:
+    """pc before each unit of a run stepped to its end."""
+    pcs = []
+    while not rc.device.finished():
+        pcs.append(rc.device.pc)
+        assert rc.step(120).reason in ("step", "done")
+    return pcs
+
+
+@pytest.mark.parametrize("name", DEMOS)
+def test_every_unit_has_a_distinct_stable_pc(name):
+    """`monitor units` lists the whole program before it runs; each unit's address is its own,
+    mapped and readable (gdb reads it), is pc right before that unit runs, and is the same on the
+    next run (`reset init`). A program-window word reads its unit's index."""
+    rc, ctx = _demo(name)
+    dev = rc.device
+    units = dev.units()
+    addresses = [u.address for u in units]
+    assert len(units) >= 2 or name == "ne16", units  # (the NE16 demo is a single job)
+    assert len(set(addresses)) == len(addresses), addresses
+    for k, a in enumerate(addresses):
+        assert dev.bus.is_mapped(a, 4)
+        if dev.window_index(a) is not None:
+            assert dev.window_index(a) == k and int.from_bytes(dev.read(a, 4), "little") == k
+    assert _pcs_of_a_run(rc) == addresses
+    rc.reset("init")
+    assert [u.address for u in dev.units()] == addresses and dev.pc == addresses[0]
+    assert _pcs_of_a_run(rc) == addresses
+
+
+@pytest.mark.parametrize("name", DEMOS)
+def test_a_breakpoint_on_unit_k_stops_before_unit_k(name):
+    """`bp` on every unit's address: each continue stops before the next unit, with k units run
+    (the first unit of a run is not stopped at: it is where the run starts)."""
+    rc, ctx = _demo(name)
+    dev = rc.device
+    addresses = [u.address for u in dev.units()]
+    for a in addresses:
+        assert execute(ctx, f"bp {a:#x} 4 hw").startswith("breakpoint set at")
+    for k in range(1, len(addresses)):
+        stop = rc.run(120)
+        assert stop.reason == "breakpoint" and dev.pc == addresses[k] and dev.units_done == k
+    assert rc.run(120).reason == "done"
+
+
+@pytest.mark.parametrize("name", DEMOS)
+def test_the_end_of_a_program_has_its_own_pc_and_says_so(name):
+    """At the end pc is the end address (EMU_END, the same word on every device), no unit's
+    address, so gdb cannot report the end as a breakpoint on a unit; the stop says the program
+    ended; a step there says so in one line and pc stays."""
+    rc, ctx = _demo(name)
+    dev = rc.device
+    addresses = {u.address for u in dev.units()} | {dev.pc}
+    end = dev.description.register("EMU_END").address
+    assert end == 0xF000_001C and end not in addresses
+    assert dev.read_register("EMU_END") == 0
+    stop = rc.run(120)
+    assert stop.reason == "done" and stop.debug_reason == "program-exit"
+    assert dev.pc == end and dev.read_register("EMU_END") == 1
+    assert dev.unit_label(dev.pc) == "end of program"
+    stop = rc.step(30)
+    assert stop.reason == "idle" and dev.pc == end
+    assert stop.message.startswith(f"the program has ended: pc {end:#010x} is its end address")
+    assert "\n" not in stop.message and "Traceback" not in stop.message
+
+
+@pytest.mark.parametrize("name", DEMOS)
+def test_monitor_units_lists_the_whole_program_with_pc_marked(name):
+    rc, ctx = _demo(name)
+    dev = rc.device
+    units = dev.units()
+
+    def marked() -> list[str]:
+        lines = execute(ctx, "units").splitlines()
+        assert len(lines) == len(units) + 1 and lines[-1].endswith("end: end of program (pc "
+                                                                   f"once every {dev.unit_name}"
+                                                                   " has run)")
+        for u, line in zip(units, lines):
+            assert line[3:] == f"0x{u.address:08x} {u.label}: {u.summary}"
+        return [line for line in lines if line.startswith("=> ")]
+
+    assert marked() == [f"=> 0x{units[0].address:08x} {units[0].label}: {units[0].summary}"]
+    if len(units) > 1:
+        rc.step(120)
+        units = dev.units()  # (a summary may say more once its unit has started)
+        assert marked()[0].startswith(f"=> 0x{units[1].address:08x} {units[1].label}:")
+    rc.run(120)
+    assert marked() == ["=> 0xf000001c end: end of program (pc once every "
+                        f"{dev.unit_name} has run)"]
+
+
+@pytest.mark.parametrize("name", DEMOS)
+def test_gdb_breakpoints_on_unit_pcs_stop_there_and_the_end_is_not_a_breakpoint(name):
+    """Through the gdb port: Z0 on the second unit (the last for a single-unit program) stops
+    there with pc in the stop reply; the end's stop reply carries the end address and the
+    console says the program ended."""
+    from accelstub.stub.client import RspClient
+    from accelstub.stub.server import StubServer
+
+    server = StubServer([open_device(name)], gdb_port=0, telnet_port=None, tcl_port=None)
+    server.load_program(demo_program(name), log=lambda s: None)
+    server.start()
+    try:
+        dev = server.targets[0].device
+        units = dev.units()
+        target = units[min(1, len(units) - 1)].address
+        with RspClient(port=server.ready_info()["gdb"][0], timeout=120) as c:
+            assert c.read_register("pc") == units[0].address
+            c.set_breakpoint(target)
+            reply = c.cont(120)
+            if len(units) > 1:
+                assert f"0f:{target.to_bytes(4, 'little').hex()};" in reply, reply
+                assert c.read_register("pc") == target
+                c.clear_breakpoint(target)
+                reply = c.cont(120)
+            assert "0f:1c0000f0;" in reply, reply
+            assert f"accelstub: {name} program ended: pc 0xf000001c is its end address " \
+                "(EMU_END)\n" in "".join(c.console)
+            assert c.read_register("pc") == 0xF000_001C
+    finally:
+        server.stop()

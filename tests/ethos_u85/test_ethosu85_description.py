@@ -45,7 +45,7 @@ def test_device_identity(desc):
     assert desc.cpu_name == "ethos-u85.npu"
 
 
-def test_register_count_71_trm_registers_as_84_words_plus_7_emu(desc):
+def test_register_count_71_trm_registers_as_84_words_plus_8_emu(desc):
     """71 TRM registers (24 BASE, 8 BASEP, 12 ID, 11 PMU, 16 PMU_COUNTERS; digest 2.3); the 13
     64-bit ones (QBASE, 3 CFG hashes, BASEP0-7, PMCCNTR) are split into _LO/_HI words."""
     arch = [r for r in desc.registers if r.block != "emu"]
@@ -59,7 +59,7 @@ def test_register_count_71_trm_registers_as_84_words_plus_7_emu(desc):
     assert len(halves) == 13
     trm = len(arch) - len(halves)
     assert trm == 71
-    assert len([r for r in desc.registers if r.block == "emu"]) == 7
+    assert len([r for r in desc.registers if r.block == "emu"]) == 8
 
 
 def test_pages_and_window(desc):
@@ -79,7 +79,7 @@ def test_memory_windows_and_emu(desc):
     assert rg["emu"].kind == "pseudo" and rg["emu"].base == 0xF000_0000
     emu = [r.name for r in desc.registers if r.block == "emu"]
     assert emu == ["EMU_STATE", "EMU_PC", "EMU_UNIT", "EMU_UNITS", "EMU_CYCLES_LO", "EMU_CYCLES_HI",
-                   "EMU_THROTTLE_US"]
+                   "EMU_THROTTLE_US", "EMU_END"]
 
 
 def test_reserved_offsets_are_not_populated(desc):

@@ -113,8 +113,8 @@ def test_disasm_refuses_a_model_vela_has_not_compiled(tmp_path, capsys):
     f.write_bytes(build("conv"))
     code, text, err = cli(capsys, "disasm", f)
     assert (code, text) == (2, "")
-    assert err == (f"accelstub: error: {f}: a TFLite model without an 'ethos-u' custom operator: "
-                   "no command stream (compile it with vela first)\n")
+    assert err == (f"accelstub: error: {f}: a TFLite model with no NPU operator, so no command "
+                   "stream (no 'ethos-u' custom operator: compile it with vela first)\n")
 
 
 def test_disasm_warns_about_a_reserved_encoding_after_the_first_commands(tmp_path, capsys):
@@ -241,15 +241,20 @@ def test_input_npz_gives_each_model_input(compiled, tmp_path, capsys):
 
 # --- 3d: -v checksums per operation, the per-operation reference ---------------------------------
 
-VLINE = re.compile(r"  cmd (\d+): \d+ cycles modelled, (?:wrote nothing|wrote (\d+) B at "
-                   r"(0x[0-9a-f]{8}), crc32 (0x[0-9a-f]{8}))")
+#: a run -v line of the Ethos-U85: the unit, its operation and that operation's stream offset as
+#: `accelstub disasm` lists it, then what the operation wrote
+VLINE = re.compile(r"  (?P<unit>cmd (?P<n>\d+) \((?P<op>NPU_OP_[A-Z_]+) at "
+                   r"(?P<offset>0x[0-9a-f]{4})\)): \d+ cycles modelled, "
+                   r"(?:wrote nothing|wrote (?P<size>\d+) B at "
+                   r"(?P<at>0x[0-9a-f]{8}), crc32 (?P<crc>0x[0-9a-f]{8}))")
 
 
 @needs_vela
 @needs_litert
 def test_verbose_prints_each_operations_output_checksum(compiled, tmp_path, capsys):
-    """One -v line per operation; its CRC-32 is that of the bytes --output-ops keeps for it, and
-    the operation that writes the model's output wrote LiteRT's answer."""
+    """One -v line per operation, naming the operation as `accelstub disasm` lists it (kind and
+    stream offset); its CRC-32 is that of the bytes --output-ops keeps for it, and the operation
+    that writes the model's output wrote LiteRT's answer."""
     src, out = compiled("small_cnn")
     xs = sample_inputs("small_cnn")
     np.save(tmp_path / "x.npy", xs[0])
@@ -260,21 +265,27 @@ def test_verbose_prints_each_operations_output_checksum(compiled, tmp_path, caps
     n = int(re.match(r"DONE \(1 output\(s\), (\d+) operations", lines[0]).group(1))
     per_op = [VLINE.fullmatch(ln) for ln in lines[1:-1]]
     assert len(per_op) == n and all(per_op), lines
-    assert [int(m.group(1)) for m in per_op] == list(range(n))
+    assert [int(m["n"]) for m in per_op] == list(range(n))
+    code, listing, _ = cli(capsys, "disasm", out)
+    listed = {}
+    for ln in listing.splitlines()[1:]:  # "0x0150: 00000002           NPU_OP_CONV  ..."
+        offset, *rest = ln.split()
+        listed[offset.rstrip(":")] = next(w for w in rest if w.startswith("NPU_"))
+    assert code == 0 and all(listed[m["offset"]] == m["op"] for m in per_op), lines
     ops = np.load(tmp_path / "ops.npz")
     assert sorted(ops.files, key=lambda k: int(k[2:])) == [f"op{i}" for i in range(n)]
     for m in per_op:
-        data = ops[f"op{m.group(1)}"].tobytes()
-        if m.group(2) is None:
+        data = ops[f"op{m['n']}"].tobytes()
+        if m["size"] is None:
             assert data == b""
         else:
-            assert len(data) == int(m.group(2))
-            assert zlib.crc32(data) == int(m.group(4), 16)
+            assert len(data) == int(m["size"])
+            assert zlib.crc32(data) == int(m["crc"], 16)
     want = litert_reference(src, xs)[0]
     prog = read_vela(out)
-    writer = [m for m in per_op if m.group(3) and m.group(2) == str(want.nbytes)]
-    assert [ops[f"op{m.group(1)}"].tobytes() for m in writer][-1] == want.tobytes()
-    assert prog.outputs[0].offset == 0 and writer[-1].group(3) == "0x10000000"  # arena start
+    writer = [m for m in per_op if m["at"] and m["size"] == str(want.nbytes)]
+    assert [ops[f"op{m['n']}"].tobytes() for m in writer][-1] == want.tobytes()
+    assert prog.outputs[0].offset == 0 and writer[-1]["at"] == "0x10000000"  # arena start
 
 
 @needs_vela
@@ -283,8 +294,9 @@ def test_expect_names_the_first_operation_whose_output_differs(compiled, tmp_pat
     code, text, _ = cli(capsys, "run", "ethos-u85", "--program", out, "--output-ops",
                         tmp_path / "ops.npz", "-v")
     assert code == 0
-    where = {int(m.group(1)): int(m.group(3), 16)
-             for m in map(VLINE.fullmatch, text.splitlines()) if m and m.group(3)}
+    vlines = [m for m in map(VLINE.fullmatch, text.splitlines()) if m]
+    where = {int(m["n"]): int(m["at"], 16) for m in vlines if m["at"]}
+    unit = {int(m["n"]): m["unit"] for m in vlines}
     ops = dict(np.load(tmp_path / "ops.npz"))
     code, text, _ = cli(capsys, "run", "ethos-u85", "--program", out, "--expect",
                         tmp_path / "ops.npz")
@@ -299,7 +311,8 @@ def test_expect_names_the_first_operation_whose_output_differs(compiled, tmp_pat
                         tmp_path / "bad.npz")
     assert code == 1
     first = text.splitlines()[0]
-    assert re.fullmatch(rf"FAIL operation {k} \(cmd {k} at 0x[0-9a-f]{{8}}\): 1/"
+    # the operation named as its -v line names it (kind and disasm offset), and its pc
+    assert re.fullmatch(rf"FAIL operation {k}, {re.escape(unit[k])} at pc 0x[0-9a-f]{{8}}: 1/"
                         rf"{ops[f'op{k}'].size} bytes differ, first at {where[k] + 5:#010x}: "
                         r"expected 0x[0-9a-f]{2}, got 0x[0-9a-f]{2}", first), first
     # a reference naming more operations than the run has

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -23,10 +24,12 @@ import pytest
 from accelstub.devices import open_device
 from accelstub.devices.ethos_u85 import stream as es
 from accelstub.devices.device import ProgramOptions
-from accelstub.devices.ethos_u85.vela import (COP1, VelaImportError, load_input,
-                                             load_vela_program, parse_payload, read_output,
-                                             read_vela, run_vela_program)
+from accelstub.devices.ethos_u85 import vela as vela_mod
+from accelstub.devices.ethos_u85.vela import (COP1, TFLiteOperator, VelaImportError, load_input,
+                                             load_vela_program, operator_name, parse_payload,
+                                             read_output, read_vela, run_vela_program)
 from accelstub.devices.runcontrol import RunControl
+from accelstub.stub.cli import main
 from accelstub.stub.commands import CommandContext
 from accelstub.stub.program import load_program, run_to_end
 from accelstub.testkit.ethosu85_models import litert_reference
@@ -55,8 +58,8 @@ needs_vela = pytest.mark.skipif(not (HAVE_VELA and HAVE_FLATBUFFERS) and not IN_
 needs_litert = pytest.mark.skipif(not HAVE_LITERT and not IN_CI, reason="ai-edge-litert is not installed "
                                   "(pip install -e '.[test]')")
 
-from accelstub.testkit.ethosu85_models import (MODELS, build, compile_with_vela,  # noqa: E402
-                                              sample_inputs)
+from accelstub.testkit.ethosu85_models import (CPU_MODELS, MODELS, build,  # noqa: E402
+                                              compile_with_vela, sample_inputs)
 
 #: models the device cannot run yet, with the reason (strict: they must fail until fixed)
 XFAIL: dict[str, str] = {}
@@ -293,8 +296,93 @@ def test_not_a_vela_file(tmp_path):
 def test_uncompiled_model_is_refused(tmp_path):
     p = tmp_path / "conv.tflite"
     p.write_bytes(build("conv"))
-    with pytest.raises(VelaImportError, match=r"conv\.tflite: no 'ethos-u' custom operator"):
+    with pytest.raises(VelaImportError, match=r"conv\.tflite: a TFLite model with no NPU operator "
+                       r"\(no 'ethos-u' custom operator: compile it with vela first\)$"):
         read_vela(p)
+
+
+@pytest.fixture(scope="module")
+def cpu_compiled(tmp_path_factory):
+    """Vela's output of the models it leaves (partly) on the CPU: name -> *_vela.tflite."""
+    root = tmp_path_factory.mktemp("ethosu85_cpu")
+    out = {}
+    for name in CPU_MODELS:
+        (root / f"{name}.tflite").write_bytes(build(name))
+        out[name] = compile_with_vela(root / f"{name}.tflite", root / "out", cpu_operators=True)
+    return out
+
+
+@needs_vela
+def test_a_cpu_operator_is_refused_by_its_name(cpu_compiled, capsys):
+    """Vela leaves DEQUANTIZE (BuiltinOperator 6) on the CPU: the refusal names it."""
+    out = cpu_compiled["conv_dequantize"]
+    want = (f"{out}: operator 1 (DEQUANTIZE) runs on the CPU; only models that Vela mapped "
+            "entirely to the NPU can run here")
+    with pytest.raises(VelaImportError) as e:
+        read_vela(out)
+    assert str(e.value) == want
+    assert main(["run", "ethos-u85", "--program", str(out)]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == f"accelstub: error: {want}"
+
+
+def test_operator_names_come_from_the_installed_schema(monkeypatch):
+    """Names from Vela's generated TFLite schema module; without it, the number."""
+    dequantize = TFLiteOperator(0, 6, "", [0], [1])
+    if HAVE_VELA or IN_CI:
+        assert operator_name(dequantize) == "DEQUANTIZE"
+    assert operator_name(TFLiteOperator(0, 6, "ethos-u", [], [])) == "ethos-u"
+    monkeypatch.setitem(sys.modules, "ethosu.vela.tflite.BuiltinOperator", None)  # not installed
+    vela_mod._builtin_names.cache_clear()
+    try:
+        assert operator_name(dequantize) == "builtin operator 6"
+    finally:
+        monkeypatch.undo()
+        vela_mod._builtin_names.cache_clear()
+
+
+@needs_vela
+def test_a_float_model_vela_left_on_the_cpu_is_named_as_such(cpu_compiled, tmp_path, capsys):
+    out = cpu_compiled["float_max_pool"]
+    why = ("Vela placed every operator on the CPU: MAX_POOL_2D on float32 tensors, which the NPU "
+           "does not take; quantize the model to int8/int16 and compile it again")
+    with pytest.raises(VelaImportError) as e:
+        read_vela(out)
+    assert str(e.value) == f"{out}: a TFLite model with no NPU operator ({why})"
+    assert main(["disasm", str(out)]) == 2
+    assert capsys.readouterr().err == (f"accelstub: error: {out}: a TFLite model with no NPU "
+                                       f"operator, so no command stream ({why})\n")
+    src = tmp_path / "float_max_pool.tflite"  # the same model before Vela
+    src.write_bytes(build("float_max_pool"))
+    with pytest.raises(VelaImportError) as e:
+        read_vela(src)
+    assert str(e.value) == (f"{src}: a TFLite model with no NPU operator (not compiled by Vela, "
+                            "and its float32 tensors would stay on the CPU: quantize the model "
+                            "to int8/int16, then compile it with vela)")
+
+
+@needs_vela
+def test_an_input_of_another_type_is_refused_naming_both_types(compiled, tmp_path, capsys):
+    """A float array (not quantized) or a uint8 one for an int8 input is refused, even when its
+    values would fit; an integer array of the same signedness is taken when its values fit."""
+    _, out = compiled("add")
+    dev = open_device("ethos-u85")
+    xs = sample_inputs("add")
+    cases = [(xs[0].astype(np.float32), "float32: quantize it with the model's input scale and "
+              "zero point"),
+             (np.clip(xs[0], 0, None).astype(np.uint8), "uint8: give an array of type int8"),
+             (np.full(xs[0].shape, 300, np.int32), "int32 with values outside int8's range "
+              "-128..127 (300..300)")]
+    for x, why in cases:
+        with pytest.raises(VelaImportError) as e:
+            load_vela_program(dev, out, [x, xs[1]])
+        assert str(e.value) == f"{out}: input 'a' is int8, the given array is {why}"
+    np.savez(tmp_path / "in.npz", a=xs[0].astype(np.float32), b=xs[1])
+    assert main(["run", "ethos-u85", "--program", str(out), "--input",
+                 str(tmp_path / "in.npz")]) == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"accelstub: error: {out}: input 'a' is int8, the given array is {cases[0][1]}")
+    prog = load_vela_program(dev, out, [x.astype(np.int16) for x in xs])
+    assert prog.inputs[0].dtype == np.int8
 
 
 @needs_flatbuffers

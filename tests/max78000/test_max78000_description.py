@@ -58,12 +58,12 @@ def wr32(dev, addr: int, value: int) -> None:
 # ---------------------------------------------------------------------------------------------
 # counts
 
-def test_register_count_is_2303_architected_plus_7_emu(desc):
+def test_register_count_is_2303_architected_plus_8_emu(desc):
     """7 global (incl. CNN_AOD_CTRL) + 4 x 574 quadrant registers (digest section 2)."""
     arch = [r for r in desc.registers if r.block != "emu"]
     assert len(arch) == 2303
-    assert len([r for r in desc.registers if r.block == "emu"]) == 7
-    assert len(desc.registers) == 2310
+    assert len([r for r in desc.registers if r.block == "emu"]) == 8
+    assert len(desc.registers) == 2311
 
 
 def test_each_quadrant_has_574_registers(desc):
@@ -569,7 +569,7 @@ def test_emu_block_and_region_unchanged(desc):
     assert e.kind == "pseudo" and e.base == 0xF000_0000 and e.block == "emu"
     names = [r.name for r in desc.registers if r.block == "emu"]
     assert names == ["EMU_STATE", "EMU_PC", "EMU_UNIT", "EMU_UNITS", "EMU_CYCLES_LO",
-                     "EMU_CYCLES_HI", "EMU_THROTTLE_US"]
+                     "EMU_CYCLES_HI", "EMU_THROTTLE_US", "EMU_END"]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -823,3 +823,25 @@ def test_fifo_enabled_but_never_written_is_refused_naming_both_lines(tmp_path):
         f"FIFOs are read together, so none drains), but load_input() (main.c:{push - 2}) writes "
         "FIFO(s) 0 only: layer 0 would wait for ever for the data of processors 16-19, 32-35 "
         "(FIFO n feeds processors 16n..16n+3); the program cannot complete")
+
+
+def test_fifo_enabled_and_no_fifo_written_names_load_inputs_line(tmp_path):
+    """A --fifo project whose load_input() lost its FIFO loop: the refusal names main.c's
+    load_input() line and says it writes no FIFO."""
+    path = build(Network(3, 8, 8, [Layer(8, shift=-1)], name="g"), seed=1,
+                 fifo=True).write(tmp_path / "net")
+    main_c = path / "main.c"
+    text = main_c.read_text()
+    start = text.index("  for (i = 0; i < 64; i++) {")
+    main_c.write_text(text[:start] + text[text.index("  }\n", start) + 4:])
+    ctl = next(i for i, t in enumerate((path / "cnn.c").read_text().splitlines(), 1)
+               if "FIFO control" in t)
+    load = next(i for i, t in enumerate(main_c.read_text().splitlines(), 1)
+                if t == "void load_input(void)")
+    with pytest.raises(Ai8xImportError) as e:
+        import_ai8x_project(path)
+    assert str(e.value) == (
+        f"cnn.c:{ctl}: CNN_FIF0_CTRL = 0x00001908 enables FIFO(s) 0 (fifo_cpl = 1: the FIFOs "
+        f"are read together, so none drains), but load_input() (main.c:{load}) writes no FIFO: "
+        "layer 0 would wait for ever for the data of processors 0-3 (FIFO n feeds processors "
+        "16n..16n+3); the program cannot complete")

@@ -32,8 +32,9 @@ def test_step_a_subtile_then_the_job_and_read_both_contexts(stub):
                    "p/x $INFEAT_PTR_C0", "p/x $INFEAT_PTR_C1", "stepi", "p/x $STATUS",
                    "monitor ne16 queue"], stub.gdb[0].port)
     values = re.findall(r"\$\d+ = (0x[0-9a-f]+)", out)
-    assert values[0] == "0x201020", out  # the job registers (WEIGHTS_PTR)
-    assert "job 0 C0" in out and "3x3, 24 -> 40 channels, 8x8 output" in out, out
+    assert values[0] == "0xf0001000", out  # job 0: word 0 of the program window
+    assert "=> 0xf0001000 job 0: 3x3, 24 -> 40 channels, 8x8 output" in out, out
+    assert "(ID 0, C0)" in out, out
     assert "running, 1/18 subtiles done" in out, out  # Ko 2 x Ho 3 x Wo 3
     # the input at the start of L1, the pointer moved back to the padded origin (1 row, 1 pixel)
     row = DEMO.width * DEMO.in_channels

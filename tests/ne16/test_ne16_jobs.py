@@ -34,7 +34,9 @@ def run_against_reference(seed: int, granularity: str | None = None) -> None:
         bad = next(i for i in range(L1_SIZE) if got[i] != want[i])
         pytest.fail(f"seed {seed}: first difference at {L1 + bad:#x}: got {got[bad]}, "
                     f"reference {want[bad]} (regs {regs})")
-    assert got != before or "OUTFEAT_PTR" not in regs  # the job wrote something
+    # the job wrote its output (as bus writes: streamin jobs whose sums are zero write back
+    # the values already there, so comparing memory could not tell)
+    assert control(dev).last_touched.writes or "OUTFEAT_PTR" not in regs
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

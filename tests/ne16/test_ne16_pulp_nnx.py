@@ -124,7 +124,7 @@ def test_in_the_debugger_stepi_runs_a_job_and_continue_runs_the_driver():
     server = StubServer([dev], gdb_port=None, telnet_port=None, tcl_port=None)
     server.load_program(ROOT / "configs" / "demo" / "ne16_demo", log=lambda s: None)
     rc = server.targets[0]
-    assert dev.pc == 0x00201020 and [u.label for u in dev.units()] == ["job 0 C0"]
+    assert dev.pc == 0xF000_1000 and [u.label for u in dev.units()] == ["job 0"]
     out_addr = L1_BASE + -(-DEMO.height * DEMO.width * DEMO.in_channels // 4) * 4
     rc.add_watchpoint("w", out_addr, 4)
     stop = rc.run(60)
@@ -136,3 +136,29 @@ def test_in_the_debugger_stepi_runs_a_job_and_continue_runs_the_driver():
     rc.reset("init")  # the program again: its first job submitted, the outputs cleared
     assert not dev.finished() and not dev.read(out_addr, 4).strip(b"\0")
     assert rc.step(60).reason == "done" and dev.units_done == 1  # its only job, then its check
+
+
+def test_every_job_of_a_program_has_its_own_pc_and_the_listing_is_whole(tmp_path):
+    """A stride-2 layer is 9 jobs, of which the driver queues 2 at a time (two contexts): all 9
+    are listed from the start, job k's pc is word k of the program window (0xF0001000 + 4k,
+    reading k), a breakpoint there stops before job k, and the end is EMU_END (issue 25 #7, #8)."""
+    from accelstub.stub.commands import execute
+
+    app = build(LAYERS[3], seed=7).write(tmp_path / "s2")
+    dev = open_device("ne16")
+    server = StubServer([dev], gdb_port=None, telnet_port=None, tcl_port=None)
+    server.load_program(app, log=lambda s: None)
+    rc = server.targets[0]
+    units = dev.units()
+    assert len(dev.queue) == 2 and [u.label for u in units] == [f"job {k}" for k in range(9)]
+    assert [u.address for u in units] == [0xF000_1000 + 4 * k for k in range(9)]
+    assert all(f"(ID {k}, C{k % 2})" in u.summary for k, u in enumerate(units))
+    assert [int.from_bytes(dev.read(u.address, 4), "little") for u in units] == list(range(9))
+    rc.add_breakpoint(units[4].address)
+    assert rc.run(60).reason == "breakpoint" and dev.units_done == 4 and dev.pc == 0xF000_1010
+    lines = execute(server.context(rc=rc), "units").splitlines()
+    assert [line for line in lines if line.startswith("=>")] == [
+        f"=> 0xf0001010 job 4: {units[4].summary}"]
+    stop = rc.run(60)
+    assert stop.reason == "done" and dev.units_done == 9 and dev.pc == 0xF000_001C
+    assert [u.address for u in dev.units()] == [u.address for u in units]

@@ -117,9 +117,10 @@ def test_subtile_steps_and_the_queue_in_monitor(dev):
     ctx = CommandContext([rc])
     execute(ctx, "step subtile")
     assert "queue[0]: job 0 in C0, running, 1/4 subtiles done" in execute(ctx, "ne16 queue")
-    assert dev.units_done == 0 and dev.pc == NE16 + 0x20
+    assert dev.units_done == 0 and dev.pc == 0xF000_1000  # still job 0 (program window)
     execute(ctx, "step")  # the rest of the job
     assert dev.units_done == 1 and "queue: empty" in execute(ctx, "ne16 queue")
+    assert dev.pc == 0xF000_001C  # the end address: no job left
     assert "3x3, 16 -> 32 channels, 4x4 output" in execute(ctx, "ne16 job C0")  # 3 + 1
 
 
@@ -127,6 +128,8 @@ def test_units_list_the_queue(dev):
     submit(dev, A_REGS)
     submit(dev, {**A_REGS, "CONFIG0": 0x00878017}, trigger=0)
     units = dev.units()
-    assert [u.label for u in units] == ["job 0 C0", "job 1 C1"]
+    assert [u.label for u in units] == ["job 0", "job 1"]
+    assert [u.address for u in units] == [0xF000_1000, 0xF000_1004]
     assert units[0].summary == ("3x3, 16 -> 32 channels, 3x3 output, 8-bit weights, u8, "
-                                "1 subtiles")
+                                "1 subtiles (ID 0, C0)")
+    assert units[1].summary.endswith(" (ID 1, C1)")

@@ -1,5 +1,5 @@
 """NVDLA in gdb-multiarch with the bundled demo (a convolution layer, then an SDP layer on its
-output): pc is the D_OP_ENABLE register of the layer's last unit, stepi runs one hardware layer
+output): pc is word k of the program window for layer k, stepi runs one hardware layer
 (the trace's driver steps in between), a watchpoint on the output stops after the layer that
 wrote it, `monitor nvdla groups` shows both register groups of every unit."""
 from __future__ import annotations
@@ -27,14 +27,16 @@ def test_stepi_runs_one_layer_and_groups_alternate(stub):
     out = run_gdb(["p/x $pc", "monitor units", "stepi", "monitor nvdla groups", "p/x $pc",
                    "p/x $SDP_S_POINTER", "stepi", "p/x $GLB_S_INTR_STATUS"], stub.gdb[0].port)
     values = re.findall(r"\$\d+ = (0x[0-9a-f]+)", out)
-    assert values[0] == "0x9038", out  # SDP_D_OP_ENABLE: the layer ends in SDP
-    assert "conv 3x3, 16x8x8 -> 16x8x8" in out, out
+    assert values[0] == "0xf0001000" and values[1] == "0xf0001004", out  # layers 0 and 1
+    assert "=> 0xf0001000 layer 0: conv (SDP G0): conv 3x3, 16x8x8 -> 16x8x8" in out, out
+    assert "   0xf0001004 layer 1: sdp (SDP G1): SDP from memory" in out, out  # listed already
     # after the first layer CACC and SDP consume group 1; SDP_RDMA, which did not run in it,
     # still consumes group 0, where the driver armed the second layer's SDP_RDMA
     assert re.search(r"CACC\s+G0\s+G1\s+idle\s+idle", out), out
     assert re.search(r"SDP_RDMA\s+G0\s+G0\s+running\s+idle", out), out
     assert re.search(r"\nSDP\s+G1\s+G1\s+idle\s+running", out), out
     assert values[2] == "0x10001", out  # SDP: producer G1 (the driver's), consumer G1
+    assert "0xf000001c in ?? ()" in out, out  # the second stepi ends the program
     assert "PASS" in out and stub.targets[0].device.units_done == 2, out
 
 

@@ -127,7 +127,8 @@ def test_the_program_view_names_the_pixel_format(tmp_path):
         (unit,) = server.targets[0].device.units()
     finally:
         server.stop()
-    assert unit.summary.startswith("conv 3x3, image T_Y8___U8V8_N444 3x6x9 -> 10x"), unit
+    assert unit.summary.startswith("conv (SDP G0): conv 3x3, image T_Y8___U8V8_N444 3x6x9 -> "
+                                   "10x"), unit
 
 
 def test_random_register_values_are_refused_or_run_never_crash(tmp_path, capsys):

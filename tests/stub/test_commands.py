@@ -182,9 +182,10 @@ def test_step_to_the_end_is_program_exit(ctx, rc, logs):
     start_program(rc, last_layer=1)
     execute(ctx, "step")
     execute(ctx, "step")
-    assert logs[-1] == "[max78000.cnn] halted due to program-exit, layer: none\npc: 0x50100010"
-    assert execute(ctx, "poll") == "target halted due to program-exit, pc: 0x50100010"
-    assert err(ctx, "step") == "step: no layer left to run"
+    assert logs[-1] == "[max78000.cnn] halted due to program-exit, layer: none\npc: 0xf000001c"
+    assert execute(ctx, "poll") == "target halted due to program-exit, pc: 0xf000001c"
+    assert err(ctx, "step") == ("step: the program has ended: pc 0xf000001c is its end address "
+                                "(EMU_END), no layer left to run")
     assert err(ctx, "resume") == "resume: no layer left to run (start the accelerator first)"
     rc.init_handler = lambda: start_program(rc)  # as the stub sets it when it loads a program
     execute(ctx, "reset halt")
@@ -205,7 +206,7 @@ def test_resume_wait_halt_program_exit(ctx, rc, logs):
     assert execute(ctx, "resume") == ""
     assert execute(ctx, "wait_halt 5000") == ""
     assert not rc.running
-    assert logs[-1] == "[max78000.cnn] halted due to program-exit, layer: none\npc: 0x50100010"
+    assert logs[-1] == "[max78000.cnn] halted due to program-exit, layer: none\npc: 0xf000001c"
     # a halted target: halt and wait_halt do nothing
     n = len(logs)
     assert execute(ctx, "halt") == "" and execute(ctx, "wait_halt") == ""
@@ -466,10 +467,12 @@ def test_units_lists_the_program_one_line_per_unit():
     rc = RunControl(open_device("max78000"))
     programs.apply(rc.device, 2)
     lines = execute(CommandContext([rc]), "units").splitlines()
-    # the wording of the ai8x tools' cnn.c comments (devices/max78000/listing.py)
-    assert lines == [f"0x5010001{4 * y:x} Layer {y}: 4x2x2, no pooling, conv2d with kernel "
-                     "size 1x1, stride 1/1, pad 0/0, no activation, 4x2x2 output"
-                     for y in (0, 1)]
+    # the wording of the ai8x tools' cnn.c comments (devices/max78000/listing.py); the unit at
+    # pc marked "=>" (gdb's x/i marker), then the end address
+    assert lines == [f"{mark} 0x5010001{4 * y:x} Layer {y}: 4x2x2, no pooling, conv2d with "
+                     "kernel size 1x1, stride 1/1, pad 0/0, no activation, 4x2x2 output"
+                     for mark, y in (("=>", 0), ("  ", 1))] + [
+        "   0xf000001c end: end of program (pc once every layer has run)"]
 
 
 def test_status_reports_state_pc_interrupts_and_counters():

@@ -87,18 +87,18 @@ def test_file_name_with_nul_is_an_error(ctx, cmd):
     assert str(e.value) == f"{cmd.split()[0]}: 'a\\x00b': a file name cannot contain a NUL byte"
 
 
-def test_read_into_a_register_hole_before_an_unmapped_address(stub, caplog):
-    """x f000001b,8 on max78000: the read fails at 0xf000001c (a reserved word of the emu
-    block, before its unmapped end): the reply is the one readable byte, no traceback (was E01
-    with a traceback)."""
+def test_read_running_into_an_unmapped_address_returns_the_readable_bytes(stub, caplog):
+    """x f000001f,8 on max78000: the read fails at 0xf0000020 (the unmapped end of the emu
+    block, after EMU_END): the reply is the one readable byte, no traceback (was E01 with a
+    traceback when the word before the end was a reserved hole)."""
     from accelstub.stub.client import RspClient
 
     caplog.set_level("DEBUG", logger="accelstub")
     c = RspClient(port=stub.gdb[0].port)
     try:
-        assert c.request(b"mf000001b,8") == b"00"
-        assert c.request(b"mf000001c,4") == b"E0e"
-        assert len(c.request(b"mf0000008,100")) == 2 * 20  # 0xf0000008 up to the hole
+        assert c.request(b"mf000001f,8") == b"00"  # EMU_END's top byte: not at the end
+        assert c.request(b"mf0000020,4") == b"E0e"
+        assert len(c.request(b"mf0000008,100")) == 2 * 24  # 0xf0000008 up to the end
     finally:
         c.close()
     assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"

@@ -65,7 +65,7 @@ def test_stepi_break_watch_continue(stub):
         "watch *(int*)0x50400004", "continue", "p/x $pc",
     ], stub.gdb[0].port)
     pcs = re.findall(r"\$\d+ = (0x[0-9a-f]+)", out)
-    assert pcs == ["0x50100014", "0x5010001c", "0x50100010"], out
+    assert pcs == ["0x50100014", "0x5010001c", "0xf000001c"], out  # the end address at the end
     assert "Breakpoint 1, 0x5010001c" in out
     # layer 1 wrote pixel 1 x4 (20,24,28,32); layer 3 writes it x16, saturated: 0x7f706050
     assert "Old value = 538712084" in out and "New value = 2138071120" in out, out
@@ -170,3 +170,49 @@ def test_pty_serial_transport():
         relay.join(2)
         for fd in (m1, s1, m2, s2):
             os.close(fd)
+
+
+def test_monitor_wp_stops_gdb_with_its_message(stub):
+    """A target-level watchpoint (`monitor wp`) is no watchpoint of gdb's: reported with
+    watch:ADDR, gdb stepped over it and ran on to the end (issue 25 #9). It comes as a
+    SIGTRAP that gdb shows, after a line naming the access; layer 1 writes pixel 1."""
+    out = run_gdb(["monitor wp 0x50400004 4 w", "continue", "p/x $pc"], stub.gdb[0].port)
+    assert ("accelstub: watchpoint not set by this gdb (monitor wp or another client): "
+            "write to 0x50400004") in out, out
+    assert "Program received signal SIGTRAP" in out, out
+    assert "$1 = 0x50100018" in out, out  # after layer 1, before layer 2
+    assert stub.targets[0].last_stop.reason == "watchpoint"
+
+
+def test_failing_monitor_command_shows_only_its_message(stub):
+    """A user error of a monitor command reads as its message only (O packets, then OK, as
+    OpenOCD's gdb server), not followed by gdb's "Protocol error with Rcmd"; gdb goes on."""
+    out = run_gdb(["monitor mdw 0x60000000", "monitor frobnicate", "echo still here\\n"],
+                  stub.gdb[0].port)
+    assert "mdw: cannot read memory: 0x60000000: not mapped in max78000" in out, out
+    assert 'invalid command name "frobnicate"' in out, out
+    assert "Protocol error" not in out and "still here" in out, out
+
+
+def test_second_gdb_attaching_does_not_interrupt_the_first_continue(stub):
+    """A second gdb attaches (and reads) while the first one's continue runs: the first gdb
+    sees no SIGINT, its continue runs to the end of the program (issue 25 #12)."""
+    gdb = require_gdb()
+    proc = subprocess.Popen(
+        [gdb, "-q", "-nx", "-batch", "-ex", f"target remote 127.0.0.1:{stub.gdb[0].port}",
+         "-ex", "set $EMU_THROTTLE_US = 300000", "-ex", "continue", "-ex", "p/x $pc"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        rc = stub.targets[0]
+        deadline = time.time() + 10
+        while not rc.running and time.time() < deadline:
+            time.sleep(0.02)
+        assert rc.running
+        second = run_gdb(["p/x $CNNx16_0_LCNT_MAX"], stub.gdb[0].port)
+        assert "$1 = 0x3" in second, second
+        assert rc.running  # attaching and reading did not halt it
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert "SIGINT" not in out, out
+    assert "CNN complete after 4 layers" in out, out

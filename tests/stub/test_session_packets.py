@@ -148,7 +148,7 @@ def test_step_break_watch_continue(stub):
         c.clear_breakpoint(PC0 + 12)
         c.set_breakpoint(0x5040000c, kind=2, length=8)  # crosses the end of layer 3's output
         stop = c.cont()
-        assert "watch:5040000c;" in stop and c.read_register("pc") == PC0  # program done
+        assert "watch:5040000c;" in stop and c.read_register("pc") == 0xF000_001C  # the end
         assert c.read_memory(0x5040000c, 4) == bytes([127] * 4)  # 13..16 x16, saturated
 
 
@@ -178,19 +178,48 @@ def test_second_client_reads_while_first_runs_and_is_told_of_the_stop(stub):
     assert stops and stops[0].startswith("T05")
 
 
-def test_question_mark_while_running_halts_and_reports_that_stop(stub):
-    """gdb attaching to a running target (its first packet is `?`): the target halts, as
-    OpenOCD halts it on attach, and the reply is that stop with the pc of now."""
+def test_question_mark_of_the_controller_halts_a_running_target(stub):
+    """gdb attaching to a target that runs with no other gdb (resumed from telnet): its first
+    packet is `?`; the target halts, as OpenOCD halts it on attach, and the reply is that stop
+    with the pc of now."""
     stub.targets[0].device.regs.poke("EMU_THROTTLE_US", 1_000_000)
+    stub.targets[0].resume()
+    time.sleep(0.2)
+    with RspClient(port=stub.gdb[0].port) as first:
+        assert stub.targets[0].running
+        reply = first.request("?", 5).decode()
+        assert reply.startswith("T02") and not stub.targets[0].running, reply
+        pc = int.from_bytes(bytes.fromhex(reply.split("0f:")[1][:8]), "little")
+        assert pc == stub.targets[0].device.pc == first.read_register("pc")
+
+
+def test_question_mark_of_a_second_client_leaves_the_run_going(stub):
+    """A second gdb attaching while the first one's continue runs: its `?` must not halt the
+    target (issue 25: the first gdb got SIGINT); it gets signal 0 at the pc of now, and the
+    first gdb's continue goes on to its own stop."""
+    stub.targets[0].device.regs.poke("EMU_THROTTLE_US", 300_000)
     with RspClient(port=stub.gdb[0].port) as ctl, RspClient(port=stub.gdb[0].port) as late:
         ctl.start_continue()
         time.sleep(0.2)
         assert stub.targets[0].running
         reply = late.request("?", 5).decode()
-        assert reply.startswith("T02") and not stub.targets[0].running, reply
-        pc = int.from_bytes(bytes.fromhex(reply.split("0f:")[1][:8]), "little")
-        assert pc == stub.targets[0].device.pc == late.read_register("pc")
-        assert ctl.wait_stop(5).startswith("T02")  # the controller's continue ends too
+        assert reply.startswith("T00") and stub.targets[0].running, reply
+        stop = ctl.wait_stop(10)
+        assert stop.startswith("T05") and stub.targets[0].last_stop.reason == "done", stop
+
+
+def test_observer_interrupt_ends_only_its_own_wait(stub):
+    """Ctrl-C of a client that did not start the run: its continue ends (SIGINT), the
+    controller's run goes on to the end of the program."""
+    stub.targets[0].device.regs.poke("EMU_THROTTLE_US", 300_000)
+    with RspClient(port=stub.gdb[0].port) as ctl, RspClient(port=stub.gdb[0].port) as obs:
+        ctl.start_continue()
+        time.sleep(0.1)
+        obs.start_continue()
+        obs.interrupt()
+        assert obs.wait_stop(5).startswith("T02") and stub.targets[0].running
+        assert ctl.wait_stop(10).startswith("T05")
+        assert stub.targets[0].last_stop.reason == "done"
 
 
 def test_write_while_running_is_refused(stub):

@@ -6,6 +6,7 @@ import time
 
 import pytest
 
+from tests.helpers import TelnetClient
 from tests.max78000 import programs
 
 from accelstub.devices.runcontrol import RunControl
@@ -180,28 +181,6 @@ def test_tcl_shutdown(client, shutdowns):
 
 # -- telnet -----------------------------------------------------------------------------------
 
-class TelnetClient:
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-        self.buf = b""
-
-    def until(self, marker: bytes) -> bytes:
-        while marker not in self.buf:
-            data = self.sock.recv(65536)
-            if not data:
-                raise EOFError(self.buf)
-            self.buf += data
-        out, _, self.buf = self.buf.partition(marker)
-        return out + marker
-
-    def command(self, line: str | bytes) -> str:
-        self.sock.sendall((line.encode() if isinstance(line, str) else line) + b"\r\n")
-        return self.until(b"> ").decode("latin-1")[:-len("> ")]
-
-    def close(self) -> None:
-        self.sock.close()
-
-
 @pytest.fixture
 def tclient(telnet):
     c = TelnetClient(telnet.port)
@@ -245,7 +224,7 @@ def test_telnet_log_lines_and_async_stop(tclient, rc):
         except socket.timeout:
             pass
     text += tclient.buf.decode()
-    assert "[max78000.cnn] halted due to program-exit, layer: none\r\npc: 0x50100010\r\n" in text
+    assert "[max78000.cnn] halted due to program-exit, layer: none\r\npc: 0xf000001c\r\n" in text
 
 
 def test_telnet_exit_closes(tclient, telnet):
