@@ -42,6 +42,7 @@ from .registers import RegisterFile
 
 if TYPE_CHECKING:  # annotations only: host.py sits beside this module, not below it
     from .host import HostProgram
+    from .tensors import TensorSpec
 
 SIGINT, SIGTRAP = 2, 5
 
@@ -245,6 +246,23 @@ class Device:
         return []
 
     # -- optional capabilities (defaults) ------------------------------------------------------
+    def unit_tensors(self, index: int) -> "tuple[TensorSpec, ...]":
+        """The input and output tensors of unit ``index`` of :meth:`units` (DESIGN.md "Unit
+        tensors"): names, shapes in the layout of the toolchain that made the program, and
+        where each element lies (:mod:`.tensors`). Inputs first ("input", "input2" for a second
+        operand), then "output". ``()`` where the device cannot say (a unit not decoded yet);
+        an index outside the program raises DeviceError (:meth:`check_unit`)."""
+        self.check_unit(index)
+        return ()
+
+    def check_unit(self, index: int) -> None:
+        """Refuse a unit index outside :meth:`units`, naming the program's range."""
+        count = len(self.units())
+        if not 0 <= index < count:
+            raise DeviceError(f"no {self.unit_name} {index}: the program has "
+                              + (f"{self.unit_name}s 0..{count - 1}" if count else
+                                 f"no {self.unit_name}"))
+
     #: step granularities, coarsest first; the first is one whole unit
     @property
     def granularities(self) -> tuple[str, ...]:

@@ -21,8 +21,9 @@ from typing import Callable
 import numpy as np
 
 from accelstub.devices import BusError, DeviceError, TargetRunning
-from accelstub.devices.device import CORE_REGS, Stop
+from accelstub.devices.device import CORE_REGS, Device, Stop
 from accelstub.devices.runcontrol import RunControl
+from accelstub.devices.tensors import TensorSpec, read_tensor
 
 from .files import FileRefused, read_bounded, write_regular
 from .target_xml import FIRST_DEVICE_REGNUM, register_table
@@ -1109,6 +1110,109 @@ def cmd_status(ctx: CommandContext, args: list[str]) -> str:
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------------------------------------
+# machine-readable state (`json WHAT`): what the Python API's remote back end reads
+# (api/backends.py), the same functions its in-process back end calls, so both report the same
+# values by construction and the remote back end needs nothing device-specific
+
+
+def stop_data(rc: RunControl) -> dict:
+    """The last stop: reason (step|breakpoint|watchpoint|halt|done|fault|idle), pc, the unit
+    index at pc (None past the last), the watchpoint hit ([kind, address]) and the message."""
+    stop, dev = rc.last_stop, rc.device
+    return {"reason": stop.reason, "pc": dev.pc, "unit": unit_at_pc(dev),
+            "watch": list(stop.watch) if stop.watch else None, "message": stop.message}
+
+
+def units_data(rc: RunControl) -> dict:
+    """The program listing with indexes, the word for a unit and the end address."""
+    dev = rc.device
+    end = dev.end_address if dev.description.find_register("EMU_END") is not None else None
+    return {"unit_name": dev.unit_name, "granularities": list(dev.granularities), "end": end,
+            "units": [{"index": i, "address": u.address, "label": u.label, "summary": u.summary}
+                      for i, u in enumerate(dev.units())]}
+
+
+def status_data(rc: RunControl) -> dict:
+    """What ``status`` prints, as values: run state, pc, unit at pc, stop reason, interrupt
+    lines, counters."""
+    dev = rc.device
+    return {"device": dev.name, "state": rc.state, "pc": dev.pc, "unit": unit_at_pc(dev),
+            "stop": rc.last_stop.reason, "interrupts": dict(dev.interrupts()),
+            "counters": dict(dev.counters())}
+
+
+def register_data(rc: RunControl, name: str) -> dict:
+    """One register by name (or alias): its name, address, width, value (a debugger read: no
+    side effects) and decoded fields; a name the device lacks gives ``{"error":
+    "RegisterNotFound", ...}`` with the close matches, so a client raises the same error."""
+    from accelstub.devices.errors import RegisterNotFound
+
+    dev = rc.device
+    if name in CORE_REGS:
+        return {"name": name, "address": None, "bits": 32, "value": dev.read_core(name),
+                "fields": {}}
+    try:
+        reg = dev.description.register(name)
+    except RegisterNotFound as e:
+        return {"error": "RegisterNotFound", "name": e.name, "device": e.device,
+                "close": list(e.close)}
+    value = dev.read_register(reg.name)
+    return {"name": reg.name, "address": reg.address, "bits": reg.bits, "value": value,
+            "fields": {f.name: f.extract(value) for f in reg.fields}}
+
+
+def tensor_data(spec: TensorSpec) -> dict:
+    """A TensorSpec as JSON values (``TensorSpec(**data)`` with tuples rebuilds it)."""
+    return dataclasses.asdict(spec)
+
+
+def tensor_from_data(data: dict) -> TensorSpec:
+    """The TensorSpec that :func:`tensor_data` gave as JSON values (lists back to tuples): what
+    a client of ``json tensors UNIT`` (the TUI, the API's remote back end) reads."""
+    return TensorSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+
+
+def cmd_json(ctx: CommandContext, args: list[str]) -> str:
+    """``json units|tensors UNIT|counters|interrupts|status|stop|register NAME|load PATH
+    [INPUT]``: one line of JSON for programs (the Python API's remote back end, the TUI),
+    never for people."""
+    import json
+
+    rc = ctx.target
+    what, rest = (args[0], args[1:]) if args else ("", [])
+    if what == "units" and not rest:
+        data: object = units_data(rc)
+    elif what == "tensors" and len(rest) == 1:
+        index = parse_unit("json tensors", rc.device, rest[0])
+        data = [tensor_data(s) for s in rc.device.unit_tensors(index)]
+    elif what == "counters" and not rest:
+        data = dict(rc.device.counters())
+    elif what == "interrupts" and not rest:
+        data = dict(rc.device.interrupts())
+    elif what == "status" and not rest:
+        data = status_data(rc)
+    elif what == "stop" and not rest:
+        data = stop_data(rc)
+    elif what == "register" and len(rest) == 1:
+        data = register_data(rc, rest[0])
+    elif what == "load" and len(rest) in (1, 2):
+        from accelstub.devices.device import ProgramOptions
+
+        from .program import ProgramError, load_for_reset
+
+        quiet = dataclasses.replace(ctx, log=lambda s: None, reported_stops=[])
+        options = ProgramOptions(input=str(_resolve(ctx, rest[1]))) if len(rest) == 2 else \
+            ProgramOptions()
+        try:
+            data = {"summary": load_for_reset(quiet, _resolve(ctx, rest[0]), options)}
+        except ProgramError as e:
+            raise CommandError(f"json load: {e}") from None
+    else:
+        raise _usage("json")
+    return json.dumps(data, separators=(",", ":"))
+
+
 def cmd_regions(ctx: CommandContext, args: list[str]) -> str:
     """The memory map with names: one ``0x%08x 0x%08x <name> <kind>`` line ([start, end)) per
     populated range (gdb's memory-map XML has no names; the TUI reads this)."""
@@ -1131,6 +1235,137 @@ def cmd_svd(ctx: CommandContext, args: list[str]) -> str:
     except OSError as e:
         raise CommandError(f"svd: cannot write {path}: {e.strerror}") from None
     return f"wrote {path}"
+
+# ------------------------------------------------------------------------------------------------
+# unit tensors (DESIGN.md "Unit tensors"): the device's declaration, read with its debugger read
+
+#: address ranges one listing line shows before "... N more"
+TENSOR_RANGES_SHOWN = 4
+
+
+def unit_at_pc(dev: Device) -> int | None:
+    """Index in ``dev.units()`` of the unit at pc (the next to run), None past the last."""
+    pc = dev.pc
+    return next((i for i, u in enumerate(dev.units()) if u.address == pc), None)
+
+
+def parse_unit(cmd: str, dev: Device, text: str) -> int:
+    """A unit given by its label (as ``units`` lists it) or its index in the listing."""
+    units = dev.units()
+    for i, u in enumerate(units):
+        if u.label == text:
+            return i
+    try:
+        index = int(text, 0)
+    except ValueError:
+        index = -1
+    if 0 <= index < len(units):
+        return index
+    known = (f"an index 0..{len(units) - 1} or a label such as '{units[0].label}'" if units
+             else "the program lists none")
+    raise CommandError(f"{cmd}: no {dev.unit_name} '{text}' ({known})")
+
+
+def _unit_words(dev: Device, index: int) -> str:
+    return f"{dev.units()[index].label} (index {index})"
+
+
+def _unit_specs(cmd: str, dev: Device, index: int) -> tuple[TensorSpec, ...]:
+    specs = dev.unit_tensors(index)
+    if not specs:
+        raise CommandError(f"{cmd}: {_unit_words(dev, index)} declares no tensors on {dev.name}")
+    return specs
+
+
+def _tensor_spec(cmd: str, dev: Device, index: int, name: str) -> TensorSpec:
+    specs = _unit_specs(cmd, dev, index)
+    for s in specs:
+        if s.name == name:
+            return s
+    raise CommandError(f"{cmd}: {_unit_words(dev, index)} has no tensor '{name}' "
+                       f"(it has {', '.join(s.name for s in specs)})")
+
+
+def _read_unit_tensor(cmd: str, rc: RunControl, index: int, spec: TensorSpec) -> np.ndarray:
+    try:
+        return read_tensor(spec, rc.device.read)
+    except BusError as e:
+        raise CommandError(f"{cmd}: cannot read {spec.name} of "
+                           f"{_unit_words(rc.device, index)}: {e}") from None
+
+
+def _tensor_line(spec: TensorSpec) -> str:
+    ranges = spec.ranges()
+    shown = " ".join(f"0x{s:08x}+{e - s}" for s, e in ranges[:TENSOR_RANGES_SHOWN])
+    if len(ranges) > TENSOR_RANGES_SHOWN:
+        shown += f" ... {len(ranges) - TENSOR_RANGES_SHOWN} more"
+    total = sum(e - s for s, e in ranges)
+    line = (f"  {spec.name:<8} {spec.layout:<5} {'x'.join(map(str, spec.shape)):<12} "
+            f"{spec.dtype:<6} {total} bytes in {len(ranges)} "
+            f"range{'s' if len(ranges) != 1 else ''}: {shown}")
+    return line + (f"\n           {spec.doc}" if spec.doc else "")
+
+
+def channel_text(array: np.ndarray, spec: TensorSpec, channel: int) -> str:
+    """Channel ``channel`` of ``array`` (in ``spec``'s layout) as rows of right-aligned values,
+    with row and column numbers."""
+    plane = spec.from_layout(array)[channel]
+    cells = [[str(int(v)) for v in row] for row in plane]
+    width = max([len(c) for row in cells for c in row] + [len(str(plane.shape[1] - 1)), 3]) + 1
+    lines = [" " * 5 + "".join(f"{w:>{width}}" for w in range(plane.shape[1]))]
+    lines += [f"{h:>4} " + "".join(f"{c:>{width}}" for c in row) for h, row in enumerate(cells)]
+    return "\n".join(lines)
+
+
+def cmd_tensor(ctx: CommandContext, args: list[str]) -> str:
+    """The current (or a named) unit's declared tensors; one channel as text; an array as .npy.
+    Everything comes from Device.unit_tensors, so no device needs a case here."""
+    rc = ctx.target
+    dev = rc.device
+    if not args or (len(args) == 1 and args[0] not in ("show", "dump")):
+        if args:
+            index = parse_unit("tensor", dev, args[0])
+        else:
+            index = unit_at_pc(dev)
+            if index is None:
+                raise CommandError(f"tensor: pc 0x{dev.pc:08x} is at no {dev.unit_name} (the "
+                                   f"program has ended); name one: tensor UNIT")
+        specs = _unit_specs("tensor", dev, index)
+        return "\n".join([f"{_unit_words(dev, index)}: {dev.units()[index].summary}"]
+                         + [_tensor_line(s) for s in specs])
+    sub, rest = args[0], args[1:]
+    if sub == "show" and len(rest) in (2, 3):
+        cmd = "tensor show"
+        index = parse_unit(cmd, dev, rest[0])
+        spec = _tensor_spec(cmd, dev, index, rest[1])
+        channels = dict(zip(spec.layout, spec.shape))["C"]
+        c = parse_number(cmd, "channel", rest[2]) if len(rest) == 3 else 0
+        if c >= channels:
+            raise CommandError(f"{cmd}: channel {c} out of range: {spec.name} of "
+                               f"{_unit_words(dev, index)} has {channels} channels")
+        array = _read_unit_tensor(cmd, rc, index, spec)
+        return (f"{_unit_words(dev, index)} {spec.name} channel {c} of {channels}: "
+                f"{spec.layout} {'x'.join(map(str, spec.shape))} {spec.dtype}\n"
+                + channel_text(array, spec, c))
+    if sub == "dump" and len(rest) == 3:
+        import io
+
+        cmd = "tensor dump"
+        index = parse_unit(cmd, dev, rest[0])
+        spec = _tensor_spec(cmd, dev, index, rest[1])
+        array = _read_unit_tensor(cmd, rc, index, spec)
+        buf = io.BytesIO()
+        np.save(buf, array, allow_pickle=False)
+        try:
+            write_regular(_resolve(ctx, rest[2]), buf.getvalue(), name=rest[2])
+        except FileRefused as e:
+            raise CommandError(f"{cmd}: {e}") from None
+        except OSError as e:
+            raise CommandError(f"{cmd}: couldn't write {rest[2]}: {e.strerror or e}") from None
+        return (f"wrote {rest[2]}: {spec.name} of {_unit_words(dev, index)}, {spec.layout} "
+                f"{'x'.join(map(str, spec.shape))} {spec.dtype}")
+    raise _usage("tensor")
+
 
 
 def cmd_echo(ctx: CommandContext, args: list[str]) -> str:
@@ -1187,9 +1422,14 @@ _COMMANDS: dict[str, tuple[str, Handler, str]] = {
     "sleep": ("milliseconds", cmd_sleep, "wait"),
     "tcl": ("notifications ('on'|'off')", cmd_tcl, "Tcl RPC event notifications"),
     "units": ("", cmd_units, "list the program: one line per layer/command/job"),
+    "json": ("units|tensors UNIT|counters|interrupts|status|stop|register NAME|"
+             "load PATH [INPUT]", cmd_json,
+             "machine-readable state as one line of JSON (for the Python API)"),
     "status": ("", cmd_status, "run state, pc, interrupt lines and counters"),
     "svd": ("filename", cmd_svd, "write the device's CMSIS-SVD description to a file"),
     "regions": ("", cmd_regions, "list the memory map: start, end, name and kind of each range"),
+    "tensor": ("[UNIT] | show UNIT NAME [channel] | dump UNIT NAME file.npy", cmd_tensor,
+               "a unit's declared tensors (default: the one at pc); one channel; a .npy dump"),
 }
 
 #: OpenOCD commands that have no meaning for an accelerator, and what it lacks

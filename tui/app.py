@@ -46,7 +46,8 @@ HELP = """\
   e/Enter  Registers: edit the selected register (a real bus write)
   g        Memory: go to an address; arrows/PgUp/PgDn move the cursor
   b        Program: toggle a breakpoint on the selected unit
-  [ ] v    Tensor: previous/next channel, channel/grid
+  [ ] v    Tensor: previous/next channel, channel/grid; its first box:
+           a unit's input/output, follow (last unit run) or address
 
 Values changed by the last stop, write or poll are highlighted.
 Press Escape or ? to close this help."""

@@ -10,13 +10,18 @@ its own. The target description (target.xml) and the memory map are parsed here.
 """
 from __future__ import annotations
 
+import json
 import re
 import threading
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
+
+from accelstub.devices.tensors import TensorSpec, read_tensor
 from accelstub.stub.client import RspClient, RspError
+from accelstub.stub.commands import tensor_from_data
 
 __all__ = ["RspError", "FieldInfo", "RegInfo", "BlockInfo", "TargetDescription", "Unit",
            "parse_target_xml", "parse_memory_map", "parse_regions", "parse_units", "parse_status", "Target"]
@@ -311,6 +316,23 @@ class Target:
                 raise
             self.units_note = "'monitor units' is not available on this stub"
             return []
+
+    def json(self, what: str) -> object:
+        """``monitor json WHAT``: the stub's machine-readable state (one JSON line)."""
+        return json.loads(self.poll.monitor(f"json {what}"))
+
+    def unit_tensors(self, index: int) -> tuple[TensorSpec, ...]:
+        """The tensors unit ``index`` declares (the device's own declaration, sent by the
+        stub), so the Tensor view knows no device."""
+        return tuple(tensor_from_data(d) for d in self.json(f"tensors {index}"))  # type: ignore
+
+    def read_tensor(self, spec: TensorSpec) -> np.ndarray:
+        """A declared tensor in its toolchain's layout, read with ``m`` packets."""
+        return read_tensor(spec, self.poll.read_memory)
+
+    def pc(self) -> int | None:
+        reg = self.desc.register("pc")
+        return self.read_reg(reg) if reg is not None else None
 
     def status(self) -> dict[str, str]:
         """State and counters: ``monitor status`` when the stub has it, else ``monitor poll``

@@ -1,8 +1,17 @@
-"""Tensor view: a feature map or weight tensor at an address, shape (C,H,W), layout HWC or CHW,
-dtype int8 or uint8, drawn as a heat map — one channel at a time (values in the cells) or all
-channels as a grid (colour only). ``[``/``]`` change the channel, ``v`` switches the mode."""
+"""Tensor view: a unit's declared tensor (its input or output, where the device says it lies,
+in the layout of the toolchain that made the program), or a feature map at an address typed by
+the user (shape C,H,W, layout HWC or CHW, dtype int8 or uint8), drawn as a heat map — one
+channel at a time (values in the cells) or all channels as a grid (colour only). ``[``/``]``
+change the channel, ``v`` switches the mode.
+
+The source selector lists "address" (the typed address), "follow" (the output of the unit that
+ran last: after a step, what it wrote) and every unit's tensors. The view starts on the typed
+address and turns to "follow" at the first stop after the pc moved, unless the user chose a
+source. Declarations come from the stub (``monitor json tensors K``), values through
+:func:`accelstub.devices.tensors.read_tensor`: nothing here knows a device."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from rich.color import Color
@@ -15,7 +24,7 @@ from textual.widget import Widget
 from textual.widgets import Input, Select, Static
 
 from .registers import parse_value
-from .target import Target
+from .target import RspError, Target, TensorSpec
 
 MAX_ELEMENTS = 1 << 16
 
@@ -41,21 +50,53 @@ def to_value(b: int, dtype: str) -> int:
     return b - 256 if dtype == "int8" and b >= 128 else b
 
 
-def heat(v: int, dtype: str) -> Style:
-    """Blue (negative) - black (0) - red (positive) for int8; black - yellow for uint8."""
-    if dtype == "int8":
-        x = max(-128, min(127, v))
+def heat(v: int, dtype: str, peak: int = 0) -> Style:
+    """Blue (negative) - black (0) - red (positive) for signed types; black - yellow for
+    unsigned. 8-bit types span their range; wider ones (int16/int32 accumulators) span
+    ``peak``, the largest magnitude on screen, so their picture is not all black."""
+    signed = dtype.startswith("int")
+    wide = dtype not in ("int8", "uint8")
+    if signed:
+        pos, neg = (max(1, peak), max(1, peak)) if wide else (127, 128)
+        x = max(-neg, min(pos, v))
         if x >= 0:
-            k = x / 127
+            k = x / pos
             bg = Color.from_rgb(40 + 215 * k, 40 + 40 * (1 - k), 40 * (1 - k))
         else:
-            k = -x / 128
+            k = -x / neg
             bg = Color.from_rgb(40 * (1 - k), 40 + 80 * k, 40 + 215 * k)
     else:
-        k = v / 255
+        k = max(0, min(v, max(1, peak) if wide else 255)) / (max(1, peak) if wide else 255)
         bg = Color.from_rgb(255 * k, 220 * k, 40 * (1 - k))
     lum = 0.3 * bg.triplet.red + 0.59 * bg.triplet.green + 0.11 * bg.triplet.blue  # type: ignore
     return Style(bgcolor=bg, color="black" if lum > 140 else "white")
+
+
+#: source values of the selector that are not a unit's tensor
+ADDRESS, FOLLOW = "address", "follow"
+
+
+@dataclass
+class Declared:
+    """What a poll learnt about the declared tensors: the selector's options (None: unchanged),
+    the tensor shown (its unit's label and spec) and its values (C,H,W), or why not."""
+    options: list[tuple[str, str]] | None
+    source: str
+    label: str = ""
+    spec: TensorSpec | None = None
+    values: list[int] | None = None
+    note: str = ""
+    #: the typed address's (address, shape, bytes) when the source is ADDRESS
+    manual: tuple[int, tuple, list[int | None]] | None = None
+
+
+def followed(units: list[Any], pc: int | None) -> int | None:
+    """The unit whose output "follow" shows: the one before the unit at pc (the unit that ran
+    last), the last one once pc is past them all, the first before any has run."""
+    if not units:
+        return None
+    at = next((i for i, u in enumerate(units) if u["address"] == pc), None)
+    return len(units) - 1 if at is None else max(0, at - 1)
 
 
 class TensorView(Widget):
@@ -73,6 +114,16 @@ class TensorView(Widget):
                  layout: str = "HWC", dtype: str = "int8", **kw: Any) -> None:
         super().__init__(**kw)
         self.address, self.shape, self.order, self.dtype = address, shape, layout, dtype
+        #: the typed address's shape, layout and dtype, kept while a declared tensor is shown
+        self.manual = (shape, layout, dtype)
+        self.source = ADDRESS
+        self.auto = True  # the user has not chosen a source: turn to FOLLOW at the first stop
+        self.first_pc: int | None = None
+        self.options: list[tuple[str, str]] = [(ADDRESS, ADDRESS)]
+        self.units_key: tuple | None = None  # the listing the options were made from
+        self.spec: TensorSpec | None = None  # the declared tensor shown
+        self.label = ""  # its unit's label
+        self.note = ""
         self.channel = 0
         self.grid = False
         self.data: list[int | None] | None = None
@@ -81,12 +132,15 @@ class TensorView(Widget):
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="tensor-controls"):
-            yield Input(f"{self.address:#010x}", id="tensor-addr", placeholder="address")
-            yield Input(",".join(map(str, self.shape)), id="tensor-shape", placeholder="C,H,W")
+            yield Select(self.options, value=ADDRESS, allow_blank=False, id="tensor-source")
+            yield Input(f"{self.address:#010x}", id="tensor-addr", placeholder="address",
+                        classes="manual")
+            yield Input(",".join(map(str, self.shape)), id="tensor-shape", placeholder="C,H,W",
+                        classes="manual")
             yield Select([("HWC", "HWC"), ("CHW", "CHW")], value=self.order,
-                         allow_blank=False, id="tensor-layout")
+                         allow_blank=False, id="tensor-layout", classes="manual")
             yield Select([("int8", "int8"), ("uint8", "uint8")], value=self.dtype,
-                         allow_blank=False, id="tensor-dtype")
+                         allow_blank=False, id="tensor-dtype", classes="manual")
         yield Static(id="tensor-info")
         with ScrollableContainer(id="tensor-scroll"):
             yield Static(id="tensor-map")
@@ -102,6 +156,7 @@ class TensorView(Widget):
                 self.address = parse_value(event.value) & 0xFFFFFFFF
             elif event.input.id == "tensor-shape":
                 self.shape = parse_shape(event.value)
+                self.manual = (self.shape,) + self.manual[1:]
                 self.channel = min(self.channel, self.shape[0] - 1)
         except ValueError as e:
             self.app.notify(str(e), severity="error")
@@ -110,12 +165,32 @@ class TensorView(Widget):
 
     def on_select_changed(self, event: Select.Changed) -> None:
         event.stop()
-        if event.select.id == "tensor-layout" and isinstance(event.value, str):
+        if not isinstance(event.value, str):
+            return
+        if event.select.id == "tensor-source":
+            if event.value == self.source:
+                return  # the view's own setting (options refreshed, the turn to follow)
+            self.auto = False
+            self._set_source(event.value)
+        elif event.select.id == "tensor-layout":
             self.order = event.value
-        elif event.select.id == "tensor-dtype" and isinstance(event.value, str):
+            self.manual = (self.manual[0], event.value, self.manual[2])
+        elif event.select.id == "tensor-dtype":
             self.dtype = event.value
+            self.manual = self.manual[:2] + (event.value,)
             self._draw()
             return
+        self._changed()
+
+    def _set_source(self, source: str) -> None:
+        self.source = source
+        self.spec, self.note = None, ""
+        if source == ADDRESS:
+            self.shape, self.order, self.dtype = self.manual
+            self.channel = min(self.channel, self.shape[0] - 1)
+        for w in self.query(".manual"):
+            w.display = source == ADDRESS
+        self.set_class(source != ADDRESS, "declared")
         self._changed()
 
     def _changed(self) -> None:
@@ -133,19 +208,117 @@ class TensorView(Widget):
         self.grid = not self.grid
         self._draw()
 
-    # -- polling -------------------------------------------------------------------------------
-    def fetch(self, target: Target, full: bool) -> tuple[int, tuple, list[int | None]] | None:
+    # -- polling (fetch runs in the poll thread, apply in the UI thread) ------------------------
+    def fetch(self, target: Target, full: bool) -> Declared | None:
         if not (full or self.stale):
             return None
-        c, h, w = self.shape
-        return self.address, self.shape, target.read_memory(self.address, c * h * w)
+        source = self.source
+        if full or source != ADDRESS:  # the listing only on a refresh (a stop, a request)
+            decl = self._fetch_declared(target, source)
+        else:
+            decl = Declared(None, ADDRESS)
+        if decl.source == ADDRESS:
+            c, h, w = self.shape
+            decl.manual = (self.address, self.shape,
+                           target.read_memory(self.address, c * h * w))
+        return decl
 
-    def apply(self, data: Any, status: dict[str, str]) -> None:
+    def _fetch_declared(self, target: Target, source: str) -> Declared:
+        """The listing and, when the source is a declared tensor, its declaration and values."""
+        try:
+            units = target.json("units")["units"]  # type: ignore[index]
+        except RspError as e:  # a stub without `json`: only the typed address
+            if "closed" in str(e):
+                raise
+            return Declared(None, ADDRESS)
+        key = tuple((u["address"], u["label"]) for u in units)
+        options = None
+        if key != self.units_key:
+            options = [(ADDRESS, ADDRESS), (f"{FOLLOW} (last run)", FOLLOW)]
+            for i, u in enumerate(units):
+                options += [(f"{u['label']} {s.name}", f"{i}:{s.name}")
+                            for s in target.unit_tensors(i)]
+            if len(options) == 2:
+                options = options[:1]  # the device declares none: nothing to follow
+            self.units_key = key
+        pc = target.pc()
+        if self.first_pc is None:
+            self.first_pc = pc
+        if source == ADDRESS and self.auto and pc != self.first_pc and \
+                any(v == FOLLOW for _, v in (options or self.options)):
+            source = FOLLOW  # the first stop after pc moved: show what the last unit wrote
+        if source == ADDRESS:
+            return Declared(options, ADDRESS)
+        if source == FOLLOW:
+            index, name = followed(units, pc), "output"
+        else:
+            i, _, name = source.partition(":")
+            index = int(i)
+        if index is None or index >= len(units):
+            return Declared(options, source, note="the program lists no such unit now")
+        label = units[index]["label"]
+        specs = target.unit_tensors(index)
+        spec = next((s for s in specs if s.name == name), specs[-1] if specs and
+                    source == FOLLOW else None)
+        if spec is None:
+            return Declared(options, source, label, note=f"{label} declares no tensor {name}")
+        try:
+            values = spec.from_layout(target.read_tensor(spec)).ravel().tolist()
+        except RspError as e:
+            if "closed" in str(e):
+                raise
+            return Declared(options, source, label, spec, note=f"cannot read {label} "
+                            f"{spec.name}: {e}")
+        return Declared(options, source, label, spec, values)
+
+    def apply(self, data: Declared | None, status: dict[str, str]) -> None:
         if data is None:
             return
+        if data.options is not None and data.options != self.options:
+            self.options = data.options
+            sel = self.query_one("#tensor-source", Select)
+            with sel.prevent(Select.Changed):
+                sel.set_options(self.options)
+                values = [v for _, v in self.options]
+                sel.value = self.source if self.source in values else ADDRESS
+            if self.source not in values:
+                self._set_source(ADDRESS)
+                return
+        if data.source != self.source:
+            if self.source != ADDRESS or not self.auto:
+                return  # the user changed the source meanwhile; the next poll brings it
+            sel = self.query_one("#tensor-source", Select)
+            with sel.prevent(Select.Changed):
+                sel.value = data.source
+            self._set_source(data.source)
+            return
+        if data.source == ADDRESS:
+            if data.manual is not None:
+                self._apply_manual(data.manual, status)
+            return
+        self.label, self.note = data.label, data.note
+        if data.spec is None or data.values is None:
+            self.spec, self.data = data.spec, None
+            self.stale = False
+            self._draw()
+            return
+        spec = data.spec
+        dims = dict(zip(spec.layout, spec.shape))
+        shape = (dims["C"], dims["H"], dims["W"])
+        if spec != self.spec:
+            self.previous = self.data = None  # another tensor: nothing to highlight
+            self.channel = min(self.channel, shape[0] - 1)
+        self.spec, self.shape, self.order, self.dtype = spec, shape, "CHW", spec.dtype
+        self._take(data.values, status)
+
+    def _apply_manual(self, data: tuple[int, tuple, list[int | None]],
+                      status: dict[str, str]) -> None:
         addr, shape, values = data
-        if addr != self.address or shape != self.shape:
+        if self.source != ADDRESS or addr != self.address or shape != self.shape:
             return  # the user changed the request meanwhile; the next poll brings it
+        self._take(values, status)
+
+    def _take(self, values: list[int | None], status: dict[str, str]) -> None:
         halted = status.get("state") != "running" if status else True
         if not self.stale and values == self.data and (halted or self.previous == self.data):
             # the picture on screen is current; halted, the highlights (what the last stop
@@ -164,21 +337,35 @@ class TensorView(Widget):
         b = self.data[i] if i < len(self.data) else None
         return None if b is None else to_value(b, self.dtype)
 
+    def _peak(self) -> int:
+        """The largest magnitude shown (the colour scale of types wider than a byte)."""
+        vals = [abs(v) for v in self.data or () if v is not None]
+        return max(vals, default=0) if self.dtype not in ("int8", "uint8") else 0
+
     def _draw(self) -> None:
         if not self.is_mounted:
             return
         C, H, W = self.shape
-        info = Text()
-        info.append(f"{self.dtype} {self.order} C={C} H={H} W={W} at {self.address:#010x} "
-                    f"({C * H * W} bytes) ", style="dim")
+        info = Text(no_wrap=True, overflow="ellipsis")
+        if self.source == ADDRESS:
+            info.append(f"{self.dtype} {self.order} C={C} H={H} W={W} at {self.address:#010x} "
+                        f"({C * H * W} bytes) ", style="dim")
+        elif self.spec is not None:
+            spec = self.spec
+            info.append(f"{self.label} {spec.name}: {spec.layout} "
+                        f"{'x'.join(map(str, spec.shape))} {spec.dtype} at "
+                        f"{spec.ranges()[0][0]:#010x} ", style="dim")
+        else:
+            info.append(f"{self.label} " if self.label else "", style="dim")
         if self.grid:
             info.append("all channels", style="bold")
         else:
             info.append(f"channel {self.channel}/{C - 1}", style="bold")
-        info.append("   [ ] channel, v grid", style="dim")
         self.query_one("#tensor-info", Static).update(info)
         out = Text(no_wrap=True)
-        if self.data is None:
+        if self.note:
+            out.append(self.note, style="bold")
+        elif self.data is None:
             out.append("reading…", style="dim")
         elif self.grid:
             self._draw_grid(out)
@@ -194,22 +381,26 @@ class TensorView(Widget):
 
     def _draw_channel(self, out: Text, c: int) -> None:
         C, H, W = self.shape
-        out.append("     " + "".join(f"{w:>5}" for w in range(W)) + "\n", style="dim")
+        peak = self._peak()
+        # every value whole: as wide as the widest (an int32 accumulator needs 11 columns)
+        n = max([5] + [len(str(v)) + 1 for v in self.data or () if v is not None])
+        out.append("     " + "".join(f"{w:>{n}}" for w in range(W)) + "\n", style="dim")
         for h in range(H):
             out.append(f"{h:>4} ", style="dim")
             for w in range(W):
                 v = self.value_at(c, h, w)
                 if v is None:
-                    out.append("   --", style="dim")
+                    out.append(f"{'--':>{n}}", style="dim")
                     continue
-                style = heat(v, self.dtype)
+                style = heat(v, self.dtype, peak)
                 if self._cell_changed(c, h, w):
                     style += Style(bold=True, underline=True)
-                out.append(f"{v:>5}", style=style)
+                out.append(f"{v:>{n}}", style=style)
             out.append("\n")
 
     def _draw_grid(self, out: Text) -> None:
         C, H, W = self.shape
+        peak = self._peak()
         width = max(20, self.size.width - 2)
         per_row = max(1, width // (2 * W + 2))
         for c0 in range(0, C, per_row):
@@ -219,6 +410,6 @@ class TensorView(Widget):
                 for c in chans:
                     for w in range(W):
                         v = self.value_at(c, h, w)
-                        out.append("  ", style="dim" if v is None else heat(v, self.dtype))
+                        out.append("  ", style="dim" if v is None else heat(v, self.dtype, peak))
                     out.append("  ")
                 out.append("\n")

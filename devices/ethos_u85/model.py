@@ -83,6 +83,7 @@ from ..device import Device, MonitorCommand, ProgramOptions, Touched, Unit, Unit
 from ..errors import BusError, DeviceError
 from ..host import HostProgram
 from ..ranges import address_ranges, merge_ranges
+from ..tensors import TensorSpec
 from . import ops
 from . import stream as es
 from .vela import program_in, vela_host_program
@@ -1279,6 +1280,48 @@ class EthosU85(Device):
         self._units_cache = (key, out)
         return out
 
+    def unit_tensors(self, index: int) -> tuple[TensorSpec, ...]:
+        """IFM ("input"), IFM2 ("input2") and OFM ("output") of command ``index`` of
+        :meth:`units` as TFLite holds them (1, H, W, C), from the NPU_SET_* state the listing
+        decodes and the operation's own decode (:func:`ops.operand_offsets`: NHWC or NHCWB16,
+        tiles, OFM reverse/transpose), placed at BASEP[region] as set now. Why tiles need no
+        case of their own: a tile split is along H (HEIGHT0/HEIGHT1: a row offset per row)
+        or along W at WIDTH0 (a column offset per column); only a 2x2 split whose tiles do not
+        line up (HEIGHT0 != HEIGHT1, or BASE3 - BASE2 != BASE1 - BASE0) is no sum of per-axis
+        offsets, and that tensor is left out. DMA, waits and the other non-kernel commands
+        declare none: a DMA copies weight and scale streams in Vela's programs, bytes rather
+        than a tensor of the network."""
+        self.check_unit(index)
+        found = self._unit_command(index)
+        if found is None:
+            return ()
+        cmd, state = found
+        specs = []
+        for name, t, offs in ops.operand_offsets(cmd, state, self.cfg):
+            spec = _nhwc_spec(name, t, offs, self.basep(t.region))
+            if spec is not None:
+                specs.append(spec)
+        return tuple(specs)
+
+    def _unit_command(self, index: int) -> tuple[es.Command, SetState] | None:
+        """(the kernel command, the NPU_SET_* state it is issued with) of unit ``index`` as
+        :meth:`units` counts them; None for any other unit."""
+        if index < 0:
+            return None
+        try:
+            words = self._stream_words()
+        except NpuBusFault:
+            return None
+        state, k = SetState(), 0
+        for c in es.decode(words.tobytes()):
+            if c.name == es.UNKNOWN or c.is_operation:
+                if k == index:
+                    return (c, state) if c.name in ops.OPERATIONS else None
+                k += 1
+            else:
+                state.set(c)
+        return None
+
     def unit_label(self, address: int) -> str:
         """The listing's label plus the kind and stream offset of the unit's operation, the
         offset written as ``accelstub disasm`` lists it (a QREAD value), so a ``run -v`` line or
@@ -1441,3 +1484,22 @@ class _DmaDecode(NamedTuple):
 
 class _BranchFault(Unpredictable):
     """NPU_OP_BRANCH target >= QSIZE: STATUS.branch_fault (handled in _run_unit)."""
+
+
+def _nhwc_spec(name: str, t: ops.Tensor, offs: np.ndarray, base: int) -> TensorSpec | None:
+    """The TensorSpec of an operand whose region offsets ``offs`` ([H, W, C]) lie at ``base``,
+    or None where they are no sum of a row, a column and a channel offset (a 2x2 tile split
+    whose tiles do not line up: :meth:`EthosU85.unit_tensors`)."""
+    H, W, C = offs.shape
+    row = offs[:, 0, 0]
+    col = offs[0, :, 0] - offs[0, 0, 0]
+    chan = offs[0, 0, :] - offs[0, 0, 0]
+    if not np.array_equal(row[:, None, None] + col[None, :, None] + chan[None, None, :], offs):
+        return None
+    fmt = "NHCWB16" if t.fmt == 1 else "NHWC"
+    which = {"input": "IFM", "input2": "IFM2", "output": "OFM"}[name]
+    return TensorSpec(name, "NHWC", (1, H, W, C), f"{'int' if t.signed else 'uint'}{t.bits}",
+                      tuple(int(v) for v in chan), tuple(int(base + v) for v in row),
+                      tuple(int(v) for v in col),
+                      f"{which} {t.type_text} {fmt} in region {t.region} (BASEP{t.region} "
+                      f"{base:#x}) + {which}_BASE0 {t.bases[0]:#x}, stride_y {t.stride_y:#x}")

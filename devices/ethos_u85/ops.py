@@ -1658,3 +1658,64 @@ def summarize(cmd: Command, s: SetState) -> str:
             act += f" clip [{lo},{hi}]"
         parts.append(f"act {act}")
     return ", ".join(parts)
+
+
+# ------------------------------------------------------------------------------------------------
+# the operands an operation reads and writes in memory (unit tensors; no memory access)
+
+
+def operand_offsets(cmd: Command, s: SetState,
+                    cfg: NpuConfig) -> list[tuple[str, Tensor, np.ndarray]]:
+    """("input" / "input2" / "output", the tensor, its region-relative byte offsets as a logical
+    [H, W, C] array) of every operand of kernel command ``cmd`` that lies in memory, from the
+    same decodes the operation runs (the extents it reads, the OFM write's reverse and
+    transpose), so a declared tensor is exactly what the operation touches. Left out: chained
+    operands (the chaining FIFO, L6429), storage none (a scalar, L9645), an accumulator output
+    (acc_output disable: no OFM write, L6845), and any operand whose decode fails an assert
+    (the operation itself would fault). Raises nothing but for a command that is no kernel."""
+    reads: list[tuple[str, Tensor | None, tuple | None]] = []
+    name = cmd.name
+    try:
+        if name in ("NPU_OP_CONV", "NPU_OP_DEPTHWISE"):
+            dw = name == "NPU_OP_DEPTHWISE"
+            mm = not dw and cmd.fields.get("weights_ifm2", 0) == 1
+            d = _conv_decode(s, cfg, dw, mm)
+            reads = [("input", d.ifm, d.ifm_shape)]
+            if mm:  # weights_ifm2: the IFM2 stream read as [1, ifm depth, D] (see _conv_like)
+                reads.append(("input2", d.ifm2, (1, d.ifm_shape[2], d.ofm[2])))
+            to_acc = bool(d.kcfg[P.C_ACC_OUTPUT])
+        elif name == "NPU_OP_POOL":
+            d = _pool_decode(cmd, s, cfg)
+            reads = [("input", d.ifm, d.ifm_shape)] if d.error is None else []
+            to_acc = d.error is None and bool(d.kcfg[P.C_ACC_OUTPUT])
+        elif name == "NPU_OP_ELEMENTWISE":
+            d = _eltwise_decode(cmd, s, cfg)
+            reads = [(n, *r) for n, r in zip(("input", "input2"), d.reads) if r is not None]
+            to_acc = False
+        elif name == "NPU_OP_RESIZE":
+            reads = [("input", tensor(s, "IFM"), (s.get("KERNEL_HEIGHT_M1", "height_m1") + 1,
+                                                   s.get("KERNEL_WIDTH_M1", "width_m1") + 1,
+                                                   ofm_shape(s)[2]))]
+            to_acc = False
+        else:
+            raise ValueError(f"{name} is not a kernel operation")
+    except DeviceError:
+        return []
+    out: list[tuple[str, Tensor, np.ndarray]] = []
+    for which, t, shape in reads:
+        if t is not None and t.storage in (0, 1):
+            try:
+                out.append((which, t, addresses(t, shape)))
+            except DeviceError:
+                pass
+    if not to_acc:
+        try:
+            shape = ofm_shape(s)
+            w = _ofm_write(s, cfg, shape, name != "NPU_OP_ELEMENTWISE")
+            if w is not None and w.tensor.storage in (0, 1):
+                stored = addresses(w.tensor, tuple(shape[i] for i in w.perm))
+                logical = np.transpose(stored, np.argsort(w.perm))  # stored = value.T(perm)
+                out.append(("output", w.tensor, logical[w.flips] if w.flips else logical))
+        except DeviceError:
+            pass
+    return out

@@ -16,6 +16,7 @@ from ..description import load_description
 from ..device import Device, MonitorCommand, ProgramOptions, Touched, Unit, UnitContext
 from ..errors import DeviceError
 from ..host import HostProgram
+from ..tensors import TensorSpec
 from . import monitor
 from .ai8x import load_ai8x_program
 from .datapath import run_layer
@@ -24,6 +25,7 @@ from .layer import LayerConfig, decode_layer, layer_cycles
 from .listing import ai8x_summary
 from .mram import install_mram_hooks
 from .stream import run_stream_layer, stream_count, validate
+from .tensors import layer_tensors
 from .test_unit import TestUnit
 
 # device-level features (FIFOs, streaming, BIST/zeroize/power/Mlator, listing, monitor
@@ -183,6 +185,16 @@ class Max78000(Device):
         addresses = tuple(dict.fromkeys(read))
         self._decoded[y] = (addresses, self.regs.peek_addresses(addresses), cfg)
         return cfg
+
+    def unit_tensors(self, index: int) -> tuple[TensorSpec, ...]:
+        """Layer ``index``'s input(s) and output in data SRAM, CHW as ai8x-training has them
+        (tensors.py); ``()`` for a layer that cannot be decoded (its units() summary says
+        why: "not runnable: ...")."""
+        self.check_unit(index)
+        try:
+            return layer_tensors(self, index)
+        except DeviceError:
+            return ()
 
     def unit_label(self, address: int) -> str:
         y = (address - self._layer_address(0)) // 4

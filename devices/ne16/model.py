@@ -34,8 +34,10 @@ from ..description import load_description
 from ..device import Device, MonitorCommand, ProgramOptions, Touched, Unit, UnitContext
 from ..errors import BusError, DeviceError
 from ..host import HostProgram, plan_units
+from ..tensors import TensorSpec
 from . import job as J
 from .monitor import commands
+from .tensors import job_tensors
 
 BASE = 0x0020_1000
 JOB_BASE = BASE + 0x20
@@ -75,6 +77,12 @@ class Ne16(Device):
         #: summaries of the program's jobs by program index (the driver's plan, then each job
         #: as it starts): the listing, and what a job's window pc names
         self.listing: list[str] = []
+        #: the job registers of the program's jobs by program index, beside the listing (the
+        #: driver's plan, then each job as it starts; None: not known), for unit_tensors
+        self.program_regs: list[tuple[int, ...] | None] = []
+        #: (host program, its planned jobs' registers) from load_program, taken by
+        #: program_started when that program starts
+        self._planned: tuple[HostProgram, list[tuple[int, ...]]] | None = None
         self._job_regs = {name: self.description.banks_at(JOB_BASE + 4 * i)
                           for i, name in enumerate(J.JOB_REGISTERS)}
         r = self.regs
@@ -205,6 +213,25 @@ class Ne16(Device):
 
     def program_started(self, host: HostProgram) -> None:
         self.listing = self.listing[:self.units_done] + list(host.plan or [])
+        planned = self._planned[1] if self._planned and self._planned[0] is host else []
+        self.program_regs = self.program_regs[:self.units_done] + list(planned)
+
+    def unit_tensors(self, index: int) -> tuple[TensorSpec, ...]:
+        """Job ``index``'s input and output in L1, HWC as pulp-nnx has them (tensors.py), from
+        its registers: as queued, else as planned from the driver or as run. ``()`` when they
+        are not known (a job the driver has not written yet) or do not decode."""
+        self.check_unit(index)
+        queued = index - self.units_done
+        if 0 <= queued < len(self.queue):
+            regs = self.queue[queued].regs
+        else:
+            regs = self.program_regs[index] if index < len(self.program_regs) else None
+        if regs is None:
+            return ()
+        try:
+            return job_tensors(J.decode(regs))
+        except DeviceError:
+            return ()
 
     def _retire(self) -> str | None:
         """plan_units: the next job's summary, the queue moved on as after it, nothing run."""
@@ -235,7 +262,16 @@ class Ne16(Device):
         if not is_test_app(Path(path)):
             return None
         host = load_test_app(Path(path), l1)
-        host.plan = plan_units(host, Ne16(*self._args), Ne16._retire, self._program_window.size // 4)
+        regs: list[tuple[int, ...]] = []
+
+        def retire(dev: Ne16) -> str | None:
+            j = dev._runnable()
+            if j is not None:
+                regs.append(j.regs)
+            return Ne16._retire(dev)
+
+        host.plan = plan_units(host, Ne16(*self._args), retire, self._program_window.size // 4)
+        self._planned = (host, regs[:len(host.plan)])
         return host
 
     def done_message(self) -> str:
@@ -269,6 +305,8 @@ class Ne16(Device):
                 raise DeviceError(f"{where}{e}") from None
             j.cfg = cfg
             self.listing[self.units_done:self.units_done + 1] = [self._summary(j)]
+            self.program_regs += [None] * (self.units_done + 1 - len(self.program_regs))
+            self.program_regs[self.units_done] = j.regs
         res, cfg = j.result, j.cfg
         last = cfg.subtiles if ctx.granularity != "subtile" else j.next_subtile + 1
         self._write(res, j.next_subtile, last, cfg.subtiles)
@@ -339,13 +377,14 @@ class Ne16(Device):
         self.warnings = []
         self.history = []
         self.listing = []
+        self.program_regs = []
         self.events = 0  # the cluster's event line: SOFT_CLEAR (NE16's own state) keeps it
         self._clear()
 
     def _state(self) -> dict:
         return {"queue": list(self.queue), "pointer": self.pointer, "locked": self.locked,
                 "next_id": self.next_id, "events": self.events, "last_run": self.last_run,
-                "listing": list(self.listing)}
+                "listing": list(self.listing), "program_regs": list(self.program_regs)}
 
     def _set_state(self, state: dict) -> None:
         self.queue = list(state["queue"])
@@ -353,6 +392,7 @@ class Ne16(Device):
         self.next_id, self.events = state["next_id"], state["events"]
         self.last_run = state["last_run"]
         self.listing = list(state["listing"])
+        self.program_regs = list(state["program_regs"])
 
 
 def with_l1_size(desc, size: int):

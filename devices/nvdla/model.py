@@ -43,6 +43,7 @@ from ..description import load_description
 from ..device import Device, MonitorCommand, ProgramOptions, Touched, Unit, UnitContext
 from ..errors import BusError, DeviceError
 from ..host import HostProgram, plan_units
+from ..tensors import TensorSpec
 from . import cdp as D
 from . import conv as C
 from . import feature as F
@@ -84,6 +85,11 @@ class Nvdla(Device):
         #: summaries of the program's hardware layers by program index (the trace's plan, then
         #: each layer as it starts): the listing, and what a layer's window pc names
         self.listing: list[str] = []
+        #: the declared tensors of the program's layers, beside the listing (the driver's plan,
+        #: then each layer as it runs): a layer's registers live only while it is armed
+        self.layer_specs: list[tuple[TensorSpec, ...]] = []
+        #: (host program, its planned layers' tensors) from load_program, for program_started
+        self._planned: tuple[HostProgram, list[tuple[TensorSpec, ...]]] | None = None
         self.ro_writes: Counter[str] = Counter()
         self.events: Counter[str] = Counter()
         self._names = {r.name for r in self.description.registers}
@@ -143,13 +149,15 @@ class Nvdla(Device):
         super().reset(kind)
         self._reset_state()
         self.listing = []
+        self.layer_specs = []
 
     def _state(self) -> dict:
         return {"events": Counter(self.events), "luts": self.luts, "cbuf": self.cbuf,
-                "listing": list(self.listing)}
+                "listing": list(self.listing), "layer_specs": list(self.layer_specs)}
 
     def _set_state(self, state: dict) -> None:
         self.listing = list(state["listing"])
+        self.layer_specs = list(state.get("layer_specs", []))
         self.events = Counter(state["events"])
         self.luts = state["luts"]
         self.cbuf = state["cbuf"]
@@ -234,6 +242,56 @@ class Nvdla(Device):
 
     def program_started(self, host: HostProgram) -> None:
         self.listing = self.listing[:self.units_done] + list(host.plan or [])
+        planned = self._planned[1] if self._planned and self._planned[0] is host else []
+        self.layer_specs = self.layer_specs[:self.units_done] + list(planned)
+
+    def unit_tensors(self, index: int) -> tuple[TensorSpec, ...]:
+        """Layer ``index``'s input cube (read by CDMA, SDP_RDMA, PDP_RDMA or CDP_RDMA) and
+        output cube (written by the layer's last stage: SDP, PDP or CDP), C, H, W as the cube
+        is: the armed layer from its registers now, the others as planned from the driver or
+        as run. ``()`` for a layer not known or whose registers do not decode."""
+        self.check_unit(index)
+        if index == self.units_done:
+            layer = self.ready()
+            if layer is not None:
+                return self.tensors_of(layer)
+        return self.layer_specs[index] if 0 <= index < len(self.layer_specs) else ()
+
+    def tensors_of(self, layer: Layer) -> tuple[TensorSpec, ...]:
+        """The declared tensors of ``layer`` from its consumer groups (unit_tensors). Left out:
+        an image input (pixel formats: CDMA's converter makes the cube, no cube lies in
+        memory), a convolution input kept in the buffer (D_MISC_CFG.data_reuse: not read), and
+        every tensor of a layer whose registers do not decode (the run reports why)."""
+        reg = self.value
+        try:
+            if layer.kind == "pdp":
+                p = P.decode(reg)
+                return (_cube_spec("input", p.src, p.c, p.h, p.w, "PDP_RDMA D_SRC_BASE_ADDR"),
+                        _cube_spec("output", p.dst, p.c, p.out_h, p.out_w, "PDP D_DST_BASE_ADDR"))
+            if layer.kind == "cdp":
+                d = D.decode(reg)
+                return (_cube_spec("input", d.src, d.c, d.h, d.w, "CDP_RDMA D_SRC_BASE_ADDR"),
+                        _cube_spec("output", d.dst, d.c, d.h, d.w, "CDP D_DST_BASE_ADDR"))
+            sdp = S.decode(reg, layer.has("SDP_RDMA"))
+            specs = []
+            if layer.kind == "conv":
+                cfg = C.decode(reg)
+                if cfg.pixel is None and not cfg.reuse[0]:
+                    specs.append(_cube_spec("input", (cfg.in_addr, cfg.line, cfg.surf), cfg.c,
+                                            cfg.h, cfg.w, "CDMA D_DAIN_ADDR"))
+            elif sdp.src is not None:
+                specs.append(_cube_spec("input", sdp.src, sdp.c, sdp.h, sdp.w,
+                                        "SDP_RDMA D_SRC_BASE_ADDR"))
+            if sdp.to_pdp:
+                p = P.decode(reg, flying=True)
+                specs.append(_cube_spec("output", p.dst, p.c, p.out_h, p.out_w,
+                                        "PDP D_DST_BASE_ADDR"))
+            else:
+                specs.append(_cube_spec("output", sdp.dst, sdp.c, sdp.h, sdp.w,
+                                        "SDP D_DST_BASE_ADDR"))
+            return tuple(specs)
+        except DeviceError:
+            return ()
 
     def _retire(self) -> str | None:
         """plan_units: the armed layer's summary, the groups moved on as after it, nothing
@@ -242,6 +300,7 @@ class Nvdla(Device):
         if layer is None:
             return None
         text = self.summary(layer)
+        self.layer_specs.append(self.tensors_of(layer))
         self._done(layer)
         return text
 
@@ -277,6 +336,8 @@ class Nvdla(Device):
         if layer is None:
             raise DeviceError("no hardware layer is armed")
         self.listing[self.units_done:self.units_done + 1] = [self.summary(layer)]
+        self.layer_specs += [()] * (self.units_done + 1 - len(self.layer_specs))
+        self.layer_specs[self.units_done] = self.tensors_of(layer)
         reg = self.value
         if layer.kind == "pdp":
             return self._pdp(layer, ctx.touched)
@@ -415,8 +476,9 @@ class Nvdla(Device):
         if not is_trace(Path(path)):
             return None
         host = load_trace(Path(path), self)
-        host.plan = plan_units(host, Nvdla(self._description_path), Nvdla._retire,
-                               self._program_window.size // 4)
+        planner = Nvdla(self._description_path)
+        host.plan = plan_units(host, planner, Nvdla._retire, self._program_window.size // 4)
+        self._planned = (host, planner.layer_specs[:len(host.plan)])
         return host
 
     def monitor_commands(self) -> dict[str, MonitorCommand]:
@@ -433,3 +495,17 @@ class Nvdla(Device):
 
     def done_message(self) -> str:
         return f"NVDLA idle after {self.units_done} hardware layers"
+
+
+def _cube_spec(name: str, where: tuple[int, int, int], c: int, h: int, w: int,
+               register: str) -> TensorSpec:
+    """An int8 feature cube [C, H, W] at (base, line stride, surface stride): element (c, y, x)
+    at base + (c // 8) * surface + y * line + x * 8 + c % 8 (feature.py; nv_small's 8-byte
+    memory atom, digest "In-memory data formats" [EXT])."""
+    base, line, surf = where
+    return TensorSpec(name, "CHW", (c, h, w), "int8",
+                      tuple((k // F.ATOM) * surf + k % F.ATOM for k in range(c)),
+                      tuple(base + y * line for y in range(h)),
+                      tuple(x * F.ATOM for x in range(w)),
+                      f"int8 feature cube at {register} {base:#010x}, line stride {line:#x}, "
+                      f"surface stride {surf:#x} (8-channel surfaces)")

@@ -260,3 +260,40 @@ def test_gdb_breakpoints_on_unit_pcs_stop_there_and_the_end_is_not_a_breakpoint(
             assert c.read_register("pc") == 0xF000_001C
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("name", DEMOS)
+def test_unit_tensors_lie_in_mapped_memory_and_the_output_is_what_the_unit_wrote(name):
+    """Unit tensors (issue 26 #3): every unit's declaration of the bundled demo is valid (inputs
+    first, then "output" where the unit has one; shapes of at least one element; every byte
+    range mapped), and after stepping unit k its output lies within what unit k wrote
+    (Touched.writes) and reads back."""
+    from accelstub.devices.ranges import merge_ranges
+    from accelstub.devices.tensors import TensorSpec, read_tensor
+
+    rc, ctx = _demo(name)
+    dev = rc.device
+    n = len(dev.units())
+    declared = [dev.unit_tensors(k) for k in range(n)]
+    if not any(declared):
+        pytest.skip(f"{name}: unit_tensors declares no tensor yet")
+    for k, specs in enumerate(declared):
+        names = [s.name for s in specs]
+        assert len(set(names)) == len(names), (k, names)
+        inputs = names[:-1] if names[-1:] == ["output"] else names
+        assert all(x.startswith("input") for x in inputs), (k, names)
+        for s in specs:
+            assert isinstance(s, TensorSpec) and min(s.shape) >= 1, (k, s)
+            for a, b in s.ranges():
+                assert dev.bus.is_mapped(a, b - a), f"unit {k} {s.name}: {a:#x}-{b:#x}"
+    for k in range(n):
+        specs = dev.unit_tensors(k)
+        assert rc.step(120).reason in ("step", "done")
+        if not specs or specs[-1].name != "output":
+            continue
+        out = specs[-1]
+        writes = merge_ranges(rc.last_touched.writes)
+        for a, b in out.ranges():
+            assert any(s <= a and b <= e for s, e in writes), \
+                f"unit {k} output {a:#x}-{b:#x} not written by it ({writes})"
+        assert read_tensor(out, dev.read).shape == out.shape

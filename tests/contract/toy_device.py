@@ -16,6 +16,7 @@ from accelstub.devices.description import load_description
 from accelstub.devices.device import (Device, DeviceSpec, MonitorCommand, ProgramOptions,
                                       Touched, Unit, UnitContext)
 from accelstub.devices.host import CheckWords, HostProgram, Poll, WaitIrq, Write
+from accelstub.devices.tensors import TensorSpec
 
 DESCRIPTION = Path(__file__).with_name("toy.toml")
 RAM = 0x2000_0000
@@ -68,6 +69,16 @@ class Toy(Device):
         return [Unit(self.description.register(f"ENABLE_C{b}").address, f"job C{b}",
                      f"copy {self._bank('COUNT', b)} words {self._bank('SRC', b):#x} -> "
                      f"{self._bank('DST', b):#x}") for b in self.queue]
+
+    def unit_tensors(self, index: int) -> tuple[TensorSpec, ...]:
+        """A job's words read as int8 pixels of 4 channels, HWC (byte c of word w is channel c
+        of column w): an interleaved layout for the tensor commands and views to get right."""
+        b = self.queue[index]
+        n = self._bank("COUNT", b)
+        return tuple(TensorSpec(name, "HWC", (1, n, 4), "int8", channel=(0, 1, 2, 3), row=(base,),
+                                col=tuple(4 * w for w in range(n)), doc=f"{reg}_C{b}, words")
+                     for name, reg, base in (("input", "SRC", self._bank("SRC", b)),
+                                             ("output", "DST", self._bank("DST", b))))
 
     def execute_unit(self, ctx: UnitContext) -> Touched:
         b = self.queue[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from accelstub.devices.ne16.job import JOB_REGISTERS
+from accelstub.testkit.ne16_build import Layer
 from accelstub.testkit.ne16_reference import run_job
 
 NE16 = 0x0020_1000
@@ -121,3 +122,19 @@ def random_job(rng: np.random.Generator) -> dict[str, int]:
                         | int(rng.integers(0, 2)) << 8 | int(rng.integers(0, 2)))
         if rng.integers(0, 3) == 0 else 0,
         "CONFIG0": c0}
+
+
+#: layers of pulp-nnx test applications the tests build (testkit/ne16_build): every weight width
+#: family, 1x1, depthwise, stride 2, raw sums, 32-bit scales, padding
+APP_LAYERS = [
+    Layer(7, 11, 37, 45, padding=(1, 1, 1, 1), weight_bits=5, name="dense_w5_rem"),
+    Layer(6, 9, 20, 33, kernel=1, weight_bits=2, out_type="uint8", relu=True, name="1x1_w2_relu"),
+    Layer(8, 7, 35, 35, depthwise=True, padding=(1, 1, 1, 1), weight_bits=3, name="dw_w3"),
+    Layer(9, 11, 24, 34, stride=2, padding=(1, 1, 1, 1), weight_bits=6, name="s2_dense"),
+    Layer(10, 9, 18, 18, depthwise=True, stride=2, padding=(0, 1, 0, 1), weight_bits=4,
+          name="s2_dw"),
+    Layer(5, 7, 19, 21, padding=(1, 1, 1, 1), out_type="int32", norm_quant=False, bias=False,
+          weight_bits=7, name="raw_sums"),
+    Layer(5, 5, 33, 35, padding=(1, 0, 0, 1), scale_bits=32, bias=False, name="u32_scale"),
+    Layer(6, 6, 16, 32, padding=(2, 2, 2, 2), out_type="uint8", relu=True, name="pad2_relu"),
+]

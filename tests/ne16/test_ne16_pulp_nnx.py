@@ -16,18 +16,9 @@ from accelstub.stub.server import StubServer
 from accelstub.testkit.ne16_build import DEMO, Layer, build
 from tests.helpers import ROOT
 
-LAYERS = [
-    Layer(7, 11, 37, 45, padding=(1, 1, 1, 1), weight_bits=5, name="dense_w5_rem"),
-    Layer(6, 9, 20, 33, kernel=1, weight_bits=2, out_type="uint8", relu=True, name="1x1_w2_relu"),
-    Layer(8, 7, 35, 35, depthwise=True, padding=(1, 1, 1, 1), weight_bits=3, name="dw_w3"),
-    Layer(9, 11, 24, 34, stride=2, padding=(1, 1, 1, 1), weight_bits=6, name="s2_dense"),
-    Layer(10, 9, 18, 18, depthwise=True, stride=2, padding=(0, 1, 0, 1), weight_bits=4,
-          name="s2_dw"),
-    Layer(5, 7, 19, 21, padding=(1, 1, 1, 1), out_type="int32", norm_quant=False, bias=False,
-          weight_bits=7, name="raw_sums"),
-    Layer(5, 5, 33, 35, padding=(1, 0, 0, 1), scale_bits=32, bias=False, name="u32_scale"),
-    Layer(6, 6, 16, 32, padding=(2, 2, 2, 2), out_type="uint8", relu=True, name="pad2_relu"),
-]
+from .jobs import APP_LAYERS
+
+LAYERS = APP_LAYERS
 
 
 @pytest.mark.parametrize("layer", LAYERS, ids=lambda lay: lay.name)

@@ -125,3 +125,32 @@ def test_snapshot_device_program_80x24(device_app, snap_compare):
 def test_snapshot_help_80x24(app, snap_compare):
     assert snap_compare(app, terminal_size=(80, 24), run_before=waiting(
         lambda a: True, "question_mark"))
+
+
+def test_snapshot_tensor_declared_80x24(snap_compare):
+    """The MAX78000 demo after one step: the Tensor view follows Layer 0's output (16 channels
+    of 16x16, CHW), every value whole at 80 columns."""
+    from accelstub.devices import open_device
+    from accelstub.stub.cli import demo_program
+    from accelstub.stub.server import StubServer
+
+    server = StubServer([open_device("max78000")], gdb_port=0, telnet_port=None, tcl_port=None)
+    server.load_program(demo_program("max78000"), log=lambda s: None)
+    server.start()
+    t = Target("127.0.0.1", server.gdb[0].port)
+
+    async def run_before(pilot) -> None:
+        await waiting(lambda a: a.query_one("#tensor-view").data is not None, "5")(pilot)
+        await pilot.press("s")
+        view = pilot.app.query_one("#tensor-view")
+        deadline = time.monotonic() + 20
+        while view.spec is None or view.data is None:
+            assert time.monotonic() < deadline, "the view never followed the step"
+            await pilot.pause(0.05)
+        await pilot.pause(0.3)
+    try:
+        assert snap_compare(AccelApp(t, label="snapshot", idle_period=0.1),
+                            terminal_size=(80, 24), run_before=run_before)
+    finally:
+        t.close()
+        server.stop()

@@ -1,0 +1,148 @@
+"""Unit tensors: where a unit's input and output tensors lie in device memory, and how to read
+them as numpy arrays in the layout of the toolchain that made the program.
+
+Why one declaration: the Python API (in-process and over the GDB remote protocol), the TUI's
+tensor view, ``monitor tensor``, a per-layer comparison and dataset runs all read a layer's
+output; each device states once where it is (DESIGN.md "Unit tensors"), and everything else
+reads through :func:`read_tensor` with the memory access it has (a device's debugger read, or
+``m`` packets), so no per-device case lives outside devices/.
+
+A tensor has channels, rows and columns (C, H, W; a batch of 1 where the toolchain has N).
+Every layout the four devices use places element (c, h, w) at a byte address that is a sum of
+one term per axis -- ``channel[c] + row[h] + col[w]`` -- because each axis moves through memory
+independently of the others:
+
+- MAX78000 HWC: channel c sits in processor c's data memory (its own base, byte c % 4 of each
+  word), pixels 4 bytes apart; CHW input: a channel's pixels are consecutive bytes;
+- Ethos-U85 NHWC: ``base + c + w * C' + h * row_stride`` (C' the channel stride); NHCWB16:
+  ``base + (c // 16) * W * 16 + c % 16 + w * 16 + h * row_stride``;
+- NE16 HWC with its D0/D1 strides; NVDLA's feature cube: ``(c // atom) * surface_stride +
+  c % atom + w * atom + h * line_stride``.
+
+An element wider than a byte is ``itemsize`` consecutive bytes, little-endian.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+#: two address ranges closer than this are read as one (fewer reads over a remote link)
+MERGE_GAP = 256
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One input or output tensor of a unit.
+
+    ``layout`` names the axes of the array the toolchain uses, from the letters N (a batch of
+    1), C, H, W: "CHW" (ai8x-training), "NHWC" (TFLite), "HWC" (pulp-nnx), "CHW" (NVDLA's
+    cube). ``shape`` is in that layout. ``channel``, ``row``, ``col`` are the byte offsets of
+    each index along C, H and W; their sum is the element's address. ``dtype`` is a numpy
+    integer type name ("int8", "uint8", "int16", "int32"...). ``doc`` says where it lies in the
+    device's own words (memory format, base register)."""
+
+    name: str
+    layout: str
+    shape: tuple[int, ...]
+    dtype: str
+    channel: tuple[int, ...]
+    row: tuple[int, ...]
+    col: tuple[int, ...]
+    doc: str = ""
+
+    def __post_init__(self) -> None:
+        if sorted(self.layout) != sorted(set(self.layout)) or not set("CHW") <= set(self.layout) \
+                or not set(self.layout) <= set("NCHW"):
+            raise ValueError(f"tensor {self.name}: layout {self.layout!r} is not an order of "
+                             "C, H, W (and N)")
+        if len(self.shape) != len(self.layout):
+            raise ValueError(f"tensor {self.name}: shape {self.shape} does not match layout "
+                             f"{self.layout}")
+        dims = dict(zip(self.layout, self.shape))
+        if dims.get("N", 1) != 1:
+            raise ValueError(f"tensor {self.name}: a batch of {dims['N']}; only 1 is held")
+        if (len(self.channel), len(self.row), len(self.col)) != (dims["C"], dims["H"], dims["W"]):
+            raise ValueError(f"tensor {self.name}: {len(self.channel)} channel, {len(self.row)} "
+                             f"row, {len(self.col)} column offsets for shape {self.shape} "
+                             f"({self.layout})")
+
+    @property
+    def itemsize(self) -> int:
+        return np.dtype(self.dtype).itemsize
+
+    def addresses(self) -> np.ndarray:
+        """The first byte address of every element, shape (C, H, W)."""
+        c = np.asarray(self.channel, dtype=np.int64)[:, None, None]
+        h = np.asarray(self.row, dtype=np.int64)[None, :, None]
+        w = np.asarray(self.col, dtype=np.int64)[None, None, :]
+        return c + h + w
+
+    def ranges(self, gap: int = 0) -> list[tuple[int, int]]:
+        """The [start, end) byte ranges the tensor occupies, merged where less than ``gap``
+        bytes apart (0: only touching ranges): for watchpoints and for reading."""
+        starts = np.unique(self.addresses().ravel())
+        if starts.size == 0:
+            return []
+        size = self.itemsize
+        last = np.nonzero(np.diff(starts) > size + gap)[0]  # the last element of each range
+        firsts = np.concatenate([starts[:1], starts[last + 1]])
+        ends = np.concatenate([starts[last], starts[-1:]]) + size
+        return [(int(a), int(b)) for a, b in zip(firsts, ends)]
+
+    def to_layout(self, chw: np.ndarray) -> np.ndarray:
+        """A (C, H, W) array in this tensor's layout (N added as an axis of 1)."""
+        arr = chw[None] if "N" in self.layout else chw
+        axes = ("N" if "N" in self.layout else "") + "CHW"
+        return np.ascontiguousarray(np.transpose(arr, [axes.index(a) for a in self.layout]))
+
+    def from_layout(self, array: np.ndarray) -> np.ndarray:
+        """The (C, H, W) view of an array given in this tensor's layout."""
+        arr = np.asarray(array)
+        if arr.shape != self.shape:
+            raise ValueError(f"tensor {self.name}: an array of shape {arr.shape}, the tensor is "
+                             f"{self.shape} ({self.layout})")
+        order = [self.layout.index(a) for a in "CHW"]
+        if "N" in self.layout:
+            order = [self.layout.index("N")] + order
+            return np.transpose(arr, order)[0]
+        return np.transpose(arr, order)
+
+
+def read_tensor(spec: TensorSpec, read: Callable[[int, int], bytes]) -> np.ndarray:
+    """The tensor as an array in its layout, read with ``read(address, size) -> bytes`` (a
+    device's debugger read, or a remote client's memory read), one read per merged range."""
+    addr = spec.addresses()
+    blocks = [(s, read(s, e - s)) for s, e in spec.ranges(MERGE_GAP)]
+    flat = np.zeros(addr.shape + (spec.itemsize,), dtype=np.uint8)
+    starts = np.array([s for s, _ in blocks], dtype=np.int64)
+    which = np.searchsorted(starts, addr, side="right") - 1
+    for i, (s, data) in enumerate(blocks):
+        sel = which == i
+        offs = addr[sel] - s
+        buf = np.frombuffer(data, dtype=np.uint8)
+        for b in range(spec.itemsize):
+            flat[..., b][sel] = buf[offs + b]
+    values = flat.view(np.dtype(spec.dtype).newbyteorder("<"))[..., 0]
+    return spec.to_layout(values.astype(spec.dtype))
+
+
+def write_tensor(spec: TensorSpec, array: np.ndarray,
+                 write: Callable[[int, bytes], None]) -> None:
+    """Write ``array`` (in the tensor's layout and dtype range) into memory with
+    ``write(address, data)``, one write per contiguous run of elements."""
+    chw = spec.from_layout(array)
+    info = np.iinfo(spec.dtype)
+    if chw.size and (chw.min() < info.min or chw.max() > info.max):
+        raise ValueError(f"tensor {spec.name}: values {chw.min()}..{chw.max()} do not fit "
+                         f"{spec.dtype}")
+    data = chw.astype(np.dtype(spec.dtype).newbyteorder("<"))
+    addr = spec.addresses().ravel()
+    order = np.argsort(addr, kind="stable")
+    addr, raw = addr[order], data.ravel()[order]
+    size = spec.itemsize
+    runs = np.nonzero(np.diff(addr) != size)[0] + 1
+    for idx in np.split(np.arange(addr.size), runs):
+        if idx.size:
+            write(int(addr[idx[0]]), raw[idx].tobytes())
