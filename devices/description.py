@@ -18,7 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable
 
-from .errors import DescriptionError
+from .errors import DescriptionError, RegisterNotFound
 
 #: a parenthesised citation of the sources in a description's doc text ("(L1371, Table 27-10)",
 #: "(digest 7 #1)", "(S3:L2391)", "(R7#15)"): provenance for the description's readers, left out
@@ -236,7 +236,8 @@ class Description:
         try:
             return self._by_name[name]  # type: ignore[attr-defined]
         except KeyError:
-            raise KeyError(f"{self.name}: no register named {name!r}") from None
+            names = self._by_name  # type: ignore[attr-defined]
+            raise RegisterNotFound.among(name, self.name, names) from None
 
     def find_register(self, name: str) -> Register | None:
         return self._by_name.get(name)  # type: ignore[attr-defined]

@@ -19,6 +19,15 @@ class RspError(Exception):
     pass
 
 
+class NoReply(RspError):
+    """No reply within the timeout (the stub may still be working on the request)."""
+
+
+class ConnectionClosed(RspError):
+    """The stub closed the connection (or the socket failed): every later request raises this
+    at once instead of waiting for a reply that cannot come."""
+
+
 class RspClient:
     def __init__(self, host: str = "127.0.0.1", port: int = 3333, timeout: float = 10.0,
                  on_stop: Callable[[str], None] | None = None) -> None:
@@ -28,9 +37,10 @@ class RspClient:
         self.timeout = timeout
         self.on_stop = on_stop
         self.console: list[str] = []  # O-packet text received
-        self._replies: queue.Queue[bytes | None] = queue.Queue()
+        self._replies: queue.SimpleQueue[bytes | None] = queue.SimpleQueue()
         self._reader = PacketReader(1 << 20)
         self._noack = False
+        self._closed = False  # set when the stub closed the connection (EOF)
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._read_loop, daemon=True, name="rsp-client")
         self._thread.start()
@@ -52,6 +62,7 @@ class RspClient:
             except OSError:
                 data = b""
             if not data:
+                self._closed = True
                 self._replies.put(None)
                 return
             for ev in self._reader.feed(data):
@@ -60,7 +71,10 @@ class RspClient:
                         self.on_stop(ev.payload[5:].decode())
                 elif ev.kind == "packet":
                     if not self._noack:
-                        self.sock.sendall(b"+")
+                        try:
+                            self.sock.sendall(b"+")
+                        except OSError:  # the next recv sees the end and says so
+                            pass
                     if ev.payload.startswith(b"O") and ev.payload != b"OK" and \
                             re.fullmatch(rb"O([0-9a-fA-F]{2})+", ev.payload):
                         self.console.append(bytes.fromhex(ev.payload[1:].decode()).decode())
@@ -68,23 +82,29 @@ class RspClient:
                         self._replies.put(ev.payload)
 
     def send_raw(self, data: bytes) -> None:
-        self.sock.sendall(data)
+        if self._closed:
+            raise ConnectionClosed("connection closed by the stub")
+        try:
+            self.sock.sendall(data)
+        except OSError as e:
+            raise ConnectionClosed(f"connection to the stub lost: {e}") from None
 
     def request(self, payload: str | bytes, timeout: float | None = None) -> bytes:
         """Send one packet and wait for its reply."""
         if isinstance(payload, str):
             payload = payload.encode()
         with self._lock:
-            self.sock.sendall(frame(payload))
+            self.send_raw(frame(payload))
             return self._wait(timeout)
 
     def _wait(self, timeout: float | None) -> bytes:
         try:
             reply = self._replies.get(timeout=timeout or self.timeout)
         except queue.Empty:
-            raise RspError("no reply from the stub") from None
+            raise NoReply("no reply from the stub") from None
         if reply is None:
-            raise RspError("connection closed by the stub")
+            self._replies.put(None)  # every later wait sees the end too, at once
+            raise ConnectionClosed("connection closed by the stub")
         return reply
 
     def close(self) -> None:
@@ -156,6 +176,20 @@ class RspClient:
             raise RspError(f"cannot read register {name} ({reply.decode()})")
         return int.from_bytes(bytes.fromhex(reply.decode()), "little")
 
+    def read_registers(self, names: list[str]) -> list[int]:
+        """Several registers in one round trip: the ``p`` requests go out in one write and the
+        replies come back in order (the stub answers packets in the order they arrive), so a
+        block of registers costs about one request's latency, not one per register."""
+        regs = self.registers()
+        nums = [regs[n][0] for n in names]
+        with self._lock:
+            self.send_raw(b"".join(frame(b"p%x" % r) for r in nums))
+            replies = [self._wait(None) for _ in nums]
+        for name, reply in zip(names, replies):
+            if reply.startswith(b"E"):
+                raise RspError(f"cannot read register {name} ({reply.decode()})")
+        return [int.from_bytes(bytes.fromhex(r.decode()), "little") for r in replies]
+
     def write_register(self, name: str, value: int) -> None:
         regnum, bits = self.registers()[name]
         reply = self.request(f"P{regnum:x}=" + value.to_bytes(bits // 8, "little").hex())
@@ -174,14 +208,19 @@ class RspClient:
 
     def start_continue(self) -> None:
         """Send ``c`` and return at once; collect the stop with :meth:`wait_stop`."""
+        self.start_packet("vCont;c")
+
+    def start_packet(self, payload: str) -> None:
+        """Send one packet and return at once (a resume: ``vCont;s``, ``vCont;c``); collect its
+        reply with :meth:`wait_stop`, which may then time out and leave the target running."""
         with self._lock:
-            self.sock.sendall(frame(b"vCont;c"))
+            self.send_raw(frame(payload.encode()))
 
     def wait_stop(self, timeout: float | None = None) -> str:
         return self._wait(timeout).decode()
 
     def interrupt(self) -> None:
-        self.sock.sendall(bytes((INTERRUPT,)))
+        self.send_raw(bytes((INTERRUPT,)))
 
     def set_breakpoint(self, addr: int, kind: int = 0, length: int = 4) -> None:
         if self.request(f"Z{kind},{addr:x},{length:x}") != b"OK":

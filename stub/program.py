@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Callable
 
 from accelstub.devices import DeviceError, device_spec
-from accelstub.devices.errors import BusError
+from accelstub.devices.errors import BusError, ProgramError  # noqa: F401 (re-exported: the
+# error moved to devices/errors.py with the rest of the hierarchy; stub.program keeps the name)
 from accelstub.devices.device import Device, ProgramOptions
 from accelstub.devices.files import FileRefused, file_kind, read_program_text
 from accelstub.devices.host import unit_output
@@ -35,10 +36,6 @@ SCRIPT_COMMANDS = {"mww", "mwh", "mwb", "write_memory", "load_image", "reset", "
 #: largest command script read: a bring-up script is a few thousand lines (its images come
 #: through load_image, with their own limit); 16 MiB is some 600 000 commands
 MAX_SCRIPT = 16 << 20
-
-
-class ProgramError(Exception):
-    pass
 
 
 def load_program(ctx: CommandContext, path: str | Path,
@@ -71,6 +68,24 @@ def load_program(ctx: CommandContext, path: str | Path,
             raise ProgramError(f"{e}\n{path.name} is part of the program in {path.parent}: "
                                f"give that directory (--program {path.parent})") from None
         raise
+
+
+def load_for_reset(ctx: CommandContext, path: str | Path,
+                   options: ProgramOptions = ProgramOptions()) -> str:
+    """:func:`load_program`, then make `reset init` load ``path`` again (the target's
+    init_handler, OpenOCD's reset-init event), as `serve --program` and `json load` do. A
+    program that became invalid on disk since is a user error of `reset init`, not an internal
+    error with a traceback."""
+    summary = load_program(ctx, path, options)
+
+    def reload() -> None:
+        try:
+            load_program(ctx, path, options)
+        except ProgramError as e:
+            raise CommandError(f"reset init: {e}") from None
+
+    ctx.target.init_handler = reload
+    return summary
 
 
 def check_program_path(path: Path) -> None:

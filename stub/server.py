@@ -14,7 +14,7 @@ from typing import Callable
 from accelstub.devices.device import CORE_REGS, Device, ProgramOptions
 from accelstub.devices.runcontrol import RunControl
 
-from .commands import CommandContext, CommandError
+from .commands import CommandContext
 from .heap import pin_mmap_threshold
 from .listener import TcpListener
 from .session import GdbSession
@@ -120,19 +120,9 @@ class StubServer:
         """Load ``path`` into a target and make `reset init` load it again. A program that
         became invalid on disk since is a user error of `reset init` (the one line `accelstub
         run` prints for it), not an internal error with a traceback."""
-        from .program import ProgramError, load_program
+        from .program import load_for_reset
 
-        ctx = self.context(log=log, rc=self.targets[target])
-        summary = load_program(ctx, path, options)
-
-        def reload() -> None:
-            try:
-                load_program(ctx, path, options)
-            except ProgramError as e:
-                raise CommandError(f"reset init: {e}") from None
-
-        self.targets[target].init_handler = reload
-        return summary
+        return load_for_reset(self.context(log=log, rc=self.targets[target]), path, options)
 
     def start(self) -> None:
         pin_mmap_threshold()  # many connection threads: keep freed large buffers off the heaps

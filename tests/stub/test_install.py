@@ -64,9 +64,9 @@ def test_a_stale_folder_that_hides_the_package_is_named_in_one_line(tmp_path):
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in out.stderr
-    assert lines[0].startswith(f"accelstub: error: {tmp_path / 'site' / 'accelstub' / 'emu'}: "
+    assert lines[0].startswith(f"accelstub: error: {tmp_path / 'site' / 'accelstub'}: "
                                "left over from an earlier install")
-    assert f"rm -r {tmp_path / 'site' / 'accelstub'}" in lines[0]
+    assert lines[0].endswith(f"(rm -r {tmp_path / 'site' / 'accelstub'}) and run again")
 
 
 def test_this_install_is_whole():
