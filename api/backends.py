@@ -195,7 +195,10 @@ class Remote:
         host, _, port = address.rpartition(":")
         self.address = address
         try:
-            self.client = RspClient(host or "127.0.0.1", int(port), timeout=timeout)
+            # no reader thread: the session only asks, and reading the replies in the
+            # asking thread saves a thread hand-off per request
+            self.client = RspClient(host or "127.0.0.1", int(port), timeout=timeout,
+                                    reader_thread=False)
         except ValueError:
             raise ValueError(f"{address!r} is not HOST:PORT") from None
         except (OSError, RspError) as e:

@@ -10,6 +10,7 @@ import queue
 import re
 import socket
 import threading
+import time
 from typing import Callable
 
 from .rsp_codec import INTERRUPT, PacketReader, escape, frame
@@ -30,10 +31,14 @@ class ConnectionClosed(RspError):
 
 class RspClient:
     def __init__(self, host: str = "127.0.0.1", port: int = 3333, timeout: float = 10.0,
-                 on_stop: Callable[[str], None] | None = None) -> None:
+                 on_stop: Callable[[str], None] | None = None,
+                 reader_thread: bool = True) -> None:
+        """``reader_thread``: a thread reads the socket, so ``%Stop`` notifications reach
+        ``on_stop`` while nothing is asked (the TUI). Without it the thread that waits for a
+        reply reads the socket itself (notifications are handled while it waits): one thread
+        hand-off less per request, for a client that only asks (the Python API)."""
         self.sock = socket.create_connection((host, port), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.sock.settimeout(None)
         self.timeout = timeout
         self.on_stop = on_stop
         self.console: list[str] = []  # O-packet text received
@@ -42,8 +47,12 @@ class RspClient:
         self._noack = False
         self._closed = False  # set when the stub closed the connection (EOF)
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._read_loop, daemon=True, name="rsp-client")
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        if reader_thread:
+            self.sock.settimeout(None)
+            self._thread = threading.Thread(target=self._read_loop, daemon=True,
+                                            name="rsp-client")
+            self._thread.start()
         feats = self.request("qSupported:multiprocess-;accelstub-notify+;"
                              "accelstub-rcmd-errors+").decode()
         self.features = dict(f.split("=", 1) if "=" in f else (f.rstrip("+-"), f[-1])
@@ -61,30 +70,60 @@ class RspClient:
                 data = self.sock.recv(1 << 18)
             except OSError:
                 data = b""
-            if not data:
-                self._closed = True
-                self._replies.put(None)
+            if not self._feed(data):
                 return
-            for ev in self._reader.feed(data):
-                if ev.kind == "notification":
-                    if ev.payload.startswith(b"Stop:") and self.on_stop is not None:
-                        self.on_stop(ev.payload[5:].decode())
-                elif ev.kind == "packet":
-                    if not self._noack:
-                        try:
-                            self.sock.sendall(b"+")
-                        except OSError:  # the next recv sees the end and says so
-                            pass
-                    if ev.payload.startswith(b"O") and ev.payload != b"OK" and \
-                            re.fullmatch(rb"O([0-9a-fA-F]{2})+", ev.payload):
-                        self.console.append(bytes.fromhex(ev.payload[1:].decode()).decode())
-                    else:
-                        self._replies.put(ev.payload)
+
+    def _feed(self, data: bytes) -> bool:
+        """Take what the socket gave (b"": the end): replies to the queue, notifications to
+        on_stop, console text to :attr:`console`; False at the end."""
+        if not data:
+            self._closed = True
+            self._replies.put(None)
+            return False
+        for ev in self._reader.feed(data):
+            if ev.kind == "notification":
+                if ev.payload.startswith(b"Stop:") and self.on_stop is not None:
+                    self.on_stop(ev.payload[5:].decode())
+            elif ev.kind == "packet":
+                if not self._noack:
+                    try:
+                        self.sock.sendall(b"+")
+                    except OSError:  # the next recv sees the end and says so
+                        pass
+                if ev.payload.startswith(b"O") and ev.payload != b"OK" and \
+                        re.fullmatch(rb"O([0-9a-fA-F]{2})+", ev.payload):
+                    self.console.append(bytes.fromhex(ev.payload[1:].decode()).decode())
+                else:
+                    self._replies.put(ev.payload)
+        return True
+
+    def _read_until_reply(self, timeout: float) -> None:
+        """Without a reader thread: read the socket in this thread until a reply (or the end)
+        is queued; queue.Empty when none came within ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        self._socket_timeout(timeout)  # each recv waits at most that; the loop counts the rest
+        while self._replies.empty():
+            if time.monotonic() >= deadline:
+                raise queue.Empty
+            try:
+                data = self.sock.recv(1 << 18)
+            except socket.timeout:
+                raise queue.Empty from None
+            except OSError:
+                data = b""
+            self._feed(data)
+
+    def _socket_timeout(self, seconds: float) -> None:
+        """Set the socket's timeout, only when it changes (each change is a system call)."""
+        if self.sock.gettimeout() != seconds:
+            self.sock.settimeout(seconds)
 
     def send_raw(self, data: bytes) -> None:
         if self._closed:
             raise ConnectionClosed("connection closed by the stub")
         try:
+            if self._thread is None:  # a short wait's timeout must not cut a long write
+                self._socket_timeout(max(self.sock.gettimeout() or 0, self.timeout))
             self.sock.sendall(data)
         except OSError as e:
             raise ConnectionClosed(f"connection to the stub lost: {e}") from None
@@ -99,6 +138,8 @@ class RspClient:
 
     def _wait(self, timeout: float | None) -> bytes:
         try:
+            if self._thread is None:
+                self._read_until_reply(timeout or self.timeout)
             reply = self._replies.get(timeout=timeout or self.timeout)
         except queue.Empty:
             raise NoReply("no reply from the stub") from None
