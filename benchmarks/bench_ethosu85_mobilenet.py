@@ -44,6 +44,7 @@ from accelstub.devices.ethos_u85.vela import place_vela_program, read_output, re
 from accelstub.devices.runcontrol import RunControl
 from accelstub.testkit.ethosu85_models import compile_with_vela, litert_reference, sample_inputs
 from accelstub.testkit.ethosu85_networks import build_network
+from machine import machine_line
 
 NETWORK = "mobilenet_v2_035"
 
@@ -175,6 +176,7 @@ def main() -> int:
     ap.add_argument("--kernels", action="store_true",
                     help="also time the numba kernels alone (the floor of faster glue)")
     args = ap.parse_args()
+    print(machine_line(), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         src, out = compile_network(Path(tmp), args.macs)
         (x,) = sample_inputs(src.read_bytes())

@@ -21,6 +21,8 @@ import sys
 import tempfile
 import time
 
+from machine import machine_line
+
 GDB = shutil.which("gdb-multiarch")
 QEMU = shutil.which("qemu-system-arm")
 
@@ -186,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="also run accelstub from this source tree (e.g. `git archive` of an "
                          "earlier commit), rounds interleaved with this one")
     args = ap.parse_args(argv)
+    print(machine_line(), flush=True)
     if GDB is None:
         print("gdb-multiarch is not installed (apt-get install gdb-multiarch)")
         return 1

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from machine import machine_line
+
 from accelstub.devices import open_device
 from accelstub.testkit.max78000_build import Layer, Network, build, mnist_shapes_network
 from accelstub.devices.max78000.datapath import sram_address
@@ -144,6 +146,7 @@ def bench_mnist(tmp: str) -> None:
 
 
 def main() -> int:
+    print(machine_line(), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         bench_mnist(tmp)
         bench_conv(tmp)

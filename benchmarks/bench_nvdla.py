@@ -24,6 +24,7 @@ from accelstub.devices.runcontrol import RunControl
 from accelstub.stub.commands import CommandContext
 from accelstub.stub.program import load_program
 from accelstub.testkit.nvdla_build import Conv, build
+from machine import machine_line
 
 LAYER = Conv(35, 22, 54, 29, r=8, s=6, pad=(4, 5, 2, 4), clip=6)
 
@@ -50,6 +51,7 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--trace", help="a dc_* trace directory of the NVDLA hardware repository")
     args = ap.parse_args()
+    print(machine_line(), flush=True)
     import torch
 
     torch.set_num_threads(os.cpu_count() or 1)

@@ -41,6 +41,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from machine import machine_line
+
 POLL = float(os.environ.get("BENCH_POLL", "0.08"))
 IDLE = float(os.environ.get("BENCH_IDLE", "0.1"))
 VIEW_KEYS = {"registers": "1", "memory": "2", "program": "3", "status": "4", "tensor": "5"}
@@ -246,6 +248,7 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=10, help="pairs per slowdown figure")
     ap.add_argument("--tui-child", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    print(machine_line(), flush=True)
     if args.tui_child is not None:
         tui_child(args.tui_child, args.view)
         return
