@@ -28,6 +28,9 @@ _EXPORTS = {
     "BusError": "accelstub.devices.errors",
     "TargetRunning": "accelstub.devices.errors",
     "ProgramError": "accelstub.devices.errors",
+    "evaluate": "accelstub.evaluation",
+    "EvalResults": "accelstub.evaluation",
+    "DataError": "accelstub.evaluation",
     "Timeout": "accelstub.errors",
     "ConnectionLost": "accelstub.errors",
 }

@@ -255,6 +255,33 @@ DISASM_TAKES = ("a raw command stream (little-endian 32-bit words), a COP1 paylo
                 "*_vela.tflite or its --output-format raw *_vela.npz")
 
 
+def _eval(args: argparse.Namespace) -> int:
+    """``accelstub eval``: a thin layer over accelstub.evaluation (api/ is above stub/, so it is
+    imported here, when the command runs)."""
+    from accelstub.devices.errors import AccelstubError
+    from accelstub.evaluation import Progress, evaluate
+
+    if args.resume and args.out is None:
+        raise CliError("--resume continues the stopped run of --out RESULTS.npz: give --out")
+    if args.workers is not None and args.workers < 1:
+        raise CliError(f"--workers {args.workers}: give 1 or more")
+    try:
+        res = evaluate(args.device, args.inputs, args.program, labels=args.labels,
+                       reference=args.reference, out=args.out, workers=args.workers,
+                       resume=args.resume, progress=Progress(),
+                       **_device_options(args, args.program))
+    except (AccelstubError, ValueError, OSError) as e:
+        print(f"accelstub: error: {e}", file=sys.stderr)
+        return 2
+    print(res.summary())
+    if not res.complete:
+        print(f"stopped after {res.count} of {len(res.done)} samples"
+              + (f"; 'accelstub eval ... --out {args.out} --resume' continues" if args.out
+                 else ""), file=sys.stderr)
+        return 130
+    return 1 if len(res.differing) else 0
+
+
 def _head(path: Path) -> bytes:
     """The first 8 bytes of a regular file (b"" for pipes and devices, which are read once):
     they say whether the file is a container, which decides the size limit."""
@@ -395,6 +422,21 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("device", choices=DEVICES)
     a = sub.add_parser("disasm", help="disassemble an Ethos-U85 command stream: " + DISASM_TAKES)
     a.add_argument("file", help="raw command stream, COP1 payload, *_vela.tflite or *_vela.npz")
+    e = sub.add_parser("eval", help="run every sample of a dataset through a program: top-1 "
+                       "accuracy, bit-exact agreement with a reference (exit 0 done, 1 samples "
+                       "differ from the reference, 2 bad input, 130 stopped)")
+    e.add_argument("device", choices=DEVICES)
+    e.add_argument("--program", metavar="DIR|FILE", help="default: the bundled demo")
+    e.add_argument("--inputs", required=True, metavar="DATA", help="an .npy/.npz whose first "
+                   "axis counts the samples (each the program's input, with or without its "
+                   "batch axis of 1, in the toolchain's layout), or a directory of .npy files")
+    e.add_argument("--labels", metavar="L.npy", help="class index per sample (top-1 accuracy)")
+    e.add_argument("--reference", metavar="R.npz", help="the framework's outputs (array "
+                   "'outputs', N x the output's shape): bit-exact and top-1 agreement")
+    e.add_argument("--out", metavar="RESULTS.npz", help="outputs and per-sample results; "
+                   "streamed to RESULTS.npz.partial/ while running")
+    e.add_argument("--workers", type=int, default=None, help="processes (default: every core)")
+    e.add_argument("--resume", action="store_true", help="continue a stopped run of --out")
     t = sub.add_parser("tui", help="terminal UI: attach to a stub, or start one and attach")
     t.add_argument("device", nargs="?", choices=DEVICES)
     t.add_argument("--connect", metavar="HOST:PORT", help="attach to a running stub")
@@ -446,6 +488,8 @@ def _dispatch(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             if args.program is None:
                 raise CliError(f"{args.device} has no bundled demo: give --program")
         return _run(args)
+    if args.cmd == "eval":
+        return _eval(args)
     if args.cmd == "compile":
         unknown = [d for d in args.device if d not in DEVICES]
         if unknown:
