@@ -61,7 +61,9 @@ def served(dev, program=None):
         server.stop()
 
 
-async def wait_for(pilot, cond: Callable[[], object], timeout: float = 20.0, what: str = ""):
+async def wait_for(pilot, cond: Callable[[], object], timeout: float = 60.0, what: str = ""):
+    # 60 s: on a 2-core machine running two other test suites, 20 s once ran out before a stop
+    # reached the view (the same wait takes well under a second on a quiet machine)
     deadline = time.monotonic() + timeout
     while True:
         if cond():
