@@ -19,6 +19,7 @@ memory-mapped), so ^C keeps what is done and ``resume=True`` continues it.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
@@ -35,7 +36,7 @@ import numpy as np
 
 from accelstub.devices.errors import AccelstubError, TargetError
 from accelstub.devices.ranges import merge_ranges
-from accelstub.devices.tensors import TensorSpec
+from accelstub.devices.tensors import TensorSpec, read_tensor, write_tensor
 
 #: seconds one sample may take before it is a Timeout
 SAMPLE_TIMEOUT = 600.0
@@ -130,12 +131,15 @@ class Evaluator:
     """One Session with the program loaded once, run per sample from its armed state."""
 
     def __init__(self, device: str, program: str | Path | None,
-                 options: dict[str, object] | None = None) -> None:
+                 options: dict[str, object] | None = None,
+                 reference_model: str | Path | None = None) -> None:
         from .session import Session
 
+        #: LiteRT on the pre-Vela model, run beside the emulator (None without one); first,
+        #: so that a missing LiteRT is refused before the emulator starts
+        self.litert = LiteRTReference(reference_model) if reference_model is not None else None
         self.session = s = Session.open(device, program, **(options or {}))
-        self.input_unit, self.input = self._find("input", s.units())
-        self.output_unit, self.output = self._find("output", list(reversed(s.units())))
+        self.input, self.output = self._program_io()
         rc = s.backend.rc
         armed = rc.checkpoint()
         self._finish()  # the warm-up run: what a run writes, and kernels compiled
@@ -144,19 +148,19 @@ class Evaluator:
         self._armed = rc.checkpoint(merge_ranges(written + self.input.ranges())) \
             if rc.host is not None else armed
 
-    def _find(self, name: str, units: list) -> tuple[int, TensorSpec]:
-        """``name`` of the first unit in ``units`` that declares tensors (one that declares
-        none, a weight DMA, is passed over; one fed another way, a FIFO, is refused)."""
-        for u in units:
-            specs = self.session.tensors(u.index)
-            if specs:
-                for t in specs:
-                    if t.name == name:
-                        return u.index, t
-                break
-        raise TargetError(f"{self.session.device}: {self.session.program} declares no {name!r} "
-                          f"tensor at its {'first' if name == 'input' else 'last'} unit with "
-                          "tensors, so samples cannot be placed and read")
+    def _program_io(self) -> tuple[TensorSpec, TensorSpec]:
+        """The program's input and output (Device.program_io: no device has a case here)."""
+        s = self.session
+        ins, outs = s.backend.device.program_io()
+        for name, specs in (("input", ins), ("output", outs)):
+            if not specs:
+                raise TargetError(f"{s.device}: {s.program} declares no {name} tensor (at its "
+                                  f"{'first' if name == 'input' else 'last'} unit with "
+                                  "tensors), so samples cannot be placed and read")
+        if len(ins) > 1:
+            raise TargetError(f"{s.device}: {s.program} has {len(ins)} inputs "
+                              f"({', '.join(t.name for t in ins)}); eval feeds one")
+        return ins[0], outs[0]
 
     def _finish(self) -> None:
         stop = self.session.cont(timeout=SAMPLE_TIMEOUT)
@@ -165,14 +169,58 @@ class Evaluator:
 
     def run(self, sample: np.ndarray) -> np.ndarray:
         """The program's output for ``sample`` (its input, with or without the batch axis)."""
-        self.session.backend.rc.rewind(self._armed)
-        self.session.set_tensor(self.input_unit, "input",
-                                np.asarray(sample).reshape(self.input.shape))
+        s = self.session
+        s.backend.rc.rewind(self._armed)
+        write_tensor(self.input, np.asarray(sample).reshape(self.input.shape), s.write_memory)
         self._finish()
-        return self.session.tensor(self.output_unit, "output")
+        return read_tensor(self.output, s.read_memory)
+
+    def run_chunk(self, samples: Samples, indices: list[int]
+                  ) -> tuple[np.ndarray, np.ndarray | None]:
+        """The outputs of samples ``indices`` and, with a reference model, its outputs."""
+        outs = np.stack([self.run(samples[i]) for i in indices])
+        refs = None if self.litert is None else \
+            np.stack([self.litert(samples[i]) for i in indices])
+        return outs, refs
 
     def close(self) -> None:
         self.session.close()
+
+
+class LiteRTReference:
+    """The pre-Vela .tflite run by LiteRT with its reference kernels (OpResolverType.BUILTIN_REF,
+    the kernels TFLM runs on the Cortex-M; LiteRT's default XNNPACK path is not bit-exact with
+    them): Ethos-U85's reference per sample, one warm interpreter per worker. LiteRT
+    (ai-edge-litert) is a test extra, not a dependency, so it is imported only here."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        try:
+            from ai_edge_litert.interpreter import Interpreter, OpResolverType
+        except ImportError:
+            raise DataError(f"{self.path}: a .tflite reference is run by LiteRT, which is not "
+                            "installed: pip install ai-edge-litert") from None
+        if not self.path.is_file():
+            raise DataError(f"{self.path}: no such file")
+        try:
+            it = Interpreter(model_path=str(self.path),
+                             experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
+            it.allocate_tensors()
+        except (ValueError, RuntimeError) as e:
+            msg = " ".join(str(e).split())
+            raise DataError(f"{self.path}: LiteRT cannot load it ({msg})") from None
+        ins, outs = it.get_input_details(), it.get_output_details()
+        if len(ins) != 1:
+            raise DataError(f"{self.path}: a model with {len(ins)} inputs; eval feeds one")
+        self.it, self.inp, self.out = it, ins[0], outs[0]
+        self.shape = tuple(int(v) for v in self.out["shape"])
+        self.dtype = np.dtype(self.out["dtype"])
+
+    def __call__(self, sample: np.ndarray) -> np.ndarray:
+        x = np.asarray(sample).reshape(self.inp["shape"]).astype(self.inp["dtype"])
+        self.it.set_tensor(self.inp["index"], x)
+        self.it.invoke()
+        return self.it.get_tensor(self.out["index"])
 
 
 # -- results -----------------------------------------------------------------------------------
@@ -292,15 +340,16 @@ def _reference(path: str | Path | None, n: int, shape: tuple[int, ...]) -> np.nd
 _WORKER: tuple[Evaluator, Samples] | None = None
 
 
-def _worker_init(device: str, program: str | None, options: dict, data: str) -> None:
+def _worker_init(device: str, program: str | None, options: dict, data: str,
+                 reference_model: str | None = None) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent stops the pool on ^C
     global _WORKER
-    _WORKER = (Evaluator(device, program, options), Samples(data))
+    _WORKER = (Evaluator(device, program, options, reference_model), Samples(data))
 
 
-def _worker_run(indices: list[int]) -> tuple[list[int], np.ndarray]:
+def _worker_run(indices: list[int]) -> tuple[list[int], np.ndarray, np.ndarray | None]:
     ev, samples = _WORKER  # type: ignore[misc]
-    return indices, np.stack([ev.run(samples[i]) for i in indices])
+    return (indices, *ev.run_chunk(samples, indices))
 
 
 def _chunks(todo: np.ndarray, workers: int) -> Iterator[list[int]]:
@@ -313,46 +362,70 @@ def evaluate(device: str, inputs: str | Path, program: str | Path | None = None,
              labels: str | Path | None = None, reference: str | Path | None = None,
              out: str | Path | None = None, workers: int | None = None, resume: bool = False,
              progress: Callable[[int, int], None] | None = None,
+             ray: str | bool | None = None,
              **device_options: object) -> EvalResults:
     """Run every sample of ``inputs`` (an .npy/.npz whose first axis counts the samples, or a
     directory of .npy files) through ``program`` on ``device`` (None: the bundled demo), with
     ``workers`` processes (default: every core; 1 runs here). ``labels``: an .npy of class
-    indices; ``reference``: an .npz whose ``outputs`` are the framework's, N x the output shape.
+    indices; ``reference``: an .npz whose ``outputs`` are the framework's, N x the output shape,
+    or (Ethos-U85) the pre-Vela .tflite, run per sample in the workers by LiteRT's reference
+    kernels (:class:`LiteRTReference`; needs ai-edge-litert).
     With ``out`` the results stream to ``OUT.partial/`` and end in the .npz ``out``;
     ``resume`` continues a stopped run there. ``progress(done, total)`` is called as samples
     finish; ^C (a KeyboardInterrupt, also one ``progress`` raises) stops cleanly and returns
-    the results so far with ``complete`` False."""
-    workers = max(1, workers or os.cpu_count() or 1)
-    local = Evaluator(device, program, device_options)
+    the results so far with ``complete`` False. ``ray``: run on a Ray cluster instead
+    ("auto", "ray://HOST:10001", or True for Ray's default; ``workers`` then counts actors,
+    default the cluster's CPUs; api/cluster.py), with the same results."""
+    asked, workers = workers, max(1, workers or os.cpu_count() or 1)
+    model = None if reference is None or Path(reference).suffix != ".tflite" else str(reference)
+    local = Evaluator(device, program, device_options, model)
     try:
         samples = Samples(inputs)
         check_data(samples, local.input)
         n, shape = len(samples), local.output.shape
         lab = _labels(labels, n)
-        ref = _reference(reference, n, shape)
-        outputs, done, partial = _storage(out, resume, device, samples, shape, local.output.dtype)
+        ref = None if model is not None else _reference(reference, n, shape)
+        lite = local.litert
+        if lite is not None and int(np.prod(lite.shape)) != int(np.prod(shape)):
+            raise DataError(f"{reference}: the model's output is {lite.shape}, the program's "
+                            f"{shape}: not the model Vela compiled into the program")
+        outputs, done, ref_out, partial = _storage(
+            out, resume, device, samples, shape, local.output.dtype,
+            None if lite is None else (lite.shape, lite.dtype.name))
+        ref = ref if ref_out is None else ref_out
         todo = np.nonzero(~np.asarray(done))[0]
         t0 = time.perf_counter()
         complete = True
         try:
-            if workers == 1 or len(todo) <= 1:
+            if ray is not None and len(todo):  # the same chunks on Ray actors
+                from .cluster import run_on_ray
+                run_on_ray(ray, device, program, device_options, samples, todo, asked,
+                           outputs, done, progress, n, model, ref_out)
+            elif workers == 1 or len(todo) <= 1:
                 for i in todo:
-                    outputs[i] = local.run(samples[int(i)])
+                    outs, refs = local.run_chunk(samples, [int(i)])
+                    outputs[i] = outs[0]
+                    if refs is not None:
+                        ref_out[i] = refs[0]
                     done[i] = True
                     if progress:
                         progress(int(done.sum()), n)
             else:
                 _pool(device, program, device_options, Path(inputs), todo, workers,
-                      outputs, done, progress, n)
+                      outputs, done, progress, n, model, ref_out)
         except KeyboardInterrupt:
             complete = False
         seconds = time.perf_counter() - t0
         if partial is not None:
             outputs.flush(), done.flush()
+            if ref_out is not None:
+                ref_out.flush()
         res = EvalResults(device, outputs, done, lab, ref, seconds, complete and bool(done.all()))
         if out is not None and res.complete:
             res.outputs, res.done = np.array(outputs), np.array(done)
-            del outputs, done
+            if ref_out is not None:
+                res.reference = np.array(ref_out)
+            del outputs, done, ref, ref_out
             res.save(out)
             shutil.rmtree(partial, ignore_errors=True)
         return res
@@ -360,16 +433,40 @@ def evaluate(device: str, inputs: str | Path, program: str | Path | None = None,
         local.close()
 
 
+@contextlib.contextmanager
+def worker_threads(workers: int) -> Iterator[None]:
+    """Processes started inside get NUMBA_NUM_THREADS = cores // ``workers`` (at least 1),
+    unless the user set it. Why: numba's parallel kernels (emu/conv/int_conv.py) use every
+    core by default, so one worker of a large network already keeps ~1.5 of 2 cores busy and
+    two such workers oversubscribe the machine (bench_eval.py: MNIST shapes went no faster with
+    2 workers than with 1). numba reads the variable when it is imported, so it is set in the
+    environment the spawned workers inherit, only while they start (this process's own numba
+    is left as it is)."""
+    if "NUMBA_NUM_THREADS" in os.environ:
+        yield
+        return
+    os.environ["NUMBA_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
+    try:
+        yield
+    finally:
+        os.environ.pop("NUMBA_NUM_THREADS", None)
+
+
 def _pool(device: str, program, options: dict, inputs: Path, todo: np.ndarray, workers: int,
-          outputs: np.ndarray, done: np.ndarray, progress, n: int) -> None:
+          outputs: np.ndarray, done: np.ndarray, progress, n: int,
+          reference_model: str | None = None, ref_out: np.ndarray | None = None) -> None:
     ctx = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="accelstub-eval-") as tmp:
         data = _shared(inputs, Path(tmp))
-        pool = ctx.Pool(workers, _worker_init,
-                        (device, None if program is None else str(program), options, str(data)))
+        with worker_threads(workers):
+            pool = ctx.Pool(workers, _worker_init,
+                            (device, None if program is None else str(program), options,
+                             str(data), reference_model))
         try:
-            for idx, outs in pool.imap_unordered(_worker_run, _chunks(todo, workers)):
+            for idx, outs, refs in pool.imap_unordered(_worker_run, _chunks(todo, workers)):
                 outputs[idx] = outs
+                if refs is not None:
+                    ref_out[idx] = refs
                 done[idx] = True
                 if progress:
                     progress(int(done.sum()), n)
@@ -382,28 +479,36 @@ def _pool(device: str, program, options: dict, inputs: Path, todo: np.ndarray, w
 
 
 def _storage(out, resume: bool, device: str, samples: Samples, shape: tuple[int, ...],
-             dtype: str):
-    """(outputs, done, partial directory): memory-mapped in OUT.partial/ with ``out``, else
-    in memory."""
+             dtype: str, ref_like: tuple[tuple[int, ...], str] | None = None):
+    """(outputs, done, reference outputs, partial directory): memory-mapped in OUT.partial/
+    with ``out``, else in memory. ``ref_like``: (shape, dtype) of a reference model's output,
+    computed beside the emulator's (None: no such array)."""
     n = len(samples)
     if out is None:
-        return np.zeros((n,) + shape, dtype), np.zeros(n, bool), None
+        return (np.zeros((n,) + shape, dtype), np.zeros(n, bool),
+                None if ref_like is None else np.zeros((n,) + ref_like[0], ref_like[1]), None)
     partial = Path(str(out) + ".partial")
     meta = {"device": device, "inputs": str(Path(samples.path).absolute()), "n": n,
             "shape": list(shape), "dtype": dtype}
+    if ref_like is not None:
+        meta["reference"] = [list(ref_like[0]), ref_like[1]]
     if resume and (partial / "meta.json").exists():
         old = json.loads((partial / "meta.json").read_text())
         if old != meta:
             raise DataError(f"{partial}: a stopped run of {old['device']} over {old['inputs']} "
                             f"({old['n']} samples); it cannot be resumed with these arguments")
         return (np.load(partial / "outputs.npy", mmap_mode="r+"),
-                np.load(partial / "done.npy", mmap_mode="r+"), partial)
+                np.load(partial / "done.npy", mmap_mode="r+"),
+                None if ref_like is None else np.load(partial / "reference.npy", mmap_mode="r+"),
+                partial)
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
     (partial / "meta.json").write_text(json.dumps(meta))
     outputs = np.lib.format.open_memmap(partial / "outputs.npy", "w+", dtype, (n,) + shape)
     done = np.lib.format.open_memmap(partial / "done.npy", "w+", bool, (n,))
-    return outputs, done, partial
+    ref = None if ref_like is None else np.lib.format.open_memmap(
+        partial / "reference.npy", "w+", ref_like[1], (n,) + ref_like[0])
+    return outputs, done, ref, partial
 
 
 class Progress:

@@ -255,6 +255,24 @@ class Device:
         self.check_unit(index)
         return ()
 
+    def program_io(self) -> "tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]":
+        """(inputs, outputs) of the whole program, where a dataset run (api/evaluation.py)
+        writes a sample and reads the result. Default: the "input" of the first unit that
+        declares tensors and the "output" of the last (a unit declaring none, a weight DMA, is
+        passed over; a first unit without an "input", fed another way, gives no input). A
+        device whose program format names its graph's tensors (Vela's) overrides this, since
+        a first unit may cover only part of the input (a stripe)."""
+        units = self.units()
+
+        def find(name: str, order) -> tuple["TensorSpec", ...]:
+            for i in order:
+                specs = self.unit_tensors(i)
+                if specs:
+                    return tuple(s for s in specs if s.name == name)
+            return ()
+        return (find("input", range(len(units))),
+                find("output", range(len(units) - 1, -1, -1)))
+
     def check_unit(self, index: int) -> None:
         """Refuse a unit index outside :meth:`units`, naming the program's range."""
         count = len(self.units())

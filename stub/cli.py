@@ -268,7 +268,7 @@ def _eval(args: argparse.Namespace) -> int:
     try:
         res = evaluate(args.device, args.inputs, args.program, labels=args.labels,
                        reference=args.reference, out=args.out, workers=args.workers,
-                       resume=args.resume, progress=Progress(),
+                       resume=args.resume, progress=Progress(), ray=args.ray,
                        **_device_options(args, args.program))
     except (AccelstubError, ValueError, OSError) as e:
         print(f"accelstub: error: {e}", file=sys.stderr)
@@ -431,12 +431,17 @@ def main(argv: list[str] | None = None) -> int:
                    "axis counts the samples (each the program's input, with or without its "
                    "batch axis of 1, in the toolchain's layout), or a directory of .npy files")
     e.add_argument("--labels", metavar="L.npy", help="class index per sample (top-1 accuracy)")
-    e.add_argument("--reference", metavar="R.npz", help="the framework's outputs (array "
-                   "'outputs', N x the output's shape): bit-exact and top-1 agreement")
+    e.add_argument("--reference", metavar="R.npz|MODEL.tflite", help="the framework's "
+                   "outputs (array 'outputs', N x the output's shape), or for ethos-u85 the "
+                   "pre-Vela .tflite run per sample by LiteRT's reference kernels (needs "
+                   "ai-edge-litert): bit-exact and top-1 agreement")
     e.add_argument("--out", metavar="RESULTS.npz", help="outputs and per-sample results; "
                    "streamed to RESULTS.npz.partial/ while running")
     e.add_argument("--workers", type=int, default=None, help="processes (default: every core)")
     e.add_argument("--resume", action="store_true", help="continue a stopped run of --out")
+    e.add_argument("--ray", nargs="?", const="", metavar="ADDRESS", help="run on a Ray "
+                   "cluster (pip install 'accelstub[cluster]'): 'auto', ray://HOST:10001, or "
+                   "none for RAY_ADDRESS / a local cluster; --workers then counts actors")
     t = sub.add_parser("tui", help="terminal UI: attach to a stub, or start one and attach")
     t.add_argument("device", nargs="?", choices=DEVICES)
     t.add_argument("--connect", metavar="HOST:PORT", help="attach to a running stub")

@@ -86,7 +86,7 @@ from ..ranges import address_ranges, merge_ranges
 from ..tensors import TensorSpec
 from . import ops
 from . import stream as es
-from .vela import program_in, vela_host_program
+from .vela import TensorSlot, VelaProgram, program_in, vela_host_program
 from .ops import (NotImplementedYet, NpuBusFault, NpuConfig, NpuInternal, SetState,
                            Unpredictable, require)
 
@@ -123,6 +123,7 @@ class EthosU85(Device):
         self.sets = SetState()
         self.lut = np.zeros(LUT_BYTES, dtype=np.uint8)
         self.npu = NpuInternal()  # chaining FIFOs, accumulator storage
+        self.vela: VelaProgram | None = None  # the Vela program placed last (program_io)
         self._windows: dict[tuple[int, int], tuple] = {}  # [lo, hi) -> (Memory, offset)
         self._boxes: dict[tuple, ops.Access | None] = {}  # box_access's memo
         self._words: tuple = (None, None)  # _stream_words: ((QBASE, bytes), the words' view)
@@ -1303,6 +1304,17 @@ class EthosU85(Device):
                 specs.append(spec)
         return tuple(specs)
 
+    def program_io(self) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+        """The graph's inputs and outputs where the Vela program placed them (its TensorSlots:
+        whole NHWC tensors, contiguous, as TFLM hands them to the driver), not the first
+        command's IFM: Vela may stripe the first operation, whose IFM is then a part of the
+        input. Another program queued since (QBASE moved): the listing's default."""
+        prog = self.vela
+        if prog is None or prog.qbase != self.qbase:
+            return super().program_io()
+        return (tuple(_slot_spec(f"input{i or ''}", t) for i, t in enumerate(prog.inputs)),
+                tuple(_slot_spec(f"output{i or ''}", t) for i, t in enumerate(prog.outputs)))
+
     def _unit_command(self, index: int) -> tuple[es.Command, SetState] | None:
         """(the kernel command, the NPU_SET_* state it is issued with) of unit ``index`` as
         :meth:`units` counts them; None for any other unit."""
@@ -1484,6 +1496,22 @@ class _DmaDecode(NamedTuple):
 
 class _BranchFault(Unpredictable):
     """NPU_OP_BRANCH target >= QSIZE: STATUS.branch_fault (handled in _run_unit)."""
+
+
+def _slot_spec(name: str, t: TensorSlot) -> TensorSpec:
+    """A graph tensor Vela placed (contiguous, NHWC; a lower rank, e.g. a classifier's
+    (1, 10), as (1, 1, 1, 10): the same bytes in the same order)."""
+    if len(t.shape) > 4:
+        raise DeviceError(f"ethos-u85: graph tensor '{t.name}' has shape {t.shape}; "
+                          "at most 4 axes (NHWC) can be placed")
+    _, H, W, C = (1,) * (4 - len(t.shape)) + tuple(t.shape)
+    item = t.dtype.itemsize
+    return TensorSpec(name, "NHWC", (1, H, W, C), t.dtype.name,
+                      tuple(t.address + c * item for c in range(C)),
+                      tuple(h * W * C * item for h in range(H)),
+                      tuple(w * C * item for w in range(W)),
+                      f"graph tensor '{t.name}' at {t.address:#x} (Vela region {t.region} "
+                      f"+ {t.offset:#x})")
 
 
 def _nhwc_spec(name: str, t: ops.Tensor, offs: np.ndarray, base: int) -> TensorSpec | None:

@@ -785,6 +785,7 @@ def place_vela_program(device, prog: VelaProgram, xs: list[np.ndarray]) -> None:
     _w(device, "QBASE_LO", prog.qbase)
     _w(device, "QBASE_HI", prog.qbase >> 32)
     _w(device, "QSIZE", 4 * prog.command_words)
+    device.vela = prog  # its graph's inputs and outputs: EthosU85.program_io
     # power/clock Q-channels disabled while the inference runs (ethosu_request_power)
     _w(device, "CMD", 0x1)  # transition_to_running_state
 
