@@ -3,6 +3,7 @@ demo stub's command line, and stepping or running a device through run control (
 of the run loop) the way a debugger does."""
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import socket
@@ -115,4 +116,17 @@ class TelnetClient:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def load_benchmark(name: str):
+    """A script of benchmarks/ (no package) as a module, registered in sys.modules first (its
+    dataclasses need that); loaded once."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
 

@@ -2,38 +2,20 @@
 subprocess, gdb, telnet and Tcl ports at once), and what the full run found."""
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 from accelstub.devices import open_device
 from accelstub.devices.runcontrol import RunControl
 from accelstub.stub.commands import CommandContext, CommandError, execute
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _fuzz_module():
-    """benchmarks/ is no package: load the script as a module (registered first, as its
-    dataclasses need)."""
-    if "fuzz_ports" in sys.modules:
-        return sys.modules["fuzz_ports"]
-    spec = importlib.util.spec_from_file_location("fuzz_ports", ROOT / "benchmarks" /
-                                                  "fuzz_ports.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["fuzz_ports"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+from ..helpers import load_benchmark
 
 
 @pytest.mark.parametrize("device", ["max78000", "ethos-u85", "ne16", "nvdla"])
 def test_fuzz_smoke(device, tmp_path):
     """1200 random and mutated packets (400 per port): no crash, no hang, and no traceback in
     the server's log (each one would be a request without a clean error)."""
-    fuzz = _fuzz_module()
+    fuzz = load_benchmark("fuzz_ports")
     res = fuzz.fuzz_device(device, packets=1200, batch=200, seed=7, workdir=str(tmp_path),
                            probe_timeout=10, batch_timeout=60)
     assert res.sent >= 1200 * 0.95  # a batch may end early on a D/k/^D that closes
@@ -44,7 +26,7 @@ def test_fuzz_smoke(device, tmp_path):
 
 
 def test_fuzz_generators_make_the_three_kinds():
-    fuzz = _fuzz_module()
+    fuzz = load_benchmark("fuzz_ports")
     import random
 
     target = fuzz.Target.load("max78000")

@@ -6,7 +6,6 @@ fixed number of mixed rounds; none asserts on time or RSS. benchmarks/soak_ports
 that reports RSS."""
 from __future__ import annotations
 
-import importlib.util
 import json
 import socket
 import subprocess
@@ -20,6 +19,8 @@ import pytest
 from accelstub.stub.client import RspClient
 from accelstub.stub.heap import _libc, pin_mmap_threshold
 from accelstub.tui.target import Target
+
+from ..helpers import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 GLIBC = _libc() is not None
@@ -177,12 +178,7 @@ def test_connections_release_their_state(stub):
 def test_soak_benchmark_runs_the_four_kinds(tmp_path):
     """benchmarks/soak_ports.py, briefly: every client kind (and the fuzz batches) made
     operations, RSS was sampled at the start and the end, the server logged no traceback."""
-    spec = importlib.util.spec_from_file_location("soak_ports", ROOT / "benchmarks" /
-                                                  "soak_ports.py")
-    assert spec is not None and spec.loader is not None
-    soak = importlib.util.module_from_spec(spec)
-    sys.modules["soak_ports"] = soak
-    spec.loader.exec_module(soak)
+    soak = load_benchmark("soak_ports")
     lines: list[str] = []
     res = soak.soak_device("max78000", seconds=4, ops=1_000_000, seed=1, workdir=str(tmp_path),
                            interval=2, warmup=2, fuzz=True, report=lines.append)

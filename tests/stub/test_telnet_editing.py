@@ -13,6 +13,8 @@ from accelstub.stub.commands import CommandContext
 from accelstub.stub.telnet import (BANNER, NEGOTIATION, PROMPT, LineEditor, TelnetServer,
                                    _TelnetDecoder)
 
+from ..helpers import TelnetClient
+
 IAC, DO, DONT, WILL, WONT = 255, 253, 254, 251, 252
 ECHO, SGA = 1, 3
 SRAM = 0x50400000
@@ -30,27 +32,14 @@ def server(rc):
         srv.stop()
 
 
-class Raw:
+class Raw(TelnetClient):
     """A socket that keeps everything received, and reads until a marker."""
 
     def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
-        self.buf = b""
-
-    def until(self, marker: bytes) -> bytes:
-        while marker not in self.buf:
-            data = self.sock.recv(65536)
-            if not data:
-                raise EOFError(self.buf)
-            self.buf += data
-        out, _, self.buf = self.buf.partition(marker)
-        return out + marker
+        super().__init__(port, timeout=5)
 
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 @pytest.fixture
