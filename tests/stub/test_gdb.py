@@ -97,21 +97,30 @@ def test_detach_and_reattach_keeps_state(stub):
     assert "$1 = 0x50100014" in out2
 
 
+def gdb_continuing(stub, throttle_us: int) -> subprocess.Popen:
+    """A gdb-multiarch whose ``continue`` is running on ``stub`` (slowed to ``throttle_us`` per
+    unit, so other clients act while it runs); the caller collects or kills it."""
+    gdb = require_gdb()
+    proc = subprocess.Popen(
+        [gdb, "-q", "-nx", "-batch", "-ex", f"target remote 127.0.0.1:{stub.gdb[0].port}",
+         "-ex", f"set $EMU_THROTTLE_US = {throttle_us}", "-ex", "continue", "-ex", "p/x $pc"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    rc = stub.targets[0]
+    deadline = time.time() + 10
+    while not rc.running and time.time() < deadline:
+        time.sleep(0.02)
+    if not rc.running:
+        proc.kill()
+        raise AssertionError("gdb's continue did not start the target within 10 s")
+    return proc
+
+
 @pytest.mark.slow
 def test_two_clients_at_once(stub):
     """gdb runs the target; a second client reads while it runs and is told of the stop."""
-    gdb = require_gdb()
     stops = []
-    proc = subprocess.Popen(
-        [gdb, "-q", "-nx", "-batch", "-ex", f"target remote 127.0.0.1:{stub.gdb[0].port}",
-         "-ex", "set $EMU_THROTTLE_US = 400000", "-ex", "continue", "-ex", "p/x $pc"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = gdb_continuing(stub, throttle_us=400000)
     try:
-        rc = stub.targets[0]
-        deadline = time.time() + 10
-        while not rc.running and time.time() < deadline:
-            time.sleep(0.02)
-        assert rc.running
         with RspClient(port=stub.gdb[0].port, on_stop=stops.append) as other:
             assert other.read_memory(0x50400000, 4) == bytes([1, 2, 3, 4])
             out, _ = proc.communicate(timeout=30)
@@ -197,17 +206,9 @@ def test_failing_monitor_command_shows_only_its_message(stub):
 def test_second_gdb_attaching_does_not_interrupt_the_first_continue(stub):
     """A second gdb attaches (and reads) while the first one's continue runs: the first gdb
     sees no SIGINT, its continue runs to the end of the program (issue 25 #12)."""
-    gdb = require_gdb()
-    proc = subprocess.Popen(
-        [gdb, "-q", "-nx", "-batch", "-ex", f"target remote 127.0.0.1:{stub.gdb[0].port}",
-         "-ex", "set $EMU_THROTTLE_US = 300000", "-ex", "continue", "-ex", "p/x $pc"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    rc = stub.targets[0]
+    proc = gdb_continuing(stub, throttle_us=300000)
     try:
-        rc = stub.targets[0]
-        deadline = time.time() + 10
-        while not rc.running and time.time() < deadline:
-            time.sleep(0.02)
-        assert rc.running
         second = run_gdb(["p/x $CNNx16_0_LCNT_MAX"], stub.gdb[0].port)
         assert "$1 = 0x3" in second, second
         assert rc.running  # attaching and reading did not halt it
