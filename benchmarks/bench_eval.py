@@ -123,12 +123,16 @@ def main(argv: list[str] | None = None) -> int:
         if "ray" not in inspect.signature(evaluate).parameters:
             print("Ray: evaluate() has no ray= option here (api/cluster.py not wired in)")
             return 0
+        # Ray's servers on 127.0.0.1 only (read when ray is imported) and no usage report, as
+        # in tests/api/test_evaluate_ray.py
+        os.environ.update(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", RAY_USAGE_STATS_ENABLED="0")
         try:
             import ray
         except ImportError:
             print("Ray: not installed (pip install 'accelstub[cluster]'): overhead not measured")
             return 0
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 _node_ip_address="127.0.0.1")
         try:
             print("Ray (a local cluster of 2 CPUs, started before timing) against the local "
                   "pool, 2 workers each, steady samples/s:")
