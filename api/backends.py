@@ -209,7 +209,8 @@ class Remote:
 
     def _call(self, fn, *args):
         """``fn(*args)`` with the client's errors as the API's: a closed connection, or one
-        that stopped answering (the reply stream is then out of step), is ConnectionLost."""
+        that stopped answering (the reply stream is then out of step), is ConnectionLost (no
+        RspError, so callers' ``except RspError`` turn only the stub's refusals into theirs)."""
         try:
             return fn(*args)
         except ConnectionClosed as e:
@@ -234,8 +235,6 @@ class Remote:
     def monitor(self, command: str, timeout: float) -> str:
         try:
             return self._call(self.client.monitor, command, timeout)
-        except ConnectionLost:
-            raise
         except RspError as e:
             raise TargetError(str(e).strip()) from None
 
@@ -307,8 +306,6 @@ class Remote:
             return self._register(name)["value"]
         try:
             return self._call(self.client.read_register, name)
-        except ConnectionLost:
-            raise
         except RspError as e:
             raise TargetError(str(e)) from None
 
@@ -316,8 +313,6 @@ class Remote:
         known = [n for n in names if n in self._regs]
         try:
             values = dict(zip(known, self._call(self.client.read_registers, known)))
-        except ConnectionLost:
-            raise
         except RspError as e:
             raise TargetError(str(e)) from None
         return [values[n] if n in values else self.read_register(n) for n in names]
@@ -340,16 +335,12 @@ class Remote:
     def read_memory(self, address: int, size: int) -> bytes:
         try:
             return self._call(self.client.read_memory, address, size)
-        except ConnectionLost:
-            raise
         except RspError as e:
             raise BusError(address, f"cannot read {size} bytes: {e}") from None
 
     def write_memory(self, address: int, data: bytes) -> None:
         try:
             self._call(self.client.write_memory, address, data)
-        except ConnectionLost:
-            raise
         except RspError as e:
             if "(E10)" in str(e):
                 raise TargetRunning("memory write") from None

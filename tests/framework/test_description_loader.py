@@ -212,3 +212,21 @@ def test_populated_range_outside_region():
     text = HEAD + block(GOOD_REG) + REGION.replace('block = "b"',
                                                      'block = "b"\npopulated = [[0x0, 0x200]]')
     refused(text, "region 'regs'", "populated")
+
+
+def test_ascii_text_is_only_for_whole_bytes_without_enum():
+    """``text = "ascii"`` (NVDLA's version register, issue 25 #16): whole bytes, no enum."""
+    field = """
+  [[block.register]]
+  name = "R"
+  offset = 0
+    [[block.register.field]]
+    name = "f"
+    bits = "{bits}"
+    text = "ascii"
+"""
+    ok = parse(HEAD + block(field.format(bits="15:0")) + REGION)
+    assert ok.register("R").fields[0].text_of(0x4241) == '"AB"'
+    msg = refused(HEAD + block(field.format(bits="11:0")) + REGION, "field 'f'")
+    assert "text 'ascii': only \"ascii\", for a field of whole bytes without enum" in msg
+

@@ -231,6 +231,11 @@ def _edit(path: Path, old: str, new: str, count: int = 1) -> int:
     return line
 
 
+def _line_where(path: Path, cond) -> int:
+    """The 1-based number of the first line of ``path`` for which ``cond(line)`` holds."""
+    return next(i for i, t in enumerate(path.read_text().splitlines(), 1) if cond(t))
+
+
 def test_error_malformed_statement(project):
     line = _edit(project / "cnn.c", "= 0x0000040e; // SRAM control", "= 0x0000040e +; // oops")
     with pytest.raises(Ai8xImportError, match=rf"^cnn\.c:{line}: not a constant expression"):
@@ -812,10 +817,8 @@ def test_fifo_enabled_but_never_written_is_refused_naming_both_lines(tmp_path):
     path = build(Network(3, 8, 8, [Layer(8, shift=-1)], name="g"), seed=1,
                  fifo=True).write(tmp_path / "net")
     assert _edit(path / "cnn.c", "= 0x00001908; // FIFO control", "= 0x00007908; // FIFO control")
-    ctl = next(i for i, t in enumerate((path / "cnn.c").read_text().splitlines(), 1)
-               if "FIFO control" in t)
-    push = next(i for i, t in enumerate((path / "main.c").read_text().splitlines(), 1)
-                if "// Write FIFO 0" in t)
+    ctl = _line_where(path / "cnn.c", lambda t: "FIFO control" in t)
+    push = _line_where(path / "main.c", lambda t: "// Write FIFO 0" in t)
     with pytest.raises(Ai8xImportError) as e:
         import_ai8x_project(path)
     assert str(e.value) == (
@@ -834,10 +837,8 @@ def test_fifo_enabled_and_no_fifo_written_names_load_inputs_line(tmp_path):
     text = main_c.read_text()
     start = text.index("  for (i = 0; i < 64; i++) {")
     main_c.write_text(text[:start] + text[text.index("  }\n", start) + 4:])
-    ctl = next(i for i, t in enumerate((path / "cnn.c").read_text().splitlines(), 1)
-               if "FIFO control" in t)
-    load = next(i for i, t in enumerate(main_c.read_text().splitlines(), 1)
-                if t == "void load_input(void)")
+    ctl = _line_where(path / "cnn.c", lambda t: "FIFO control" in t)
+    load = _line_where(main_c, lambda t: t == "void load_input(void)")
     with pytest.raises(Ai8xImportError) as e:
         import_ai8x_project(path)
     assert str(e.value) == (

@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import os
 import re
-import tomllib
 
 import pytest
 
 from accelstub.devices import open_device
-from accelstub.devices.description import parse_description
-from accelstub.devices.errors import DescriptionError
 from accelstub.stub.cli import describe, main
 from accelstub.stub.server import StubServer
 from accelstub.stub.target_xml import target_xml
@@ -44,35 +41,6 @@ def test_gdb_info_registers_shows_the_version_characters():
     finally:
         server.stop()
     assert re.search(rf'{REG}\s+0x303031\s+\[ minor="00" major="1" \]', out), out
-
-
-def test_ascii_text_is_only_for_whole_bytes_without_enum():
-    text = """
-[device]
-name = "x"
-[[block]]
-name = "b"
-base = 0x1000
-size = 0x10
-  [[block.register]]
-  name = "R"
-  offset = 0
-    [[block.register.field]]
-    name = "f"
-    bits = "BITS"
-    text = "ascii"
-[[region]]
-name = "regs"
-kind = "registers"
-base = 0x1000
-size = 0x100
-block = "b"
-"""
-    ok = parse_description(tomllib.loads(text.replace("BITS", "15:0")), "x.toml")
-    assert ok.register("R").fields[0].text_of(0x4241) == '"AB"'
-    with pytest.raises(DescriptionError, match=r"x\.toml: .*field 'f'.*text 'ascii': only "
-                       r"\"ascii\", for a field of whole bytes without enum"):
-        parse_description(tomllib.loads(text.replace("BITS", "11:0")), "x.toml")
 
 
 @pytest.mark.parametrize("kind, why", [

@@ -49,14 +49,20 @@ def wait_screen(session: str, *needles: str, timeout: float = 30) -> str:
     raise AssertionError(f"{needles} not on screen:\n{screen}")
 
 
-@pytest.mark.slow
-def test_tui_in_tmux():
+def start_tui(device: str, cols: int, rows: int) -> str:
+    """``accelstub.tui`` on ``device`` in a new detached tmux session of cols x rows; its name."""
     session = f"accelstub-tui-{uuid.uuid4().hex[:8]}"
     cmd = " ".join(shlex.quote(a) for a in
-                   [sys.executable, "-m", "accelstub.tui", "--device", "max78000"])
+                   [sys.executable, "-m", "accelstub.tui", "--device", device])
     env = dict(os.environ, TERM="xterm-256color")
-    subprocess.run([TMUX, "new-session", "-d", "-s", session, "-x", "100", "-y", "30", cmd],
-                   check=True, env=env)
+    subprocess.run([TMUX, "new-session", "-d", "-s", session, "-x", str(cols), "-y", str(rows),
+                    cmd], check=True, env=env)
+    return session
+
+
+@pytest.mark.slow
+def test_tui_in_tmux():
+    session = start_tui("max78000", 100, 30)
     try:
         wait_screen(session, "halted", "pc 0x50100010", "Registers", "Memory", "Program",
                     "Status", "Tensor", "Step", "Continue", "Quit")
@@ -79,12 +85,7 @@ def test_tui_in_tmux_at_80x24():
     """Ethos-U85 at 80x24 in a real terminal (issue 25 #14: ``ID 0x2000700`` for 0x20007001,
     block names wrapped into fake entries, the footer cut): every register row shows a whole
     32-bit value, every block-list line is one ``name (count)`` entry, the footer ends with Quit."""
-    session = f"accelstub-tui-{uuid.uuid4().hex[:8]}"
-    cmd = " ".join(shlex.quote(a) for a in
-                   [sys.executable, "-m", "accelstub.tui", "--device", "ethos-u85"])
-    env = dict(os.environ, TERM="xterm-256color")
-    subprocess.run([TMUX, "new-session", "-d", "-s", session, "-x", "80", "-y", "24", cmd],
-                   check=True, env=env)
+    session = start_tui("ethos-u85", 80, 24)
     try:
         screen = wait_screen(session, "halted", "QBASE_LO", "q Quit")
         deadline = time.monotonic() + 30
