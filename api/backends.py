@@ -84,20 +84,7 @@ class InProcess:
 
     def data(self, what: str, *args: str) -> object:
         """What ``monitor json WHAT ARGS`` returns remotely, without the JSON round trip."""
-        rc = self.rc
-        if what == "stop":
-            return commands.stop_data(rc)
-        if what == "units":
-            return commands.units_data(rc)
-        if what == "status":
-            return commands.status_data(rc)
-        if what == "counters":
-            return dict(self.device.counters())
-        if what == "interrupts":
-            return dict(self.device.interrupts())
-        if what == "register":
-            return commands.register_data(rc, args[0])
-        raise ValueError(what)
+        return commands.JSON_DATA[what](self.rc, *args)
 
     def tensors(self, index: int) -> tuple[TensorSpec, ...]:
         return tuple(self.device.unit_tensors(index))
@@ -243,18 +230,23 @@ class Remote:
                                        self.client.timeout))
 
     def tensors(self, index: int) -> tuple[TensorSpec, ...]:
-        specs = self.data("tensors", str(index))
-        return tuple(TensorSpec(**{k: tuple(v) if isinstance(v, list) else v
-                                   for k, v in d.items()})
-                     for d in specs)  # type: ignore[union-attr]
+        return tuple(commands.tensor_from_data(d)
+                     for d in self.data("tensors", str(index)))  # type: ignore[union-attr]
 
     # -- running -----------------------------------------------------------------------------
     def run(self, step: bool, granularity: str | None, timeout: float) -> dict | None:
         if granularity is not None:  # finer steps are a monitor command (no RSP packet)
+            # not through _call: a step that outlives its timeout is a Timeout, not a lost
+            # connection (the stub's session is busy in the command, so the connection must go)
             try:
-                self._call(self.client.monitor, f"step {granularity}", timeout)
-            except ConnectionLost as e:
-                raise Timeout(f"step {granularity}: no stop within {timeout:g} s ({e})") from None
+                self.client.monitor(f"step {granularity}", timeout)
+            except ConnectionClosed as e:
+                raise ConnectionLost(f"lost the connection to the stub at {self.address}: "
+                                     f"{e}") from None
+            except NoReply:
+                self.client.close()
+                raise Timeout(f"step {granularity}: no stop within {timeout:g} s; the "
+                              "connection was closed (the stub was still in the step)") from None
             except RspError as e:
                 raise TargetError(str(e).strip()) from None
             return self.data("stop")  # type: ignore[return-value]
@@ -324,13 +316,12 @@ class Remote:
         if name not in self._regs:
             name = self._register(name)["name"]
         bits = self._regs[name][1]
-        reply = self._call(self.client.request, f"P{self._regs[name][0]:x}="
-                           + (value & ((1 << bits) - 1)).to_bytes(bits // 8, "little").hex())
-        if reply == b"E10":
-            raise TargetRunning("register write")
-        if reply != b"OK":
-            raise TargetError(f"cannot write register {name} (the stub replied "
-                              f"{reply.decode()})")
+        try:
+            self._call(self.client.write_register, name, value & ((1 << bits) - 1))
+        except RspError as e:
+            if "(E10)" in str(e):
+                raise TargetRunning("register write") from None
+            raise TargetError(str(e)) from None
 
     def read_memory(self, address: int, size: int) -> bytes:
         try:

@@ -73,7 +73,7 @@ class Session:
         self._breakpoints: set[int] = set()
         self._watch: dict[object, list[tuple[str, int, int]]] = {}
         self._units: list[UnitInfo] | None = None
-        self._stop = StopInfo.from_data(self._b.data("stop"))  # type: ignore[arg-type]
+        self._changed()
 
     # -- opening -------------------------------------------------------------------------------
     @classmethod
@@ -142,10 +142,10 @@ class Session:
         if kind not in ("init", "halt", "run"):
             raise ValueError(f"reset kind {kind!r}: one of init, halt, run")
         self.monitor(f"reset {kind}")
-        self._changed()
         return self._stop
 
     def _changed(self) -> None:
+        """Forget the listing and read the stop again (after anything that may change them)."""
         self._units = None
         self._stop = StopInfo.from_data(self.backend.data("stop"))  # type: ignore[arg-type]
 
@@ -186,7 +186,6 @@ class Session:
     def halt(self, *, timeout: float = HALT_WAIT) -> StopInfo:
         """Halt a run (one another client started); a halted target stays as it is."""
         self.monitor(f"halt {max(1, int(timeout * 1000))}")
-        self._stop = StopInfo.from_data(self.backend.data("stop"))  # type: ignore[arg-type]
         return self._stop
 
     def _run(self, verb: str, step: bool, granularity: str | None, timeout: float) -> StopInfo:
@@ -285,7 +284,6 @@ class Session:
             self._units = [UnitInfo(u["index"], u["address"], u["label"], u["summary"])
                            for u in data["units"]]
             self._grains = tuple(data["granularities"])
-            self._end = data["end"]
             self._unit_name = data["unit_name"]
         return self._units
 
@@ -384,5 +382,5 @@ class Session:
         """Any monitor command (OpenOCD's and accelstub's, ``help`` lists them): its output
         text. A failing command raises TargetError with its message."""
         out = self.backend.monitor(command, timeout)
-        self._units = None  # the command may have loaded or reset
+        self._changed()  # the command may have loaded, reset, stepped or halted
         return out

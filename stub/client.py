@@ -211,11 +211,7 @@ class RspClient:
         return self._regs
 
     def read_register(self, name: str) -> int:
-        regnum, _ = self.registers()[name]
-        reply = self.request(f"p{regnum:x}")
-        if reply.startswith(b"E"):
-            raise RspError(f"cannot read register {name} ({reply.decode()})")
-        return int.from_bytes(bytes.fromhex(reply.decode()), "little")
+        return self.read_registers([name])[0]
 
     def read_registers(self, names: list[str]) -> list[int]:
         """Several registers in one round trip: the ``p`` requests go out in one write and the

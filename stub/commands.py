@@ -319,12 +319,9 @@ def _rate(n: int, t: float) -> str:
 def next_unit_label(rc: RunControl) -> str:
     dev = rc.device
     try:
-        if dev.finished():
-            return "none"
-        pc = dev.pc
-        for u in dev.units():
-            if u.address == pc:
-                return u.label
+        i = unit_at_pc(dev)
+        if i is not None and not dev.finished():
+            return dev.units()[i].label
     except Exception:
         pass
     return "none"
@@ -1087,12 +1084,12 @@ def cmd_units(ctx: CommandContext, args: list[str]) -> str:
     marked ``=>`` as gdb's ``x/i`` marks it (machine-readable: the TUI parses it)."""
     if args:
         raise _usage("units")
-    dev = ctx.target.device
-    rows = [(u.address, u.label, u.summary) for u in dev.units()]
-    if dev.description.find_register("EMU_END") is not None:
-        rows.append((dev.end_address, "end", f"end of program (pc once every {dev.unit_name} "
-                     "has run)"))
-    pc = dev.pc
+    d = units_data(ctx.target)
+    rows = [(u["address"], u["label"], u["summary"]) for u in d["units"]]
+    if d["end"] is not None:
+        rows.append((d["end"], "end", f"end of program (pc once every {d['unit_name']} has "
+                     "run)"))
+    pc = ctx.target.device.pc
     return "\n".join(f"{'=>' if a == pc else '  '} 0x{a:08x} {label}: {summary}"
                      for a, label, summary in rows)
 
@@ -1173,6 +1170,14 @@ def tensor_from_data(data: dict) -> TensorSpec:
     return TensorSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
 
 
+#: the state ``json WHAT`` gives, by WHAT (``register`` takes a name): what the API's remote back
+#: end reads and its in-process back end calls, one table so the two cannot drift apart
+JSON_DATA: dict[str, Callable[..., object]] = {
+    "units": units_data, "status": status_data, "stop": stop_data, "register": register_data,
+    "counters": lambda rc: dict(rc.device.counters()),
+    "interrupts": lambda rc: dict(rc.device.interrupts())}
+
+
 def cmd_json(ctx: CommandContext, args: list[str]) -> str:
     """``json units|tensors UNIT|counters|interrupts|status|stop|register NAME|load PATH
     [INPUT]``: one line of JSON for programs (the Python API's remote back end, the TUI),
@@ -1181,21 +1186,11 @@ def cmd_json(ctx: CommandContext, args: list[str]) -> str:
 
     rc = ctx.target
     what, rest = (args[0], args[1:]) if args else ("", [])
-    if what == "units" and not rest:
-        data: object = units_data(rc)
+    if what in JSON_DATA and len(rest) == (what == "register"):
+        data: object = JSON_DATA[what](rc, *rest)
     elif what == "tensors" and len(rest) == 1:
         index = parse_unit("json tensors", rc.device, rest[0])
         data = [tensor_data(s) for s in rc.device.unit_tensors(index)]
-    elif what == "counters" and not rest:
-        data = dict(rc.device.counters())
-    elif what == "interrupts" and not rest:
-        data = dict(rc.device.interrupts())
-    elif what == "status" and not rest:
-        data = status_data(rc)
-    elif what == "stop" and not rest:
-        data = stop_data(rc)
-    elif what == "register" and len(rest) == 1:
-        data = register_data(rc, rest[0])
     elif what == "load" and len(rest) in (1, 2):
         from accelstub.devices.device import ProgramOptions
 
