@@ -28,7 +28,6 @@ from accelstub.devices.tensors import TensorSpec
 from accelstub.stub import commands
 from accelstub.stub.client import ConnectionClosed, NoReply, RspClient, RspError
 from accelstub.stub.server import StubServer
-from accelstub.stub.target_xml import memory_ranges
 
 from .errors import ConnectionLost, Timeout
 
@@ -37,11 +36,6 @@ HALT_WAIT = 5.0
 #: how often the in-process watchdog looks at a run's deadline (a timeout's precision)
 WATCHDOG_S = 0.05
 _WATCH_Z = {"w": 2, "r": 3, "a": 4}
-
-
-def _mapped(ranges: list[tuple[int, int]], start: int, length: int) -> bool:
-    """Whether [start, start+length) lies in one populated range (what a Z packet needs)."""
-    return any(s <= start and start + max(1, length) <= e for s, e in ranges)
 
 
 class InProcess:
@@ -57,7 +51,6 @@ class InProcess:
         self.device = self.rc.device
         self.name = self.device.name
         self.address: str | None = None
-        self._ranges = memory_ranges(self.device.description)
         self._deadline: float | None = None  # of the run in progress (the watchdog's)
         self._halted = False  # the watchdog halted the run in progress
         self._deadline_lock = threading.Lock()
@@ -136,7 +129,7 @@ class InProcess:
         self.rc.remove_breakpoint(address, owner=self)
 
     def add_watchpoint(self, kind: str, start: int, length: int) -> None:
-        if not _mapped(self._ranges, start, length):
+        if not self.device.bus.is_mapped(start, max(1, length)):
             raise BusError(start, f"a watchpoint of {length} bytes here is not in the memory map")
         self.rc.add_watchpoint(kind, start, length, owner=self)
 

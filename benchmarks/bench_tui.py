@@ -248,10 +248,10 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=10, help="pairs per slowdown figure")
     ap.add_argument("--tui-child", type=int, metavar="PORT", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    print(machine_line(), flush=True)
-    if args.tui_child is not None:
+    if args.tui_child is not None:  # its first line is read as the ready line
         tui_child(args.tui_child, args.view)
         return
+    print(machine_line(), flush=True)
     from accelstub.stub.client import RspClient
 
     views = list(VIEW_KEYS) if args.view == "all" else [args.view]

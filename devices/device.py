@@ -365,9 +365,13 @@ class Device:
         return (address - w.base) // 4
 
     def unit_label(self, address: int) -> str:
-        """How messages name the unit at ``address`` ("layer 2", "command 5")."""
+        """How messages name the unit at ``address`` ("layer 2", "command 5"; word k of a
+        program window is unit k: "job 3")."""
         if "EMU_END" in self._emu_regs and address == self.end_address:
             return "end of program"
+        k = self.window_index(address)
+        if k is not None:
+            return f"{self.unit_name} {k}"
         for u in self.units():
             if u.address == address:
                 return u.label

@@ -112,19 +112,17 @@ class TensorSpec:
 
 def read_tensor(spec: TensorSpec, read: Callable[[int, int], bytes]) -> np.ndarray:
     """The tensor as an array in its layout, read with ``read(address, size) -> bytes`` (a
-    device's debugger read, or a remote client's memory read), one read per merged range."""
+    device's debugger read, or a remote client's memory read), one read per merged range,
+    then one gather of every element's bytes."""
     addr = spec.addresses()
-    blocks = [(s, read(s, e - s)) for s, e in spec.ranges(MERGE_GAP)]
-    flat = np.zeros(addr.shape + (spec.itemsize,), dtype=np.uint8)
-    starts = np.array([s for s, _ in blocks], dtype=np.int64)
+    ranges = spec.ranges(MERGE_GAP)
+    starts = np.array([s for s, _ in ranges], dtype=np.int64)
+    offsets = np.cumsum([0] + [e - s for s, e in ranges[:-1]], dtype=np.int64)
+    buf = np.frombuffer(b"".join(read(s, e - s) for s, e in ranges), dtype=np.uint8)
     which = np.searchsorted(starts, addr, side="right") - 1
-    for i, (s, data) in enumerate(blocks):
-        sel = which == i
-        offs = addr[sel] - s
-        buf = np.frombuffer(data, dtype=np.uint8)
-        for b in range(spec.itemsize):
-            flat[..., b][sel] = buf[offs + b]
-    values = flat.view(np.dtype(spec.dtype).newbyteorder("<"))[..., 0]
+    first = addr - starts[which] + offsets[which]  # each element's first byte in buf
+    raw = buf[first[..., None] + np.arange(spec.itemsize)]
+    values = raw.view(np.dtype(spec.dtype).newbyteorder("<"))[..., 0]
     return spec.to_layout(values.astype(spec.dtype))
 
 

@@ -18,7 +18,7 @@ from .commands import CommandContext
 from .heap import pin_mmap_threshold
 from .listener import TcpListener
 from .session import GdbSession
-from .target_xml import memory_map_xml, memory_ranges, register_table, target_xml
+from .target_xml import memory_map_xml, register_table, target_xml
 from .transports import SocketConnection
 
 log = logging.getLogger("accelstub.server")
@@ -39,7 +39,6 @@ class GdbServer(TcpListener):
         self.core_names = sorted(CORE_REGS, key=lambda n: 25 if n == "xpsr" else CORE_REGS.index(n))
         self.target_xml = target_xml(desc).encode()
         self.memory_map = memory_map_xml(desc).encode()
-        self.memory_ranges = memory_ranges(desc)  # what bounds a Z packet's range
         self.sessions: list[GdbSession] = []
 
     def command_context(self, log: Callable[[str], None]) -> CommandContext:

@@ -6,7 +6,6 @@ protocol-correct reply (``Exx`` or empty), so no client input can crash or hang 
 from __future__ import annotations
 
 import binascii
-import bisect
 import logging
 import struct
 import threading
@@ -209,7 +208,6 @@ class GdbSession:
 
     # -- stops --------------------------------------------------------------------------------
     def stop_reply(self, stop: Stop) -> bytes:
-        stop = self._own_watch(stop)
         pc = self.device.pc.to_bytes(4, "little").hex()
         reply = b"T%02x0f:%s;" % (stop.signal, pc.encode())
         if stop.watch:
@@ -301,7 +299,7 @@ class GdbSession:
             if self.rc.running:
                 return None  # the stop reply follows when the halt lands (_on_stop)
             self.waiting = False
-        return self.stop_reply(self.rc.last_stop)
+        return self.stop_reply(self._own_watch(self.rc.last_stop))
 
     def _cont(self, p: bytes) -> bytes | None:
         return self._resume(False, p[1:])
@@ -477,12 +475,6 @@ class GdbSession:
         kind, addr, length = p[1:].split(b";")[0].split(b",")[:3]
         return hex_number(kind), hex_number(addr), hex_number(length)
 
-    def _mapped(self, addr: int, length: int) -> bool:
-        """Whether [addr, addr+length) lies inside one region of the memory map."""
-        ranges = self.server.memory_ranges
-        i = bisect.bisect_right(ranges, (addr, 1 << 64)) - 1
-        return i >= 0 and ranges[i][0] <= addr and addr + max(1, length) <= ranges[i][1]
-
     def _insert(self, p: bytes) -> bytes:
         """Z0-Z4: the point belongs to this connection (removed when it ends) and must lie in
         one region of the memory map (a breakpoint's kind is its byte length)."""
@@ -492,7 +484,7 @@ class GdbSession:
             return E_INVAL
         if kind > 4:
             return b""
-        if not self._mapped(addr, length):
+        if not self.device.bus.is_mapped(addr, max(1, length)):
             return E_FAULT
         if kind in (0, 1):
             self.rc.add_breakpoint(addr, owner=self)

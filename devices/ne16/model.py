@@ -207,10 +207,6 @@ class Ne16(Device):
             rows[i:i + 1] = [self._summary(j)]
         return [Unit(self.window_pc(k), f"job {k}", s) for k, s in enumerate(rows)]
 
-    def unit_label(self, address: int) -> str:
-        k = self.window_index(address)
-        return f"job {k}" if k is not None else super().unit_label(address)
-
     def program_started(self, host: HostProgram) -> None:
         self.listing = self.listing[:self.units_done] + list(host.plan or [])
         planned = self._planned[1] if self._planned and self._planned[0] is host else []

@@ -228,10 +228,6 @@ class Nvdla(Device):
             text = f"not runnable: {e}"
         return f"{layer.kind} ({unit} G{g}): {text}"
 
-    def unit_label(self, address: int) -> str:
-        k = self.window_index(address)
-        return f"layer {k}" if k is not None else super().unit_label(address)
-
     def units(self) -> list[Unit]:
         """The whole program: the layers run, the armed one, the ones the trace arms later."""
         rows = list(self.listing)

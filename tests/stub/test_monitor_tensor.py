@@ -111,7 +111,9 @@ def test_max78000_layer_output_after_a_step_matches_its_memory():
     assert shown == byte and any(any(row) for row in byte)
 
 
-def test_the_same_command_over_gdb_monitor_and_telnet(tmp_path):
+def test_the_same_command_over_gdbs_monitor(tmp_path):
+    """The command table's tensor command reached through qRcmd (gdb's `monitor`): its text,
+    its error, and the session still served after the error."""
     dev = Toy()
     dev.write(RAM, bytes(range(64)))
     for off, v in ((0x08, 0), (0x20, RAM), (0x24, RAM + 0x100), (0x28, 3), (0x2C, 1)):
