@@ -44,9 +44,10 @@ import tempfile
 import threading
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import fuzz_ports  # noqa: E402  (benchmarks/ is no package)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests load this file by path
 from machine import machine_line  # noqa: E402
+
+from accelstub.testkit import port_fuzz as fuzz_ports  # noqa: E402
 
 DEVICES = fuzz_ports.DEVICES
 EOM = b"\x1a"

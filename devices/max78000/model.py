@@ -26,10 +26,10 @@ from .listing import ai8x_summary
 from .mram import install_mram_hooks
 from .stream import run_stream_layer, stream_count, validate
 from .tensors import layer_tensors
-from .test_unit import TestUnit
+from .memory_control import MemoryControl
 
 # device-level features (FIFOs, streaming, BIST/zeroize/power/Mlator, listing, monitor
-# commands) live in fifo.py, stream.py, test_unit.py, listing.py and monitor.py
+# commands) live in fifo.py, stream.py, memory_control.py, listing.py and monitor.py
 
 QUADRANTS = 4
 LAYERS = 32
@@ -55,7 +55,7 @@ class Max78000(Device):
         self.warnings: list[str] = []  # model messages (doc-rule violations), newest last
         self._warned: set = set()
         self.fifos = Fifos(self)  # CNN_FIFO_WRn, CNN_FIF0_CTRL/STAT (L1371-1760)
-        self.tests = TestUnit(self)  # TEST, SRAM/AOD power, Mlator (after the MRAM hooks)
+        self.memory_control = MemoryControl(self)  # TEST, SRAM/AOD power, Mlator (after the MRAM hooks)
         self.stream_frames: dict = {}  # stream layer -> FrameBuffer (frame-at-once streaming)
 
     def warn(self, message: str, key=None) -> None:
@@ -80,13 +80,13 @@ class Max78000(Device):
 
     def host_read(self, addr: int, size: int) -> bytes:
         """A read by the driver's CPU (not the debugger): CNNx16_n_MLAT reads advance the
-        Mlator, memories in deep sleep / powered down read 0 (see test_unit.py)."""
-        data = self.tests.cpu_view(addr, self.bus.read(addr, size))
+        Mlator, memories in deep sleep / powered down read 0 (see memory_control.py)."""
+        data = self.memory_control.cpu_view(addr, self.bus.read(addr, size))
         out = bytearray(data)
         for q in range(QUADRANTS):
             a = self.description.register(f"CNNx16_{q}_MLAT").address
             if addr < a + 4 and a < addr + size:
-                word = self.tests.mlat_cpu_read(q).to_bytes(4, "little")
+                word = self.memory_control.mlat_cpu_read(q).to_bytes(4, "little")
                 for i in range(4):
                     if addr <= a + i < addr + size:
                         out[a + i - addr] = word[i]
@@ -105,7 +105,7 @@ class Max78000(Device):
         next layer (L2209-2224); a quadrant with ext_sync != 0 is a slave that follows its master
         (L2193), so only a master's edge counts, and only with clk_en set (digest §7 #36)."""
         q = int(reg.name.split("_")[1])
-        self.tests.ctrl_written(q, old, new)  # mlat_ld edge (L2138)
+        self.memory_control.ctrl_written(q, old, new)  # mlat_ld edge (L2138)
         rising = not (old & 1) and (new & 1)
         ext_sync = (new >> 9) & 7
         if ext_sync == 4 | q:
@@ -207,7 +207,7 @@ class Max78000(Device):
         before the next layer)."""
         y = self.layer
         cfg = self.layer_config(y)
-        self.tests.check_layer(cfg)  # memories powered down / asleep: fault (L2388-2419)
+        self.memory_control.check_layer(cfg)  # memories powered down / asleep: fault (L2388-2419)
         streams = stream_count(self)
         if y == 0 and streams:
             cfgs = {z: (cfg if z == 0 else self.layer_config(z)) for z in range(streams)}
@@ -272,7 +272,7 @@ class Max78000(Device):
         self.active = self.paused = self.ended = False
         self.layer = 0
         self.fifos.reset()
-        self.tests.reset()
+        self.memory_control.reset()
         self.stream_frames = {}
         self.warnings, self._warned = [], set()
 
@@ -280,7 +280,7 @@ class Max78000(Device):
         return {"active": self.active, "paused": self.paused, "layer": self.layer,
                 "ended": self.ended,
                 "fifos": self.fifos.state(),
-                "tests": self.tests.state(), "stream_frames": dict(self.stream_frames)}
+                "tests": self.memory_control.state(), "stream_frames": dict(self.stream_frames)}
 
     def _set_state(self, state: dict) -> None:
         self.active, self.paused = state["active"], state["paused"]
@@ -288,5 +288,5 @@ class Max78000(Device):
         self.ended = state["ended"]
         if "fifos" in state:
             self.fifos.set_state(state["fifos"])
-            self.tests.set_state(state["tests"])
+            self.memory_control.set_state(state["tests"])
             self.stream_frames = dict(state["stream_frames"])

@@ -35,7 +35,7 @@ def _mlat(dev, ctx, args: list[str]) -> str:
         raise DeviceError("usage: mlat [quadrant [count]]") from None
     if len(args) > 2 or not 0 <= q < QUADRANTS or not 1 <= n <= 4096:
         raise DeviceError("usage: mlat [quadrant 0-3 [count 1-4096]]")
-    if not dev.tests.mlat_loaded[q]:
+    if not dev.memory_control.mlat_loaded[q]:
         raise DeviceError(f"mlat: the Mlator of quadrant {q} is not loaded (write "
                           f"CNNx16_{q}_CTRL.mlat_ld 0->1 first)")
     addr = dev.description.register(f"CNNx16_{q}_MLAT").address
@@ -50,7 +50,7 @@ def _cnn(dev, ctx, args: list[str]) -> str:
                          f"words, {len(f.staged[n])} bytes taken by the engine, {f.dropped[n]} "
                          "dropped" for n in range(FIFOS))
     if args == ["test"]:
-        return "\n".join(f"q{q}: {dev.tests.bist_status(q)}" for q in range(QUADRANTS))
+        return "\n".join(f"q{q}: {dev.memory_control.bist_status(q)}" for q in range(QUADRANTS))
     if args and args[0] == "warnings" and len(args) <= 2:
         text = "\n".join(dev.warnings) or "no warnings"
         if args[1:] == ["clear"]:

@@ -1,5 +1,6 @@
-"""NVDLA monitor command: ``monitor nvdla groups | layer | ignored``. Takes the device model
-(duck-typed: nothing here imports model.py)."""
+"""NVDLA monitor command: ``monitor nvdla groups | layer | ignored | csb WORD [VALUE]``. Takes
+the device model; model.py's unit list (UNITS) is imported where it is used, since model.py
+imports this module."""
 from __future__ import annotations
 
 from functools import partial

@@ -1,5 +1,5 @@
-"""Issue 14 #7: a short run of benchmarks/fuzz_ports.py against every device (a server in a
-subprocess, gdb, telnet and Tcl ports at once), and what the full run found."""
+"""Issue 14 #7: a short run of the port fuzzer (accelstub.testkit.port_fuzz) against every
+device (a server in a subprocess, gdb, telnet and Tcl ports at once), and what the full run found."""
 from __future__ import annotations
 
 import pytest
@@ -7,15 +7,13 @@ import pytest
 from accelstub.devices import open_device
 from accelstub.devices.runcontrol import RunControl
 from accelstub.stub.commands import CommandContext, CommandError, execute
-
-from ..helpers import load_benchmark
+from accelstub.testkit import port_fuzz as fuzz
 
 
 @pytest.mark.parametrize("device", ["max78000", "ethos-u85", "ne16", "nvdla"])
 def test_fuzz_smoke(device, tmp_path):
     """1200 random and mutated packets (400 per port): no crash, no hang, and no traceback in
     the server's log (each one would be a request without a clean error)."""
-    fuzz = load_benchmark("fuzz_ports")
     res = fuzz.fuzz_device(device, packets=1200, batch=200, seed=7, workdir=str(tmp_path),
                            probe_timeout=10, batch_timeout=60)
     assert res.sent >= 1200 * 0.95  # a batch may end early on a D/k/^D that closes
@@ -26,7 +24,6 @@ def test_fuzz_smoke(device, tmp_path):
 
 
 def test_fuzz_generators_make_the_three_kinds():
-    fuzz = load_benchmark("fuzz_ports")
     import random
 
     target = fuzz.Target.load("max78000")

@@ -70,7 +70,7 @@ def region_owner(name: str) -> tuple[str, int] | None:
     return None
 
 
-class TestUnit:
+class MemoryControl:
     """TEST register behaviour, memory power and the Mlator of all four quadrants."""
 
     def __init__(self, device) -> None:
