@@ -20,6 +20,7 @@ _EXPORTS = {
     "Session": "accelstub.session",
     "StopInfo": "accelstub.session",
     "UnitInfo": "accelstub.session",
+    "DiffReport": "accelstub.session",
     "TensorSpec": "accelstub.devices.tensors",
     "AccelstubError": "accelstub.devices.errors",
     "DeviceError": "accelstub.devices.errors",

@@ -83,16 +83,21 @@ class InProcess:
         return tuple(self.device.unit_tensors(index))
 
     # -- running -----------------------------------------------------------------------------
-    def run(self, step: bool, granularity: str | None, timeout: float) -> dict | None:
+    def run(self, step: bool, granularity: str | None, timeout: float,
+            reverse: bool = False) -> dict | None:
         """Run in the calling thread (run control's run_here): no client but this session
         needs the run thread, and the hand-off to it cost ~0.07 ms per step, more than an
-        Ethos-U85 command takes. A watchdog thread halts a run that outlives ``timeout``."""
+        Ethos-U85 command takes. A watchdog thread halts a run that outlives ``timeout``.
+        ``reverse``: backwards through the history (reverse_here)."""
         with self._deadline_lock:
             self._halted = False
             self._deadline = time.monotonic() + timeout
         self._watch()
         try:
-            self.rc.run_here(single=step, granularity=granularity)
+            if reverse:
+                self.rc.reverse_here(step)
+            else:
+                self.rc.run_here(single=step, granularity=granularity)
         finally:
             with self._deadline_lock:
                 self._deadline = None
@@ -227,7 +232,8 @@ class Remote:
                      for d in self.data("tensors", str(index)))  # type: ignore[union-attr]
 
     # -- running -----------------------------------------------------------------------------
-    def run(self, step: bool, granularity: str | None, timeout: float) -> dict | None:
+    def run(self, step: bool, granularity: str | None, timeout: float,
+            reverse: bool = False) -> dict | None:
         if granularity is not None:  # finer steps are a monitor command (no RSP packet)
             # not through _call: a step that outlives its timeout is a Timeout, not a lost
             # connection (the stub's session is busy in the command, so the connection must go)
@@ -243,7 +249,8 @@ class Remote:
             except RspError as e:
                 raise TargetError(str(e).strip()) from None
             return self.data("stop")  # type: ignore[return-value]
-        self._call(self.client.start_packet, "vCont;s" if step else "vCont;c")
+        packet = ("bs" if step else "bc") if reverse else ("vCont;s" if step else "vCont;c")
+        self._call(self.client.start_packet, packet)
         try:
             reply = self.client.wait_stop(timeout)
         except ConnectionClosed as e:

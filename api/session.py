@@ -20,9 +20,10 @@ from typing import Union
 import numpy as np
 
 from accelstub.devices.errors import DeviceError, TargetError
+from accelstub.devices.layer_diff import LayerDiff
 from accelstub.devices.tensors import TensorSpec, read_tensor, write_tensor
 
-from .backends import HALT_WAIT, InProcess, Remote, register_or_raise
+from .backends import HALT_WAIT, InProcess, Remote, _braced, register_or_raise
 from .errors import Timeout
 
 #: a unit: its index in the listing, its label ("Layer 1", "cmd 3", "job 0"), or its address
@@ -45,12 +46,14 @@ class StopInfo:
     unit: int | None
     watch: tuple[str, int] | None = None
     message: str = ""
+    #: going back reached the start of the recorded history (reverse_step/reverse_continue)
+    history_begin: bool = False
 
     @classmethod
     def from_data(cls, d: dict) -> "StopInfo":
         return cls(d["reason"], d["pc"], d["unit"],
                    tuple(d["watch"]) if d["watch"] else None,  # type: ignore[arg-type]
-                   d["message"])
+                   d["message"], bool(d.get("history_begin")))
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,28 @@ class UnitInfo:
     address: int
     label: str
     summary: str
+
+
+@dataclass(frozen=True)
+class DiffReport:
+    """A per-layer diff (issue 27): one LayerDiff per compared unit (``line()`` gives the
+    CLI's line), the first unit that diverges (None: none), and the stop the run ended with
+    (None when the table was only read)."""
+
+    layers: tuple[LayerDiff, ...]
+    first_divergence: int | None
+    stop: StopInfo | None = None
+
+    @classmethod
+    def from_data(cls, d: dict, stop: StopInfo | None = None) -> "DiffReport":
+        def one(x: dict) -> LayerDiff:
+            fields = {k: v for k, v in x.items() if k != "diverges"}
+            for k in ("shape", "first_index", "crc"):
+                if fields[k] is not None:
+                    fields[k] = tuple(fields[k])
+            fields["part"] = fields.get("part") or ""  # JSON null: no part named
+            return LayerDiff(**fields)
+        return cls(tuple(one(x) for x in d["layers"]), d["first_divergence"], stop)
 
 
 class Session:
@@ -183,13 +208,42 @@ class Session:
             if temporary and self._b is not None:
                 self._b.remove_breakpoint(address)
 
+    def reverse_step(self, *, timeout: float = 60.0) -> StopInfo:
+        """One unit back (gdb's reverse-stepi): the whole state as it was before that unit.
+        At the start of the recorded history nothing moves and ``history_begin`` is set."""
+        return self._run("reverse_step", True, None, timeout, reverse=True)
+
+    def reverse_continue(self, *, timeout: float = 60.0) -> StopInfo:
+        """Back until a breakpoint's unit, the last unit that touched a watchpoint (``pc``
+        names it), or the start of the recorded history (``history_begin``)."""
+        return self._run("reverse_continue", False, None, timeout, reverse=True)
+
+    def snapshot_save(self, name: str) -> None:
+        """Keep the whole state under ``name`` (``monitor snapshot save NAME``)."""
+        self.monitor(f"snapshot save {name}")
+
+    def snapshot_restore(self, name: str) -> StopInfo:
+        """Back to snapshot ``name``; the reverse history starts again there."""
+        self.monitor(f"snapshot restore {name}")
+        self._changed()
+        return self._stop
+
+    def snapshots(self) -> list[str]:
+        """Names of the saved snapshots, oldest first."""
+        out = self.monitor("snapshot list").strip()
+        return [] if out == "no snapshots" else [line.split(":")[0] for line in out.splitlines()]
+
+    def snapshot_delete(self, name: str) -> None:
+        self.monitor(f"snapshot delete {name}")
+
     def halt(self, *, timeout: float = HALT_WAIT) -> StopInfo:
         """Halt a run (one another client started); a halted target stays as it is."""
         self.monitor(f"halt {max(1, int(timeout * 1000))}")
         return self._stop
 
-    def _run(self, verb: str, step: bool, granularity: str | None, timeout: float) -> StopInfo:
-        data = self.backend.run(step, granularity, timeout)
+    def _run(self, verb: str, step: bool, granularity: str | None, timeout: float,
+             reverse: bool = False) -> StopInfo:
+        data = self.backend.run(step, granularity, timeout, reverse)
         timed_out = data is None
         if timed_out:
             data = self.backend.data("stop")  # type: ignore[assignment]
@@ -377,6 +431,20 @@ class Session:
     def status(self) -> dict:
         """device, state (halted|running), pc, unit, stop (reason), interrupts, counters."""
         return dict(self.backend.data("status"))  # type: ignore[arg-type]
+
+    def diff(self, reference: str | Path | None = None, *, all: bool = False,
+             timeout: float = 60.0) -> DiffReport:
+        """The per-layer diff (``monitor diff load``): with ``reference`` (an .npz of per-unit
+        tensors or the device's own reference format, see docs/diff.md), compare every unit
+        run from here on with it and continue until the first unit that diverges (``all``:
+        to the end); without, the table so far. Raises TargetError for a reference that
+        cannot be used (one line naming the file)."""
+        stop = None
+        if reference is not None:
+            path = str(Path(reference).absolute())
+            self.monitor(f"diff load {_braced(path)}" + (" all" if all else ""))
+            stop = self.cont(timeout=timeout)
+        return DiffReport.from_data(self.backend.data("diff"), stop)  # type: ignore[arg-type]
 
     def monitor(self, command: str, *, timeout: float = 60.0) -> str:
         """Any monitor command (OpenOCD's and accelstub's, ``help`` lists them): its output

@@ -7,7 +7,8 @@ reference on the same machine when qemu-system-arm is installed.
 
 Prints: `dump binary memory` of 512 KiB of MAX78000 data SRAM (MB/s), 4-byte reads per second from
 GDB's Python API, register reads (`p` packets through `maint packet`) per second, time from `accelstub serve` to an
-accepted gdb connection, and the server's RSS idle and its peak (VmHWM) after the dump.
+accepted gdb connection, and the server's RSS idle and its peak (VmHWM) after the dump; each
+against gdb's floor (FLOOR_STUB: what gdb costs per request) and QEMU's gdbstub.
 Not a test: nothing here asserts a speed.
 """
 from __future__ import annotations
@@ -73,13 +74,54 @@ def rss_kib(pid: int) -> tuple[int, int]:
     return vals.get("VmRSS", 0), vals.get("VmHWM", 0)
 
 
-def run_gdb_bench(port: int, windows, regnum: int) -> dict:
+#: gdb's floor: a stub that answers every request from constant buffers (no device, no
+#: parsing beyond the packet's kind), in a process of its own as ours and QEMU's are. What gdb
+#: itself costs per request; a stub can only approach it.
+FLOOR_STUB = r'''
+import socket, sys
+ls = socket.socket()
+ls.bind(("127.0.0.1", 0))
+ls.listen(1)
+print(ls.getsockname()[1], flush=True)
+c, _ = ls.accept()
+c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+frame = lambda p: b"$" + p + b"#%02x" % (sum(p) & 0xFF)
+fixed = {b"QStartNoAckMode": b"OK", b"?": b"S05", b"qAttached": b"1", b"g": b"00" * 64}
+zeros, buf, ack = {}, b"", b"+"
+while True:
+    data = c.recv(1 << 20)
+    if not data:
+        break
+    buf += data
+    while True:
+        i = buf.find(b"$")
+        j = buf.find(b"#", i)
+        if i < 0 or j < 0 or len(buf) < j + 3:
+            break
+        p, buf = buf[i + 1:j], buf[j + 3:]
+        if p[:1] == b"m":
+            n = int(p.split(b",")[1], 16)
+            r = zeros.get(n) or zeros.setdefault(n, b"00" * n)
+        elif p[:1] == b"p":
+            r = b"00000000"
+        elif p.startswith(b"qSupported"):
+            r = b"PacketSize=20000;QStartNoAckMode+"
+        else:
+            r = fixed.get(p, b"")
+        c.sendall(ack + frame(r))
+        if p == b"QStartNoAckMode":
+            ack = b""
+'''
+
+
+def run_gdb_bench(port: int, windows, regnum: int, arch: str | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         script = os.path.join(tmp, "bench.py")
         with open(script, "w") as f:
             f.write(GDB_SCRIPT.replace("WINDOWS", repr(windows)).replace("REGNUM", str(regnum))
                     .replace("DUMPFILE", repr(os.path.join(tmp, "dump"))))
-        out = subprocess.run([GDB, "-q", "-nx", "-batch", "-ex", "set pagination off",
+        pre = ["-ex", f"set architecture {arch}"] if arch else []
+        out = subprocess.run([GDB, "-q", "-nx", "-batch", "-ex", "set pagination off", *pre,
                               "-ex", f"target remote 127.0.0.1:{port}", "-x", script],
                              capture_output=True, text=True, timeout=600)
     for line in out.stdout.splitlines():
@@ -154,6 +196,17 @@ def bench_qemu() -> dict | None:
         proc.wait(5)
 
 
+def bench_floor() -> dict:
+    proc = subprocess.Popen([sys.executable, "-c", FLOOR_STUB], stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        port = int(proc.stdout.readline())
+        return run_gdb_bench(port, [(0x2000_0000, 0x80000)], 0, arch="arm")
+    finally:
+        proc.terminate()
+        proc.wait(5)
+
+
 def best_of(runs: list[dict]) -> dict:
     """Each figure's best over the rounds (the machine is shared: a slow round is someone
     else's load, not the stub's)."""
@@ -194,17 +247,25 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     with tempfile.TemporaryDirectory() as tmp:
         base_env = source_env(args.baseline, tmp)
-        ours_runs, base_runs, ref_runs = [], [], []
+        ours_runs, base_runs, ref_runs, floor_runs = [], [], [], []
         for _ in range(args.rounds):
             if args.baseline:
                 base_runs.append(bench_accelstub(base_env))
             ours_runs.append(bench_accelstub())
+            floor_runs.append(bench_floor())
             if QEMU is not None:
                 ref_runs.append(bench_qemu())
     ours = best_of(ours_runs)
     if base_runs:
         report("baseline", best_of(base_runs))
     report("accelstub", ours)
+    floor = best_of(floor_runs)
+    for what, key in (("dump 512 KiB", "dump_s"), ("4-byte reads", "reads_per_s"),
+                      ("register round trips", "reg_round_trips_per_s")):
+        ratio = (floor[key] / ours[key]) if key.endswith("_s") and not key.endswith("per_s") \
+            else ours[key] / floor[key]
+        print(f"floor      {what}: accelstub at {ratio:.2f}x gdb's floor (a stub answering "
+              "from constant buffers)")
     if not ref_runs:
         print("qemu-system-arm not installed: no reference run (apt-get install qemu-system-arm)")
         return 0

@@ -76,6 +76,10 @@ class Bus:
         self.stack_versions: dict[str, list[int]] = {}
         #: work arrays a device model keeps with this bus between units (owned by that model)
         self.derived: dict[str, object] = {}
+        #: every bus write's [start, end) while reverse-execution history records
+        #: (devices/history.py): the host program's and the debugger's writes between units,
+        #: which no unit's Touched names; None while nothing records
+        self.write_log: list[tuple[int, int]] | None = None
         #: (start, end) ranges flattened and sorted, with their region, for fast decoding
         pops = sorted((s, e, r) for r in self.regions for s, e in r.populated)
         self._pop_starts = [p[0] for p in pops]
@@ -176,6 +180,8 @@ class Bus:
         for a, _, r in chunks:
             if r.kind == "rom":
                 raise BusError(a, f"{r.name} is read-only (the emulator fills it)")
+        if self.write_log is not None:
+            self.write_log.append((addr, addr + len(data)))
         pos = 0
         for a, n, r in chunks:
             piece = bytes(data[pos:pos + n])

@@ -11,14 +11,24 @@ capability             default
 =====================  ==========================================================================
 granularities          ``(unit_name,)``: a step runs one whole unit
 set_pc                 refused (the next unit cannot be chosen)
+run_block              ``None``: no fast path; run control runs unit by unit
 host_read              the debugger's read (no host-visible side effects)
 load_program           ``None``: no importer; a command script is the only program form
+program_started        nothing (a device that lists its program from the driver's plan)
+unit_tensors           none declared (no tensor view, diff or dataset run for the unit)
+program_io             the first unit's inputs and the last unit's outputs
+layer_references       the generic per-layer .npz (devices/layer_diff.py)
 monitor_commands       none beyond the shared OpenOCD table
 interrupts             no interrupt lines
 interrupt_counts       no pulsed lines
 counters               modelled cycles and units run
 bank_index             refused: only devices whose description has ``bank_select = "device"``
 unit_label             the listing's label of the unit at an address
+idle_message           "no <unit> left to run"
+done_message           "program complete after N <unit>s"
+reset                  registers to reset values, memories kept, counters cleared
+_state / _set_state    no model state beyond registers and memories (snapshots, history)
+state_is_copy          False: the history deep-copies ``_state()`` at each recorded boundary
 =====================  ==========================================================================
 
 Running (step, continue, breakpoints, watchpoints, halt requests, host programs) is run
@@ -42,6 +52,7 @@ from .registers import RegisterFile
 
 if TYPE_CHECKING:  # annotations only: host.py sits beside this module, not below it
     from .host import HostProgram
+    from .layer_diff import LayerReference
     from .tensors import TensorSpec
 
 SIGINT, SIGTRAP = 2, 5
@@ -61,6 +72,8 @@ class Stop:
     signal: int = SIGTRAP
     watch: tuple[str, int] | None = None  # ("watch" | "rwatch" | "awatch", first address)
     message: str = ""
+    #: "begin": a reverse run reached the start of the recorded history (RSP ``replaylog:begin``)
+    replaylog: str = ""
 
     #: OpenOCD's debug-reason names (shared/reference/gdb-stub-anchors.md §3.1)
     @property
@@ -208,6 +221,9 @@ class Device:
     name: ClassVar[str] = "device"
     #: word used in listings and messages: layer / command / job
     unit_name: ClassVar[str] = "unit"
+    #: whether :meth:`_state` returns copies that later units never change, so reverse-execution
+    #: history (recording it at every stop) need not deep-copy it; False: it is deep-copied
+    state_is_copy: ClassVar[bool] = False
 
     def __init__(self, description: Description) -> None:
         self.description = description
@@ -309,6 +325,18 @@ class Device:
         """Import a program the user brings (a vendor tool's output) as a host program, or None
         when ``path`` is not this device's format (the stub then reads a command script)."""
         return None
+
+    def layer_references(self, path: Path, inputs: list[np.ndarray]) -> "list[LayerReference]":
+        """The user's reference file ``path`` as per-unit references for the per-layer diff
+        (issue 27, devices/layer_diff.py). Default: the generic .npz (layer_diff.npz_references:
+        keys are unit indexes or labels, arrays in the unit tensor's layout or the one a
+        ``layout`` entry states). ``inputs``: the program's input tensors (program_io) as
+        they were before the run, for readers that run the framework themselves. A device
+        overrides this for its toolchain's own formats and falls back to this one; errors are
+        one line naming the file (layer_diff.ReferenceFileError)."""
+        from .layer_diff import npz_references
+
+        return npz_references(self, path)
 
     def program_started(self, host: "HostProgram") -> None:
         """``host`` now drives the device (HostProgram.start): a device that lists its program

@@ -300,6 +300,24 @@ class HostProgram:
         return (f"{where}the driver waits for {step.waiting_for(self)}, but the {dev.name} has "
                 f"no {dev.unit_name} to run")
 
+    # -- reverse execution (devices/history.py) -------------------------------------------------
+    def mark(self) -> dict:
+        """The driver's position at a unit boundary, for stepping back to it: a few small
+        copies, never the steps or the per-unit write list (which only grow: their lengths are
+        kept), so recording it after every unit costs the same at unit 1 and at unit 1000."""
+        return {"pos": self.pos, "pending": self.pending.copy(), "levels": dict(self.levels),
+                "pulses": dict(self.pulses), "vars": dict(self.vars),
+                "results": len(self.results), "units": self.units,
+                "history": len(self.history), "reported": self.reported}
+
+    def back_to(self, mark: dict) -> None:
+        """The position of :meth:`mark` again (what was appended since is dropped)."""
+        self.pos, self.units, self.reported = mark["pos"], mark["units"], mark["reported"]
+        self.pending, self.levels = mark["pending"].copy(), dict(mark["levels"])
+        self.pulses, self.vars = dict(mark["pulses"]), dict(mark["vars"])
+        del self.results[mark["results"]:]
+        del self.history[mark["history"]:]
+
     # -- for checks --------------------------------------------------------------------------
     def writer_of(self, address: int, size: int = 1) -> int | None:
         """pc of the last unit since the start that wrote any of ``address``..+size."""

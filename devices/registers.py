@@ -57,6 +57,10 @@ class RegisterFile:
         #: peek and read fields by name thousands of times per unit
         self._key_of = {r.name: r.key for r in description.registers}
         self._fields: dict[tuple[str, str], tuple[int, int, int]] = {}
+        #: reverse-execution history (devices/history.py): while not None, the value each
+        #: register had at the history's current boundary, for every register changed since
+        #: (its first old value), so a boundary costs what changed, not a copy of every register
+        self.log: dict[int, int] | None = None
         self.reset()
 
     def _add_slots(self, blk: BlockInstance) -> None:
@@ -77,6 +81,7 @@ class RegisterFile:
                 self._slots[r.address] = (banks, select, lock)
 
     def reset(self) -> None:
+        self._log_all()
         for r in self.description.registers:
             self._values[r.key] = r.reset
 
@@ -146,6 +151,8 @@ class RegisterFile:
         new = (old & ~(rw & lanes)) | (value & rw)
         new &= ~(value & w1c)
         new |= value & w1s
+        if self.log is not None and key not in self.log:
+            self.log[key] = old
         self._values[key] = new
         for hook in self._write_hooks.get(key, ()):
             hook(reg, old, new)
@@ -183,6 +190,8 @@ class RegisterFile:
     def poke(self, reg: Register | str, value: int) -> None:
         """Set the stored value as the hardware does (status bits); no hooks, no access rules."""
         reg = self._reg(reg)
+        if self.log is not None and reg.key not in self.log:
+            self.log[reg.key] = self._values[reg.key]
         self._values[reg.key] = value & ((1 << reg.bits) - 1)
 
     def _field_spec(self, reg: Register | str, name: str) -> tuple[int, int, int]:
@@ -203,10 +212,22 @@ class RegisterFile:
     def set_field(self, reg: Register | str, name: str, value: int) -> None:
         """Hardware-side update of one field (no hooks)."""
         key, lsb, mask = self._field_spec(reg, name)
+        if self.log is not None and key not in self.log:
+            self.log[key] = self._values[key]
         self._values[key] = (self._values[key] & ~(mask << lsb)) | ((value & mask) << lsb)
 
     def snapshot(self) -> dict[int, int]:
         return dict(self._values)
 
     def restore(self, snap: dict[int, int]) -> None:
+        self._log_all()
         self._values.update(snap)
+
+    def put_back(self, old: dict[int, int]) -> None:
+        """Values of :attr:`log` back (going back in the history; not itself logged)."""
+        self._values.update(old)
+
+    def _log_all(self) -> None:
+        if self.log is not None:
+            for key, value in self._values.items():
+                self.log.setdefault(key, value)

@@ -32,6 +32,7 @@ import numpy as np
 
 from .device import SIGINT, SIGTRAP, Device, Stop, Touched, UnitContext, Watchpoint
 from .errors import BusError, DeviceError, TargetRunning
+from .history import History
 from .host import HostProgram
 
 StopListener = Callable[[Stop], None]
@@ -72,11 +73,19 @@ class RunControl:
         self._run_listeners: list[Callable[[], None]] = []
         self._unit_listeners: list[Callable[[int], None]] = []
         self.last_unit_label = ""  # label of the unit that ran last (kept for unit listeners)
+        self.last_unit_pc = 0  # pc the unit that ran last started at (kept for unit listeners)
+        #: a stop a unit listener asked for (the per-layer diff's divergence breakpoint)
+        self._unit_stop: Stop | None = None
         #: what the last unit read and wrote
         self.last_touched: Touched | None = None
         #: what `reset init` runs after the reset (OpenOCD's reset-init event): the stub sets it
         #: to reload the program, so `monitor reset init` starts the program over
         self.init_handler: Callable[[], object] | None = None
+        #: reverse execution (devices/history.py): every unit boundary of the runs since the
+        #: last reset, load or rewind, within ``history.budget`` bytes
+        self.history = History(device.bus, device.regs)
+        #: named whole-state snapshots (`monitor snapshot save NAME`), as :meth:`checkpoint`s
+        self.snapshots: dict[str, dict] = {}
 
     # -- state ------------------------------------------------------------------------------
     @property
@@ -102,8 +111,10 @@ class RunControl:
         if fn in self._run_listeners:
             self._run_listeners.remove(fn)
 
-    def add_unit_listener(self, fn: Callable[[int], None]) -> None:
-        """``fn(units_done)`` after every unit, in the worker thread (progress lines)."""
+    def add_unit_listener(self, fn: Callable[[int], Stop | None]) -> None:
+        """``fn(units_done)`` after every unit, in the worker thread (progress lines). A Stop
+        it returns ends the run after that unit, like a watchpoint (the per-layer diff's
+        divergence breakpoint, devices/layer_diff.py)."""
         self._unit_listeners.append(fn)
 
     def remove_unit_listener(self, fn: Callable[[int], None]) -> None:
@@ -128,9 +139,11 @@ class RunControl:
         first that waits, so the device sits armed before its first unit."""
         with self.halted_access("program load"):
             self.host = host
+            self.history.clear()
             if host is not None:
                 host.start(self.device)
                 host.advance()
+            self._start_history()
 
     def checkpoint(self, ranges: list[tuple[int, int]] | None = None) -> dict:
         """The halted state to come back to with :meth:`rewind`: registers, model state,
@@ -152,6 +165,7 @@ class RunControl:
             if host is not None:
                 keep |= {id(host.steps): host.steps, id(host.isr): host.isr}
             snap["host"] = copy.deepcopy(host, keep)
+            snap["core"] = dict(dev.core)  # the scratch core registers (r0-r12, sp, lr, xpsr)
             return snap
 
     def _memory(self, ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -184,7 +198,75 @@ class RunControl:
             if host is not None:
                 keep |= {id(host.steps): host.steps, id(host.isr): host.isr}
             self.host = copy.deepcopy(host, keep)
+            dev.core = dict(snap.get("core", dev.core))
+            self.history.clear()  # memory changed outside any recorded transition
+            self._start_history()
             self.last_stop = Stop("halt", SIGTRAP, message="rewound")
+
+    # -- named snapshots (`monitor snapshot`) ----------------------------------------------------
+    def save_snapshot(self, name: str) -> None:
+        """Keep the whole halted state (a full :meth:`checkpoint`) under ``name``, with the pc
+        and units done for the listing; a name saved again is replaced."""
+        snap = self.checkpoint()
+        self.snapshots[name] = {"snap": snap, "pc": self.device.pc,
+                                "units": self.device.units_done}
+
+    def restore_snapshot(self, name: str) -> None:
+        """Back to snapshot ``name`` (:meth:`rewind`: the reverse history starts again here,
+        since nothing recorded leads from the state before to this one)."""
+        self.rewind(self._snapshot(name)["snap"])
+        self.last_stop = Stop("halt", SIGTRAP, message=f"restored snapshot {name}")
+
+    def delete_snapshot(self, name: str) -> None:
+        self._snapshot(name)
+        del self.snapshots[name]
+
+    def _snapshot(self, name: str) -> dict:
+        if name not in self.snapshots:
+            saved = ", ".join(self.snapshots) or "none"
+            raise DeviceError(f"no snapshot named {name!r} (saved: {saved})")
+        return self.snapshots[name]
+
+    def _boundary_state(self) -> dict:
+        """The small state of a unit boundary for the history: model state, counters, scratch
+        core registers, the host program and its position (HostProgram.mark); memory and
+        registers are the history's undo logs (Bus.write_log, RegisterFile.log)."""
+        dev, host = self.device, self.host
+        state = dev._state() if dev.state_is_copy else copy.deepcopy(dev._state())
+        return {"state": state, "cycles": dev.cycles, "units_done": dev.units_done, "core": dict(dev.core),
+                "pc": dev.pc, "host": host, "mark": host.mark() if host is not None else None}
+
+    def _start_history(self) -> None:
+        """A new history from here, where a program was loaded or a state restored: its shadow
+        copy of every memory (0.2 s for NVDLA's 128 MiB) is paid by the load, not by the
+        first continue (whose timeout it would eat)."""
+        if self.history.enabled:
+            self.history.begin(self._boundary_state())
+
+    def _sync_history(self) -> None:
+        """At the start of a run: start the history, or record what changed while halted (the
+        debugger's writes, a reload of the input) as a transition of its own, so going back
+        over the next unit returns to the state the run started from."""
+        h = self.history
+        if not h.started:
+            h.begin(self._boundary_state())
+        elif h.bus.write_log or self._moved():
+            h.record(self._boundary_state())
+
+    def _moved(self) -> bool:
+        """Whether registers, the scratch core registers or pc changed since the history's
+        current boundary (memory writes are in Bus.write_log)."""
+        b, dev = self.history.pending, self.device
+        return bool(dev.regs.log) or dev.core != b["core"] or dev.pc != b["pc"]
+
+    def _apply_boundary(self, b: dict) -> None:
+        dev = self.device
+        dev._set_state(copy.deepcopy(b["state"]))
+        dev.cycles, dev.units_done = b["cycles"], b["units_done"]
+        dev.core = dict(b["core"])
+        self.host = b["host"]
+        if self.host is not None:
+            self.host.back_to(b["mark"])
 
     # -- breakpoints and watchpoints (unlimited, O(1) insert and remove) -----------------------
     # Each point remembers who set it: TARGET_OWNER for OpenOCD's target-level `bp`/`wp`
@@ -286,12 +368,81 @@ class RunControl:
         self.resume()
         return self.wait(timeout)
 
+    def start_reverse(self, single: bool) -> None:
+        """Run backwards through the history in the worker thread (gdb's ``bs``/``bc``):
+        one unit (``single``), or until a breakpoint, a watchpoint a unit going back touched,
+        or the start of the history; returns at once."""
+        self._start(lambda: self._back(single))
+
+    def reverse(self, single: bool, timeout: float | None = None) -> Stop | None:
+        """:meth:`start_reverse` and wait for the stop (scripts, tests, the Python API)."""
+        self.start_reverse(single)
+        return self.wait(timeout)
+
+    def _back(self, single: bool) -> Stop:
+        """The reverse run loop. A breakpoint stops at the boundary before its unit (as going
+        forward), a watchpoint at the boundary before the unit that touched it: that unit is
+        the next one, ``pc`` names it ("who wrote this tensor"). A block of the fast path is
+        first replayed unit by unit (:meth:`_refine`) where a stop could fall inside it."""
+        h, dev, halt = self.history, self.device, self._halt
+        bps = frozenset(b & 0xFFFFFFFF for b in self.breakpoints)
+        wps = list(self._watch)
+        if not (h.enabled and h.started):
+            return Stop("step", replaylog="begin", message=self._begin_message())
+        h.settle(self._apply_boundary)
+        while True:
+            if halt.is_set():
+                return Stop("halt", SIGINT)
+            if not h.entries:
+                return Stop("step", replaylog="begin", message=self._begin_message())
+            e = h.entries[-1]
+            if len(e.units) > 1 and not e.partial and \
+                    (single or wps or bps & {pc for pc, _ in e.units[1:]}):
+                self._refine()
+                continue
+            h.undo_last(self._apply_boundary)
+            if not e.units:
+                continue  # what changed while halted: not a unit, go on to the one before
+            self.last_touched = Touched(e.reads or [], e.writes)
+            hit = watch_hit(wps, self.last_touched) if wps else None
+            if hit is not None:
+                return hit
+            if single:
+                return Stop("step")
+            if dev.pc in bps:
+                return Stop("breakpoint")
+
+    def _refine(self) -> None:
+        """Replace the newest entry, a block of units, by one entry per unit: back to the
+        block's start, then forward again one unit at a time (the same end state: run_block's
+        contract), so going back can stop between its units."""
+        n = len(self.history.entries[-1].units)
+        self.history.undo_last(self._apply_boundary)
+        for _ in range(n):
+            self._loop(single=True)
+        self._unit_stop = None
+
+    def _begin_message(self) -> str:
+        h = self.history
+        if not h.enabled:
+            return "accelstub: no reverse-execution history: recording is off (--history-mib 0)"
+        lost = (f"; {h.dropped} older boundaries were dropped for the history budget "
+                f"({h.budget >> 20} MiB, --history-mib)" if h.dropped else "")
+        return (f"accelstub: start of the recorded history, {self.device.units_done} "
+                f"{self.device.unit_name}s done{lost}")
+
     def run_here(self, single: bool = False, granularity: str | None = None) -> Stop:
         """Run (or step) in the calling thread, with the same state, listeners and stop as a
         run in the worker: ``accelstub run`` and benchmarks, where no other client needs the
         server to stay responsive and a thread hand-off per unit would only cost time."""
         self._start(None)
         self._work(lambda: self._loop(single, granularity))
+        return self.last_stop
+
+    def reverse_here(self, single: bool) -> Stop:
+        """:meth:`start_reverse` in the calling thread (the in-process Python API)."""
+        self._start(None)
+        self._work(lambda: self._back(single))
         return self.last_stop
 
     def _start(self, job: Callable[[], Stop] | None) -> None:
@@ -336,9 +487,11 @@ class RunControl:
             stop = job()
         except DeviceError as e:
             stop = Stop("fault", SIGTRAP, message=str(e))
+            self.history.clear()  # a unit that failed half-way recorded nothing it wrote
         except Exception as e:  # a model bug must not kill the server: report it as a fault
             stop = Stop("fault", SIGTRAP, message=f"internal error: {e!r}\n"
                         + traceback.format_exc(limit=3))
+            self.history.clear()
         if self.host is not None:
             self.host.run_ended()
         with self.lock:
@@ -352,6 +505,14 @@ class RunControl:
 
     # -- the run loop --------------------------------------------------------------------------
     def _loop(self, single: bool, granularity: str | None = None) -> Stop:
+        """Run one unit (``single``) or until a stop (:meth:`_run_loop`), and close the
+        history's transition at the stop, a boundary a client may come back to."""
+        stop = self._run_loop(single, granularity)
+        if self.history.units:
+            self.history.record(self._boundary_state())
+        return stop
+
+    def _run_loop(self, single: bool, granularity: str | None = None) -> Stop:
         """Run one unit (``single``) or until a stop; see the module docstring."""
         dev, host, halt = self.device, self.host, self._halt
         bps = frozenset() if single else frozenset(b & 0xFFFFFFFF for b in self.breakpoints)
@@ -362,6 +523,11 @@ class RunControl:
         blocks = not (single or bps or wps or self._unit_listeners
                       or grain != dev.granularities[0] or dev.throttle_us)
         progressed = False
+        rec = self.history.enabled
+        if rec:
+            self._sync_history()
+        elif self.history.started:  # turned off since it began: what runs now is not recorded
+            self.history.clear()
         if host is not None:
             host.run_started()
             # a program that ended during the last stop (after a watchpoint's unit, say) still
@@ -383,15 +549,29 @@ class RunControl:
                     if host is not None:
                         host.units_ran(units)
                         host.advance()
+                    if rec and units:
+                        self.history.note_block(units)
+                        if self.history.due():
+                            self.history.record(self._boundary_state())
                     continue
                 blocks = False
+            unit_pc = dev.pc if rec else 0
             touched = self._unit(UnitContext(halt, bps, grain))
             progressed = True
             if touched.partial:
+                if rec:
+                    self.history.note(unit_pc, touched, partial=True)
                 return Stop("halt", SIGINT) if halt.is_set() else Stop("step")
             hit = watch_hit(wps, touched)
+            if hit is None and self._unit_stop is not None:  # a unit listener asked for it
+                hit = self._unit_stop
+            self._unit_stop = None
             if host is not None:
                 host.advance()
+            if rec:
+                self.history.note(unit_pc, touched)
+                if self.history.due():
+                    self.history.record(self._boundary_state())
             if hit is not None:
                 return hit
             if single:
@@ -404,6 +584,7 @@ class RunControl:
         pc = dev.pc if host is not None or self._unit_listeners else 0  # who wrote what
         if self._unit_listeners:  # their lines name the unit as it was when it started
             self.last_unit_label = dev.unit_label(pc)
+            self.last_unit_pc = pc
         touched = dev.execute_unit(ctx)
         self.last_touched = touched  # for unit listeners (run -v checksums what a unit wrote)
         if not touched.partial:
@@ -411,7 +592,9 @@ class RunControl:
         if host is not None:
             host.unit_ran(pc, touched)
         for fn in list(self._unit_listeners):
-            fn(dev.units_done)
+            said = fn(dev.units_done)
+            if isinstance(said, Stop) and self._unit_stop is None:
+                self._unit_stop = said
         if throttle:
             left = throttle / 1e6 - (time.perf_counter() - t0)
             if left > 0:
@@ -463,6 +646,7 @@ class RunControl:
             self.halt_and_wait()
         with self.halted_access("reset"):
             self.host = None
+            self.history.clear()
             self.last_stop = Stop("halt", SIGTRAP, message=f"reset {kind} failed")
             self.device.reset(kind)
             if kind == "init" and self.init_handler is not None:

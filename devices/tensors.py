@@ -110,17 +110,27 @@ class TensorSpec:
         return np.transpose(arr, order)
 
 
-def read_tensor(spec: TensorSpec, read: Callable[[int, int], bytes]) -> np.ndarray:
-    """The tensor as an array in its layout, read with ``read(address, size) -> bytes`` (a
-    device's debugger read, or a remote client's memory read), one read per merged range,
-    then one gather of every element's bytes."""
+def tensor_gather(spec: TensorSpec) -> tuple[list[tuple[int, int]], np.ndarray]:
+    """How :func:`read_tensor` reads ``spec``: the merged ranges and, per element (C, H, W),
+    the index of its first byte in their concatenation. Kept by a caller that reads the same
+    tensor after every unit (the per-layer diff), since finding the ranges costs more than
+    reading them."""
     addr = spec.addresses()
     ranges = spec.ranges(MERGE_GAP)
     starts = np.array([s for s, _ in ranges], dtype=np.int64)
     offsets = np.cumsum([0] + [e - s for s, e in ranges[:-1]], dtype=np.int64)
-    buf = np.frombuffer(b"".join(read(s, e - s) for s, e in ranges), dtype=np.uint8)
     which = np.searchsorted(starts, addr, side="right") - 1
-    first = addr - starts[which] + offsets[which]  # each element's first byte in buf
+    return ranges, addr - starts[which] + offsets[which]
+
+
+def read_tensor(spec: TensorSpec, read: Callable[[int, int], bytes],
+                gather: tuple[list[tuple[int, int]], np.ndarray] | None = None) -> np.ndarray:
+    """The tensor as an array in its layout, read with ``read(address, size) -> bytes`` (a
+    device's debugger read, or a remote client's memory read), one read per merged range,
+    then one gather of every element's bytes (``gather``: :func:`tensor_gather` of ``spec``,
+    when the caller kept it)."""
+    ranges, first = gather if gather is not None else tensor_gather(spec)
+    buf = np.frombuffer(b"".join(read(s, e - s) for s, e in ranges), dtype=np.uint8)
     raw = buf[first[..., None] + np.arange(spec.itemsize)]
     values = raw.view(np.dtype(spec.dtype).newbyteorder("<"))[..., 0]
     return spec.to_layout(values.astype(spec.dtype))

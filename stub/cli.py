@@ -12,6 +12,7 @@ from pathlib import Path
 from accelstub.devices import DEVICES, device_spec, open_device
 from accelstub.devices.description import Description
 from accelstub.devices.device import ProgramOptions
+from accelstub.devices.history import DEFAULT_BUDGET_MIB
 
 #: every construction option some device declares (DeviceSpec.options), by name
 _ALL_OPTIONS = {o.name: o for d in DEVICES for o in device_spec(d).options}
@@ -114,6 +115,18 @@ def _program_options(args: argparse.Namespace) -> ProgramOptions:
     return ProgramOptions(**given, verbose=bool(getattr(args, "verbose", False)))
 
 
+def mib_count(text: str) -> int:
+    """argparse type of --history-mib: a whole number of MiB, 0 or more."""
+    try:
+        mib = int(text, 10)
+    except ValueError:
+        mib = -1
+    if mib < 0:
+        raise argparse.ArgumentTypeError(f"invalid size '{text}' (MiB: a whole number, 0 or "
+                                         "more; 0 turns reverse-execution history off)")
+    return mib
+
+
 def port_number(text: str) -> int:
     """argparse type of --port/--telnet-port/--tcl-port: 0-65535, so a bad port is a usage
     error and not an OverflowError from bind()."""
@@ -152,7 +165,7 @@ def _serve_until_stopped(args: argparse.Namespace) -> int:
     tcp = not args.stdio
     server = StubServer([device], host=args.bind, gdb_port=args.port if tcp else None,
                         telnet_port=args.telnet_port if tcp else None,
-                        tcl_port=args.tcl_port if tcp else None)
+                        tcl_port=args.tcl_port if tcp else None, history_mib=args.history_mib)
     if program is not None:
         try:
             summary = server.load_program(program, log=lambda s: print(s, file=sys.stderr),
@@ -282,6 +295,49 @@ def _eval(args: argparse.Namespace) -> int:
     return 1 if len(res.differing) else 0
 
 
+def _diff(args: argparse.Namespace) -> int:
+    """``accelstub diff DEVICE --program P --reference R``: run the program and compare every
+    referenced unit's tensor with the reference (devices/layer_diff.py); exit 0 = no
+    divergence, 1 = a divergence, 2 = bad input, a fault or a stuck program."""
+    import json
+
+    from accelstub.devices.errors import AccelstubError
+    from accelstub.devices.layer_diff import start_diff
+    from accelstub.devices.runcontrol import RunControl
+
+    from .commands import CommandContext
+    from .compile_notice import CompileNotice
+    from .files import FileRefused, write_regular
+    from .program import load_program
+
+    rc = RunControl(open_device(args.device, **_device_options(args, args.program)))
+    try:
+        load_program(CommandContext(targets=[rc]), args.program, _program_options(args))
+        differ = start_diff(rc, Path(args.reference), stop=not args.all)
+    except (AccelstubError, ValueError, OSError) as e:
+        print(f"accelstub: error: {e}", file=sys.stderr)
+        return 2
+    with CompileNotice():
+        stop = rc.run_here()
+    differ.detach()
+    print(differ.table())
+    if args.json:
+        try:
+            write_regular(Path(args.json), (json.dumps(differ.as_json(), indent=1) + "\n")
+                          .encode())
+        except (FileRefused, OSError) as e:
+            print(f"accelstub: error: cannot write {args.json}: {e}", file=sys.stderr)
+            return 2
+    if stop.reason not in ("done", "breakpoint"):
+        print(f"accelstub: error: {stop.message or stop.reason}", file=sys.stderr)
+        return 2
+    missing = sorted(set(differ.by_unit) - {d.index for d in differ.results})
+    if stop.reason == "done" and missing:
+        print(f"accelstub: warning: the reference has {rc.device.unit_name}s the run never "
+              f"reached: {', '.join(map(str, missing[:8]))}", file=sys.stderr)
+    return 1 if differ.first_divergence is not None else 0
+
+
 def _head(path: Path) -> bytes:
     """The first 8 bytes of a regular file (b"" for pipes and devices, which are read once):
     they say whether the file is a container, which decides the size limit."""
@@ -400,6 +456,10 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--serial", metavar="PORT_OR_URL", help="also serve gdb on a serial port or "
                    "pyserial URL")
     s.add_argument("--baud", type=int, default=115200)
+    s.add_argument("--history-mib", type=mib_count, default=DEFAULT_BUDGET_MIB, metavar="MIB",
+                   help="memory for reverse execution (reverse-stepi, reverse-continue): the "
+                   "oldest history is dropped beyond it; 0 turns recording off (default "
+                   f"{DEFAULT_BUDGET_MIB})")
     s.add_argument("--stdio", action="store_true",
                    help="speak RSP on stdin/stdout (target remote | accelstub serve ... --stdio)")
     _program_arguments(s, run=False)
@@ -442,6 +502,22 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--ray", nargs="?", const="", metavar="ADDRESS", help="run on a Ray "
                    "cluster (pip install 'accelstub[cluster]'): 'auto', ray://HOST:10001, or "
                    "none for RAY_ADDRESS / a local cluster; --workers then counts actors")
+    f = sub.add_parser("diff", help="run a program and compare every layer's output with the "
+                       "framework's own tensors: one line per layer, stopping at the first "
+                       "divergence (exit 0 none, 1 divergence, 2 bad input)")
+    f.add_argument("device", choices=DEVICES)
+    f.add_argument("--program", metavar="DIR|FILE", help="default: the bundled demo")
+    f.add_argument("--reference", required=True, metavar="R", help="per-layer reference: an "
+                   ".npz of arrays keyed by unit index or label (an entry 'layout', e.g. "
+                   "NCHW, states their layout; default each unit tensor's own); max78000: "
+                   "ai8xize's log.txt (--verbose --log); ethos-u85: the model before Vela (.tflite, "
+                   "run by LiteRT); ne16: the pulp-nnx test application (golden output); "
+                   "nvdla: the trace .cfg (per-layer check_crc)")
+    f.add_argument("--all", action="store_true", help="compare every layer, do not stop at "
+                   "the first divergence")
+    f.add_argument("--json", metavar="FILE", help="write the table as JSON (for CI)")
+    f.add_argument("--input", help="input tensor(s) for --program (devices whose programs "
+                   "take one)")
     t = sub.add_parser("tui", help="terminal UI: attach to a stub, or start one and attach")
     t.add_argument("device", nargs="?", choices=DEVICES)
     t.add_argument("--connect", metavar="HOST:PORT", help="attach to a running stub")
@@ -495,6 +571,12 @@ def _dispatch(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return _run(args)
     if args.cmd == "eval":
         return _eval(args)
+    if args.cmd == "diff":
+        if args.program is None:
+            args.program = demo_program(args.device)
+            if args.program is None:
+                raise CliError(f"{args.device} has no bundled demo: give --program")
+        return _diff(args)
     if args.cmd == "compile":
         unknown = [d for d in args.device if d not in DEVICES]
         if unknown:

@@ -243,6 +243,10 @@ class RspClient:
     def cont(self, timeout: float | None = None) -> str:
         return self.request("vCont;c", timeout).decode()
 
+    def step_back(self, timeout: float | None = None) -> str:
+        """One unit back (``bs``, gdb's reverse-stepi)."""
+        return self.request("bs", timeout).decode()
+
     def start_continue(self) -> None:
         """Send ``c`` and return at once; collect the stop with :meth:`wait_stop`."""
         self.start_packet("vCont;c")

@@ -11,6 +11,7 @@ rejected with an error, and no command runs Python or shell text.
 from __future__ import annotations
 
 import dataclasses
+import re
 import threading
 import time
 import weakref
@@ -1040,6 +1041,53 @@ def cmd_capture(ctx: CommandContext, args: list[str]) -> str:
     return text + result
 
 
+_SNAPSHOT_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def cmd_snapshot(ctx: CommandContext, args: list[str]) -> str:
+    """``snapshot save|restore|delete NAME`` and ``snapshot list``: named whole-state
+    snapshots of the target (RunControl.save_snapshot), one line per snapshot in ``list``."""
+    rc = ctx.target
+    if args == ["list"]:
+        if not rc.snapshots:
+            return "no snapshots"
+        return "\n".join(f"{name}: pc 0x{s['pc']:08x} ({rc.device.unit_label(s['pc'])}), "
+                         f"{s['units']} {rc.device.unit_name}s done"
+                         for name, s in rc.snapshots.items())
+    if len(args) != 2 or args[0] not in ("save", "restore", "delete"):
+        raise _usage("snapshot")
+    verb, name = args
+    if not _SNAPSHOT_NAME.fullmatch(name):
+        raise CommandError(f"snapshot {verb}: {name!r} is not a snapshot name (letters, digits, "
+                           "'_', '.', '-'; at most 64)")
+    try:
+        if verb == "save":
+            rc.save_snapshot(name)
+            return f"saved snapshot {name} at pc 0x{rc.device.pc:08x}"
+        if verb == "restore":
+            rc.restore_snapshot(name)
+            return f"restored snapshot {name}: pc 0x{rc.device.pc:08x} ({next_unit_label(rc)})"
+        rc.delete_snapshot(name)
+        return f"deleted snapshot {name}"
+    except (DeviceError, TargetRunning) as e:
+        raise CommandError(f"snapshot {verb}: {e}") from None
+
+
+def cmd_history(ctx: CommandContext, args: list[str]) -> str:
+    """``history``: the reverse-execution history's size; ``history MIB`` sets its budget
+    (0: recording off), as ``--history-mib`` does."""
+    rc = ctx.target
+    if len(args) > 1:
+        raise _usage("history")
+    if args:
+        mib = parse_number("history", "budget (MiB)", args[0])
+        _halted(rc, "history")
+        rc.history.budget = mib << 20
+        if not mib:
+            rc.history.clear()
+    return rc.history.usage()
+
+
 def cmd_init(ctx: CommandContext, args: list[str]) -> str:
     return ""
 
@@ -1115,10 +1163,12 @@ def cmd_status(ctx: CommandContext, args: list[str]) -> str:
 
 def stop_data(rc: RunControl) -> dict:
     """The last stop: reason (step|breakpoint|watchpoint|halt|done|fault|idle), pc, the unit
-    index at pc (None past the last), the watchpoint hit ([kind, address]) and the message."""
+    index at pc (None past the last), the watchpoint hit ([kind, address]), the message, and
+    whether going back reached the start of the history (RSP ``replaylog:begin``)."""
     stop, dev = rc.last_stop, rc.device
     return {"reason": stop.reason, "pc": dev.pc, "unit": unit_at_pc(dev),
-            "watch": list(stop.watch) if stop.watch else None, "message": stop.message}
+            "watch": list(stop.watch) if stop.watch else None, "message": stop.message,
+            "history_begin": stop.replaylog == "begin"}
 
 
 def units_data(rc: RunControl) -> dict:
@@ -1170,18 +1220,50 @@ def tensor_from_data(data: dict) -> TensorSpec:
     return TensorSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
 
 
+def diff_data(rc: RunControl) -> dict:
+    """The per-layer diff so far (``diff load``): the ``--json`` form of ``accelstub diff``
+    plus ``loaded`` (False: no reference loaded) and ``reference`` (the file's name)."""
+    from accelstub.devices.layer_diff import differ_of
+
+    differ = differ_of(rc)
+    if differ is None:
+        return {"loaded": False, "reference": None, "layers": [], "first_divergence": None}
+    return {"loaded": True, "reference": differ.source, **differ.as_json()}
+
+
+def reference_data(rc: RunControl, index: int, tensor: str = "output") -> dict:
+    """The loaded diff reference of one unit's tensor, for the TUI's tensor view: its name,
+    its values as (C, H, W) flattened (None for a checksum reference, whose ``crc`` is given
+    instead), and the rule that explains differences the hardware makes on purpose; all None
+    when no reference covers that tensor."""
+    from accelstub.devices.layer_diff import differ_of
+
+    differ = differ_of(rc)
+    ref = differ.reference(index, tensor) if differ is not None else None
+    if ref is None:
+        return {"name": None, "values": None, "crc": None, "rule": ""}
+    values = None
+    if ref.array is not None:
+        from accelstub.devices.layer_diff import unit_spec
+
+        values = unit_spec(rc.device, ref).from_layout(ref.array).ravel().tolist()
+    return {"name": ref.name, "values": values, "crc": None if ref.crc is None else ref.crc[1],
+            "rule": ref.rule}
+
+
 #: the state ``json WHAT`` gives, by WHAT (``register`` takes a name): what the API's remote back
 #: end reads and its in-process back end calls, one table so the two cannot drift apart
 JSON_DATA: dict[str, Callable[..., object]] = {
     "units": units_data, "status": status_data, "stop": stop_data, "register": register_data,
+    "diff": diff_data,
     "counters": lambda rc: dict(rc.device.counters()),
     "interrupts": lambda rc: dict(rc.device.interrupts())}
 
 
 def cmd_json(ctx: CommandContext, args: list[str]) -> str:
-    """``json units|tensors UNIT|counters|interrupts|status|stop|register NAME|load PATH
-    [INPUT]``: one line of JSON for programs (the Python API's remote back end, the TUI),
-    never for people."""
+    """``json units|tensors UNIT|counters|interrupts|status|stop|diff|register NAME|reference
+    UNIT [TENSOR]|load PATH [INPUT]``: one line of JSON for programs (the Python API's remote
+    back end, the TUI), never for people."""
     import json
 
     rc = ctx.target
@@ -1191,6 +1273,8 @@ def cmd_json(ctx: CommandContext, args: list[str]) -> str:
     elif what == "tensors" and len(rest) == 1:
         index = parse_unit("json tensors", rc.device, rest[0])
         data = [tensor_data(s) for s in rc.device.unit_tensors(index)]
+    elif what == "reference" and len(rest) in (1, 2):
+        data = reference_data(rc, parse_unit("json reference", rc.device, rest[0]), *rest[1:])
     elif what == "load" and len(rest) in (1, 2):
         from accelstub.devices.device import ProgramOptions
 
@@ -1305,7 +1389,9 @@ def channel_text(array: np.ndarray, spec: TensorSpec, channel: int) -> str:
     """Channel ``channel`` of ``array`` (in ``spec``'s layout) as rows of right-aligned values,
     with row and column numbers."""
     plane = spec.from_layout(array)[channel]
-    cells = [[str(int(v)) for v in row] for row in plane]
+    # float tensors: the operators Vela leaves on the CPU (a DEQUANTIZE's output, say)
+    cells = [[f"{float(v):.6g}" if plane.dtype.kind == "f" else str(int(v)) for v in row]
+             for row in plane]
     width = max([len(c) for row in cells for c in row] + [len(str(plane.shape[1] - 1)), 3]) + 1
     lines = [" " * 5 + "".join(f"{w:>{width}}" for w in range(plane.shape[1]))]
     lines += [f"{h:>4} " + "".join(f"{c:>{width}}" for c in row) for h, row in enumerate(cells)]
@@ -1363,6 +1449,38 @@ def cmd_tensor(ctx: CommandContext, args: list[str]) -> str:
 
 
 
+def cmd_diff(ctx: CommandContext, args: list[str]) -> str:
+    """``diff load R [all]``: compare every later unit's output with the reference file R
+    (devices/layer_diff.py; the device's reader, Device.layer_references) and stop after the
+    first unit that diverges (a divergence breakpoint; ``all``: never stop); ``diff``: the
+    table so far; ``diff clear``: compare no more."""
+    from accelstub.devices.layer_diff import ReferenceFileError, differ_of, start_diff
+
+    rc = ctx.target
+    if args[:1] == ["load"] and len(args) in (2, 3) and args[2:] in ([], ["all"]):
+        path = _resolve(ctx, args[1])
+        try:
+            differ = start_diff(rc, path, stop=args[2:] != ["all"])
+        except ReferenceFileError as e:
+            raise CommandError(f"diff load: {e}") from None
+        units = sorted(differ.by_unit)
+        return (f"diff: {len(differ.by_unit)} {rc.device.unit_name}s referenced by {path.name} "
+                f"({', '.join(map(str, units[:8]))}{' ...' if len(units) > 8 else ''}); "
+                + ("continue stops after the first that diverges" if differ.stop else
+                   "every one is compared, no stop"))
+    if args == ["clear"]:
+        differ = differ_of(rc)
+        if differ is not None:
+            differ.detach()
+        return "diff: cleared"
+    if args:
+        raise _usage("diff")
+    differ = differ_of(rc)
+    if differ is None:
+        raise CommandError("diff: no reference loaded (diff load FILE)")
+    return differ.table()
+
+
 def cmd_echo(ctx: CommandContext, args: list[str]) -> str:
     """OpenOCD's echo: the words joined by spaces (``-n``: no newline, which our results never
     end with anyway). OpenOCD logs it; here it is the result, so telnet, monitor and Tcl RPC
@@ -1411,18 +1529,25 @@ _COMMANDS: dict[str, tuple[str, Handler, str]] = {
     "rwp": ("'all' | address", cmd_rwp, "remove watchpoints"),
     "capture": ("command", cmd_capture, "run a command and return its log output and result"),
     "init": ("", cmd_init, "ignored; for OpenOCD compatibility"),
+    "snapshot": ("save|restore|delete NAME | list", cmd_snapshot,
+                 "named snapshots of the whole target state"),
+    "history": ("[MiB]", cmd_history, "reverse-execution history: its size, or set its "
+                "budget (0: off)"),
     "version": ("", cmd_version, "show the program version"),
     "help": ("[command_name]", cmd_help, "show command usage"),
     "shutdown": ("", cmd_shutdown, "shut the server down"),
     "sleep": ("milliseconds", cmd_sleep, "wait"),
     "tcl": ("notifications ('on'|'off')", cmd_tcl, "Tcl RPC event notifications"),
     "units": ("", cmd_units, "list the program: one line per layer/command/job"),
-    "json": ("units|tensors UNIT|counters|interrupts|status|stop|register NAME|"
-             "load PATH [INPUT]", cmd_json,
+    "json": ("units|tensors UNIT|counters|interrupts|status|stop|diff|register NAME|"
+             "reference UNIT [TENSOR]|load PATH [INPUT]", cmd_json,
              "machine-readable state as one line of JSON (for the Python API)"),
     "status": ("", cmd_status, "run state, pc, interrupt lines and counters"),
     "svd": ("filename", cmd_svd, "write the device's CMSIS-SVD description to a file"),
     "regions": ("", cmd_regions, "list the memory map: start, end, name and kind of each range"),
+    "diff": ("[load FILE ['all'] | clear]", cmd_diff, "per-layer comparison with the "
+             "framework's tensors: load a reference (continue then stops at the first unit "
+             "that diverges), show the table so far, or clear"),
     "tensor": ("[UNIT] | show UNIT NAME [channel] | dump UNIT NAME file.npy", cmd_tensor,
                "a unit's declared tensors (default: the one at pc); one channel; a .npy dump"),
 }

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from accelstub.devices.device import CORE_REGS, Device, ProgramOptions
+from accelstub.devices.history import DEFAULT_BUDGET_MIB
 from accelstub.devices.runcontrol import RunControl
 
 from .commands import CommandContext
@@ -94,9 +95,11 @@ class StubServer:
 
     def __init__(self, devices: list[Device], host: str = "127.0.0.1", gdb_port: int | None = 3333,
                  telnet_port: int | None = 4444, tcl_port: int | None = 6666,
-                 cwd: Path | None = None) -> None:
+                 cwd: Path | None = None, history_mib: int = DEFAULT_BUDGET_MIB) -> None:
         self.host = host
         self.targets = [RunControl(d) for d in devices]
+        for rc in self.targets:  # clients can go back (reverse-stepi): record (history.py)
+            rc.history.budget = history_mib << 20
         self.cwd = cwd or Path.cwd()
         self.shutdown_requested = threading.Event()
         self.gdb = [GdbServer(rc, self._context_factory, host,

@@ -90,7 +90,7 @@ class GdbSession:
             "X": self._write_bin, "x": self._read_bin, "c": self._cont, "s": self._step,
             "Z": self._insert, "z": self._remove, "q": self._query, "Q": self._set_query,
             "v": self._v_packet, "H": lambda p: b"OK", "T": lambda p: b"OK",
-            "D": self._detach, "k": self._kill,
+            "D": self._detach, "k": self._kill, "b": self._reverse,
         }
 
     # -- transport loop -----------------------------------------------------------------------
@@ -212,6 +212,8 @@ class GdbSession:
         reply = b"T%02x0f:%s;" % (stop.signal, pc.encode())
         if stop.watch:
             reply += b"%s:%x;" % (stop.watch[0].encode(), stop.watch[1])
+        if stop.replaylog:
+            reply += b"replaylog:%s;" % stop.replaylog.encode()
         return reply
 
     def _own_watch(self, stop: Stop) -> Stop:
@@ -253,7 +255,7 @@ class GdbSession:
         elif self.notify:
             self._post(b"Stop:" + self.stop_reply(stop), notification=True)
 
-    def _resume(self, step: bool, addr: bytes = b"") -> bytes | None:
+    def _resume(self, step: bool, addr: bytes = b"", reverse: bool = False) -> bytes | None:
         after_watch, self._after_watch = self._after_watch, False
         if step and after_watch and not addr and not self.rc.running:
             return self.stop_reply(Stop("step"))  # gdb's step over the access: already done
@@ -279,7 +281,10 @@ class GdbSession:
             self._compiling.uninstall()
         self._compiling = CompileNotice(lambda text: self._post(o_packet(text))).install()
         try:
-            self.rc.start_step() if step else self.rc.resume()
+            if reverse:
+                self.rc.start_reverse(step)
+            else:
+                self.rc.start_step() if step else self.rc.resume()
         except TargetRunning:
             pass
         return None
@@ -306,6 +311,13 @@ class GdbSession:
 
     def _step(self, p: bytes) -> bytes | None:
         return self._resume(True, p[1:])
+
+    def _reverse(self, p: bytes) -> bytes | None:
+        """``bs``/``bc`` (ReverseStep+, ReverseContinue+): one unit back, or back to a
+        breakpoint, a watchpoint or the start of the history (RunControl.start_reverse)."""
+        if p not in (b"bs", b"bc"):
+            return b""
+        return self._resume(p == b"bs", reverse=True)
 
     def _v_packet(self, p: bytes) -> bytes | None:
         if p == b"vCont?":
@@ -513,7 +525,8 @@ class GdbSession:
             self.notify = b"accelstub-notify+" in offered
             self.rcmd_errors = b"accelstub-rcmd-errors+" in offered
             feats = [b"PacketSize=%x" % PACKET_SIZE, b"QStartNoAckMode+",
-                     b"qXfer:features:read+", b"qXfer:memory-map:read+", b"vContSupported+"]
+                     b"qXfer:features:read+", b"qXfer:memory-map:read+", b"vContSupported+",
+                     b"ReverseStep+", b"ReverseContinue+"]
             if self.binary_upload:
                 feats.append(b"binary-upload+")
             if self.notify:

@@ -11,6 +11,11 @@ global average pooling compiled them (~3 s). The directory holds:
 
 * ``demo.tflite``: the int8 model as the generator writes it (run it with LiteRT to compare);
 * ``demo_vela.tflite``: that model compiled by Vela 5.2.0 for ``ethos-u85-256``;
+* ``demo_debug.xml``: Vela's debug database of that compilation (``--enable-debug-db``; it does
+  not change ``demo_vela.tflite``), which pairs each NPU operation with its TFLite tensor, so
+  ``accelstub diff ethos-u85 --reference demo.tflite`` works on the demo (issue 27); its
+  ``source`` attribute, Vela's output path, is written as ``demo`` so the file is the same on
+  every machine;
 * ``input.npy``: the generator's sample input (seed 1234);
 * ``expected.npy``: LiteRT 2.3.0's answer with its reference kernels (BUILTIN_REF), the
   known answer ``accelstub run`` checks.
@@ -50,8 +55,13 @@ def write_demo(outdir: str | Path) -> Path:
     src = outdir / f"{NAME}.tflite"
     src.write_bytes(build_model())
     with tempfile.TemporaryDirectory() as tmp:  # Vela also writes a summary .csv: not kept
-        out = compile_with_vela(src, tmp, macs=MACS)
+        out = compile_with_vela(src, tmp, macs=MACS, debug_db=True)
         (outdir / out.name).write_bytes(out.read_bytes())
+        db = out.with_name(f"{NAME}_debug.xml").read_text()
+        head = f'<debug source="{Path(tmp) / NAME}">'
+        if head not in db:
+            raise RuntimeError(f"{NAME}_debug.xml: no {head!r} line to make reproducible")
+        (outdir / f"{NAME}_debug.xml").write_text(db.replace(head, f'<debug source="{NAME}">'))
     xs = sample_inputs(src.read_bytes())
     (want,) = litert_reference(src, xs)
     np.save(outdir / "input.npy", xs[0])

@@ -29,9 +29,10 @@ import numpy as np
 FLOAT32, INT32, INT16, INT8, INT64 = 0, 2, 7, 9, 4  # TensorType
 ADD, AVERAGE_POOL_2D, CONV_2D, DEPTHWISE_CONV_2D = 0, 1, 3, 4  # BuiltinOperator
 FULLY_CONNECTED, MAX_POOL_2D, MUL, RESHAPE, SOFTMAX, MEAN = 9, 17, 18, 22, 25, 40
-RESIZE_NEAREST_NEIGHBOR, DEQUANTIZE = 97, 6
+RESIZE_NEAREST_NEIGHBOR, DEQUANTIZE, BATCH_MATMUL = 97, 6, 126
 OPT_CONV, OPT_DW, OPT_POOL, OPT_FC, OPT_SOFTMAX, OPT_ADD = 1, 2, 5, 8, 9, 11  # BuiltinOptions
 OPT_RESHAPE, OPT_MUL, OPT_REDUCER, OPT_RESIZE_NN = 17, 21, 27, 74  # union tags
+OPT_BATCH_MATMUL = 101
 SAME, VALID = 0, 1  # Padding
 NONE, RELU, RELU6 = 0, 1, 3  # ActivationFunctionType
 DTYPES = {INT8: np.int8, INT16: np.int16, INT32: np.int32, INT64: np.int64}
@@ -46,6 +47,7 @@ class _Tensor:
     zero_point: list[int] | None = None
     axis: int = 0
     data: bytes | None = None  # constant tensors
+    variable: bool = False  # state a stateful operator keeps (Tensor.is_variable)
 
 
 @dataclass
@@ -56,6 +58,7 @@ class _Op:
     options_type: int = 0
     options: dict[int, tuple[str, int]] = field(default_factory=dict)  # slot -> (kind, value)
     version: int = 1
+    intermediates: list[int] = field(default_factory=list)  # Operator.intermediates (LSTM)
 
 
 class Graph:
@@ -106,6 +109,13 @@ class Graph:
         standard deviation for uniform int8 data is about 74 * 74 * sqrt(fan_in)."""
         acc_std = 74.0 * 74.0 * math.sqrt(fan_in)
         return float(self.scale_of(x) * float(np.mean(w_scale)) * acc_std / 48.0)
+
+    def _product_scale(self, a: int, b: int, k: int) -> float:
+        """The output scale of a K-term product of two activations that keeps its quantized
+        values mostly in range: uniform int8 values have a standard deviation of about 74,
+        int16 about 18900; the target spread is 48 (int8) or 8000 (int16) quanta."""
+        spread, target = (74.0, 48.0) if self.tensors[a].type == INT8 else (18900.0, 8000.0)
+        return self.scale_of(a) * self.scale_of(b) * spread * spread * math.sqrt(k) / target
 
     # -- operators ----------------------------------------------------------------------------
     def _weights(self, shape, axis: int):
@@ -184,8 +194,47 @@ class Graph:
         self.tensors[bi].zero_point = [0]
         y = self.act(f"{self.name}.fc{len(self.ops)}.out", shape[:-1] + (units,),
                      scale=self._out_scale(x, ws, cin))
-        self.ops.append(_Op(FULLY_CONNECTED, [x, wi, bi], [y], OPT_FC,
-                            {0: ("b", act)}, 4))
+        opts = {0: ("b", act)}
+        if len(shape) > 2:  # keep_num_dims: [.., K] -> [.., units] (else TFLite flattens)
+            opts[2] = ("bool", 1)
+        self.ops.append(_Op(FULLY_CONNECTED, [x, wi, bi], [y], OPT_FC, opts, 4))
+        return y
+
+    def fully_connected_dynamic(self, x: int, w: int) -> int:
+        """FULLY_CONNECTED whose weights ``w`` [units, K] are an activation (not constant), no
+        bias: the form TFLite gives a matrix product with a computed operand."""
+        shape, units = self.shape_of(x), self.shape_of(w)[0]
+        y = self.act(f"{self.name}.fc{len(self.ops)}.out", shape[:-1] + (units,),
+                     self.tensors[x].type, scale=self._product_scale(x, w, shape[-1]))
+        opts = {0: ("b", NONE), 2: ("bool", int(len(shape) > 2))}
+        self.ops.append(_Op(FULLY_CONNECTED, [x, w, -1], [y], OPT_FC, opts, 4))
+        return y
+
+    def softmax(self, x: int, beta: float = 1.0) -> int:
+        """SOFTMAX over the last axis; output quantization TFLite's (1/256, -128 for int8;
+        1/32768, 0 for int16)."""
+        t = self.tensors[x]
+        scale, zp = (1.0 / 256.0, -128) if t.type == INT8 else (1.0 / 32768.0, 0)
+        y = self.tensor(f"{self.name}.softmax{len(self.ops)}.out", t.shape, t.type, scale, zp)
+        self.ops.append(_Op(SOFTMAX, [x], [y], OPT_SOFTMAX, {0: ("f", beta)},
+                            2 if t.type == INT8 else 3))
+        return y
+
+    def batch_matmul(self, a: int, b: int, adj_x: bool = False, adj_y: bool = False) -> int:
+        """BATCH_MATMUL of two activations (neither constant): a [..., M, K] (adj_x: [..., K,
+        M]) times b [..., K, N] (adj_y: [..., N, K]), batch dimensions broadcast; the output
+        scale keeps the K-term dot products mostly in range."""
+        sa, sb = self.shape_of(a), self.shape_of(b)
+        m = sa[-1] if adj_x else sa[-2]
+        k = sa[-2] if adj_x else sa[-1]
+        n = sb[-2] if adj_y else sb[-1]
+        batch = tuple(int(d) for d in np.broadcast_shapes(sa[:-2], sb[:-2]))
+        t = self.tensors[a]
+        y = self.act(f"{self.name}.bmm{len(self.ops)}.out", batch + (m, n), t.type,
+                     scale=self._product_scale(a, b, k))
+        self.ops.append(_Op(BATCH_MATMUL, [a, b], [y], OPT_BATCH_MATMUL,
+                            {0: ("bool", adj_x), 1: ("bool", adj_y)},
+                            2 if t.type == INT8 else 3))
         return y
 
     def mean(self, x: int) -> int:
@@ -306,6 +355,8 @@ def _serialise(g: Graph) -> bytes:
         b.PrependUOffsetTRelativeSlot(3, name, 0)
         if q is not None:
             b.PrependUOffsetTRelativeSlot(4, q, 0)
+        if t.variable:
+            b.PrependBoolSlot(5, True, False)
         tensors.append(b.EndObject())
 
     codes: list[tuple[int, int]] = []
@@ -315,11 +366,16 @@ def _serialise(g: Graph) -> bytes:
         if key not in codes:
             codes.append(key)
         ins, outs = ivec(op.inputs), ivec(op.outputs)
+        inter = ivec(op.intermediates) if op.intermediates else None
         opts = None
         if op.options_type:
+            # strings ("s", e.g. VarHandleOptions.shared_name) are written before the table
+            strings = {k: b.CreateString(v) for k, (kind, v) in op.options.items() if kind == "s"}
             b.StartObject(max(op.options, default=0) + 1)
             for slot, (kind, v) in sorted(op.options.items()):
-                if kind == "b":
+                if kind == "s":
+                    b.PrependUOffsetTRelativeSlot(slot, strings[slot], 0)
+                elif kind == "b":
                     b.PrependInt8Slot(slot, v, 0)
                 elif kind == "bool":
                     b.PrependBoolSlot(slot, bool(v), False)
@@ -328,8 +384,11 @@ def _serialise(g: Graph) -> bytes:
                 else:
                     b.PrependInt32Slot(slot, v, 0)
             opts = b.EndObject()
-        b.StartObject(5)  # Operator: opcode_index 0, inputs 1, outputs 2, options type 3, opts 4
+        b.StartObject(9)  # Operator: opcode_index 0, inputs 1, outputs 2, options type 3,
+        # opts 4, ..., intermediates 8
         b.PrependUint32Slot(0, codes.index(key), 0)
+        if inter is not None:
+            b.PrependUOffsetTRelativeSlot(8, inter, 0)
         b.PrependUOffsetTRelativeSlot(1, ins, 0)
         b.PrependUOffsetTRelativeSlot(2, outs, 0)
         if opts is not None:
@@ -455,6 +514,96 @@ def _resize_nearest(g: Graph) -> None:
     g.output(g.resize_nearest(x, (8, 8)))
 
 
+def _bmm(shape_a, shape_b, adj_x=False, adj_y=False, ttype=INT8):
+    """A single BATCH_MATMUL of two graph inputs."""
+    def build_(g: Graph) -> None:
+        a, b = g.input("a", shape_a, ttype), g.input("b", shape_b, ttype)
+        if ttype == INT16:
+            for t in (a, b):
+                g.tensors[t].scale = [float(g.rng.uniform(1e-4, 4e-4))]
+        g.output(g.batch_matmul(a, b, adj_x, adj_y))
+    return build_
+
+
+def _fc_dynamic(g: Graph) -> None:
+    """FULLY_CONNECTED with a non-constant weight operand (both graph inputs)."""
+    x, w = g.input("x", (1, 5, 24)), g.input("w", (12, 24))
+    g.tensors[w].zero_point = [0]  # TFLite's int8 FULLY_CONNECTED: weights zero point 0
+    g.output(g.fully_connected_dynamic(x, w))
+
+
+def _qkv(g: Graph) -> tuple[int, int, int]:
+    """The attention block's input x [1, 8, 16] and its Dense projections Q, K, V."""
+    x = g.input("x", (1, 8, 16))
+    q, k, v = (g.fully_connected(x, 16) for _ in range(3))
+    return q, k, v
+
+
+def attention_projections() -> bytes:
+    """The attention block cut after its projections (outputs Q, K, V; the same weights, seed
+    and input as "attention"): where a FULLY_CONNECTED rounding near-tie first shows."""
+    g = Graph("attention", MATMUL_MODELS["attention"][1])
+    for t in _qkv(g):
+        g.output(t)
+    return g.to_tflite()
+
+
+def int16x8_network() -> bytes:
+    """A small int16x8 network (TFLite's 16-bit activations, 8-bit weights scheme: int16
+    activations with zero point 0, int64 biases): a 3x3 CONV_2D + ReLU, RESHAPE, two
+    FULLY_CONNECTED (the first with ReLU). Where the NPU's int16 rescale (Vela's 15-bit scale)
+    and LiteRT's reference FULLY_CONNECTED (31-bit multiplier) part (issue 27 point 4). The
+    output scales follow _out_scale, so values spread over some 8000-12000 quanta."""
+    g = Graph("int16x8", 121)
+    x = g.input("input", (1, 6, 6, 4), INT16)
+    g.tensors[x].scale, g.tensors[x].zero_point = [2e-4], [0]
+    y = g.conv(x, 8, act=RELU)
+    y = g.reshape(y, (1, 6 * 6 * 8))
+    y = g.fully_connected(y, 32, act=RELU)
+    g.output(g.fully_connected(y, 10))
+    for op in g.ops:
+        for t in op.outputs:
+            g.tensors[t].type, g.tensors[t].zero_point = INT16, [0]
+        if op.code != RESHAPE:
+            b = g.tensors[op.inputs[2]]
+            b.type, b.data = INT64, np.frombuffer(b.data, np.int32).astype(np.int64).tobytes()
+    return g.to_tflite()
+
+
+def _attention(g: Graph) -> None:
+    """One attention head as a transformer has it: Dense projections Q, K, V of x [1, S, E],
+    Q.K^T (BATCH_MATMUL adj_y), a constant scale (MUL), SOFTMAX, .V (BATCH_MATMUL), output
+    Dense."""
+    q, k, v = _qkv(g)
+    e = g.shape_of(q)[-1]
+    scores = g.batch_matmul(q, k, adj_y=True)
+    # the scale brings the logits to a spread of about 2 (the projections' random weights
+    # make Q.K^T far larger than a trained model's): softmax then has many distinct outputs
+    c_val = 2.0 / (48.0 * g.scale_of(scores))
+    c = g.tensor("attention.scale", (1,), INT8, c_val / 127.0, 0, data=np.array([127]))
+    scaled = g.binary(MUL, scores, c)
+    g.tensors[scaled].scale = [6.0 / 127.0]
+    p = g.softmax(scaled)
+    g.output(g.fully_connected(g.batch_matmul(p, v), e))
+
+
+#: single matrix products and the attention block (issue 28 #1): name -> (builder, seed)
+MATMUL_MODELS = {
+    "bmm_4x8x6": (_bmm((1, 4, 8), (1, 8, 6)), 16),
+    "bmm_adj_x": (_bmm((1, 8, 4), (1, 8, 6), adj_x=True), 17),
+    "bmm_adj_y": (_bmm((1, 4, 8), (1, 6, 8), adj_y=True), 18),
+    "bmm_adj_xy": (_bmm((1, 20, 5), (1, 7, 20), True, True), 19),
+    "bmm_batch3": (_bmm((3, 5, 20), (3, 20, 7)), 20),
+    "bmm_4d_heads": (_bmm((1, 2, 6, 16), (1, 2, 16, 24)), 21),
+    "bmm_wide": (_bmm((1, 9, 40), (1, 40, 33)), 22),
+    "bmm_bcast": (_bmm((2, 4, 8), (1, 8, 6)), 26),
+    "bmm_int16": (_bmm((1, 4, 8), (1, 8, 6), ttype=INT16), 23),
+    "bmm_int16_adj_y": (_bmm((2, 6, 20), (2, 9, 20), adj_y=True, ttype=INT16), 27),
+    "fc_dynamic": (_fc_dynamic, 24),
+    "attention": (_attention, 25),
+}
+
+
 #: name -> (builder, seed); the seed makes every weight, scale and zero point reproducible
 MODELS = {
     "conv": (_conv, 1),
@@ -496,11 +645,12 @@ CPU_MODELS = {
 
 def build(name: str) -> bytes:
     """The .tflite bytes of one model (same bytes on every call and machine)."""
+    registries = (MODELS, CPU_MODELS, MATMUL_MODELS)
     try:
-        fn, seed = MODELS[name] if name in MODELS else CPU_MODELS[name]
-    except KeyError:
-        raise KeyError(f"unknown model {name!r}; known: {', '.join([*MODELS, *CPU_MODELS])}") \
-            from None
+        fn, seed = next(r[name] for r in registries if name in r)
+    except StopIteration:
+        known = ", ".join(n for r in registries for n in r)
+        raise KeyError(f"unknown model {name!r}; known: {known}") from None
     g = Graph(name, seed)
     fn(g)
     return g.to_tflite()
@@ -539,15 +689,18 @@ def litert_reference(model: str | Path, inputs: list[np.ndarray],
 
 
 def compile_with_vela(model: str | Path, outdir: str | Path, macs: int = 256,
-                      raw: bool = False, cpu_operators: bool = False) -> Path:
+                      raw: bool = False, cpu_operators: bool = False,
+                      debug_db: bool = False) -> Path:
     """Compile ``model`` with Vela (ethos-u-vela, a subprocess) for an Ethos-U85 with ``macs``
     MACs; the path of its output (``*_vela.tflite``, or the raw ``.npz``). RuntimeError with
-    Vela's output when it fails or (unless ``cpu_operators``) leaves operators on the CPU."""
+    Vela's output when it fails or (unless ``cpu_operators``) leaves operators on the CPU.
+    ``debug_db``: also write Vela's debug database (``<model>_debug.xml`` beside the output),
+    which pairs each NPU operation with its TFLite tensor (the per-layer diff)."""
     model, outdir = Path(model), Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "ethosu.vela", "--accelerator-config", f"ethos-u85-{macs}",
            "--output-dir", str(outdir)] + (["--output-format", "raw"] if raw else []) \
-        + [str(model)]
+        + (["--enable-debug-db"] if debug_db else []) + [str(model)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     out = outdir / f"{model.stem}_vela.{'npz' if raw else 'tflite'}"
     if p.returncode != 0 or not out.exists():

@@ -35,7 +35,7 @@ HELP = """\
 [b]accelstub TUI[/b] — a client of the stub over RSP
 
 [b]Run control[/b]
-  s        step one unit (layer / command / job)
+  s / S    step one unit (layer / command / job) / one unit back
   c        continue until a breakpoint, a watchpoint or the end
   h        halt (also while running)
   r        reset: monitor reset init (reloads the program)
@@ -91,6 +91,7 @@ class AccelApp(App[int]):
     TITLE = "accelstub"
     BINDINGS = [
         Binding("s", "step", "Step"),
+        Binding("S", "step_back", "Back", show=False),
         Binding("c", "continue", "Continue"),
         Binding("h", "halt", "Halt"),
         Binding("r", "reset", "Reset"),
@@ -411,6 +412,12 @@ class AccelApp(App[int]):
         if self._can_control("stepping"):
             self.error = ""
             self._ctl("step", lambda: self.target.ctl.step(timeout=60), self._stopped)
+
+    def action_step_back(self) -> None:
+        """One unit back through the stub's history (reverse-stepi; devices/history.py)."""
+        if self._can_control("stepping back"):
+            self.error = ""
+            self._ctl("step back", lambda: self.target.ctl.step_back(timeout=60), self._stopped)
 
     def action_continue(self) -> None:
         if not self._can_control("continuing"):

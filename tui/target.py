@@ -203,6 +203,8 @@ def describe_stop(reply: str) -> str:
         m = re.search(r"(watch|rwatch|awatch):([0-9a-fA-F]+)", reply)
         if m:
             return f"{m.group(1)}point hit at {int(m.group(2), 16):#010x}"
+        if "replaylog:begin" in reply:
+            return "start of the reverse-execution history"
         return {5: "SIGTRAP (step/breakpoint)", 2: "SIGINT (halted)"}.get(sig, f"signal {sig}")
     if kind == "W":
         return "exited"

@@ -2,7 +2,10 @@
 in the layout of the toolchain that made the program), or a feature map at an address typed by
 the user (shape C,H,W, layout HWC or CHW, dtype int8 or uint8), drawn as a heat map — one
 channel at a time (values in the cells) or all channels as a grid (colour only). ``[``/``]``
-change the channel, ``v`` switches the mode.
+change the channel, ``v`` switches the mode. When a per-layer diff reference is loaded
+(``monitor diff load``, issue 27) and covers the tensor shown, the channel is drawn three times
+side by side: the device's values, the reference's (``monitor json reference K TENSOR``), and
+the difference map (device - reference; "." where equal).
 
 The source selector lists "address" (the typed address), "follow" (the output of the unit that
 ran last: after a step, what it wrote) and every unit's tensors. The view starts on the typed
@@ -88,6 +91,9 @@ class Declared:
     note: str = ""
     #: the typed address's (address, shape, bytes) when the source is ADDRESS
     manual: tuple[int, tuple, list[int | None]] | None = None
+    #: the diff reference of the tensor shown, (C, H, W) flattened, and its name
+    reference: list[int] | None = None
+    ref_name: str = ""
 
 
 def followed(units: list[Any], pc: int | None) -> int | None:
@@ -128,6 +134,9 @@ class TensorView(Widget):
         self.grid = False
         self.data: list[int | None] | None = None
         self.previous: list[int | None] | None = None
+        #: the per-layer diff's reference of the declared tensor shown (C, H, W flattened)
+        self.reference: list[int] | None = None
+        self.ref_name = ""
         self.stale = True
 
     def compose(self) -> ComposeResult:
@@ -269,7 +278,22 @@ class TensorView(Widget):
                 raise
             return Declared(options, source, label, spec, note=f"cannot read {label} "
                             f"{spec.name}: {e}")
-        return Declared(options, source, label, spec, values)
+        ref, ref_name = self._fetch_reference(target, index, spec)
+        return Declared(options, source, label, spec, values, reference=ref, ref_name=ref_name)
+
+    @staticmethod
+    def _fetch_reference(target: Target, index: int, spec: TensorSpec
+                         ) -> tuple[list[int] | None, str]:
+        """The loaded diff reference of the tensor (None: none, or a stub without it)."""
+        try:
+            r = target.json(f"reference {index} {spec.name}")
+        except RspError as e:
+            if "closed" in str(e):
+                raise
+            return None, ""
+        if not isinstance(r, dict) or r.get("values") is None:
+            return None, ""
+        return list(r["values"]), str(r.get("name") or "")
 
     def apply(self, data: Declared | None, status: dict[str, str]) -> None:
         if data is None:
@@ -297,6 +321,7 @@ class TensorView(Widget):
                 self._apply_manual(data.manual, status)
             return
         self.label, self.note = data.label, data.note
+        self.reference, self.ref_name = data.reference, data.ref_name
         if data.spec is None or data.values is None:
             self.spec, self.data = data.spec, None
             self.stale = False
@@ -361,6 +386,10 @@ class TensorView(Widget):
             info.append("all channels", style="bold")
         else:
             info.append(f"channel {self.channel}/{C - 1}", style="bold")
+        if self.shown_reference() is not None:
+            n = sum(a != b for a, b in zip(self.data or (), self.reference or ()))
+            info.append(f"  | device | reference {self.ref_name!r} | difference: "
+                        f"{n} differ", style="bold red" if n else "dim")
         self.query_one("#tensor-info", Static).update(info)
         out = Text(no_wrap=True)
         if self.note:
@@ -379,12 +408,28 @@ class TensorView(Widget):
         i = element_index(c, h, w, self.shape, self.order)
         return i < len(self.previous) and self.previous[i] != self.data[i]  # type: ignore
 
+    def shown_reference(self) -> list[int] | None:
+        """The diff reference beside the declared tensor, when it has the tensor's size."""
+        ref = self.reference
+        if ref is None or self.source == ADDRESS or self.data is None or len(ref) != len(
+                self.data):
+            return None
+        return ref
+
+    def reference_at(self, c: int, h: int, w: int) -> int | None:
+        ref = self.shown_reference()
+        return None if ref is None else ref[element_index(c, h, w, self.shape, self.order)]
+
     def _draw_channel(self, out: Text, c: int) -> None:
         C, H, W = self.shape
         peak = self._peak()
+        ref = self.shown_reference()
         # every value whole: as wide as the widest (an int32 accumulator needs 11 columns)
-        n = max([5] + [len(str(v)) + 1 for v in self.data or () if v is not None])
-        out.append("     " + "".join(f"{w:>{n}}" for w in range(W)) + "\n", style="dim")
+        n = max([5] + [len(str(v)) + 1 for v in list(self.data or ()) + list(ref or ())
+                       if v is not None])
+        cols = "".join(f"{w:>{n}}" for w in range(W))
+        out.append("     " + cols + ("   " + cols + "   " + cols if ref else "") + "\n",
+                   style="dim")
         for h in range(H):
             out.append(f"{h:>4} ", style="dim")
             for w in range(W):
@@ -396,7 +441,26 @@ class TensorView(Widget):
                 if self._cell_changed(c, h, w):
                     style += Style(bold=True, underline=True)
                 out.append(f"{v:>{n}}", style=style)
+            if ref is not None:
+                self._draw_reference_row(out, c, h, n, peak)
             out.append("\n")
+
+    def _draw_reference_row(self, out: Text, c: int, h: int, n: int, peak: int) -> None:
+        """The reference's row, then the difference map's (device - reference)."""
+        W = self.shape[2]
+        out.append(" | ", style="dim")
+        for w in range(W):
+            r = self.reference_at(c, h, w)
+            out.append(f"{r:>{n}}", style=heat(int(r), self.dtype, peak))  # type: ignore[arg-type]
+        out.append(" | ", style="dim")
+        for w in range(W):
+            v, r = self.value_at(c, h, w), self.reference_at(c, h, w)
+            d = None if v is None or r is None else v - r
+            if d == 0:
+                out.append(f"{'.':>{n}}", style="dim")
+            else:
+                out.append(f"{'--' if d is None else d:>{n}}", style=Style(
+                    bgcolor="red3" if d and d > 0 else "blue3", color="white", bold=True))
 
     def _draw_grid(self, out: Text) -> None:
         C, H, W = self.shape

@@ -28,7 +28,8 @@ The host's view (what a driver sees through bus writes):
 A *unit* (what ``step`` runs, DESIGN.md) is one operation: starting at QREAD, every NPU_SET_*
 command up to and including the next NPU_OP_* command (kernel ops, DMA_START/DMA_WAIT,
 KERNEL_WAIT, PMU_MASK, IRQ, STOP, BRANCH). After it QREAD is the command after the operation (or
-the branch target), i.e. the first NPU_SET_* of the next operation; ``pc = QBASE + QREAD``. When
+the branch target), i.e. the first NPU_SET_* of the next operation; ``pc = QBASE + QREAD``.
+An operator Vela left on the CPU is a unit too (cpu_ops.py), with pc in the emu_program window. When
 QREAD reaches QSIZE inside a unit the stream ends there (cmd_end_reached + IRQ). A breakpoint on
 any command address stops before that command, also inside a unit (the next step then runs from
 there to the operation).
@@ -73,7 +74,7 @@ import hashlib
 import functools
 import threading
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -86,9 +87,12 @@ from ..ranges import address_ranges, merge_ranges
 from ..tensors import TensorSpec
 from . import ops
 from . import stream as es
-from .vela import TensorSlot, VelaProgram, program_in, vela_host_program
+from .vela import NpuStream, TensorSlot, VelaProgram, program_in, vela_host_program
 from .ops import (NotImplementedYet, NpuBusFault, NpuConfig, NpuInternal, SetState,
                            Unpredictable, require)
+
+if TYPE_CHECKING:
+    from .cpu_ops import CpuOperator
 
 #: per MAC configuration: CONFIG.macs_per_cc, num_wd, num_axi_sram, num_axi_ext (log2 fields),
 #: EXT outstanding reads (Table 3-23 L2062-2070) - digest 1.2
@@ -112,6 +116,7 @@ INT63 = (1 << 63) - 1  # addresses are non-negative int64: hash bits above 62 ne
 class EthosU85(Device):
     name = "ethos-u85"
     unit_name = "command"
+    state_is_copy = True  # _state: SetState/NpuInternal/lut copies, a dict of ints
 
     def __init__(self, macs: int = 256, description_path: str | None = None) -> None:
         if macs not in MAC_CONFIGS:
@@ -124,6 +129,9 @@ class EthosU85(Device):
         self.lut = np.zeros(LUT_BYTES, dtype=np.uint8)
         self.npu = NpuInternal()  # chaining FIFOs, accumulator storage
         self.vela: VelaProgram | None = None  # the Vela program placed last (program_io)
+        #: (k, operator): CPU operator k of a Vela model with CPU operators, queued by its host
+        #: program to run as the next unit (cpu_ops.py; pc = word k of the program window)
+        self.cpu_pending: tuple | None = None
         self._windows: dict[tuple[int, int], tuple] = {}  # [lo, hi) -> (Memory, offset)
         self._boxes: dict[tuple, ops.Access | None] = {}  # box_access's memo
         self._words: tuple = (None, None)  # _stream_words: ((QBASE, bytes), the words' view)
@@ -189,6 +197,7 @@ class EthosU85(Device):
 
     def reset(self, kind: str = "halt") -> None:
         super().reset(kind)
+        self.cpu_pending = None
         self.power_masked = False
         self._after_reset(0)
 
@@ -559,6 +568,8 @@ class EthosU85(Device):
         """QBASE + QREAD, the next command; the end address once the NPU stopped with the stream
         read to its end (end of stream, or Vela's closing NPU_OP_STOP): QBASE + QSIZE would be
         the address of whatever follows the stream."""
+        if self.cpu_pending is not None and not self.running:
+            return self.window_pc(self.cpu_pending[0])
         q = self.regs.peek("QREAD")
         if (not self.running and q >= self.regs.peek("QSIZE")
                 and self.stop_reason != "not started"):
@@ -575,7 +586,12 @@ class EthosU85(Device):
                           f"QBASE..QBASE+QSIZE ({self.qbase:#x}..{end:#x}) while running")
 
     def finished(self) -> bool:
-        return not self.running
+        return not self.running and self.cpu_pending is None
+
+    def queue_cpu_operator(self, k: int, op: "CpuOperator") -> None:
+        """The host program hands CPU operator ``k`` (cpu_ops.CpuOperator) to the CPU: it runs
+        as the next unit, while the NPU is stopped between two command streams."""
+        self.cpu_pending = (k, op)
 
     def interrupts(self) -> dict[str, bool]:
         st = self.regs.peek("STATUS")
@@ -615,6 +631,11 @@ class EthosU85(Device):
         """The NPU_SET_* commands from QREAD up to and including the next operation; a run's
         breakpoint on a command inside stops before that command."""
         touched = ctx.touched
+        if self.cpu_pending is not None and not self.running:
+            (_, op), self.cpu_pending = self.cpu_pending, None
+            op.run(self, ctx.read, ctx.wrote)
+            self.stats["cpu_operations"] = self.stats.get("cpu_operations", 0) + 1
+            return touched
         self._unit_ctx = {"touched": touched, "axi": [], "bytes": 0, "cycles": 0,
                           "mac_cycles": 0, "ao_cycles": 0}
         try:
@@ -1253,6 +1274,9 @@ class EthosU85(Device):
         return vela_host_program(path, options)
 
     def units(self) -> list[Unit]:
+        prog = self._with_cpu()
+        if prog is not None:
+            return [u for u, _, _ in self._program_units(prog)]
         try:
             words = self._stream_words()
         except NpuBusFault:
@@ -1261,23 +1285,63 @@ class EthosU85(Device):
         if self._units_cache is not None and self._units_cache[0] == key:
             return self._units_cache[1]
         out: list[Unit] = []
+        self._stream_units(words, self.qbase, out)
+        self._units_cache = (key, out)
+        return out
+
+    @staticmethod
+    def _stream_units(words: np.ndarray, qbase: int, out: list[Unit]) -> None:
+        """Append the units of the stream ``words`` at ``qbase`` to ``out`` (labels count on)."""
         state = SetState()
         start = None
         for c in es.decode(words.tobytes()):
             if start is None:
                 start = c.offset
             if c.name == es.UNKNOWN:
-                out.append(Unit(self.qbase + start, f"cmd {len(out)}",
+                out.append(Unit(qbase + start, f"cmd {len(out)}",
                                 f"UNKNOWN at offset {c.offset:#06x}: {c.field_text()}"))
                 start = None
             elif not c.is_operation:
                 state.set(c)
             else:
-                out.append(Unit(self.qbase + start, f"cmd {len(out)}", ops.summarize(c, state)))
+                out.append(Unit(qbase + start, f"cmd {len(out)}", ops.summarize(c, state)))
                 start = None
         if start is not None:
-            out.append(Unit(self.qbase + start, f"cmd {len(out)}",
+            out.append(Unit(qbase + start, f"cmd {len(out)}",
                             "end of stream (NPU_SET_* commands, no operation)"))
+
+    # -- a Vela model with CPU operators (cpu_ops.py) ------------------------------------------
+    def _with_cpu(self) -> VelaProgram | None:
+        """The loaded Vela program when Vela left some of its operators on the CPU (and no other
+        program was queued since), else None."""
+        prog = self.vela
+        return prog if prog is not None and prog.segments and prog.owns(self.qbase) else None
+
+    def _segment_words(self, seg) -> np.ndarray:
+        """The command words of ethos-u operator ``seg`` where the driver placed them."""
+        return np.frombuffer(self.read(seg.qbase, 4 * seg.command_words), "<u4")
+
+    def _program_units(self, prog: VelaProgram) -> list[tuple[Unit, object, int]]:
+        """The whole program in order, each (unit, its segment, index within the segment): every
+        stream's operations and the CPU operators between them (labels "cmd N", "cpu k")."""
+        words = [self._segment_words(s) if isinstance(s, NpuStream) else None
+                 for s in prog.segments]
+        digest = hashlib.blake2b(b"".join(w.tobytes() for w in words if w is not None),
+                                 digest_size=16).digest()
+        key = ("cpu", id(prog), digest)
+        if self._units_cache is not None and self._units_cache[0] == key:
+            return self._units_cache[1]
+        out: list[tuple[Unit, object, int]] = []
+        k = 0
+        for seg, w in zip(prog.segments, words):
+            if isinstance(seg, NpuStream):
+                units: list[Unit] = [u for u, _, _ in out]
+                n = len(units)
+                self._stream_units(w, seg.qbase, units)
+                out += [(u, seg, i) for i, u in enumerate(units[n:])]
+            else:
+                out.append((Unit(self.window_pc(k), f"cpu {k}", seg.summary()), seg, k))
+                k += 1
         self._units_cache = (key, out)
         return out
 
@@ -1293,13 +1357,24 @@ class EthosU85(Device):
         declare none: a DMA copies weight and scale streams in Vela's programs, bytes rather
         than a tensor of the network."""
         self.check_unit(index)
-        found = self._unit_command(index)
+        prog, basep = self._with_cpu(), self.basep
+        if prog is not None:
+            _, seg, index = self._program_units(prog)[index]
+            if not isinstance(seg, NpuStream):  # a CPU operator: its arena tensors
+                names = [f"input{i + 1 if i else ''}" for i in range(len(seg.inputs))]
+                return tuple(_slot_spec(n, t) for n, t in zip(names, seg.inputs)) + tuple(
+                    _slot_spec(f"output{i + 1 if i else ''}", t)
+                    for i, t in enumerate(seg.outputs))
+            found = self._unit_command(index, self._segment_words(seg))
+            basep = seg.basep.get
+        else:
+            found = self._unit_command(index)
         if found is None:
             return ()
         cmd, state = found
         specs = []
         for name, t, offs in ops.operand_offsets(cmd, state, self.cfg):
-            spec = _nhwc_spec(name, t, offs, self.basep(t.region))
+            spec = _nhwc_spec(name, t, offs, basep(t.region))
             if spec is not None:
                 specs.append(spec)
         return tuple(specs)
@@ -1310,18 +1385,29 @@ class EthosU85(Device):
         command's IFM: Vela may stripe the first operation, whose IFM is then a part of the
         input. Another program queued since (QBASE moved): the listing's default."""
         prog = self.vela
-        if prog is None or prog.qbase != self.qbase:
+        if prog is None or not prog.owns(self.qbase):
             return super().program_io()
         return (tuple(_slot_spec(f"input{i or ''}", t) for i, t in enumerate(prog.inputs)),
                 tuple(_slot_spec(f"output{i or ''}", t) for i, t in enumerate(prog.outputs)))
 
-    def _unit_command(self, index: int) -> tuple[es.Command, SetState] | None:
+    def layer_references(self, path: Path, inputs: list[np.ndarray]) -> list:
+        """A ``.tflite``: the model before Vela run by LiteRT's reference kernels, each NPU
+        operation paired with its TFLite tensor through Vela's debug database (issue 27;
+        framework_reference.py); anything else the generic .npz (Device.layer_references)."""
+        if Path(path).suffix.lower() != ".tflite":
+            return super().layer_references(path, inputs)
+        from .framework_reference import layer_references
+        return layer_references(self, path, inputs)
+
+    def _unit_command(self, index: int, words: np.ndarray | None = None
+                      ) -> tuple[es.Command, SetState] | None:
         """(the kernel command, the NPU_SET_* state it is issued with) of unit ``index`` as
-        :meth:`units` counts them; None for any other unit."""
+        :meth:`units` counts them in ``words`` (default: the stream at QBASE); None for any
+        other unit."""
         if index < 0:
             return None
         try:
-            words = self._stream_words()
+            words = self._stream_words() if words is None else words
         except NpuBusFault:
             return None
         state, k = SetState(), 0
@@ -1339,13 +1425,25 @@ class EthosU85(Device):
         offset written as ``accelstub disasm`` lists it (a QREAD value), so a ``run -v`` line or
         an ``--expect`` failure can be found in the listing: "cmd 3 (NPU_OP_CONV at 0x0140)"."""
         label = super().unit_label(address)
+        prog, qbase = self._with_cpu(), self.qbase
+        if prog is not None:
+            for u, seg, k in self._program_units(prog):
+                if u.address == address and not isinstance(seg, NpuStream):
+                    return f"{u.label} ({seg.name}, TFLite operator {seg.index}, on the CPU)"
+                if u.address == address:
+                    label, qbase = u.label, seg.qbase
         try:
-            words = self._stream_words()
+            words = self._stream_words() if qbase == self.qbase else \
+                self._segment_words(next(s for s in prog.segments
+                                         if isinstance(s, NpuStream) and s.qbase == qbase))
         except NpuBusFault:
             return label
-        q = address - self.qbase
+        q = address - qbase
         while 0 <= q < 4 * len(words):
             c = self._decode_at(words, q)
+            if es.is_matmul(c):  # name the matrix product and its operands (issue 28 #4)
+                summary = next((u.summary for u in self.units() if u.address == address), "")
+                return f"{label} ({c.name} at 0x{c.offset:04x}: {summary})"
             if c.name == es.UNKNOWN or c.is_operation:
                 return f"{label} ({c.name} at 0x{c.offset:04x})"
             q = c.next_offset
@@ -1440,7 +1538,9 @@ class EthosU85(Device):
         return {"sets": self.sets.copy(), "lut": self.lut.copy(), "npu": self.npu.copy(),
                 "resumable": self.resumable,
                 "pmu_mask_enable": self.pmu_mask_enable, "power_masked": self.power_masked,
-                "stop_reason": self.stop_reason, "stats": dict(self.stats)}
+                "stop_reason": self.stop_reason, "stats": dict(self.stats),
+                # the queued CPU operator's number only: its LiteRT interpreter is not copied
+                "cpu_pending": None if self.cpu_pending is None else self.cpu_pending[0]}
 
     def _set_state(self, state: dict) -> None:
         self.sets = state["sets"]
@@ -1449,6 +1549,10 @@ class EthosU85(Device):
         self.resumable, self.pmu_mask_enable = state["resumable"], state["pmu_mask_enable"]
         self.power_masked, self.stop_reason = state["power_masked"], state["stop_reason"]
         self.stats = state["stats"]
+        k = state.get("cpu_pending")
+        cpu = [s for s in self.vela.segments if not isinstance(s, NpuStream)] \
+            if self.vela is not None else []
+        self.cpu_pending = (k, cpu[k]) if k is not None and k < len(cpu) else None
         self._units_cache = None
 
 

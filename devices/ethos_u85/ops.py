@@ -45,7 +45,7 @@ from ...emu.numeric import ethosu85 as P
 from ...emu.weights import ethosu85 as Wt
 from ..bits import sign_extend  # the seed's sign_extend(v, n) (L6201-6208)
 from ..errors import DeviceError
-from .stream import Command
+from .stream import MATMUL_LAYOUT, Command, is_matmul
 
 # ------------------------------------------------------------------------------------------------
 # errors
@@ -970,7 +970,7 @@ def _conv_like(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig,
         bias, scales, shifts = read_scales(mem, d.scales)
     diag: list[str] = []
     if matmul:
-        raw2 = read_raw(mem, d.ifm2, (1, d.ifm_shape[2], D), RD_IFM_STREAM)
+        raw2 = read_raw(mem, d.ifm2, matmul_ifm2_shape(d), RD_IFM_STREAM)
         out = conv_k.matmul(raw, raw2, ifm_zp=zp, ifm2_zp=s.get("IFM2_ZERO_POINT", "zero_point"),
                             ifm_bits=d.ifm.bits, ifm_signed=d.ifm.signed, cfg=d.kcfg, bias=bias,
                             scales=scales, shifts=shifts, lut=mem.lut, acc_in=acc_in, diag=diag)
@@ -1178,6 +1178,13 @@ def _int_conv(d: _ConvDecode, raw: np.ndarray, zp: int, w: np.ndarray, bias, sca
             d.kernels[key] = hit
             weakref.finalize(w, d.kernels.pop, key, None)
     return hit[1], key if keep else None
+
+
+def matmul_ifm2_shape(d: _ConvDecode) -> tuple[int, int, int]:
+    """The [H, W, C] extent of IFM2 that a weights_ifm2 NPU_OP_CONV reads: [1, OFM depth, IFM
+    depth], the second matrix transposed (x = output column, c = reduction index; TRM L12794,
+    and the layout Vela 5.2 programs: see emu/conv/ethosu85.py ``matmul``)."""
+    return (1, d.ofm[2], d.ifm_shape[2])
 
 
 def _conv_decode(s: SetState, cfg: NpuConfig, depthwise: bool, matmul: bool) -> _ConvDecode:
@@ -1604,6 +1611,9 @@ def summarize(cmd: Command, s: SetState) -> str:
 
     op = cmd.name[len("NPU_OP_"):]
     text = f"{op} {cmd.field_text()}".rstrip()
+    matmul = is_matmul(cmd)
+    if matmul:
+        text += f" ({MATMUL_LAYOUT})"
     if cmd.name not in OPERATIONS:
         return text
     H, W, D = (g("OFM_HEIGHT_M1", "height_m1"), g("OFM_WIDTH_M1", "width_m1"),
@@ -1640,6 +1650,10 @@ def summarize(cmd: Command, s: SetState) -> str:
             idepth = g("IFM_DEPTH_M1", "depth_m1") if cmd.name == "NPU_OP_CONV" else D
             ifm = _shape(ih, iw, (idepth if idepth is not None else -1) + 1)
         parts.append(f"ifm {ifm} {ttype('IFM')}")
+        if matmul:  # IFM2 as matmul_ifm2_shape: [1, OFM depth, IFM depth]
+            idepth = g("IFM_DEPTH_M1", "depth_m1")
+            ifm2 = "?" if None in (D, idepth) else _shape(1, D + 1, idepth + 1)
+            parts.append(f"ifm2 {ifm2} {ttype('IFM2')}")
     parts.append(f"-> ofm {ofm} {ttype('OFM')}")
     if cmd.name != "NPU_OP_ELEMENTWISE":
         k = "?" if kh is None or kw is None else f"{kh + 1}x{kw + 1}"
@@ -1681,8 +1695,8 @@ def operand_offsets(cmd: Command, s: SetState,
             mm = not dw and cmd.fields.get("weights_ifm2", 0) == 1
             d = _conv_decode(s, cfg, dw, mm)
             reads = [("input", d.ifm, d.ifm_shape)]
-            if mm:  # weights_ifm2: the IFM2 stream read as [1, ifm depth, D] (see _conv_like)
-                reads.append(("input2", d.ifm2, (1, d.ifm_shape[2], d.ofm[2])))
+            if mm:  # weights_ifm2: the IFM2 stream as _conv_like reads it
+                reads.append(("input2", d.ifm2, matmul_ifm2_shape(d)))
             to_acc = bool(d.kcfg[P.C_ACC_OUTPUT])
         elif name == "NPU_OP_POOL":
             d = _pool_decode(cmd, s, cfg)

@@ -567,10 +567,23 @@ def to_bytes(words: Iterable[int]) -> bytes:
     return np.array(list(words), dtype="<u4").tobytes()
 
 
+#: what an NPU_OP_CONV with weights_ifm2 computes, index by index: a matrix product whose second
+#: operand IFM2 holds the second matrix transposed (x = output column, c = reduction index; TRM
+#: L12794 and the layout Vela 5.2 programs, see emu/conv/ethosu85.py ``matmul``)
+MATMUL_LAYOUT = "matmul: ofm[0,x,oc] = sum over ic of ifm[0,x,ic] * ifm2[0,oc,ic]"
+
+
+def is_matmul(c: Command) -> bool:
+    """NPU_OP_CONV with weights_ifm2 = 1 (T3-95): the weights come from IFM2."""
+    return c.name == "NPU_OP_CONV" and c.fields.get("weights_ifm2", 0) == 1
+
+
 def format_command(c: Command) -> str:
-    """One listing line: ``0x00f4: 00010006           NPU_OP_ELEMENTWISE  elementwise_mode=add``."""
+    """One listing line: ``0x00f4: 00010006           NPU_OP_ELEMENTWISE  elementwise_mode=add``;
+    a matrix product (:func:`is_matmul`) says so and gives its operand layout."""
     w = f"{c.words[0]:08x} " + (f"{c.words[1]:08x}" if len(c.words) > 1 else " " * 8)
-    return f"0x{c.offset:04x}: {w}  {c.name:<28}{c.field_text()}".rstrip()
+    note = f"  ; {MATMUL_LAYOUT}" if is_matmul(c) else ""
+    return f"0x{c.offset:04x}: {w}  {c.name:<28}{c.field_text()}{note}".rstrip()
 
 
 def disassemble(words: bytes | np.ndarray | Iterable[int], offset: int = 0,
@@ -603,5 +616,5 @@ def listing_lines(data: bytes, chunk_words: int = 1 << 16) -> Iterator[str]:
 
 __all__ = ["Command", "FieldSpec", "OpcodeSpec", "OPCODES", "BY_KEY", "ALIASES", "UNKNOWN", "CMD0",
            "CMD1", "decode", "decode_one", "encode", "encode_stream", "disassemble", "format_command",
-           "listing_lines",
+           "listing_lines", "MATMUL_LAYOUT", "is_matmul",
            "spec", "to_bytes"]

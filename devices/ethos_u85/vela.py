@@ -30,9 +30,14 @@ BASEPn, QBASE, QSIZE and CMD.transition_to_running_state.
 
 Memory placement here (a Corstone-style system): the whole payload then the flash tensor in the
 ``dram`` window ("flash"), the arena at the start of ``sram`` and the fast scratch after it.
+A ``*_vela.tflite`` with operators Vela left on the CPU holds several ethos-u operators (one
+stream each) with TFLite operators between them, every non-constant tensor in the one arena
+(:func:`_with_cpu_operators`; design notes "Ethos-U85: operators Vela leaves on the CPU"): the
+host program starts each stream and hands each CPU operator to the device (cpu_ops.py) in turn.
+
 After :func:`load_vela_program` the NPU is running and sits halted before its first command,
-like every program the debugger holds; :func:`run_vela_program` runs it to the end and
-:func:`read_output` reads an output tensor back.
+like every program the debugger holds; after a run to the end :func:`read_outputs` reads every
+output back (:func:`read_output` one).
 """
 from __future__ import annotations
 
@@ -51,8 +56,7 @@ from ..device import ProgramOptions
 from ..errors import DeviceError
 from ..files import mib, read_program_file
 from ..ranges import merge_ranges
-from ..host import Call, Check, CheckResult, HostProgram, WaitIrq, unit_output
-from ..runcontrol import RunControl
+from ..host import Call, Check, CheckResult, HostProgram, Step, WaitIrq, unit_output
 
 
 class VelaImportError(ValueError):
@@ -297,6 +301,17 @@ class VelaProgram:
     # placement (set by load_vela_program)
     qbase: int = 0
     basep: dict[int, int] = field(default_factory=dict)
+    #: a model Vela left partly on the CPU: its ethos-u operators (NpuStream) and CPU operators
+    #: (cpu_ops.CpuOperator) in model order; empty for a model mapped wholly to the NPU
+    segments: list = field(default_factory=list)
+
+    def owns(self, qbase: int) -> bool:
+        """Whether QBASE ``qbase`` is this program's: its stream, or for a model with CPU
+        operators one of its streams or none yet (the driver's soft reset leaves QBASE 0)."""
+        if not self.segments:
+            return qbase == self.qbase
+        return qbase == 0 or any(isinstance(s, NpuStream) and s.qbase == qbase
+                                 for s in self.segments)
 
     @property
     def command_stream(self) -> bytes:
@@ -306,9 +321,33 @@ class VelaProgram:
         ins = ", ".join(f"{t.name} {'x'.join(map(str, t.shape))} {t.dtype}" for t in self.inputs)
         outs = ", ".join(f"{t.name} {'x'.join(map(str, t.shape))} {t.dtype}"
                          for t in self.outputs)
+        if self.segments:
+            npu = [s for s in self.segments if isinstance(s, NpuStream)]
+            return (f"{Path(self.path).name}: Vela {self.kind}, {len(npu)} NPU command streams "
+                    f"({sum(s.command_words for s in npu)} command words) and "
+                    f"{len(self.segments) - len(npu)} CPU operators, {self.scratch_size} B "
+                    f"arena; in: {ins}; out: {outs}")
         return (f"{Path(self.path).name}: Vela {self.kind}, {self.command_words} command words, "
                 f"{len(self.flash)} B flash, {self.scratch_size} B arena, "
                 f"{self.scratch_fast_size} B fast scratch; in: {ins}; out: {outs}")
+
+
+@dataclass
+class NpuStream:
+    """One ethos-u operator of a model Vela left partly on the CPU: its COP1 payload (command
+    words at ``command_offset``), its read-only tensor (model tensor ``flash_id``), and the
+    arena tensors TFLM hands the driver as BASEP3.. (``ifms`` then ``ofms``)."""
+    index: int  # operator position in the model
+    payload: bytes
+    command_offset: int
+    command_words: int
+    config: tuple[int, int] | None
+    flash_id: int
+    flash: bytes
+    ifms: list[TensorSlot]
+    ofms: list[TensorSlot]
+    qbase: int = 0  # placement
+    basep: dict[int, int] = field(default_factory=dict)
 
 
 def parse_payload(payload: bytes, where: str) -> tuple[int, int, tuple[int, int] | None]:
@@ -357,19 +396,12 @@ def _from_tflite(path: Path, data: bytes) -> VelaProgram:
     npu = [i for i, op in enumerate(m.operators) if op.custom_code == "ethos-u"]
     if not npu:
         raise VelaImportError(f"{path}: a TFLite model with no NPU operator ({no_npu_operator(m)})")
-    others = [f"operator {i} ({operator_name(op)})" for i, op in enumerate(m.operators)
-              if op.custom_code != "ethos-u"]
-    if others:
-        what = others[0] + " runs" if len(others) == 1 else ", ".join(others) + " run"
-        raise VelaImportError(f"{path}: {what} on the CPU; only models that Vela mapped "
-                              "entirely to the NPU can run here")
-    if len(npu) > 1:
-        raise VelaImportError(f"{path}: {len(npu)} ethos-u operators; one is supported")
+    for i in npu:
+        if len(m.operators[i].inputs) < 4:
+            raise VelaImportError(f"{path}: the ethos-u operator {i} has "
+                                  f"{len(m.operators[i].inputs)} inputs, Vela writes at least "
+                                  "4 (command stream, flash, scratch, scratch_fast)")
     op = m.operators[npu[0]]
-    if len(op.inputs) < 4:
-        raise VelaImportError(f"{path}: the ethos-u operator has {len(op.inputs)} inputs, "
-                              "Vela writes at least 4 (command stream, flash, scratch, "
-                              "scratch_fast)")
     cms, flash, scratch, fast = (m.tensors[t] for t in op.inputs[:4])
 
     def buf(t: TFLiteTensor) -> bytes:
@@ -395,13 +427,80 @@ def _from_tflite(path: Path, data: bytes) -> VelaProgram:
             raise VelaImportError(f"{path}: tensor '{tt.name}' has unsupported type {tt.type}")
         return TensorSlot(tt.name, tt.shape, tt.dtype, REGION_SCRATCH, int(offsets[t]))
 
-    if sorted(m.inputs) != sorted(op.inputs[4:]) or sorted(m.outputs) != sorted(op.outputs):
+    if len(m.operators) > 1:
+        return _with_cpu_operators(path, data, m, slot, buf)
+    extra_in = {m.tensors[t].name for t in op.inputs[4:] if t not in m.inputs}
+    extra_out = {m.tensors[t].name for t in op.outputs if t not in m.outputs}
+    # state (READ_VARIABLE/ASSIGN_VARIABLE's variables, an LSTM's output and cell state): Vela
+    # passes each to the operator as one more input and one or more outputs of the same name
+    # (an LSTM writes its state once per time step), state that stays in the arena (at its
+    # OfflineMemoryAllocation offset) between inferences, not a graph input or output
+    if not set(m.inputs) <= set(op.inputs[4:]) or not set(m.outputs) <= set(op.outputs) \
+            or extra_in != extra_out:
         raise VelaImportError(f"{path}: the graph's inputs/outputs are not those of the ethos-u "
                               "operator")
     return VelaProgram(str(path), "tflite", payload, offset, n, config, buf(flash),
                        int(np.prod(scratch.shape)) if scratch.shape else 0,
                        int(np.prod(fast.shape)) if fast.shape else 0,
                        [slot(t) for t in m.inputs], [slot(t) for t in m.outputs])
+
+
+def _with_cpu_operators(path: Path, data: bytes, m: TFLiteModel, slot, buf) -> VelaProgram:
+    """A ``*_vela.tflite`` with several operators: ethos-u operators (each its own command
+    stream) and the operators Vela left on the CPU between them, run by LiteRT's reference
+    kernels as TFLM runs them (design notes "Ethos-U85: operators Vela leaves on the CPU").
+    Every non-constant tensor lies in the arena at the offset Vela planned (slot); the arena
+    is as large as the scratch tensor or the furthest planned tensor. VelaImportError naming
+    the operator for one that cannot run: a custom operator other than ethos-u (no reference
+    kernel), or one LiteRT cannot run alone."""
+    from .cpu_ops import CpuOperator
+    from .framework_reference import _op_alone
+
+    segments: list = []
+    arena = 0
+    for i, op in enumerate(m.operators):
+        if op.custom_code == "ethos-u":
+            cms, flash = m.tensors[op.inputs[0]], m.tensors[op.inputs[1]]
+            payload = buf(cms)
+            off, n, config = parse_payload(payload, f"{path}: operator {i} (ethos-u), tensor "
+                                           f"'{cms.name}'")
+            seg = NpuStream(i, payload, off, n, config, op.inputs[1], buf(flash),
+                            [slot(t) for t in op.inputs[4:] if t >= 0],
+                            [slot(t) for t in op.outputs if t >= 0])
+            arena = max([arena] + [t.offset + t.nbytes for t in seg.ifms + seg.ofms])
+            segments.append(seg)
+            continue
+        name = operator_name(op)
+        if op.custom_code:
+            raise VelaImportError(f"{path}: operator {i} ({name}) is a custom operator that "
+                                  "Vela left on the CPU; LiteRT's reference kernels have no "
+                                  "kernel for it, so it cannot run here")
+        ins = [t for t in op.inputs if t >= 0 and not buf(m.tensors[t])]  # not constants
+        outs = [t for t in op.outputs if t >= 0]
+        try:
+            slots_in, slots_out = [slot(t) for t in ins], [slot(t) for t in outs]
+        except VelaImportError as e:
+            raise VelaImportError(f"{e} (operator {i}, {name}, on the CPU)") from None
+        try:
+            it = _op_alone(data, m, i)
+        except ImportError:
+            raise VelaImportError(f"{path}: operator {i} ({name}) runs on the CPU, by LiteRT's "
+                                  "reference kernels, which are not installed: pip install "
+                                  "ai-edge-litert") from None
+        if it is None:
+            raise VelaImportError(f"{path}: operator {i} ({name}) runs on the CPU, and LiteRT's "
+                                  "reference kernels (the kernels TFLM runs there) refuse it: an "
+                                  "operator, tensor type or option they do not implement")
+        arena = max([arena] + [t.offset + t.nbytes for t in slots_in + slots_out])
+        segments.append(CpuOperator(i, name, slots_in, slots_out, ins, outs, it))
+    first = next(s for s in segments if isinstance(s, NpuStream))
+    scratch, fast = (m.tensors[t] for t in m.operators[first.index].inputs[2:4])
+    return VelaProgram(str(path), "tflite", first.payload, first.command_offset,
+                       first.command_words, first.config, first.flash,
+                       max(arena, int(np.prod(scratch.shape)) if scratch.shape else 0),
+                       int(np.prod(fast.shape)) if fast.shape else 0,
+                       [slot(t) for t in m.inputs], [slot(t) for t in m.outputs],
+                       segments=segments)
 
 
 _NPZ_DTYPES = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
@@ -737,6 +836,17 @@ def place_vela_program(device, prog: VelaProgram, xs: list[np.ndarray]) -> None:
     # flash (dram): payload, then the read-only tensor; arena then fast scratch (sram)
     flash_base = dram.base
     ro = _align(flash_base + len(prog.payload))
+    npu = [s for s in prog.segments if isinstance(s, NpuStream)]
+    if npu:  # every stream's payload, then each read-only tensor once
+        at, flashes = flash_base, {}
+        for seg in npu:
+            seg.qbase = at + seg.command_offset
+            at = _align(at + len(seg.payload))
+        for seg in npu:
+            if seg.flash_id not in flashes:
+                flashes[seg.flash_id] = at
+                at = _align(at + len(seg.flash))
+        ro = at
     if ro + len(prog.flash) > dram.base + dram.size:
         need = ro - flash_base + len(prog.flash)
         raise VelaImportError(f"{prog.path}: command stream + flash ({need} B) do not fit in "
@@ -748,7 +858,15 @@ def place_vela_program(device, prog: VelaProgram, xs: list[np.ndarray]) -> None:
              prog.regions["scratch_fast"]: fast}
     sizes = {prog.regions["flash"]: len(prog.flash), prog.regions["scratch"]: prog.scratch_size,
              prog.regions["scratch_fast"]: prog.scratch_fast_size}
-    for t in prog.inputs + prog.outputs:
+    window = next((r for r in device.description.regions if r.name == "emu_program"), None)
+    cpu = len(prog.segments) - len(npu)
+    if cpu and (window is None or cpu > window.size // 4):
+        raise VelaImportError(f"{prog.path}: {cpu} operators run on the CPU; {device.name}'s "
+                              f"program window names at most "
+                              f"{window.size // 4 if window else 0} (one pc each)")
+    slots = prog.inputs + prog.outputs + [t for seg in prog.segments for t in (
+        seg.ifms + seg.ofms if isinstance(seg, NpuStream) else seg.inputs + seg.outputs)]
+    for t in slots:
         if t.region not in bases:
             raise VelaImportError(f"{prog.path}: tensor '{t.name}' is in region {t.region}, not "
                                   f"one of the flash/scratch/scratch_fast regions")
@@ -760,13 +878,23 @@ def place_vela_program(device, prog: VelaProgram, xs: list[np.ndarray]) -> None:
     if end > sram.base + sram.size:
         raise VelaImportError(f"{prog.path}: arena + fast scratch ({end - arena} B) do not fit "
                               f"in {device.name}'s {sram.name} window ({sram.size} B)")
-    device.write(flash_base, prog.payload)
-    if prog.flash:
-        device.write(ro, prog.flash)
+    if npu:
+        for seg in npu:
+            device.write(seg.qbase - seg.command_offset, seg.payload)
+            device.write(flashes[seg.flash_id], seg.flash)
+            seg.basep = {0: flashes[seg.flash_id], 1: arena, 2: fast}
+    else:
+        device.write(flash_base, prog.payload)
+        if prog.flash:
+            device.write(ro, prog.flash)
     if end > arena:
         device.write(arena, bytes(end - arena))  # TFLM does not clear it; a clean view here
     for t, x in zip(prog.inputs, xs):
         device.write(t.address, x.tobytes())
+    device.vela = prog
+    device.cpu_pending = None
+    if npu:  # the host program starts each stream and runs each CPU operator in turn
+        return
 
     # base pointers in TFLM's order: flash, arena, fast scratch, inputs..., outputs... (max 8)
     order = [bases[prog.regions["flash"]], arena, fast] + [t.address for t in prog.inputs] + \
@@ -790,6 +918,36 @@ def place_vela_program(device, prog: VelaProgram, xs: list[np.ndarray]) -> None:
     _w(device, "CMD", 0x1)  # transition_to_running_state
 
 
+def start_stream(device, seg: NpuStream) -> None:
+    """The driver's invocation of one ethos-u operator of a model with CPU operators (TFLM's
+    ethosu.cc, then ethosu_driver.c): base pointers flash, arena, fast scratch, then each IFM
+    and OFM (at most 8), QBASE/QSIZE, CMD.transition_to_running_state."""
+    order = [seg.basep[0], seg.basep[1], seg.basep[2]] + [t.address for t in seg.ifms + seg.ofms]
+    for i, a in enumerate(order[:8]):
+        _w(device, f"BASEP{i}_LO", a)
+        _w(device, f"BASEP{i}_HI", a >> 32)
+        seg.basep[i] = a
+    _w(device, "QBASE_LO", seg.qbase)
+    _w(device, "QBASE_HI", seg.qbase >> 32)
+    _w(device, "QSIZE", 4 * seg.command_words)
+    _w(device, "CMD", 0x1)
+
+
+@dataclass
+class WaitCpu(Step):
+    """Wait until the CPU operator queued before (EthosU85.queue_cpu_operator) has run: the
+    CPU runs it as a unit of the device, so that stepping stops before and after it."""
+
+    name: str
+    where: str = ""
+
+    def run(self, hp: HostProgram) -> bool:
+        return hp.device.cpu_pending is None
+
+    def waiting_for(self, hp: HostProgram) -> str:
+        return f"CPU operator {self.name}"
+
+
 def read_output(device, program: VelaProgram, index: int = 0) -> np.ndarray:
     """Output tensor ``index`` as the device's memory holds it now (debugger reads)."""
     try:
@@ -801,23 +959,7 @@ def read_output(device, program: VelaProgram, index: int = 0) -> np.ndarray:
     return np.frombuffer(raw, dtype=t.dtype).reshape(t.shape).copy()
 
 
-def run_vela_program(device, program: VelaProgram,
-                     timeout: float | None = None) -> list[np.ndarray]:
-    """Run a loaded program to the end (as the driver waits for the IRQ) and return every
-    output. A fault, an unimplemented operation or a stream that does not end with the NPU
-    stopped raises DeviceError naming the file."""
-    rc = RunControl(device)
-    stop = rc.run(timeout)
-    if stop is None:
-        rc.halt_and_wait()
-        raise DeviceError(f"{program.path}: the NPU did not finish within {timeout} s")
-    if stop.reason != "done":
-        raise DeviceError(f"{program.path}: the NPU did not finish ({stop.reason}"
-                          f"{': ' + stop.message if stop.message else ''})")
-    return _outputs(device, program)
-
-
-def _outputs(device, program: VelaProgram) -> list[np.ndarray]:
+def read_outputs(device, program: VelaProgram) -> list[np.ndarray]:
     """Every output after the NPU stopped; a stop with an error bit set raises DeviceError."""
     status = _r(device, "STATUS")
     faults = [n for n, b in (("bus_status", 2), ("cmd_parse_error", 4), ("ecc_fault", 8),
@@ -916,12 +1058,29 @@ def vela_host_program(path: str | Path, options: ProgramOptions) -> HostProgram:
         else None
     note = "" if options.input else " (input: zeros, no --input given)"
     where = str(prog.path)
-    hp = HostProgram(Path(prog.path).name, [
-        Call(lambda hp: place_vela_program(hp.device, prog, xs), f"{where}: driver setup"),
-        WaitIrq("IRQ", f"{where}: wait for the NPU interrupt"),
-        Check(lambda hp: _check_outputs(hp, prog, options.output, want, trace),
-              f"{where}: outputs")],
-        summary=prog.summary() + note)
+    steps: list[Step] = [Call(lambda hp: place_vela_program(hp.device, prog, xs),
+                              f"{where}: driver setup")]
+    isr = {}
+    if not prog.segments:
+        steps.append(WaitIrq("IRQ", f"{where}: wait for the NPU interrupt"))
+    else:  # the interrupt handler clears the IRQ (ethosu_driver.c; CMD.clear_irq, TRM L1332),
+        # so each stream raises an event of its own
+        isr = {"IRQ": [Call(lambda hp: _w(hp.device, "CMD", 0x2), f"{where}: NPU IRQ handler")]}
+        k = 0
+        for seg in prog.segments:
+            what = f"{where}: operator {seg.index}"
+            if isinstance(seg, NpuStream):
+                steps += [Call(lambda hp, s=seg: start_stream(hp.device, s),
+                               f"{what} (ethos-u): start the NPU"),
+                          WaitIrq("IRQ", f"{what} (ethos-u): wait for the NPU interrupt")]
+            else:
+                steps += [Call(lambda hp, s=seg, k=k: hp.device.queue_cpu_operator(k, s),
+                               f"{what} ({seg.name}) on the CPU"),
+                          WaitCpu(seg.name, f"{what} ({seg.name}) on the CPU")]
+                k += 1
+    steps.append(Check(lambda hp: _check_outputs(hp, prog, options.output, want, trace),
+                       f"{where}: outputs"))
+    hp = HostProgram(Path(prog.path).name, steps, isr, summary=prog.summary() + note)
     hp.on_unit = trace
     return hp
 
@@ -1013,9 +1172,11 @@ class OpTrace:
 def _check_outputs(hp: HostProgram, prog: VelaProgram, output: str | None,
                    want: list[np.ndarray] | None, trace: OpTrace | None = None) -> CheckResult:
     dev = hp.device
-    outs = _outputs(dev, prog)
+    outs = read_outputs(dev, prog)
     n = dev.counters().get("operations", dev.units_done)
-    done = (f"{len(outs)} output(s), {n} operations, {dev.cycles} cycles (modelled), "
+    cpu = dev.counters().get("cpu_operations")
+    n = f"{n} operations" + (f" and {cpu} CPU operator{'s' if cpu > 1 else ''}" if cpu else "")
+    done = (f"{len(outs)} output(s), {n}, {dev.cycles} cycles (modelled), "
             f"{hp.elapsed_ms():.0f} ms")
     if output is not None:
         if len(outs) == 1:
@@ -1036,7 +1197,9 @@ def _check_outputs(hp: HostProgram, prog: VelaProgram, output: str | None,
         if g.size != w.size:
             return CheckResult(False, f"FAIL output {i}: shape {g.shape}, expected "
                                f"{np.shape(want[i])}")
-        d = np.flatnonzero(g.ravel().astype(np.int64) != w.astype(np.int64))
+        # float outputs (a DEQUANTIZE that Vela left on the CPU) compare as they are
+        d = np.flatnonzero(g.ravel() != w if g.dtype.kind == "f" else
+                           g.ravel().astype(np.int64) != w.astype(np.int64))
         if d.size:
             k = int(d[0])
             return CheckResult(False, f"FAIL output {i}: {d.size}/{g.size} elements differ, "

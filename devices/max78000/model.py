@@ -37,6 +37,9 @@ SRAM_BASE = 0x5040_0000  # data SRAM of quadrant 0, group 0 (digest §1.3, S3:L2
 class Max78000(Device):
     name = "max78000"
     unit_name = "layer"
+    #: _state builds new lists and dicts; a stream layer's FrameBuffer is made new by each run
+    #: of the layer (stream.scatter_stream), never changed once stored
+    state_is_copy = True
 
     def __init__(self, description_path: str | None = None) -> None:
         super().__init__(load_description(description_path or "max78000"))
@@ -100,6 +103,15 @@ class Max78000(Device):
         return load_ai8x_program(path)
 
     # -- registers with side effects ---------------------------------------------------------
+    def layer_references(self, path: Path, inputs: list) -> list:
+        """ai8xize.py's log (``--verbose --log``: log.txt) as per-layer references
+        (ai8x_log.py), else the generic .npz (Device.layer_references)."""
+        from .ai8x_log import is_log, log_references
+
+        if is_log(path):
+            return log_references(self, path)
+        return super().layer_references(path, inputs)
+
     def _ctrl_written(self, reg, old: int, new: int) -> None:
         """cnn_en 0->1 starts processing at layer 0 (L2299-2311), or in one-shot mode runs the
         next layer (L2209-2224); a quadrant with ext_sync != 0 is a slave that follows its master

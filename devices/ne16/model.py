@@ -216,6 +216,12 @@ class Ne16(Device):
         """Job ``index``'s input and output in L1, HWC as pulp-nnx has them (tensors.py), from
         its registers: as queued, else as planned from the driver or as run. ``()`` when they
         are not known (a job the driver has not written yet) or do not decode."""
+        cfg = self.job_config(index)
+        return () if cfg is None else job_tensors(cfg)
+
+    def job_config(self, index: int) -> "J.JobConfig | None":
+        """Job ``index``'s decoded registers (unit_tensors; the per-layer diff's subtiles):
+        as queued, else as planned or as run; None when not known or not decodable."""
         self.check_unit(index)
         queued = index - self.units_done
         if 0 <= queued < len(self.queue):
@@ -223,11 +229,11 @@ class Ne16(Device):
         else:
             regs = self.program_regs[index] if index < len(self.program_regs) else None
         if regs is None:
-            return ()
+            return None
         try:
-            return job_tensors(J.decode(regs))
+            return J.decode(regs)
         except DeviceError:
-            return ()
+            return None
 
     def _retire(self) -> str | None:
         """plan_units: the next job's summary, the queue moved on as after it, nothing run."""
@@ -269,6 +275,15 @@ class Ne16(Device):
         host.plan = plan_units(host, Ne16(*self._args), retire, self._program_window.size // 4)
         self._planned = (host, regs[:len(host.plan)])
         return host
+
+    def layer_references(self, path: Path, inputs: list) -> list:
+        """pulp-nnx's golden output (a test application directory) as one reference per job
+        (golden.py), else the generic .npz (Device.layer_references)."""
+        from .golden import golden_references, is_golden
+
+        if is_golden(Path(path)):
+            return golden_references(self, Path(path))
+        return super().layer_references(path, inputs)
 
     def done_message(self) -> str:
         return (f"NE16 queue empty after {self.units_done} jobs, {self.events} end-of-job events"

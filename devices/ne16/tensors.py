@@ -54,3 +54,22 @@ def job_tensors(cfg: JobConfig) -> tuple[TensorSpec, ...]:
         + (", rows/columns 0 and 2 of each 3x3 subtile (strided2x2)" if cfg.strided else "")
         + ("" if cfg.normquant else ", raw int32 sums (streamout = 0)")))
     return tuple(specs)
+
+
+def output_subtiles(cfg: JobConfig) -> np.ndarray:
+    """The output subtile of each element of the job's "output" tensor (its HWC shape), as the
+    number the job runs it at: subtiles go Ko > Ho > Wo (digest 3.2), number
+    (ko * nb_Ho + ho) * nb_Wo + wo (job.py's geometry). The per-layer diff names the first
+    differing subtile of a job with it (issue 27: pulp-nnx's golden output per output
+    subtile)."""
+    g = _geometry(cfg)
+    written = g.written.any(axis=2)
+    oy, ox = np.flatnonzero(written.any(axis=1)), np.flatnonzero(written.any(axis=0))
+    return g.subtile[np.ix_(oy, ox)]
+
+
+def subtile_name(cfg: JobConfig, number: int) -> str:
+    """"subtile N (Ko k, Ho h, Wo w)" of subtile ``number`` (:func:`output_subtiles`)."""
+    ho_n, wo_n = cfg.nb[1], cfg.nb[2]
+    return (f"subtile {number} (Ko {number // (ho_n * wo_n)}, Ho {number // wo_n % ho_n}, "
+            f"Wo {number % wo_n})")

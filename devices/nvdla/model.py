@@ -466,6 +466,16 @@ class Nvdla(Device):
         self._raise(bits)
 
     # -- programs and commands --------------------------------------------------------------------
+    def layer_references(self, path: Path, inputs: list) -> list:
+        """A trace's per-layer check_crc lines as checksum references (trace_crc.py), else
+        the generic .npz (Device.layer_references): per-layer dumps as arrays."""
+        from .trace import is_trace
+        from .trace_crc import crc_references
+
+        if is_trace(Path(path)):
+            return crc_references(self, Path(path))
+        return super().layer_references(path, inputs)
+
     def load_program(self, path: Path, options: ProgramOptions) -> HostProgram | None:
         from .trace import is_trace, load_trace
 

@@ -17,6 +17,11 @@ traces and trace player:
   bench's interrupt handler does; the event then names the results checked with SYNC_ID;
 * ``check_crc(SYNC_ID, MEM, ADDR, SIZE, CRC)``: the standard CRC-32 (zlib's) over SIZE bytes at
   ADDR in address order must equal CRC;
+* ``check_file(SYNC_ID, MEM, ADDR, SIZE, "file.dat")``: the SIZE bytes at ADDR must hold the
+  bytes of a memory file (mem_load's format) -- the per-layer dump form of nv_small's trace
+  parser (verif/tools/nvdla_trace_parser.py accepts it; a trace of the repository carries one,
+  commented out: sdp_8x8x32_bypass_int8_1.cfg; the repository's memory model leaves CHECK_FILE
+  a TODO, so here it compares every byte the file gives);
 * ``check_nothing(SYNC_ID)``: no result to check.
 
 Writes the register manual marks read-only (the traces write every register, status included)
@@ -31,6 +36,8 @@ import re
 import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from ..description import Description
 from ..files import FileRefused, mib, read_program_text
@@ -161,17 +168,56 @@ def _check_crc(hp: HostProgram, sync: str, address: int, size: int, crc: int,
     return CheckResult(ok, f"{what}  [{where}]")
 
 
-def load_trace(path: Path, device: "Nvdla") -> HostProgram:
-    """The host program of the trace ``path`` (a .cfg or its directory)."""
+def check_file_bytes(cfg: Path, args: list[str], where: str,
+                     limit: int = MAX_FILE) -> tuple[int, int, list[tuple[int, bytes]]]:
+    """check_file's (ADDR, SIZE, the memory file's records as (address, bytes)), the records
+    inside [ADDR, ADDR + SIZE) (TraceError naming the line otherwise)."""
+    if len(args) != 5:
+        raise TraceError(f"{where}: check_file takes (sync id, memory, address, size, "
+                         "\"file\")")
+    addr, size = _int(args[2], where), _int(args[3], where)
+    records = read_memory_file(cfg.parent / args[4].strip('"'), where, limit)
+    for off, data in records:
+        if off + len(data) > size:
+            raise TraceError(f"{where}: {args[4]} holds bytes up to offset "
+                             f"{off + len(data):#x}, beyond the checked {size:#x}")
+    return addr, size, [(addr + off, data) for off, data in records]
+
+
+def _check_file(hp: HostProgram, sync: str, records: list[tuple[int, bytes]],
+                where: str) -> CheckResult:
+    """check_file: the device's bytes equal the memory file's."""
+    bad = None
+    for a, data in records:
+        diff = np.flatnonzero(np.frombuffer(hp.device.read(a, len(data)), np.uint8)
+                              != np.frombuffer(data, np.uint8))
+        if diff.size:
+            bad = a + int(diff[0])
+            break
+    n = sum(len(d) for _, d in records)
+    what = f"check_file({sync}) {n:#x} bytes: {'PASS' if bad is None else 'FAIL'}"
+    if bad is not None:
+        what += f" (first at {bad:#010x})"
+    return CheckResult(bad is None, f"{what}  [{where}]")
+
+
+def read_trace(path: Path) -> tuple[Path, str]:
+    """The .cfg of the trace ``path`` (a .cfg or its directory) and its text, bounded;
+    TraceError naming the file."""
     cfg = trace_file(path)
     if cfg is None:
         raise TraceError(f"{path}: not a trace (.cfg, or a directory with one)")
     try:
-        text = read_program_text(cfg, MAX_TRACE, "an NVDLA trace", encoding="ascii")
+        return cfg, read_program_text(cfg, MAX_TRACE, "an NVDLA trace", encoding="ascii")
     except FileRefused as e:
         raise TraceError(str(e)) from None
-    except OSError as e:
-        raise TraceError(f"{cfg}: cannot read: {e.strerror}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise TraceError(f"{cfg}: cannot read: {getattr(e, 'strerror', None) or e}") from None
+
+
+def load_trace(path: Path, device: "Nvdla") -> HostProgram:
+    """The host program of the trace ``path`` (a .cfg or its directory)."""
+    cfg, text = read_trace(path)
     desc = device.description
     steps: list[Step] = []
     layers = 0
@@ -235,6 +281,11 @@ def load_trace(path: Path, device: "Nvdla") -> HostProgram:
             steps.append(Check(functools.partial(
                 _check_crc, sync=args[0], address=_int(args[2], where),
                 size=_int(args[3], where), crc=_int(args[4], where), where=where), where=where))
+        elif cmd == "check_file":
+            _, _, records = check_file_bytes(cfg, args, where, min(MAX_FILE, budget))
+            budget -= sum(len(d) for _, d in records)
+            steps.append(Check(functools.partial(_check_file, sync=args[0], records=records,
+                                                 where=where), where=where))
         elif cmd == "check_nothing":
             steps.append(Check(lambda hp, w=where: CheckResult(True, f"check_nothing  [{w}]"),
                                where=where))

@@ -538,9 +538,12 @@ def depthwise2d(ifm, weights, ofm_hw=None, *, stride=(1, 1), dilation=(1, 1), pa
 def matmul(ifm, ifm2, *, ifm_zp=0, ifm2_zp=0, ifm_bits=None, ifm_signed=None, cfg=None,
            bias=None, scales=None, shifts=None, lut=None, acc_in=None, diag=None,
            method: str = "auto") -> np.ndarray:
-    """NPU_OP_CONV with weights_ifm2 = 1 (L8178-8189, L8208): OFM [1, W, D] =
-    IFM [1, W, IC] x IFM2 read as [1][IC][D] (y = 0, x = ic, c = oc), both zero-point corrected;
-    kernel 1x1, stride 1, no padding (asserts L8181-8186)."""
+    """NPU_OP_CONV with weights_ifm2 = 1 (L8178-8189): OFM [1, W, D] = IFM [1, W, IC] times
+    the transpose of IFM2 [1, D, IC] (y = 0, x = oc, c = ic), both zero-point corrected; kernel
+    1x1, stride 1, no padding (asserts L8181-8186). Why x = oc: the TRM's performance chapter
+    (L12794) says the 1x1 convolution multiplies A "by the transpose of a second matrix B", and
+    Vela 5.2 programs IFM2 so (width = OFM depth, depth = IFM depth); the pseudocode's
+    ``read_ifm2(0, ic, oc)`` (L8209) swaps the two and is not what the compiler relies on."""
     ifm = np.asarray(ifm)
     if ifm.ndim == 4:
         return np.stack([matmul(ifm[n], np.asarray(ifm2)[min(n, np.asarray(ifm2).shape[0] - 1)]
@@ -553,7 +556,7 @@ def matmul(ifm, ifm2, *, ifm_zp=0, ifm2_zp=0, ifm_bits=None, ifm_signed=None, cf
     b = read_values(ifm2, ifm2_zp, bits, signed, diag, "IFM2")     # IFM2 precision == IFM's (L8183)
     if b.ndim == 3:
         b = b[0]
-    w = np.ascontiguousarray(b.T[:, None, None, :])                  # W[oc][0][0][ic] = ifm2[0][ic][oc]
+    w = np.ascontiguousarray(b[:, None, None, :])                    # W[oc][0][0][ic] = ifm2[0][oc][ic]
     return _conv_common(ifm, w, (ifm.shape[0], ifm.shape[1]), (1, 1), (1, 1), (0, 0, 0, 0), ifm_zp,
                         bits, signed, UPSCALE_NONE, cfg, bias, scales, shifts, lut, acc_in, diag, False,
                         method)

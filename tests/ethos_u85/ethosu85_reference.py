@@ -280,3 +280,25 @@ def resize(v, mode, OH, OW, n, off, step, o, lut):
                 out[oy, ox, c] = output(int(acc) * 65536, -1, dict(o, per_channel=False), lut,
                                         shift_only=True)
     return out
+
+
+def tflite_requantize(acc: int, real: float, zp: int, double: bool) -> int:
+    """TFLite's output rescale of an accumulator by ``real`` (< 1) to a zero point ``zp``, not
+    clamped: its QuantizeMultiplier (a Q31 multiplier and an exponent), then either one rounding
+    ((acc*q + 2^(s-1)) >> s, BUILTIN_REF's TFLITE_SINGLE_ROUNDING form) or two (gemmlowp's
+    SaturatingRoundingDoublingHighMul then RoundingDivideByPOT, what the NPU's double_symmetric
+    gives: design notes, "Ethos-U85", rounding near-ties)."""
+    import math
+
+    frac, e = math.frexp(real)
+    q = round(frac * (1 << 31))
+    if q == 1 << 31:
+        q, e = q // 2, e + 1
+    assert e <= 0, "real >= 1 is not a rescale this helper covers"
+    if not double:
+        return ((acc * q + (1 << (30 - e))) >> (31 - e)) + zp
+    ab = acc * q
+    hi = (abs(ab) + (1 << 30) - (ab < 0)) >> 31  # nudge, then toward zero
+    hi = hi if ab >= 0 else -hi
+    mask = (1 << -e) - 1
+    return (hi >> -e) + ((hi & mask) > (mask >> 1) + (hi < 0)) + zp

@@ -225,7 +225,7 @@ def test_matmul_gemm_equals_loop(seed):
     lo, hi = P.type_range(bits, True)
     Wd, ic, d = int(rng.integers(1, 40)), int(rng.integers(1, 70)), int(rng.integers(1, 30))
     a = rng.integers(lo, hi + 1, (1, Wd, ic)).astype(np.int8 if bits == 8 else np.int16)
-    b = rng.integers(lo, hi + 1, (1, ic, d)).astype(np.int8 if bits == 8 else np.int16)
+    b = rng.integers(lo, hi + 1, (1, d, ic)).astype(np.int8 if bits == 8 else np.int16)
     zp, zp2 = (int(rng.integers(-128, 128)), int(rng.integers(-128, 128))) if bits == 8 else (0, 0)
     cfg, _ = random_cfg(rng, 48 if bits == 16 else 32, bool(seed % 5 == 0))
     kw_ = dict(ifm_zp=zp, ifm2_zp=zp2, ifm_bits=bits, ifm_signed=True, cfg=cfg,

@@ -586,7 +586,7 @@ def test_matmul_vs_reference(o, seed, ityp):
     lo, hi = P.type_range(bits, True)
     W, ic, d = int(rng.integers(1, 5)), int(rng.integers(1, 6)), int(rng.integers(1, 5))
     a = rng.integers(lo, hi + 1, (1, W, ic))
-    b = rng.integers(lo, hi + 1, (1, ic, d))
+    b = rng.integers(lo, hi + 1, (1, d, ic))  # IFM2 [1][oc][ic]: B transposed (TRM L12794)
     zp, zp2 = (int(rng.integers(-128, 128)), int(rng.integers(-128, 128))) if bits == 8 else (0, 0)
     o["acc_bits"] = 48 if bits == 16 else o["acc_bits"]
     if o["acc_bits"] == 48:
@@ -598,7 +598,7 @@ def test_matmul_vs_reference(o, seed, ityp):
     got = conv_k.matmul(a, b, ifm_zp=zp, ifm2_zp=zp2, ifm_bits=bits, ifm_signed=True, cfg=cfg_of(o),
                    bias=bias, scales=scales, shifts=shifts, lut=lut)
     va, vb = R.values(a, zp, bits, True), R.values(b, zp2, bits, True)
-    w = np.array([[[[int(vb[0, i, oc]) for i in range(ic)]]] for oc in range(d)], dtype=object)
+    w = np.array([[[[int(vb[0, oc, i]) for i in range(ic)]]] for oc in range(d)], dtype=object)
     exp = R.conv(va, w, 1, W, (1, 1), (1, 1), (0, 0), o, lut.tobytes(), bias, scales, shifts)
     assert same(got, exp)
 

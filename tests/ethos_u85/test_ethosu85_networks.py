@@ -13,15 +13,14 @@ shows one such element with both roundings written out.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
+from tests.ethos_u85.compiled import compile_cache, run_compiled, run_vela_program
 from tests.ethos_u85.test_ethosu85_vela import (assert_outputs_equal,
                                                 litert_reference, needs_litert, needs_vela)
 
-from accelstub.testkit.ethosu85_models import compile_with_vela, sample_inputs
+from accelstub.testkit.ethosu85_models import sample_inputs
 from accelstub.testkit.ethosu85_networks import NETWORKS, build_network
 
 MACS = (256, 1024)
@@ -40,25 +39,10 @@ def _params():
 
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory):
-    root = tmp_path_factory.mktemp("ethosu85_networks")
-    cache: dict[tuple[str, int], tuple[Path, Path]] = {}
-
-    def get(name: str, macs: int) -> tuple[Path, Path]:
-        if (name, macs) not in cache:
-            src = root / f"{name}.tflite"
-            if not src.exists():
-                src.write_bytes(build_network(name))
-            cache[name, macs] = src, compile_with_vela(src, root / str(macs), macs=macs)
-        return cache[name, macs]
-    return get
+    return compile_cache(tmp_path_factory.mktemp("ethosu85_networks"), build_network)
 
 
-def run(path: Path, inputs, macs: int) -> list[np.ndarray]:
-    from accelstub.devices import open_device
-    from accelstub.devices.ethos_u85.vela import load_vela_program, run_vela_program
-
-    dev = open_device("ethos-u85", macs=macs)
-    return run_vela_program(dev, load_vela_program(dev, path, inputs), timeout=300)
+run = run_compiled
 
 
 @needs_vela
@@ -128,7 +112,7 @@ def test_network_runs_again_with_new_inputs(compiled, name):
     input, so the kept views, kernels and replays of real networks are checked, not only the
     first run."""
     from accelstub.devices import open_device
-    from accelstub.devices.ethos_u85.vela import place_vela_program, read_vela, run_vela_program
+    from accelstub.devices.ethos_u85.vela import place_vela_program, read_vela
 
     src, out = compiled(name, 256)
     dev = open_device("ethos-u85", macs=256)

@@ -329,19 +329,21 @@ def test_conv_touched_ranges_and_watchpoint(dev, host):
 
 
 def test_matmul_weights_from_ifm2(dev, host):
+    """IFM2 holds the second matrix transposed, [1][OFM depth][IFM depth] (TRM L12794, the
+    layout Vela programs)."""
     IC, D, Wd = 7, 5, 4
     a = RNG.integers(-128, 128, (1, Wd, IC))
-    b = RNG.integers(-128, 128, (1, IC, D))
+    b = RNG.integers(-128, 128, (1, D, IC))
     dev.write(BUF, tensor_bytes(a, 8, True))
     dev.write(BUF + 0x100, tensor_bytes(b, 8, True))
     o = out(scale=1 << 30, shift=36, rnd=0, zp=4)
     cmds = (ifm("IFM", (1, Wd, IC), 0, zp=-5) + [("NPU_SET_IFM_DEPTH_M1", dict(depth_m1=IC - 1))]
-            + ifm("IFM2", (1, IC, D), 0x100, zp=9)
+            + ifm("IFM2", (1, D, IC), 0x100, zp=9)
             + ofm((1, Wd, D), 0x200, o, blk=(1, Wd, 8)) + kernel(1, 1) + acc_format()
             + [("NPU_OP_CONV", dict(weights_ifm2=1))])
     run(dev, host, cmds)
     va, vb = ref.values(a, -5, 8, True), ref.values(b, 9, 8, True)
-    w = np.transpose(vb[0])[:, None, None, :]
+    w = vb[0][:, None, None, :]
     exp = ref.conv(va, w, 1, Wd, (1, 1), (1, 1), (0, 0), o, LUT0)
     check(read_ofm(dev, (1, Wd, D), 0x200, o), exp)
     assert dev.counters()["macs"] == Wd * D * IC

@@ -328,8 +328,9 @@ def test_expect_names_the_first_operation_whose_output_differs(compiled, tmp_pat
 
 def test_serve_finds_the_bundled_demo():
     assert demo_program("ethos-u85").resolve() == DEMO.resolve()
-    assert sorted(p.name for p in DEMO.iterdir()) == ["demo.tflite", "demo_vela.tflite",
-                                                      "expected.npy", "input.npy"]
+    assert sorted(p.name for p in DEMO.iterdir()) == ["demo.tflite", "demo_debug.xml",
+                                                      "demo_vela.tflite", "expected.npy",
+                                                      "input.npy"]
 
 
 def test_bundled_demo_passes_with_its_known_answer(capsys):

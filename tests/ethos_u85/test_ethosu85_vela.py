@@ -27,12 +27,13 @@ from accelstub.devices.device import ProgramOptions
 from accelstub.devices.ethos_u85 import vela as vela_mod
 from accelstub.devices.ethos_u85.vela import (COP1, TFLiteOperator, VelaImportError, load_input,
                                              load_vela_program, operator_name, parse_payload,
-                                             read_output, read_vela, run_vela_program)
+                                             read_output, read_vela)
 from accelstub.devices.runcontrol import RunControl
 from accelstub.stub.cli import main
 from accelstub.stub.commands import CommandContext
 from accelstub.stub.program import load_program, run_to_end
 from accelstub.testkit.ethosu85_models import litert_reference
+from tests.ethos_u85.compiled import run_vela_program
 from tests.helpers import step
 
 
@@ -313,16 +314,14 @@ def cpu_compiled(tmp_path_factory):
 
 
 @needs_vela
-def test_a_cpu_operator_is_refused_by_its_name(cpu_compiled, capsys):
-    """Vela leaves DEQUANTIZE (BuiltinOperator 6) on the CPU: the refusal names it."""
-    out = cpu_compiled["conv_dequantize"]
-    want = (f"{out}: operator 1 (DEQUANTIZE) runs on the CPU; only models that Vela mapped "
-            "entirely to the NPU can run here")
-    with pytest.raises(VelaImportError) as e:
-        read_vela(out)
-    assert str(e.value) == want
-    assert main(["run", "ethos-u85", "--program", str(out)]) == 2
-    assert capsys.readouterr().err.splitlines()[-1] == f"accelstub: error: {want}"
+@needs_litert
+def test_a_cpu_operator_is_run_not_refused(cpu_compiled):
+    """Vela leaves DEQUANTIZE (BuiltinOperator 6) on the CPU: no longer refused (issue 28
+    point 5), it becomes a CPU operator of the program, named (test_ethosu85_cpu_ops.py runs
+    such models against LiteRT)."""
+    prog = read_vela(cpu_compiled["conv_dequantize"])
+    assert [getattr(s, "name", "ethos-u") for s in prog.segments] == ["ethos-u", "DEQUANTIZE"]
+    assert prog.outputs[0].dtype == np.float32
 
 
 def test_operator_names_come_from_the_installed_schema(monkeypatch):

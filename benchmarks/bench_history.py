@@ -1,0 +1,186 @@
+"""Cost of reverse-execution history (issue 29 #5, devices/history.py): the time recording adds to
+a forward run (`continue`), its memory per unit, and the time of one reverse step, on the
+MAX78000 MNIST-shaped network and on Ethos-U85 MobileNet v2 (Vela, ethos-u85-256).
+
+    python benchmarks/bench_history.py [--repeat N] [--skip-mobilenet]
+
+Each inference is run twice in alternation, history off and history on, in this thread
+(RunControl.run_here), warm; the start of a history (one copy of every memory, the shadow) is
+paid once per history and timed apart; the run without history follows a copy of the same
+size (evict), so both start with the caches the copy leaves. Reverse steps are timed after a stepi run (each step back
+undoes one unit) and after a continue (the first step back replays the block the fast path ran
+at once, unit by unit; the next ones undo one unit each). Not a test: nothing here asserts a
+speed; the goal is at most 10 % added to a continue.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from accelstub.devices.history import DEFAULT_BUDGET_MIB
+from accelstub.devices.host import apply_steps
+from accelstub.devices.max78000.datapath import sram_address
+from accelstub.testkit.max78000_build import mnist_shapes_network
+from bench_max78000 import load, time_layers
+from machine import machine_line
+
+
+def evict(dev) -> None:
+    """A copy of every memory, thrown away: what starting a history (the shadow) does to the
+    caches, done before the run without history too, so the two differ by the recording."""
+    {k: m.data.copy() for k, m in dev.bus.memories.items()}
+
+
+def timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def reverse_steps(rc, n: int) -> list[float]:
+    return [timed(lambda: rc.reverse_here(True)) for _ in range(n)]
+
+
+def held(rc) -> tuple[int, int, int]:
+    """(entries, units they cover, bytes) of the history's entries with units now (an entry of
+    host writes between runs, the input reload, is reported apart)."""
+    runs = [e for e in rc.history.entries if e.units]
+    return len(runs), sum(len(e.units) for e in runs), sum(e.size for e in runs)
+
+
+def report(name: str, off: list[float], on: list[float], begin: list[float], mem, units: int,
+           after_steps: list[float], after_cont: list[float]) -> None:
+    o, r = float(np.median(off)), float(np.median(on))
+    entries, covered, size = mem
+    per_unit = size / max(1, covered)
+    print(f"{name}: {units} units per inference")
+    print(f"  continue, history off {o * 1e3:8.2f} ms, on {r * 1e3:8.2f} ms (medians of "
+          f"{len(off)}): {(r / o - 1) * 100:+.1f} %; best of each {min(off) * 1e3:.2f} / "
+          f"{min(on) * 1e3:.2f} ms: {(min(on) / min(off) - 1) * 100:+.1f} %")
+    print(f"  start of a history (shadow copy of all memory, once per load/reset): "
+          f"{np.median(begin) * 1e3:.2f} ms")
+    print(f"  memory after one continue: {per_unit / 1024:.1f} KiB per unit ({entries} entries "
+          f"for {covered} units, {size / 2**20:.2f} MiB; budget {DEFAULT_BUDGET_MIB} MiB)")
+    print(f"  reverse step after stepi: {np.median(after_steps) * 1e3:.3f} ms median, "
+          f"max {max(after_steps) * 1e3:.3f} ms")
+    print(f"  reverse step after continue: first {after_cont[0] * 1e3:.2f} ms (replays the "
+          f"last block if the fast path ran one), then {np.median(after_cont[1:]) * 1e3:.3f} ms median")
+
+
+def bench_max78000(tmp: str, repeat: int) -> None:
+    rc, prog, _ = load(mnist_shapes_network(), tmp)
+    dev = rc.device
+    sram = dev.bus.stacks["sram"].copy()
+    units = len(dev.units())
+
+    def again() -> float:
+        """The next inference armed as bench_max78000.rerun does (ISR, input, start: host
+        writes, untimed); with history on, they are recorded as their own transition here,
+        as the next run would at its start (timed apart); then the timed continue."""
+        apply_steps(dev, prog.isr)
+        for m, row in enumerate(sram):
+            dev.write(sram_address(m, 0), row.tobytes())
+        apply_steps(dev, prog.start)
+        if rc.history.enabled:
+            reload.append(timed(rc._sync_history))
+        t = time_layers(rc)
+        assert rc.last_stop.reason == "done", rc.last_stop
+        return t
+
+    off, on, begin, reload = [], [], [], []
+    for i in range(repeat + 2):  # the first two warm up
+        rc.history.budget = 0
+        rc.history.clear()
+        evict(dev)
+        t_off = again()
+        rc.history.budget = DEFAULT_BUDGET_MIB << 20
+        t_begin = timed(lambda: rc.history.begin(rc._boundary_state()))
+        t_on = again()
+        if i >= 2:
+            off.append(t_off)
+            on.append(t_on)
+            begin.append(t_begin)
+    print(f"MAX78000: recording the input reload between two inferences (host writes of "
+          f"{sram.nbytes // 1024} KiB): {np.median(reload) * 1e3:.2f} ms")
+    mem = held(rc)
+    # reverse steps: after the last continue (one entry per layer or block), then after stepi
+    after_cont = reverse_steps(rc, units)
+    rc.history.clear()
+    while rc.run_here(single=True).reason == "step":
+        pass
+    after_steps = reverse_steps(rc, units)
+    report("MAX78000 MNIST-shaped network", off, on, begin, mem, units, after_steps, after_cont)
+
+
+def bench_mobilenet(tmp: Path, repeat: int) -> None:
+    from accelstub.devices.ethos_u85.vela import place_vela_program
+    from accelstub.testkit.ethosu85_models import sample_inputs
+    from bench_ethosu85_mobilenet import Device, compile_network
+
+    src, out = compile_network(tmp, 256)
+    (x,) = sample_inputs(src.read_bytes())
+
+    def alternate(d: Device) -> tuple[list[float], list[float], list[float]]:
+        rc = d.rc
+        off, on, begin = [], [], []
+        for i in range(repeat + 2):
+            rc.history.budget = 0
+            rc.history.clear()
+            place_vela_program(d.dev, d.prog, [x])
+            evict(d.dev)
+            t_off = timed(rc.run_here)
+            rc.history.budget = DEFAULT_BUDGET_MIB << 20
+            place_vela_program(d.dev, d.prog, [x])  # the setup; the history starts (untimed)
+            rc.history.clear()
+            t_begin = timed(lambda: rc.history.begin(rc._boundary_state()))
+            t_on = timed(rc.run_here)
+            if i >= 2:
+                off.append(t_off)
+                on.append(t_on)
+                begin.append(t_begin)
+        return off, on, begin
+
+    units_dev = Device(out, 256, x, blocks=False)  # as with a watchpoint set: no blocks
+    u_off, u_on, _ = alternate(units_dev)
+    u_mem = held(units_dev.rc)
+    d = Device(out, 256, x)
+    rc = d.rc
+    off, on, begin = alternate(d)
+    units = len(d.dev.units())
+    mem = held(rc)
+    want = d.output()
+    after_cont = reverse_steps(rc, 20)
+    place_vela_program(d.dev, d.prog, [x])
+    rc.history.clear()
+    while rc.run_here(single=True).reason == "step":
+        pass
+    assert np.array_equal(d.output(), want)
+    after_steps = reverse_steps(rc, 20)
+    report("Ethos-U85 MobileNet v2 0.35 96x96 (Vela ethos-u85-256)", off, on, begin, mem, units,
+           after_steps, after_cont)
+    o, r = float(np.median(u_off)), float(np.median(u_on))
+    print(f"  unit by unit (no blocks, as with a watchpoint set): off {o * 1e3:.2f} ms, on "
+          f"{r * 1e3:.2f} ms: {(r / o - 1) * 100:+.1f} %; best of each {min(u_off) * 1e3:.2f} / "
+          f"{min(u_on) * 1e3:.2f} ms: {(min(u_on) / min(u_off) - 1) * 100:+.1f} %; memory {u_mem[2] / max(1, u_mem[1]) / 1024:.1f} "
+          f"KiB per unit")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--skip-mobilenet", action="store_true")
+    args = ap.parse_args()
+    print(machine_line(), flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        bench_max78000(tmp, args.repeat)
+        if not args.skip_mobilenet:
+            bench_mobilenet(Path(tmp), args.repeat)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
