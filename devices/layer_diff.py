@@ -85,7 +85,7 @@ class LayerDiff:
     layout: str
     shape: tuple[int, ...]
     differing: int | None
-    max_abs_diff: int | None
+    max_abs_diff: int | float | None  # float for a float tensor
     first_index: tuple[int, ...] | None
     explained: int = 0
     rule: str = ""
@@ -140,8 +140,15 @@ def compare(ref: LayerReference, spec: "TensorSpec", got: np.ndarray, label: str
     if want.shape != got.shape:
         raise DeviceError(f"reference {ref.name!r}: shape {want.shape}, {label}'s {spec.name} "
                           f"is {got.shape} ({spec.layout})")
-    diff = got.astype(np.int64) - want.astype(np.int64)
-    mask = diff != 0
+    if np.issubdtype(got.dtype, np.floating) or np.issubdtype(want.dtype, np.floating):
+        # a float tensor (an Ethos-U85 CPU operator's DEQUANTIZE/NEG output) compares exactly,
+        # as floats: int64 would truncate a difference away; NaN differs from everything
+        diff = got.astype(np.float64) - want.astype(np.float64)
+        mask = got != want
+        diff[mask & np.isnan(diff)] = np.inf
+    else:
+        diff = got.astype(np.int64) - want.astype(np.int64)
+        mask = diff != 0
     n = int(np.count_nonzero(mask))
     if n == 0:
         return LayerDiff(**base, differing=0, max_abs_diff=0, first_index=None)
@@ -151,7 +158,9 @@ def compare(ref: LayerReference, spec: "TensorSpec", got: np.ndarray, label: str
     open_ = mask & ~explained
     shown = open_ if open_.any() else mask
     first = np.argwhere(shown)[0]
-    return LayerDiff(**base, differing=n, max_abs_diff=int(np.abs(diff).max()),
+    biggest = np.abs(diff).max()
+    return LayerDiff(**base, differing=n, max_abs_diff=float(biggest)
+                     if diff.dtype.kind == "f" else int(biggest),
                      first_index=tuple(int(i) for i in first),
                      explained=int(np.count_nonzero(explained)), rule=ref.rule,
                      part=ref.part(shown) if ref.part is not None else "")

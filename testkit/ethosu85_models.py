@@ -671,14 +671,17 @@ def sample_inputs(model: bytes | str, seed: int = 1234) -> list[np.ndarray]:
 
 
 def litert_reference(model: str | Path, inputs: list[np.ndarray],
-                     tensors: list[int] | None = None) -> list[np.ndarray]:
+                     tensors: list[int] | None = None,
+                     resolver: str = "BUILTIN_REF") -> list[np.ndarray]:
     """LiteRT's answer with its reference kernels (OpResolverType.BUILTIN_REF, the kernels TFLM
     runs; its default XNNPACK path is not bit-exact with them), from ai-edge-litert: the
-    model's outputs, or the graph tensors ``tensors`` (all tensors are then kept)."""
+    model's outputs, or the graph tensors ``tensors`` (all tensors are then kept).
+    ``resolver``: another OpResolverType, for an operator BUILTIN_REF has no kernel of
+    (ELU: BUILTIN_WITHOUT_DEFAULT_DELEGATES, LiteRT's own kernels without XNNPACK)."""
     from ai_edge_litert.interpreter import Interpreter, OpResolverType
 
     it = Interpreter(model_path=str(model),
-                     experimental_op_resolver_type=OpResolverType.BUILTIN_REF,
+                     experimental_op_resolver_type=getattr(OpResolverType, resolver),
                      experimental_preserve_all_tensors=tensors is not None)
     it.allocate_tensors()
     for d, x in zip(it.get_input_details(), inputs):
@@ -686,6 +689,22 @@ def litert_reference(model: str | Path, inputs: list[np.ndarray],
     it.invoke()
     return [it.get_tensor(t) for t in (tensors if tensors is not None
                                        else [d["index"] for d in it.get_output_details()])]
+
+
+def tflm_reference(model: str | Path, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """TFLite Micro's answer (the tflite-micro package's interpreter, its reference kernels:
+    what a Cortex-M beside the NPU runs), for operators LiteRT has no integer kernel of
+    (int16x8 UNIDIRECTIONAL_SEQUENCE_LSTM). Its interpreter resets variable tensors as TFLM
+    does (int8: the zero point)."""
+    from accelstub.devices.ethos_u85.vela import read_tflite  # the project's own reader
+    from tflite_micro.python.tflite_micro import runtime
+
+    data = Path(model).read_bytes()
+    it = runtime.Interpreter.from_bytes(data)
+    for i, x in enumerate(inputs):
+        it.set_input(x, i)
+    it.invoke()
+    return [it.get_output(i) for i in range(len(read_tflite(data).outputs))]
 
 
 def compile_with_vela(model: str | Path, outdir: str | Path, macs: int = 256,

@@ -310,6 +310,15 @@ def _leaky_relu(g: Graph, tt: int) -> None:
     g.output(y)
 
 
+def _elu(g: Graph, tt: int) -> None:
+    """ELU on 256 values, so that one input can hold every int8 value (the whole table TFLM's
+    int8 kernel builds; Vela 5.2 places int8 only)."""
+    x = _in(g, (1, 4, 8, 8), tt)
+    y = _requant(g, x, "elu")
+    _op(g, "ELU", [x], [y])
+    g.output(y)
+
+
 def _prelu(g: Graph, tt: int) -> None:
     x = _in(g, (1, 4, 5, 8), tt)
     alpha = g.tensor(f"{g.name}.alpha", (1, 1, 8), tt, 0.01, 0,
@@ -438,30 +447,37 @@ def _variable(g: Graph, tt: int) -> None:
     g.output(y)
 
 
-def _lstm(g: Graph, tt: int) -> None:
+def _lstm(g: Graph, tt: int, state_zp: int = 0) -> None:
     """UNIDIRECTIONAL_SEQUENCE_LSTM, int8 (TFLite's 8x8_16 integer LSTM), in the form Vela 5.2
     takes on the U85 (no peephole, projection or layer normalisation): 4 time steps of 8
     inputs, 8 cells, TANH; symmetric int8 weights, int32 gate biases; the output state int8
     and the cell state int16 with a power-of-two scale (LiteRT requires it) are variable
     tensors with zero point 0 (both sides start them at zero); the five intermediates
-    LiteRT's kernel reads (gates Q3.12, hidden); operator version 3."""
+    LiteRT's kernel reads (gates Q3.12, hidden); operator version 3. int16 (16x8, TFLM's
+    EvalLstm<int16_t, int8_t, int16_t, int64_t>): input, output and output state int16 with
+    zero point 0, int64 biases. ``state_zp``: the int8 output state's (and output's) zero
+    point (TFLite resets an int8 variable to its zero point)."""
     steps, n_in, n_cell = 4, 8, 8
     x = _in(g, (1, steps, n_in), tt)
-    g.tensors[x].scale, g.tensors[x].zero_point = [0.02], [3]
+    if tt == INT8:
+        g.tensors[x].scale, g.tensors[x].zero_point = [0.02], [3]
 
     def weights(name: str, shape) -> int:
         return g.tensor(f"{g.name}.{name}", shape, INT8, 0.01, 0,
                         data=g.rng.integers(-127, 128, size=shape))
     to_gates = [weights(f"in_{k}", (n_cell, n_in)) for k in "ifco"]
     recurrent = [weights(f"rec_{k}", (n_cell, n_cell)) for k in "ifco"]
-    biases = [g.tensor(f"{g.name}.bias_{k}", (n_cell,), INT32, 0.0002, 0,
+    b_type, b_scale = (INT32, 0.0002) if tt == INT8 else (INT64, g.scale_of(x) * 0.01)
+    biases = [g.tensor(f"{g.name}.bias_{k}", (n_cell,), b_type, b_scale, 0,
                        data=g.rng.integers(-500, 500, size=n_cell)) for k in "ifco"]
-    h = g.tensor(f"{g.name}.h", (1, n_cell), INT8, 1 / 128, 0)
+    h_scale = 1 / 128 if tt == INT8 else 1 / 32768
+    h = g.tensor(f"{g.name}.h", (1, n_cell), tt, h_scale, state_zp)
     c = g.tensor(f"{g.name}.c", (1, n_cell), INT16, 2.0 ** -11, 0)
     g.tensors[h].variable = g.tensors[c].variable = True
-    inter = [g.tensor(f"{g.name}.gate{i}", (1,), INT16, 2.0 ** -12, 0) for i in range(4)]
-    inter.append(g.tensor(f"{g.name}.hidden", (1,), INT8, 1 / 128, 0))
-    y = g.tensor(f"{g.name}.out", (1, steps, n_cell), INT8, 1 / 128, 0)
+    # intermediates of shape [0]: TFLM refuses one of non-zero size, Vela a shapeless one
+    inter = [g.tensor(f"{g.name}.gate{i}", (0,), INT16, 2.0 ** -12, 0) for i in range(4)]
+    inter.append(g.tensor(f"{g.name}.hidden", (0,), tt, h_scale, state_zp))
+    y = g.tensor(f"{g.name}.out", (1, steps, n_cell), tt, h_scale, state_zp)
     ins = [x] + to_gates + recurrent + [-1] * 3 + biases + [-1, -1, h, c] + [-1] * 4
     g.ops.append(_Op(OP["UNIDIRECTIONAL_SEQUENCE_LSTM"], ins, [y],
                      OPT["UNIDIRECTIONAL_SEQUENCE_LSTM"],
@@ -622,7 +638,10 @@ OPERATORS: dict[str, tuple] = {
     "CAST": (_cast, 177, False),
     "SCATTER_ND": (_scatter_nd, 178, False),
     "ASSIGN_READ_VARIABLE": (_variable, 179, True),
-    "UNIDIRECTIONAL_SEQUENCE_LSTM": (_lstm, 180, False),
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": (_lstm, 180, True),
+    "UNIDIRECTIONAL_SEQUENCE_LSTM_STATE_ZP": (lambda g, tt: _lstm(g, tt, state_zp=-20), 181,
+                                              False),
+    "ELU": (_elu, 111, False),  # Vela 5.2: int8 only ("must be Int8")
 }
 
 

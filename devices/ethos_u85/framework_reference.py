@@ -18,7 +18,13 @@ the last one (the others write Vela's own tensors, ``*_intermediate`` / ``*_soft
 operation Vela splits into several kernel operations (stripes of rows, depth slices of
 channels) compares each part with its part of the tensor.
 
-Differences the hardware makes on purpose (point 4): see :class:`_Rules`.
+A model Vela leaves partly on the CPU (several ethos-u operators, CPU operators between them):
+the one debug database numbers the streams and gives each offset in its own stream; a CPU
+operator's outputs keep their TFLite names in Vela's output, so each compares with the pre-Vela
+tensor of that name (floats exactly, as floats).
+
+Differences the hardware makes on purpose (point 4), and one the reference makes by a defect
+(LiteRT's int8 SUM): see :class:`_Rules`.
 """
 from __future__ import annotations
 
@@ -36,7 +42,14 @@ from ..layer_diff import LayerReference, ReferenceFileError
 from ..tensors import TensorSpec
 from . import ops
 from . import stream as es
-from .vela import MAX_VELA_FILE, TFLiteModel, VelaImportError, _Table, read_tflite
+from .vela import (
+    MAX_VELA_FILE,
+    NpuStream,
+    TFLiteModel,
+    VelaImportError,
+    _Table,
+    read_tflite,
+)
 
 #: the debug database of a network is a few MB at most (one CSV row per operation and tensor)
 MAX_DEBUG_DB = 64 << 20
@@ -45,6 +58,7 @@ MAX_DEBUG_DB = 64 << 20
 #: per-channel CONV_2D and DEPTHWISE_CONV_2D round twice like the NPU (design notes)
 FULLY_CONNECTED = 9
 RESHAPE = 22  # BuiltinOperator: no NPU operation, the same bytes
+SUM = 74  # BuiltinOperator
 ROUNDING_RULE = ("double rounding: Vela programs round_mode double_symmetric, which the TRM "
                  "defines as (acc*scale + 2^(shift-1) +- 2^30) >> shift (L6913-6931, TFLite's "
                  "double rounding); LiteRT's reference FULLY_CONNECTED rounds once, so a value "
@@ -58,6 +72,16 @@ INT16_SCALE_RULE = ("15-bit scale: an int16 layer accumulates in 48 bits, whose 
                     "round_mode natural, while LiteRT's reference int16 FULLY_CONNECTED scales "
                     "with q itself, so a value near a .5 tie differs by 1 (recomputed from the "
                     "layer's input as the device wrote it)")
+#: int8 SUM: not the hardware's rule but a defect of the reference (design notes "Per-layer
+#: diff: several command streams, CPU operators, a reference defect")
+SUM_DEFECT_RULE = ("reference defect (LiteRT, not the hardware): LiteRT 2.3's reference SUM "
+                   "reads int8 data as uint8 (reduce.cc, QuantizedMeanOrSum's kReference "
+                   "branch; LiteRT issue 4079), so an int8 -3 is summed as 253 and the result "
+                   "clamped to 0..255; the reference equals that wrong answer recomputed from "
+                   "LiteRT's input, the device equals the true sum less n*zero point rescaled "
+                   "once as Vela programs it (OFM_SCALE = TFLite's multiplier, round_mode "
+                   "natural, TRM L6906-6934), recomputed from the layer's input as the device "
+                   "wrote it")
 #: every other op: a difference carried from an earlier layer, whose own line reports it
 CARRIED_RULE = ("carried: LiteRT's reference kernel of this layer, run on the layer's input as "
                 "the device wrote it, gives the device's values; the input's differences are "
@@ -71,9 +95,15 @@ def debug_db_path(program: Path) -> Path:
     return program.with_name(f"{stem}_debug.xml")
 
 
-def read_debug_db(path: Path) -> dict[int, str]:
-    """Vela's debug database as {byte offset of an NPU_OP_* command: the name of the tensor
-    that operation writes} (tables ``queue``: offset -> scheduled_id, ``perf``: id -> name)."""
+def read_debug_db(path: Path) -> tuple[dict[tuple[int, int], str], int]:
+    """Vela's debug database as ({(stream, byte offset of an NPU_OP_* command in that stream):
+    the name of the tensor that operation writes}, number of streams) (tables ``queue``:
+    cmdstream_id, offset -> scheduled_id; ``perf``: id -> name; ``cmdstream``: the streams).
+    Why a stream number: a model Vela leaves partly on the CPU has one command stream per
+    ethos-u operator and ONE database for all of them, each queue offset relative to its own
+    stream (Vela 5.2.0: encoder's ADDs of streams 2 and 3 both at offset 324); ``stream`` is
+    the place of its cmdstream_id among the database's ids (Vela numbers the streams in the
+    order it generates them, the model order of the ethos-u operators)."""
     try:
         data = read_program_file(path, MAX_DEBUG_DB, "Vela's debug database")
     except OSError as e:
@@ -84,7 +114,10 @@ def read_debug_db(path: Path) -> dict[int, str]:
         tables = {t.get("name"): list(csv.DictReader(io.StringIO((t.text or "").strip())))
                   for t in ET.fromstring(data).iter("table")}
         names = {int(r["id"]): r["name"] for r in tables["perf"]}
-        return {int(r["offset"]): names[int(r["scheduled_id"])] for r in tables["queue"]}
+        ids = sorted({int(r["id"]) for r in tables.get("cmdstream", [])}
+                     | {int(r["cmdstream_id"]) for r in tables["queue"]})
+        return ({(ids.index(int(r["cmdstream_id"])), int(r["offset"])):
+                 names[int(r["scheduled_id"])] for r in tables["queue"]}, len(ids))
     except (ET.ParseError, KeyError, ValueError, TypeError) as e:
         raise ReferenceFileError(f"{path}: not Vela's debug database ({type(e).__name__}: {e})") \
             from None
@@ -128,10 +161,12 @@ def run_litert(path: Path, inputs: list[np.ndarray]):
 def layer_references(device, path: Path, inputs: list[np.ndarray]) -> list[LayerReference]:
     """One LayerReference per unit of the loaded Vela program whose output is a tensor of the
     pre-Vela model ``path`` (module docstring), the array in the unit's declared shape (1, H,
-    W, C; the spec hides NHCWB16). ``inputs``: the program's inputs (program_io()[0])."""
+    W, C; the spec hides NHCWB16). ``inputs``: the program's inputs (program_io()[0]). A model
+    Vela left partly on the CPU: every stream's operations (the debug database's stream
+    numbers) and every CPU operator, whose outputs keep their TFLite names in Vela's output."""
     path = Path(path)
     prog = device.vela
-    if prog is None or prog.qbase != device.qbase:
+    if prog is None or not prog.owns(device.qbase):
         raise ReferenceFileError(f"{path}: no Vela program is loaded to compare with it")
     try:
         data = read_program_file(path, MAX_VELA_FILE, "a .tflite reference")
@@ -143,32 +178,61 @@ def layer_references(device, path: Path, inputs: list[np.ndarray]) -> list[Layer
     if any(op.custom_code == "ethos-u" for op in model.operators):
         raise ReferenceFileError(f"{path}: this is Vela's output; give the model before Vela")
     xs = _check_inputs(path, model, prog, inputs)
-    names = read_debug_db(debug_db_path(Path(prog.path)))
-    units = _kernel_offsets(device._stream_words())
-    stray = sorted(set(names) - set(units))
-    if stray:
-        raise ReferenceFileError(
-            f"{debug_db_path(Path(prog.path))}: Vela's debug database names an NPU operation "
-            f"at stream offset {stray[0]:#x}, where the loaded program has none: it belongs "
-            "to another compilation")
+    db = debug_db_path(Path(prog.path))
+    names, n_db = read_debug_db(db)
+    outputs = _unit_outputs(device, prog)  # (unit, stream or None, offset or slot name, name)
+    streams = sum(isinstance(s, NpuStream) for s in prog.segments) if prog.segments else 1
+    stray = sorted(set(names) - {(s, off) for _, s, off, _ in outputs if s is not None})
+    if n_db != streams or stray:
+        where = (f"names {n_db} command stream(s), the loaded program has {streams}"
+                 if n_db != streams else f"names an NPU operation at offset {stray[0][1]:#x} "
+                 f"of stream {stray[0][0] + 1}, where the loaded program has none")
+        raise ReferenceFileError(f"{db}: Vela's debug database {where}: it belongs to another "
+                                 "compilation")
     producer = {t: k for k, op in enumerate(model.operators) for t in op.outputs}
     by_name = {model.tensors[t].name: t for t in producer}
     it = run_litert(path, xs)
     groups: dict[int, list[tuple[int, TensorSpec]]] = {}
-    for off in sorted(names):
-        t = by_name.get(names[off])
-        spec = next((s for s in device.unit_tensors(units[off]) if s.name == "output"), None)
+    for unit, s, key, name in outputs:
+        t = by_name.get(names.get((s, key)) if s is not None else name)
+        want = "output" if s is not None else key
+        spec = next((x for x in device.unit_tensors(unit) if x.name == want), None)
         if t is not None and spec is not None:
-            groups.setdefault(t, []).append((units[off], spec))
+            groups.setdefault(t, []).append((unit, spec))
     rules = _Rules(model, data, it)
     refs = []
     for t, members in groups.items():
         full = rules.reference(t)
         for unit, spec, index in _stripes(full, members):
             refs.append(LayerReference(unit, model.tensors[t].name,
-                                       full[index].astype(spec.dtype),
+                                       full[index].reshape(spec.shape).astype(spec.dtype),
+                                       tensor=spec.name,
                                        explain=rules.explainer(t, index), rule=rules.rule(t)))
     return sorted(refs, key=lambda r: r.unit)
+
+
+def _unit_outputs(device, prog) -> list[tuple[int, int | None, object, str]]:
+    """Every unit that may write a tensor, in program order: (unit, stream number, byte offset
+    of its NPU_OP_* command in that stream, "") for an NPU kernel operation; (unit, None, its
+    declared tensor's name "output"/"output2"..., the TFLite tensor name) for each output of
+    a CPU operator (Vela keeps the names of the CPU operators' tensors)."""
+    if not prog.segments:
+        return [(k, 0, off, "") for off, k in sorted(_kernel_offsets(device._stream_words())
+                                                     .items(), key=lambda kv: kv[1])]
+    out, stream = [], {}
+    offsets: dict[int, dict[int, int]] = {}  # stream number -> {unit within it: offset}
+    for unit, (_, seg, k) in enumerate(device._program_units(prog)):
+        if isinstance(seg, NpuStream):
+            s = stream.setdefault(id(seg), len(stream))
+            if s not in offsets:
+                offsets[s] = {i: off for off, i in
+                              _kernel_offsets(device._segment_words(seg)).items()}
+            if k in offsets[s]:
+                out.append((unit, s, offsets[s][k], ""))
+        else:
+            out += [(unit, None, f"output{j + 1 if j else ''}", t.name)
+                    for j, t in enumerate(seg.outputs)]
+    return out
 
 
 def _check_inputs(path: Path, model: TFLiteModel, prog, inputs: list[np.ndarray]
@@ -194,13 +258,17 @@ def _stripes(full: np.ndarray, members: list[tuple[int, TensorSpec]]):
     """(unit, spec, index) of each unit writing part of ``full`` [1, H, W, C]: Vela splits an
     operation along one axis (stripes of rows; depth slices of channels when its weights are
     split), the parts in order; a unit whose part is not the next run along that axis (or a
-    tensor with more than 4 axes) is left out, with every unit after it."""
+    tensor with more than 4 axes) is left out, with every unit after it. A unit writing the
+    whole tensor in another shape of the same size compares it reshaped."""
     if full.ndim != 4:
         return
     at = 0
     for unit, spec in members:
         split = [a for a in range(1, 4) if spec.shape[a] != full.shape[a]]
-        if len(members) == 1 and not split:
+        if len(members) == 1 and (not split or math.prod(spec.shape) == full.size):
+            # the whole tensor; Vela may view an NHWC tensor in another shape (a
+            # FULLY_CONNECTED on [1, 8, 16] tokens runs on 2 x 4 x 16, SUM's [1, 4, 1, 8] is
+            # written as 2 x 1 x 16): the same bytes, row-major
             yield unit, spec, (slice(None),) * 4
             return
         if len(split) != 1 or at + spec.shape[split[0]] > full.shape[split[0]]:
@@ -222,7 +290,10 @@ class _Rules:
       from the input as the device wrote it; both recomputed in integers from the op's
       weights, bias, fused activation and TFLite's QuantizeMultiplier of the model's scales;
     * carried (every other op): the device equals what LiteRT's reference kernel of that op
-      computes from the input as the device wrote it (LiteRT run on that operator alone).
+      computes from the input as the device wrote it (LiteRT run on that operator alone);
+    * reference defect (int8 SUM, SUM_DEFECT_RULE): not a hardware rule; the reference equals
+      LiteRT's int8-as-uint8 answer recomputed from LiteRT's input, the device the NPU's
+      rescale of the true sum recomputed from the input as the device wrote it.
 
     "The input as the device wrote it": the device's array of each compared tensor, kept when
     the comparison calls ``explain`` with it (only where it differs from the reference, so
@@ -245,8 +316,44 @@ class _Rules:
         return a.reshape((1,) * (4 - a.ndim) + a.shape) if a.ndim <= 4 else a
 
     def rule(self, t: int) -> str:
+        if self._sum_axes(self.producer[t]) is not None:
+            return SUM_DEFECT_RULE
         kind = self._rounding(self.producer[t])
         return {"int8": ROUNDING_RULE, "int16": INT16_SCALE_RULE}.get(kind, CARRIED_RULE)
+
+    def _sum_axes(self, k: int) -> tuple[int, ...] | None:
+        """The reduced axes of op ``k`` if it is an int8 SUM with constant axes (the reference
+        defect, SUM_DEFECT_RULE), else None."""
+        op, m = self.model.operators[k], self.model
+        if op.builtin_code != SUM or len(op.inputs) < 2 or min(op.inputs[:2]) < 0:
+            return None
+        x_t, a_t, y_t = m.tensors[op.inputs[0]], m.tensors[op.inputs[1]], m.tensors[op.outputs[0]]
+        raw = m.buffers[a_t.buffer] if 0 < a_t.buffer < len(m.buffers) else b""
+        if x_t.dtype != np.int8 or y_t.dtype != np.int8 or not raw:
+            return None
+        axes = np.frombuffer(raw, a_t.dtype).astype(np.int64) % len(x_t.shape)
+        return tuple(sorted({int(a) for a in axes}))
+
+    def _sum(self, k: int, x: np.ndarray, litert: bool) -> np.ndarray:
+        """Int8 SUM op ``k`` of ``x`` as [1, H, W, C]: ``litert``: LiteRT 2.3's reference
+        answer (each int8 read as its uint8 byte, MultiplyByQuantizedMultiplier -- double
+        rounding --, + zero point, clamped to 0..255, the byte read back signed); else the
+        NPU's (the sum of the int8 values less n * input zero point, rescaled by TFLite's
+        multiplier with one natural rounding, the OFM_SCALE Vela programs, + zero point,
+        clamped to int8)."""
+        op, m = self.model.operators[k], self.model
+        x_t, y_t = m.tensors[op.inputs[0]], m.tensors[op.outputs[0]]
+        axes = self._sum_axes(k)
+        x = np.asarray(x, np.int8).reshape(x_t.shape)
+        n = math.prod(x.shape[a] for a in axes)
+        acc = (x.view(np.uint8) if litert else x).astype(np.int64).sum(axis=axes, keepdims=True)
+        acc -= n * int(x_t.zero_point[0])
+        real = float(x_t.scale[0]) / float(y_t.scale[0])
+        y = (_double_rounding if litert else _single_rounding)(acc, real) + int(y_t.zero_point[0])
+        y = np.clip(y, 0, 255).astype(np.uint8).view(np.int8) if litert else \
+            np.clip(y, -128, 127).astype(np.int8)
+        y = y.reshape(y_t.shape)
+        return y.reshape((1,) * (4 - y.ndim) + y.shape)
 
     def _rounding(self, k: int) -> str | None:
         """Which rescale rule op ``k`` has: "int8" (int8 FULLY_CONNECTED: single vs double
@@ -285,6 +392,12 @@ class _Rules:
                 self.seen[t] = self.reference(t).copy()
             self.seen[t][index] = dev.reshape(self.seen[t][index].shape)
             k = self.producer[t]
+            if self._sum_axes(k) is not None:  # the reference's defect, not the hardware's
+                x = self.model.operators[k].inputs[0]
+                wrong = self._sum(k, self.it.get_tensor(x), litert=True)
+                right = self._sum(k, self.device_value(x), litert=False)
+                return ((ref == wrong[index].reshape(ref.shape))
+                        & (dev == right[index].reshape(dev.shape)) & (dev != ref))
             kind = self._rounding(k)
             if kind:
                 single = self._requantized(k, self.it.get_tensor(self.model.operators[k]

@@ -1345,6 +1345,17 @@ class EthosU85(Device):
         self._units_cache = (key, out)
         return out
 
+    def window_index(self, address: int) -> int | None:
+        """The unit index of program-window word ``address``: here word k is the k-th CPU
+        operator, whose unit index counts the stream operations before it too (the per-layer
+        diff finds the unit that just ran by its pc)."""
+        k = super().window_index(address)
+        prog = self._with_cpu()
+        if k is None or prog is None:
+            return k
+        return next((i for i, (u, _, _) in enumerate(self._program_units(prog))
+                     if u.address == address), None)
+
     def unit_tensors(self, index: int) -> tuple[TensorSpec, ...]:
         """IFM ("input"), IFM2 ("input2") and OFM ("output") of command ``index`` of
         :meth:`units` as TFLite holds them (1, H, W, C), from the NPU_SET_* state the listing

@@ -135,6 +135,7 @@ class TFLiteTensor:
     buffer: int
     scale: np.ndarray
     zero_point: np.ndarray
+    is_variable: bool = False  # state a stateful operator keeps (LSTM, resource variables)
 
     @property
     def dtype(self) -> np.dtype:
@@ -198,13 +199,13 @@ def read_tflite(data: bytes, name: str = "model") -> TFLiteModel:
             raise VelaImportError(f"{name}: the model has no subgraph")
         sg = subgraphs[0]
         tensors = []
-        for t in sg.tables(0):  # Tensor: shape 0, type 1, buffer 2, name 3, quantization 4
-            q = t.table(4)
+        for t in sg.tables(0):  # Tensor: shape 0, type 1, buffer 2, name 3, quantization 4,
+            q = t.table(4)      # is_variable 5
             tensors.append(TFLiteTensor(
                 t.string(3), tuple(int(d) for d in t.array(0, "<i4")), t.scalar(1, "b"),
                 t.scalar(2, "I"),
                 q.array(2, "<f4") if q else np.zeros(0, np.float32),
-                q.array(3, "<i8") if q else np.zeros(0, np.int64)))
+                q.array(3, "<i8") if q else np.zeros(0, np.int64), bool(t.scalar(5, "B"))))
         ops = []
         for o in sg.tables(3):  # Operator: opcode_index 0, inputs 1, outputs 2
             idx = o.scalar(0, "I")
@@ -304,6 +305,10 @@ class VelaProgram:
     #: a model Vela left partly on the CPU: its ethos-u operators (NpuStream) and CPU operators
     #: (cpu_ops.CpuOperator) in model order; empty for a model mapped wholly to the NPU
     segments: list = field(default_factory=list)
+    #: int8 variable tensors (LSTM state) with a non-zero zero point, each with the byte TFLM
+    #: resets it to at AllocateTensors (the zero point; every other variable starts at 0, as
+    #: the cleared arena holds)
+    state: list[tuple[TensorSlot, int]] = field(default_factory=list)
 
     def owns(self, qbase: int) -> bool:
         """Whether QBASE ``qbase`` is this program's: its stream, or for a model with CPU
@@ -427,8 +432,15 @@ def _from_tflite(path: Path, data: bytes) -> VelaProgram:
             raise VelaImportError(f"{path}: tensor '{tt.name}' has unsupported type {tt.type}")
         return TensorSlot(tt.name, tt.shape, tt.dtype, REGION_SCRATCH, int(offsets[t]))
 
+    # TFLM's MicroInterpreterGraph::ResetVariableTensors fills each variable tensor with its
+    # zero point if int8, else 0 (the cleared arena); Vela's output keeps them variable, with
+    # their quantization
+    state = [(slot(i), int(t.zero_point[0]) & 0xFF) for i, t in enumerate(m.tensors)
+             if t.is_variable and t.type == 9 and len(t.zero_point) and t.zero_point[0]]
     if len(m.operators) > 1:
-        return _with_cpu_operators(path, data, m, slot, buf)
+        prog = _with_cpu_operators(path, data, m, slot, buf)
+        prog.state = state
+        return prog
     extra_in = {m.tensors[t].name for t in op.inputs[4:] if t not in m.inputs}
     extra_out = {m.tensors[t].name for t in op.outputs if t not in m.outputs}
     # state (READ_VARIABLE/ASSIGN_VARIABLE's variables, an LSTM's output and cell state): Vela
@@ -442,7 +454,7 @@ def _from_tflite(path: Path, data: bytes) -> VelaProgram:
     return VelaProgram(str(path), "tflite", payload, offset, n, config, buf(flash),
                        int(np.prod(scratch.shape)) if scratch.shape else 0,
                        int(np.prod(fast.shape)) if fast.shape else 0,
-                       [slot(t) for t in m.inputs], [slot(t) for t in m.outputs])
+                       [slot(t) for t in m.inputs], [slot(t) for t in m.outputs], state=state)
 
 
 def _with_cpu_operators(path: Path, data: bytes, m: TFLiteModel, slot, buf) -> VelaProgram:
@@ -864,8 +876,9 @@ def place_vela_program(device, prog: VelaProgram, xs: list[np.ndarray]) -> None:
         raise VelaImportError(f"{prog.path}: {cpu} operators run on the CPU; {device.name}'s "
                               f"program window names at most "
                               f"{window.size // 4 if window else 0} (one pc each)")
-    slots = prog.inputs + prog.outputs + [t for seg in prog.segments for t in (
-        seg.ifms + seg.ofms if isinstance(seg, NpuStream) else seg.inputs + seg.outputs)]
+    slots = prog.inputs + prog.outputs + [t for t, _ in prog.state] + [
+        t for seg in prog.segments for t in (
+            seg.ifms + seg.ofms if isinstance(seg, NpuStream) else seg.inputs + seg.outputs)]
     for t in slots:
         if t.region not in bases:
             raise VelaImportError(f"{prog.path}: tensor '{t.name}' is in region {t.region}, not "
@@ -889,6 +902,8 @@ def place_vela_program(device, prog: VelaProgram, xs: list[np.ndarray]) -> None:
             device.write(ro, prog.flash)
     if end > arena:
         device.write(arena, bytes(end - arena))  # TFLM does not clear it; a clean view here
+    for t, fill in prog.state:  # TFLM's reset of the variable tensors (VelaProgram.state)
+        device.write(t.address, bytes([fill]) * t.nbytes)
     for t, x in zip(prog.inputs, xs):
         device.write(t.address, x.tobytes())
     device.vela = prog

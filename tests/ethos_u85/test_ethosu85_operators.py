@@ -3,7 +3,8 @@
 Models: testkit/ethosu85_operators.py (int8, and int16 as ``<op>_i16`` where LiteRT and Vela
 take it), compiled by Vela here for 256 and 2048 MACs (compile_with_vela refuses a model with
 CPU operators, so each runs wholly on the NPU), run in the device and compared bit for bit with
-LiteRT's reference kernels (BUILTIN_REF). The status of each operator is the table in the design
+LiteRT's reference kernels (BUILTIN_REF), or where those have no kernel (ELU, the int16x8 LSTM)
+with TFLite Micro's (tflm_reference). The status of each operator is the table in the design
 notes ("Ethos-U85 operators as Vela lowers them"). Known failures are strict xfails with what is
 known of them; a difference the hardware makes by its rules has its own test naming the rule.
 """
@@ -15,11 +16,20 @@ from typing import Callable
 import numpy as np
 import pytest
 
-from accelstub.testkit.ethosu85_models import litert_reference, sample_inputs
+from accelstub.testkit.ethosu85_models import litert_reference, sample_inputs, tflm_reference
 from accelstub.testkit.ethosu85_operators import (NETWORK_MODELS, build_network_model,
                                                  build_operator, operator_models)
 from tests.ethos_u85.compiled import compile_cache, run_compiled
-from tests.ethos_u85.test_ethosu85_vela import assert_outputs_equal, needs_litert, needs_vela
+from tests.ethos_u85.test_ethosu85_vela import (IN_CI, assert_outputs_equal, needs_litert,
+                                                needs_vela)
+
+try:
+    import tflite_micro  # noqa: F401
+    HAVE_TFLM = True
+except ImportError:
+    HAVE_TFLM = False
+needs_tflm = pytest.mark.skipif(not HAVE_TFLM and not IN_CI, reason="tflite-micro is not "
+                                "installed (pip install -e '.[test]')")
 
 MACS = (256, 2048)
 
@@ -28,12 +38,15 @@ XFAIL: dict[str, str] = {}
 #: models where the answer is not LiteRT's by a rule, a LiteRT reference defect or Vela's
 #: lowering (each has its own test below, recomputing both answers)
 BY_RULE = {"NEG", "DIV", "SUM", "SUM_HW", "FULLY_CONNECTED_i16"}
+#: models BUILTIN_REF has no kernel for: compared with another reference in their own test
+#: (ELU: LiteRT's default kernels and TFLM; the int16x8 LSTM: TFLM)
+OTHER_REFERENCE = {"ELU", "UNIDIRECTIONAL_SEQUENCE_LSTM_i16"}
 
 
 def _params():
     out = []
     for name in operator_models():
-        if name in BY_RULE:
+        if name in BY_RULE or name in OTHER_REFERENCE:
             continue
         for macs in MACS:
             marks = [pytest.mark.xfail(strict=True, reason=XFAIL[name])] if name in XFAIL else []
@@ -75,6 +88,113 @@ def test_neg_saturates_where_litert_wraps(compiled):
     assert (x == -128).any(), "the sample input no longer holds -128"
     assert np.array_equal(got[x != -128], want[x != -128])
     assert (got[x == -128] == 127).all() and (want[x == -128] == -128).all()
+
+
+def tflm_elu_table(x_t, y_t) -> np.ndarray:
+    """TFLite Micro's int8 ELU (kernels/elu.cc, PopulateLookupTable): a 256-entry table built
+    in float32 from the float function, x < 0 ? exp(x) - 1 : x, of each dequantized input,
+    times 1/output scale, rounded half away from zero (TfLiteRound), + the output zero point,
+    clamped to int8; indexed by the input's byte."""
+    v = np.arange(-128, 128)
+    x = np.float32(x_t.scale[0]) * (v - int(x_t.zero_point[0])).astype(np.float32)
+    f = np.where(x < 0, np.expm1(x).astype(np.float32), x)  # float32 as the kernel computes
+    r = f * (np.float32(1) / np.float32(y_t.scale[0]))
+    q = np.sign(r) * np.floor(np.abs(r) + np.float32(0.5)) + int(y_t.zero_point[0])
+    return np.clip(q, -128, 127).astype(np.int8)
+
+
+@needs_vela
+@needs_litert
+@needs_tflm
+@pytest.mark.parametrize("macs", MACS)
+def test_elu_matches_the_lookup_table_of_tflm_and_litert(compiled, macs):
+    """ELU (int8): LiteRT's BUILTIN_REF resolver has no ELU kernel (it refuses the model), so
+    the references are TFLite Micro's kernel (tflite-micro's interpreter, and recomputed:
+    tflm_elu_table) and LiteRT's own kernel (BUILTIN_WITHOUT_DEFAULT_DELEGATES: no XNNPACK),
+    the same lookup table built from the float function; Vela lowers ELU to a POOL with
+    lut_s8_s8. An input holding each of the 256 int8 values: the device gives every table
+    entry as the references do."""
+    from accelstub.devices.ethos_u85.vela import read_tflite
+
+    src, out = compiled("ELU", macs)
+    m = read_tflite(src.read_bytes())
+    x_t = m.tensors[m.operators[0].inputs[0]]
+    y_t = m.tensors[m.operators[0].outputs[0]]
+    x = np.arange(-128, 128, dtype=np.int8).reshape(x_t.shape)
+    with pytest.raises(ValueError, match="Didn't find op for builtin opcode 'ELU'"):
+        litert_reference(src, [x])
+    want = tflm_reference(src, [x])[0]
+    assert np.array_equal(want.ravel(), tflm_elu_table(x_t, y_t))
+    assert_outputs_equal(litert_reference(src, [x], resolver="BUILTIN_WITHOUT_DEFAULT_DELEGATES"),
+                         [want])
+    assert len(np.unique(want)) > 64 and want.min() < int(y_t.zero_point[0])
+    assert_outputs_equal(run(out, [x], macs), [want])
+
+
+@needs_vela
+def test_elu_int16_stays_on_the_cpu(tmp_path):
+    """Vela 5.2.0 places only int8 ELU on the U85 ("IFM and OFM datatypes must match, and must
+    be Int8"), and neither LiteRT nor TFLM has an int16 ELU kernel: no int16 model to test."""
+    from accelstub.testkit.ethosu85_models import INT16, Graph, compile_with_vela
+    from accelstub.testkit.ethosu85_operators import OPERATORS
+
+    g = Graph("elu_i16", 1111)
+    OPERATORS["ELU"][0](g, INT16)
+    src = tmp_path / "elu_i16.tflite"
+    src.write_bytes(g.to_tflite())
+    with pytest.raises(RuntimeError, match="(?s)Unsupported IFM type: Int16.*CPU operators = 1"):
+        compile_with_vela(src, tmp_path / "out")
+
+
+@needs_vela
+@needs_litert
+@needs_tflm
+@pytest.mark.parametrize("macs", MACS)
+def test_lstm_int16_matches_tflm(compiled, macs):
+    """UNIDIRECTIONAL_SEQUENCE_LSTM 16x8 (int16 input, output and output state, int8 weights,
+    int64 biases, int16 cell state): Vela 5.2.0 places it on the U85; LiteRT 2.3.0 has no
+    16x8 LSTM (its kernel takes only an int8 input as integer and wants float biases
+    otherwise: it refuses the model), TFLite Micro has one (EvalLstm<int16_t, int8_t, int16_t,
+    int64_t>): the device's every output equals TFLM's."""
+    src, out = compiled("UNIDIRECTIONAL_SEQUENCE_LSTM_i16", macs)
+    xs = sample_inputs(src.read_bytes())
+    with pytest.raises(RuntimeError, match="input_gate_bias->type != kTfLiteFloat32"):
+        litert_reference(src, xs)
+    want = tflm_reference(src, xs)
+    assert want[0].dtype == np.int16 and len(np.unique(want[0])) > 16
+    assert_outputs_equal(run(out, xs, macs), want)
+
+
+@needs_vela
+@needs_litert
+@needs_tflm
+def test_lstm_state_starts_at_its_zero_point(compiled):
+    """An int8 LSTM whose output state has zero point -20: TFLM (MicroInterpreterGraph::
+    ResetVariableTensors) and LiteRT (ResetVariableTensor) fill an int8 variable tensor with
+    its zero point (real 0), and Vela's output keeps the state tensors variable with their
+    quantization, so the program loader does the same (VelaProgram.state): the state's bytes
+    hold -20 before the first command, and the device's answer is both references'. Started
+    at the arena's zeros (real 20/128) instead, the answer differs."""
+    from accelstub.devices import open_device
+    from accelstub.devices.ethos_u85.vela import load_vela_program
+
+    from tests.ethos_u85.compiled import run_vela_program
+
+    src, out = compiled("UNIDIRECTIONAL_SEQUENCE_LSTM_STATE_ZP")
+    xs = sample_inputs(src.read_bytes())
+    want = litert_reference(src, xs)
+    assert_outputs_equal(tflm_reference(src, xs), want)
+    dev = open_device("ethos-u85", macs=256)
+    prog = load_vela_program(dev, out, xs)
+    h = [t for t, fill in prog.state if t.dtype == np.int8]
+    assert h and all(fill == 0xEC for t, fill in prog.state if t.dtype == np.int8)
+    assert all(dev.read(t.address, t.nbytes) == b"\xec" * t.nbytes for t in h)
+    assert_outputs_equal(run_vela_program(dev, prog, 120), want)
+    dev = open_device("ethos-u85", macs=256)
+    prog = load_vela_program(dev, out, xs)
+    for t in h:
+        dev.write(t.address, bytes(t.nbytes))
+    assert not np.array_equal(run_vela_program(dev, prog, 120)[0], want[0])
 
 
 @needs_vela
