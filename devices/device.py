@@ -182,6 +182,25 @@ class DeviceOption:
 
 
 @dataclass(frozen=True)
+class DeviceTool:
+    """A command a device package adds to the ``accelstub`` CLI (Ethos-U85's ``disasm FILE``),
+    as it adds monitor commands through its model: the CLI knows no device's file formats.
+    ``run`` is "module:function", ``function(argument) -> exit code``, imported when used."""
+
+    name: str
+    help: str
+    argument: str
+    argument_help: str
+    run: str
+
+    def __call__(self, value: str) -> int:
+        import importlib
+
+        module, fn = self.run.split(":")
+        return getattr(importlib.import_module(module), fn)(value)
+
+
+@dataclass(frozen=True)
 class DeviceSpec:
     """The registry entry of a device, importable without the model (the CLI builds its flags
     from it): ``factory`` is "module:Class", imported when a device is opened."""
@@ -197,6 +216,8 @@ class DeviceSpec:
     #: options not given on the command line; raises ValueError naming the file for a value the
     #: device cannot take
     options_from_program: str = ""
+    #: commands this device adds to the CLI
+    tools: tuple[DeviceTool, ...] = ()
 
     def create(self, **options: object) -> "Device":
         import importlib

@@ -1,4 +1,5 @@
-"""The ``accelstub`` command: serve, run, compile, describe, svd, disasm, tui, --version."""
+"""The ``accelstub`` command: serve, run, eval, diff, compile, describe, svd, tui, --version, and
+the commands device packages add (DeviceSpec.tools: Ethos-U85's disasm)."""
 from __future__ import annotations
 
 import argparse
@@ -16,6 +17,8 @@ from accelstub.devices.history import DEFAULT_BUDGET_MIB
 
 #: every construction option some device declares (DeviceSpec.options), by name
 _ALL_OPTIONS = {o.name: o for d in DEVICES for o in device_spec(d).options}
+#: commands the device packages add (DeviceSpec.tools), by name
+TOOLS = {t.name: t for d in DEVICES for t in device_spec(d).tools}
 
 
 def version() -> str:
@@ -257,17 +260,6 @@ def _run_program(args: argparse.Namespace) -> int:
     return outcome.code
 
 
-#: largest command stream ``accelstub disasm`` reads (Ethos-U85 command streams are kilobytes)
-MAX_DISASM_BYTES = 16 << 20
-#: largest Vela output file (model, weights and stream) ``accelstub disasm`` reads
-MAX_MODEL_BYTES = 256 << 20
-#: a raw file is listed only when its first commands are commands: text, an ELF file or random
-#: bytes hit a reserved encoding within a few words, a command stream has none
-RAW_CHECK_COMMANDS = 16
-DISASM_TAKES = ("a raw command stream (little-endian 32-bit words), a COP1 payload, Vela's "
-                "*_vela.tflite or its --output-format raw *_vela.npz")
-
-
 def _eval(args: argparse.Namespace) -> int:
     """``accelstub eval``: a thin layer over accelstub.evaluation (api/ is above stub/, so it is
     imported here, when the command runs)."""
@@ -338,100 +330,6 @@ def _diff(args: argparse.Namespace) -> int:
     return 1 if differ.first_divergence is not None else 0
 
 
-def _head(path: Path) -> bytes:
-    """The first 8 bytes of a regular file (b"" for pipes and devices, which are read once):
-    they say whether the file is a container, which decides the size limit."""
-    try:
-        if not path.is_file():
-            return b""
-        with open(path, "rb") as f:
-            return f.read(8)
-    except OSError:
-        return b""
-
-
-def _not_a_stream(data: bytes, path: str) -> str | None:
-    """Why ``data`` is not a raw command stream (its first commands hold a reserved
-    encoding, or there is no word), or None."""
-    from accelstub.devices.ethos_u85.stream import UNKNOWN, decode
-
-    if len(data) < 4:
-        return f"{path}: {len(data)} bytes, not one command word"
-    for c in decode(data[:4 * (2 * RAW_CHECK_COMMANDS + 1)], count=RAW_CHECK_COMMANDS):
-        if c.name == UNKNOWN:
-            return (f"{path}: not an Ethos-U85 command stream: the command at offset "
-                    f"{c.offset:#x} (word {c.words[0]:#010x}) is a reserved encoding "
-                    f"({c.error}); accelstub disasm takes {DISASM_TAKES}")
-    return None
-
-
-def _disasm(path: str) -> int:
-    """List the command stream of ``path`` (a raw stream, or the one inside Vela's output:
-    vela.find_command_streams), chunk by chunk (stream.listing_lines): a listing holds an
-    object per word, so a large file listed at once ran out of memory. A raw file longer than
-    MAX_DISASM_BYTES (a container: MAX_MODEL_BYTES) is refused before any output, and so is a
-    file that is no command stream: listing it would print garbage."""
-    from accelstub.devices.ethos_u85.vela import VelaImportError, config_text, container_kind, \
-        find_command_streams
-
-    from .files import FileRefused, read_bounded
-
-    head = _head(Path(path))
-    container = container_kind(head) is not None
-    limit, text = ((MAX_MODEL_BYTES, f"{MAX_MODEL_BYTES} bytes (256 MiB) of Vela output are read")
-                   if container else
-                   (MAX_DISASM_BYTES, f"{MAX_DISASM_BYTES} bytes (16 MiB) are disassembled"))
-    try:
-        data = read_bounded(Path(path), limit, text, regular_only=False)
-        found = find_command_streams(data, path)
-    except (FileRefused, VelaImportError) as e:
-        print(f"accelstub: error: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"accelstub: error: cannot read {path}: {e.strerror}", file=sys.stderr)
-        return 2
-    if found is None:
-        why = _not_a_stream(data, path)
-        if why:
-            print(f"accelstub: error: {why}", file=sys.stderr)
-            return 2
-        parts = [("", data)]
-    else:
-        parts = [(f"# {f.where}: {len(f.words) // 4} command words at payload offset "
-                  f"{f.payload_offset:#x} (offsets below are QREAD values); "
-                  f"{config_text(f.config)}", f.words) for f in found]
-    try:
-        for header, words in parts:
-            _list(header, words, path)
-    except BrokenPipeError:
-        pass
-    return 0
-
-
-def _list(header: str, data: bytes, path: str) -> None:
-    """Print one stream's listing (a header line first if any), and warn on stderr about
-    reserved encodings inside it and a trailing partial word."""
-    from accelstub.devices.ethos_u85.stream import listing_lines
-
-    batch: list[str] = [header] if header else []
-    unknown: list[str] = []
-    for line in listing_lines(data):
-        if "  UNKNOWN " in line and len(unknown) < 1:
-            unknown.append(line.split(":", 1)[0])
-        batch.append(line)
-        if len(batch) >= 4096:
-            sys.stdout.write("\n".join(batch) + "\n")
-            batch.clear()
-    if batch:
-        sys.stdout.write("\n".join(batch) + "\n")
-    if unknown:
-        print(f"accelstub: warning: {path}: reserved encodings (UNKNOWN) from offset "
-              f"{unknown[0]} on: the NPU stops there with cmd_parse_error", file=sys.stderr)
-    if len(data) % 4:
-        print(f"accelstub: warning: {path}: {len(data) % 4} trailing byte(s) are not a "
-              f"command word", file=sys.stderr)
-
-
 def main(argv: list[str] | None = None) -> int:
     from .install_check import install_problem
 
@@ -480,8 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     d.add_argument("device", choices=DEVICES)
     v = sub.add_parser("svd", help="write CMSIS-SVD to stdout")
     v.add_argument("device", choices=DEVICES)
-    a = sub.add_parser("disasm", help="disassemble an Ethos-U85 command stream: " + DISASM_TAKES)
-    a.add_argument("file", help="raw command stream, COP1 payload, *_vela.tflite or *_vela.npz")
+    for tool in TOOLS.values():  # what device packages add (DeviceSpec.tools)
+        sub.add_parser(tool.name, help=tool.help).add_argument(tool.argument,
+                                                               help=tool.argument_help)
     e = sub.add_parser("eval", help="run every sample of a dataset through a program: top-1 "
                        "accuracy, bit-exact agreement with a reference (exit 0 done, 1 samples "
                        "differ from the reference, 2 bad input, 130 stopped)")
@@ -584,8 +483,9 @@ def _dispatch(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         from .precompile import compile_devices
 
         return compile_devices(args.device or list(DEVICES))
-    if args.cmd == "disasm":
-        return _disasm(args.file)
+    if args.cmd in TOOLS:
+        tool = TOOLS[args.cmd]
+        return tool(getattr(args, tool.argument))
     if args.cmd == "serve":
         if args.port == 0 and args.telnet_port == 4444:
             args.telnet_port = 0

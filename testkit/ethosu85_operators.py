@@ -2,12 +2,13 @@
 
 The operator list is Vela 5.2's own (``vela --supported-ops-report``, "Ethos-U85 TFLite Summary
 Table"). Each model is one operator between graph inputs and outputs, written with the
-project's TFLite writer (:mod:`testkit.ethosu85_models`); int8, and int16 (``*_i16``) where
-TFLite's reference kernels and Vela take int16 activations. Operator and option numbers are
-those of TFLite's public ``schema.fbs`` (slots in declaration order). Quantization follows
-TFLite's kernels' rules: ops that move data keep their input's scale and zero point, LOGISTIC
-and SOFTMAX write 1/256 (zp -128) in int8 and 1/32768 in int16, TANH 1/128 (zp 0) and 1/32768,
-int16 activations have zero point 0.
+project's TFLite writer (:mod:`testkit.ethosu85_models`); int8, and int16x8 (``*_i16``)
+wherever Vela 5.2.0 places the int16 version on the U85 and a reference kernel (LiteRT's or
+TFLM's) computes it (the rest: design notes, "int16x8 where Vela places it"). Operator and
+option numbers are those of TFLite's public ``schema.fbs`` (slots in declaration order).
+Quantization follows TFLite's kernels' rules: ops that move data keep their input's scale and
+zero point, LOGISTIC and SOFTMAX write 1/256 (zp -128) in int8 and 1/32768 in int16, TANH 1/128
+(zp 0) and 1/32768, int16 activations have zero point 0.
 """
 from __future__ import annotations
 
@@ -95,10 +96,15 @@ def _requant(g: Graph, x: int, name: str, factor: float = 1.0) -> int:
 def _binary(name: str, options=None, same_quant: bool = False, bool_out: bool = False,
             shape=(1, 4, 5, 8)):
     """Two-input elementwise operator (comparisons: a larger shape, so that random int8
-    inputs meet equal values)."""
+    inputs meet equal values; int16 comparisons with equality: random inputs almost never do,
+    so the second operand is the first transposed over H and W, equal on the diagonal)."""
     def build(g: Graph, tt: int) -> None:
         a = _in(g, shape, tt)
-        b = _in(g, shape, tt)
+        if "EQUAL" in name and tt == INT16:
+            b = _like(g, a, shape, "transpose")
+            _op(g, "TRANSPOSE", [a, _const(g, [0, 2, 1, 3])], [b])
+        else:
+            b = _in(g, shape, tt)
         if same_quant:
             g.tensors[b].scale, g.tensors[b].zero_point = g.tensors[a].scale, g.tensors[a].zero_point
         if bool_out:
@@ -294,11 +300,18 @@ def _neg(g: Graph, tt: int) -> None:
 
 def _rsqrt(g: Graph, tt: int) -> None:
     """RSQRT of values >= 0 only (LiteRT refuses negative ones; it maps 0 to the largest
-    output): input zero point -128; output from 0 to 1/sqrt(one input step)."""
+    output): input zero point -128; output from 0 to 1/sqrt(one input step). int16 (zero
+    points 0, what Vela takes): the RSQRT of an ABS of the input."""
     x = _in(g, (1, 4, 5, 8), tt)
-    g.tensors[x].zero_point = [-128]
-    y = g.tensor(f"{g.name}.rsqrt.out", (1, 4, 5, 8), tt, 1.0 / math.sqrt(g.scale_of(x)) / 255,
-                 -128)
+    if tt == INT16:
+        a = _like(g, x, g.shape_of(x), "abs")
+        _op(g, "ABS", [x], [a])
+        x = a
+    else:
+        g.tensors[x].zero_point = [-128]
+    hi, zp = (255, -128) if tt == INT8 else (32767, 0)
+    y = g.tensor(f"{g.name}.rsqrt.out", (1, 4, 5, 8), tt, 1.0 / math.sqrt(g.scale_of(x)) / hi,
+                 zp)
     _op(g, "RSQRT", [x], [y])
     g.output(y)
 
@@ -320,6 +333,9 @@ def _elu(g: Graph, tt: int) -> None:
 
 
 def _prelu(g: Graph, tt: int) -> None:
+    """PRELU, alpha of the input's type. int16: Vela 5.2.0 places this form (it refuses an
+    int8 alpha with int16 input), but no reference computes it (LiteRT reads the int16 alpha's
+    bytes as int8, TFLM requires an int8 alpha): no int16 entry, see the design notes."""
     x = _in(g, (1, 4, 5, 8), tt)
     alpha = g.tensor(f"{g.name}.alpha", (1, 1, 8), tt, 0.01, 0,
                      data=g.rng.integers(1, 40, size=(1, 1, 8)))
@@ -563,79 +579,79 @@ OPERATORS: dict[str, tuple] = {
     "AVERAGE_POOL_2D": (_pool(AVERAGE_POOL_2D, (3, 3), (2, 2), VALID), 104, True),
     "CONCATENATION_C": (_concat(3), 105, True),
     "CONCATENATION_W": (_concat(2), 106, True),
-    "CONCATENATION_H": (_concat(1), 107, False),
+    "CONCATENATION_H": (_concat(1), 107, True),
     "CONV_2D": (_conv, 108, True),
     "DEPTHWISE_CONV_2D": (_depthwise, 109, True),
-    "DIV": (_div, 110, False),
+    "DIV": (_div, 110, True),
     "EQUAL": (_binary("EQUAL", same_quant=True, bool_out=True, shape=(1, 16, 16, 8)), 112,
-              False),
+              True),
     "NOT_EQUAL": (_binary("NOT_EQUAL", same_quant=True, bool_out=True, shape=(1, 16, 16, 8)),
-                  167, False),
+                  167, True),
     "GREATER_EQUAL": (_binary("GREATER_EQUAL", same_quant=True, bool_out=True,
-                              shape=(1, 16, 16, 8)), 168, False),
+                              shape=(1, 16, 16, 8)), 168, True),
     "LESS_EQUAL": (_binary("LESS_EQUAL", same_quant=True, bool_out=True, shape=(1, 16, 16, 8)),
-                   169, False),
+                   169, True),
     "EXP": (_unary("EXP"), 113, True),
-    "EXPAND_DIMS": (_shape_op("EXPAND_DIMS", (1, 4, 8), (1, 4, 1, 8), [2]), 114, False),
+    "EXPAND_DIMS": (_shape_op("EXPAND_DIMS", (1, 4, 8), (1, 4, 1, 8), [2]), 114, True),
     "FULLY_CONNECTED": (_fully_connected, 115, True),
-    "GATHER": (_gather, 116, False),
+    "GATHER": (_gather, 116, True),
     "GELU": (_gelu(False), 117, False),
     "GELU_APPROX": (_gelu(True), 118, False),
-    "GREATER": (_binary("GREATER", same_quant=True, bool_out=True), 119, False),
+    "GREATER": (_binary("GREATER", same_quant=True, bool_out=True), 119, True),
     "HARD_SWISH": (_unary("HARD_SWISH"), 120, False),  # LiteRT: no int16 kernel
     "LEAKY_RELU": (_leaky_relu, 121, True),
-    "LESS": (_binary("LESS", same_quant=True, bool_out=True), 122, False),
-    "LOG": (_unary("LOG"), 123, False),
+    "LESS": (_binary("LESS", same_quant=True, bool_out=True), 122, True),
+    "LOG": (_unary("LOG"), 123, True),
     "LOGISTIC": (_unary("LOGISTIC", out=lambda g, x: _fixed_out(g, x, "logistic", 1 / 256,
                                                                  -128, 1 / 32768)), 124, True),
     "MAXIMUM": (_binary("MAXIMUM", same_quant=True), 125, True),
     "MAX_POOL_2D": (_pool(MAX_POOL_2D, (2, 2), (2, 2), VALID), 126, True),
     "MEAN": (_mean, 127, True),
     "MINIMUM": (_binary("MINIMUM", same_quant=True), 128, True),
-    "MIRROR_PAD": (lambda g, tt: _pad(g, tt, "MIRROR_PAD", 0), 129, False),
+    "MIRROR_PAD": (lambda g, tt: _pad(g, tt, "MIRROR_PAD", 0), 129, True),
     "MUL": (_binary_builtin(MUL), 130, True),
-    "NEG": (_neg, 131, False),
+    "NEG": (_neg, 131, True),
     "PACK": (_pack, 132, True),
     "PAD": (_pad, 133, True),
-    "PADV2": (lambda g, tt: _pad(g, tt, "PADV2"), 134, False),
+    "PADV2": (lambda g, tt: _pad(g, tt, "PADV2"), 134, True),
     "PRELU": (_prelu, 135, False),
     "QUANTIZE": (_quantize, 136, True),
     "REDUCE_MAX": (_reduce("REDUCE_MAX", (1, 2)), 137, True),
-    "REDUCE_MIN": (_reduce("REDUCE_MIN", (2,)), 138, False),
-    **{n: (b, 139 + i, n == "RELU") for i, (n, b) in enumerate(UNARY_LIKE.items())},
+    "REDUCE_MIN": (_reduce("REDUCE_MIN", (2,)), 138, True),
+    **{n: (b, 139 + i, n in ("RELU", "RELU6")) for i, (n, b) in enumerate(UNARY_LIKE.items())},
     "RESHAPE": (_reshape, 143, True),
     "RESIZE_BILINEAR": (_resize_bilinear(False, False), 144, True),
-    "RESIZE_BILINEAR_HALF_PIXEL": (_resize_bilinear(False, True), 145, False),
-    "RESIZE_BILINEAR_ALIGN": (_resize_bilinear(True, False), 146, False),
+    "RESIZE_BILINEAR_HALF_PIXEL": (_resize_bilinear(False, True), 145, True),
+    "RESIZE_BILINEAR_ALIGN": (_resize_bilinear(True, False), 146, True),
     "RESIZE_NEAREST_NEIGHBOR": (_resize_nearest, 147, True),
-    "REVERSE_V2": (_shape_op("REVERSE_V2", (1, 4, 5, 8), (1, 4, 5, 8), [2]), 148, False),
-    "RSQRT": (_rsqrt, 149, False),
-    "SELECT_V2": (_select_v2, 150, False),
+    "REVERSE_V2": (_shape_op("REVERSE_V2", (1, 4, 5, 8), (1, 4, 5, 8), [2]), 148, True),
+    "RSQRT": (_rsqrt, 149, True),
+    "SELECT_V2": (_select_v2, 150, True),
     "SLICE": (_slice, 151, True),
     "SOFTMAX": (_softmax, 152, True),
     "SPLIT": (_split, 153, True),
-    "SPLIT_V": (_split_v, 154, False),
-    "SQUARED_DIFFERENCE": (_binary("SQUARED_DIFFERENCE"), 155, False),
-    "SQUEEZE": (_shape_op("SQUEEZE", (1, 4, 1, 8), (4, 8)), 156, False),
+    "SPLIT_V": (_split_v, 154, True),
+    "SQUARED_DIFFERENCE": (_binary("SQUARED_DIFFERENCE"), 155, True),
+    "SQUEEZE": (_shape_op("SQUEEZE", (1, 4, 1, 8), (4, 8)), 156, True),
     "STRIDED_SLICE": (_strided_slice, 157, True),
     "SUB": (_binary("SUB"), 158, True),
-    "SUM": (_reduce("SUM", (2,)), 159, False),
-    "SUM_HW": (_reduce("SUM", (1, 2)), 170, False),
+    "SUM": (_reduce("SUM", (2,)), 159, True),
+    "SUM_HW": (_reduce("SUM", (1, 2)), 170, True),
     "TANH": (_unary("TANH", out=lambda g, x: _fixed_out(g, x, "tanh", 1 / 128, 0, 1 / 32768)),
              160, True),
-    "TILE": (_shape_op("TILE", (1, 2, 3, 8), (1, 4, 9, 8), [1, 2, 3, 1]), 161, False),
+    "TILE": (_shape_op("TILE", (1, 2, 3, 8), (1, 4, 9, 8), [1, 2, 3, 1]), 161, True),
     "TRANSPOSE": (_transpose((0, 2, 1, 3)), 162, True),
-    "TRANSPOSE_CHW": (_transpose((0, 3, 1, 2)), 163, False),
+    "TRANSPOSE_CHW": (_transpose((0, 3, 1, 2)), 163, True),
     "TRANSPOSE_CONV": (_transpose_conv(2, SAME), 164, True),
-    "TRANSPOSE_CONV_VALID": (_transpose_conv(2, VALID), 165, False),
-    "UNPACK": (_unpack, 166, False),
-    "LOGICAL_AND": (_logical("LOGICAL_AND"), 171, False),
-    "LOGICAL_OR": (_logical("LOGICAL_OR"), 172, False),
-    "LOGICAL_NOT": (_logical("LOGICAL_NOT"), 173, False),
-    "REDUCE_ANY": (_reduce_bool("REDUCE_ANY"), 174, False),
-    "REDUCE_ALL": (_reduce_bool("REDUCE_ALL"), 175, False),
-    "SELECT": (_select, 176, False),
-    "CAST": (_cast, 177, False),
+    "TRANSPOSE_CONV_VALID": (_transpose_conv(2, VALID), 165, True),
+    "UNPACK": (_unpack, 166, True),
+    "LOGICAL_AND": (_logical("LOGICAL_AND"), 171, True),
+    "LOGICAL_OR": (_logical("LOGICAL_OR"), 172, True),
+    "LOGICAL_NOT": (_logical("LOGICAL_NOT"), 173, True),
+    "REDUCE_ANY": (_reduce_bool("REDUCE_ANY"), 174, True),
+    "REDUCE_ALL": (_reduce_bool("REDUCE_ALL"), 175, True),
+    "SELECT": (_select, 176, True),
+    "CAST": (_cast, 177, True),
     "SCATTER_ND": (_scatter_nd, 178, False),
     "ASSIGN_READ_VARIABLE": (_variable, 179, True),
     "UNIDIRECTIONAL_SEQUENCE_LSTM": (_lstm, 180, True),

@@ -3,8 +3,8 @@
 Models: testkit/ethosu85_operators.py (int8, and int16 as ``<op>_i16`` where LiteRT and Vela
 take it), compiled by Vela here for 256 and 2048 MACs (compile_with_vela refuses a model with
 CPU operators, so each runs wholly on the NPU), run in the device and compared bit for bit with
-LiteRT's reference kernels (BUILTIN_REF), or where those have no kernel (ELU, the int16x8 LSTM)
-with TFLite Micro's (tflm_reference). The status of each operator is the table in the design
+LiteRT's reference kernels (BUILTIN_REF), or where those have no kernel (ELU, the int16x8 LSTM,
+int16 SQUARED_DIFFERENCE and SUM) with TFLite Micro's (tflm_reference). The status of each operator is the table in the design
 notes ("Ethos-U85 operators as Vela lowers them"). Known failures are strict xfails with what is
 known of them; a difference the hardware makes by its rules has its own test naming the rule.
 """
@@ -37,10 +37,11 @@ MACS = (256, 2048)
 XFAIL: dict[str, str] = {}
 #: models where the answer is not LiteRT's by a rule, a LiteRT reference defect or Vela's
 #: lowering (each has its own test below, recomputing both answers)
-BY_RULE = {"NEG", "DIV", "SUM", "SUM_HW", "FULLY_CONNECTED_i16"}
+BY_RULE = {"NEG", "DIV", "SUM", "SUM_HW", "FULLY_CONNECTED_i16", "DIV_i16", "SUM_i16",
+           "SUM_HW_i16"}
 #: models BUILTIN_REF has no kernel for: compared with another reference in their own test
-#: (ELU: LiteRT's default kernels and TFLM; the int16x8 LSTM: TFLM)
-OTHER_REFERENCE = {"ELU", "UNIDIRECTIONAL_SEQUENCE_LSTM_i16"}
+#: (ELU: LiteRT's default kernels and TFLM; the int16x8 LSTM and SQUARED_DIFFERENCE: TFLM)
+OTHER_REFERENCE = {"ELU", "UNIDIRECTIONAL_SEQUENCE_LSTM_i16", "SQUARED_DIFFERENCE_i16"}
 
 
 def _params():
@@ -199,25 +200,29 @@ def test_lstm_state_starts_at_its_zero_point(compiled):
 
 @needs_vela
 @needs_litert
-def test_div_is_the_hardware_integer_divide(compiled):
+@pytest.mark.parametrize("name", ["DIV", "DIV_i16"])
+def test_div_is_the_hardware_integer_divide(compiled, name):
     """DIV: the NPU's div is an integer divide truncating toward zero that asserts scales 1 and
-    zero points 0 (TRM L8605-8619); Vela 5.2 maps a quantized int8 DIV onto it as it is (the
-    stream programs scale 1, zero point 0 for IFM, IFM2 and OFM), so the device divides the
-    stored integers, not the real values LiteRT divides (x=122 / 53: LiteRT 20, device 2)."""
+    zero points 0 (TRM L8605-8619); Vela 5.2 maps a quantized int8 or int16 DIV onto it as it
+    is (the stream programs scale 1, zero point 0 for IFM, IFM2 and OFM), so the device divides
+    the stored integers, not the real values LiteRT divides (x=122 / 53: LiteRT 20, device 2).
+    int16: LiteRT's BUILTIN_REF divides int16 (TFLM has no int16 DIV); same rule."""
     from accelstub.devices.ethos_u85 import stream as es
     from accelstub.devices.ethos_u85.vela import read_tflite, read_vela
 
-    src, out = compiled("DIV")
+    src, out = compiled(name)
     cmds = es.decode(read_vela(out).command_stream)
     assert any(c.name == "NPU_OP_ELEMENTWISE" and c.fields["elementwise_mode"] == 11 for c in cmds)
     m = read_tflite(src.read_bytes())
     divisor = next(t for t in m.tensors if t.name.endswith("divisor"))
-    b = np.frombuffer(m.buffers[divisor.buffer], np.int8).reshape(divisor.shape).astype(np.int64)
+    b = np.frombuffer(m.buffers[divisor.buffer], divisor.dtype).reshape(divisor.shape)
+    b = b.astype(np.int64)
     xs = sample_inputs(src.read_bytes())
     got = run(out, xs, 256)[0]
     a = xs[0].astype(np.int64)
-    want_hw = np.clip(np.sign(a) * np.sign(b) * (np.abs(a) // np.abs(b)), -128, 127)
-    assert np.array_equal(got, want_hw.astype(np.int8))
+    lim = np.iinfo(divisor.dtype)
+    want_hw = np.clip(np.sign(a) * np.sign(b) * (np.abs(a) // np.abs(b)), lim.min, lim.max)
+    assert got.dtype == divisor.dtype and np.array_equal(got, want_hw.astype(divisor.dtype))
     assert not np.array_equal(got, litert_reference(src, xs)[0])
 
 
@@ -248,25 +253,32 @@ def litert_ref_sum_int8(x: np.ndarray, axes: tuple[int, ...], x_t, y_t) -> np.nd
     return np.array(v, np.uint8).view(np.int8).reshape(s.shape)
 
 
-def npu_sum(out: Path, stored_sum: np.ndarray, zp_out: int) -> tuple[np.ndarray, int]:
+def npu_sum(out: Path, stored_sum: np.ndarray, zp_out: int,
+            dtype: type = np.int8) -> tuple[np.ndarray, int]:
     """What the NPU makes of Vela's SUM: POOL reduce_sum gives the sum of the stored values
     (IFM zero point 0); the ELEMENTWISE sub takes the scalar Vela programs (n * the input zero
-    point) off and rescales with the stream's OFM_SCALE, round_mode natural: (v * scale +
-    2^(shift-1)) >> shift (TRM rounded_shift_right, seed 001 L6906-6934), + the OFM zero point,
-    clamped to int8. Returns that answer and the scalar."""
+    point) off (int16: no sub, the reduce_sum itself rescales; scalar 0) and rescales with the
+    stream's OFM_SCALE, round_mode natural: (v * scale + 2^(shift-1)) >> shift (TRM
+    rounded_shift_right, seed 001 L6906-6934), + the OFM zero point, clamped to the OFM type
+    ``dtype``. Returns that answer and the scalar."""
     from accelstub.devices.ethos_u85 import stream as es
     from accelstub.devices.ethos_u85.vela import read_vela
 
     cmds = es.decode(read_vela(out).command_stream)
-    last = max(i for i, c in enumerate(cmds) if c.name == "NPU_OP_ELEMENTWISE")
-    assert cmds[last].fields["elementwise_mode"] == 2  # sub
+    last = max(i for i, c in enumerate(cmds) if c.name in ("NPU_OP_ELEMENTWISE", "NPU_OP_POOL"))
     sc = next(c.fields for c in reversed(cmds[:last]) if c.name == "NPU_SET_OFM_SCALE")
-    scalar = next(c.fields["scalar"] for c in reversed(cmds[:last])
-                  if c.name == "NPU_SET_OP_SCALAR")
+    if cmds[last].name == "NPU_OP_POOL":  # int16 (zero point 0): the reduce_sum rescales
+        assert cmds[last].fields["pooling_mode"] == 2
+        scalar = 0
+    else:
+        assert cmds[last].fields["elementwise_mode"] == 2  # sub
+        scalar = next(c.fields["scalar"] for c in reversed(cmds[:last])
+                      if c.name == "NPU_SET_OP_SCALAR")
     assert sc["round_mode"] == 1  # natural
     v = [((int(a) - scalar) * sc["scale"] + (1 << (sc["shift"] - 1)) >> sc["shift"]) + zp_out
          for a in stored_sum.ravel()]
-    return np.clip(np.array(v), -128, 127).astype(np.int8).reshape(stored_sum.shape), scalar
+    lim = np.iinfo(dtype)
+    return np.clip(np.array(v), lim.min, lim.max).astype(dtype).reshape(stored_sum.shape), scalar
 
 
 @needs_vela
@@ -318,6 +330,189 @@ def test_sum_hw_is_what_vela_programs(compiled, macs):
     true_sum = np.clip(np.floor(true_sum * float(x_t.scale[0]) / float(y_t.scale[0]) + 0.5)
                        + y_t.zero_point[0], -128, 127)
     assert not np.array_equal(got, true_sum)
+
+
+def _sum_rescaled(sums: np.ndarray, x_t, y_t, double: bool) -> np.ndarray:
+    """TFLite's rescale of exact int16 sums (zero points 0) to the SUM's output, rounded once
+    (single) or twice (double: gemmlowp's, what TFLM's int16 SUM gives), clamped to int16."""
+    from tests.ethos_u85.ethosu85_reference import tflite_requantize
+
+    real = float(x_t.scale[0]) / float(y_t.scale[0])
+    v = [tflite_requantize(int(a), real, 0, double) for a in sums.ravel()]
+    return np.clip(v, -32768, 32767).astype(np.int16).reshape(sums.shape)
+
+
+@needs_vela
+@needs_litert
+@needs_tflm
+@pytest.mark.parametrize("macs", MACS)
+def test_sum_int16_is_the_npu_rescale_where_tflm_rounds_twice(compiled, macs):
+    """SUM over W, int16x8: Vela 5.2.0 places it (POOL sum +transpose, POOL reduce_sum with
+    the OFM scale, round_mode natural; no sub, the zero point is 0), so the device
+    rounds the exact sum once (npu_sum from the stream; = TFLite's single rounding). TFLM's
+    int16 SUM rescales with gemmlowp's two roundings: where the first rounding lands on a .5
+    (13522 * 0.0463 = 626.47 -> 627 twice rounded, 626 once) the two differ by one, the same
+    near-tie rule as FULLY_CONNECTED (design notes). LiteRT's BUILTIN_REF is neither (its
+    reference SUM reads the data as uint8 whatever the type, LiteRT issue 4079): compared with
+    TFLM here."""
+    src, out = compiled("SUM_i16", macs)
+    x_t, y_t, x = _sum_operands(src)
+    sums = x.astype(np.int64).sum(axis=2, keepdims=True)
+    npu, scalar = npu_sum(out, sums, 0, np.int16)
+    assert scalar == 0
+    got, want = run(out, [x], macs)[0], tflm_reference(src, [x])[0]
+    assert np.array_equal(got, npu) and np.array_equal(got, _sum_rescaled(sums, x_t, y_t, False))
+    assert np.array_equal(want, _sum_rescaled(sums, x_t, y_t, True))
+    assert 0 < np.count_nonzero(got != want) <= 2 and np.abs(got.astype(int) - want).max() == 1
+    assert not np.array_equal(litert_reference(src, [x])[0], want)
+
+
+@needs_vela
+@needs_tflm
+@pytest.mark.parametrize("macs", MACS)
+def test_sum_hw_int16_is_what_vela_programs(compiled, macs):
+    """SUM over H and W, int16x8: Vela 5.2.0's lowering as for int8 (test_sum_hw_is_what_vela_
+    programs: 4 rows of column W = 0 summed where the model sums 20 values); the device runs
+    that stream (npu_sum), TFLM's answer is the true sum (twice rounded); they differ."""
+    src, out = compiled("SUM_HW_i16", macs)
+    x_t, y_t, x = _sum_operands(src)
+    rows = x.astype(np.int64)[:, :, :1, :].sum(axis=1, keepdims=True)
+    npu, scalar = npu_sum(out, rows, 0, np.int16)
+    assert scalar == 0
+    got, want = run(out, [x], macs)[0], tflm_reference(src, [x])[0]
+    assert np.array_equal(got, npu)
+    assert np.array_equal(want, _sum_rescaled(x.astype(np.int64).sum(axis=(1, 2), keepdims=True),
+                                              x_t, y_t, True))
+    assert not np.array_equal(got, want)
+
+
+@needs_vela
+@needs_litert
+@needs_tflm
+@pytest.mark.parametrize("macs", MACS)
+def test_squared_difference_int16_matches_tflm(compiled, macs):
+    """SQUARED_DIFFERENCE int16x8: Vela 5.2.0 places it; LiteRT 2.3.0's kernel takes no int16
+    (it refuses the model), TFLM's does: the device's every output is TFLM's."""
+    src, out = compiled("SQUARED_DIFFERENCE_i16", macs)
+    xs = sample_inputs(src.read_bytes())
+    with pytest.raises(RuntimeError, match="SquaredDifference only supports"):
+        litert_reference(src, xs)
+    want = tflm_reference(src, xs)
+    assert want[0].dtype == np.int16 and len(np.unique(want[0])) > 16
+    assert_outputs_equal(run(out, xs, macs), want)
+
+
+def _int16_model(name: str, path: Path, alpha_int8: bool = False) -> Path:
+    """The int16x8 version of an operator model that OPERATORS keeps int8-only (its builder
+    with int16 activations, seed + 1000 as build_operator would); ``alpha_int8``: PRELU with
+    the int8 alpha TFLM's 16x8 kernel asks for."""
+    from accelstub.testkit.ethosu85_models import INT8, INT16, Graph
+    from accelstub.testkit.ethosu85_operators import OPERATORS
+
+    fn, seed, _ = OPERATORS[name]
+    g = Graph(f"{name.lower()}_i16", seed + 1000)
+    fn(g, INT16)
+    if alpha_int8:
+        g.tensors[g.ops[-1].inputs[1]].type = INT8
+    path.write_bytes(g.to_tflite())
+    return path
+
+
+@needs_vela
+@pytest.mark.parametrize("name,reason", [
+    ("ARG_MAX", "ARGMAX .* Does not have valid TFLite Semantics"),
+    ("HARD_SWISH", "HARD_SWISH .* Does not have valid TFLite Semantics"),
+    ("GELU", "(?s)Unsupported IFM type: Int16.*CPU operators = 1"),
+    ("GELU_APPROX", "(?s)Unsupported IFM type: Int16.*CPU operators = 1")])
+def test_int16_not_placed_by_vela(tmp_path, name, reason):
+    """Operators of the table Vela 5.2.0 does not place on the U85 with int16 activations:
+    it refuses ARG_MAX and HARD_SWISH on int16 as invalid TFLite (LiteRT has no int16 kernel
+    of either), and leaves GELU on the CPU ("must be Int8 or UInt8")."""
+    from accelstub.testkit.ethosu85_models import compile_with_vela
+
+    src = _int16_model(name, tmp_path / f"{name}_i16.tflite")
+    with pytest.raises(RuntimeError, match=reason):
+        compile_with_vela(src, tmp_path / "out")
+
+
+@needs_vela
+@needs_litert
+@needs_tflm
+@pytest.mark.parametrize("name,litert", [
+    ("RELU_N1_TO_1", "Only float32, uint8, int8 supported"),
+    ("RELU_0_TO_1", "Only float32, uint8, int8 supported"),
+    ("SCATTER_ND", "Updates of type 'INT16' are not supported")])
+def test_int16_placed_without_a_reference(tmp_path, name, litert):
+    """Vela 5.2.0 places these int16 operators on the U85, but neither LiteRT 2.3.0 (which
+    refuses int16) nor TFLM (which has no kernel of them) computes them: no reference to hold
+    the device to, so they stay without an int16 row of the operator test."""
+    from accelstub.testkit.ethosu85_models import compile_with_vela
+
+    src = _int16_model(name, tmp_path / f"{name}_i16.tflite")
+    compile_with_vela(src, tmp_path / "out")  # raises if any operator stays on the CPU
+    xs = sample_inputs(src.read_bytes())
+    with pytest.raises(RuntimeError, match=litert):
+        litert_reference(src, xs)
+    with pytest.raises(RuntimeError, match="TFLM failed to allocate tensors"):
+        tflm_reference(src, xs)
+
+
+@needs_vela
+@needs_litert
+@needs_tflm
+def test_prelu_int16_has_no_reference(tmp_path):
+    """PRELU, int16 input: Vela 5.2.0 places the form with an int16 alpha and refuses the one
+    with an int8 alpha ("could not run on NPU"); TFLM's kernel (prelu_common.cc) requires an
+    int8 alpha, and LiteRT's BUILTIN_REF reads the int16 alpha's bytes as int8 (alpha
+    [14, 18, ...] becomes [14, 0, 18, 0, ...]: every negative input of an odd channel gives 0).
+    So no reference computes the form the NPU runs; the device's answer is the real PReLU
+    within one step."""
+    from accelstub.devices.ethos_u85.vela import read_tflite
+    from accelstub.testkit.ethosu85_models import compile_with_vela
+
+    with pytest.raises(RuntimeError, match=r"Non-passthrough operation \(Mul\) could not run"):
+        compile_with_vela(_int16_model("PRELU", tmp_path / "a8.tflite", True), tmp_path / "o8")
+    src = _int16_model("PRELU", tmp_path / "PRELU_i16.tflite")
+    out = compile_with_vela(src, tmp_path / "out")
+    xs = sample_inputs(src.read_bytes())
+    with pytest.raises(RuntimeError, match="TFLM failed to allocate tensors"):
+        tflm_reference(src, xs)
+    m = read_tflite(src.read_bytes())
+    x_t, a_t = (m.tensors[i] for i in m.operators[0].inputs)
+    y_t = m.tensors[m.operators[0].outputs[0]]
+    alpha = np.frombuffer(m.buffers[a_t.buffer], np.int16)
+    assert (alpha != 0).all()
+    x, want = xs[0], litert_reference(src, xs)[0]
+    odd_neg = (x < 0) & (np.arange(8) % 2 == 1)
+    got = run(out, xs, 256)[0]
+    assert odd_neg.any() and (want[odd_neg] == 0).all() and (got[odd_neg] != 0).all()
+    xr = x.astype(np.float64) * float(x_t.scale[0])
+    real = np.where(x >= 0, xr, xr * alpha * float(a_t.scale[0])) / float(y_t.scale[0])
+    assert np.abs(got - np.round(real)).max() <= 1
+
+
+@needs_vela
+def test_fully_connected_dynamic_int16x8_is_unpredictable(tmp_path):
+    """FULLY_CONNECTED with non-constant weights, int16 input and int8 weights (16x8): Vela
+    5.2.0 places it (int16 weights it leaves on the CPU) as a weights_ifm2 CONV with
+    an int16 IFM and an int8 IFM2, which the TRM's NPU_OP_CONV asserts against
+    (IFM precision == IFM2 precision, seed 001 L8183-8184): the device stops with that
+    UNPREDICTABLE fault naming the line, and no answer is compared."""
+    from accelstub.devices.errors import DeviceError
+    from accelstub.testkit.ethosu85_models import INT8, INT16, Graph, compile_with_vela
+
+    g = Graph("fc_dynamic_i16", 1024)
+    x, w = g.input("x", (1, 5, 24), INT16), g.input("w", (12, 24), INT8)
+    g.tensors[x].zero_point = g.tensors[w].zero_point = [0]
+    y = g.fully_connected_dynamic(x, w)
+    g.tensors[y].zero_point = [0]
+    g.output(y)
+    src = tmp_path / "fc_dynamic_i16.tflite"
+    src.write_bytes(g.to_tflite())
+    out = compile_with_vela(src, tmp_path / "out")
+    with pytest.raises(DeviceError, match=r"UNPREDICTABLE: assert\(IFM precision == IFM2 "
+                       r"precision\) fails \(L8183\)"):
+        run(out, sample_inputs(src.read_bytes()), 256)
 
 
 @needs_vela

@@ -238,7 +238,8 @@ def test_verify_image_diffs_still_listed(ctx, tmp_path):
 # -- 6: accelstub disasm of a huge file: bounded, listed in pieces -----------------------------
 
 def test_disasm_refuses_a_file_over_the_limit_without_reading_it(tmp_path, capsys):
-    from accelstub.stub.cli import MAX_DISASM_BYTES, main
+    from accelstub.devices.ethos_u85.disasm import MAX_DISASM_BYTES
+    from accelstub.stub.cli import main
 
     big = tmp_path / "huge.bin"
     with open(big, "wb") as f:
