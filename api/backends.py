@@ -22,8 +22,13 @@ from pathlib import Path
 
 from accelstub.devices import device_spec, open_device
 from accelstub.devices.device import CORE_REGS, ProgramOptions
-from accelstub.devices.errors import (BusError, ProgramError, RegisterNotFound, TargetError,
-                                      TargetRunning)
+from accelstub.devices.errors import (
+    BusError,
+    ProgramError,
+    RegisterNotFound,
+    TargetError,
+    TargetRunning,
+)
 from accelstub.devices.tensors import TensorSpec
 from accelstub.stub import commands
 from accelstub.stub.client import ConnectionClosed, NoReply, RspClient, RspError

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Union
 
 import numpy as np
 
@@ -27,9 +26,9 @@ from .backends import HALT_WAIT, InProcess, Remote, _braced, register_or_raise
 from .errors import Timeout
 
 #: a unit: its index in the listing, its label ("Layer 1", "cmd 3", "job 0"), or its address
-UnitRef = Union[int, str]
+UnitRef = int | str
 #: what a watchpoint watches: an address (one 32-bit word), (start, length), or (unit, tensor)
-WatchTarget = Union[int, tuple[int, int], tuple[UnitRef, str]]
+WatchTarget = int | tuple[int, int] | tuple[UnitRef, str]
 #: bytes a watchpoint on a bare address covers (a word, as gdb's ``watch *(int *)ADDR``)
 WORD = 4
 
@@ -50,7 +49,7 @@ class StopInfo:
     history_begin: bool = False
 
     @classmethod
-    def from_data(cls, d: dict) -> "StopInfo":
+    def from_data(cls, d: dict) -> StopInfo:
         return cls(d["reason"], d["pc"], d["unit"],
                    tuple(d["watch"]) if d["watch"] else None,  # type: ignore[arg-type]
                    d["message"], bool(d.get("history_begin")))
@@ -77,7 +76,7 @@ class DiffReport:
     stop: StopInfo | None = None
 
     @classmethod
-    def from_data(cls, d: dict, stop: StopInfo | None = None) -> "DiffReport":
+    def from_data(cls, d: dict, stop: StopInfo | None = None) -> DiffReport:
         def one(x: dict) -> LayerDiff:
             fields = {k: v for k, v in x.items() if k != "diverges"}
             for k in ("shape", "first_index", "crc"):
@@ -103,7 +102,7 @@ class Session:
     # -- opening -------------------------------------------------------------------------------
     @classmethod
     def open(cls, device: str, program: str | Path | None = None, *, input: str | None = None,
-             **device_options: object) -> "Session":
+             **device_options: object) -> Session:
         """A device in this process (no socket) with ``program`` loaded; None loads the bundled
         demo program of ``device``. ``device_options`` are the device's construction options
         (Ethos-U85's ``macs``); the ones a program names itself are taken from it."""
@@ -116,7 +115,7 @@ class Session:
         return s
 
     @classmethod
-    def connect(cls, address: str = "127.0.0.1:3333", *, timeout: float = 10.0) -> "Session":
+    def connect(cls, address: str = "127.0.0.1:3333", *, timeout: float = 10.0) -> Session:
         """A running ``accelstub serve`` at ``address`` (its gdb port). ``timeout`` bounds every
         request that does not run the target; a stub that does not answer within it is
         ConnectionLost."""
@@ -129,7 +128,7 @@ class Session:
         if b is not None:
             b.close()
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         return self
 
     def __exit__(self, *exc: object) -> None:

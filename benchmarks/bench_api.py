@@ -22,11 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from machine import machine_line
-
 from accelstub import Session
 from accelstub.devices import DEVICES
 from accelstub.testkit.max78000_build import build, mnist_shapes_network
+from machine import machine_line
 
 REGISTER = "CNNx16_0_L0_RCNT"
 READS = 3000

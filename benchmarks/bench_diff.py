@@ -23,7 +23,6 @@ from accelstub.stub.cli import demo_program
 from accelstub.stub.commands import CommandContext
 from accelstub.stub.program import load_program
 from accelstub.testkit.max78000_build import build, mnist_shapes_network
-
 from machine import machine_line
 
 

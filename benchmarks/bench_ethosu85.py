@@ -32,7 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.ethos_u85.ethosu85_reference
+# for tests.ethos_u85.ethosu85_reference
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from accelstub.devices import open_device  # noqa: E402
 from accelstub.devices.ethos_u85 import stream as es  # noqa: E402
@@ -106,8 +107,10 @@ def build(dev, x, w, bias, scales, shifts) -> list[int]:
                ("NPU_SET_KERNEL_HEIGHT_M1", dict(height_m1=2)),
                ("NPU_SET_KERNEL_WIDTH_M1", dict(width_m1=2)), ("NPU_SET_KERNEL_STRIDE", {}),
                ("NPU_SET_WEIGHT_FORMAT", {}), ("NPU_SET_WEIGHT_REGION", dict(region=2)),
-               ("NPU_SET_WEIGHT_BASE", dict(addr=0)), ("NPU_SET_WEIGHT_LENGTH", dict(length=len(blob))),
-               ("NPU_SET_SCALE_REGION", dict(region=2)), ("NPU_SET_SCALE_BASE", dict(addr=SCALE_OFF)),
+               ("NPU_SET_WEIGHT_BASE", dict(addr=0)),
+               ("NPU_SET_WEIGHT_LENGTH", dict(length=len(blob))),
+               ("NPU_SET_SCALE_REGION", dict(region=2)),
+               ("NPU_SET_SCALE_BASE", dict(addr=SCALE_OFF)),
                ("NPU_SET_SCALE_LENGTH", dict(length=len(sblob))),
                ("NPU_SET_OFM_SCALE", dict(round_mode="double_symmetric")),
                ("NPU_SET_ACTIVATION", {}), ("NPU_SET_ACTIVATION_MIN", dict(clip_boundary=-128)),
@@ -166,8 +169,8 @@ def check_exact(dev, x, w, bias, scales, shifts) -> tuple[bool, bool]:
 
 def torch_conv(x, w):
     """torch's float32 conv2d on the same data, as a function of no arguments."""
-    import torch.nn.functional as F
     import torch
+    import torch.nn.functional as F
 
     xt = torch.from_numpy((x.astype(np.float32) - IFM_ZP).transpose(2, 0, 1)[None].copy())
     wt = torch.from_numpy(w.astype(np.float32).transpose(0, 3, 1, 2).copy())
@@ -258,11 +261,13 @@ def main() -> int:
     print(f"conv 64->64 3x3, 64x64 int8, {macs / 1e6:.1f} M MACs (device counter agrees)")
     print(f"  device (command stream, run to IRQ): {dev_s * 1e3:8.2f} ms  "
           f"{macs / dev_s / 1e9:7.3f} GMAC/s  median of {len(times)}; best {dev_best * 1e3:.2f} ms "
-          f"{macs / dev_best / 1e9:.3f} GMAC/s (first run incl. JIT/cache load {first * 1e3:.0f} ms)")
+          f"{macs / dev_best / 1e9:.3f} GMAC/s "
+          f"(first run incl. JIT/cache load {first * 1e3:.0f} ms)")
     print(f"  the same, handed to run control's worker thread (a gdb `continue`): "
           f"{np.median(handed) * 1e3:.2f} ms median, best {min(handed) * 1e3:.2f} ms (ratio "
           f"{torch_s / np.median(handed):.4f} medians, {torch_best / min(handed):.4f} best)")
-    print(f"  torch {__import__('torch').__version__} float32 conv2d:      {torch_s * 1e3:8.2f} ms  "
+    print(f"  torch {__import__('torch').__version__} float32 conv2d:      "
+          f"{torch_s * 1e3:8.2f} ms  "
           f"{macs / torch_s / 1e9:7.3f} GMAC/s  median; best {torch_best * 1e3:.2f} ms "
           f"{macs / torch_best / 1e9:.3f} GMAC/s")
     print(f"  ratio device/torch: {torch_s / dev_s:.4f} (medians), {torch_best / dev_best:.4f} "
@@ -272,7 +277,8 @@ def main() -> int:
     if g is None:
         print("gdb-multiarch is not installed")
     else:
-        print(f"accelstub serve ethos-u85 --port 0 -> ready line {g['serve_to_ready_s'] * 1e3:.0f} ms;"
+        print(f"accelstub serve ethos-u85 --port 0 -> ready line "
+              f"{g['serve_to_ready_s'] * 1e3:.0f} ms;"
               f" gdb start -> first prompt (connected: {g['connected']}) "
               f"{g['gdb_start_to_prompt_s'] * 1e3:.0f} ms; serve -> gdb prompt "
               f"{g['serve_to_prompt_s'] * 1e3:.0f} ms")

@@ -195,18 +195,18 @@ def main() -> int:
         fast = lite.output()
         (want,) = litert_reference(src, [x])
         counters = device.dev.counters()  # of the last inference (the setup's reset clears them)
-        l, lb = float(np.median(t_lite)), min(t_lite)
+        lite_t, lb = float(np.median(t_lite)), min(t_lite)
         print(f"{NETWORK} 96x96x3 int8, Vela ethos-u85-{args.macs}: {device.prog.command_words} "
               f"command words, {counters['operations']} operations, "
               f"{counters['macs'] / 1e6:.1f} M MACs per inference; "
               f"{os.cpu_count()} cores")
-        print(f"  LiteRT {_litert_version()} default kernels: {l * 1e3:8.2f} ms median, best "
+        print(f"  LiteRT {_litert_version()} default kernels: {lite_t * 1e3:8.2f} ms median, best "
               f"{lb * 1e3:.2f} ms")
         for name, dev, ts in (("blocks", device, t_dev), ("unit by unit", units, t_units)):
             d, db = float(np.median(ts)), min(ts)
             got = dev.output()
             print(f"  device, {name + ':':13s} {d * 1e3:8.2f} ms median of {args.repeat}, best "
-                  f"{db * 1e3:.2f} ms; ratio LiteRT/device {l / d:.3f} (medians), "
+                  f"{db * 1e3:.2f} ms; ratio LiteRT/device {lite_t / d:.3f} (medians), "
                   f"{lb / db:.3f} (best of each)")
             print(f"    output: bit-exact with LiteRT BUILTIN_REF {np.array_equal(got, want)}; "
                   f"differs from the default kernels in "
@@ -219,7 +219,7 @@ def main() -> int:
             k, kb = float(np.median(totals)), min(totals)
             print(f"  kernels alone: {len(calls)} calls, {k * 1e3:.2f} ms median, best "
                   f"{kb * 1e3:.2f} ms ({k / float(np.median(t_dev)):.0%} of the blocks run); "
-                  f"ratio LiteRT/kernels {l / k:.3f} (medians), {lb / kb:.3f} (best of each)")
+                  f"ratio LiteRT/kernels {lite_t / k:.3f} (medians), {lb / kb:.3f} (best of each)")
             for name, t in sorted(per.items(), key=lambda kv: -kv[1]):
                 n = sum(c[0] == name for c in calls)
                 print(f"    {name:20s} {n:3d} calls {t * 1e3:6.3f} ms")

@@ -27,12 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
-from machine import machine_line
-
 from accelstub.evaluation import Evaluator, evaluate
 from accelstub.testkit import max78000_build as mb
 from accelstub.testkit.ethosu85_models import compile_with_vela
 from accelstub.testkit.ethosu85_networks import build_network
+from machine import machine_line
 
 
 def cases(tmp: Path) -> list[tuple[str, str, Path | None]]:

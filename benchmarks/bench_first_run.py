@@ -24,10 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from machine import machine_line
-
 from accelstub.devices import DEVICES
 from accelstub.testkit.max78000_build import build, mnist_shapes_network
+from machine import machine_line
 
 MNIST = mnist_shapes_network()
 

@@ -6,10 +6,10 @@ reference on the same machine when qemu-system-arm is installed.
     python benchmarks/bench_gdb.py --rounds 5 --baseline /tmp/before   # before/after
 
 Prints: `dump binary memory` of 512 KiB of MAX78000 data SRAM (MB/s), 4-byte reads per second from
-GDB's Python API, register reads (`p` packets through `maint packet`) per second, time from `accelstub serve` to an
-accepted gdb connection, and the server's RSS idle and its peak (VmHWM) after the dump; each
-against gdb's floor (FLOOR_STUB: what gdb costs per request) and QEMU's gdbstub.
-Not a test: nothing here asserts a speed.
+GDB's Python API, register reads (`p` packets through `maint packet`) per second, time from
+`accelstub serve` to an accepted gdb connection, and the server's RSS idle and its peak (VmHWM)
+after the dump; each against gdb's floor (FLOOR_STUB: what gdb costs per request) and QEMU's
+gdbstub. Not a test: nothing here asserts a speed.
 """
 from __future__ import annotations
 

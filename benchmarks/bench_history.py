@@ -7,10 +7,10 @@ MAX78000 MNIST-shaped network and on Ethos-U85 MobileNet v2 (Vela, ethos-u85-256
 Each inference is run twice in alternation, history off and history on, in this thread
 (RunControl.run_here), warm; the start of a history (one copy of every memory, the shadow) is
 paid once per history and timed apart; the run without history follows a copy of the same
-size (evict), so both start with the caches the copy leaves. Reverse steps are timed after a stepi run (each step back
-undoes one unit) and after a continue (the first step back replays the block the fast path ran
-at once, unit by unit; the next ones undo one unit each). Not a test: nothing here asserts a
-speed; the goal is at most 10 % added to a continue.
+size (evict), so both start with the caches the copy leaves. Reverse steps are timed after a
+stepi run (each step back undoes one unit) and after a continue (the first step back replays
+the block the fast path ran at once, unit by unit; the next ones undo one unit each). Not a
+test: nothing here asserts a speed; the goal is at most 10 % added to a continue.
 """
 from __future__ import annotations
 
@@ -21,11 +21,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+from bench_max78000 import load, time_layers
+
 from accelstub.devices.history import DEFAULT_BUDGET_MIB
 from accelstub.devices.host import apply_steps
 from accelstub.devices.max78000.datapath import sram_address
 from accelstub.testkit.max78000_build import mnist_shapes_network
-from bench_max78000 import load, time_layers
 from machine import machine_line
 
 
@@ -68,7 +69,8 @@ def report(name: str, off: list[float], on: list[float], begin: list[float], mem
     print(f"  reverse step after stepi: {np.median(after_steps) * 1e3:.3f} ms median, "
           f"max {max(after_steps) * 1e3:.3f} ms")
     print(f"  reverse step after continue: first {after_cont[0] * 1e3:.2f} ms (replays the "
-          f"last block if the fast path ran one), then {np.median(after_cont[1:]) * 1e3:.3f} ms median")
+          f"last block if the fast path ran one), then "
+          f"{np.median(after_cont[1:]) * 1e3:.3f} ms median")
 
 
 def bench_max78000(tmp: str, repeat: int) -> None:
@@ -117,9 +119,10 @@ def bench_max78000(tmp: str, repeat: int) -> None:
 
 
 def bench_mobilenet(tmp: Path, repeat: int) -> None:
+    from bench_ethosu85_mobilenet import Device, compile_network
+
     from accelstub.devices.ethos_u85.vela import place_vela_program
     from accelstub.testkit.ethosu85_models import sample_inputs
-    from bench_ethosu85_mobilenet import Device, compile_network
 
     src, out = compile_network(tmp, 256)
     (x,) = sample_inputs(src.read_bytes())
@@ -165,7 +168,8 @@ def bench_mobilenet(tmp: Path, repeat: int) -> None:
     o, r = float(np.median(u_off)), float(np.median(u_on))
     print(f"  unit by unit (no blocks, as with a watchpoint set): off {o * 1e3:.2f} ms, on "
           f"{r * 1e3:.2f} ms: {(r / o - 1) * 100:+.1f} %; best of each {min(u_off) * 1e3:.2f} / "
-          f"{min(u_on) * 1e3:.2f} ms: {(min(u_on) / min(u_off) - 1) * 100:+.1f} %; memory {u_mem[2] / max(1, u_mem[1]) / 1024:.1f} "
+          f"{min(u_on) * 1e3:.2f} ms: {(min(u_on) / min(u_off) - 1) * 100:+.1f} %; "
+          f"memory {u_mem[2] / max(1, u_mem[1]) / 1024:.1f} "
           f"KiB per unit")
 
 

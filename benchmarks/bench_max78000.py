@@ -26,15 +26,14 @@ from pathlib import Path
 
 import numpy as np
 
-from machine import machine_line
-
 from accelstub.devices import open_device
-from accelstub.testkit.max78000_build import Layer, Network, build, mnist_shapes_network
-from accelstub.devices.max78000.datapath import sram_address
 from accelstub.devices.host import CheckWords, HostProgram, WaitIrq, apply_steps
 from accelstub.devices.max78000.ai8x import import_ai8x_project
+from accelstub.devices.max78000.datapath import sram_address
 from accelstub.devices.runcontrol import RunControl
 from accelstub.stub.program import run_to_end
+from accelstub.testkit.max78000_build import Layer, Network, build, mnist_shapes_network
+from machine import machine_line
 
 
 def load(net: Network, tmp: str, seed: int = 1):
@@ -81,7 +80,8 @@ def macs(net: Network) -> int:
     total, c, h, w = 0, net.in_channels, net.in_rows, net.in_cols
     for lay in net.layers:
         if lay.pool != "none":
-            h, w = (h - lay.pool_size) // lay.pool_stride + 1, (w - lay.pool_size) // lay.pool_stride + 1
+            h = (h - lay.pool_size) // lay.pool_stride + 1
+            w = (w - lay.pool_size) // lay.pool_stride + 1
         h, w = h + 2 * lay.pad - lay.kernel + 1, w + 2 * lay.pad - lay.kernel + 1
         total += h * w * lay.out_channels * c * lay.kernel * lay.kernel
         c = lay.out_channels

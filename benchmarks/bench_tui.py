@@ -133,8 +133,8 @@ class TuiProcess:
 def start_stub(tmp: str):
     """The stub serving the workload (module doc) and the program's CNN_ISR and start writes
     that arm it again after a run."""
-    from accelstub.testkit.max78000_build import Layer, Network, build
     from accelstub.devices.max78000.ai8x import import_ai8x_project
+    from accelstub.testkit.max78000_build import Layer, Network, build
     from accelstub.tui.app import StubProcess
 
     net = Network(64, 64, 64, [Layer(64, kernel=3, pad=1, shift=-3, activation="relu")

@@ -45,9 +45,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests load this file by path
-from machine import machine_line  # noqa: E402
-
 from accelstub.testkit import port_fuzz as fuzz_ports  # noqa: E402
+from machine import machine_line  # noqa: E402
 
 DEVICES = fuzz_ports.DEVICES
 EOM = b"\x1a"
@@ -122,7 +121,7 @@ class Client:
     kind = ""
 
     def __init__(self, port: int, rng: random.Random, units: list[int], ranges, deadline: float,
-                 budget: "Budget") -> None:
+                 budget: Budget) -> None:
         self.port, self.rng, self.units, self.ranges = port, rng, units, ranges
         self.deadline, self.budget = deadline, budget
         self.ops = 0

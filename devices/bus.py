@@ -7,7 +7,7 @@ populated range; anything else raises :class:`BusError` naming the first bad add
 from __future__ import annotations
 
 import bisect
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 

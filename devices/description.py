@@ -13,10 +13,11 @@ import bisect
 import functools
 import re
 import tomllib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from .errors import DescriptionError, RegisterNotFound
 
@@ -354,7 +355,8 @@ def _parse_register(d: dict, where: str, src: str) -> RegisterDef:
     names = [f.name for f in fields]
     if len(set(names)) != len(names):
         raise DescriptionError(src, where, "two fields have the same name")
-    rdef = RegisterDef(d["name"], _int(d["offset"], where, src), _int(d.get("count", 1), where, src),
+    rdef = RegisterDef(d["name"], _int(d["offset"], where, src),
+                       _int(d.get("count", 1), where, src),
                        _int(d.get("stride", 4), where, src), user_doc(d.get("doc", "")), fields,
                        tuple(d.get("aliases", ())), nbits, bool(d.get("banked", False)))
     if "reset" in d and "field" in d:
@@ -534,7 +536,8 @@ def parse_description(data: dict, source: str) -> Description:
                 raise DescriptionError(src, f"block {blk.kind_name!r} register {reg.name!r}",
                                        f"address {reg.address:#010x} is in no populated "
                                        f"registers region")
-    return Description(dev["name"], dev.get("title", dev["name"]), src, user_doc(dev.get("doc", "")),
+    return Description(dev["name"], dev.get("title", dev["name"]), src,
+                       user_doc(dev.get("doc", "")),
                        dev.get("cpu_name", dev["name"]), tuple(regions), tuple(blocks),
                        pc_doc=user_doc(dev.get("pc_doc", "")))
 
@@ -547,7 +550,7 @@ def load_description(name_or_path: str | Path) -> Description:
     return _bundled(str(name_or_path))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _bundled(name: str) -> Description:
     """A bundled description, parsed once per process (descriptions are immutable; every
     device opened afterwards shares it)."""

@@ -39,9 +39,10 @@ from __future__ import annotations
 
 import copy
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -219,7 +220,7 @@ class DeviceSpec:
     #: commands this device adds to the CLI
     tools: tuple[DeviceTool, ...] = ()
 
-    def create(self, **options: object) -> "Device":
+    def create(self, **options: object) -> Device:
         import importlib
 
         module, cls = self.factory.split(":")
@@ -257,7 +258,8 @@ class Device:
         self._emu_regs = {r.name: r for r in description.registers if r.block == "emu"}
         for name in self._emu_regs:
             self.regs.on_read(name, self._read_emu)
-        self._program_window = next((r for r in description.regions if r.name == "emu_program"), None)
+        self._program_window = next((r for r in description.regions if r.name == "emu_program"),
+                                    None)
         if self._program_window is not None:  # word k reads k (DESIGN.md "pc": the program window)
             mem = self.bus.memories[self._program_window.name]
             mem.data.view("<u4")[:] = np.arange(self._program_window.size // 4, dtype="<u4")
@@ -283,7 +285,7 @@ class Device:
         return []
 
     # -- optional capabilities (defaults) ------------------------------------------------------
-    def unit_tensors(self, index: int) -> "tuple[TensorSpec, ...]":
+    def unit_tensors(self, index: int) -> tuple[TensorSpec, ...]:
         """The input and output tensors of unit ``index`` of :meth:`units` (DESIGN.md "Unit
         tensors"): names, shapes in the layout of the toolchain that made the program, and
         where each element lies (:mod:`.tensors`). Inputs first ("input", "input2" for a second
@@ -292,7 +294,7 @@ class Device:
         self.check_unit(index)
         return ()
 
-    def program_io(self) -> "tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]":
+    def program_io(self) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
         """(inputs, outputs) of the whole program, where a dataset run (api/evaluation.py)
         writes a sample and reads the result. Default: the "input" of the first unit that
         declares tensors and the "output" of the last (a unit declaring none, a weight DMA, is
@@ -301,7 +303,7 @@ class Device:
         a first unit may cover only part of the input (a stripe)."""
         units = self.units()
 
-        def find(name: str, order) -> tuple["TensorSpec", ...]:
+        def find(name: str, order) -> tuple[TensorSpec, ...]:
             for i in order:
                 specs = self.unit_tensors(i)
                 if specs:
@@ -342,12 +344,12 @@ class Device:
         FIFO pop, a queue acquire); host programs poll through it."""
         return self.read(addr, size)
 
-    def load_program(self, path: Path, options: ProgramOptions) -> "HostProgram | None":
+    def load_program(self, path: Path, options: ProgramOptions) -> HostProgram | None:
         """Import a program the user brings (a vendor tool's output) as a host program, or None
         when ``path`` is not this device's format (the stub then reads a command script)."""
         return None
 
-    def layer_references(self, path: Path, inputs: list[np.ndarray]) -> "list[LayerReference]":
+    def layer_references(self, path: Path, inputs: list[np.ndarray]) -> list[LayerReference]:
         """The user's reference file ``path`` as per-unit references for the per-layer diff
         (issue 27, devices/layer_diff.py). Default: the generic .npz (layer_diff.npz_references:
         keys are unit indexes or labels, arrays in the unit tensor's layout or the one a
@@ -359,7 +361,7 @@ class Device:
 
         return npz_references(self, path)
 
-    def program_started(self, host: "HostProgram") -> None:
+    def program_started(self, host: HostProgram) -> None:
         """``host`` now drives the device (HostProgram.start): a device that lists its program
         from the driver's plan (HostProgram.plan) takes it here."""
 

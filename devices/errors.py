@@ -76,7 +76,7 @@ class RegisterNotFound(TargetError, KeyError):
         super().__init__(self.message)
 
     @classmethod
-    def among(cls, name: str, device: str, names: Iterable[str]) -> "RegisterNotFound":
+    def among(cls, name: str, device: str, names: Iterable[str]) -> RegisterNotFound:
         """The error for ``name`` with the close matches among ``names`` (case-insensitive)."""
         names = list(names)
         by_upper = {n.upper(): n for n in names}

@@ -9,10 +9,11 @@ every CHECKPOINT_S of a long run): an :class:`Entry` with the small state of the
 (model state, counters, scratch core registers, the host program's position), the old value of
 every register written since (RegisterFile.log: a boundary costs the registers that changed,
 not a copy of the thousands a device has) and the shadow's bytes of every range written since
-(the contents *before*); the shadow then takes the new bytes. Besides the units' ranges, every bus write since the boundary counts (the host
-program's stores: ``Bus.write_log``), and a memory whose change counter moved with no range
-recorded in it is compared with its shadow whole. What the debugger changes while halted is
-recorded at the start of the next run as an entry without units.
+(the contents *before*); the shadow then takes the new bytes. Besides the units' ranges, every
+bus write since the boundary counts (the host program's stores: ``Bus.write_log``), and a memory
+whose change counter moved with no range recorded in it is compared with its shadow whole. What
+the debugger changes while halted is recorded at the start of the next run as an entry without
+units.
 
 Going back undoes the newest entry: its bytes into memory and shadow, its registers' old
 values and its small state back. An
@@ -27,8 +28,9 @@ from __future__ import annotations
 import itertools
 import time
 from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -51,6 +53,8 @@ CHECKPOINT_S = 0.05
 #: what one logged register costs (a dict item): rough figures for the budget
 ENTRY_OVERHEAD = 4096
 REG_BYTES = 100
+#: a boundary's small state (RunControl._boundary_state: model state, counters, core, host mark)
+State = dict[str, Any]
 #: bytes of the shadow's chunks that are copied only when not all zero (_sparse_copy)
 SHADOW_CHUNK = 1 << 16
 
@@ -98,9 +102,9 @@ class Entry:
     of the fast path, one with ``partial`` for a unit cut short. ``reads``: what a single unit
     read (for read watchpoints going back); None for a block, whose reads are not known."""
 
-    state: dict
+    state: State
     regs: dict[int, int]
-    undo: list[tuple["Memory", int, np.ndarray]]
+    undo: list[tuple[Memory, int, np.ndarray]]
     units: list[tuple[int, list[tuple[int, int]]]]
     reads: list[tuple[int, int]] | None
     partial: bool = False
@@ -115,22 +119,22 @@ class Entry:
 class History:
     """The recorded boundaries of one device (owned by its RunControl)."""
 
-    bus: "Bus"
-    regs: "RegisterFile"
+    bus: Bus
+    regs: RegisterFile
     #: bytes; 0: recording off (a bare RunControl: `accelstub run`, eval, benchmarks); the
     #: server turns it on (StubServer, ``--history-mib``), where a client can go back
     budget: int = 0
     entries: deque[Entry] = field(default_factory=deque)
     #: the small state of the current boundary (the ``state`` of the next entry)
-    pending: dict | None = None
-    #: memory contents at the current boundary, by memory name
-    shadow: dict[str, np.ndarray] | None = None
+    pending: State | None = None
+    #: memory contents at the current boundary, by memory name (empty until begin())
+    shadow: dict[str, np.ndarray] = field(default_factory=dict)
     versions: dict[str, int] = field(default_factory=dict)
     #: each memory stack's change counter when last looked at (Bus.stack_versions): a stack
     #: whose counter did not move has no memory to look at (the MAX78000 has 148 memories)
     stack_seen: dict[str, int] = field(default_factory=dict)
     #: the memories in no stack
-    loose: list["Memory"] = field(default_factory=list)
+    loose: list[Memory] = field(default_factory=list)
     size: int = 0
     #: transitions dropped from the old end for the budget since the history began
     dropped: int = 0
@@ -155,13 +159,13 @@ class History:
         device changed in a way no entry records); the next run starts a new history."""
         self.entries.clear()
         self.units, self.reads, self.partial = [], None, False
-        self.pending = self.shadow = None
+        self.pending, self.shadow = None, {}
         self.versions = {}
         self.size = self.dropped = 0
         self.bus.write_log = None
         self.regs.log = None
 
-    def begin(self, state: dict) -> None:
+    def begin(self, state: State) -> None:
         """Start recording at the current boundary, whose small state is ``state``: one copy of
         every memory (the shadow), the only whole-memory cost, paid once per history."""
         self.clear()
@@ -175,7 +179,7 @@ class History:
         self.t_mark = time.perf_counter()
 
     # -- recording ---------------------------------------------------------------------------
-    def note(self, pc: int, touched: "Touched", partial: bool = False) -> None:
+    def note(self, pc: int, touched: Touched, partial: bool = False) -> None:
         """A unit that started at ``pc`` ran (``partial``: it stopped part-way)."""
         self.units.append((pc, touched.writes))
         self.reads = touched.reads if len(self.units) == 1 else None
@@ -190,9 +194,10 @@ class History:
         """Whether the run has gone on CHECKPOINT_S since the current boundary."""
         return time.perf_counter() - self.t_mark >= CHECKPOINT_S
 
-    def record(self, state: dict) -> None:
+    def record(self, state: State) -> None:
         """Close the transition from the current boundary over the units noted since, at the
         new boundary whose small state is ``state``."""
+        assert self.pending is not None, "record() before begin()"
         units, reads, partial = self.units, self.reads, self.partial
         self.units, self.reads, self.partial = [], None, False
         log = self.bus.write_log or []
@@ -210,7 +215,7 @@ class History:
             self.size -= self.entries.popleft().size
             self.dropped += 1
 
-    def _take(self, ranges: list[tuple[int, int]]) -> list[tuple["Memory", int, np.ndarray]]:
+    def _take(self, ranges: list[tuple[int, int]]) -> list[tuple[Memory, int, np.ndarray]]:
         """For each memory piece of ``ranges``: its shadow bytes (before), then the shadow
         updated to the memory's bytes now; plus every memory whose change counter moved with
         no range recorded in it, compared with its shadow whole."""
@@ -229,7 +234,7 @@ class History:
                 out += self._diff(mem)
         return out
 
-    def _changed(self) -> list["Memory"]:
+    def _changed(self) -> list[Memory]:
         """The memories whose change counter moved since it was last looked at."""
         bus, versions, out = self.bus, self.versions, []
         for key, members in bus.stack_members.items():
@@ -239,7 +244,7 @@ class History:
                 out += [m for m in members if m.version != versions[m.region.name]]
         return out + [m for m in self.loose if m.version != versions[m.region.name]]
 
-    def _diff(self, mem: "Memory") -> list[tuple["Memory", int, np.ndarray]]:
+    def _diff(self, mem: Memory) -> list[tuple[Memory, int, np.ndarray]]:
         name = mem.region.name
         changed = np.flatnonzero(self.shadow[name] != mem.data)
         if not changed.size:
@@ -249,7 +254,7 @@ class History:
         self.shadow[name][lo:hi] = mem.data[lo:hi]
         return [(mem, lo, old)]
 
-    def _pieces(self, ranges: list[tuple[int, int]]):
+    def _pieces(self, ranges: list[tuple[int, int]]) -> Iterator[tuple[Memory, int, int]]:
         """(memory, offset, length) of the memory parts of ``ranges`` (register windows and
         unmapped gaps skipped: registers are in every entry's small state)."""
         bus, region = self.bus, None
@@ -266,7 +271,7 @@ class History:
                 s = stop
 
     # -- going back ------------------------------------------------------------------------
-    def settle(self, apply_state: Callable[[dict], None]) -> None:
+    def settle(self, apply_state: Callable[[State], None]) -> None:
         """Back to the current boundary exactly: what changed since it without a transition
         recorded (the debugger's writes while halted, a host step at the start of a run that
         ran no unit) is undone, as stepping back over the next unit would undo it too."""
@@ -280,9 +285,10 @@ class History:
             self.versions[mem.region.name] = mem.version
         self.regs.put_back(self.regs.log or {})
         self.regs.log = {}
+        assert self.pending is not None, "settle() before begin()"
         apply_state(self.pending)
 
-    def undo_last(self, apply_state: Callable[[dict], None]) -> Entry:
+    def undo_last(self, apply_state: Callable[[State], None]) -> Entry:
         """Undo the newest transition: its memory bytes back, the boundary's small state
         through ``apply_state``; returns the entry."""
         entry = self.entries.pop()

@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from .errors import BusError, DeviceError
 from .ranges import merge_ranges
@@ -48,10 +49,10 @@ class Step:
 
     where: str = ""
 
-    def run(self, hp: "HostProgram") -> bool:
+    def run(self, hp: HostProgram) -> bool:
         raise NotImplementedError
 
-    def waiting_for(self, hp: "HostProgram") -> str:
+    def waiting_for(self, hp: HostProgram) -> str:
         """What a blocked step waits for, for the stuck message."""
         return "nothing"
 
@@ -66,7 +67,7 @@ class Write(Step):
     op: str = "="
     where: str = ""
 
-    def run(self, hp: "HostProgram") -> bool:
+    def run(self, hp: HostProgram) -> bool:
         dev = hp.device
         if self.op == "=":
             dev.write(self.address, self.data)
@@ -90,18 +91,18 @@ class Poll(Step):
     where: str = ""
     name: str = ""
 
-    def _value(self, hp: "HostProgram") -> int:
+    def _value(self, hp: HostProgram) -> int:
         return int.from_bytes(hp.device.host_read(self.address, self.size), "little")
 
-    def run(self, hp: "HostProgram") -> bool:
+    def run(self, hp: HostProgram) -> bool:
         return self._value(hp) & self.mask == self.expected
 
-    def waiting_for(self, hp: "HostProgram") -> str:
+    def waiting_for(self, hp: HostProgram) -> str:
         what = self.name or f"{self.address:#010x}"
         return (f"{what} & {self.mask:#x} == {self.expected:#x} (reads "
                 f"{self.device_value(hp):#x})")
 
-    def device_value(self, hp: "HostProgram") -> int:
+    def device_value(self, hp: HostProgram) -> int:
         """The value as the debugger sees it (no side effects), for messages."""
         return int.from_bytes(hp.device.read(self.address, self.size), "little")
 
@@ -113,13 +114,13 @@ class WaitIrq(Step):
     line: str
     where: str = ""
 
-    def run(self, hp: "HostProgram") -> bool:
+    def run(self, hp: HostProgram) -> bool:
         if hp.pending[self.line] > 0:
             hp.pending[self.line] -= 1
             return True
         return False
 
-    def waiting_for(self, hp: "HostProgram") -> str:
+    def waiting_for(self, hp: HostProgram) -> str:
         return f"interrupt {self.line}"
 
 
@@ -128,10 +129,10 @@ class Check(Step):
     """Check the result (a known answer, a CRC): ``check(hp)`` returns a CheckResult, or None
     for a check that reports only failures (a driver's status check on the way)."""
 
-    check: Callable[["HostProgram"], CheckResult | None]
+    check: Callable[[HostProgram], CheckResult | None]
     where: str = ""
 
-    def run(self, hp: "HostProgram") -> bool:
+    def run(self, hp: HostProgram) -> bool:
         result = self.check(hp)
         if result is not None:
             hp.results.append(result)
@@ -143,10 +144,10 @@ class Call(Step):
     """A driver action the step forms above do not express (a vendor runtime's setup of many
     registers and memories): ``action(hp)`` acts on ``hp.device``."""
 
-    action: Callable[["HostProgram"], None]
+    action: Callable[[HostProgram], None]
     where: str = ""
 
-    def run(self, hp: "HostProgram") -> bool:
+    def run(self, hp: HostProgram) -> bool:
         self.action(hp)
         return True
 
@@ -159,7 +160,7 @@ class CheckWords(Step):
     expected: list[tuple[int, int, int]]
     where: str = ""
 
-    def run(self, hp: "HostProgram") -> bool:
+    def run(self, hp: HostProgram) -> bool:
         dev = hp.device
         for addr, exp, mask in self.expected:
             got = int.from_bytes(dev.read(addr, 4), "little") & mask
@@ -215,10 +216,10 @@ class HostProgram:
         self.reported = False  # run control has reported the program's end
         #: called after every whole unit with (this program, the unit's Touched): an importer's
         #: per-unit check, which must read what the unit wrote before a later unit reuses it
-        self.on_unit: Callable[["HostProgram", "Touched"], None] | None = None
+        self.on_unit: Callable[[HostProgram, Touched], None] | None = None
 
     # -- run control's side ---------------------------------------------------------------------
-    def start(self, device: "Device") -> None:
+    def start(self, device: Device) -> None:
         """Bind to ``device`` (interrupt levels now are the baseline: a line already high is not
         an event)."""
         self.device = device
@@ -263,7 +264,7 @@ class HostProgram:
         self.history.extend(units)
         self._take_interrupts()
 
-    def unit_ran(self, pc: int, touched: "Touched") -> None:
+    def unit_ran(self, pc: int, touched: Touched) -> None:
         """After a unit: record what it wrote, then take the interrupts that rose (ISR steps
         run at once, one pending event per rise)."""
         if not touched.partial:
@@ -354,7 +355,7 @@ class HostProgram:
             raise _step_error(step, e) from None
 
 
-def plan_units(host: HostProgram, device: "Device", retire: Callable[["Device"], str | None],
+def plan_units(host: HostProgram, device: Device, retire: Callable[[Device], str | None],
                limit: int) -> list[str]:
     """The summaries of the units ``host`` makes ``device`` run, in program order, at most
     ``limit``: the driver's register steps played on ``device`` (a fresh one, thrown away), each
@@ -386,7 +387,7 @@ def plan_units(host: HostProgram, device: "Device", retire: Callable[["Device"],
     return out
 
 
-def apply_steps(device: "Device", steps: list[Step]) -> None:
+def apply_steps(device: Device, steps: list[Step]) -> None:
     """Run steps that cannot block (writes) on ``device`` outside a program: the benchmarks'
     and tests' way to re-arm a loaded program."""
     hp = HostProgram("steps", steps)
@@ -396,7 +397,7 @@ def apply_steps(device: "Device", steps: list[Step]) -> None:
         raise _step_error(steps[hp.pos], f"blocks: waits for {steps[hp.pos].waiting_for(hp)}")
 
 
-def unit_output(device: "Device", writes: list[tuple[int, int]]) -> bytes:
+def unit_output(device: Device, writes: list[tuple[int, int]]) -> bytes:
     """The bytes a unit wrote (its Touched.writes, merged, in address order), read back right
     after it: what ``run -v`` checksums and the per-operation reference holds. Read at once,
     since a later unit may reuse the memory (Vela's arena)."""

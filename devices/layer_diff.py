@@ -11,9 +11,10 @@ from __future__ import annotations
 import io
 import weakref
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -97,7 +98,8 @@ class LayerDiff:
         """Whether the unit departs from its reference beyond what a rule explains."""
         if self.crc is not None:
             return self.crc[0] != self.crc[1]
-        return bool(self.differing) and self.differing > self.explained
+        d = self.differing
+        return d is not None and d != 0 and d > self.explained
 
     def line(self) -> str:
         """The one diff line of this unit (CLI, ``monitor diff``, the divergence stop)."""
@@ -117,7 +119,7 @@ class LayerDiff:
                      f"; {self.explained} explained")
         return text + ("  DIVERGES" if self.diverges else "")
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, Any]:
         return {"index": self.index, "label": self.label, "reference": self.reference,
                 "tensor": self.tensor, "layout": self.layout, "shape": list(self.shape),
                 "differing": self.differing, "max_abs_diff": self.max_abs_diff,
@@ -127,19 +129,22 @@ class LayerDiff:
                 "part": self.part or None, "diverges": self.diverges}
 
 
-def compare(ref: LayerReference, spec: "TensorSpec", got: np.ndarray, label: str) -> LayerDiff:
+def compare(ref: LayerReference, spec: TensorSpec, got: np.ndarray, label: str) -> LayerDiff:
     """Compare the device's tensor ``got`` (in ``spec``'s layout) with ``ref``, element by
     element in int64 (no wrap-around can hide a difference)."""
-    base = dict(index=ref.unit, label=label, reference=ref.name, tensor=spec.name,
-                layout=spec.layout, shape=tuple(spec.shape))
+    def result(**found: Any) -> LayerDiff:
+        return LayerDiff(index=ref.unit, label=label, reference=ref.name, tensor=spec.name,
+                         layout=spec.layout, shape=tuple(spec.shape), **found)
+
     if ref.crc is not None:
-        fn, want = ref.crc
-        return LayerDiff(**base, differing=None, max_abs_diff=None, first_index=None,
-                         crc=(int(want), int(fn(got))))
+        fn, crc = ref.crc
+        return result(differing=None, max_abs_diff=None, first_index=None,
+                      crc=(int(crc), int(fn(got))))
     want = np.asarray(ref.array)
     if want.shape != got.shape:
         raise DeviceError(f"reference {ref.name!r}: shape {want.shape}, {label}'s {spec.name} "
                           f"is {got.shape} ({spec.layout})")
+    diff: np.ndarray  # float64 or int64
     if np.issubdtype(got.dtype, np.floating) or np.issubdtype(want.dtype, np.floating):
         # a float tensor (an Ethos-U85 CPU operator's DEQUANTIZE/NEG output) compares exactly,
         # as floats: int64 would truncate a difference away; NaN differs from everything
@@ -151,22 +156,22 @@ def compare(ref: LayerReference, spec: "TensorSpec", got: np.ndarray, label: str
         mask = diff != 0
     n = int(np.count_nonzero(mask))
     if n == 0:
-        return LayerDiff(**base, differing=0, max_abs_diff=0, first_index=None)
+        return result(differing=0, max_abs_diff=0, first_index=None)
     explained = np.zeros_like(mask)
     if ref.explain is not None:
-        explained = np.asarray(ref.explain(got, want), dtype=bool) & mask
+        explained = np.asarray(ref.explain(got, want), dtype=np.bool_) & mask
     open_ = mask & ~explained
     shown = open_ if open_.any() else mask
     first = np.argwhere(shown)[0]
     biggest = np.abs(diff).max()
-    return LayerDiff(**base, differing=n, max_abs_diff=float(biggest)
-                     if diff.dtype.kind == "f" else int(biggest),
-                     first_index=tuple(int(i) for i in first),
-                     explained=int(np.count_nonzero(explained)), rule=ref.rule,
-                     part=ref.part(shown) if ref.part is not None else "")
+    return result(differing=n, max_abs_diff=float(biggest)
+                  if diff.dtype.kind == "f" else int(biggest),
+                  first_index=tuple(int(i) for i in first),
+                  explained=int(np.count_nonzero(explained)), rule=ref.rule,
+                  part=ref.part(shown) if ref.part is not None else "")
 
 
-def unit_spec(device: "Device", ref: LayerReference) -> "TensorSpec":
+def unit_spec(device: Device, ref: LayerReference) -> TensorSpec:
     """The declared tensor ``ref`` is compared with; DeviceError naming the unit if none."""
     for spec in device.unit_tensors(ref.unit):
         if spec.name == ref.tensor:
@@ -180,7 +185,7 @@ class LayerDiffer:
     :meth:`attach`), and keeps the table so far. ``stop``: a unit that diverges stops the run
     after it (the divergence breakpoint of ``monitor diff load``); off with ``--all``."""
 
-    def __init__(self, device: "Device", references: list[LayerReference],
+    def __init__(self, device: Device, references: list[LayerReference],
                  source: str = "", stop: bool = True) -> None:
         self.device = device
         self.source = source
@@ -190,13 +195,14 @@ class LayerDiffer:
             self.by_unit.setdefault(r.unit, []).append(r)
         self.results: list[LayerDiff] = []
         self._index: dict[int, int] = {}
-        self._rc: "RunControl | None" = None
+        self._rc: RunControl | None = None
         # each referenced tensor's declaration and its unit's label, taken once before the
         # run: a declaration is the program's (it does not change as units run), and finding
         # it again after every unit cost more than the unit on Ethos-U85 (a stream decode)
         units = device.units()
         self._labels = {k: units[k].label for k in self.by_unit if k < len(units)}
-        self._specs: dict[tuple[int, str], tuple["TensorSpec", tuple]] = {}
+        self._specs: dict[tuple[int, str],
+                          tuple[TensorSpec, tuple[list[tuple[int, int]], np.ndarray]]] = {}
         for r in references:
             try:
                 spec = unit_spec(device, r)
@@ -236,7 +242,7 @@ class LayerDiffer:
         return self._index.get(pc)
 
     # -- on a run control ------------------------------------------------------------------
-    def attach(self, rc: "RunControl") -> None:
+    def attach(self, rc: RunControl) -> None:
         """Compare after every unit ``rc`` runs (a unit listener: run control then runs unit
         by unit), and remember this differ as ``rc``'s (:func:`differ_of`)."""
         self.detach()
@@ -251,7 +257,7 @@ class LayerDiffer:
                 del _DIFFERS[self._rc]
             self._rc = None
 
-    def _after_unit(self, done: int) -> "Stop | None":
+    def _after_unit(self, done: int) -> Stop | None:
         rc = self._rc
         if rc is None or rc.last_touched is None or rc.last_touched.partial:
             return None
@@ -279,17 +285,17 @@ class LayerDiffer:
                         f"first divergence at {self.device.unit_name} {first}"))
         return "\n".join(lines)
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, Any]:
         """The ``--json`` form (issue 27 point 1)."""
         return {"layers": [d.as_json() for d in self.results],
                 "first_divergence": self.first_divergence}
 
 
 #: the differ attached to each run control (``monitor diff load``), without a field on it
-_DIFFERS: "weakref.WeakKeyDictionary[RunControl, LayerDiffer]" = weakref.WeakKeyDictionary()
+_DIFFERS: weakref.WeakKeyDictionary[RunControl, LayerDiffer] = weakref.WeakKeyDictionary()
 
 
-def differ_of(rc: "RunControl") -> LayerDiffer | None:
+def differ_of(rc: RunControl) -> LayerDiffer | None:
     return _DIFFERS.get(rc)
 
 
@@ -311,7 +317,7 @@ def read_npz(path: Path) -> dict[str, np.ndarray]:
         raise ReferenceFileError(f"{path}: not a readable .npz: {e}") from None
 
 
-def to_spec_layout(array: np.ndarray, layout: str, spec: "TensorSpec", where: str) -> np.ndarray:
+def to_spec_layout(array: np.ndarray, layout: str, spec: TensorSpec, where: str) -> np.ndarray:
     """``array`` given in ``layout`` (letters of N, C, H, W) in the layout of ``spec``; a batch
     axis must be 1. Integers only: the device's tensors are quantized."""
     arr = np.asarray(array)
@@ -339,7 +345,7 @@ def to_spec_layout(array: np.ndarray, layout: str, spec: "TensorSpec", where: st
     return spec.to_layout(chw.astype(np.int64))
 
 
-def npz_references(device: "Device", path: Path) -> list[LayerReference]:
+def npz_references(device: Device, path: Path) -> list[LayerReference]:
     """The generic .npz (issue 27 point 2): one array per unit, its key the unit's index
     ("3") or label as ``units()`` lists it ("layer 3"), ``:input`` appended for a tensor other
     than "output" ("3:input"). Each array is in the layout of the unit's declared tensor, or
@@ -380,13 +386,13 @@ def npz_references(device: "Device", path: Path) -> list[LayerReference]:
     return sorted(refs, key=lambda r: r.unit)
 
 
-def input_tensors(device: "Device") -> list[np.ndarray]:
+def input_tensors(device: Device) -> list[np.ndarray]:
     """The program's input tensors as they are in memory now (Device.program_io), for the
     readers that run the framework themselves (Device.layer_references)."""
     return [read_tensor(s, device.read) for s in device.program_io()[0]]
 
 
-def start_diff(rc: "RunControl", path: Path, stop: bool = True) -> LayerDiffer:
+def start_diff(rc: RunControl, path: Path, stop: bool = True) -> LayerDiffer:
     """Read the reference file ``path`` for ``rc``'s device and its loaded program (the
     device's reader, Device.layer_references, given the program's inputs as they are now,
     before the run) and compare every later unit with it (``stop``: halt after the first

@@ -15,7 +15,8 @@ from __future__ import annotations
 import functools
 import operator
 from collections import Counter
-from typing import Callable, TypeVar
+from collections.abc import Callable
+from typing import TypeVar
 
 from .description import BlockInstance, Description, Field, Register
 from .errors import DeviceError

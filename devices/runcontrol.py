@@ -26,7 +26,7 @@ import threading
 import time
 import traceback
 import weakref
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -71,7 +71,7 @@ class RunControl:
         self._jobs: queue.SimpleQueue[Callable[[], Stop]] = queue.SimpleQueue()
         self._listeners: list[StopListener] = []
         self._run_listeners: list[Callable[[], None]] = []
-        self._unit_listeners: list[Callable[[int], None]] = []
+        self._unit_listeners: list[Callable[[int], Stop | None]] = []
         self.last_unit_label = ""  # label of the unit that ran last (kept for unit listeners)
         self.last_unit_pc = 0  # pc the unit that ran last started at (kept for unit listeners)
         #: a stop a unit listener asked for (the per-layer diff's divergence breakpoint)
@@ -117,7 +117,7 @@ class RunControl:
         divergence breakpoint, devices/layer_diff.py)."""
         self._unit_listeners.append(fn)
 
-    def remove_unit_listener(self, fn: Callable[[int], None]) -> None:
+    def remove_unit_listener(self, fn: Callable[[int], Stop | None]) -> None:
         if fn in self._unit_listeners:
             self._unit_listeners.remove(fn)
 
@@ -233,7 +233,8 @@ class RunControl:
         registers are the history's undo logs (Bus.write_log, RegisterFile.log)."""
         dev, host = self.device, self.host
         state = dev._state() if dev.state_is_copy else copy.deepcopy(dev._state())
-        return {"state": state, "cycles": dev.cycles, "units_done": dev.units_done, "core": dict(dev.core),
+        return {"state": state, "cycles": dev.cycles, "units_done": dev.units_done,
+                "core": dict(dev.core),
                 "pc": dev.pc, "host": host, "mark": host.mark() if host is not None else None}
 
     def _start_history(self) -> None:

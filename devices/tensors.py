@@ -23,8 +23,8 @@ An element wider than a byte is ``itemsize`` consecutive bytes, little-endian.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

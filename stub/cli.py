@@ -70,7 +70,8 @@ def describe(desc: Description) -> str:
         out += ["", f"Block {b.name} @ {b.base:#010x} (group {b.group}) {b.doc}".rstrip()]
         out.append(f"  {'address':<10}  {'register':<28} {'reset':<10}  fields")
         for r in b.registers:
-            fields = ", ".join(f"{f.name}[{f.msb}:{f.lsb}]{'' if f.access == 'rw' else ' ' + f.access}"
+            fields = ", ".join(f"{f.name}[{f.msb}:{f.lsb}]"
+                               f"{'' if f.access == 'rw' else ' ' + f.access}"
                                + (f" {f.text_of(r.reset)}" if f.text else "")  # "1", not 49
                                if f.width > 1 else
                                f"{f.name}[{f.lsb}]{'' if f.access == 'rw' else ' ' + f.access}"
@@ -409,7 +410,8 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--reference", required=True, metavar="R", help="per-layer reference: an "
                    ".npz of arrays keyed by unit index or label (an entry 'layout', e.g. "
                    "NCHW, states their layout; default each unit tensor's own); max78000: "
-                   "ai8xize's log.txt (--verbose --log); ethos-u85: the model before Vela (.tflite, "
+                   "ai8xize's log.txt (--verbose --log); ethos-u85: the model before Vela "
+                   "(.tflite, "
                    "run by LiteRT); ne16: the pulp-nnx test application (golden output); "
                    "nvdla: the trace .cfg (per-layer check_crc)")
     f.add_argument("--all", action="store_true", help="compare every layer, do not stop at "

@@ -11,7 +11,7 @@ import re
 import socket
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from .rsp_codec import INTERRUPT, PacketReader, escape, frame
 
@@ -107,7 +107,7 @@ class RspClient:
                 raise queue.Empty
             try:
                 data = self.sock.recv(1 << 18)
-            except socket.timeout:
+            except TimeoutError:
                 raise queue.Empty from None
             except OSError:
                 data = b""
@@ -155,7 +155,7 @@ class RspClient:
             pass
         self.sock.close()
 
-    def __enter__(self) -> "RspClient":
+    def __enter__(self) -> RspClient:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from typing import Callable, TextIO
+from collections.abc import Callable
+from typing import TextIO
 
 
 def _named(e) -> tuple[str, str]:
@@ -37,7 +38,7 @@ class CompileNotice:
         self.shown = False
         self._lock = threading.Lock()
 
-    def install(self) -> "CompileNotice":
+    def install(self) -> CompileNotice:
         from numba.core import event
 
         self._event = event
@@ -59,7 +60,7 @@ class CompileNotice:
             self._event.unregister("numba:compile", self._listener)
             self._listener = None
 
-    def __enter__(self) -> "CompileNotice":
+    def __enter__(self) -> CompileNotice:
         return self.install()
 
     def __exit__(self, *exc: object) -> None:

@@ -34,7 +34,7 @@ def _libc():
         return None
     try:
         libc = ctypes.CDLL(name)
-        libc.gnu_get_libc_version  # glibc only: another libc's mallopt means other numbers
+        _ = libc.gnu_get_libc_version  # glibc only: another libc's mallopt means other numbers
         return libc
     except (OSError, AttributeError):
         return None

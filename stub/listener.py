@@ -7,7 +7,7 @@ import collections
 import logging
 import socket
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 log = logging.getLogger("accelstub.server")
 
@@ -140,7 +140,7 @@ class OutputQueue:
         self._thread.start()
 
     @classmethod
-    def for_socket(cls, sock: socket.socket, name: str) -> "OutputQueue":
+    def for_socket(cls, sock: socket.socket, name: str) -> OutputQueue:
         def cut() -> None:
             try:
                 sock.shutdown(socket.SHUT_RDWR)

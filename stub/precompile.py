@@ -6,8 +6,8 @@ compiles the kernels the demos need. The devices run as separate processes, as m
 as there are cores (numba compiles one function at a time per process). Each child reports
 each kernel it starts and finishes compiling on its output (``KERNEL_MARK start|end module
 function``), so the parent can say at least every :data:`PROGRESS_EVERY_S` seconds which device
-and which kernel family (the module under accelstub.emu) is being compiled: on a busy 2-core machine max78000's
-kernels alone took 48 s, which a silent command cannot explain.
+and which kernel family (the module under accelstub.emu) is being compiled: on a busy 2-core
+machine max78000's kernels alone took 48 s, which a silent command cannot explain.
 
     python -m accelstub.stub.precompile DEVICE   # one child: the demo, with kernel lines
 """
@@ -18,8 +18,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import IO, Callable
+from typing import IO
 
 #: how often, at most, a progress line is printed while kernels compile
 PROGRESS_EVERY_S = 2.0

@@ -18,14 +18,15 @@ from __future__ import annotations
 import os
 import stat
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from accelstub.devices import DeviceError, device_spec
-from accelstub.devices.errors import BusError, ProgramError  # noqa: F401 (re-exported: the
+
 # error moved to devices/errors.py with the rest of the hierarchy; stub.program keeps the name)
 from accelstub.devices.device import Device, ProgramOptions
+from accelstub.devices.errors import BusError, ProgramError  # noqa: F401 (re-exported: the
 from accelstub.devices.files import FileRefused, file_kind, read_program_text
 from accelstub.devices.host import unit_output
 from accelstub.devices.runcontrol import RunControl

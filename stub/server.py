@@ -8,8 +8,8 @@ import json
 import logging
 import socket
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from accelstub.devices.device import CORE_REGS, Device, ProgramOptions
 from accelstub.devices.history import DEFAULT_BUDGET_MIB
@@ -65,7 +65,7 @@ class GdbServer(TcpListener):
         session.serve()
 
     # -- TCP listener (TcpListener) -------------------------------------------------------------
-    def new_connection(self, sock: socket.socket, peer) -> "_Accepted":
+    def new_connection(self, sock: socket.socket, peer) -> _Accepted:
         return _Accepted(self, sock)
 
     def stop(self) -> None:

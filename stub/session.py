@@ -9,7 +9,8 @@ import binascii
 import logging
 import struct
 import threading
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from accelstub.devices import BusError, DeviceError, TargetRunning
 from accelstub.devices.device import SIGINT, Stop
@@ -59,7 +60,7 @@ def o_packet(text: str) -> bytes:
 
 
 class GdbSession:
-    def __init__(self, server: "GdbServer", conn) -> None:
+    def __init__(self, server: GdbServer, conn) -> None:
         self.server = server
         self.rc = server.rc
         self.device = server.rc.device

@@ -48,7 +48,8 @@ def _one_line(text: str) -> str:
 
 def peripheral_name(desc: Description, block: BlockInstance) -> str:
     """``EMU`` for the emulator block; else the block's group in upper case, with the block name
-    appended when another block of the same group came first (CNN_GLOBAL, CNN_GLOBAL_AOD, CNN_Q0)."""
+    appended when another block of the same group came first (CNN_GLOBAL, CNN_GLOBAL_AOD,
+    CNN_Q0)."""
     if block.kind_name == "emu":
         return "EMU"
     first = next(b for b in desc.blocks if b.group == block.group)

@@ -29,7 +29,7 @@ MAX_LINE = 4 * 1024 * 1024
 
 
 class _Connection:
-    def __init__(self, server: "TclRpcServer", sock: socket.socket) -> None:
+    def __init__(self, server: TclRpcServer, sock: socket.socket) -> None:
         self.server = server
         self.sock = sock
         self.ctx: CommandContext = context_for(server.context_source, lambda s: None)

@@ -272,7 +272,7 @@ class LineEditor:
 
 
 class _Connection:
-    def __init__(self, server: "TelnetServer", sock: socket.socket) -> None:
+    def __init__(self, server: TelnetServer, sock: socket.socket) -> None:
         self.server = server
         self.sock = sock
         self.out = OutputQueue.for_socket(sock, "telnet-writer")

@@ -9,7 +9,6 @@ import os
 import socket
 import threading
 
-
 #: largest read from a transport: one gdb packet (PacketSize 0x20000) arrives in one or two
 RECV_SIZE = 1 << 18
 

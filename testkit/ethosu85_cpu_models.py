@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .ethosu85_models import FLOAT32, INT32, INT8, NONE, RELU, SAME, Graph, _Op
+from .ethosu85_models import FLOAT32, INT8, INT32, NONE, RELU, SAME, Graph, _Op
 
 NEG, QUANTIZE, L2_NORMALIZATION, CUMSUM = 59, 114, 11, 128  # BuiltinOperator
 

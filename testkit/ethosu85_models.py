@@ -696,8 +696,9 @@ def tflm_reference(model: str | Path, inputs: list[np.ndarray]) -> list[np.ndarr
     what a Cortex-M beside the NPU runs), for operators LiteRT has no integer kernel of
     (int16x8 UNIDIRECTIONAL_SEQUENCE_LSTM). Its interpreter resets variable tensors as TFLM
     does (int8: the zero point)."""
-    from accelstub.devices.ethos_u85.vela import read_tflite  # the project's own reader
     from tflite_micro.python.tflite_micro import runtime
+
+    from accelstub.devices.ethos_u85.vela import read_tflite  # the project's own reader
 
     data = Path(model).read_bytes()
     it = runtime.Interpreter.from_bytes(data)

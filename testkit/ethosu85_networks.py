@@ -23,10 +23,30 @@ import math
 
 import numpy as np
 
-from .ethosu85_models import (ADD, AVERAGE_POOL_2D, CONV_2D, DEPTHWISE_CONV_2D,
-                              FULLY_CONNECTED, INT8, INT32, MEAN, NONE, OPT_ADD, OPT_CONV, OPT_DW,
-                              OPT_FC, OPT_REDUCER, OPT_SOFTMAX, RELU, RELU6, SAME,
-                              SOFTMAX, VALID, Graph, _Op)
+from .ethosu85_models import (
+    ADD,
+    AVERAGE_POOL_2D,
+    CONV_2D,
+    DEPTHWISE_CONV_2D,
+    FULLY_CONNECTED,
+    INT8,
+    INT32,
+    MEAN,
+    NONE,
+    OPT_ADD,
+    OPT_CONV,
+    OPT_DW,
+    OPT_FC,
+    OPT_REDUCER,
+    OPT_SOFTMAX,
+    RELU,
+    RELU6,
+    SAME,
+    SOFTMAX,
+    VALID,
+    Graph,
+    _Op,
+)
 
 BN_EPS = 1e-3  # Keras BatchNormalization's default epsilon
 

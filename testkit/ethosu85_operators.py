@@ -16,8 +16,23 @@ import math
 
 import numpy as np
 
-from .ethosu85_models import (ADD, AVERAGE_POOL_2D, INT8, INT16, INT32, INT64, MAX_POOL_2D, MUL,
-                              OPT_ADD, OPT_MUL, RELU, SAME, VALID, Graph, _Op)
+from .ethosu85_models import (
+    ADD,
+    AVERAGE_POOL_2D,
+    INT8,
+    INT16,
+    INT32,
+    INT64,
+    MAX_POOL_2D,
+    MUL,
+    OPT_ADD,
+    OPT_MUL,
+    RELU,
+    SAME,
+    VALID,
+    Graph,
+    _Op,
+)
 
 BOOL, RESOURCE = 6, 13  # TensorType
 # BuiltinOperator (schema.fbs)
@@ -106,7 +121,8 @@ def _binary(name: str, options=None, same_quant: bool = False, bool_out: bool = 
         else:
             b = _in(g, shape, tt)
         if same_quant:
-            g.tensors[b].scale, g.tensors[b].zero_point = g.tensors[a].scale, g.tensors[a].zero_point
+            g.tensors[b].scale = g.tensors[a].scale
+            g.tensors[b].zero_point = g.tensors[a].zero_point
         if bool_out:
             y = g.tensor(f"{g.name}.{name}.out", shape, BOOL)
         elif same_quant:

@@ -144,7 +144,7 @@ class Network:
     chw: bool = False  # input in CHW ("big data", LCTRL0.parallel S0:L3756) instead of HWC
 
     @staticmethod
-    def from_dict(d: dict) -> "Network":
+    def from_dict(d: dict) -> Network:
         c, h, w = d["input"]
         names = {f.name for f in fields(Layer)}
         layers = []
@@ -869,7 +869,7 @@ def build(net: Network, x=None, weights=None, biases=None, *, seed: int = 0,
     else:
         raise BuildError(f"loader must be 'new' or 'old', not {loader!r}")
     bias_bytes = []
-    for p, b in zip(plans, biases):
+    for _p, b in zip(plans, biases):
         if b is not None:
             bias_bytes += [int(v) & 0xFF for v in b]
     if bias_bytes:
@@ -877,7 +877,8 @@ def build(net: Network, x=None, weights=None, biases=None, *, seed: int = 0,
     files["weights.h"] = wh
 
     # -- cnn.c ---------------------------------------------------------------------------------
-    c = HEADER.format(name=name) + "// Regenerate with testkit/max78000_build.py rather than editing.\n\n"
+    c = (HEADER.format(name=name)
+         + "// Regenerate with testkit/max78000_build.py rather than editing.\n\n")
     c += (f"// Configuring {len(plans)} layer{'s' if len(plans) > 1 else ''}\n"
           f"// Input data: {'CHW' if net.chw else 'HWC'}\n")
     c += "".join(_describe(p) for p in plans)

@@ -73,7 +73,7 @@ class Target:
     monitor: list[str]
 
     @classmethod
-    def load(cls, name: str) -> "Target":
+    def load(cls, name: str) -> Target:
         from accelstub.devices import open_device
         from accelstub.stub.target_xml import register_table
 
@@ -408,7 +408,7 @@ def probe(kind: str, port: int, timeout: float) -> str:
                 return "closed without answering"
             buf += data
         return ""
-    except socket.timeout:
+    except TimeoutError:
         return "no answer"
     except OSError as e:
         return f"error ({e})"

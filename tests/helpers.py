@@ -52,7 +52,7 @@ def serve_cmd(*extra: str) -> list[str]:
             str(ROOT / "configs" / "demo" / "max78000_chain.cfg"), *extra]
 
 
-_CONTROLS: "weakref.WeakKeyDictionary[Device, RunControl]" = weakref.WeakKeyDictionary()
+_CONTROLS: weakref.WeakKeyDictionary[Device, RunControl] = weakref.WeakKeyDictionary()
 
 
 def control(dev: Device) -> RunControl:

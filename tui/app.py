@@ -15,7 +15,8 @@ import os
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from rich.text import Text
 from textual.app import App, ComposeResult
@@ -30,6 +31,7 @@ from .registers import RegistersView
 from .status import StatusView
 from .target import RspError, Target, describe_stop, parse_int
 from .tensor import TensorView
+from .view import View
 
 HELP = """\
 [b]accelstub TUI[/b] — a client of the stub over RSP
@@ -74,7 +76,7 @@ class Call(Message):
 class PollResult(Message):
     """One poll: the status, and the data the visible view asked for."""
 
-    def __init__(self, status: dict[str, str], view: Any, data: Any, running: bool,
+    def __init__(self, status: dict[str, str], view: View | None, data: Any, running: bool,
                  units: Any = None, notified: str | None = None, stops: int = 0) -> None:
         super().__init__()
         self.status, self.view, self.data, self.running = status, view, data, running
@@ -128,8 +130,8 @@ class AccelApp(App[int]):
         self._poll_thread: threading.Thread | None = None
         self._notified_stop: str | None = None
         self.stops = 0  # our own stops so far (see on_poll_result)
-        self.active_view: Any = None
-        self._views: dict[str, Any] = {}
+        self.active_view: View | None = None
+        self._views: dict[str, View] = {}
         self.program_view: ProgramView | None = None
 
     # -- layout --------------------------------------------------------------------------------
@@ -155,7 +157,7 @@ class AccelApp(App[int]):
         self.title = f"accelstub — {self.target.desc.device}"
         self.sub_title = self.label
         self._statusline = self.query_one("#statusline", Static)
-        self._views = {key: self.query_one(f"#{key}-view") for key, _ in VIEWS}
+        self._views = {key: self.query_one(f"#{key}-view", View) for key, _ in VIEWS}
         self.active_view = self._views["registers"]
         self.program_view = self._views["program"]
         self.call_after_refresh(self._focus_view, self.active_view)
@@ -173,19 +175,17 @@ class AccelApp(App[int]):
         if self._poll_thread is not None:
             self._poll_thread.join(timeout=2)
 
-    def view(self, key: str) -> Any:
+    def view(self, key: str) -> View:
         return self._views[key]
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated) -> None:
         self.active_view = self._views.get(event.pane.id or "")
         if self.active_view is not None:
             self._focus_view(self.active_view)
-            shown = getattr(self.active_view, "shown", None)
-            if shown is not None:
-                shown()  # views skip drawing while hidden: catch up now
+            self.active_view.shown()  # views skip drawing while hidden: catch up now
         self.request_refresh()
 
-    def _focus_view(self, view: Any) -> None:
+    def _focus_view(self, view: View) -> None:
         """Focus the view's main widget, so its keys work and show in the footer.
 
         Only while ``view``'s tab is still the active one: the first focus waits for a refresh,
@@ -194,10 +194,9 @@ class AccelApp(App[int]):
         shown = self.query_one("#views", TabbedContent).active
         if self._views.get(shown) is not view:
             return
-        main = getattr(view, "MAIN", None)
-        if main:
+        if view.MAIN:
             try:
-                view.query_one(main).focus()
+                view.query_one(view.MAIN).focus()
             except Exception:
                 pass
 
@@ -242,13 +241,13 @@ class AccelApp(App[int]):
                 view = self.active_view
                 data = None
                 if view is not None and running and not full and \
-                        time.perf_counter() - self._view_at < getattr(view, "RUN_PERIOD", 0.0):
+                        time.perf_counter() - self._view_at < view.RUN_PERIOD:
                     view = None  # this view follows a run at its own, lower rate
                 if view is not None:
                     self._view_at = time.perf_counter()
                     # a LIVE view re-reads at every poll while the target runs (the target
                     # changes what it shows); the others only on a refresh while halted
-                    live = getattr(view, "LIVE", True)
+                    live = view.LIVE
                     data = view.fetch(t, (full or running) if live else (full and not running))
                 prog = self.program_view
                 units = None
@@ -262,7 +261,8 @@ class AccelApp(App[int]):
                 status, view, data, running = self.status, None, None, self.running
                 units = None
             self._applied.clear()
-            if not self.post_message(PollResult(status, view, data, running, units, notified, stops)):
+            result = PollResult(status, view, data, running, units, notified, stops)
+            if not self.post_message(result):
                 return
             self._applied.wait(1.0)
             # never more often than poll_period (stop notifications and view requests only
@@ -641,8 +641,8 @@ def run_tui(connect: str | None = None, device: str | None = None,
             server.stop()
         return 1
     try:
-        app = AccelApp(target, label=f"{host}:{port}" + (" (stub started by the TUI)" if server else ""),
-                       message=message)
+        label = f"{host}:{port}" + (" (stub started by the TUI)" if server else "")
+        app = AccelApp(target, label=label, message=message)
         rc = app.run()
     finally:
         target.close()

@@ -19,6 +19,7 @@ from textual.widgets import Input, Static
 
 from .registers import parse_value
 from .target import Target
+from .view import View
 
 CHANGED = "bold black on yellow"
 CURSOR = "reverse"
@@ -163,7 +164,7 @@ class HexView(Widget, can_focus=True):
         return out
 
 
-class MemoryView(Widget):
+class MemoryView(View):
     MAIN = "#mem-hex"  # focused when the view is shown
     #: while the target runs, updated at most every RUN_PERIOD s (the Status and Registers
     #: views follow every poll; a large view's redraw costs the emulation more than it shows)

@@ -7,13 +7,13 @@ from typing import Any
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
 from .target import Target, Unit, parse_int
+from .view import View
 
 
-class ProgramView(Widget):
+class ProgramView(View):
     MAIN = "#prog-table"  # focused when the view is shown
     #: while the target runs, updated at most every RUN_PERIOD s (the Status and Registers
     #: views follow every poll; a large view's redraw costs the emulation more than it shows)

@@ -14,11 +14,11 @@ from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.widget import Widget
 from textual.widgets import DataTable, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
 from .target import RegInfo, Target, TargetDescription
+from .view import View
 
 CHANGED = "bold black on yellow"
 
@@ -56,7 +56,7 @@ def block_prompt(name: str, count: int, width: int | None = None) -> str:
     return name + tail if width is None else fit(name, max(width - len(tail), 2)) + tail
 
 
-class RegistersView(Widget):
+class RegistersView(View):
     MAIN = "#reg-table"  # focused when the view is shown
     BINDINGS = [Binding("e", "edit", "Edit")]
 

@@ -14,10 +14,10 @@ from typing import Any
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.widget import Widget
 from textual.widgets import Label, Static
 
 from .target import Target, parse_int
+from .view import View
 
 HISTORY = 120  # samples kept: 12 s at the running poll rate
 HIDDEN = {"state", "pc", "stop"}
@@ -42,7 +42,7 @@ class History(Static, can_focus=True):
     """The history panel (focusable, so the view has a place for the keyboard focus)."""
 
 
-class StatusView(Widget):
+class StatusView(View):
     MAIN = "#status-metrics"  # focused when the view is shown
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)

@@ -14,8 +14,8 @@ import json
 import re
 import threading
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -24,7 +24,8 @@ from accelstub.stub.client import RspClient, RspError
 from accelstub.stub.commands import tensor_from_data
 
 __all__ = ["RspError", "FieldInfo", "RegInfo", "BlockInfo", "TargetDescription", "Unit",
-           "parse_target_xml", "parse_memory_map", "parse_regions", "parse_units", "parse_status", "Target"]
+           "parse_target_xml", "parse_memory_map", "parse_regions", "parse_units", "parse_status",
+           "Target"]
 
 
 @dataclass(frozen=True)

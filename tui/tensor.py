@@ -23,11 +23,11 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, ScrollableContainer
-from textual.widget import Widget
 from textual.widgets import Input, Select, Static
 
 from .registers import parse_value
 from .target import RspError, Target, TensorSpec
+from .view import View
 
 MAX_ELEMENTS = 1 << 16
 
@@ -105,7 +105,7 @@ def followed(units: list[Any], pc: int | None) -> int | None:
     return len(units) - 1 if at is None else max(0, at - 1)
 
 
-class TensorView(Widget):
+class TensorView(View):
     MAIN = "#tensor-scroll"  # focused when the view is shown
     #: while the target runs, updated at most every RUN_PERIOD s (the Status and Registers
     #: views follow every poll; a large view's redraw costs the emulation more than it shows)

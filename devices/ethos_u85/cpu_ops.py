@@ -12,11 +12,26 @@ quantization are exactly the model's.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from ..errors import DeviceError
+
+if TYPE_CHECKING:
+    from ..device import Device
+    from .vela import TensorSlot
+
+
+class Interpreter(Protocol):
+    """What a CPU operator uses of LiteRT's ``Interpreter`` (typed here: LiteRT ships no
+    type information)."""
+
+    def set_tensor(self, index: int, value: np.ndarray) -> None: ...
+    def invoke(self) -> None: ...
+    def get_tensor(self, index: int) -> np.ndarray: ...
 
 
 @dataclass
@@ -27,20 +42,21 @@ class CpuOperator:
 
     index: int
     name: str  # BuiltinOperator name ("NEG")
-    inputs: list  # [TensorSlot] arena tensors it reads, in operator order
-    outputs: list  # [TensorSlot] arena tensors it writes
+    inputs: list[TensorSlot]  # arena tensors it reads, in operator order
+    outputs: list[TensorSlot]  # arena tensors it writes
     input_ids: list[int]  # their tensor indexes in the model (LiteRT's tensor indexes)
     output_ids: list[int]
-    interpreter: object = field(default=None, repr=False)
+    interpreter: Interpreter = field(repr=False)
 
     def summary(self) -> str:
         """The listing's line: what runs, on which tensors."""
-        def shapes(slots) -> str:
+        def shapes(slots: list[TensorSlot]) -> str:
             return ", ".join(f"{'x'.join(map(str, t.shape))} {t.dtype}" for t in slots) or "-"
         return (f"{self.name} (TFLite operator {self.index}) on the CPU, LiteRT reference "
                 f"kernel: {shapes(self.inputs)} -> {shapes(self.outputs)}")
 
-    def run(self, device, read, wrote) -> None:
+    def run(self, device: Device, read: Callable[[int, int], None],
+            wrote: Callable[[int, int], None]) -> None:
         """Read the inputs from ``device`` memory, run the kernel, write the outputs back;
         ``read``/``wrote``(start, end) record what was touched (watchpoints)."""
         it = self.interpreter

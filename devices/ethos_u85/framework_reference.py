@@ -32,10 +32,12 @@ import csv
 import io
 import math
 import xml.etree.ElementTree as ET
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from ..files import read_program_file
 from ..layer_diff import LayerReference, ReferenceFileError
@@ -50,6 +52,16 @@ from .vela import (
     _Table,
     read_tflite,
 )
+
+if TYPE_CHECKING:
+    from .cpu_ops import CpuOperator, Interpreter
+    from .model import EthosU85
+    from .vela import VelaProgram
+
+#: the part of a [1, H, W, C] tensor one unit writes (a slice per axis)
+Index = tuple[slice, ...]
+#: a rescale rule: int64 accumulators and the real multiplier to the rounded result
+Rounding = Callable[[np.ndarray, float], np.ndarray]
 
 #: the debug database of a network is a few MB at most (one CSV row per operation and tensor)
 MAX_DEBUG_DB = 64 << 20
@@ -135,19 +147,20 @@ def _kernel_offsets(words: np.ndarray) -> dict[int, int]:
     return out
 
 
-def run_litert(path: Path, inputs: list[np.ndarray]):
+def run_litert(path: Path, inputs: list[np.ndarray]) -> Interpreter:
     """LiteRT (ai-edge-litert) on ``path`` with its reference kernels (BUILTIN_REF, the kernels
     TFLM runs; the default XNNPACK path is not bit-exact with them), every tensor kept; the
     interpreter after the run."""
     try:
-        from ai_edge_litert.interpreter import Interpreter, OpResolverType
+        from ai_edge_litert.interpreter import Interpreter as LiteRT
+        from ai_edge_litert.interpreter import OpResolverType
     except ImportError:
         raise ReferenceFileError(f"{path}: a .tflite reference is run by LiteRT, which is "
                                  "not installed: pip install ai-edge-litert") from None
     try:
-        it = Interpreter(model_path=str(path),
-                         experimental_op_resolver_type=OpResolverType.BUILTIN_REF,
-                         experimental_preserve_all_tensors=True)
+        it = LiteRT(model_path=str(path),
+                    experimental_op_resolver_type=OpResolverType.BUILTIN_REF,
+                    experimental_preserve_all_tensors=True)
         it.allocate_tensors()
         for d, x in zip(it.get_input_details(), inputs):
             it.set_tensor(d["index"], x)
@@ -155,10 +168,11 @@ def run_litert(path: Path, inputs: list[np.ndarray]):
     except (ValueError, RuntimeError) as e:
         raise ReferenceFileError(f"{path}: LiteRT cannot run it ({' '.join(str(e).split())})") \
             from None
-    return it
+    return cast("Interpreter", it)  # LiteRT ships no type information
 
 
-def layer_references(device, path: Path, inputs: list[np.ndarray]) -> list[LayerReference]:
+def layer_references(device: EthosU85, path: Path,
+                     inputs: list[np.ndarray]) -> list[LayerReference]:
     """One LayerReference per unit of the loaded Vela program whose output is a tensor of the
     pre-Vela model ``path`` (module docstring), the array in the unit's declared shape (1, H,
     W, C; the spec hides NHCWB16). ``inputs``: the program's inputs (program_io()[0]). A model
@@ -194,8 +208,12 @@ def layer_references(device, path: Path, inputs: list[np.ndarray]) -> list[Layer
     it = run_litert(path, xs)
     groups: dict[int, list[tuple[int, TensorSpec]]] = {}
     for unit, s, key, name in outputs:
-        t = by_name.get(names.get((s, key)) if s is not None else name)
-        want = "output" if s is not None else key
+        if s is not None:
+            found = names.get((s, int(key)))
+            t = by_name.get(found) if found is not None else None
+        else:
+            t = by_name.get(name)
+        want = "output" if s is not None else str(key)
         spec = next((x for x in device.unit_tensors(unit) if x.name == want), None)
         if t is not None and spec is not None:
             groups.setdefault(t, []).append((unit, spec))
@@ -211,7 +229,8 @@ def layer_references(device, path: Path, inputs: list[np.ndarray]) -> list[Layer
     return sorted(refs, key=lambda r: r.unit)
 
 
-def _unit_outputs(device, prog) -> list[tuple[int, int | None, object, str]]:
+def _unit_outputs(device: EthosU85, prog: VelaProgram
+                  ) -> list[tuple[int, int | None, int | str, str]]:
     """Every unit that may write a tensor, in program order: (unit, stream number, byte offset
     of its NPU_OP_* command in that stream, "") for an NPU kernel operation; (unit, None, its
     declared tensor's name "output"/"output2"..., the TFLite tensor name) for each output of
@@ -219,7 +238,8 @@ def _unit_outputs(device, prog) -> list[tuple[int, int | None, object, str]]:
     if not prog.segments:
         return [(k, 0, off, "") for off, k in sorted(_kernel_offsets(device._stream_words())
                                                      .items(), key=lambda kv: kv[1])]
-    out, stream = [], {}
+    out: list[tuple[int, int | None, int | str, str]] = []
+    stream: dict[int, int] = {}  # id of a stream -> its number
     offsets: dict[int, dict[int, int]] = {}  # stream number -> {unit within it: offset}
     for unit, (_, seg, k) in enumerate(device._program_units(prog)):
         if isinstance(seg, NpuStream):
@@ -231,11 +251,11 @@ def _unit_outputs(device, prog) -> list[tuple[int, int | None, object, str]]:
                 out.append((unit, s, offsets[s][k], ""))
         else:
             out += [(unit, None, f"output{j + 1 if j else ''}", t.name)
-                    for j, t in enumerate(seg.outputs)]
+                    for j, t in enumerate(cast("CpuOperator", seg).outputs)]
     return out
 
 
-def _check_inputs(path: Path, model: TFLiteModel, prog, inputs: list[np.ndarray]
+def _check_inputs(path: Path, model: TFLiteModel, prog: VelaProgram, inputs: list[np.ndarray]
                   ) -> list[np.ndarray]:
     """The inputs reshaped to the model's, refusing a model whose inputs are not the loaded
     program's (Vela keeps the graph inputs' names, shapes and types)."""
@@ -254,7 +274,8 @@ def _check_inputs(path: Path, model: TFLiteModel, prog, inputs: list[np.ndarray]
     return out
 
 
-def _stripes(full: np.ndarray, members: list[tuple[int, TensorSpec]]):
+def _stripes(full: np.ndarray, members: list[tuple[int, TensorSpec]]
+             ) -> Iterator[tuple[int, TensorSpec, Index]]:
     """(unit, spec, index) of each unit writing part of ``full`` [1, H, W, C]: Vela splits an
     operation along one axis (stripes of rows; depth slices of channels when its weights are
     split), the parts in order; a unit whose part is not the next run along that axis (or a
@@ -304,11 +325,12 @@ class _Rules:
     the device away from the recomputed value and stays a divergence; a difference in the
     input is reported at the unit that wrote it."""
 
-    def __init__(self, model: TFLiteModel, data: bytes, it) -> None:
+    def __init__(self, model: TFLiteModel, data: bytes, it: Interpreter) -> None:
         self.model, self.data, self.it = model, data, it
         self.producer = {t: k for k, op in enumerate(model.operators) for t in op.outputs}
         self.seen: dict[int, np.ndarray] = {}  # tensor -> the device's array, [1, H, W, C]
-        self.alone: dict[int, object] = {}  # op index -> LiteRT running that op alone
+        #: op index -> LiteRT running that op alone (None: it cannot)
+        self.alone: dict[int, Interpreter | None] = {}
 
     def reference(self, t: int) -> np.ndarray:
         """LiteRT's tensor ``t`` as [1, H, W, C] (a lower rank padded in front)."""
@@ -319,6 +341,8 @@ class _Rules:
         if self._sum_axes(self.producer[t]) is not None:
             return SUM_DEFECT_RULE
         kind = self._rounding(self.producer[t])
+        if kind is None:
+            return CARRIED_RULE
         return {"int8": ROUNDING_RULE, "int16": INT16_SCALE_RULE}.get(kind, CARRIED_RULE)
 
     def _sum_axes(self, k: int) -> tuple[int, ...] | None:
@@ -344,6 +368,7 @@ class _Rules:
         op, m = self.model.operators[k], self.model
         x_t, y_t = m.tensors[op.inputs[0]], m.tensors[op.outputs[0]]
         axes = self._sum_axes(k)
+        assert axes is not None, "_sum() of an op that is not an int8 SUM"
         x = np.asarray(x, np.int8).reshape(x_t.shape)
         n = math.prod(x.shape[a] for a in axes)
         acc = (x.view(np.uint8) if litert else x).astype(np.int64).sum(axis=axes, keepdims=True)
@@ -352,8 +377,8 @@ class _Rules:
         y = (_double_rounding if litert else _single_rounding)(acc, real) + int(y_t.zero_point[0])
         y = np.clip(y, 0, 255).astype(np.uint8).view(np.int8) if litert else \
             np.clip(y, -128, 127).astype(np.int8)
-        y = y.reshape(y_t.shape)
-        return y.reshape((1,) * (4 - y.ndim) + y.shape)
+        out: np.ndarray = y.reshape(y_t.shape)
+        return out.reshape((1,) * (4 - out.ndim) + out.shape)
 
     def _rounding(self, k: int) -> str | None:
         """Which rescale rule op ``k`` has: "int8" (int8 FULLY_CONNECTED: single vs double
@@ -385,9 +410,10 @@ class _Rules:
                 a = self.device_value(op.inputs[0])
         return self.it.get_tensor(t) if a is None else a.reshape(shape)
 
-    def explainer(self, t: int, index: tuple) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    def explainer(self, t: int, index: Index) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
         """``explain`` of the part ``index`` of tensor ``t`` that one unit writes."""
         def explain(dev: np.ndarray, ref: np.ndarray) -> np.ndarray:
+            found: np.ndarray  # (numpy types an array comparison as Any)
             if t not in self.seen:
                 self.seen[t] = self.reference(t).copy()
             self.seen[t][index] = dev.reshape(self.seen[t][index].shape)
@@ -396,8 +422,9 @@ class _Rules:
                 x = self.model.operators[k].inputs[0]
                 wrong = self._sum(k, self.it.get_tensor(x), litert=True)
                 right = self._sum(k, self.device_value(x), litert=False)
-                return ((ref == wrong[index].reshape(ref.shape))
-                        & (dev == right[index].reshape(dev.shape)) & (dev != ref))
+                found = ((ref == wrong[index].reshape(ref.shape))
+                         & (dev == right[index].reshape(dev.shape)) & (dev != ref))
+                return found
             kind = self._rounding(k)
             if kind:
                 single = self._requantized(k, self.it.get_tensor(self.model.operators[k]
@@ -406,14 +433,16 @@ class _Rules:
                 double = self._requantized(k, self.device_value(self.model.operators[k]
                                                                 .inputs[0]), npu)
                 ok = (ref == single[index].reshape(ref.shape))
-                return ok & (dev == double[index].reshape(dev.shape)) & (dev != ref)
+                found = ok & (dev == double[index].reshape(dev.shape)) & (dev != ref)
+                return found
             carried = self._alone(k)
             if carried is None:
                 return np.zeros(dev.shape, bool)
-            return (dev == carried[index].reshape(dev.shape)) & (dev != ref)
+            found = (dev == carried[index].reshape(dev.shape)) & (dev != ref)
+            return found
         return explain
 
-    def _requantized(self, k: int, x: np.ndarray, rounding) -> np.ndarray:
+    def _requantized(self, k: int, x: np.ndarray, rounding: Rounding) -> np.ndarray:
         """Op ``k``'s int8 or int16 output [1, H, W, C] for input ``x`` with ``rounding``."""
         op, m = self.model.operators[k], self.model
         x_t, w_t, y_t = m.tensors[op.inputs[0]], m.tensors[op.inputs[1]], m.tensors[op.outputs[0]]
@@ -424,8 +453,8 @@ class _Rules:
         real = float(x_t.scale[0]) * np.asarray(w_t.scale, np.float64) / float(y_t.scale[0])
         real = np.broadcast_to(real, (acc.shape[-1],))
         y = np.stack([rounding(acc[..., c], r) for c, r in enumerate(real)], -1)
-        y = np.clip(y + int(y_t.zero_point[0]), lo, hi)
-        return y.reshape((1,) * (4 - y.ndim) + y.shape)
+        out: np.ndarray = np.clip(y + int(y_t.zero_point[0]), lo, hi)
+        return out.reshape((1,) * (4 - out.ndim) + out.shape)
 
     def _alone(self, k: int) -> np.ndarray | None:
         """LiteRT's reference kernel of op ``k`` on its inputs as the device wrote them, as
@@ -457,14 +486,15 @@ def _options(data: bytes, op_index: int) -> _Table | None:
     return model.tables(2)[0].tables(3)[op_index].table(4)
 
 
-def _op_alone(data: bytes, model: TFLiteModel, k: int):
+def _op_alone(data: bytes, model: TFLiteModel, k: int) -> Interpreter | None:
     """A LiteRT interpreter (reference kernels) that runs operator ``k`` of the model alone:
     the model's bytes with three offsets changed in place -- the subgraph's inputs and
     outputs are operator k's own input and output vectors, and every entry of its operator
     vector is operator k (LiteRT refuses to run an operator whose input has no data, and the
     Python API cannot start a graph in the middle). None where the layout does not allow it
     (a flatbuffer offset can only point forward) or LiteRT refuses the result."""
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    from ai_edge_litert.interpreter import Interpreter as LiteRT
+    from ai_edge_litert.interpreter import OpResolverType
 
     buf = bytearray(data)
     root = _Table(data, int.from_bytes(data[:4], "little"))
@@ -484,17 +514,17 @@ def _op_alone(data: bytes, model: TFLiteModel, k: int):
     if not ok:
         return None
     try:
-        it = Interpreter(model_content=bytes(buf),
-                         experimental_op_resolver_type=OpResolverType.BUILTIN_REF,
-                         experimental_preserve_all_tensors=True)
+        it = LiteRT(model_content=bytes(buf),
+                    experimental_op_resolver_type=OpResolverType.BUILTIN_REF,
+                    experimental_preserve_all_tensors=True)
         it.allocate_tensors()
     except (ValueError, RuntimeError):
         return None
-    return it
+    return cast("Interpreter", it)
 
 
 def _activation_range(o: _Table | None, scale: float, zp: int,
-                      dtype=np.int8) -> tuple[int, int]:
+                      dtype: DTypeLike = np.int8) -> tuple[int, int]:
     """TFLite's CalculateActivationRangeQuantized for an int8/int16 output: the fused activation
     (FullyConnectedOptions slot 0: NONE 0, RELU 1, RELU_N1_TO_1 2, RELU6 3) quantized with
     TfLiteRound (half away from zero)."""
@@ -554,7 +584,7 @@ def _accumulators(model: TFLiteModel, op_index: int, x: np.ndarray) -> np.ndarra
     x_t, w_t = model.tensors[op.inputs[0]], model.tensors[op.inputs[1]]
     x = x.astype(np.int64) - int(x_t.zero_point[0])
     w = np.frombuffer(model.buffers[w_t.buffer], np.int8).reshape(w_t.shape).astype(np.int64)
-    bias = 0
+    bias: int | np.ndarray = 0
     if len(op.inputs) > 2 and op.inputs[2] >= 0:
         b_t = model.tensors[op.inputs[2]]
         bias = np.frombuffer(model.buffers[b_t.buffer], b_t.dtype).astype(np.int64)

@@ -70,8 +70,8 @@ a DMA takes its bytes / 16 (one 128-bit beat per cycle).
 """
 from __future__ import annotations
 
-import hashlib
 import functools
+import hashlib
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -87,9 +87,16 @@ from ..ranges import address_ranges, merge_ranges
 from ..tensors import TensorSpec
 from . import ops
 from . import stream as es
+from .ops import (
+    NotImplementedYet,
+    NpuBusFault,
+    NpuConfig,
+    NpuInternal,
+    SetState,
+    Unpredictable,
+    require,
+)
 from .vela import NpuStream, TensorSlot, VelaProgram, program_in, vela_host_program
-from .ops import (NotImplementedYet, NpuBusFault, NpuConfig, NpuInternal, SetState,
-                           Unpredictable, require)
 
 if TYPE_CHECKING:
     from .cpu_ops import CpuOperator
@@ -588,7 +595,7 @@ class EthosU85(Device):
     def finished(self) -> bool:
         return not self.running and self.cpu_pending is None
 
-    def queue_cpu_operator(self, k: int, op: "CpuOperator") -> None:
+    def queue_cpu_operator(self, k: int, op: CpuOperator) -> None:
         """The host program hands CPU operator ``k`` (cpu_ops.CpuOperator) to the CPU: it runs
         as the next unit, while the NPU is stopped between two command streams."""
         self.cpu_pending = (k, op)
@@ -652,7 +659,7 @@ class EthosU85(Device):
             words = self._stream_words()
         except NpuBusFault as e:
             raise self._error("bus_status", f"{e} (command fetch at QBASE {qbase:#x})",
-                              cmd_family, ops.RD_CMD)
+                              cmd_family, ops.RD_CMD) from e
         qread = self._qread
         fetches: list[tuple[int, int]] = []  # command fetches, recorded when the unit ends
         # NPU_SET_* commands only store state: QREAD is kept in q and written when the loop
@@ -700,7 +707,7 @@ class EthosU85(Device):
     #: ~50 % more than the run) until a stored block is replayed
     _UNREPLAYED_MAX = 4
 
-    def run_block(self, halt: "threading.Event") -> list | None:
+    def run_block(self, halt: threading.Event) -> list | None:
         """Device.run_block. From a state (every register but COND_STATUS, the SET state, the
         chain bookkeeping, the stop state) and command stream seen before, the units that run
         made are replayed at once: each operation's kept run without its accounting (ops:
@@ -756,7 +763,7 @@ class EthosU85(Device):
                 self.cycles, self.resumable, self.pmu_mask_enable, self.stop_reason)
 
     def _record_block(self, key: tuple, held: tuple, words: bytes,
-                      halt: "threading.Event") -> list:
+                      halt: threading.Event) -> list:
         """Run units one by one as run control does, recording the block; the units' (pc,
         written ranges)."""
         states, steps, units = [self._block_state()], [], []
@@ -788,7 +795,7 @@ class EthosU85(Device):
         self._unreplayed += 1
         return units
 
-    def _replay_block(self, blk: "_Block", halt: "threading.Event") -> list:
+    def _replay_block(self, blk: _Block, halt: threading.Event) -> list:
         base = (dict(self.stats), self.cycles)
         u0 = self.units_done
         for k, step in enumerate(blk.steps):
@@ -819,7 +826,7 @@ class EthosU85(Device):
         self.units_done = u0 + n
         return blk.units
 
-    def _materialize(self, blk: "_Block", k: int, base: tuple) -> None:
+    def _materialize(self, blk: _Block, k: int, base: tuple) -> None:
         """The state after the block's first ``k`` units: registers but COND_STATUS, SET
         state, chain bookkeeping and stop state as recorded, statistics and cycles the live
         ones at the replay's start (``base``) plus what the recording added up to there."""
@@ -989,7 +996,7 @@ class EthosU85(Device):
                 self.record(dst)
         return True
 
-    def _dma_decode(self) -> "_DmaDecode":
+    def _dma_decode(self) -> _DmaDecode:
         """The DMA0 parameters and asserts from the commands alone (L8347-8431)."""
         s = self.sets
         src_mode = s.get("DMA0_SRC_REGION", "region_mode")
@@ -1022,7 +1029,7 @@ class EthosU85(Device):
             s.get("DMA0_SRC_STRIDE1", "addr") if height > 1 else 0,
             s.get("DMA0_DST_STRIDE1", "addr") if height > 1 else 0, idx)
 
-    def _dma_copies(self, d: "_DmaDecode"):
+    def _dma_copies(self, d: _DmaDecode):
         """(source offset, destination offset) of each copy of ``d``, in order (L8388-8431):
         per row ``height`` times ``width`` copies at stride 0, the row start advanced by stride
         1; with an index stream each int32 index is read (load_int32 at DMA0_IDX in
@@ -1049,7 +1056,7 @@ class EthosU85(Device):
             if d.idx is not None:
                 idx_p += skip1
 
-    def _dma_general(self, d: "_DmaDecode") -> int:
+    def _dma_general(self, d: _DmaDecode) -> int:
         """The copies of ``d`` one by one (index streams, or runs not kept), each source read
         before its destination is looked at (a destination fault comes after the read); the
         bytes moved."""
@@ -1064,12 +1071,12 @@ class EthosU85(Device):
             moved += d.length
         return moved
 
-    def _dma_copy(self, d: "_DmaDecode", src_off: int, dst_off: int) -> tuple:
+    def _dma_copy(self, d: _DmaDecode, src_off: int, dst_off: int) -> tuple:
         """(source access, destination access, overlap step) of one copy of ``d``."""
         src = self._dma_access(d.src_r, src_off, d.length, False)
         return (src, *self._dma_dst(d, src, dst_off))
 
-    def _dma_dst(self, d: "_DmaDecode", src: ops.Access, dst_off: int) -> tuple:
+    def _dma_dst(self, d: _DmaDecode, src: ops.Access, dst_off: int) -> tuple:
         """(destination access, overlap step) of a copy of ``d`` from ``src``: the LUT RAM as
         region -1 without byte ranges (not a bus access: recording it counts nothing)."""
         if d.dst_internal:
@@ -1438,7 +1445,7 @@ class EthosU85(Device):
         label = super().unit_label(address)
         prog, qbase = self._with_cpu(), self.qbase
         if prog is not None:
-            for u, seg, k in self._program_units(prog):
+            for u, seg, _k in self._program_units(prog):
                 if u.address == address and not isinstance(seg, NpuStream):
                     return f"{u.label} ({seg.name}, TFLite operator {seg.index}, on the CPU)"
                 if u.address == address:

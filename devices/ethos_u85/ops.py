@@ -35,13 +35,13 @@ from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from ...emu.memory import ethosu85 as L
 from ...emu.conv import ethosu85 as conv_k
 from ...emu.eltwise import ethosu85 as eltwise_k
+from ...emu.memory import ethosu85 as L
+from ...emu.numeric import ethosu85 as P
+from ...emu.numeric import ethosu85_values as values_k
 from ...emu.pool import ethosu85 as pool_k
 from ...emu.resize import ethosu85 as resize_k
-from ...emu.numeric import ethosu85_values as values_k
-from ...emu.numeric import ethosu85 as P
 from ...emu.weights import ethosu85 as Wt
 from ..bits import sign_extend  # the seed's sign_extend(v, n) (L6201-6208)
 from ..errors import DeviceError
@@ -177,7 +177,7 @@ class SetState:
                                 f"(NPU_SET_* state has no reset value, L6024)")
         return c.fields[fld]
 
-    def copy(self) -> "SetState":
+    def copy(self) -> SetState:
         return SetState(dict(self.cmds))
 
 
@@ -193,7 +193,7 @@ class NpuInternal:
     num_ifm: int = 0
     acc: np.ndarray | None = None  # [bh, bw, bd] int64, op-relative indices
 
-    def copy(self) -> "NpuInternal":
+    def copy(self) -> NpuInternal:
         return NpuInternal({k: [v[0], v[1]] for k, v in self.fifo.items()}, set(self.fifo_valid),
                            self.chain_length, self.num_ifm,
                            None if self.acc is None else self.acc.copy())
@@ -568,7 +568,8 @@ def kernel_stride(s: SetState) -> tuple[int, int, int, int, int, int]:
     if ks is None:
         s.get("KERNEL_STRIDE", "stride_x_lsb")  # raises: never set
     f = ks.fields
-    return (2 * f["stride_y_msb"] + f["stride_y_lsb"] + 1, 2 * f["stride_x_msb"] + f["stride_x_lsb"] + 1,
+    return (2 * f["stride_y_msb"] + f["stride_y_lsb"] + 1,
+            2 * f["stride_x_msb"] + f["stride_x_lsb"] + 1,
             f["dilation_y"] + 1, f["dilation_x"] + 1, f["weight_order"], f["decomposition"])
 
 
@@ -752,7 +753,8 @@ def acc_input(s: SetState, mem: MemoryPort, shape: tuple[int, int, int],
     if mode == 0:
         return None
     if mode == 1:
-        blk = (s.get("OFM_BLK_HEIGHT_M1", "height_m1") + 1, s.get("OFM_BLK_WIDTH_M1", "width_m1") + 1,
+        blk = (s.get("OFM_BLK_HEIGHT_M1", "height_m1") + 1,
+               s.get("OFM_BLK_WIDTH_M1", "width_m1") + 1,
                s.get("OFM_BLK_DEPTH_M1", "depth_m1") + 1)
         require(H <= blk[0] and W <= blk[1] and D <= blk[2], "oy < bh && ox < bw && oc < bd",
                 "L6811")
@@ -762,7 +764,8 @@ def acc_input(s: SetState, mem: MemoryPort, shape: tuple[int, int, int],
         return acc[:H, :W, :D].copy()
     t = tensor(s, "IFM2")
     require(t.signed and t.bits == (64 if acc48 else 32),
-            f"IFM2 precision == {'b64' if acc48 else 'b32'} && signed (acc_input ifm2)", "L6572-6580")
+            f"IFM2 precision == {'b64' if acc48 else 'b32'} && signed (acc_input ifm2)",
+            "L6572-6580")
     diag: list[str] = []
     v = values_k.read_values(read_raw(mem, t, shape, RD_IFM_STREAM),
                       s.get("IFM2_ZERO_POINT", "zero_point"), t.bits, True, diag, "IFM2")
@@ -1203,7 +1206,8 @@ def _conv_decode(s: SetState, cfg: NpuConfig, depthwise: bool, matmul: bool) -> 
     line = "L8283-8292" if depthwise else "L8172-8189"
     require(ih >= 1 and iw >= 1, "ifm_height >= 1 && ifm_width >= 1", line)
     require(dh * dw <= 64 * 64 and (dh <= 64 or dw <= 64),
-            "dilated_height*dilated_width <= 64*64 && (dilated_height <= 64 || dilated_width <= 64)",
+            "dilated_height*dilated_width <= 64*64 && "
+            "(dilated_height <= 64 || dilated_width <= 64)",
             line)
     ifm = tensor(s, "IFM")
     require(ifm.bits == 8 or (ifm.bits == 16 and ifm.signed),
@@ -1540,7 +1544,8 @@ def resize(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> OpResu
     iwm1 = s.get("KERNEL_WIDTH_M1", "width_m1")
     ny = s.get("RESIZE_Y_SCALE_N_M1", "resize_y_scale_n_m1") + 1
     nx = s.get("RESIZE_X_SCALE_N_M1", "resize_x_scale_n_m1") + 1
-    yo, xo = s.get("RESIZE_Y_OFFSET", "resize_y_offset"), s.get("RESIZE_X_OFFSET", "resize_x_offset")
+    yo = s.get("RESIZE_Y_OFFSET", "resize_y_offset")
+    xo = s.get("RESIZE_X_OFFSET", "resize_x_offset")
     ysi, ysm = s.get("RESIZE_Y_STEP", "one_step_int"), s.get("RESIZE_Y_STEP", "one_step_mod")
     xsi, xsm = s.get("RESIZE_X_STEP", "one_step_int"), s.get("RESIZE_X_STEP", "one_step_mod")
     require(-ny <= yo < ny and -nx <= xo < nx, "-scale_n <= offset < scale_n", "L9044-9045")

@@ -1,8 +1,8 @@
 """Ethos-U85 command stream: decoder, encoder and disassembler (no device state).
 
-The format is the TRM's section 3.5 (seed 001, digested in shared/devices/ethos-u85-command-stream.md
-section 1; "Lnnnn" cites a seed line). A command is one or two little-endian 32-bit words
-(L5984-5986). Word 0 ("header", Table 3-88 L5995-6000)::
+The format is the TRM's section 3.5 (seed 001, digested in
+shared/devices/ethos-u85-command-stream.md section 1; "Lnnnn" cites a seed line). A command is
+one or two little-endian 32-bit words (L5984-5986). Word 0 ("header", Table 3-88 L5995-6000)::
 
     [31:16] payload_0 ("param", 16 bits)   [15:14] control: 00 cmd0, 01 cmd1
     [13:10] 0000                           [9:0]   opcode
@@ -36,8 +36,8 @@ Set bits in reserved positions of a known command are kept in :attr:`Command.res
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -52,9 +52,11 @@ E_ACT_PREC = ("b8", "b16", "b32", "b64")  # activation_precision_t (L10026)
 E_ACT_FORMAT = ("nhwc", "nhcwb16")  # activation_format_t (L10030)
 E_ACT_STORAGE = ("tile2x2", "tile3x1", "chained", "none")  # activation_storage_t (L10033)
 E_POOL = ("max", "average", "reduce_sum", "sum", "none", "min", "argmax_x", "argmax_y")  # L9011
+# L8670-8698
 E_ELEMENTWISE = {0: "mul", 1: "add", 2: "sub", 3: "min", 4: "max", 5: "lrelu", 6: "abs", 7: "clz",
-                 8: "shr", 9: "shl", 10: "lshr", 11: "div", 16: "cmp_eq", 17: "cmp_ne", 18: "cmp_ge",
-                 19: "cmp_gt", 33: "and", 34: "or", 35: "xor", 36: "not", 42: "and_not"}  # L8670-8698
+                 8: "shr", 9: "shl", 10: "lshr", 11: "div", 16: "cmp_eq", 17: "cmp_ne",
+                 18: "cmp_ge", 19: "cmp_gt", 33: "and", 34: "or", 35: "xor", 36: "not",
+                 42: "and_not"}
 E_RESIZE = ("bilinear", "replicate", "nearest")  # L9140
 E_UPSCALE = ("none", "nearest", "zeros")  # L10097
 E_BROADCAST = ("none", "h", "w", "hw", "c", "ch", "cw", "cwh", "scalar")  # L9538, L9781
@@ -245,7 +247,8 @@ _CMD0: list[tuple[int, str, tuple[FieldSpec, ...], str]] = [
     (2, "NPU_OP_CONV", (f("weights_ifm2", "16"),), "T3-95 L8236-8244"),
     (3, "NPU_OP_DEPTHWISE", (), "T3-96 L8327-8334"),
     (5, "NPU_OP_POOL", (f("pooling_mode", "18:16", enum=E_POOL),), "T3-104 L9001-9012"),
-    (6, "NPU_OP_ELEMENTWISE", (f("elementwise_mode", "21:16", enum=E_ELEMENTWISE),), "T3-99 L8660-8668"),
+    (6, "NPU_OP_ELEMENTWISE", (f("elementwise_mode", "21:16", enum=E_ELEMENTWISE),),
+     "T3-99 L8660-8668"),
     (7, "NPU_OP_RESIZE", (f("resize_mode", "17:16", enum=E_RESIZE),), "T3-105 L9133-9141"),
     (16, "NPU_OP_DMA_START", (), "T3-97 L8439-8446"),
     (17, "NPU_OP_DMA_WAIT", (f("k", "17:16"),), "T3-98 L8474-8482"),
@@ -259,7 +262,8 @@ _CMD0: list[tuple[int, str, tuple[FieldSpec, ...], str]] = [
     (260, "NPU_SET_IFM_DEPTH_M1", (f("depth_m1", _M1_31_16),), "T3-125 L9804-9811"),
     (261, "NPU_SET_IFM_PRECISION", _precision("19:18"), "T3-132 L10017-10033"),
     (263, "NPU_SET_IFM_UPSCALE", (f("mode", "17:16", enum=E_UPSCALE),), "T3-134 L10087-10098"),
-    (264, "NPU_SET_IFM_BROADCAST", (f("broadcast_mode", "19:16", enum=E_BROADCAST),), "T3-124 L9771-9782"),
+    (264, "NPU_SET_IFM_BROADCAST", (f("broadcast_mode", "19:16", enum=E_BROADCAST),),
+     "T3-124 L9771-9782"),
     (265, "NPU_SET_IFM_ZERO_POINT", (f("zero_point", "31:16", "x"),), "T3-136 L10159-10169"),
     (266, "NPU_SET_IFM_WIDTH0_M1", (f("width_m1", _M1_31_16),), "T3-135 L10124-10131"),
     (267, "NPU_SET_IFM_HEIGHT0_M1", (f("height_m1", _M1_31_16),), "T3-126 L9837-9844"),
@@ -269,7 +273,8 @@ _CMD0: list[tuple[int, str, tuple[FieldSpec, ...], str]] = [
     (274, "NPU_SET_OFM_HEIGHT_M1", (f("height_m1", _M1_31_16),), "T3-146 L10487-10494"),
     (275, "NPU_SET_OFM_DEPTH_M1", (f("depth_m1", _M1_31_16),), "T3-143 L10398-10405"),
     (276, "NPU_SET_OFM_PRECISION",
-     (f("activation_type", "16", enum=E_ACT_TYPE), f("activation_precision", "18:17", enum=E_ACT_PREC),
+     (f("activation_type", "16", enum=E_ACT_TYPE),
+      f("activation_precision", "18:17", enum=E_ACT_PREC),
       f("activation_format", "23:22", enum=E_ACT_FORMAT), f("scale_mode", "24", enum=E_SCALE_MODE),
       f("activation_reverse", "26:25", enum=E_REVERSE),
       f("activation_transpose", "29:27", enum=E_TRANSPOSE),
@@ -285,7 +290,8 @@ _CMD0: list[tuple[int, str, tuple[FieldSpec, ...], str]] = [
     (288, "NPU_SET_KERNEL_WIDTH_M1", (f("width_m1", _M1_31_16),), "T3-139 L10272-10279"),
     (289, "NPU_SET_KERNEL_HEIGHT_M1", (f("height_m1", _M1_31_16),), "T3-137 L10190-10197"),
     (290, "NPU_SET_KERNEL_STRIDE",
-     (f("stride_x_lsb", "16"), f("stride_y_lsb", "17"), f("weight_order", "18", enum=E_WEIGHT_ORDER),
+     (f("stride_x_lsb", "16"), f("stride_y_lsb", "17"),
+      f("weight_order", "18", enum=E_WEIGHT_ORDER),
       f("dilation_x", "19", enum=E_DILATION), f("dilation_y", "20", enum=E_DILATION),
       f("decomposition", "21", enum=E_DECOMPOSITION), f("stride_x_msb", "22"),
       f("stride_y_msb", "25")), "T3-138 L10220-10239"),
@@ -300,8 +306,10 @@ _CMD0: list[tuple[int, str, tuple[FieldSpec, ...], str]] = [
     (295, "NPU_SET_ACTIVATION_MAX", (f("clip_boundary", "31:16", "x"),), "T3-109 L9284-9291"),
     (296, "NPU_SET_WEIGHT_REGION", (f("region", "18:16"),), "T3-158 L10877-10885"),
     (297, "NPU_SET_SCALE_REGION", (f("region", "18:16"),), "T3-156 L10817-10825"),
-    (298, "NPU_SET_RESIZE_X_SCALE_N_M1", (f("resize_x_scale_n_m1", "26:16"),), "T3-153 L10721-10729"),
-    (299, "NPU_SET_RESIZE_Y_SCALE_N_M1", (f("resize_y_scale_n_m1", "26:16"),), "T3-155 L10790-10798"),
+    (298, "NPU_SET_RESIZE_X_SCALE_N_M1", (f("resize_x_scale_n_m1", "26:16"),),
+     "T3-153 L10721-10729"),
+    (299, "NPU_SET_RESIZE_Y_SCALE_N_M1", (f("resize_y_scale_n_m1", "26:16"),),
+     "T3-155 L10790-10798"),
     (300, "NPU_SET_RESIZE_X_OFFSET", (f("resize_x_offset", "27:16", "s"),), "T3-152 L10686-10694"),
     (301, "NPU_SET_RESIZE_Y_OFFSET", (f("resize_y_offset", "27:16", "s"),), "T3-154 L10756-10767"),
     (302, "NPU_SET_WEIGHT_FORMAT",
@@ -318,7 +326,8 @@ _CMD0: list[tuple[int, str, tuple[FieldSpec, ...], str]] = [
     (306, "NPU_SET_DMA0_SIZE0", (f("size", "31:16"),), "T3-114 L9440-9447"),
     (307, "NPU_SET_DMA0_SIZE1", (f("size", "31:16"),), "T3-115 L9468-9475"),
     (308, "NPU_SET_DMA0_IDX_REGION", (f("region", "18:16"),), "T3-113 L9404-9415"),
-    (384, "NPU_SET_IFM2_BROADCAST", (f("broadcast_mode", "19:16", enum=E_BROADCAST),), "T3-117 L9528-9539"),
+    (384, "NPU_SET_IFM2_BROADCAST", (f("broadcast_mode", "19:16", enum=E_BROADCAST),),
+     "T3-117 L9528-9539"),
     (389, "NPU_SET_IFM2_PRECISION", _precision("19:18"), "T3-120 L9629-9645"),
     (393, "NPU_SET_IFM2_ZERO_POINT", (f("zero_point", "31:16", "x"),), "T3-123 L9745-9752"),
     (394, "NPU_SET_IFM2_WIDTH0_M1", (f("width_m1", _M1_31_16),), "T3-122 L9706-9716"),
@@ -370,14 +379,16 @@ _CMD1: list[tuple[int, str, tuple[FieldSpec, ...], str]] = [
     (133, "NPU_SET_IFM2_STRIDE_Y", (addr(),), "T3-178 L11633-11645"),
     (134, "NPU_SET_IFM2_STRIDE_C", (addr(),), "T3-176 L11566-11575"),
     (144, "NPU_SET_WEIGHT1_BASE", (addr(),), "T3-200 L12342-12351"),
-    (145, "NPU_SET_WEIGHT1_LENGTH", _LENGTH, "T3-201 lost in the seed (L12353-12366); layout of T3-203"),
+    (145, "NPU_SET_WEIGHT1_LENGTH", _LENGTH,
+     "T3-201 lost in the seed (L12353-12366); layout of T3-203"),
     (146, "NPU_SET_WEIGHT2_BASE", (addr(),), "T3-202 L12368-12377"),
     (147, "NPU_SET_WEIGHT2_LENGTH", _LENGTH, "T3-203 L12398-12406"),
     (148, "NPU_SET_WEIGHT3_BASE", (addr(),), "T3-204 L12425-12434"),
     (149, "NPU_SET_WEIGHT3_LENGTH", _LENGTH, "T3-205 L12455-12463"),
     (150, "NPU_SET_RESIZE_X_STEP", _resize_step(), "T3-196 L12211-12224"),
     (151, "NPU_SET_RESIZE_Y_STEP", _resize_step(), "T3-197 L12251-12264"),
-    (256, "NPU_OP_BRANCH", (f("branch_cond", "16", enum=E_BRANCH_COND), f("branch_target", "63:32", "h")),
+    (256, "NPU_OP_BRANCH",
+     (f("branch_cond", "16", enum=E_BRANCH_COND), f("branch_target", "63:32", "h")),
      "T3-160 L11041-11048"),
 ]
 
@@ -500,7 +511,8 @@ def decode_one(words: Sequence[int], index: int, offset: int) -> Command:
     data = words[index + 1] if n == 2 else None
     cmd = w0 | ((data or 0) << 32)
     fields = {fs.name: fs.extract(cmd) for fs in sp.fields}
-    return Command(offset, sp.name, kind, opcode, param, data, fields, tuple(words[index:index + n]),
+    return Command(offset, sp.name, kind, opcode, param, data, fields,
+                   tuple(words[index:index + n]),
                    "", cmd & sp.reserved_mask)
 
 
@@ -542,7 +554,8 @@ def encode(command: Command | str, **fields: int | str) -> list[int]:
     names = {fs.name: fs for fs in sp.fields}
     extra = set(fields) - set(names)
     if extra:
-        raise ValueError(f"{sp.name} has no field(s) {sorted(extra)}; fields: {list(names) or 'none'}")
+        raise ValueError(f"{sp.name} has no field(s) {sorted(extra)}; "
+                         f"fields: {list(names) or 'none'}")
     cmd = (sp.key & 0xFFFF) | (reserved & sp.reserved_mask)
     for name, value in fields.items():
         cmd |= names[name].insert(names[name].coerce(value, sp.name))
@@ -614,7 +627,8 @@ def listing_lines(data: bytes, chunk_words: int = 1 << 16) -> Iterator[str]:
         pos = end
 
 
-__all__ = ["Command", "FieldSpec", "OpcodeSpec", "OPCODES", "BY_KEY", "ALIASES", "UNKNOWN", "CMD0",
-           "CMD1", "decode", "decode_one", "encode", "encode_stream", "disassemble", "format_command",
+__all__ = ["Command", "FieldSpec", "OpcodeSpec", "OPCODES", "BY_KEY", "ALIASES", "UNKNOWN",
+           "CMD0", "CMD1", "decode", "decode_one", "encode", "encode_stream", "disassemble",
+           "format_command",
            "listing_lines", "MATMUL_LAYOUT", "is_matmul",
            "spec", "to_bytes"]

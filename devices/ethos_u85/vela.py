@@ -55,8 +55,8 @@ import numpy as np
 from ..device import ProgramOptions
 from ..errors import DeviceError
 from ..files import mib, read_program_file
-from ..ranges import merge_ranges
 from ..host import Call, Check, CheckResult, HostProgram, Step, WaitIrq, unit_output
+from ..ranges import merge_ranges
 
 
 class VelaImportError(ValueError):
@@ -88,7 +88,7 @@ class _Table:
         p = self.pos + o
         return p + struct.unpack_from("<I", self.buf, p)[0]
 
-    def table(self, slot: int) -> "_Table | None":
+    def table(self, slot: int) -> _Table | None:
         p = self._ref(slot)
         return None if p is None else _Table(self.buf, p)
 
@@ -98,7 +98,7 @@ class _Table:
             return 0, 0
         return p + 4, struct.unpack_from("<I", self.buf, p)[0]
 
-    def tables(self, slot: int) -> list["_Table"]:
+    def tables(self, slot: int) -> list[_Table]:
         start, n = self._vector(slot)
         out = []
         for i in range(n):

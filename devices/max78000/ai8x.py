@@ -706,7 +706,7 @@ class _Importer:
             raise Ai8xImportError(f"{where}: unsupported kernel loader loop body")
         if arr is None:
             raise Ai8xImportError(f"{where}: kernel loop without 'const uint32_t *ptr = ...;'")
-        for macro, src, k, addr, head, words in self._records(arr, where, "record", 1):
+        for macro, src, k, addr, _head, words in self._records(arr, where, "record", 1):
             if addr & 3:
                 raise Ai8xImportError(f"{src}: {macro}: record address {addr:#010x} misaligned")
             if mexpress:

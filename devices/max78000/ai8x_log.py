@@ -31,8 +31,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..files import FileRefused, read_program_text
-from ..layer_diff import MAX_REFERENCE, LayerReference, ReferenceFileError, to_spec_layout, \
-    unit_spec
+from ..layer_diff import (
+    MAX_REFERENCE,
+    LayerReference,
+    ReferenceFileError,
+    to_spec_layout,
+    unit_spec,
+)
 
 if TYPE_CHECKING:
     from .model import Max78000
@@ -104,7 +109,7 @@ def parse_log(text: str, name: str) -> dict[int, tuple[np.ndarray, int]]:
     return out
 
 
-def log_references(device: "Max78000", path: Path) -> list[LayerReference]:
+def log_references(device: Max78000, path: Path) -> list[LayerReference]:
     """The references of ai8xize's log ``path`` for the loaded program's layers."""
     try:
         text = read_program_text(path, MAX_REFERENCE, "an ai8xize log")

@@ -34,9 +34,9 @@ import numpy as np
 from ...emu.conv import int_conv as IC
 from ...emu.conv import max78000 as conv_k
 from ...emu.eltwise import max78000 as eltwise_k
+from ...emu.memory import max78000 as M
 from ...emu.numeric import max78000 as numeric_k
 from ...emu.pool import max78000 as pool_k
-from ...emu.memory import max78000 as M
 from ..device import Touched
 from ..errors import DeviceError
 from ..ranges import address_ranges, merge_ranges

@@ -32,8 +32,8 @@ Hardware model decoded here (the datapath in datapath.py executes it):
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
 
 from ..errors import DeviceError
 
@@ -360,15 +360,15 @@ def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = ran
             if last >= MRAM_WORDS:
                 raise fail(q, "MCNT", f"mask address {mx:#x} beyond the 768 MRAM words")
         rptr = _f(reg(q, "RPTR_BASE"), 16, 0)
-        for l in range(16):
-            if (pro >> l) & 1:
-                p = q * 16 + l
-                if chw and l % 4:
+        for local in range(16):
+            if (pro >> local) & 1:
+                p = q * 16 + local
+                if chw and local % 4:
                     raise fail(q, "EN", f"processor {p} enabled in parallel (CHW) mode: the "
                                "4 bytes of a word go to the first processor of each group of "
                                "4 (S0:L3756), others are not supported")
-                procs.append(Processor(p, q, l, q * 4 + l // 4, l % 4, rptr,
-                                       MRAM_BASE + q * QUAD_STRIDE + l * 0x4000, sad, mx))
+                procs.append(Processor(p, q, local, q * 4 + local // 4, local % 4, rptr,
+                                       MRAM_BASE + q * QUAD_STRIDE + local * 0x4000, sad, mx))
     assert steps is not None
     pt_out: list[tuple[int, int]] = []
     if passthrough:

@@ -23,10 +23,10 @@ from .datapath import run_layer
 from .fifo import Fifos
 from .layer import LayerConfig, decode_layer, layer_cycles
 from .listing import ai8x_summary
+from .memory_control import MemoryControl
 from .mram import install_mram_hooks
 from .stream import run_stream_layer, stream_count, validate
 from .tensors import layer_tensors
-from .memory_control import MemoryControl
 
 # device-level features (FIFOs, streaming, BIST/zeroize/power/Mlator, listing, monitor
 # commands) live in fifo.py, stream.py, memory_control.py, listing.py and monitor.py
@@ -58,7 +58,8 @@ class Max78000(Device):
         self.warnings: list[str] = []  # model messages (doc-rule violations), newest last
         self._warned: set = set()
         self.fifos = Fifos(self)  # CNN_FIFO_WRn, CNN_FIF0_CTRL/STAT (L1371-1760)
-        self.memory_control = MemoryControl(self)  # TEST, SRAM/AOD power, Mlator (after the MRAM hooks)
+        # TEST, SRAM/AOD power, Mlator (after the MRAM hooks)
+        self.memory_control = MemoryControl(self)
         self.stream_frames: dict = {}  # stream layer -> FrameBuffer (frame-at-once streaming)
 
     def warn(self, message: str, key=None) -> None:

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
     from .model import Max78000
 
 
-def layer_tensors(dev: "Max78000", y: int) -> tuple[TensorSpec, ...]:
+def layer_tensors(dev: Max78000, y: int) -> tuple[TensorSpec, ...]:
     """The tensors of layer ``y``: inputs (none for FIFO or streamed input), then "output".
     Raises DeviceError (naming the layer and register) for a layer that cannot be decoded."""
     cfg = dev.layer_config(y)
@@ -113,7 +113,7 @@ def output_spec(cfg: LayerConfig) -> TensorSpec:
                       f"HWC output from WPTR_BASE, {kind}, {step} word(s) per pixel")
 
 
-def _cut_to_producer(dev: "Max78000", y: int, spec: TensorSpec) -> TensorSpec:
+def _cut_to_producer(dev: Max78000, y: int, spec: TensorSpec) -> TensorSpec:
     """``spec`` cut to the channels layer y-1 wrote when its output is exactly this input's
     first channels (module doc), else unchanged."""
     try:

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from .model import Ne16
 
 
-def golden_references(device: "Ne16", path: Path) -> list[LayerReference]:
+def golden_references(device: Ne16, path: Path) -> list[LayerReference]:
     """One reference per job of the loaded program from the test application at ``path``
     (the app directory holding gen/, or gen/ itself)."""
     gen = path / "gen" if (path / "gen" / "src").is_dir() else path

@@ -32,8 +32,8 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
@@ -252,7 +252,7 @@ def weights(cfg: JobConfig, read: Reader) -> tuple[np.ndarray, list[tuple[int, i
     return w, [(lo, hi)]
 
 
-_WEIGHTS: "OrderedDict[tuple, np.ndarray]" = OrderedDict()
+_WEIGHTS: OrderedDict[tuple, np.ndarray] = OrderedDict()
 
 
 @functools.lru_cache(maxsize=64)

@@ -219,7 +219,7 @@ class Ne16(Device):
         cfg = self.job_config(index)
         return () if cfg is None else job_tensors(cfg)
 
-    def job_config(self, index: int) -> "J.JobConfig | None":
+    def job_config(self, index: int) -> J.JobConfig | None:
         """Job ``index``'s decoded registers (unit_tensors; the per-layer diff's subtiles):
         as queued, else as planned or as run; None when not known or not decodable."""
         self.check_unit(index)

@@ -21,8 +21,8 @@ The tables are written through S_LUT_ACCESS_CFG (table, entry, write) and S_LUT_
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -44,7 +44,7 @@ class Luts:
     write: bool = False
 
     @classmethod
-    def empty(cls) -> "Luts":
+    def empty(cls) -> Luts:
         return cls(np.zeros(65, np.int64), np.zeros(257, np.int64))
 
     def access_cfg(self, value: int) -> None:

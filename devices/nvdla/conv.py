@@ -32,8 +32,8 @@ docs/design-notes.md "NVDLA"):
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

@@ -19,8 +19,8 @@ over columns and rows as the C model does, with the channels as vectors.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

@@ -20,8 +20,8 @@ vmod/nvdla/cdma/NV_NVDLA_CDMA_IMG_ctrl.v, branch nv_small; written here in numpy
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

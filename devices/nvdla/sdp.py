@@ -23,8 +23,8 @@ sdp_c.cpp, include/nvdla_int.h; facts, written here in numpy):
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

@@ -149,7 +149,7 @@ def register_address(desc: Description, symbol: str, where: str) -> tuple[int, s
     return addr, name
 
 
-def _check_span(device: "Nvdla", addr: int, size: int, where: str) -> None:
+def _check_span(device: Nvdla, addr: int, size: int, where: str) -> None:
     """A memory command's bytes must lie in one of the device's memory windows: checked when the
     trace is read, before anything is allocated or written."""
     if size < 0 or not device.bus.is_mapped(addr, max(size, 1)):
@@ -215,7 +215,7 @@ def read_trace(path: Path) -> tuple[Path, str]:
         raise TraceError(f"{cfg}: cannot read: {getattr(e, 'strerror', None) or e}") from None
 
 
-def load_trace(path: Path, device: "Nvdla") -> HostProgram:
+def load_trace(path: Path, device: Nvdla) -> HostProgram:
     """The host program of the trace ``path`` (a .cfg or its directory)."""
     cfg, text = read_trace(path)
     desc = device.description

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from .model import Nvdla
 
 
-def crc_references(device: "Nvdla", path: Path) -> list[LayerReference]:
+def crc_references(device: Nvdla, path: Path) -> list[LayerReference]:
     """One checksum reference per ``check_crc`` of the trace ``path`` (a .cfg or its
     directory), each on the layer that wrote the bytes it covers."""
     try:

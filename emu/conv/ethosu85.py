@@ -21,14 +21,33 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit, prange
 
-from . import int_conv as IC
 from ..numeric import ethosu85 as P
-from ..numeric.ethosu85 import (C_ACC_BITS, C_ACC_OUTPUT, C_OFM_BITS, C_OFM_SIGNED, C_SCALE,
-                                C_SHIFT, C_ZP, RESCALE_NORMAL)
-from ..numeric.ethosu85_values import (UPSCALE_NONE, batched, check, checked_zero_point,
-                                       config_or_default, fit_hw, infer_type, lut_bytes,
-                                       native, ofm_dtype, per_channel, read_values, upscale)
-
+from ..numeric.ethosu85 import (
+    C_ACC_BITS,
+    C_ACC_OUTPUT,
+    C_OFM_BITS,
+    C_OFM_SIGNED,
+    C_SCALE,
+    C_SHIFT,
+    C_ZP,
+    RESCALE_NORMAL,
+)
+from ..numeric.ethosu85_values import (
+    UPSCALE_NONE,
+    batched,
+    check,
+    checked_zero_point,
+    config_or_default,
+    fit_hw,
+    infer_type,
+    lut_bytes,
+    native,
+    ofm_dtype,
+    per_channel,
+    read_values,
+    upscale,
+)
+from . import int_conv as IC
 
 # ------------------------------------------------------------------------------------------------
 # CONV / DEPTHWISE (L8147-8228, L8256-8315)
@@ -423,7 +442,8 @@ def _conv_common(ifm, weights, ofm_hw, stride, dilation, pad, ifm_zp, ifm_bits, 
                  method="auto", dilated=None):
     cfg = config_or_default(cfg)
     bits, signed = infer_type(ifm, ifm_bits, ifm_signed)
-    check(diag, bits == 8 or (bits == 16 and signed), "CONV/DEPTHWISE IFM must be b8 or signed b16 (L8180)")
+    check(diag, bits == 8 or (bits == 16 and signed),
+          "CONV/DEPTHWISE IFM must be b8 or signed b16 (L8180)")
     raw = np.asarray(ifm)
     w = np.asarray(weights, np.int64)
     if depthwise and w.ndim == 3:
@@ -442,7 +462,7 @@ def _conv_common(ifm, weights, ofm_hw, stride, dilation, pad, ifm_zp, ifm_bits, 
     # KERNEL_*_M1 + 1 (L8150-8151); with dilation x2 it may be even, one more than the taps
     # reach (ky*dil < dilated size, L8188), and still counts in the IFM extent
     dh, dw = dilated
-    ih = (H - 1) * sy + dh - (pt + pb)                              # derived IFM extent (L8168-8169)
+    ih = (H - 1) * sy + dh - (pt + pb)  # derived IFM extent (L8168-8169)
     iw = (W - 1) * sx + dw - (pl + pr)
     zp = P.ifm_zero_point(ifm_zp, bits, signed)[0]
     gemm = None
@@ -462,8 +482,10 @@ def _conv_common(ifm, weights, ofm_hw, stride, dilation, pad, ifm_zp, ifm_bits, 
         v, vzp = upscale(read_values(raw, ifm_zp, bits, signed, diag), upscale_mode), 0
     check(diag, ih >= 1 and iw >= 1, "derived IFM extent < 1 (L8174)")
     check(diag, dh * dw <= 4096 and (dh <= 64 or dw <= 64), "kernel too large (L8175-8176)")
-    check(diag, upscale_mode == UPSCALE_NONE or (sy == 1 and sx == 1), "upscale needs stride 1 (L6519)")
-    check(diag, v.shape[0] >= ih and v.shape[1] >= iw, f"IFM {v.shape[:2]} smaller than derived extent {(ih, iw)}")
+    check(diag, upscale_mode == UPSCALE_NONE or (sy == 1 and sx == 1),
+          "upscale needs stride 1 (L6519)")
+    check(diag, v.shape[0] >= ih and v.shape[1] >= iw,
+          f"IFM {v.shape[:2]} smaller than derived extent {(ih, iw)}")
     if depthwise:
         check(diag, v.shape[2] >= oc_n, "DEPTHWISE IFM depth < OFM depth")
     if gemm is not None:
@@ -487,8 +509,9 @@ def _conv_common(ifm, weights, ofm_hw, stride, dilation, pad, ifm_zp, ifm_bits, 
     acc = np.zeros((H, W, oc_n), np.int64) if acc_in is None \
         else np.ascontiguousarray(acc_in, np.int64)
     geo = np.array([H, W, sy, sx, dy, dx, pt, pl, dh, dw, 1 if depthwise else 0], np.int64)
-    out = _conv_kernel(np.ascontiguousarray(v), np.require(w, requirements=["C", "W"]), acc, geo, cfg,
-                       per_channel(bias, oc_n), per_channel(scales, oc_n), per_channel(shifts, oc_n), lut_bytes(lut))
+    out = _conv_kernel(np.ascontiguousarray(v), np.require(w, requirements=["C", "W"]), acc, geo,
+                       cfg, per_channel(bias, oc_n), per_channel(scales, oc_n),
+                       per_channel(shifts, oc_n), lut_bytes(lut))
     return out.astype(ofm_dtype(cfg))
 
 
@@ -507,9 +530,11 @@ def conv2d(ifm, weights, ofm_hw=None, *, stride=(1, 1), dilation=(1, 1), pad=(0,
     ifm = np.asarray(ifm)
     if ofm_hw is None:
         w = np.asarray(weights)
-        ih, iw = ifm.shape[-3] * (2 if upscale_mode else 1), ifm.shape[-2] * (2 if upscale_mode else 1)
+        up = 2 if upscale_mode else 1
+        ih, iw = ifm.shape[-3] * up, ifm.shape[-2] * up
         dh, dw = (w.shape[1] - 1) * dilation[0] + 1, (w.shape[2] - 1) * dilation[1] + 1
-        ofm_hw = ((ih + pad[0] + pad[2] - dh) // stride[0] + 1, (iw + pad[1] + pad[3] - dw) // stride[1] + 1)
+        ofm_hw = ((ih + pad[0] + pad[2] - dh) // stride[0] + 1,
+                  (iw + pad[1] + pad[3] - dw) // stride[1] + 1)
     return batched(_conv_common, ifm, weights, ofm_hw, stride, dilation, pad, ifm_zp, ifm_bits,
                     ifm_signed, upscale_mode, cfg, bias, scales, shifts, lut, acc_in, diag, False,
                     method, dilated)
@@ -527,9 +552,11 @@ def depthwise2d(ifm, weights, ofm_hw=None, *, stride=(1, 1), dilation=(1, 1), pa
         w = w[..., None]
     ifm = np.asarray(ifm)
     if ofm_hw is None:
-        ih, iw = ifm.shape[-3] * (2 if upscale_mode else 1), ifm.shape[-2] * (2 if upscale_mode else 1)
+        up = 2 if upscale_mode else 1
+        ih, iw = ifm.shape[-3] * up, ifm.shape[-2] * up
         dh, dw = (w.shape[1] - 1) * dilation[0] + 1, (w.shape[2] - 1) * dilation[1] + 1
-        ofm_hw = ((ih + pad[0] + pad[2] - dh) // stride[0] + 1, (iw + pad[1] + pad[3] - dw) // stride[1] + 1)
+        ofm_hw = ((ih + pad[0] + pad[2] - dh) // stride[0] + 1,
+                  (iw + pad[1] + pad[3] - dw) // stride[1] + 1)
     return batched(_conv_common, ifm, w, ofm_hw, stride, dilation, pad, ifm_zp, ifm_bits,
                     ifm_signed, upscale_mode, cfg, bias, scales, shifts, lut, acc_in, diag, True,
                     method, dilated)
@@ -556,9 +583,9 @@ def matmul(ifm, ifm2, *, ifm_zp=0, ifm2_zp=0, ifm_bits=None, ifm_signed=None, cf
     b = read_values(ifm2, ifm2_zp, bits, signed, diag, "IFM2")     # IFM2 precision == IFM's (L8183)
     if b.ndim == 3:
         b = b[0]
-    w = np.ascontiguousarray(b[:, None, None, :])                    # W[oc][0][0][ic] = ifm2[0][oc][ic]
-    return _conv_common(ifm, w, (ifm.shape[0], ifm.shape[1]), (1, 1), (1, 1), (0, 0, 0, 0), ifm_zp,
-                        bits, signed, UPSCALE_NONE, cfg, bias, scales, shifts, lut, acc_in, diag, False,
-                        method)
+    w = np.ascontiguousarray(b[:, None, None, :])  # W[oc][0][0][ic] = ifm2[0][oc][ic]
+    return _conv_common(ifm, w, (ifm.shape[0], ifm.shape[1]), (1, 1), (1, 1), (0, 0, 0, 0),
+                        ifm_zp, bits, signed, UPSCALE_NONE, cfg, bias, scales, shifts, lut, acc_in,
+                        diag, False, method)
 
 

@@ -57,8 +57,19 @@ from numba import njit, prange
 
 from ..scratch import scratch
 from .simd import vbcast, vget, vload, vmadd, vstore, vzero
-from .vnni import (HAVE_VNNI, zadd, zbroadcast, zdot, zdotv, zload, zmul, zsplat, zstore,
-                   zstore_t8, zsub)
+from .vnni import (
+    HAVE_VNNI,
+    zadd,
+    zbroadcast,
+    zdot,
+    zdotv,
+    zload,
+    zmul,
+    zsplat,
+    zstore,
+    zstore_t8,
+    zsub,
+)
 
 KB = 4   # output channels per block (4 x 2 accumulator registers)
 XB = 16  # output columns per block (two 8-lane vectors)
@@ -252,7 +263,7 @@ def _conv_blocks(x2, w2, acc, ho, wob, c2, kh, kw, kn, sy, row_words, plane, row
                 for j in range(kw):
                     xi = rbase + col_off[j]
                     wi = ((k0 * kh + i) * kw + j) * c2
-                    for cp in range(c2):
+                    for _cp in range(c2):
                         lo = vload(x2, xi)
                         hi = vload(x2, xi + 8)
                         wv = vbcast(w2, wi)
@@ -353,7 +364,7 @@ def _vnni_conv(src, off, zb, rows, top, dst_col, x4, w4, wsum, acc, ho, wob, q4,
                 for j in range(kw):
                     xi = rbase + col_off[j]
                     wi = ((k0 * kh + i) * kw + j) * q4
-                    for q in range(q4):
+                    for _q in range(q4):
                         l0 = zload(x4, xi + 0)
                         a0_0 = zdot(a0_0, l0, w4, wi)
                         a1_0 = zdot(a1_0, l0, w4, wi + ws)

@@ -24,10 +24,17 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from . import int_conv as IC
-from ..numeric.max78000 import (ACT_ABS, ACT_NONE, ACT_RELU, requant1, requantize, wide_output,
-                                wrap32)
+from ..numeric.max78000 import (
+    ACT_ABS,
+    ACT_NONE,
+    ACT_RELU,
+    requant1,
+    requantize,
+    wide_output,
+    wrap32,
+)
 from ..pool.max78000 import AVG_TRUNC, POOL_NONE, pool_hwc
+from . import int_conv as IC
 
 
 @njit(nogil=True, cache=True)

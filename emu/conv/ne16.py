@@ -60,8 +60,8 @@ def window_sums_depthwise(img, w, rows_pad, cols_pad, pad_value, ho, wo):
 @njit(nogil=True, cache=True)
 def normquant(acc, scale, bias, shift, has_bias, relu, out_bits):
     """digest 3.5 over int32 sums ``acc`` [Ho, Wo, K] (wrapped as the accumulators wrap):
-    p = acc * scale[k] in 64 bits; with a bias, p wrapped to 32 bits plus bias[k] wrapped again; ReLU
-    (``relu``, QUANT_RECT = 0); arithmetic shift right by shift[k]; saturation to ``out_bits``,
+    p = acc * scale[k] in 64 bits; with a bias, p wrapped to 32 bits plus bias[k] wrapped again;
+    ReLU (``relu``, QUANT_RECT = 0); arithmetic shift right by shift[k]; saturation to ``out_bits``,
     unsigned under ReLU. Returns int64."""
     h, w, k_n = acc.shape
     out = np.empty((h, w, k_n), np.int64)

@@ -20,10 +20,25 @@ import numpy as np
 from numba import njit
 
 from ..numeric import ethosu85 as P
-from ..numeric.ethosu85 import (C_SCALE, C_SHIFT, C_ZP, RESCALE_GLOBAL, RESCALE_NONE,
-                                RESCALE_SHIFT_ONLY)
-from ..numeric.ethosu85_values import (INT32_MIN, check, checked_zero_point, config_or_default,
-                                       fit_hw, infer_type, lut_bytes, ofm_dtype, values_minus)
+from ..numeric.ethosu85 import (
+    C_SCALE,
+    C_SHIFT,
+    C_ZP,
+    RESCALE_GLOBAL,
+    RESCALE_NONE,
+    RESCALE_SHIFT_ONLY,
+)
+from ..numeric.ethosu85_values import (
+    INT32_MIN,
+    check,
+    checked_zero_point,
+    config_or_default,
+    fit_hw,
+    infer_type,
+    lut_bytes,
+    ofm_dtype,
+    values_minus,
+)
 
 # elementwise_mode (Table 3-100, L8670-8698)
 EW_MUL, EW_ADD, EW_SUB, EW_MIN, EW_MAX, EW_LRELU, EW_ABS, EW_CLZ, EW_SHR, EW_SHL, EW_LSHR, \
@@ -260,12 +275,16 @@ def elementwise(mode, ifm, ifm2=None, ofm_shape=None, *, ifm_zp=0, ifm2_zp=0, if
     if len(ofm_shape) == 4:
         outs = []
         for n in range(ofm_shape[0]):
-            pick = (lambda t: None if t is None else (np.asarray(t)[min(n, np.asarray(t).shape[0] - 1)]
-                                                      if np.asarray(t).ndim == 4 else t))
+            def pick(t, n=n):
+                if t is None:
+                    return None
+                a = np.asarray(t)
+                return a[min(n, a.shape[0] - 1)] if a.ndim == 4 else t
             outs.append(elementwise(mode, pick(ifm), pick(ifm2), ofm_shape[1:], ifm_zp=ifm_zp,
                                     ifm2_zp=ifm2_zp, ifm_bits=ifm_bits, ifm_signed=ifm_signed,
-                                    ifm2_bits=ifm2_bits, ifm2_signed=ifm2_signed, ifm_scale=ifm_scale,
-                                    ifm2_scale=ifm2_scale, broadcast=broadcast, broadcast2=broadcast2,
+                                    ifm2_bits=ifm2_bits, ifm2_signed=ifm2_signed,
+                                    ifm_scale=ifm_scale, ifm2_scale=ifm2_scale,
+                                    broadcast=broadcast, broadcast2=broadcast2,
                                     scalar=scalar, cfg=cfg, lut=lut, diag=diag))
         return np.stack(outs)
     p = plan_elementwise(mode, ifm, ifm2, ofm_shape, ifm_zp=ifm_zp, ifm2_zp=ifm2_zp,

@@ -10,7 +10,6 @@ from numba import njit
 from ..numeric.max78000 import ACT_NONE, requantize
 from ..pool.max78000 import AVG_TRUNC, POOL_NONE, pool2d
 
-
 # element-wise functions, ONED.ewise_func encoding (S0:L3220: 00 subtract, 01 add, 10 OR, 11 XOR)
 EW_SUB = 0
 EW_ADD = 1

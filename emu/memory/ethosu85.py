@@ -44,7 +44,8 @@ def element_addresses(shape, bases, stride_y, stride_x, stride_c, width0, height
         tile2x2: x >= width0 -> tile 1, x -= width0; then y >= height[tile] -> tile += 2,
                  y -= height[tile]            (height = (HEIGHT0, HEIGHT1), represented values)
         tile3x1: y >= height[1] -> tile 2, y -= height[1]; elif y >= height[0] -> tile 1 (G-A2)
-        addr = bases[tile] + y*stride_y + (nhwc ? x*stride_x + c*es : (c>>4)*stride_c + (16x + (c&15))*es)
+        addr = bases[tile] + y*stride_y
+               + (nhwc ? x*stride_x + c*es : (c>>4)*stride_c + (16x + (c&15))*es)
 
     G-A1: the seed adds ``c`` (not c*es) for NHWC; ``nhwc_c_times_element_size=False`` selects
     that literal reading. ``storage`` CHAINED/NONE have no address (ValueError)."""
@@ -81,7 +82,8 @@ def element_addresses(shape, bases, stride_y, stride_x, stride_c, width0, height
 def read_elements(mem, addrs: np.ndarray, bits: int, signed: bool) -> np.ndarray:
     """Little-endian loads of ``bits``-wide elements at byte offsets ``addrs`` of ``mem``
     (bytes-like or uint8 array), sign- or zero-extended to int64."""
-    m = np.frombuffer(mem, np.uint8) if not isinstance(mem, np.ndarray) else mem.view(np.uint8).ravel()
+    m = (np.frombuffer(mem, np.uint8) if not isinstance(mem, np.ndarray)
+         else mem.view(np.uint8).ravel())
     es = bits // 8
     v = np.zeros(addrs.shape, np.uint64)
     for i in range(es):
@@ -98,8 +100,9 @@ def write_elements(mem: np.ndarray, addrs: np.ndarray, values, bits: int) -> Non
     """Little-endian stores of the low ``bits`` of ``values`` at byte offsets ``addrs`` into the
     writable uint8 array ``mem``."""
     es = bits // 8
-    v = np.asarray(values).astype(np.int64).view(np.uint64) if np.asarray(values).dtype != np.uint64 \
-        else np.asarray(values)
+    v = np.asarray(values)
+    if v.dtype != np.uint64:
+        v = v.astype(np.int64).view(np.uint64)
     v = np.broadcast_to(v, addrs.shape)
     for i in range(es):
         mem[addrs + i] = ((v >> np.uint64(8 * i)) & np.uint64(0xFF)).astype(np.uint8)

@@ -76,7 +76,8 @@ def out_config(ofm_bits: int = 8, ofm_signed: bool = True, zero_point: int = 0,
     if act_min is None:
         act_min = 0 if not ofm_signed else -(1 << (min(ofm_bits, 16) - 1))
     if act_max is None:
-        act_max = (1 << min(ofm_bits, 16)) - 1 if not ofm_signed else (1 << (min(ofm_bits, 16) - 1)) - 1
+        act_bits = min(ofm_bits, 16)
+        act_max = (1 << act_bits) - 1 if not ofm_signed else (1 << (act_bits - 1)) - 1
     cfg = np.zeros(C_N, np.int64)
     cfg[C_ACC_BITS] = 48 if acc_bits == 48 else 32
     cfg[C_SCALE_MODE] = 0 if per_channel else 1
@@ -303,7 +304,8 @@ def activation(acc64, cfg, lut):
         s16_s16: i = 256 + (acc>>7); base, slope = s16[2i], s16[2i+1]
                  acc = (int16)(((base<<7) + (acc & 0x7F)*slope + 64) >> 7)
         s16_s32: acc = (base<<7) + (acc & 0x7F)*slope
-        tanh:    i = 256 + (acc>>8); acc = ((base<<8) + (acc & 0xFF)*slope + (acc >= 0 ? 0x80 : 0x7F)) >> 8
+        tanh:    i = 256 + (acc>>8);
+                 acc = ((base<<8) + (acc & 0xFF)*slope + (acc >= 0 ? 0x80 : 0x7F)) >> 8
         sigmoid: i = 256 + (acc>>9); acc = ((base<<9) + (acc & 0x1FF)*slope
                                             + (acc >= 0 ? 0x1000200 : 0x10001FF)) >> 10
 

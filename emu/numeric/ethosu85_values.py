@@ -6,7 +6,6 @@ Source: TRM 3.10 pseudocode (seed 001_f249bc9cdd166610.txt, "Lnnnn").
 """
 from __future__ import annotations
 
-
 import numpy as np
 
 from . import ethosu85 as P
@@ -101,7 +100,8 @@ def checked_zero_point(raw: int, bits: int, signed: bool, diag=None, name="IFM")
     """read_ifm's zero point (L6545-6556): the 16-bit register as the tensor's type reads it,
     with the seed's assert reported to ``diag`` when it fails."""
     zp, ok = P.ifm_zero_point(raw, bits, signed)
-    check(diag, ok, f"{name} zero point {zp} invalid for {'s' if signed else 'u'}{bits} (L6550-6556)")
+    check(diag, ok,
+          f"{name} zero point {zp} invalid for {'s' if signed else 'u'}{bits} (L6550-6556)")
     return zp
 
 

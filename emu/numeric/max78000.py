@@ -24,7 +24,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-
 ACT_NONE = 0
 ACT_RELU = 1
 ACT_ABS = 2

@@ -14,15 +14,25 @@ Every wrapper returns the OFM values truncated to the OFM type (dtype from ``cfg
 """
 from __future__ import annotations
 
-
 import numpy as np
 from numba import njit
 
 from ..numeric import ethosu85 as P
 from ..numeric.ethosu85 import C_ACC_BITS, RESCALE_AVPOOL, RESCALE_NORMAL
-from ..numeric.ethosu85_values import (INT32_MAX, INT32_MIN, UPSCALE_NONE, check, config_or_default,
-                                       fit_hw, infer_type, lut_bytes, ofm_dtype, per_channel,
-                                       read_values, upscale)
+from ..numeric.ethosu85_values import (
+    INT32_MAX,
+    INT32_MIN,
+    UPSCALE_NONE,
+    check,
+    config_or_default,
+    fit_hw,
+    infer_type,
+    lut_bytes,
+    ofm_dtype,
+    per_channel,
+    read_values,
+    upscale,
+)
 
 # pooling_mode (L9011)
 POOL_MAX, POOL_AVERAGE, POOL_REDUCE_SUM, POOL_SUM, POOL_NONE, POOL_MIN, POOL_ARGMAX_X, \
@@ -110,7 +120,8 @@ def _pool_one(ifm, mode, kernel, ofm_hw, stride, pad, ifm_zp, ifm_bits, ifm_sign
         v = np.zeros((max(ih, 1), max(iw, 1), D), np.int64)
     else:
         bits, signed = infer_type(ifm, ifm_bits, ifm_signed)
-        check(diag, bits == 8 or (signed and bits in (16, 32)), "POOL IFM must be b8, s16 or s32 (L8849)")
+        check(diag, bits == 8 or (signed and bits in (16, 32)),
+              "POOL IFM must be b8, s16 or s32 (L8849)")
         v = upscale(read_values(ifm, ifm_zp, bits, signed, diag), upscale_mode)
         if mode == POOL_REDUCE_SUM:
             D = 1
@@ -123,7 +134,8 @@ def _pool_one(ifm, mode, kernel, ofm_hw, stride, pad, ifm_zp, ifm_bits, ifm_sign
         if v.shape[2] < D:
             v = np.concatenate([v, np.zeros(v.shape[:2] + (D - v.shape[2],), np.int64)], axis=2)
         if mode == POOL_AVERAGE:
-            check(diag, kh <= 8 and kw <= 8 and max(pt, pb) < kh and max(pl, pr) < kw and bits != 32,
+            check(diag,
+                  kh <= 8 and kw <= 8 and max(pt, pb) < kh and max(pl, pr) < kw and bits != 32,
                   "average pool: kernel <= 8x8, pads < kernel, not b32 (L8863-8868)")
     check(diag, ih >= 1 and iw >= 1, "derived IFM extent < 1 (L8848)")
     check(diag, mode in (POOL_SUM, POOL_REDUCE_SUM, POOL_NONE) or cfg[C_ACC_BITS] == 32,
@@ -132,8 +144,8 @@ def _pool_one(ifm, mode, kernel, ofm_hw, stride, pad, ifm_zp, ifm_bits, ifm_sign
     acc = (np.zeros((H, W, D), np.int64) if acc_in is None
            else np.ascontiguousarray(acc_in, np.int64).reshape(H, W, D))
     geo = np.array([H, W, sy, sx, kh, kw, pt, pl, mode, 1 if use_acc else 0, D], np.int64)
-    out = _pool_kernel(np.ascontiguousarray(v), acc, geo, cfg, per_channel(bias, D), per_channel(scales, D),
-                       per_channel(shifts, D), lut_bytes(lut))
+    out = _pool_kernel(np.ascontiguousarray(v), acc, geo, cfg, per_channel(bias, D),
+                       per_channel(scales, D), per_channel(shifts, D), lut_bytes(lut))
     return out.astype(ofm_dtype(cfg))
 
 
@@ -151,8 +163,9 @@ def pool2d(ifm, mode, kernel=(1, 1), ofm_hw=None, *, stride=(1, 1), pad=(0, 0, 0
                   (iw + pad[1] + pad[3] - kernel[1]) // stride[1] + 1)
     if ifm is not None and np.asarray(ifm).ndim == 4:
         return np.stack([_pool_one(np.asarray(ifm)[n], mode, kernel, ofm_hw, stride, pad, ifm_zp,
-                                   ifm_bits, ifm_signed, upscale_mode, cfg, bias, scales, shifts, lut,
-                                   None if acc_in is None else np.asarray(acc_in)[n], diag, depth)
+                                   ifm_bits, ifm_signed, upscale_mode, cfg, bias, scales, shifts,
+                                   lut, None if acc_in is None else np.asarray(acc_in)[n], diag,
+                                   depth)
                          for n in range(np.asarray(ifm).shape[0])])
     return _pool_one(ifm, mode, kernel, ofm_hw, stride, pad, ifm_zp, ifm_bits, ifm_signed,
                      upscale_mode, cfg, bias, scales, shifts, lut, acc_in, diag, depth)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-
 # pooling modes
 POOL_NONE = 0  # 1x1 window: plain decimation by the stride (public fact: izer pooling_layer)
 POOL_MAX = 1

@@ -14,14 +14,20 @@ Every wrapper returns the OFM values truncated to the OFM type (dtype from ``cfg
 """
 from __future__ import annotations
 
-
 import numpy as np
 from numba import njit
 
 from ..numeric import ethosu85 as P
 from ..numeric.ethosu85 import C_SHIFT, RESCALE_SHIFT_ONLY
-from ..numeric.ethosu85_values import (check, config_or_default, fit_hw, infer_type, lut_bytes,
-                                       ofm_dtype, read_values)
+from ..numeric.ethosu85_values import (
+    check,
+    config_or_default,
+    fit_hw,
+    infer_type,
+    lut_bytes,
+    ofm_dtype,
+    read_values,
+)
 
 # resize_mode (L9140)
 RESIZE_BILINEAR, RESIZE_REPLICATE, RESIZE_NEAREST = 0, 1, 2
@@ -36,10 +42,12 @@ def _resize_kernel(v, rz, cfg, lut):
 
         y_int = y_off < 0 ? -1 : 0; y_mod = y_off < 0 ? y_off + scale_y_n : y_off
         per oy: iy0 = max(y_int, 0); iy1 = min(y_int+1, ifm_h-1); per ox likewise ix0, ix1
-          bilinear: acc = (ny - y_mod)*((nx - x_mod)*v00 + x_mod*v01) + y_mod*((nx - x_mod)*v10 + x_mod*v11)
+          bilinear: acc = (ny - y_mod)*((nx - x_mod)*v00 + x_mod*v01)
+                          + y_mod*((nx - x_mod)*v10 + x_mod*v11)
           nearest:  acc = v[2*y_mod < ny ? iy0 : iy1][2*x_mod < nx ? ix0 : ix1];  replicate: v00
           acc2 = rescale(acc << 16, -1, shift_only); activation; truncate
-          x_mod += step_x_mod; x_int += step_x_int; if x_mod >= nx: x_mod -= nx, x_int++  (same for y)
+          x_mod += step_x_mod; x_int += step_x_int; if x_mod >= nx: x_mod -= nx, x_int++
+          (same for y)
 
     rz: OH, OW, D, ifm_h_m1, ifm_w_m1, ny, nx, y_off, x_off, y_step_int, y_step_mod,
     x_step_int, x_step_mod, mode. Indices beyond the IFM (assert L9078, L9085) are clamped."""

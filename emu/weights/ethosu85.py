@@ -12,7 +12,6 @@ description, not from the decoder's code.
 from __future__ import annotations
 
 import functools
-
 import math
 from collections import OrderedDict
 
@@ -164,7 +163,7 @@ def _swd_decode(buf, out):
                         wq = 0
             if w_en and unc:
                 k = min(unc_per_chunk, w_cnt - nw)
-                for i in range(k):
+                for _i in range(k):
                     wi[nw] = 0
                     nw += 1
             if prev_w:
@@ -183,7 +182,7 @@ def _swd_decode(buf, out):
         # output assembly
         zi = 0
         if alt and newpal:
-            for k in range(zr[0]):
+            for _k in range(zr[0]):
                 if n >= out.size:
                     return n, SWD_FULL, st[0]
                 out[n] = 0
@@ -197,7 +196,7 @@ def _swd_decode(buf, out):
             out[n] = -(tmp >> 1) if tmp & 1 else tmp >> 1
             n += 1
             if alt:
-                for k in range(zr[zi]):
+                for _k in range(zr[zi]):
                     if n >= out.size:
                         return n, SWD_FULL, st[0]
                     out[n] = 0
@@ -485,7 +484,7 @@ def _walk(p, fill, ws_out, idx_out):
     decomp_size, partkernel, depthwise, sparse, ifm16bit, wblk_o (microblock depth), num_wd,
     dw_pad_k, mb_i16only."""
     ofm_depth, ifm_depth, kh, kw, dy, dx = p[0], p[1], p[2], p[3], p[4], p[5]
-    sty, stx, obd, dsz, partk, dwise, sparse, i16 = p[6], p[7], p[8], p[9], p[10], p[11], p[12], p[13]
+    sty, stx, obd, dsz, partk, dwise, sparse = p[6], p[7], p[8], p[9], p[10], p[11], p[12]
     wblk_o, num_wd, dw_pad_k = p[14], p[15], p[16]
     partk = partk or dwise
     ibd, wblk_k, wblk_i = _block_dims(p)
@@ -537,13 +536,14 @@ def _walk(p, fill, ws_out, idx_out):
                                                         if fill:
                                                             ws_out[n] = ws
                                                             if ofm_z < ofm_depth and ifm_z < icn:
-                                                                idx_out[n] = ((ofm_z * kh_u + yy) * kw_u + xx) * icn + ifm_z
+                                                                rw = (ofm_z * kh_u + yy) * kw_u
+                                                                idx_out[n] = (rw + xx) * icn + ifm_z
                                                             else:
                                                                 idx_out[n] = -1
                                                         n += 1
                                             if dwise and subk_num % wblk_k == 0:
                                                 for ws in range(num_wd):
-                                                    for k in range(dw_pad_k * wblk_o // num_wd):
+                                                    for _k in range(dw_pad_k * wblk_o // num_wd):
                                                         if fill:
                                                             ws_out[n] = ws
                                                             idx_out[n] = -1
@@ -551,7 +551,7 @@ def _walk(p, fill, ws_out, idx_out):
                             if partk and subk_num > 0:
                                 extra = subk_num + (dw_pad_k if dwise else 0)
                                 for ws in range(num_wd):
-                                    for k in range(extra * wblk_i * wblk_o // num_wd):
+                                    for _k in range(extra * wblk_i * wblk_o // num_wd):
                                         if fill:
                                             ws_out[n] = ws
                                             idx_out[n] = -1
@@ -807,8 +807,10 @@ def encode_scale_stream(bias, scale, shift, acc48: bool = False, set_size: int =
                 recs.append(bytes(10))
                 continue
             if acc48:
-                v = (int(bias[oc]) & ((1 << 48) - 1)) | (int(scale[oc]) & 0x7FFF) << 48 | (int(shift[oc]) & 63) << 64
+                v = ((int(bias[oc]) & ((1 << 48) - 1)) | (int(scale[oc]) & 0x7FFF) << 48
+                     | (int(shift[oc]) & 63) << 64)
             else:
-                v = (int(bias[oc]) & 0xFFFFFFFF) | (int(scale[oc]) & 0x7FFFFFFF) << 32 | (int(shift[oc]) & 63) << 64
+                v = ((int(bias[oc]) & 0xFFFFFFFF) | (int(scale[oc]) & 0x7FFFFFFF) << 32
+                     | (int(shift[oc]) & 63) << 64)
             recs.append(v.to_bytes(10, "little"))
     return b"".join(recs)

@@ -7,8 +7,8 @@ import pickle
 import pytest
 
 import accelstub
-from accelstub.devices import open_device
 from accelstub.devices import errors as dev_errors
+from accelstub.devices import open_device
 
 
 def test_hierarchy():

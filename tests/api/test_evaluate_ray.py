@@ -1,8 +1,9 @@
 """``evaluate(..., ray=...)`` and ``accelstub eval --ray`` (issue 30 #3, api/cluster.py): on a
 local Ray started here (loopback only, no dashboard, stopped at the end) the same samples give
 bit for bit the local pool's outputs and results on every device (and Ethos-U85's LiteRT
-reference, computed in the actors), a run stopped on Ray resumes locally, the program's files travel as bytes, the CLI reaches an existing cluster by address,
-and without Ray ``--ray`` is one line naming the extra."""
+reference, computed in the actors), a run stopped on Ray resumes locally, the program's files
+travel as bytes, the CLI reaches an existing cluster by address, and without Ray ``--ray`` is
+one line naming the extra."""
 from __future__ import annotations
 
 import os

@@ -5,6 +5,7 @@ snapshot_save/restore/list/delete work as `monitor snapshot` does."""
 from __future__ import annotations
 
 import pytest
+
 from accelstub import Session, TargetError
 
 from .test_session import _warm, open_session, session  # noqa: F401  (fixtures)

@@ -13,8 +13,18 @@ import time
 import numpy as np
 import pytest
 
-from accelstub import (AccelstubError, BusError, ConnectionLost, DeviceError, ProgramError,
-                       RegisterNotFound, Session, StopInfo, TargetError, Timeout)
+from accelstub import (
+    AccelstubError,
+    BusError,
+    ConnectionLost,
+    DeviceError,
+    ProgramError,
+    RegisterNotFound,
+    Session,
+    StopInfo,
+    TargetError,
+    Timeout,
+)
 from accelstub.devices import DEVICES, open_device
 from accelstub.stub.cli import demo_program
 from accelstub.stub.server import StubServer
@@ -64,7 +74,7 @@ def session(request, open_session) -> Session:
     return open_session(*request.param)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def first_write(device: str) -> tuple[int, tuple[int, int]]:
     """(k, (start, end)): the first unit of the demo that writes memory and the first range it
     writes, found by stepping the project's own run control (not hard-coded)."""

@@ -12,7 +12,6 @@ import pytest
 from accelstub.devices import DEVICES, open_device
 from accelstub.stub.server import StubServer
 from accelstub.stub.target_xml import group_order, target_xml
-
 from tests.helpers import require_gdb, run_gdb
 
 from .toy_device import Toy

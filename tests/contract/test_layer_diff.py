@@ -17,8 +17,14 @@ import pytest
 
 from accelstub.devices import open_device
 from accelstub.devices.device import ProgramOptions
-from accelstub.devices.layer_diff import (LayerDiffer, LayerReference, ReferenceFileError,
-                                          compare, start_diff, unit_spec)
+from accelstub.devices.layer_diff import (
+    LayerDiffer,
+    LayerReference,
+    ReferenceFileError,
+    compare,
+    start_diff,
+    unit_spec,
+)
 from accelstub.devices.runcontrol import RunControl
 from accelstub.devices.tensors import read_tensor
 from accelstub.stub.cli import demo_program

@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from accelstub.devices import DEVICES, open_device
 from accelstub.devices.runcontrol import RunControl
 from accelstub.stub.cli import demo_program

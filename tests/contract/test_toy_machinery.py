@@ -180,7 +180,7 @@ def test_a_blocking_step_in_an_isr_is_reported(dev):
         "isr.c:2: the ISR of DONE blocks at a step that waits for STATUS.busy")
 
 
-# -- granularity, halt requests, breakpoints, watchpoints --------------------------------------------
+# -- granularity, halt requests, breakpoints, watchpoints -----------------------------------------
 def test_a_finer_granularity_stops_inside_the_unit(dev):
     job(dev, 0, RAM, RAM + 0x100, 3)
     rc = RunControl(dev)

@@ -13,8 +13,15 @@ from collections import deque
 from pathlib import Path
 
 from accelstub.devices.description import load_description
-from accelstub.devices.device import (Device, DeviceSpec, MonitorCommand, ProgramOptions,
-                                      Touched, Unit, UnitContext)
+from accelstub.devices.device import (
+    Device,
+    DeviceSpec,
+    MonitorCommand,
+    ProgramOptions,
+    Touched,
+    Unit,
+    UnitContext,
+)
 from accelstub.devices.host import CheckWords, HostProgram, Poll, WaitIrq, Write
 from accelstub.devices.tensors import TensorSpec
 

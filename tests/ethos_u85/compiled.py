@@ -4,8 +4,8 @@ run that blocks until the end; the debugger, the CLI and eval run programs throu
 themselves)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 

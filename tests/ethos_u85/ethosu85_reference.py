@@ -144,13 +144,15 @@ def conv(v, w, H, W, stride, dil, pad, o, lut, bias=None, scales=None, shifts=No
                         if depthwise:
                             acc += int(v[iy, ix, oc]) * int(w[oc, ky, kx, 0])
                         else:
-                            acc += sum(int(v[iy, ix, c]) * int(w[oc, ky, kx, c]) for c in range(w.shape[3]))
+                            acc += sum(int(v[iy, ix, c]) * int(w[oc, ky, kx, c])
+                                       for c in range(w.shape[3]))
                 acc = wrap(acc, o.get("acc_bits", 32))
                 out[oy, ox, oc] = output(acc, oc, o, lut, bias, scales, shifts)
     return out
 
 
-def pool(v, mode, H, W, kernel, stride, pad, o, lut, bias=None, scales=None, shifts=None, acc0=None):
+def pool(v, mode, H, W, kernel, stride, pad, o, lut, bias=None, scales=None, shifts=None,
+         acc0=None):
     IH, IW, C = v.shape
     accb = o.get("acc_bits", 32)
     if mode == 2:
@@ -230,7 +232,8 @@ def elementwise(mode, a, b, bits, signed, sc1, sc2, o, lut):
                     m = {8: 0xFF, 16: 0xFFFF}.get(bits, 0xFFFFFFFF)
                     r, kind = (sa & m & 0xFFFFFFFF) >> (sb % 32), "none"
                 elif mode == 11:
-                    r = 0 if bv == 0 else int(abs(av) // abs(bv)) * (1 if (av < 0) == (bv < 0) else -1)
+                    sign = 1 if (av < 0) == (bv < 0) else -1
+                    r = 0 if bv == 0 else int(abs(av) // abs(bv)) * sign
                 elif mode in (16, 17, 18, 19):
                     r = -1 if {16: sa == sb, 17: sa != sb, 18: sa >= sb, 19: sa > sb}[mode] else 0
                 elif mode == 33:

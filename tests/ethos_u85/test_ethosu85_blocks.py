@@ -9,11 +9,17 @@ import numpy as np
 from accelstub.devices import open_device
 from accelstub.devices.ethos_u85 import stream as es
 from accelstub.devices.runcontrol import RunControl
-from tests.ethos_u85.test_ethosu85_device import (BUF, BUF2, QBASE, SRAM, STOP, Host,
-                                                   dma_cmds)
+from tests.ethos_u85.test_ethosu85_device import BUF, BUF2, QBASE, SRAM, STOP, Host, dma_cmds
 from tests.ethos_u85.test_ethosu85_fastpath import chained_add
-from tests.ethos_u85.test_ethosu85_ops_device import (acc_format, ifm, kernel, ofm, out,
-                                                      scale_cmds, weight_cmds)
+from tests.ethos_u85.test_ethosu85_ops_device import (
+    acc_format,
+    ifm,
+    kernel,
+    ofm,
+    out,
+    scale_cmds,
+    weight_cmds,
+)
 
 H, W, C, D = 3, 4, 6, 18
 MOVED = SRAM + 0x20000

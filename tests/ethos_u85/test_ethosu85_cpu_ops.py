@@ -22,8 +22,12 @@ from accelstub.stub.cli import main
 from accelstub.stub.commands import CommandContext, execute
 from accelstub.stub.program import load_program, run_to_end
 from accelstub.testkit import ethosu85_cpu_models as cpu_models
-from accelstub.testkit.ethosu85_models import (build, compile_with_vela, litert_reference,
-                                               sample_inputs)
+from accelstub.testkit.ethosu85_models import (
+    build,
+    compile_with_vela,
+    litert_reference,
+    sample_inputs,
+)
 from tests.ethos_u85.test_ethosu85_vela import needs_litert, needs_vela
 
 pytestmark = [needs_vela, needs_litert]

@@ -1,12 +1,13 @@
 """The Ethos-U85 description (configs/ethos-u85.toml) against the digest's checkable facts
-(shared/devices/ethos-u85-registers.md section 7, "#n" = fact n); "Lnnnn" cites a line of seed 001."""
+(shared/devices/ethos-u85-registers.md section 7, "#n" = fact n); "Lnnnn" cites a line of seed
+001."""
 from __future__ import annotations
 
 import re
 
 import pytest
-from accelstub.devices.description import Description, Field, Register, load_description
 
+from accelstub.devices.description import Description, Field, Register, load_description
 from tests.helpers import source_docs
 
 NPU = 0x5000_4000  # host_map base (IMPLEMENTATION SPECIFIC, L1088; digest 2.2)
@@ -74,8 +75,10 @@ def test_pages_and_window(desc):
 
 def test_memory_windows_and_emu(desc):
     rg = {r.name: r for r in desc.regions}
-    assert rg["sram"].kind == "ram" and rg["sram"].base == 0x1000_0000 and rg["sram"].size == 4 << 20
-    assert rg["dram"].kind == "ram" and rg["dram"].base == 0x6000_0000 and rg["dram"].size == 32 << 20
+    assert rg["sram"].kind == "ram" and rg["sram"].base == 0x1000_0000
+    assert rg["sram"].size == 4 << 20
+    assert rg["dram"].kind == "ram" and rg["dram"].base == 0x6000_0000
+    assert rg["dram"].size == 32 << 20
     assert rg["emu"].kind == "pseudo" and rg["emu"].base == 0xF000_0000
     emu = [r.name for r in desc.registers if r.block == "emu"]
     assert emu == ["EMU_STATE", "EMU_PC", "EMU_UNIT", "EMU_UNITS", "EMU_CYCLES_LO", "EMU_CYCLES_HI",
@@ -117,7 +120,8 @@ def test_id_reset_and_fields(desc):
     r = reg(desc, "ID")
     assert off(desc, "ID") == 0x0000 and r.reset == 0x2000_7001
     assert all(f.access == "ro" for f in r.fields)
-    assert bits(desc, "ID", "product_major") == (15, 12) and fld(desc, "ID", "product_major").reset == 7
+    assert bits(desc, "ID", "product_major") == (15, 12)
+    assert fld(desc, "ID", "product_major").reset == 7
     assert bits(desc, "ID", "arch_major_rev") == (31, 28)
     assert fld(desc, "ID", "arch_major_rev").reset == 2
     assert bits(desc, "ID", "version_status") == (3, 0)
@@ -234,7 +238,8 @@ def test_cfg_pin_mirrors(desc):
     for name in ("CFG_SRAM_CAP", "CFG_EXT_CAP", "CFG_SRAM_HASH0_LO", "CFG_SRAM_HASH1_HI"):
         assert all(f.access == "ro" for f in reg(desc, name).fields)
     # modelled pins: 2 SRAM ports with 64-byte trivial striping (Table 2-1 L727), HASH1 = 0 (L704)
-    assert reg(desc, "CFG_SRAM_HASH0_LO").reset == 0x40 and reg(desc, "CFG_SRAM_HASH1_LO").reset == 0
+    assert reg(desc, "CFG_SRAM_HASH0_LO").reset == 0x40
+    assert reg(desc, "CFG_SRAM_HASH1_LO").reset == 0
 
 
 def test_base_pointers(desc):
@@ -311,7 +316,8 @@ def test_pmccntr_cfg_axi_chan_lut(desc):
     assert off(desc, "PMCCNTR_CFG") == 0x11A8
     assert bits(desc, "PMCCNTR_CFG", "CYCLE_CNT_CFG_START") == (9, 0)
     assert bits(desc, "PMCCNTR_CFG", "CYCLE_CNT_CFG_STOP") == (25, 16)
-    assert bits(desc, "PMCCNTR_CFG", "S3") == (15, 15) and bits(desc, "PMCCNTR_CFG", "E0") == (28, 28)
+    assert bits(desc, "PMCCNTR_CFG", "S3") == (15, 15)
+    assert bits(desc, "PMCCNTR_CFG", "E0") == (28, 28)
     assert off(desc, "PMCAXI_CHAN") == 0x11AC and desc.register("PMCXI_CHAN").name == "PMCAXI_CHAN"
     assert bits(desc, "PMCAXI_CHAN", "CH_SEL") == (3, 0)
     assert bits(desc, "PMCAXI_CHAN", "AXI_SEL") == (8, 8)
@@ -333,7 +339,8 @@ def test_pmu_counters_page(desc):
 def test_pmu_event_codes(desc):
     """#44-#45: 17 cycle, 32 npu_idle, 35 npu_active, 48 mac_active, 81 wd_stalled, 384
     ext_rd_trans_accepted, 640 ext0_rd_trans_accepted, 572 sram3_enabled_cycles, 166
-    axi_latency_1024 (L4254-4267, L4302, L4380, L4375, L4293); 110 codes incl. no_event (digest 4.3)."""
+    axi_latency_1024 (L4254-4267, L4302, L4380, L4375, L4293); 110 codes incl. no_event (digest
+    4.3)."""
     ev = fld(desc, "PMEVTYPER0", "EV_TYPE")
     expect = {0: "no_event", 17: "cycle", 32: "npu_idle", 35: "npu_active", 48: "mac_active",
               81: "wd_stalled", 384: "ext_rd_trans_accepted", 640: "ext0_rd_trans_accepted",

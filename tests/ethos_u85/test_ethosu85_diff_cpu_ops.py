@@ -14,9 +14,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from accelstub.devices.layer_diff import LayerReference, ReferenceFileError, compare
 from accelstub.devices.tensors import TensorSpec
-
 from tests.ethos_u85.test_ethosu85_vela import needs_litert, needs_vela
 
 

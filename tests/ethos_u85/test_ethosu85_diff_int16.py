@@ -13,10 +13,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from accelstub.testkit.ethosu85_models import compile_with_vela, int16x8_network
 
-from tests.ethos_u85.test_ethosu85_diff_reference import (_patch_buffer, compare,
-                                                          first_divergence, load)
+from accelstub.testkit.ethosu85_models import compile_with_vela, int16x8_network
+from tests.ethos_u85.test_ethosu85_diff_reference import (
+    _patch_buffer,
+    compare,
+    first_divergence,
+    load,
+)
 from tests.ethos_u85.test_ethosu85_vela import needs_litert, needs_vela
 
 pytestmark = [pytest.mark.slow, needs_vela, needs_litert]

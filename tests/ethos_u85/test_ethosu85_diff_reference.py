@@ -13,10 +13,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from accelstub.devices.layer_diff import ReferenceFileError
 from accelstub.testkit.ethosu85_models import compile_with_vela, sample_inputs
 from accelstub.testkit.ethosu85_networks import build_network
-
 from tests.ethos_u85.test_ethosu85_vela import needs_litert, needs_vela
 
 pytestmark = [pytest.mark.slow, needs_vela, needs_litert]

@@ -13,23 +13,30 @@
 """
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
 from accelstub.devices import DeviceError, open_device
+from accelstub.devices.device import Touched, UnitContext
 from accelstub.devices.ethos_u85 import stream as es
-from accelstub.devices.device import Touched
 from accelstub.emu.conv import ethosu85 as conv_k
 from accelstub.emu.conv import int_conv as IC
-from accelstub.emu.numeric import ethosu85_values as values_k
 from accelstub.emu.numeric import ethosu85 as P
+from accelstub.emu.numeric import ethosu85_values as values_k
 from accelstub.emu.weights import ethosu85 as Wt
-from accelstub.devices.device import UnitContext
 from tests.ethos_u85 import ethosu85_reference as ref
 from tests.ethos_u85.test_ethosu85_device import BUF, BUF2, SRAM, Host
-from tests.ethos_u85.test_ethosu85_ops_device import (STOP, acc_format, ifm, kernel, ofm, out, scale_cmds,
-                                            tensor_bytes, weight_cmds)
+from tests.ethos_u85.test_ethosu85_ops_device import (
+    STOP,
+    acc_format,
+    ifm,
+    kernel,
+    ofm,
+    out,
+    scale_cmds,
+    tensor_bytes,
+    weight_cmds,
+)
 
 ITYPES = [(8, True), (8, False), (16, True)]
 
@@ -43,7 +50,8 @@ def random_cfg(rng, acc_bits: int, raw: bool) -> tuple[np.ndarray, bool]:
     amin = int(rng.integers(lo, hi + 1))
     amax = int(rng.integers(amin, hi + 1))
     cfg = P.out_config(ofm_bits=bits, ofm_signed=signed,
-                       zero_point=int(rng.integers(-128, 128)) if signed else int(rng.integers(0, 256)),
+                       zero_point=(int(rng.integers(-128, 128)) if signed
+                                   else int(rng.integers(0, 256))),
                        act_min=amin, act_max=amax,
                        scale=int(rng.integers(0, 1 << (15 if acc_bits == 48 else 31))),
                        shift=int(rng.integers(0, 64)), round_mode=int(rng.integers(0, 6)),
@@ -123,7 +131,8 @@ def test_usual_output_stage_equals_loop(seed):
     amin = int(rng.integers(lo, hi + 1))
     per_channel = bool(seed % 3)
     cfg = P.out_config(ofm_bits=bits, ofm_signed=signed,
-                       zero_point=int(rng.integers(-128, 128)) if signed else int(rng.integers(0, 256)),
+                       zero_point=(int(rng.integers(-128, 128)) if signed
+                                   else int(rng.integers(0, 256))),
                        act_min=amin, act_max=int(rng.integers(amin, hi + 1)),
                        scale=int(rng.integers(0, 1 << 31)), shift=int(rng.integers(0, 63)),
                        round_mode=seed % 6, dbl_rnd=int(rng.integers(0, 31)),
@@ -212,7 +221,8 @@ def test_gemm_sums_equal_numpy_integers(seed, depthwise):
     fn = conv_k.depthwise2d if depthwise else conv_k.conv2d
     got = fn(x, w, hw, **kw_)
     raw = values_k.read_values(x, 0, bits, signed)
-    tot = numpy_sums(raw, w, hw, kw_["stride"], kw_["dilation"], kw_["pad"], kw_["ifm_zp"], depthwise)
+    tot = numpy_sums(raw, w, hw, kw_["stride"], kw_["dilation"], kw_["pad"], kw_["ifm_zp"],
+                     depthwise)
     exp = np.vectorize(lambda t: int(P.sign_extend(int(t), 48)))(tot) if tot.size else tot
     # positions with no kernel tap inside the IFM keep the reset value 0 either way
     np.testing.assert_array_equal(got, exp)
@@ -231,7 +241,8 @@ def test_matmul_gemm_equals_loop(seed):
     kw_ = dict(ifm_zp=zp, ifm2_zp=zp2, ifm_bits=bits, ifm_signed=True, cfg=cfg,
                bias=rng.integers(-999, 999, d), scales=rng.integers(0, 1 << 15, d),
                shifts=rng.integers(0, 50, d), lut=rng.integers(0, 256, 2048).astype(np.uint8))
-    np.testing.assert_array_equal(conv_k.matmul(a, b, **kw_), conv_k.matmul(a, b, method="loop", **kw_))
+    np.testing.assert_array_equal(conv_k.matmul(a, b, **kw_),
+                                  conv_k.matmul(a, b, method="loop", **kw_))
 
 
 def test_gemm_dtype_bounds():
@@ -733,8 +744,8 @@ def test_port_families_follow_regioncfg_and_mem_attr():
     def run(d, flip_before, flip_between):
         idx = d.regs.field("REGIONCFG", "region1")
         assert idx == d.regs.field("QCONFIG", "cmd_region0")
-        flip = (lambda: Host(d).w(f"MEM_ATTR{idx}",
-                                  Host(d).r(f"MEM_ATTR{idx}") ^ 0x4))  # axi_port, bit 2
+        def flip() -> None:  # axi_port, bit 2
+            Host(d).w(f"MEM_ATTR{idx}", Host(d).r(f"MEM_ATTR{idx}") ^ 0x4)
         if flip_before:
             flip()
         cmds = conv_program(d, np.random.default_rng(4), "nhwc", "nhwc", "HWC", (5, 6, 7), 8)

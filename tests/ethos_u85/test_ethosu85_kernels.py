@@ -11,15 +11,14 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from tests.ethos_u85 import ethosu85_reference as R
-
-from accelstub.emu.memory import ethosu85 as L
 from accelstub.emu.conv import ethosu85 as conv_k
 from accelstub.emu.eltwise import ethosu85 as eltwise_k
+from accelstub.emu.memory import ethosu85 as L
+from accelstub.emu.numeric import ethosu85 as P
 from accelstub.emu.pool import ethosu85 as pool_k
 from accelstub.emu.resize import ethosu85 as resize_k
-from accelstub.emu.numeric import ethosu85 as P
 from accelstub.emu.weights import ethosu85 as Wt
+from tests.ethos_u85 import ethosu85_reference as R
 
 # ETHOSU85_EXAMPLES=500 for a stress run; CI keeps a few examples per property
 N_EXAMPLES = int(os.environ.get("ETHOSU85_EXAMPLES", "12"))
@@ -52,7 +51,8 @@ def test_rounded_shift_right_double_rounding():
     assert P.rounded_shift_right(-3 << 30, 32, P.RND_DOUBLE_ASYMMETRIC, 0) == 0
     # dbl_rnd 2: D = 1 << 28 only when shift > 29; shift 29 -> D = 0 (natural)
     assert P.rounded_shift_right(3 << 26, 29, P.RND_DOUBLE_SYMMETRIC, 2) == 0   # 0.375 -> 0
-    assert P.rounded_shift_right(3 << 27, 30, P.RND_DOUBLE_SYMMETRIC, 2) == 1   # (0.375*2^30 + 2^29 + 2^28) >> 30 = 1
+    # (0.375*2^30 + 2^29 + 2^28) >> 30 = 1
+    assert P.rounded_shift_right(3 << 27, 30, P.RND_DOUBLE_SYMMETRIC, 2) == 1
     # digest 10.2 pixel 0 / oc 0: 168 * 1518500250 >> 32 with double rounding -> 60 (natural 59)
     assert P.rounded_shift_right(168 * 1518500250, 32, P.RND_DOUBLE_SYMMETRIC, 0) == 60
     assert P.rounded_shift_right(168 * 1518500250, 32, P.RND_NATURAL, 0) == 59
@@ -213,7 +213,8 @@ def swd_case(draw):
             wdiv, wtrunc = 7, False
     if wdiv == 7 and pal is not None and len(pal) != len(cand):
         pal = None
-    return vals, zdiv, wdiv, wtrunc, pal, draw(st.integers(1, 40)), draw(st.sampled_from([(1,), (0,), (1, 0)]))
+    return (vals, zdiv, wdiv, wtrunc, pal, draw(st.integers(1, 40)),
+            draw(st.sampled_from([(1,), (0,), (1, 0)])))
 
 
 @FEW
@@ -228,7 +229,8 @@ def test_swd_encode_decode_roundtrip(case):
     assert v.tolist() == vals.tolist()
 
 
-@pytest.mark.parametrize("mode,vals", [("raw", list(range(-40, 40, 3))), ("lut", [-5, 0, 7, 255] * 20),
+@pytest.mark.parametrize("mode,vals", [("raw", list(range(-40, 40, 3))),
+                                       ("lut", [-5, 0, 7, 255] * 20),
                                        ("small", [0, 1, -1, 9] * 40)])
 def test_fwd_roundtrip_and_header(mode, vals):
     s = Wt.encode_fwd(vals, mode, zero_point=-3 if mode == "raw" else 0)
@@ -256,10 +258,12 @@ def test_scale_stream_records():
     assert s[10:20] == bytes.fromhex("ceffffff000000401e00")
     assert len(s) == 160                                                            # whole set
     b, sc, sh = Wt.decode_scale_stream(s, 2)
-    assert b.tolist() == [100, -50] and sc.tolist() == [1518500250, 1 << 30] and sh.tolist() == [32, 30]
+    assert b.tolist() == [100, -50] and sc.tolist() == [1518500250, 1 << 30]
+    assert sh.tolist() == [32, 30]
     # i48: bias 48 bits, scale 15, shift 6
     s = Wt.encode_scale_stream([-(1 << 40), 7], [32767, 1], [63, 0], acc48=True, set_size=16)
-    assert s[:10] == ((-(1 << 40)) & ((1 << 48) - 1) | 32767 << 48 | 63 << 64).to_bytes(10, "little")
+    record = (-(1 << 40)) & ((1 << 48) - 1) | 32767 << 48 | 63 << 64
+    assert s[:10] == record.to_bytes(10, "little")
     b, sc, sh = Wt.decode_scale_stream(s, 2, acc48=True)
     assert b.tolist() == [-(1 << 40), 7] and sc.tolist() == [32767, 1] and sh.tolist() == [63, 0]
 
@@ -306,15 +310,17 @@ def test_sparse_2_4_order_and_rule():
 
 
 @FEW
-@given(st.integers(0, 2 ** 31), st.sampled_from(["depth", "part", "dw"]), st.sampled_from([256, 512, 1024]),
-       st.integers(1, 3), st.integers(1, 2), st.booleans(), st.booleans())
+@given(st.integers(0, 2 ** 31), st.sampled_from(["depth", "part", "dw"]),
+       st.sampled_from([256, 512, 1024]), st.integers(1, 3), st.integers(1, 2), st.booleans(),
+       st.booleans())
 def test_weight_order_roundtrip(seed, kind, macs, k, stride, dil, i16):
     rng = np.random.default_rng(seed)
     mb = {256: 2, 512: 3, 1024: 3}[macs]
     kh, kw = k, int(rng.integers(1, 4))
     dl = (2 if dil else 1, 1)
     p = Wt.ordering_params(ofm_depth=int(rng.integers(1, 20)), ifm_depth=int(rng.integers(1, 40)),
-                           kernel_hw=((kh - 1) * dl[0] + 1, kw), dilation=dl, stride=(stride, stride),
+                           kernel_hw=((kh - 1) * dl[0] + 1, kw), dilation=dl,
+                           stride=(stride, stride),
                            ofm_block_depth=16, macs_per_cc=macs, microblock=mb,
                            depthwise=kind == "dw", part_kernel_first=kind == "part", ifm16bit=i16)
     shape = Wt._wshape(p)
@@ -385,13 +391,15 @@ def test_tile2x2_addresses():
 # ops: digest worked examples (exact bytes)
 
 def test_elementwise_add_example_10_1():
-    ifm = np.frombuffer(bytes.fromhex("0af600 7f8032cd03".replace(" ", "")), np.int8).reshape(1, 2, 4)
+    ifm = np.frombuffer(bytes.fromhex("0af600 7f8032cd03".replace(" ", "")),
+                        np.int8).reshape(1, 2, 4)
     ifm2 = np.frombuffer(bytes.fromhex("1405f97f809c3cfe"), np.int8).reshape(1, 2, 4)
     cfg = P.out_config(8, True, zero_point=5, act_min=-128, act_max=127, scale=5, shift=2,
                        round_mode=P.RND_DOUBLE_SYMMETRIC)
     diag = []
-    out = eltwise_k.elementwise(eltwise_k.EW_ADD, ifm, ifm2, ifm_zp=3, ifm2_zp=-2, ifm_scale=(3, 1, 1, 0),
-                        ifm2_scale=(1, 0, 1, 0), cfg=cfg, diag=diag)
+    out = eltwise_k.elementwise(eltwise_k.EW_ADD, ifm, ifm2, ifm_zp=3, ifm2_zp=-2,
+                                ifm_scale=(3, 1, 1, 0), ifm2_scale=(1, 0, 1, 0), cfg=cfg,
+                                diag=diag)
     assert out.tobytes() == bytes.fromhex("2ef6fa7f80e3ed05") and diag == []
 
 
@@ -453,7 +461,8 @@ def test_pool_hand_values():
     assert out.ravel().tolist() == [3]
     # max with negative data and padding: identity -2^31 never wins
     neg = -ifm
-    out = pool_k.pool2d(neg, pool_k.POOL_MAX, (3, 3), (1, 1), pad=(1, 1, 1, 1), cfg=P.out_config(scale=1))
+    out = pool_k.pool2d(neg, pool_k.POOL_MAX, (3, 3), (1, 1), pad=(1, 1, 1, 1),
+                        cfg=P.out_config(scale=1))
     assert out.ravel().tolist() == [-1]
     # argmax_x over a row [1, 9, 3]: acc = 9 + 65536*1; rescale scale 1 shift 16 natural -> 1
     row = np.array([1, 9, 3], np.int8).reshape(1, 3, 1)
@@ -464,7 +473,8 @@ def test_pool_hand_values():
     assert pool_k.pool2d(ifm, pool_k.POOL_SUM, (3, 3), (1, 1), cfg=cfg).ravel().tolist() == [45]
     # reduce_sum over channels of [[1, 2, 3]]: 6
     ch = np.array([1, 2, 3], np.int8).reshape(1, 1, 3)
-    assert pool_k.pool2d(ch, pool_k.POOL_REDUCE_SUM, (1, 1), (1, 1), cfg=cfg).ravel().tolist() == [6]
+    out = pool_k.pool2d(ch, pool_k.POOL_REDUCE_SUM, (1, 1), (1, 1), cfg=cfg)
+    assert out.ravel().tolist() == [6]
 
 
 def test_resize_hand_values():
@@ -472,12 +482,15 @@ def test_resize_hand_values():
     # acc = (2 - xm)*v0 + xm*v1 with y weight 2 (ny 1? use ny=1): OFM shift 16 + log2(2*1)
     ifm = np.array([0, 100], np.int8).reshape(1, 2, 1)
     cfg = P.out_config(8, True, scale=1, shift=17, round_mode=P.RND_NATURAL)
-    out = resize_k.resize(ifm, resize_k.RESIZE_BILINEAR, (1, 4), scale_n=(1, 2), step=((1, 0), (0, 1)), cfg=cfg)
+    out = resize_k.resize(ifm, resize_k.RESIZE_BILINEAR, (1, 4), scale_n=(1, 2),
+                          step=((1, 0), (0, 1)), cfg=cfg)
     assert out.ravel().tolist() == [0, 50, 100, 100]
     cfg = P.out_config(8, True, scale=1, shift=16, round_mode=P.RND_NATURAL)   # no weights
-    out = resize_k.resize(ifm, resize_k.RESIZE_NEAREST, (1, 4), scale_n=(1, 2), step=((1, 0), (0, 1)), cfg=cfg)
+    out = resize_k.resize(ifm, resize_k.RESIZE_NEAREST, (1, 4), scale_n=(1, 2),
+                          step=((1, 0), (0, 1)), cfg=cfg)
     assert out.ravel().tolist() == [0, 100, 100, 100]      # 2*x_mod < 2 picks ix0 only at mod 0
-    out = resize_k.resize(ifm, resize_k.RESIZE_REPLICATE, (1, 4), scale_n=(1, 2), step=((1, 0), (0, 1)), cfg=cfg)
+    out = resize_k.resize(ifm, resize_k.RESIZE_REPLICATE, (1, 4), scale_n=(1, 2),
+                          step=((1, 0), (0, 1)), cfg=cfg)
     assert out.ravel().tolist() == [0, 0, 100, 100]
 
 
@@ -485,7 +498,8 @@ def test_resize_hand_values():
 # ops vs. the independent reference (hypothesis)
 
 @st.composite
-def out_stage(draw, per_channel_ok=True, ofm_choices=((8, True), (8, False), (16, True), (32, True))):
+def out_stage(draw, per_channel_ok=True,
+              ofm_choices=((8, True), (8, False), (16, True), (32, True))):
     bits, signed = draw(st.sampled_from(ofm_choices))
     acc_bits = draw(st.sampled_from([32, 48]))
     lo, hi = P.type_range(min(bits, 16), signed)
@@ -494,18 +508,21 @@ def out_stage(draw, per_channel_ok=True, ofm_choices=((8, True), (8, False), (16
     zp = draw(st.integers(-128, 127)) if signed else draw(st.sampled_from([0, 7, 255]))
     o = dict(bits=bits, signed=signed, zp=zp, amin=amin, amax=amax,
              scale=draw(st.integers(0, (1 << 15) - 1 if acc_bits == 48 else (1 << 31) - 1)),
-             shift=draw(st.integers(0, 63)), rnd=draw(st.integers(0, 5)), dbl=draw(st.integers(0, 30)),
+             shift=draw(st.integers(0, 63)), rnd=draw(st.integers(0, 5)),
+             dbl=draw(st.integers(0, 30)),
              per_channel=per_channel_ok and draw(st.booleans()), acc_bits=acc_bits,
              clip_none=draw(st.booleans()) and bits == 8, raw=False)
     func = draw(st.sampled_from([0, 0, 1, 4, 5, 7, 8, 9, 10, 11]))
     o["func"] = func
-    o["table"] = {1: 7, 4: 7, 5: 3, 7: 1}.get(func, 0) and draw(st.integers(0, {1: 7, 4: 7, 5: 3, 7: 1}.get(func, 0)))
+    tables = {1: 7, 4: 7, 5: 3, 7: 1}.get(func, 0)
+    o["table"] = tables and draw(st.integers(0, tables))
     return o
 
 
 def cfg_of(o):
-    return P.out_config(o["bits"], o["signed"], o["zp"], o["amin"], o["amax"], o["scale"], o["shift"],
-                        o["rnd"], o["dbl"], o["per_channel"], o["acc_bits"], o["func"], o["table"],
+    return P.out_config(o["bits"], o["signed"], o["zp"], o["amin"], o["amax"], o["scale"],
+                        o["shift"], o["rnd"], o["dbl"], o["per_channel"], o["acc_bits"], o["func"],
+                        o["table"],
                         o["clip_none"], o.get("raw", False))
 
 
@@ -534,21 +551,23 @@ def test_conv_vs_reference(o, seed, ityp, kh, kw, sy, dy, raw_out):
     ifm = rng.integers(lo, hi + 1, (ih, iw, ic))
     zp = 0 if bits == 16 else int(rng.integers(lo, hi + 1)) if bits == 8 else 0
     w = rng.integers(-255, 256, (oc, kh, kw, ic))
-    bias = rng.integers(-(1 << 31), 1 << 31, oc) if o["acc_bits"] == 32 else rng.integers(-(1 << 47), 1 << 47, oc)
+    bias = (rng.integers(-(1 << 31), 1 << 31, oc) if o["acc_bits"] == 32
+            else rng.integers(-(1 << 47), 1 << 47, oc))
     scales = rng.integers(0, 1 << (15 if o["acc_bits"] == 48 else 31), oc)
     shifts = rng.integers(0, 64, oc)
     o["raw"] = raw_out
     lut = rand_lut(rng)
-    got = conv_k.conv2d(ifm.astype(np.int64), w, (H, W), stride=(sy, sy), dilation=(dy, dy), pad=pad,
-                   ifm_zp=zp, ifm_bits=bits, ifm_signed=signed, cfg=cfg_of(o), bias=bias,
-                   scales=scales, shifts=shifts, lut=lut)
+    got = conv_k.conv2d(ifm.astype(np.int64), w, (H, W), stride=(sy, sy), dilation=(dy, dy),
+                        pad=pad, ifm_zp=zp, ifm_bits=bits, ifm_signed=signed, cfg=cfg_of(o),
+                        bias=bias, scales=scales, shifts=shifts, lut=lut)
     v = R.values(ifm, zp, bits, signed)
     exp = R.conv(v, w, H, W, (sy, sy), (dy, dy), pad, o, lut.tobytes(), bias, scales, shifts)
     assert same(got, exp)
 
 
 @FEW
-@given(out_stage(), st.integers(0, 2 ** 31), st.integers(1, 3), st.integers(1, 2), st.sampled_from([0, 1, 2]))
+@given(out_stage(), st.integers(0, 2 ** 31), st.integers(1, 3), st.integers(1, 2),
+       st.sampled_from([0, 1, 2]))
 def test_depthwise_vs_reference(o, seed, k, s, up):
     rng = np.random.default_rng(seed)
     c = int(rng.integers(1, 6))
@@ -562,9 +581,11 @@ def test_depthwise_vs_reference(o, seed, k, s, up):
     zp = int(rng.integers(-128, 128))
     w = rng.integers(-255, 256, (c, k, k))
     lut = rand_lut(rng)
-    bias, scales, shifts = rng.integers(-1000, 1000, c), rng.integers(0, 1 << 15, c), rng.integers(0, 40, c)
+    bias = rng.integers(-1000, 1000, c)
+    scales, shifts = rng.integers(0, 1 << 15, c), rng.integers(0, 40, c)
     got = conv_k.depthwise2d(raw.astype(np.int8), w, (H, W), stride=(sy, sy), pad=pad, ifm_zp=zp,
-                        upscale_mode=up, cfg=cfg_of(o), bias=bias, scales=scales, shifts=shifts, lut=lut)
+                             upscale_mode=up, cfg=cfg_of(o), bias=bias, scales=scales,
+                             shifts=shifts, lut=lut)
     v = R.values(raw, zp, 8, True)
     if up == 1:
         v = np.repeat(np.repeat(v, 2, 0), 2, 1)
@@ -573,8 +594,8 @@ def test_depthwise_vs_reference(o, seed, k, s, up):
         z[::2, ::2] = v
         v = z
     v = v[:ih, :iw]
-    exp = R.conv(v, w[..., None], H, W, (sy, sy), (1, 1), pad, o, lut.tobytes(), bias, scales, shifts,
-                 depthwise=True)
+    exp = R.conv(v, w[..., None], H, W, (sy, sy), (1, 1), pad, o, lut.tobytes(), bias, scales,
+                 shifts, depthwise=True)
     assert same(got, exp)
 
 
@@ -604,7 +625,8 @@ def test_matmul_vs_reference(o, seed, ityp):
 
 
 @FEW
-@given(out_stage(), st.integers(0, 2 ** 31), st.integers(0, 7), st.sampled_from([(8, True), (8, False), (16, True), (32, True)]),
+@given(out_stage(), st.integers(0, 2 ** 31), st.integers(0, 7),
+       st.sampled_from([(8, True), (8, False), (16, True), (32, True)]),
        st.booleans())
 def test_pool_vs_reference(o, seed, mode, ityp, keep):
     rng = np.random.default_rng(seed)
@@ -641,19 +663,22 @@ def test_pool_vs_reference(o, seed, mode, ityp, keep):
     d = 1 if mode == 2 else c
     acc0 = rng.integers(-(1 << 20), 1 << 20, (H, W, d)) if (keep or mode == 4) else None
     lut = rand_lut(rng)
-    bias, scales, shifts = rng.integers(-500, 500, d), rng.integers(0, 1 << 15, d), rng.integers(0, 40, d)
-    got = pool_k.pool2d(None if mode == 4 else raw, mode, (kh, kw), (H, W), stride=(sy, sx), pad=pad, ifm_zp=zp,
-                   ifm_bits=bits, ifm_signed=signed, cfg=cfg_of(o), bias=bias, scales=scales,
-                   shifts=shifts, lut=lut, acc_in=acc0, depth=d)
+    bias = rng.integers(-500, 500, d)
+    scales, shifts = rng.integers(0, 1 << 15, d), rng.integers(0, 40, d)
+    got = pool_k.pool2d(None if mode == 4 else raw, mode, (kh, kw), (H, W), stride=(sy, sx),
+                        pad=pad, ifm_zp=zp, ifm_bits=bits, ifm_signed=signed, cfg=cfg_of(o),
+                        bias=bias, scales=scales, shifts=shifts, lut=lut, acc_in=acc0, depth=d)
     v = R.values(raw, zp, bits, signed)
     if mode == 2:
         v = v[:H, :W]
-    exp = R.pool(v, mode, H, W, (kh, kw), (sy, sx), pad, o, lut.tobytes(), bias, scales, shifts, acc0)
+    exp = R.pool(v, mode, H, W, (kh, kw), (sy, sx), pad, o, lut.tobytes(), bias, scales, shifts,
+                 acc0)
     assert same(got, exp)
 
 
 @settings(max_examples=3 * N_EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck))
-@given(out_stage(per_channel_ok=False), st.integers(0, 2 ** 31), st.sampled_from(eltwise_k.EW_MODES),
+@given(out_stage(per_channel_ok=False), st.integers(0, 2 ** 31),
+       st.sampled_from(eltwise_k.EW_MODES),
        st.sampled_from([(8, True), (8, False), (16, True), (16, False), (32, True)]),
        st.sampled_from([0, 1, 2, 4, 7]), st.sampled_from([0, 3, 6, 8]))
 def test_elementwise_vs_reference(o, seed, mode, ityp, bc1, bc2):
@@ -681,12 +706,16 @@ def test_elementwise_vs_reference(o, seed, mode, ityp, bc1, bc2):
         zp1 = zp2 = 0
     if mode == eltwise_k.EW_DIV:
         zp1 = zp2 = 0
-    sc1 = (int(rng.integers(0, 1 << 31)), int(rng.integers(0, 64)), int(rng.integers(0, 2)), int(rng.integers(0, 31)))
-    sc2 = (int(rng.integers(0, 1 << 31)), int(rng.integers(0, 64)), int(rng.integers(0, 2)), int(rng.integers(0, 31)))
-    scalar = int(rng.integers(-(1 << 31), 1 << 31)) if rng.random() < 0.5 else int(rng.integers(-40, 40))
+    sc1 = (int(rng.integers(0, 1 << 31)), int(rng.integers(0, 64)), int(rng.integers(0, 2)),
+           int(rng.integers(0, 31)))
+    sc2 = (int(rng.integers(0, 1 << 31)), int(rng.integers(0, 64)), int(rng.integers(0, 2)),
+           int(rng.integers(0, 31)))
+    scalar = (int(rng.integers(-(1 << 31), 1 << 31)) if rng.random() < 0.5
+              else int(rng.integers(-40, 40)))
     lut = rand_lut(rng)
-    got = eltwise_k.elementwise(mode, a, b if bc2 != 8 else None, shape, ifm_zp=zp1, ifm2_zp=zp2, ifm_bits=bits,
-                        ifm_signed=signed, ifm_scale=sc1, ifm2_scale=sc2, broadcast=bc1, broadcast2=bc2,
+    got = eltwise_k.elementwise(mode, a, b if bc2 != 8 else None, shape, ifm_zp=zp1, ifm2_zp=zp2,
+                                ifm_bits=bits, ifm_signed=signed, ifm_scale=sc1, ifm2_scale=sc2,
+                                broadcast=bc1, broadcast2=bc2,
                         scalar=scalar, cfg=cfg_of(o), lut=lut)
     va = np.broadcast_to(R.values(first(a, bc1), zp1, bits, signed), shape)
     if bc2 == 8:

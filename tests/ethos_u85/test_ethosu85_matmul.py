@@ -18,9 +18,15 @@ from accelstub.devices.ethos_u85 import stream as es
 from accelstub.devices.ethos_u85.ops import SetState
 from accelstub.devices.ethos_u85.vela import load_vela_program, read_tflite, read_vela
 from accelstub.stub.cli import main
-from accelstub.testkit.ethosu85_models import (MATMUL_MODELS, SOFTMAX, attention_projections,
-                                              build, compile_with_vela, litert_reference,
-                                              sample_inputs)
+from accelstub.testkit.ethosu85_models import (
+    MATMUL_MODELS,
+    SOFTMAX,
+    attention_projections,
+    build,
+    compile_with_vela,
+    litert_reference,
+    sample_inputs,
+)
 from tests.ethos_u85.compiled import compile_cache, run_compiled
 from tests.ethos_u85.test_ethosu85_vela import assert_outputs_equal, needs_litert, needs_vela
 

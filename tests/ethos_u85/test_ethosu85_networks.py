@@ -16,12 +16,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.ethos_u85.compiled import compile_cache, run_compiled, run_vela_program
-from tests.ethos_u85.test_ethosu85_vela import (assert_outputs_equal,
-                                                litert_reference, needs_litert, needs_vela)
-
 from accelstub.testkit.ethosu85_models import sample_inputs
 from accelstub.testkit.ethosu85_networks import NETWORKS, build_network
+from tests.ethos_u85.compiled import compile_cache, run_compiled, run_vela_program
+from tests.ethos_u85.test_ethosu85_vela import (
+    assert_outputs_equal,
+    litert_reference,
+    needs_litert,
+    needs_vela,
+)
 
 MACS = (256, 1024)
 

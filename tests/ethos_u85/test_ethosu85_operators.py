@@ -4,24 +4,28 @@ Models: testkit/ethosu85_operators.py (int8, and int16 as ``<op>_i16`` where Lit
 take it), compiled by Vela here for 256 and 2048 MACs (compile_with_vela refuses a model with
 CPU operators, so each runs wholly on the NPU), run in the device and compared bit for bit with
 LiteRT's reference kernels (BUILTIN_REF), or where those have no kernel (ELU, the int16x8 LSTM,
-int16 SQUARED_DIFFERENCE and SUM) with TFLite Micro's (tflm_reference). The status of each operator is the table in the design
-notes ("Ethos-U85 operators as Vela lowers them"). Known failures are strict xfails with what is
-known of them; a difference the hardware makes by its rules has its own test naming the rule.
+int16 SQUARED_DIFFERENCE and SUM) with TFLite Micro's (tflm_reference). The status of each
+operator is the table in the design notes ("Ethos-U85 operators as Vela lowers them"). Known
+failures are strict xfails with what is known of them; a difference the hardware makes by its
+rules has its own test naming the rule.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import pytest
 
 from accelstub.testkit.ethosu85_models import litert_reference, sample_inputs, tflm_reference
-from accelstub.testkit.ethosu85_operators import (NETWORK_MODELS, build_network_model,
-                                                 build_operator, operator_models)
+from accelstub.testkit.ethosu85_operators import (
+    NETWORK_MODELS,
+    build_network_model,
+    build_operator,
+    operator_models,
+)
 from tests.ethos_u85.compiled import compile_cache, run_compiled
-from tests.ethos_u85.test_ethosu85_vela import (IN_CI, assert_outputs_equal, needs_litert,
-                                                needs_vela)
+from tests.ethos_u85.test_ethosu85_vela import IN_CI, assert_outputs_equal, needs_litert, needs_vela
 
 try:
     import tflite_micro  # noqa: F401
@@ -178,7 +182,6 @@ def test_lstm_state_starts_at_its_zero_point(compiled):
     at the arena's zeros (real 20/128) instead, the answer differs."""
     from accelstub.devices import open_device
     from accelstub.devices.ethos_u85.vela import load_vela_program
-
     from tests.ethos_u85.compiled import run_vela_program
 
     src, out = compiled("UNIDIRECTIONAL_SEQUENCE_LSTM_STATE_ZP")
@@ -526,7 +529,6 @@ def test_fully_connected_int16_uses_the_15_bit_scale(compiled):
     import math
 
     from accelstub.devices.ethos_u85.vela import read_tflite
-
     from tests.ethos_u85.ethosu85_reference import tflite_requantize
 
     src, out = compiled("FULLY_CONNECTED_i16")
@@ -630,7 +632,6 @@ def test_network_differs_only_by_the_rounding_rule(compiled_network, name, fc_ou
     (design notes, "Ethos-U85", rounding near-ties); the rest of the network carries the
     difference on."""
     from accelstub.devices.ethos_u85.vela import read_tflite
-
     from tests.ethos_u85.ethosu85_reference import tflite_requantize
 
     g = read_tflite(build_network_model(name))

@@ -5,18 +5,17 @@ emu/weights/ethosu85.py. "Lnnnn" cites seed 001; "digest" is
 shared/devices/ethos-u85-command-stream.md."""
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
 from accelstub.devices import DeviceError, open_device
+from accelstub.devices.device import UnitContext
 from accelstub.devices.ethos_u85 import stream as es
 from accelstub.emu.memory import ethosu85 as L
 from accelstub.emu.weights import ethosu85 as Wt
-from accelstub.devices.device import UnitContext
-from tests.helpers import step
 from tests.ethos_u85 import ethosu85_reference as ref
 from tests.ethos_u85.test_ethosu85_device import BUF, BUF2, Host, run_to_irq
+from tests.helpers import step
 
 STOP = [("NPU_OP_STOP", dict(mask=0xFFFF))]
 RNG = np.random.default_rng(85)
@@ -59,7 +58,8 @@ def geometry(which: str, shape, off: int, bits: int, fmt: str, region: int = 1) 
             (f"NPU_SET_{which}_WIDTH0_M1", dict(width_m1=W - 1)),
             (f"NPU_SET_{which}_HEIGHT0_M1", dict(height_m1=H - 1)),
             (f"NPU_SET_{which}_HEIGHT1_M1", dict(height_m1=H - 1)),
-            (f"NPU_SET_{which}_STRIDE_X", dict(addr=sx)), (f"NPU_SET_{which}_STRIDE_Y", dict(addr=sy)),
+            (f"NPU_SET_{which}_STRIDE_X", dict(addr=sx)),
+            (f"NPU_SET_{which}_STRIDE_Y", dict(addr=sy)),
             (f"NPU_SET_{which}_STRIDE_C", dict(addr=sc))]
 
 
@@ -83,18 +83,21 @@ def ofm(shape, off: int, o: dict, *, fmt="nhwc", storage="tile2x2", reverse="non
     bh, bw, bd = blk or shape
     cmds = [("NPU_SET_OFM_PRECISION",
              dict(activation_type=int(o["signed"]), activation_precision=f"b{o['bits']}",
-                  activation_format=fmt, scale_mode="per_channel" if o.get("per_channel") else "global",
+                  activation_format=fmt,
+                  scale_mode="per_channel" if o.get("per_channel") else "global",
                   activation_reverse=reverse, activation_transpose=transpose,
                   activation_storage=storage)),
             ("NPU_SET_OFM_ZERO_POINT", dict(zero_point=o["zp"])),
-            ("NPU_SET_OFM_HEIGHT_M1", dict(height_m1=H - 1)), ("NPU_SET_OFM_WIDTH_M1", dict(width_m1=W - 1)),
+            ("NPU_SET_OFM_HEIGHT_M1", dict(height_m1=H - 1)),
+            ("NPU_SET_OFM_WIDTH_M1", dict(width_m1=W - 1)),
             ("NPU_SET_OFM_DEPTH_M1", dict(depth_m1=D - 1)),
             ("NPU_SET_OFM_BLK_HEIGHT_M1", dict(height_m1=bh - 1)),
             ("NPU_SET_OFM_BLK_WIDTH_M1", dict(width_m1=bw - 1)),
             ("NPU_SET_OFM_BLK_DEPTH_M1", dict(depth_m1=bd - 1)),
             ("NPU_SET_OFM_SCALE", dict(scale=o["scale"], shift=o["shift"], round_mode=o["rnd"],
                                        dbl_rnd=o.get("dbl", 0))),
-            ("NPU_SET_ACTIVATION", dict(activation_function=o.get("func", 0), table=o.get("table", 0),
+            ("NPU_SET_ACTIVATION", dict(activation_function=o.get("func", 0),
+                                        table=o.get("table", 0),
                                         activation_clip_range=int(o.get("clip_none", False)))),
             ("NPU_SET_ACTIVATION_MIN", dict(clip_boundary=o["amin"])),
             ("NPU_SET_ACTIVATION_MAX", dict(clip_boundary=o["amax"]))]
@@ -121,8 +124,10 @@ def kernel(kh: int, kw: int, stride=(1, 1), dilation=(1, 1), pad=(0, 0, 0, 0),
                                            stride_x_lsb=sx & 1, stride_x_msb=sx >> 1,
                                            dilation_y=dilation[0] - 1, dilation_x=dilation[1] - 1,
                                            weight_order=order)),
-            ("NPU_SET_IFM_PAD_TOP", dict(pad=pad[0])), ("NPU_SET_IFM_PAD_LEFT", dict(pad=pad[1])),
-            ("NPU_SET_IFM_PAD_BOTTOM", dict(pad=pad[2])), ("NPU_SET_IFM_PAD_RIGHT", dict(pad=pad[3])),
+            ("NPU_SET_IFM_PAD_TOP", dict(pad=pad[0])),
+            ("NPU_SET_IFM_PAD_LEFT", dict(pad=pad[1])),
+            ("NPU_SET_IFM_PAD_BOTTOM", dict(pad=pad[2])),
+            ("NPU_SET_IFM_PAD_RIGHT", dict(pad=pad[3])),
             ("NPU_SET_IFM_UPSCALE", {})]
 
 
@@ -136,7 +141,8 @@ def weight_cmds(dev, W: np.ndarray, *, ofm_blk_depth: int, kernel_hw, dilation=(
                 part_kernel_first=False, fwd=False, sparse=False) -> list:
     """Encode W[oc][ky][kx][ic] into SWD stream(s) at BUF2+off and the commands pointing at them
     (or, with ``fwd``, the decoder streams merged into one raw-mode FWD stream, L7540-7553)."""
-    p = Wt.ordering_params(ofm_depth=W.shape[0], ifm_depth=W.shape[3] if not depthwise else W.shape[0],
+    p = Wt.ordering_params(ofm_depth=W.shape[0],
+                           ifm_depth=W.shape[3] if not depthwise else W.shape[0],
                            kernel_hw=kernel_hw, dilation=dilation, stride=stride,
                            ofm_block_depth=ofm_blk_depth, macs_per_cc=dev.macs,
                            microblock=microblock, depthwise=depthwise, ifm16bit=ifm16,
@@ -292,7 +298,8 @@ V3 = bytes.fromhex("10005c318456c20ff90000e7ff9fffffffffff1fffffffffffffffffffff
 def test_conv_1x1_is_the_digests_worked_example(dev, host):
     dev.write(BUF, bytes.fromhex("0aecfb07"))
     dev.write(BUF2, V3)
-    records = (bytes.fromhex("640000009a79825a2000") + bytes.fromhex("ceffffff000000401e00") + bytes(140))
+    records = (bytes.fromhex("640000009a79825a2000") + bytes.fromhex("ceffffff000000401e00")
+               + bytes(140))
     dev.write(BUF2 + 0x100, records)
     host.start(CONV_EXAMPLE_WORDS)
     run_to_irq(dev)
@@ -577,8 +584,10 @@ def test_ifm_tiles_2x2(dev, host):
     o = out()
     cmds = (ifm("IFM", (H, W, D), 0) + [("NPU_SET_IFM_UPSCALE", {})]
             + [(f"NPU_SET_IFM_BASE{i}", dict(addr=bases[i])) for i in range(4)]
-            + [("NPU_SET_IFM_WIDTH0_M1", dict(width_m1=1)), ("NPU_SET_IFM_HEIGHT0_M1", dict(height_m1=0)),
-               ("NPU_SET_IFM_HEIGHT1_M1", dict(height_m1=1)), ("NPU_SET_IFM_STRIDE_Y", dict(addr=16)),
+            + [("NPU_SET_IFM_WIDTH0_M1", dict(width_m1=1)),
+               ("NPU_SET_IFM_HEIGHT0_M1", dict(height_m1=0)),
+               ("NPU_SET_IFM_HEIGHT1_M1", dict(height_m1=1)),
+               ("NPU_SET_IFM_STRIDE_Y", dict(addr=16)),
                ("NPU_SET_IFM_SCALE", dict(scale=1, round_mode=1)),
                ("NPU_SET_IFM2_SCALE", dict(scale=1, round_mode=1))]
             + ifm("IFM2", (H, W, D), 0x400) + ofm((H, W, D), 0x500, o) + acc_format()

@@ -27,12 +27,14 @@ def test_opcode_counts():
     assert [s.name for s in cmd1 if s.is_operation] == ["NPU_OP_BRANCH"]
     # numbering rule: cmd0 OPs have bit 8 clear, SETs set; cmd1 the reverse (digest 1.3)
     for s in OPCODES.values():
-        assert bool(s.opcode & 0x100) == (s.is_operation if s.kind == "cmd1" else not s.is_operation)
+        want = s.is_operation if s.kind == "cmd1" else not s.is_operation
+        assert bool(s.opcode & 0x100) == want
     assert len({s.key for s in OPCODES.values()}) == 111
 
 
 @pytest.mark.parametrize("name,key", [
-    ("NPU_OP_STOP", 0x0000), ("NPU_OP_DEPTHWISE", 3), ("NPU_OP_DMA_WAIT", 17),  # L8081, L8325, L8472
+    # L8081, L8325, L8472
+    ("NPU_OP_STOP", 0x0000), ("NPU_OP_DEPTHWISE", 3), ("NPU_OP_DMA_WAIT", 17),
     ("NPU_SET_IFM_PAD_TOP", 256), ("NPU_SET_IFM_PAD_BOTTOM", 259),  # L9986, L9898
     ("NPU_SET_IFM_REGION", 271), ("NPU_SET_OFM_REGION", 287), ("NPU_SET_IFM2_REGION", 399),
     ("NPU_SET_WEIGHT_REGION", 296),  # L10061, L10556, L9673, L10875
@@ -60,37 +62,56 @@ def _bits(name: str, field: str) -> tuple[int, int]:
     ("NPU_OP_ELEMENTWISE", "elementwise_mode", 21, 16),  # L8667
     ("NPU_OP_DMA_WAIT", "k", 17, 16),  # L8481
     ("NPU_SET_ACC_FORMAT", "acc_format", 17, 16), ("NPU_SET_ACC_FORMAT", "acc_input", 21, 20),
-    ("NPU_SET_ACC_FORMAT", "acc_output", 22, 22), ("NPU_SET_ACC_FORMAT", "microblock", 26, 24),  # L9215-9223
+    ("NPU_SET_ACC_FORMAT", "acc_output", 22, 22),
+    ("NPU_SET_ACC_FORMAT", "microblock", 26, 24),  # L9215-9223
     ("NPU_SET_ACTIVATION", "activation_function", 20, 16), ("NPU_SET_ACTIVATION", "table", 23, 21),
     ("NPU_SET_ACTIVATION", "activation_clip_range", 28, 28),  # L9257-9260
-    ("NPU_SET_KERNEL_STRIDE", "stride_x_lsb", 16, 16), ("NPU_SET_KERNEL_STRIDE", "stride_y_lsb", 17, 17),
-    ("NPU_SET_KERNEL_STRIDE", "weight_order", 18, 18), ("NPU_SET_KERNEL_STRIDE", "dilation_x", 19, 19),
-    ("NPU_SET_KERNEL_STRIDE", "dilation_y", 20, 20), ("NPU_SET_KERNEL_STRIDE", "decomposition", 21, 21),
-    ("NPU_SET_KERNEL_STRIDE", "stride_x_msb", 22, 22), ("NPU_SET_KERNEL_STRIDE", "stride_y_msb", 25, 25),  # L10227-10238
-    ("NPU_SET_IFM_PAD_TOP", "pad", 22, 16), ("NPU_SET_IFM_PAD_BOTTOM", "pad", 23, 16),  # L9995, L9907
-    ("NPU_SET_IFM_PAD_LEFT", "pad", 22, 16), ("NPU_SET_IFM_PAD_RIGHT", "pad", 23, 16),  # L9934, L9964
-    ("NPU_SET_IFM_REGION", "region", 18, 16), ("NPU_SET_WEIGHT_REGION", "region", 18, 16),  # L10070, L10884
+    ("NPU_SET_KERNEL_STRIDE", "stride_x_lsb", 16, 16),
+    ("NPU_SET_KERNEL_STRIDE", "stride_y_lsb", 17, 17),
+    ("NPU_SET_KERNEL_STRIDE", "weight_order", 18, 18),
+    ("NPU_SET_KERNEL_STRIDE", "dilation_x", 19, 19),
+    ("NPU_SET_KERNEL_STRIDE", "dilation_y", 20, 20),
+    ("NPU_SET_KERNEL_STRIDE", "decomposition", 21, 21),
+    ("NPU_SET_KERNEL_STRIDE", "stride_x_msb", 22, 22),
+    ("NPU_SET_KERNEL_STRIDE", "stride_y_msb", 25, 25),  # L10227-10238
+    ("NPU_SET_IFM_PAD_TOP", "pad", 22, 16),
+    ("NPU_SET_IFM_PAD_BOTTOM", "pad", 23, 16),  # L9995, L9907
+    ("NPU_SET_IFM_PAD_LEFT", "pad", 22, 16),
+    ("NPU_SET_IFM_PAD_RIGHT", "pad", 23, 16),  # L9934, L9964
+    ("NPU_SET_IFM_REGION", "region", 18, 16),
+    ("NPU_SET_WEIGHT_REGION", "region", 18, 16),  # L10070, L10884
     ("NPU_SET_IFM_PRECISION", "activation_precision", 19, 18),  # L10026
     ("NPU_SET_IFM2_PRECISION", "activation_precision", 19, 18),  # L9638
     ("NPU_SET_OFM_PRECISION", "activation_precision", 18, 17),  # L10521
-    ("NPU_SET_OFM_PRECISION", "scale_mode", 24, 24), ("NPU_SET_OFM_PRECISION", "activation_reverse", 26, 25),
+    ("NPU_SET_OFM_PRECISION", "scale_mode", 24, 24),
+    ("NPU_SET_OFM_PRECISION", "activation_reverse", 26, 25),
     ("NPU_SET_OFM_PRECISION", "activation_transpose", 29, 27),
     ("NPU_SET_OFM_PRECISION", "activation_storage", 31, 30),  # L10527-10533
     ("NPU_SET_RESIZE_X_SCALE_N_M1", "resize_x_scale_n_m1", 26, 16),  # L10728
     ("NPU_SET_RESIZE_X_OFFSET", "resize_x_offset", 27, 16),  # L10693
-    ("NPU_SET_OFM_BLK_DEPTH_M1", "depth_m1", 25, 16), ("NPU_SET_OFM_BLK_HEIGHT_M1", "height_m1", 22, 16),
+    ("NPU_SET_OFM_BLK_DEPTH_M1", "depth_m1", 25, 16),
+    ("NPU_SET_OFM_BLK_HEIGHT_M1", "height_m1", 22, 16),
     ("NPU_SET_OFM_BLK_WIDTH_M1", "width_m1", 22, 16),  # L10311, L10342, L10373
     ("NPU_SET_OFM_SCALE", "shift", 21, 16), ("NPU_SET_OFM_SCALE", "dbl_rnd", 26, 22),
-    ("NPU_SET_OFM_SCALE", "round_mode", 31, 29), ("NPU_SET_OFM_SCALE", "scale", 62, 32),  # L12061-12068
-    ("NPU_SET_IFM_SCALE", "round_mode", 29, 29), ("NPU_SET_IFM2_SCALE", "round_mode", 29, 29),  # L11814, L11537
-    ("NPU_SET_RESIZE_X_STEP", "one_step_int", 19, 16), ("NPU_SET_RESIZE_X_STEP", "blk_step_int", 30, 20),
-    ("NPU_SET_RESIZE_X_STEP", "one_step_mod", 42, 32), ("NPU_SET_RESIZE_X_STEP", "blk_step_mod", 58, 48),  # L12218-12223
-    ("NPU_OP_BRANCH", "branch_cond", 16, 16), ("NPU_OP_BRANCH", "branch_target", 63, 32),  # L11046-11048
-    ("NPU_SET_SCALE_LENGTH", "length", 51, 32), ("NPU_SET_WEIGHT_LENGTH", "length", 63, 32),  # L12322, L12522
-    ("NPU_SET_DMA0_IDX_MAX", "idx_max", 62, 32), ("NPU_SET_OP_SCALAR", "scalar", 63, 32),  # L11200, L12183
-    ("NPU_SET_DMA0_SRC_REGION", "region_mode", 24, 24), ("NPU_SET_DMA0_SRC_REGION", "stride_mode", 26, 25),
+    ("NPU_SET_OFM_SCALE", "round_mode", 31, 29),
+    ("NPU_SET_OFM_SCALE", "scale", 62, 32),  # L12061-12068
+    ("NPU_SET_IFM_SCALE", "round_mode", 29, 29),
+    ("NPU_SET_IFM2_SCALE", "round_mode", 29, 29),  # L11814, L11537
+    ("NPU_SET_RESIZE_X_STEP", "one_step_int", 19, 16),
+    ("NPU_SET_RESIZE_X_STEP", "blk_step_int", 30, 20),
+    ("NPU_SET_RESIZE_X_STEP", "one_step_mod", 42, 32),
+    ("NPU_SET_RESIZE_X_STEP", "blk_step_mod", 58, 48),  # L12218-12223
+    ("NPU_OP_BRANCH", "branch_cond", 16, 16),
+    ("NPU_OP_BRANCH", "branch_target", 63, 32),  # L11046-11048
+    ("NPU_SET_SCALE_LENGTH", "length", 51, 32),
+    ("NPU_SET_WEIGHT_LENGTH", "length", 63, 32),  # L12322, L12522
+    ("NPU_SET_DMA0_IDX_MAX", "idx_max", 62, 32),
+    ("NPU_SET_OP_SCALAR", "scalar", 63, 32),  # L11200, L12183
+    ("NPU_SET_DMA0_SRC_REGION", "region_mode", 24, 24),
+    ("NPU_SET_DMA0_SRC_REGION", "stride_mode", 26, 25),
     ("NPU_SET_DMA0_SRC_REGION", "idx_mode", 27, 27),  # L9504-9508
-    ("NPU_SET_WEIGHT_FORMAT", "weight_format", 16, 16), ("NPU_SET_WEIGHT_FORMAT", "weight_sparsity", 20, 20),  # L10851-10853
+    ("NPU_SET_WEIGHT_FORMAT", "weight_format", 16, 16),
+    ("NPU_SET_WEIGHT_FORMAT", "weight_sparsity", 20, 20),  # L10851-10853
 ])
 def test_field_positions(name, field, msb, lsb):
     """Facts 5-22 of digest section 9."""
@@ -105,7 +126,8 @@ def _enum(name: str, field: str) -> dict[int, str]:
 def test_enumerations():
     """Fact 20 (L8685-8697, L9011, L9140, L9257, L12067, L9538, L9223) and facts 11, 21, 22."""
     ew = _enum("NPU_OP_ELEMENTWISE", "elementwise_mode")
-    assert (ew[33], ew[36], ew[42], ew[16], ew[11], ew[1]) == ("and", "not", "and_not", "cmp_eq", "div", "add")
+    assert (ew[33], ew[36], ew[42], ew[16], ew[11], ew[1]) == \
+        ("and", "not", "and_not", "cmp_eq", "div", "add")
     pool = _enum("NPU_OP_POOL", "pooling_mode")
     assert (pool[3], pool[4], pool[7]) == ("sum", "none", "argmax_y")
     rs = _enum("NPU_OP_RESIZE", "resize_mode")
@@ -147,7 +169,8 @@ def test_every_opcode_round_trips(name, data):
     assert len(words) == sp.length and all(0 <= w < 1 << 32 for w in words)
     assert words[0] & 0xFFFF == sp.key  # header: control and opcode, bits [13:10] zero
     (c,) = decode(words)
-    assert (c.name, c.kind, c.opcode, c.length, c.offset) == (name, sp.kind, sp.opcode, sp.length, 0)
+    assert (c.name, c.kind, c.opcode, c.length, c.offset) == \
+        (name, sp.kind, sp.opcode, sp.length, 0)
     assert c.param == words[0] >> 16
     assert c.data == (words[1] if sp.length == 2 else None)
     assert c.reserved_bits == 0 and c.error == ""
@@ -166,7 +189,8 @@ def test_encode_examples_and_errors():
     assert encode("NPU_SET_OFM_ZERO_POINT", zero_point=-3) == [0xFFFD0118]
     assert encode("NPU_SET_DMA0_SRC_STRIDE0", addr=-16) == [0x00FF4033, 0xFFFFFFF0]
     assert encode("NPU_SET_IFM_BASE0", addr=0xAB_1234_5678) == [0x00AB4000, 0x12345678]
-    assert encode("NPU_SET_RESIZE_X", one_step_int=1) == encode("NPU_SET_RESIZE_X_STEP", one_step_int=1)
+    assert encode("NPU_SET_RESIZE_X", one_step_int=1) == \
+        encode("NPU_SET_RESIZE_X_STEP", one_step_int=1)
     assert encode("NPU_OP_DEPTHWISE") == [0x00000003]
     with pytest.raises(ValueError):
         encode("NPU_SET_IFM_PAD_TOP", pad=128)  # 7-bit field (L9995)
@@ -195,7 +219,8 @@ def test_signed_and_address_fields_decode():
 # the digest's worked examples (section 10)
 
 EX_10_1 = [  # elementwise ADD, int8, OFM 1x2x4 (digest 10.1)
-    (0x0000, "00010105", "NPU_SET_IFM_PRECISION", dict(activation_type=1, activation_precision=0, activation_format=0, activation_storage=0)),
+    (0x0000, "00010105", "NPU_SET_IFM_PRECISION", dict(activation_type=1, activation_precision=0,
+                                                       activation_format=0, activation_storage=0)),
     (0x0004, "00030109", "NPU_SET_IFM_ZERO_POINT", dict(zero_point=3)),
     (0x0008, "0001010f", "NPU_SET_IFM_REGION", dict(region=1)),
     (0x000c, "00004000 00000000", "NPU_SET_IFM_BASE0", dict(addr=0)),
@@ -207,8 +232,10 @@ EX_10_1 = [  # elementwise ADD, int8, OFM 1x2x4 (digest 10.1)
     (0x0030, "00004006 00000001", "NPU_SET_IFM_STRIDE_C", dict(addr=1)),
     (0x0038, "00000108", "NPU_SET_IFM_BROADCAST", dict(broadcast_mode=0)),
     (0x003c, "00000107", "NPU_SET_IFM_UPSCALE", dict(mode=0)),
-    (0x0040, "20014025 00000003", "NPU_SET_IFM_SCALE", dict(shift=1, dbl_rnd=0, round_mode=1, scale=3)),
-    (0x0048, "00010185", "NPU_SET_IFM2_PRECISION", dict(activation_type=1, activation_precision=0, activation_format=0, activation_storage=0)),
+    (0x0040, "20014025 00000003", "NPU_SET_IFM_SCALE", dict(shift=1, dbl_rnd=0, round_mode=1,
+                                                            scale=3)),
+    (0x0048, "00010185", "NPU_SET_IFM2_PRECISION", dict(activation_type=1, activation_precision=0,
+                                                        activation_format=0, activation_storage=0)),
     (0x004c, "fffe0189", "NPU_SET_IFM2_ZERO_POINT", dict(zero_point=0xFFFE)),
     (0x0050, "0001018f", "NPU_SET_IFM2_REGION", dict(region=1)),
     (0x0054, "00004080 00000010", "NPU_SET_IFM2_BASE0", dict(addr=0x10)),
@@ -219,8 +246,12 @@ EX_10_1 = [  # elementwise ADD, int8, OFM 1x2x4 (digest 10.1)
     (0x0070, "00004085 00000008", "NPU_SET_IFM2_STRIDE_Y", dict(addr=8)),
     (0x0078, "00004086 00000001", "NPU_SET_IFM2_STRIDE_C", dict(addr=1)),
     (0x0080, "00000180", "NPU_SET_IFM2_BROADCAST", dict(broadcast_mode=0)),
-    (0x0084, "20004026 00000001", "NPU_SET_IFM2_SCALE", dict(shift=0, dbl_rnd=0, round_mode=1, scale=1)),
-    (0x008c, "01010114", "NPU_SET_OFM_PRECISION", dict(activation_type=1, activation_precision=0, activation_format=0, scale_mode=1, activation_reverse=0, activation_transpose=0, activation_storage=0)),
+    (0x0084, "20004026 00000001", "NPU_SET_IFM2_SCALE", dict(shift=0, dbl_rnd=0, round_mode=1,
+                                                             scale=1)),
+    (0x008c, "01010114", "NPU_SET_OFM_PRECISION", dict(activation_type=1, activation_precision=0,
+                                                       activation_format=0, scale_mode=1,
+                                                       activation_reverse=0, activation_transpose=0,
+                                                       activation_storage=0)),
     (0x0090, "00050118", "NPU_SET_OFM_ZERO_POINT", dict(zero_point=5)),
     (0x0094, "0001011f", "NPU_SET_OFM_REGION", dict(region=1)),
     (0x0098, "00004010 00000020", "NPU_SET_OFM_BASE0", dict(addr=0x20)),
@@ -236,17 +267,21 @@ EX_10_1 = [  # elementwise ADD, int8, OFM 1x2x4 (digest 10.1)
     (0x00d0, "00000116", "NPU_SET_OFM_BLK_HEIGHT_M1", dict(height_m1=0)),
     (0x00d4, "00010115", "NPU_SET_OFM_BLK_WIDTH_M1", dict(width_m1=1)),
     (0x00d8, "00030117", "NPU_SET_OFM_BLK_DEPTH_M1", dict(depth_m1=3)),
-    (0x00dc, "00024024 00000005", "NPU_SET_OFM_SCALE", dict(shift=2, dbl_rnd=0, round_mode=0, scale=5)),
-    (0x00e4, "00000125", "NPU_SET_ACTIVATION", dict(activation_function=0, table=0, activation_clip_range=0)),
+    (0x00dc, "00024024 00000005", "NPU_SET_OFM_SCALE", dict(shift=2, dbl_rnd=0, round_mode=0,
+                                                            scale=5)),
+    (0x00e4, "00000125", "NPU_SET_ACTIVATION", dict(activation_function=0, table=0,
+                                                    activation_clip_range=0)),
     (0x00e8, "ff800126", "NPU_SET_ACTIVATION_MIN", dict(clip_boundary=0xFF80)),
     (0x00ec, "007f0127", "NPU_SET_ACTIVATION_MAX", dict(clip_boundary=127)),
-    (0x00f0, "03000124", "NPU_SET_ACC_FORMAT", dict(acc_format=0, acc_input=0, acc_output=0, microblock=3)),
+    (0x00f0, "03000124", "NPU_SET_ACC_FORMAT", dict(acc_format=0, acc_input=0, acc_output=0,
+                                                    microblock=3)),
     (0x00f4, "00010006", "NPU_OP_ELEMENTWISE", dict(elementwise_mode=1)),
     (0x00f8, "ffff0000", "NPU_OP_STOP", dict(mask=0xFFFF)),
 ]
 
 EX_10_2 = [  # 1x1 CONV, int8 (digest 10.2): (offset, words, name, fields)
-    (0x0000, "00010105", "NPU_SET_IFM_PRECISION", dict(activation_type=1, activation_precision=0, activation_format=0, activation_storage=0)),
+    (0x0000, "00010105", "NPU_SET_IFM_PRECISION", dict(activation_type=1, activation_precision=0,
+                                                       activation_format=0, activation_storage=0)),
     (0x0004, "00020109", "NPU_SET_IFM_ZERO_POINT", dict(zero_point=2)),
     (0x0008, "0001010f", "NPU_SET_IFM_REGION", dict(region=1)),
     (0x000c, "00004000 00000000", "NPU_SET_IFM_BASE0", dict(addr=0)),
@@ -262,7 +297,10 @@ EX_10_2 = [  # 1x1 CONV, int8 (digest 10.2): (offset, words, name, fields)
     (0x0044, "00000101", "NPU_SET_IFM_PAD_LEFT", dict(pad=0)),
     (0x0048, "00000103", "NPU_SET_IFM_PAD_BOTTOM", dict(pad=0)),
     (0x004c, "00000102", "NPU_SET_IFM_PAD_RIGHT", dict(pad=0)),
-    (0x0050, "00010114", "NPU_SET_OFM_PRECISION", dict(activation_type=1, activation_precision=0, activation_format=0, scale_mode=0, activation_reverse=0, activation_transpose=0, activation_storage=0)),
+    (0x0050, "00010114", "NPU_SET_OFM_PRECISION", dict(activation_type=1, activation_precision=0,
+                                                       activation_format=0, scale_mode=0,
+                                                       activation_reverse=0, activation_transpose=0,
+                                                       activation_storage=0)),
     (0x0054, "fffd0118", "NPU_SET_OFM_ZERO_POINT", dict(zero_point=0xFFFD)),
     (0x0058, "0001011f", "NPU_SET_OFM_REGION", dict(region=1)),
     (0x005c, "00004010 00000020", "NPU_SET_OFM_BASE0", dict(addr=0x20)),
@@ -280,7 +318,10 @@ EX_10_2 = [  # 1x1 CONV, int8 (digest 10.2): (offset, words, name, fields)
     (0x009c, "00070117", "NPU_SET_OFM_BLK_DEPTH_M1", dict(depth_m1=7)),
     (0x00a0, "00000121", "NPU_SET_KERNEL_HEIGHT_M1", dict(height_m1=0)),
     (0x00a4, "00000120", "NPU_SET_KERNEL_WIDTH_M1", dict(width_m1=0)),
-    (0x00a8, "00000122", "NPU_SET_KERNEL_STRIDE", dict(stride_x_lsb=0, stride_y_lsb=0, weight_order=0, dilation_x=0, dilation_y=0, decomposition=0, stride_x_msb=0, stride_y_msb=0)),
+    (0x00a8, "00000122", "NPU_SET_KERNEL_STRIDE", dict(stride_x_lsb=0, stride_y_lsb=0,
+                                                       weight_order=0, dilation_x=0, dilation_y=0,
+                                                       decomposition=0, stride_x_msb=0,
+                                                       stride_y_msb=0)),
     (0x00ac, "0000012e", "NPU_SET_WEIGHT_FORMAT", dict(weight_format=0, weight_sparsity=0)),
     (0x00b0, "00020128", "NPU_SET_WEIGHT_REGION", dict(region=2)),
     (0x00b4, "00004020 00000000", "NPU_SET_WEIGHT_BASE", dict(addr=0)),
@@ -288,11 +329,14 @@ EX_10_2 = [  # 1x1 CONV, int8 (digest 10.2): (offset, words, name, fields)
     (0x00c4, "00020129", "NPU_SET_SCALE_REGION", dict(region=2)),
     (0x00c8, "00004022 00000100", "NPU_SET_SCALE_BASE", dict(addr=0x100)),
     (0x00d0, "00004023 000000a0", "NPU_SET_SCALE_LENGTH", dict(length=160)),
-    (0x00d8, "00004024 00000000", "NPU_SET_OFM_SCALE", dict(shift=0, dbl_rnd=0, round_mode=0, scale=0)),
-    (0x00e0, "00000125", "NPU_SET_ACTIVATION", dict(activation_function=0, table=0, activation_clip_range=0)),
+    (0x00d8, "00004024 00000000", "NPU_SET_OFM_SCALE", dict(shift=0, dbl_rnd=0, round_mode=0,
+                                                            scale=0)),
+    (0x00e0, "00000125", "NPU_SET_ACTIVATION", dict(activation_function=0, table=0,
+                                                    activation_clip_range=0)),
     (0x00e4, "ff800126", "NPU_SET_ACTIVATION_MIN", dict(clip_boundary=0xFF80)),
     (0x00e8, "007f0127", "NPU_SET_ACTIVATION_MAX", dict(clip_boundary=0x7F)),
-    (0x00ec, "02000124", "NPU_SET_ACC_FORMAT", dict(acc_format=0, acc_input=0, acc_output=0, microblock=2)),
+    (0x00ec, "02000124", "NPU_SET_ACC_FORMAT", dict(acc_format=0, acc_input=0, acc_output=0,
+                                                    microblock=2)),
     (0x00f0, "00000002", "NPU_OP_CONV", dict(weights_ifm2=0)),
     (0x00f4, "ffff0000", "NPU_OP_STOP", dict(mask=0xFFFF)),
 ]
@@ -320,7 +364,8 @@ def test_worked_example_streams_decode(example, length):
 def test_decode_from_an_offset_and_count():
     words = [w for _, text, _, _ in EX_10_1 for w in words_of(text)]
     c = decode(words, offset=0x00dc, count=2)
-    assert [(x.offset, x.name) for x in c] == [(0xdc, "NPU_SET_OFM_SCALE"), (0xe4, "NPU_SET_ACTIVATION")]
+    assert [(x.offset, x.name) for x in c] == \
+        [(0xdc, "NPU_SET_OFM_SCALE"), (0xe4, "NPU_SET_ACTIVATION")]
     assert decode(words, offset=0xFC) == []
     with pytest.raises(ValueError):
         decode(words, offset=2)
@@ -353,7 +398,8 @@ def test_unknown_cmd0_words(word, why):
 
 def test_unknown_cmd1_keeps_its_data_word_and_truncated_cmd1():
     c1, c2 = decode([0x00004007, 0x12345678, 0x00004000])
-    assert (c1.name, c1.kind, c1.words, c1.data) == (UNKNOWN, "cmd1", (0x4007, 0x12345678), 0x12345678)
+    assert (c1.name, c1.kind, c1.words, c1.data) == \
+        (UNKNOWN, "cmd1", (0x4007, 0x12345678), 0x12345678)
     assert (c2.name, c2.length) == (UNKNOWN, 1) and "data word" in c2.error
 
 
@@ -391,7 +437,7 @@ LISTING = """\
 0x0020: 00014100 00000028  NPU_OP_BRANCH               branch_cond=rf_true branch_target=0x28
 0x0028: 0000c123           UNKNOWN                     raw=0x0000c123 (reserved control 11 (L6002))
 0x002c: ffff0000           NPU_OP_STOP                 mask=0xffff
-"""
+"""  # noqa: E501 (the listing's lines are as long as the disassembler writes them)
 
 
 def test_disassembly_matches_hand_written_listing():

@@ -20,8 +20,12 @@ import pytest
 from accelstub.devices import DeviceError, open_device
 from accelstub.devices.ethos_u85.vela import load_vela_program, read_output
 from accelstub.devices.tensors import read_tensor, write_tensor
-from accelstub.testkit.ethosu85_models import (build, compile_with_vela, litert_reference,
-                                                sample_inputs)
+from accelstub.testkit.ethosu85_models import (
+    build,
+    compile_with_vela,
+    litert_reference,
+    sample_inputs,
+)
 from accelstub.testkit.ethosu85_networks import build_network
 from tests.ethos_u85.test_ethosu85_vela import needs_litert, needs_vela
 from tests.helpers import ROOT, run, step

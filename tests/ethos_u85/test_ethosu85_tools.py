@@ -15,9 +15,16 @@ from accelstub.devices import device_spec
 from accelstub.devices.ethos_u85 import stream as es
 from accelstub.devices.ethos_u85.vela import COP1, raw, read_vela
 from accelstub.stub.cli import demo_program, main
-from tests.ethos_u85.test_ethosu85_vela import (HAVE_FLATBUFFERS, compiled, litert_reference,  # noqa: F401
-                                                needs_flatbuffers, needs_litert, needs_vela, vela)
 from accelstub.testkit.ethosu85_models import build, sample_inputs
+from tests.ethos_u85.test_ethosu85_vela import (  # noqa: F401
+    HAVE_FLATBUFFERS,
+    compiled,
+    litert_reference,
+    needs_flatbuffers,
+    needs_litert,
+    needs_vela,
+    vela,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "configs" / "demo" / "ethos-u85_demo"

@@ -22,12 +22,20 @@ import numpy as np
 import pytest
 
 from accelstub.devices import open_device
-from accelstub.devices.ethos_u85 import stream as es
 from accelstub.devices.device import ProgramOptions
+from accelstub.devices.ethos_u85 import stream as es
 from accelstub.devices.ethos_u85 import vela as vela_mod
-from accelstub.devices.ethos_u85.vela import (COP1, TFLiteOperator, VelaImportError, load_input,
-                                             load_vela_program, operator_name, parse_payload,
-                                             read_output, read_vela)
+from accelstub.devices.ethos_u85.vela import (
+    COP1,
+    TFLiteOperator,
+    VelaImportError,
+    load_input,
+    load_vela_program,
+    operator_name,
+    parse_payload,
+    read_output,
+    read_vela,
+)
 from accelstub.devices.runcontrol import RunControl
 from accelstub.stub.cli import main
 from accelstub.stub.commands import CommandContext
@@ -52,15 +60,22 @@ HAVE_LITERT = importlib.util.find_spec("ai_edge_litert") is not None
 
 IN_CI = bool(os.environ.get("CI"))  # in CI the test extra is installed: never skip there
 
-needs_flatbuffers = pytest.mark.skipif(not HAVE_FLATBUFFERS and not IN_CI, reason="the model generator needs "
-                                       "the 'flatbuffers' package (pip install -e '.[test]')")
+needs_flatbuffers = pytest.mark.skipif(not HAVE_FLATBUFFERS and not IN_CI,
+                                       reason="the model generator needs the 'flatbuffers' "
+                                       "package (pip install -e '.[test]')")
 needs_vela = pytest.mark.skipif(not (HAVE_VELA and HAVE_FLATBUFFERS) and not IN_CI,
                                 reason="ethos-u-vela is not installed (pip install -e '.[test]')")
-needs_litert = pytest.mark.skipif(not HAVE_LITERT and not IN_CI, reason="ai-edge-litert is not installed "
+needs_litert = pytest.mark.skipif(not HAVE_LITERT and not IN_CI,
+                                  reason="ai-edge-litert is not installed "
                                   "(pip install -e '.[test]')")
 
-from accelstub.testkit.ethosu85_models import (CPU_MODELS, MODELS, build,  # noqa: E402
-                                              compile_with_vela, sample_inputs)
+from accelstub.testkit.ethosu85_models import (  # noqa: E402
+    CPU_MODELS,
+    MODELS,
+    build,
+    compile_with_vela,
+    sample_inputs,
+)
 
 #: models the device cannot run yet, with the reason (strict: they must fail until fixed)
 XFAIL: dict[str, str] = {}

@@ -6,13 +6,12 @@ import tomllib
 
 import pytest
 
-from tests.max78000 import programs
-
 from accelstub.devices import BusError, TargetRunning, open_device
 from accelstub.devices.bus import Bus
 from accelstub.devices.description import parse_description
 from accelstub.devices.registers import RegisterFile
 from accelstub.devices.runcontrol import RunControl
+from tests.max78000 import programs
 
 SMALL = """
 [device]

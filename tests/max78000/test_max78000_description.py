@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 
 import pytest
+
 from accelstub.devices import BusError, open_device
 from accelstub.devices.description import Description, Field, Register, load_description
-
 from tests.helpers import source_docs
 
 GLOBAL = 0x5000_0000
@@ -67,7 +67,8 @@ def test_register_count_is_2303_architected_plus_8_emu(desc):
 
 
 def test_each_quadrant_has_574_registers(desc):
-    """6 singles + 16 per-layer arrays x 32 + LCTRL1 x 32 + 3 stream arrays x 8 (digest section 2)."""
+    """6 singles + 16 per-layer arrays x 32 + LCTRL1 x 32 + 3 stream arrays x 8 (digest
+    section 2)."""
     for q in range(4):
         assert len([r for r in desc.registers if r.block == f"q{q}"]) == 574
 
@@ -526,7 +527,8 @@ def test_per_quadrant_memory_sizes(desc):
         return sum(e - s for s, e in r.populated) // (4 * len(r.word_mask)) * per_word
     for q in range(4):
         rs = [r for r in desc.regions if r.group == f"q{q}"]
-        by = lambda k: sum(stored(r) for r in rs if r.kind == k)
+        def by(k: str, rs: list = rs) -> int:
+            return sum(stored(r) for r in rs if r.kind == k)
         assert by("ram") == 128 * 1024
         assert by("weights") == 16 * 6912 == 110_592
         assert by("bias") == 512

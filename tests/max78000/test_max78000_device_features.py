@@ -5,7 +5,6 @@ the `monitor layers` listing. "Lnnnn" = line of seed 000 (shared/seeds/000_1c275
 """
 from __future__ import annotations
 
-
 import pytest
 
 from accelstub.devices import open_device

@@ -4,17 +4,15 @@ the independent plain-numpy reference (tests/max78000_reference.py). Test vector
 from shared/devices/max78000-ai8x.md section 5."""
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from accelstub.testkit import max78000_reference as ref
-
 from accelstub.emu.conv import max78000 as conv_k
 from accelstub.emu.numeric import max78000 as numeric_k
 from accelstub.emu.pool import max78000 as pool_k
+from accelstub.testkit import max78000_reference as ref
 
 POLICY = {pool_k.AVG_TRUNC: "trunc", pool_k.AVG_ROUND_AWAY: "away", pool_k.AVG_FLOOR: "floor",
           pool_k.AVG_FLOOR_HALF: "floor_half"}
@@ -162,7 +160,8 @@ def test_layer_matches_reference(case):
 
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(-(1 << 31), (1 << 31) - 1), min_size=1, max_size=20),
-       st.integers(-15, 15), st.sampled_from([numeric_k.ACT_NONE, numeric_k.ACT_RELU, numeric_k.ACT_ABS]))
+       st.integers(-15, 15),
+       st.sampled_from([numeric_k.ACT_NONE, numeric_k.ACT_RELU, numeric_k.ACT_ABS]))
 def test_requantize_matches_reference(accs, s, act):
     acc = np.array(accs, np.int64)
     np.testing.assert_array_equal(numeric_k.requantize(acc, s, act), ref.requant(acc, s, ACTS[act]))

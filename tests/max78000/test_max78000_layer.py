@@ -8,12 +8,13 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pytest
-
-from accelstub.testkit import max78000_reference as ref
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from accelstub.devices import DeviceError, open_device
 from accelstub.devices.max78000.datapath import run_layer
 from accelstub.devices.max78000.layer import decode_layer
+from accelstub.testkit import max78000_reference as ref
 
 QB = [0x5010_0000 + q * 0x40_0000 for q in range(4)]  # quadrant register bases (S0:L1863-1878)
 # per-layer register offsets, Table 27-18 (S0:L1890-2033): addr = QB + off + 4*layer
@@ -506,8 +507,6 @@ def test_unsupported_raises_device_error_naming_register():
 
 
 # -- random layers programmed through registers ---------------------------------------------------
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 
 @st.composite

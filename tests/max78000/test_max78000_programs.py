@@ -16,15 +16,20 @@ from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 from accelstub.devices import open_device
-from accelstub.testkit.max78000_build import (BuildError, Layer, Network, build, build_demo,
-                                              processors_per_pass)
-from accelstub.devices.max78000.ai8x import (Ai8xImportError, import_ai8x_project,
-                                             load_ai8x_program)
+from accelstub.devices.max78000.ai8x import Ai8xImportError, import_ai8x_project, load_ai8x_program
 from accelstub.devices.max78000.mram import install_mram_hooks
 from accelstub.devices.runcontrol import RunControl
 from accelstub.stub.cli import main as cli_main
 from accelstub.stub.commands import CommandContext
 from accelstub.stub.program import load_program, run_to_end
+from accelstub.testkit.max78000_build import (
+    BuildError,
+    Layer,
+    Network,
+    build,
+    build_demo,
+    processors_per_pass,
+)
 from tests.helpers import control
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,7 +80,7 @@ def networks(draw):
     w = draw(st.integers(3, 9))
     n = draw(st.integers(1, 3))
     layers = []
-    ch, rows, cols = c, h, w
+    rows, cols = h, w
     for i in range(n):
         kernel = draw(st.sampled_from([1, 3]))
         pad = draw(st.integers(0, 2)) if kernel == 3 else 0
@@ -97,7 +102,6 @@ def networks(draw):
                                 ["none", "relu", "abs"])),
                             weight_bits=draw(st.sampled_from([8, 4, 2, 1])),
                             bias=draw(st.booleans()), wide=wide))
-        ch = out
     if not layers:
         layers = [Layer(2, kernel=1, pad=0)]
     return Network(c, h, w, layers, avg_pool_rounding=draw(st.booleans()))

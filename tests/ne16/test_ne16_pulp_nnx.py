@@ -9,8 +9,8 @@ import pytest
 
 from accelstub.devices import open_device
 from accelstub.devices.ne16 import pulp_nnx
-from accelstub.devices.ne16.pulp_nnx import L1_BASE, driver_tasks, load_test_app
 from accelstub.devices.ne16.job import JOB_REGISTERS
+from accelstub.devices.ne16.pulp_nnx import L1_BASE, driver_tasks, load_test_app
 from accelstub.stub.cli import main as cli_main
 from accelstub.stub.server import StubServer
 from accelstub.testkit.ne16_build import DEMO, Layer, build

@@ -9,8 +9,19 @@ from accelstub.devices.runcontrol import RunControl
 from accelstub.stub.commands import CommandContext, execute
 from tests.helpers import step
 
-from .jobs import (ACQUIRE, FINISHED, L1, NE16, RUNNING_JOB, SOFT_CLEAR, STATUS, TRIGGER, r32,
-                   submit, w32)
+from .jobs import (
+    ACQUIRE,
+    FINISHED,
+    L1,
+    NE16,
+    RUNNING_JOB,
+    SOFT_CLEAR,
+    STATUS,
+    TRIGGER,
+    r32,
+    submit,
+    w32,
+)
 from .test_ne16_jobs import A_REGS
 
 CONFIG0_C0, CONFIG0_C1 = "CONFIG0_C0", "CONFIG0_C1"

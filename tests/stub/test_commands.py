@@ -9,11 +9,10 @@ import re
 
 import pytest
 
-from tests.max78000 import programs
-
 from accelstub.devices import open_device
 from accelstub.devices.runcontrol import RunControl
 from accelstub.stub.commands import CommandContext, CommandError, execute, split_words
+from tests.max78000 import programs
 
 SRAM = 0x50400000
 RATE = r"in \d+\.\d{6}s \(\d+\.\d{3} KiB/s\)"

@@ -1,5 +1,6 @@
 """Issue 14 #7: a short run of the port fuzzer (accelstub.testkit.port_fuzz) against every
-device (a server in a subprocess, gdb, telnet and Tcl ports at once), and what the full run found."""
+device (a server in a subprocess, gdb, telnet and Tcl ports at once), and what the full run
+found."""
 from __future__ import annotations
 
 import pytest

@@ -9,11 +9,9 @@ import subprocess
 import threading
 import time
 
-
-from accelstub.stub.client import RspClient
-
 import pytest
 
+from accelstub.stub.client import RspClient
 from tests.helpers import require_gdb, run_gdb, serve_cmd
 
 PC0 = 0x50100010
@@ -42,7 +40,7 @@ def test_print_and_set_registers_reach_the_device(stub):
 def test_examine_sram_and_register_memory(stub):
     out = run_gdb(["x/16wx 0x50400000", "x/4wx 0x50100000"], stub.gdb[0].port)
     assert re.search(r"0x50400000:\s+0x04030201\s+0x08070605\s+0x0c0b0a09\s+0x100f0e0d", out), out
-    lines = [l for l in out.splitlines() if l.startswith("0x504000")]
+    lines = [ln for ln in out.splitlines() if ln.startswith("0x504000")]
     assert len(lines) == 4  # 16 words, 4 per line
     assert re.search(r"0x50100000:\s+0x00000009\s+0x0000000e\s+0x00000003\s+0x00000000", out), out
 

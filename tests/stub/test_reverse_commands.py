@@ -4,6 +4,7 @@ bad input, and the budget reaching the history."""
 from __future__ import annotations
 
 import pytest
+
 from accelstub.devices import open_device
 from accelstub.devices.history import DEFAULT_BUDGET_MIB
 from accelstub.stub.cli import demo_program, main

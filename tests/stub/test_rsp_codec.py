@@ -1,8 +1,8 @@
 """RSP framing: checksums, escaping, RLE, and the incremental parser (incl. fuzzing)."""
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from accelstub.stub.rsp_codec import (PacketReader, checksum, escape, frame, rle_decode,
-                                      unescape)
+from accelstub.stub.rsp_codec import PacketReader, checksum, escape, frame, rle_decode, unescape
 
 
 def test_frame_has_two_digit_checksum():

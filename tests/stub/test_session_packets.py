@@ -4,7 +4,8 @@ import socket
 import time
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from accelstub.stub.client import RspClient, RspError
 from accelstub.stub.rsp_codec import PacketReader, frame
@@ -246,10 +247,12 @@ def test_detach_then_reattach(stub):
         assert c.read_register("pc") == PC0
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.one_of(
     st.binary(max_size=64),
-    st.builds(lambda p: frame(p), st.binary(max_size=64).filter(lambda b: b[:1] not in (b"D", b"k", b"c", b"s", b"v"))),
+    st.builds(lambda p: frame(p), st.binary(max_size=64).filter(
+        lambda b: b[:1] not in (b"D", b"k", b"c", b"s", b"v"))),
 ), max_size=8))
 def test_fuzzed_input_never_kills_the_server(stub, chunks):
     with raw(stub.gdb[0].port) as s:

@@ -145,7 +145,8 @@ base = 0x1000
 size = 0x100
 block = "b"
 """), "t.toml")
-    dev = SVDParser(etree.ElementTree(etree.fromstring(description_to_svd(d).encode()))).get_device()
+    tree = etree.ElementTree(etree.fromstring(description_to_svd(d).encode()))
+    dev = SVDParser(tree).get_device()
     fields = {f.name: f for f in dev.peripherals[0].registers[0].fields}
     assert fields["done"].access.value == "read-write"
     assert fields["done"].modified_write_values.value == "oneToClear"

@@ -7,11 +7,18 @@ import socket
 import time
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from accelstub.stub.commands import CommandContext
-from accelstub.stub.telnet import (BANNER, NEGOTIATION, PROMPT, LineEditor, TelnetServer,
-                                   _TelnetDecoder)
+from accelstub.stub.telnet import (
+    BANNER,
+    NEGOTIATION,
+    PROMPT,
+    LineEditor,
+    TelnetServer,
+    _TelnetDecoder,
+)
 
 from ..helpers import TelnetClient
 
@@ -205,7 +212,7 @@ def test_other_options_are_refused_once(char_client):
             if not data:
                 break
             got += data
-    except socket.timeout:
+    except TimeoutError:
         pass
     assert got == bytes([IAC, WONT, 24, IAC, DONT, 31])
 

@@ -6,13 +6,12 @@ import time
 
 import pytest
 
-from tests.helpers import TelnetClient
-from tests.max78000 import programs
-
 from accelstub.devices.runcontrol import RunControl
 from accelstub.stub.commands import CommandContext
 from accelstub.stub.tcl_rpc import TclRpcServer
 from accelstub.stub.telnet import TelnetServer
+from tests.helpers import TelnetClient
+from tests.max78000 import programs
 
 EOM = b"\x1a"
 
@@ -221,7 +220,7 @@ def test_telnet_log_lines_and_async_stop(tclient, rc):
     while "program-exit" not in text + tclient.buf.decode() and time.monotonic() < deadline:
         try:
             tclient.buf += tclient.sock.recv(65536)
-        except socket.timeout:
+        except TimeoutError:
             pass
     text += tclient.buf.decode()
     assert "[max78000.cnn] halted due to program-exit, layer: none\r\npc: 0xf000001c\r\n" in text

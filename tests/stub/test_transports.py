@@ -5,7 +5,6 @@ import threading
 
 from accelstub.stub.rsp_codec import PacketReader, frame
 from accelstub.stub.transports import SerialConnection
-
 from tests.helpers import serve_cmd
 
 

@@ -8,14 +8,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import pytest
 
 from accelstub.stub.client import RspClient
 from accelstub.tui.app import AccelApp, HelpScreen, parse_connect, run_tui
-from accelstub.tui.target import (Target, Unit, describe_stop, parse_memory_map,
-                                  parse_status, parse_target_xml, parse_units)
+from accelstub.tui.target import (
+    Target,
+    Unit,
+    describe_stop,
+    parse_memory_map,
+    parse_status,
+    parse_target_xml,
+    parse_units,
+)
 from accelstub.tui.tensor import element_index, parse_shape, to_value
 
 

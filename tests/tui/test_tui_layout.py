@@ -20,8 +20,16 @@ from accelstub.devices import open_device
 from accelstub.stub.cli import demo_program
 from accelstub.stub.client import RspClient, RspError
 
-from .test_tui import make_app, run, served, show, started, statusline, wait_for
-from .test_tui import target  # noqa: F401  (the fixture)
+from .test_tui import (
+    make_app,
+    run,
+    served,
+    show,
+    started,
+    statusline,
+    target,  # noqa: F401  (the fixture)
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow  # each test runs a stub and the app for several seconds
 
@@ -69,7 +77,8 @@ async def check_register_rows(pilot, view, client: RspClient) -> int:
     checked = 0
     for i, cells in enumerate(rows):
         if first + i >= len(block.registers):
-            assert not [c for c in cells if c.isalnum()], f"row {i} after the last register: {cells}"
+            assert not [c for c in cells if c.isalnum()], \
+                f"row {i} after the last register: {cells}"
             continue
         reg = block.registers[first + i]
         assert len(cells) >= 2, f"{block.name} row {i}: {cells} (register {reg.name})"
@@ -82,7 +91,8 @@ async def check_register_rows(pilot, view, client: RspClient) -> int:
         else:
             digits = (reg.bits + 3) // 4
             assert value == f"0x{actual:0{digits}x}", \
-                f"{reg.name} shows {value!r}, reads {actual:#x} ({app.size.width}x{app.size.height})"
+                (f"{reg.name} shows {value!r}, reads {actual:#x} "
+                 f"({app.size.width}x{app.size.height})")
         checked += 1
     return checked
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 import time
 
 import pytest
+import pytest_textual_snapshot  # noqa: F401,E402  (test extra: fail loudly, never skip)
 
 from accelstub.tui.app import AccelApp
 from accelstub.tui.target import Target
-
-import pytest_textual_snapshot  # noqa: F401,E402  (test extra: fail loudly, never skip)
 
 
 @pytest.fixture

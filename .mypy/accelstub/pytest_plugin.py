@@ -1,0 +1,1 @@
+../../api/pytest_plugin.py
