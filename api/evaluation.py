@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from accelstub.devices.errors import AccelstubError, TargetError
+from accelstub.devices.ethos_u85.litert import open_litert
 from accelstub.devices.ranges import merge_ranges
 from accelstub.devices.tensors import TensorSpec, read_tensor, write_tensor
 
@@ -190,25 +191,17 @@ class Evaluator:
 class LiteRTReference:
     """The pre-Vela .tflite run by LiteRT with its reference kernels (OpResolverType.BUILTIN_REF,
     the kernels TFLM runs on the Cortex-M; LiteRT's default XNNPACK path is not bit-exact with
-    them): Ethos-U85's reference per sample, one warm interpreter per worker. LiteRT
-    (ai-edge-litert) is a test extra, not a dependency, so it is imported only here."""
+    them): Ethos-U85's reference per sample, one warm interpreter per worker (LiteRT is
+    imported only when one is opened: devices/ethos_u85/litert.py)."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        try:
-            from ai_edge_litert.interpreter import Interpreter, OpResolverType
-        except ImportError:
-            raise DataError(f"{self.path}: a .tflite reference is run by LiteRT, which is not "
-                            "installed: pip install ai-edge-litert") from None
         if not self.path.is_file():
             raise DataError(f"{self.path}: no such file")
         try:
-            it = Interpreter(model_path=str(self.path),
-                             experimental_op_resolver_type=OpResolverType.BUILTIN_REF)
-            it.allocate_tensors()
-        except (ValueError, RuntimeError) as e:
-            msg = " ".join(str(e).split())
-            raise DataError(f"{self.path}: LiteRT cannot load it ({msg})") from None
+            it = open_litert(self.path)
+        except (ImportError, ValueError) as e:
+            raise DataError(str(e)) from None
         ins, outs = it.get_input_details(), it.get_output_details()
         if len(ins) != 1:
             raise DataError(f"{self.path}: a model with {len(ins)} inputs; eval feeds one")

@@ -678,12 +678,9 @@ def litert_reference(model: str | Path, inputs: list[np.ndarray],
     model's outputs, or the graph tensors ``tensors`` (all tensors are then kept).
     ``resolver``: another OpResolverType, for an operator BUILTIN_REF has no kernel of
     (ELU: BUILTIN_WITHOUT_DEFAULT_DELEGATES, LiteRT's own kernels without XNNPACK)."""
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    from accelstub.devices.ethos_u85.litert import open_litert
 
-    it = Interpreter(model_path=str(model),
-                     experimental_op_resolver_type=getattr(OpResolverType, resolver),
-                     experimental_preserve_all_tensors=tensors is not None)
-    it.allocate_tensors()
+    it = open_litert(model, resolver=resolver, keep_tensors=tensors is not None)
     for d, x in zip(it.get_input_details(), inputs):
         it.set_tensor(d["index"], x)
     it.invoke()

@@ -44,6 +44,7 @@ from ..layer_diff import LayerReference, ReferenceFileError
 from ..tensors import TensorSpec
 from . import ops
 from . import stream as es
+from .litert import open_litert
 from .vela import (
     MAX_VELA_FILE,
     NpuStream,
@@ -152,16 +153,10 @@ def run_litert(path: Path, inputs: list[np.ndarray]) -> Interpreter:
     TFLM runs; the default XNNPACK path is not bit-exact with them), every tensor kept; the
     interpreter after the run."""
     try:
-        from ai_edge_litert.interpreter import Interpreter as LiteRT
-        from ai_edge_litert.interpreter import OpResolverType
-    except ImportError:
-        raise ReferenceFileError(f"{path}: a .tflite reference is run by LiteRT, which is "
-                                 "not installed: pip install ai-edge-litert") from None
+        it = open_litert(path, keep_tensors=True)
+    except (ImportError, ValueError) as e:
+        raise ReferenceFileError(str(e)) from None
     try:
-        it = LiteRT(model_path=str(path),
-                    experimental_op_resolver_type=OpResolverType.BUILTIN_REF,
-                    experimental_preserve_all_tensors=True)
-        it.allocate_tensors()
         for d, x in zip(it.get_input_details(), inputs):
             it.set_tensor(d["index"], x)
         it.invoke()
@@ -493,9 +488,6 @@ def _op_alone(data: bytes, model: TFLiteModel, k: int) -> Interpreter | None:
     vector is operator k (LiteRT refuses to run an operator whose input has no data, and the
     Python API cannot start a graph in the middle). None where the layout does not allow it
     (a flatbuffer offset can only point forward) or LiteRT refuses the result."""
-    from ai_edge_litert.interpreter import Interpreter as LiteRT
-    from ai_edge_litert.interpreter import OpResolverType
-
     buf = bytearray(data)
     root = _Table(data, int.from_bytes(data[:4], "little"))
     sg = root.tables(2)[0]
@@ -514,13 +506,9 @@ def _op_alone(data: bytes, model: TFLiteModel, k: int) -> Interpreter | None:
     if not ok:
         return None
     try:
-        it = LiteRT(model_content=bytes(buf),
-                    experimental_op_resolver_type=OpResolverType.BUILTIN_REF,
-                    experimental_preserve_all_tensors=True)
-        it.allocate_tensors()
-    except (ValueError, RuntimeError):
+        return cast("Interpreter", open_litert(bytes(buf), keep_tensors=True))
+    except ValueError:
         return None
-    return cast("Interpreter", it)
 
 
 def _activation_range(o: _Table | None, scale: float, zp: int,
