@@ -213,9 +213,9 @@ class Remote:
 
     # -- programs and commands ----------------------------------------------------------------
     def load(self, program: str | Path, input: str | None) -> str:
-        words = ["json", "load", _braced(str(Path(program).absolute()))]
+        words = ["json", "load", braced(str(Path(program).absolute()))]
         if input is not None:
-            words.append(_braced(str(Path(input).absolute())))
+            words.append(braced(str(Path(input).absolute())))
         try:
             out = self.monitor(" ".join(words), self.client.timeout)
         except TargetError as e:
@@ -229,7 +229,7 @@ class Remote:
             raise TargetError(str(e).strip()) from None
 
     def data(self, what: str, *args: str) -> object:
-        return json.loads(self.monitor(" ".join(["json", what, *map(_braced, args)]),
+        return json.loads(self.monitor(" ".join(["json", what, *map(braced, args)]),
                                        self.client.timeout))
 
     def tensors(self, index: int) -> tuple[TensorSpec, ...]:
@@ -360,7 +360,7 @@ def register_or_raise(data: object) -> dict:
     return data
 
 
-def _braced(word: str) -> str:
+def braced(word: str) -> str:
     """A word for the command line: Tcl braces keep spaces and specials literal."""
     if word and not any(c in word for c in " \t\n;{}\\\"[]$"):
         return word

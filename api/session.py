@@ -22,7 +22,7 @@ from accelstub.devices.errors import DeviceError, TargetError
 from accelstub.devices.layer_diff import LayerDiff
 from accelstub.devices.tensors import TensorSpec, read_tensor, write_tensor
 
-from .backends import HALT_WAIT, InProcess, Remote, _braced, register_or_raise
+from .backends import HALT_WAIT, InProcess, Remote, braced, register_or_raise
 from .errors import Timeout
 
 #: a unit: its index in the listing, its label ("Layer 1", "cmd 3", "job 0"), or its address
@@ -441,7 +441,7 @@ class Session:
         stop = None
         if reference is not None:
             path = str(Path(reference).absolute())
-            self.monitor(f"diff load {_braced(path)}" + (" all" if all else ""))
+            self.monitor(f"diff load {braced(path)}" + (" all" if all else ""))
             stop = self.cont(timeout=timeout)
         return DiffReport.from_data(self.backend.data("diff"), stop)  # type: ignore[arg-type]
 

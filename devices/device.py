@@ -498,14 +498,18 @@ class Device:
         return stored
 
     # -- snapshots ---------------------------------------------------------------------------
-    def snapshot(self) -> dict:
-        return {"regs": self.regs.snapshot(), "mem": self.bus.snapshot(),
+    def snapshot(self, memory: bool = True) -> dict:
+        """The whole state; without ``memory`` (``"mem"`` None) all but the memories, for a
+        caller that keeps only the ranges it needs (RunControl.checkpoint)."""
+        return {"regs": self.regs.snapshot(), "mem": self.bus.snapshot() if memory else None,
                 "state": copy.deepcopy(self._state()), "cycles": self.cycles,
                 "units_done": self.units_done}
 
     def restore(self, snap: dict) -> None:
+        """Back to :meth:`snapshot` ``snap`` (memories kept as they are if it has none)."""
         self.regs.restore(snap["regs"])
-        self.bus.restore(snap["mem"])
+        if snap["mem"] is not None:
+            self.bus.restore(snap["mem"])
         self._set_state(copy.deepcopy(snap["state"]))
         self.cycles, self.units_done = snap["cycles"], snap["units_done"]
 

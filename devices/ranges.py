@@ -2,6 +2,8 @@
 what ``run -v`` reads back."""
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 
@@ -24,7 +26,13 @@ def address_ranges(addrs, size: int) -> list[tuple[int, int]]:
 
 def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """Sorted ranges with overlapping or touching ones joined (a unit may record one range
-    several times)."""
+    several times). The thousands of ranges of a long run (reverse-execution history over a
+    whole network) are merged in numpy; below ~500 the Python loop is faster (65 ranges: 9 us
+    against numpy's 25 us; 4000: 1.1 ms against 0.5 ms)."""
+    return _merge_numpy(ranges) if len(ranges) >= 500 else _merge_loop(ranges)
+
+
+def _merge_loop(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
     out: list[tuple[int, int]] = []
     for s, e in sorted(ranges):
         if out and s <= out[-1][1]:
@@ -33,3 +41,17 @@ def merge_ranges(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
         else:
             out.append((s, e))
     return out
+
+
+def _merge_numpy(ranges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    if not ranges:
+        return []
+    a = np.fromiter(itertools.chain.from_iterable(ranges), dtype=np.int64,
+                    count=2 * len(ranges)).reshape(-1, 2)
+    a = a[np.argsort(a[:, 0], kind="stable")]
+    ends = np.maximum.accumulate(a[:, 1])
+    brk = np.ones(len(a), dtype=bool)
+    brk[1:] = a[1:, 0] > ends[:-1]
+    first = np.flatnonzero(brk)
+    last = np.r_[first[1:] - 1, len(a) - 1]
+    return list(zip(a[first, 0].tolist(), ends[last].tolist()))

@@ -155,12 +155,8 @@ class RunControl:
         writes a fraction of a millisecond."""
         with self.halted_access("checkpoint"):
             dev, host = self.device, self.host
-            if ranges is None:
-                snap = dev.snapshot()
-            else:
-                snap = {"regs": dev.regs.snapshot(), "state": copy.deepcopy(dev._state()),
-                        "cycles": dev.cycles, "units_done": dev.units_done, "mem": None,
-                        "ranges": [(s, dev.read(s, e - s)) for s, e in self._memory(ranges)]}
+            snap = dev.snapshot(memory=ranges is None)
+            snap["ranges"] = [(s, dev.read(s, e - s)) for s, e in self._memory(ranges or [])]
             keep = {id(dev): dev}
             if host is not None:
                 keep |= {id(host.steps): host.steps, id(host.isr): host.isr}
@@ -183,16 +179,11 @@ class RunControl:
         outside a partial checkpoint's ranges stays as it is)."""
         with self.halted_access("rewind"):
             dev = self.device
-            if snap["mem"] is not None:
-                dev.restore(snap)
-            else:
-                dev.regs.restore(snap["regs"])
-                dev._set_state(copy.deepcopy(snap["state"]))
-                dev.cycles, dev.units_done = snap["cycles"], snap["units_done"]
-                for start, data in snap["ranges"]:
-                    mem, off = dev.bus.memory_span(start, len(data))
-                    mem.data[off:off + len(data)] = np.frombuffer(data, dtype=np.uint8)
-                    mem.touch()
+            dev.restore(snap)
+            for start, data in snap["ranges"]:
+                mem, off = dev.bus.memory_span(start, len(data))
+                mem.data[off:off + len(data)] = np.frombuffer(data, dtype=np.uint8)
+                mem.touch()
             keep = {id(dev): dev}
             host = snap["host"]
             if host is not None:

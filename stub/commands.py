@@ -23,6 +23,7 @@ import numpy as np
 
 from accelstub.devices import BusError, DeviceError, TargetRunning
 from accelstub.devices.device import CORE_REGS, Device, Stop
+from accelstub.devices.layer_diff import ReferenceFileError, differ_of, start_diff, unit_spec
 from accelstub.devices.runcontrol import RunControl
 from accelstub.devices.tensors import TensorSpec, read_tensor
 
@@ -1223,8 +1224,6 @@ def tensor_from_data(data: dict) -> TensorSpec:
 def diff_data(rc: RunControl) -> dict:
     """The per-layer diff so far (``diff load``): the ``--json`` form of ``accelstub diff``
     plus ``loaded`` (False: no reference loaded) and ``reference`` (the file's name)."""
-    from accelstub.devices.layer_diff import differ_of
-
     differ = differ_of(rc)
     if differ is None:
         return {"loaded": False, "reference": None, "layers": [], "first_divergence": None}
@@ -1236,16 +1235,12 @@ def reference_data(rc: RunControl, index: int, tensor: str = "output") -> dict:
     its values as (C, H, W) flattened (None for a checksum reference, whose ``crc`` is given
     instead), and the rule that explains differences the hardware makes on purpose; all None
     when no reference covers that tensor."""
-    from accelstub.devices.layer_diff import differ_of
-
     differ = differ_of(rc)
     ref = differ.reference(index, tensor) if differ is not None else None
     if ref is None:
         return {"name": None, "values": None, "crc": None, "rule": ""}
     values = None
     if ref.array is not None:
-        from accelstub.devices.layer_diff import unit_spec
-
         values = unit_spec(rc.device, ref).from_layout(ref.array).ravel().tolist()
     return {"name": ref.name, "values": values, "crc": None if ref.crc is None else ref.crc[1],
             "rule": ref.rule}
@@ -1454,8 +1449,6 @@ def cmd_diff(ctx: CommandContext, args: list[str]) -> str:
     (devices/layer_diff.py; the device's reader, Device.layer_references) and stop after the
     first unit that diverges (a divergence breakpoint; ``all``: never stop); ``diff``: the
     table so far; ``diff clear``: compare no more."""
-    from accelstub.devices.layer_diff import ReferenceFileError, differ_of, start_diff
-
     rc = ctx.target
     if args[:1] == ["load"] and len(args) in (2, 3) and args[2:] in ([], ["all"]):
         path = _resolve(ctx, args[1])

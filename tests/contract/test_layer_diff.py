@@ -22,6 +22,7 @@ from accelstub.devices.layer_diff import (
     LayerReference,
     ReferenceFileError,
     compare,
+    input_tensors,
     start_diff,
     unit_spec,
 )
@@ -339,16 +340,18 @@ def _ethos_demo() -> tuple[Path, ProgramOptions]:
 
 @pytest.fixture(scope="module")
 def ethos_reference(tmp_path_factory):
-    """Every declared output of the demo's clean run, and what each DMA command copies."""
-    rc = _load("ethos-u85", *_ethos_demo())
-    dev, outs, reads, writes = rc.device, {}, {}, {}
+    """The demo's per-operation outputs as LiteRT's reference kernels compute them (the model
+    before Vela, mapped by Vela's debug database: an independent reference, not the emulator's
+    own run) written as a generic .npz, and what each DMA command copies."""
+    program, options = _ethos_demo()
+    rc = _load("ethos-u85", program, options)
+    dev, reads, writes = rc.device, {}, {}
+    outs = {str(r.unit): r.array for r in
+            dev.layer_references(program.parent / "demo.tflite", input_tensors(dev))}
 
     def after(done: int) -> None:
         reads[done - 1] = list(rc.last_touched.reads)
         writes[done - 1] = list(rc.last_touched.writes)
-        for s in dev.unit_tensors(done - 1):
-            if s.name == "output":
-                outs[str(done - 1)] = read_tensor(s, dev.read)
     rc.add_unit_listener(after)
     assert rc.run_here().reason == "done"
     path = tmp_path_factory.mktemp("eu85") / "ref.npz"

@@ -242,14 +242,14 @@ def test_a_long_continue_records_boundaries_on_the_way(tmp_path, monkeypatch):
 
 
 def test_the_history_merges_many_ranges_as_merge_ranges_does():
-    """history._merged (numpy, for the thousands of ranges of a long continue) against
-    devices/ranges.merge_ranges on random ranges, touching and overlapping ones included."""
+    """merge_ranges' numpy path (for the thousands of ranges of a long continue in the history)
+    against its Python loop on random ranges, touching and overlapping ones included (each
+    path called directly: merge_ranges picks one by size)."""
     import random
 
-    from accelstub.devices.history import _merged
-    from accelstub.devices.ranges import merge_ranges
+    from accelstub.devices.ranges import _merge_loop, _merge_numpy
 
     rng = random.Random(29)
-    for n in (0, 1, 63, 64, 65, 500):
+    for n in (0, 1, 63, 64, 65, 500, 3000):
         ranges = [(s, s + rng.randint(0, 40)) for s in (rng.randint(0, 4000) for _ in range(n))]
-        assert _merged(ranges) == merge_ranges(ranges)
+        assert _merge_numpy(ranges) == _merge_loop(ranges)

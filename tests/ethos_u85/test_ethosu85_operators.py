@@ -157,15 +157,19 @@ def test_elu_int16_stays_on_the_cpu(tmp_path):
 @needs_litert
 @needs_tflm
 @pytest.mark.parametrize("macs", MACS)
-def test_lstm_int16_matches_tflm(compiled, macs):
-    """UNIDIRECTIONAL_SEQUENCE_LSTM 16x8 (int16 input, output and output state, int8 weights,
-    int64 biases, int16 cell state): Vela 5.2.0 places it on the U85; LiteRT 2.3.0 has no
-    16x8 LSTM (its kernel takes only an int8 input as integer and wants float biases
-    otherwise: it refuses the model), TFLite Micro has one (EvalLstm<int16_t, int8_t, int16_t,
-    int64_t>): the device's every output equals TFLM's."""
-    src, out = compiled("UNIDIRECTIONAL_SEQUENCE_LSTM_i16", macs)
+@pytest.mark.parametrize("name,litert", [
+    ("UNIDIRECTIONAL_SEQUENCE_LSTM_i16", "input_gate_bias->type != kTfLiteFloat32"),
+    ("SQUARED_DIFFERENCE_i16", "SquaredDifference only supports")])
+def test_int16_matches_tflm_where_litert_refuses(compiled, macs, name, litert):
+    """int16x8 operators Vela 5.2.0 places on the U85 that LiteRT 2.3.0 refuses, and TFLite
+    Micro computes: UNIDIRECTIONAL_SEQUENCE_LSTM 16x8 (int16 input, output and output state,
+    int8 weights, int64 biases, int16 cell state; LiteRT's kernel takes only an int8 input as
+    integer and wants float biases otherwise; TFLM's EvalLstm<int16_t, int8_t, int16_t,
+    int64_t>) and SQUARED_DIFFERENCE (LiteRT's kernel takes no int16): the device's every
+    output equals TFLM's."""
+    src, out = compiled(name, macs)
     xs = sample_inputs(src.read_bytes())
-    with pytest.raises(LITERT_REFUSES, match="input_gate_bias->type != kTfLiteFloat32"):
+    with pytest.raises(LITERT_REFUSES, match=litert):
         litert_reference(src, xs)
     want = tflm_reference(src, xs)
     assert want[0].dtype == np.int16 and len(np.unique(want[0])) > 16
@@ -389,22 +393,6 @@ def test_sum_hw_int16_is_what_vela_programs(compiled, macs):
     assert np.array_equal(want, _sum_rescaled(x.astype(np.int64).sum(axis=(1, 2), keepdims=True),
                                               x_t, y_t, True))
     assert not np.array_equal(got, want)
-
-
-@needs_vela
-@needs_litert
-@needs_tflm
-@pytest.mark.parametrize("macs", MACS)
-def test_squared_difference_int16_matches_tflm(compiled, macs):
-    """SQUARED_DIFFERENCE int16x8: Vela 5.2.0 places it; LiteRT 2.3.0's kernel takes no int16
-    (it refuses the model), TFLM's does: the device's every output is TFLM's."""
-    src, out = compiled("SQUARED_DIFFERENCE_i16", macs)
-    xs = sample_inputs(src.read_bytes())
-    with pytest.raises(LITERT_REFUSES, match="SquaredDifference only supports"):
-        litert_reference(src, xs)
-    want = tflm_reference(src, xs)
-    assert want[0].dtype == np.int16 and len(np.unique(want[0])) > 16
-    assert_outputs_equal(run(out, xs, macs), want)
 
 
 def _int16_model(name: str, path: Path, alpha_int8: bool = False) -> Path:
