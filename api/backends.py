@@ -4,7 +4,7 @@ in-process (a device and its run control in this process, no socket) and remote 
 
 Why so few primitives: everything the Session offers is built on them once (session.py), so
 the two back ends cannot drift apart. Both read machine-readable state through the same
-functions of stub/commands.py (``stop_data``, ``units_data``, ``status_data``,
+functions of stub/commands/ (``stop_data``, ``units_data``, ``status_data``,
 ``register_data``): the in-process back end calls them, the remote one gets their JSON from
 ``monitor json WHAT``; program loading is ``stub.program.load_for_reset`` on both sides. So
 the results are equal by construction, and the remote back end knows nothing device-specific.

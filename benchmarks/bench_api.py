@@ -25,7 +25,7 @@ from pathlib import Path
 from accelstub import Session
 from accelstub.devices import DEVICES
 from accelstub.testkit.max78000_build import build, mnist_shapes_network
-from machine import machine_line
+from machine import bench_main
 
 REGISTER = "CNNx16_0_L0_RCNT"
 READS = 3000
@@ -112,7 +112,6 @@ def remote_reads() -> None:
 
 def main() -> int:
     repeat = int(sys.argv[sys.argv.index("--repeat") + 1]) if "--repeat" in sys.argv else 7
-    print(machine_line(), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         mnist = build(mnist_shapes_network(), seed=1).write(Path(tmp) / "mnist")
         for device in DEVICES:
@@ -123,4 +122,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(bench_main(main))

@@ -41,7 +41,7 @@ from accelstub.devices.runcontrol import RunControl  # noqa: E402
 from accelstub.emu.conv import ethosu85 as conv_k  # noqa: E402
 from accelstub.emu.numeric import ethosu85 as P  # noqa: E402
 from accelstub.emu.weights import ethosu85 as Wt  # noqa: E402
-from machine import machine_line
+from machine import bench_main
 
 SRAM = 0x1000_0000
 QBASE, TENSORS, WEIGHTS = SRAM, SRAM + 0x10000, SRAM + 0x200000
@@ -229,7 +229,6 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=10)
     args = ap.parse_args()
-    print(machine_line(), flush=True)
     macs = H * W * OC * 9 * C
     x, w, bias, scales, shifts = conv_problem()
     dev = open_device("ethos-u85")
@@ -286,4 +285,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(bench_main(main))

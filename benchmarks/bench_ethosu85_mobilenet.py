@@ -42,9 +42,10 @@ from numba.core.registry import CPUDispatcher
 from accelstub.devices import open_device
 from accelstub.devices.ethos_u85.vela import place_vela_program, read_output, read_vela
 from accelstub.devices.runcontrol import RunControl
+from accelstub.emu.conv.int_conv import Twin
 from accelstub.testkit.ethosu85_models import compile_with_vela, litert_reference, sample_inputs
 from accelstub.testkit.ethosu85_networks import build_network
-from machine import machine_line
+from machine import bench_main
 
 NETWORK = "mobilenet_v2_035"
 
@@ -63,7 +64,7 @@ class Device:
     def __init__(self, path: Path, macs: int, x: np.ndarray, blocks: bool = True) -> None:
         self.dev = open_device("ethos-u85", macs=macs)
         if not blocks:
-            self.dev._blocks = None
+            self.dev.blocks.stored = None
         self.rc = RunControl(self.dev)
         self.prog = read_vela(path)
         self.x = x
@@ -142,6 +143,11 @@ def record_kernels(device: Device) -> list[tuple[str, object, list, int]]:
             if isinstance(obj, CPUDispatcher):
                 patched.append((mod, name, obj))
                 setattr(mod, name, wrap(name, obj))
+            elif isinstance(obj, Twin):  # a parallel kernel and its serial copy (int_conv.twin)
+                patched.append((mod, name, obj))
+                base = obj.parallel.py_func.__name__
+                setattr(mod, name, Twin(wrap(base, obj.parallel), wrap(base + "_serial",
+                                                                         obj.serial)))
     try:
         device.infer()
     finally:
@@ -176,7 +182,6 @@ def main() -> int:
     ap.add_argument("--kernels", action="store_true",
                     help="also time the numba kernels alone (the floor of faster glue)")
     args = ap.parse_args()
-    print(machine_line(), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         src, out = compile_network(Path(tmp), args.macs)
         (x,) = sample_inputs(src.read_bytes())
@@ -238,4 +243,4 @@ def _litert_version() -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(bench_main(main))

@@ -31,7 +31,7 @@ from accelstub.evaluation import Evaluator, evaluate
 from accelstub.testkit import max78000_build as mb
 from accelstub.testkit.ethosu85_models import compile_with_vela
 from accelstub.testkit.ethosu85_networks import build_network
-from machine import machine_line
+from machine import bench_main
 
 
 def cases(tmp: Path) -> list[tuple[str, str, Path | None]]:
@@ -94,7 +94,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=3.0, help="one worker's time per case")
     ap.add_argument("--no-ray", action="store_true", help="leave out Ray's overhead")
     args = ap.parse_args(argv)
-    print(machine_line(), flush=True)
     print("load average (1, 5, 15 min) at start: {:.2f} {:.2f} {:.2f} (other processes share "
           "the cores: a busy machine lowers the 2-worker rates)".format(*os.getloadavg()),
           flush=True)
@@ -144,4 +143,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(bench_main(main, kernels_here=False))

@@ -1,22 +1,29 @@
 """What a user waits for from the command line (figures for the closing note; nothing asserts).
 
-    python benchmarks/bench_first_run.py [--runs N]
+    python benchmarks/bench_first_run.py [--runs N] [--breakdown-only]
 
 All in an empty numba cache (NUMBA_CACHE_DIR in a temporary directory), each command a fresh
-process as a user starts it:
+process as a user starts it, each with its wall time and its CPU time (user + sys of the child,
+from getrusage): on a machine shared with other jobs the CPU time is the figure contention
+distorts least.
 1. the first `accelstub run DEVICE` of each bundled demo with nothing compiled (what a first
-   run cost before `accelstub compile`; the device's kernels compile in it);
+   run cost before `accelstub compile`; the device's kernels compile in it), each device in a
+   cache of its own, broken down: importing accelstub, each kernel numba compiled (top-level
+   kernels, with the kernels they call compiled inside them; CPU seconds), and the rest;
 2. in a second empty cache: `accelstub compile` (all devices), then the first run of each demo;
 3. warm runs: each demo and a project with the shapes of the ai8x MNIST example (1x28x28 ->
    60 -> 60 -> 56 -> 12 -> 10, built by the project's builder), N runs each, best and median,
    after one run whose time is shown apart (the MNIST project's first run compiles what the
    demo did not need);
 4. the floor under every run: starting Python and importing numba and its implementation
-   registry (numba loads it with the first cached kernel), with no accelstub code.
+   registry (numba loads it with the first cached kernel), with no accelstub code; and the
+   same as `accelstub run` has it (numba's BLAS probe without SciPy, emu/jit.py).
 """
 from __future__ import annotations
 
+import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -26,24 +33,52 @@ from pathlib import Path
 
 from accelstub.devices import DEVICES
 from accelstub.testkit.max78000_build import build, mnist_shapes_network
-from machine import machine_line
+from machine import bench_main
 
 MNIST = mnist_shapes_network()
 
 FLOOR = ("import numba; from numba.core.registry import cpu_target; "
          "cpu_target.target_context.refresh()")
+#: the same as a run loads it: numba's BLAS probe without SciPy (emu/jit.py)
+FLOOR_RUN = ("from accelstub.emu.jit import load_numba_without_scipy; "
+             "load_numba_without_scipy(); " + FLOOR)
+
+#: the child of a breakdown: `accelstub run DEVICE` with each kernel's compile timed in CPU
+#: seconds of the process (numba compiles on the calling thread), the figures as one JSON line
+#: on stderr (the CompileNotice's per-kernel hook: top-level kernels only)
+BREAKDOWN_CHILD = """
+import json, sys, time
+t0 = time.perf_counter()
+from accelstub.stub.cli import main
+from accelstub.stub.compile_notice import CompileNotice
+t_import = time.perf_counter() - t0
+kernels, started = [], {}
+def on_kernel(phase, module, name):
+    if phase == "start":
+        started[name] = time.process_time()
+    else:
+        kernels.append((module.removeprefix("accelstub.emu.") + "." + name,
+                        time.process_time() - started.pop(name)))
+with CompileNotice(out=lambda text: None, on_kernel=on_kernel):
+    code = main(["run", sys.argv[1]])
+print("BREAKDOWN " + json.dumps(dict(code=code, import_s=t_import, kernels=kernels,
+                                     total_s=time.perf_counter() - t0)), file=sys.stderr)
+"""
 
 
-def timed(args: list[str], cache: str) -> tuple[float, str]:
-    """Wall time of one command in a fresh process with numba's cache in ``cache``; its last
-    line of output (the verdict)."""
+def timed(args: list[str], cache: str) -> tuple[float, float, str, str]:
+    """Wall and CPU time (user + sys) of one command in a fresh process with numba's cache in
+    ``cache``; the first line of its output (the verdict) and its stderr."""
     env = dict(os.environ, NUMBA_CACHE_DIR=cache)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # as on a user's machine: Python caches bytecode
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     out = subprocess.run(args, env=env, capture_output=True, text=True)
     dt = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
     lines = (out.stdout.strip() or out.stderr.strip() or f"exit {out.returncode}").splitlines()
-    return dt, lines[0] if lines else ""
+    return dt, cpu, lines[0] if lines else "", out.stderr
 
 
 def accelstub(*args: str) -> list[str]:
@@ -54,34 +89,60 @@ def spread(times: list[float]) -> str:
     return f"best {min(times):.2f} s, median {statistics.median(times):.2f} s"
 
 
+def breakdown(device: str, cache: str) -> None:
+    """The first run of ``device``'s demo in the empty ``cache``, and where its time went."""
+    wall, cpu, verdict, err = timed([sys.executable, "-c", BREAKDOWN_CHILD, device], cache)
+    print(f"first run, nothing compiled: accelstub run {device}: {wall:.2f} s wall, "
+          f"{cpu:.2f} s CPU  ({verdict})")
+    found = [line for line in err.splitlines() if line.startswith("BREAKDOWN ")]
+    if not found:
+        print(f"  no breakdown (the run failed):\n{err}")
+        return
+    b = json.loads(found[-1].removeprefix("BREAKDOWN "))
+    compiled = sum(s for _, s in b["kernels"])
+    print(f"  import accelstub {b['import_s']:.2f} s wall; {len(b['kernels'])} kernels compiled "
+          f"in {compiled:.2f} s CPU; the rest {b['total_s'] - b['import_s'] - compiled:.2f} s"
+          f" (run less compile, wall less CPU); Python start and exit {wall - b['total_s']:.2f}"
+          " s wall")
+    for name, s in sorted(b["kernels"], key=lambda k: -k[1]):
+        print(f"    {s:5.2f} s  {name}")
+
+
 def main() -> int:
     runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 5
-    print(machine_line(), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
+        for dev in DEVICES:
+            cold = Path(tmp, "cold-" + dev)
+            cold.mkdir()
+            breakdown(dev, str(cold))
+        if "--breakdown-only" in sys.argv:
+            return 0
         mnist = build(MNIST, seed=1).write(Path(tmp) / MNIST.name)
-        cold, compiled = Path(tmp, "cold"), Path(tmp, "compiled")
-        for d in (cold, compiled):
-            d.mkdir()
+        compiled = Path(tmp, "compiled")
+        compiled.mkdir()
+        dt, cpu, _, err = timed(accelstub("compile"), str(compiled))
+        print(f"accelstub compile (all devices, empty cache): {dt:.2f} s wall, {cpu:.2f} s CPU")
         for dev in DEVICES:
-            dt, verdict = timed(accelstub("run", dev), str(cold))
-            print(f"first run, nothing compiled: accelstub run {dev}: {dt:.2f} s  ({verdict})")
-        dt, _ = timed(accelstub("compile"), str(compiled))
-        print(f"accelstub compile (all devices, empty cache): {dt:.2f} s")
-        for dev in DEVICES:
-            dt, verdict = timed(accelstub("run", dev), str(compiled))
-            print(f"first run after accelstub compile: accelstub run {dev}: {dt:.2f} s  "
-                  f"({verdict})")
+            dt, cpu, verdict, _ = timed(accelstub("run", dev), str(compiled))
+            print(f"first run after accelstub compile: accelstub run {dev}: {dt:.2f} s wall, "
+                  f"{cpu:.2f} s CPU  ({verdict})")
         jobs = [(f"run {dev}", accelstub("run", dev)) for dev in DEVICES]
         jobs.append(("run max78000 --program <MNIST-shaped project>",
                      accelstub("run", "max78000", "--program", str(mnist))))
         jobs.append(("floor: python + import numba + its registry", [sys.executable, "-c", FLOOR]))
+        jobs.append(("floor as a run has it: the same without SciPy (emu/jit.py)",
+                     [sys.executable, "-c", FLOOR_RUN]))
         for label, args in jobs:
-            first, verdict = timed(args, str(compiled))
-            times = [timed(args, str(compiled))[0] for _ in range(runs)]
-            print(f"warm {label}: {spread(times)} over {runs} (the run before them: "
-                  f"{first:.2f} s)  ({verdict})")
+            first, _, verdict, _ = timed(args, str(compiled))
+            walls, cpus = [], []
+            for _ in range(runs):
+                wall, cpu, _, _ = timed(args, str(compiled))
+                walls.append(wall)
+                cpus.append(cpu)
+            print(f"warm {label}: {spread(walls)} wall, CPU median {statistics.median(cpus):.2f}"
+                  f" s over {runs} (the run before them: {first:.2f} s)  ({verdict})")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(bench_main(main, kernels_here=False))

@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 
-from machine import machine_line
+from machine import bench_main
 
 GDB = shutil.which("gdb-multiarch")
 QEMU = shutil.which("qemu-system-arm")
@@ -241,7 +241,6 @@ def main(argv: list[str] | None = None) -> int:
                     help="also run accelstub from this source tree (e.g. `git archive` of an "
                          "earlier commit), rounds interleaved with this one")
     args = ap.parse_args(argv)
-    print(machine_line(), flush=True)
     if GDB is None:
         print("gdb-multiarch is not installed (apt-get install gdb-multiarch)")
         return 1
@@ -281,4 +280,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(bench_main(main, kernels_here=False))

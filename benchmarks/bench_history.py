@@ -6,11 +6,17 @@ MAX78000 MNIST-shaped network and on Ethos-U85 MobileNet v2 (Vela, ethos-u85-256
 
 Each inference is run twice in alternation, history off and history on, in this thread
 (RunControl.run_here), warm; the start of a history (one copy of every memory, the shadow) is
-paid once per history and timed apart; the run without history follows a copy of the same
-size (evict), so both start with the caches the copy leaves. Reverse steps are timed after a
+paid once per history and timed apart; the run without history follows the same copy
+(evict), so both start with the caches the copy leaves. Reverse steps are timed after a
 stepi run (each step back undoes one unit) and after a continue (the first step back replays
 the block the fast path ran at once, unit by unit; the next ones undo one unit each). Not a
 test: nothing here asserts a speed; the goal is at most 10 % added to a continue.
+
+The MAX78000 network is also timed as a session that keeps recording runs it: two devices
+alternate, one that never records and one that records every inference into one history
+(each input reload recorded before its continue, untimed). That history grows by the reload's
+512 KiB each inference, and the runs on that device pay page faults for fresh memory (~40
+more per run than without history, getrusage), which the first figure does not include.
 """
 from __future__ import annotations
 
@@ -23,17 +29,37 @@ from pathlib import Path
 import numpy as np
 from bench_max78000 import load, time_layers
 
-from accelstub.devices.history import DEFAULT_BUDGET_MIB
+from accelstub.devices.history import DEFAULT_BUDGET_MIB, History
 from accelstub.devices.host import apply_steps
 from accelstub.devices.max78000.datapath import sram_address
 from accelstub.testkit.max78000_build import mnist_shapes_network
-from machine import machine_line
+from machine import bench_main
 
 
 def evict(dev) -> None:
-    """A copy of every memory, thrown away: what starting a history (the shadow) does to the
-    caches, done before the run without history too, so the two differ by the recording."""
-    {k: m.data.copy() for k, m in dev.bus.memories.items()}
+    """The shadow copy a history starts with, made by a History of its own and thrown away:
+    done before the run without history, so both runs start from the caches that copy
+    leaves and differ by the recording. A plain copy of every memory (``m.data.copy()``)
+    left them warmer than the shadow's sparse copy does (fresh zeroed pages, a scan for
+    all-zero chunks): the MAX78000's layers ran ~15 us faster after it, which showed as a
+    cost of recording (docs/design-notes.md "Reverse execution")."""
+    History(dev.bus, dev.regs)._shadow_stores()
+
+
+def inference(rc, prog, sram: np.ndarray, reload: list[float]) -> float:
+    """The next inference armed as bench_max78000.rerun does (ISR, input, start: host writes,
+    untimed); with history on, they are recorded as their own transition here, as the next run
+    would at its start (timed apart, into ``reload``); then the timed continue."""
+    dev = rc.device
+    apply_steps(dev, prog.isr)
+    for m, row in enumerate(sram):
+        dev.write(sram_address(m, 0), row.tobytes())
+    apply_steps(dev, prog.start)
+    if rc.history.enabled:
+        reload.append(timed(rc._sync_history))
+    t = time_layers(rc)
+    assert rc.last_stop.reason == "done", rc.last_stop
+    return t
 
 
 def timed(fn) -> float:
@@ -79,29 +105,15 @@ def bench_max78000(tmp: str, repeat: int) -> None:
     sram = dev.bus.stacks["sram"].copy()
     units = len(dev.units())
 
-    def again() -> float:
-        """The next inference armed as bench_max78000.rerun does (ISR, input, start: host
-        writes, untimed); with history on, they are recorded as their own transition here,
-        as the next run would at its start (timed apart); then the timed continue."""
-        apply_steps(dev, prog.isr)
-        for m, row in enumerate(sram):
-            dev.write(sram_address(m, 0), row.tobytes())
-        apply_steps(dev, prog.start)
-        if rc.history.enabled:
-            reload.append(timed(rc._sync_history))
-        t = time_layers(rc)
-        assert rc.last_stop.reason == "done", rc.last_stop
-        return t
-
     off, on, begin, reload = [], [], [], []
     for i in range(repeat + 2):  # the first two warm up
         rc.history.budget = 0
         rc.history.clear()
         evict(dev)
-        t_off = again()
+        t_off = inference(rc, prog, sram, reload)
         rc.history.budget = DEFAULT_BUDGET_MIB << 20
         t_begin = timed(lambda: rc.history.begin(rc._boundary_state()))
-        t_on = again()
+        t_on = inference(rc, prog, sram, reload)
         if i >= 2:
             off.append(t_off)
             on.append(t_on)
@@ -116,6 +128,34 @@ def bench_max78000(tmp: str, repeat: int) -> None:
         pass
     after_steps = reverse_steps(rc, units)
     report("MAX78000 MNIST-shaped network", off, on, begin, mem, units, after_steps, after_cont)
+    off, on = one_history(tmp, repeat)
+    o, r = float(np.median(off)), float(np.median(on))
+    print(f"  continue within one history (two devices alternate: never recording / recording "
+          f"every inference): off {o * 1e3:.2f} ms, on {r * 1e3:.2f} ms (medians of {len(off)}): "
+          f"{(r / o - 1) * 100:+.1f} %; best of each {min(off) * 1e3:.2f} / {min(on) * 1e3:.2f} "
+          f"ms: {(min(on) / min(off) - 1) * 100:+.1f} %")
+
+
+def one_history(tmp: str, repeat: int) -> tuple[list[float], list[float]]:
+    """Continues of the MNIST-shaped network on two devices in alternation: one without
+    history, one recording all of them into one history (each input reload recorded before
+    its continue, untimed, as bench_max78000 does); seconds per continue, off and on."""
+    runs = []
+    for name in ("off", "on"):
+        rc, prog, _ = load(mnist_shapes_network(), f"{tmp}/{name}")
+        runs.append((rc, prog, rc.device.bus.stacks["sram"].copy()))
+    runs[1][0].history.budget = DEFAULT_BUDGET_MIB << 20
+    off: list[float] = []
+    on: list[float] = []
+    for i in range(repeat + 2):  # the first two warm up
+        t_off, t_on = inference(*runs[0], []), inference(*runs[1], [])
+        if i >= 2:
+            off.append(t_off)
+            on.append(t_on)
+    h = runs[1][0].history
+    per_run = len(runs[1][0].device.units())
+    assert h.dropped == 0 and sum(len(e.units) for e in h.entries) == per_run * (repeat + 2)
+    return off, on
 
 
 def bench_mobilenet(tmp: Path, repeat: int) -> None:
@@ -178,7 +218,6 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--skip-mobilenet", action="store_true")
     args = ap.parse_args()
-    print(machine_line(), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         bench_max78000(tmp, args.repeat)
         if not args.skip_mobilenet:
@@ -187,4 +226,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(bench_main(main))

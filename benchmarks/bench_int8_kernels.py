@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 
 import numpy as np
@@ -25,7 +26,7 @@ import numpy as np
 from accelstub.emu.conv import ethosu85 as E
 from accelstub.emu.conv import int_conv as IC
 from accelstub.emu.conv.vnni import HAVE_VNNI
-from machine import machine_line
+from machine import bench_main
 
 SHAPES = [  # name, C, K, H, W, kernel, pad, stride, channels_last, zero point
     ("64->64 3x3 64x64 (MAX78000 layout)", 64, 64, 64, 64, 3, 1, 1, True, 0),
@@ -153,7 +154,6 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=15)
     args = ap.parse_args()
-    print(machine_line(), flush=True)
     if HAVE_VNNI:
         t0 = time.perf_counter()
         IC.conv_sums(np.zeros((4, 4, 4), np.int8), IC.pack_weights(np.ones((8, 3, 3, 4))),
@@ -172,4 +172,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(bench_main(main))

@@ -33,7 +33,7 @@ from accelstub.devices.max78000.datapath import sram_address
 from accelstub.devices.runcontrol import RunControl
 from accelstub.stub.program import run_to_end
 from accelstub.testkit.max78000_build import Layer, Network, build, mnist_shapes_network
-from machine import machine_line
+from machine import bench_main
 
 
 def load(net: Network, tmp: str, seed: int = 1):
@@ -146,7 +146,6 @@ def bench_mnist(tmp: str) -> None:
 
 
 def main() -> int:
-    print(machine_line(), flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         bench_mnist(tmp)
         bench_conv(tmp)
@@ -154,4 +153,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(bench_main(main))

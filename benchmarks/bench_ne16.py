@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 
 import numpy as np
@@ -23,7 +24,7 @@ from accelstub.devices.ne16.model import BASE as NE16
 from accelstub.devices.ne16.pulp_nnx import Array, driver_tasks, place_arrays
 from accelstub.devices.runcontrol import RunControl
 from accelstub.testkit.ne16_build import Layer, build
-from machine import machine_line
+from machine import bench_main
 
 LAYER = Layer(32, 32, 64, 64, padding=(1, 1, 1, 1), name="bench")
 
@@ -55,7 +56,6 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=20)
     args = ap.parse_args()
-    print(machine_line(), flush=True)
     import torch
 
     torch.set_num_threads(os.cpu_count() or 1)
@@ -92,4 +92,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(bench_main(main))

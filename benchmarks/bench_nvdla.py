@@ -7,12 +7,16 @@ project's own (testkit/nvdla_build.py, same shape, checked by CRC against the in
 reference); --trace DIR times a trace of the hardware repository instead. Not a test: nothing
 here asserts a speed.
 
-    python benchmarks/bench_nvdla.py [--repeat N] [--trace DIR]
+    python benchmarks/bench_nvdla.py [--repeat N] [--trace DIR] [--conv3x3]
+
+--conv3x3 times the layer issue 31 compares on every device instead: 64 -> 64 channels, 3x3,
+on a 32x32 input with 'same' padding.
 """
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,9 +28,10 @@ from accelstub.devices.runcontrol import RunControl
 from accelstub.stub.commands import CommandContext
 from accelstub.stub.program import load_program
 from accelstub.testkit.nvdla_build import Conv, build
-from machine import machine_line
+from machine import bench_main
 
 LAYER = Conv(35, 22, 54, 29, r=8, s=6, pad=(4, 5, 2, 4), clip=6)
+CONV3X3 = Conv(32, 32, 64, 64)  # --conv3x3
 
 
 def run_once(trace: Path) -> tuple[float, bool, int]:
@@ -37,7 +42,7 @@ def run_once(trace: Path) -> tuple[float, bool, int]:
     dev = rc.device
     from accelstub.devices.nvdla import conv as C
 
-    cfg = C.decode(dev.value)
+    cfg = C.decode(dev.view)
     macs = cfg.k * cfg.out_h * cfg.out_w * cfg.r * cfg.s * cfg.c
     t0 = time.perf_counter()
     stop = rc.run_here()
@@ -50,8 +55,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--trace", help="a dc_* trace directory of the NVDLA hardware repository")
+    ap.add_argument("--conv3x3", action="store_true",
+                    help="the 64->64 3x3 layer on 32x32 instead of the dc trace's shape")
     args = ap.parse_args()
-    print(machine_line(), flush=True)
+    global LAYER
+    if args.conv3x3:
+        LAYER = CONV3X3
     import torch
 
     torch.set_num_threads(os.cpu_count() or 1)
@@ -75,7 +84,7 @@ def main() -> int:
         ref.append(time.perf_counter() - t0)
     bo, br = min(ours), min(ref)
     mo, mr = float(np.median(ours)), float(np.median(ref))
-    print(f"NVDLA dc layer {LAYER.c}x{LAYER.h}x{LAYER.w} * {LAYER.k}x{LAYER.r}x{LAYER.s} "
+    print(f"NVDLA conv layer {LAYER.c}x{LAYER.h}x{LAYER.w} * {LAYER.k}x{LAYER.r}x{LAYER.s} "
           f"({macs / 1e6:.1f} M MACs), layer + CRC check: {mo * 1e3:.2f} ms median, "
           f"{bo * 1e3:.2f} best ({macs / bo / 1e9:.1f} GMAC/s); first run incl. compile/cache "
           f"load {t_first:.2f} s")
@@ -87,4 +96,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(bench_main(main))

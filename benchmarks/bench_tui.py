@@ -41,7 +41,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from machine import machine_line
+from machine import bench_main
 
 POLL = float(os.environ.get("BENCH_POLL", "0.08"))
 IDLE = float(os.environ.get("BENCH_IDLE", "0.1"))
@@ -251,7 +251,6 @@ def main() -> None:
     if args.tui_child is not None:  # its first line is read as the ready line
         tui_child(args.tui_child, args.view)
         return
-    print(machine_line(), flush=True)
     from accelstub.stub.client import RspClient
 
     views = list(VIEW_KEYS) if args.view == "all" else [args.view]
@@ -270,4 +269,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(bench_main(main, kernels_here=False))

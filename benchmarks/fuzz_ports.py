@@ -7,6 +7,7 @@ accelstub.testkit.port_fuzz (its docstring says what is sent and what is reporte
 import sys
 
 from accelstub.testkit.port_fuzz import main
+from machine import bench_main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(bench_main(main, kernels_here=False))

@@ -46,7 +46,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # tests load this file by path
 from accelstub.testkit import port_fuzz as fuzz_ports  # noqa: E402
-from machine import machine_line  # noqa: E402
+from machine import bench_main  # noqa: E402
 
 DEVICES = fuzz_ports.DEVICES
 EOM = b"\x1a"
@@ -448,7 +448,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tracemalloc", type=int, default=0, metavar="N",
                     help="log the N lines that gained the most memory")
     args = ap.parse_args(argv)
-    print(machine_line())
     failed = False
     with tempfile.TemporaryDirectory(prefix="accelstub-soak-") as workdir:
         for device in args.devices:
@@ -471,4 +470,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(bench_main(main, kernels_here=False))

@@ -25,13 +25,16 @@ class Memory:
     stores into ``data`` directly calls :meth:`touch`), so a device model can keep values derived
     from a memory (decoded weights) until it changes. A memory of a stack (:meth:`Bus.stack`)
     also counts its changes in the stack's shared counter: one number says whether any of the
-    stack changed."""
+    stack changed; a memory in no stack, in one counter shared by all of those
+    (Bus.loose_version: the history's check at each stop, devices/history.py)."""
 
     def __init__(self, region: Region) -> None:
         self.region = region
         self.data = np.zeros(region.size, dtype=np.uint8)
         self.version = 0
-        self.stack_version: list[int] | None = None  # the stack's shared change counter
+        #: the change counter shared with its stack's memories or (Bus.loose_version) with all
+        #: memories in no stack
+        self.stack_version: list[int] | None = None
         period = 4 * len(region.word_mask)
         pattern = np.frombuffer(np.array(region.word_mask, dtype="<u4").tobytes(), dtype=np.uint8)
         self._full = bool(np.all(pattern == 0xFF))
@@ -74,6 +77,10 @@ class Bus:
         self.stacks: dict[str, np.ndarray] = {}
         self.stack_members: dict[str, list[Memory]] = {}
         self.stack_versions: dict[str, list[int]] = {}
+        #: the change counter shared by the memories in no stack (Memory.stack_version)
+        self.loose_version = [0]
+        for m in self.memories.values():
+            m.stack_version = self.loose_version
         #: work arrays a device model keeps with this bus between units (owned by that model)
         self.derived: dict[str, object] = {}
         #: every bus write's [start, end) while reverse-execution history records

@@ -89,6 +89,36 @@ class Field:
         return None
 
 
+class FieldView:
+    """A register value read by field name (issue 33 #1): ``view.mask_size`` is the bits the
+    description gives POST's ``mask_size``, so decoders write no bit positions of their own.
+
+    One subclass per register definition, generated once (:attr:`RegisterDef.view`) with one
+    property per field, its shift and mask bound: a field read is one attribute access, cheap
+    enough for decoders that run once per layer or job. ``raw`` is the whole value. A name the
+    description lacks raises AttributeError naming the register and its fields."""
+
+    __slots__ = ("raw",)
+    register: str = ""  # the definition's name, set on each generated subclass
+
+    def __init__(self, raw: int) -> None:
+        self.raw = raw
+
+    def __getattr__(self, name: str) -> int:
+        raise AttributeError(f"register {self.register} has no field {name!r} (its fields: "
+                             f"{', '.join(type(self).fields)})")
+
+    def __repr__(self) -> str:
+        return f"<{self.register} {self.raw:#x}>"
+
+    #: the definition's fields by name (set on each generated subclass)
+    fields: dict[str, Field] = {}
+
+
+def _field_property(lsb: int, mask: int) -> property:
+    return property(lambda self: (self.raw >> lsb) & mask)
+
+
 @dataclass(frozen=True)
 class RegisterDef:
     """One register as written in the description; ``count`` > 1 makes it an array."""
@@ -107,6 +137,32 @@ class RegisterDef:
     def type_id(self) -> str:
         return self.name.replace("{i}", "n")
 
+    @functools.cached_property
+    def view(self) -> type[FieldView]:
+        """The :class:`FieldView` class of this register: ``rdef.view(value).field_name``."""
+        attrs: dict[str, Any] = {"__slots__": (), "register": self.type_id,
+                                 "fields": {f.name: f for f in self.fields}}
+        for f in self.fields:
+            attrs[f.name] = _field_property(f.lsb, (1 << f.width) - 1)
+        return type(f"{self.type_id}View", (FieldView,), attrs)
+
+    def encode(self, **values: int) -> int:
+        """The register value holding ``values`` by field name (other fields 0): how tests and
+        builders write a register without bit positions. Unknown names and values wider than
+        their field raise ValueError naming both."""
+        out = 0
+        fields = self.view.fields
+        for name, v in values.items():
+            f = fields.get(name)
+            if f is None:
+                raise ValueError(f"register {self.type_id} has no field {name!r} (its fields: "
+                                 f"{', '.join(fields)})")
+            if not 0 <= v < 1 << f.width:
+                raise ValueError(f"{self.type_id}.{name}: {v:#x} does not fit in its {f.width} "
+                                 f"bits ({f.msb}:{f.lsb})")
+            out |= v << f.lsb
+        return out
+
 
 @dataclass(frozen=True)
 class Register:
@@ -121,6 +177,7 @@ class Register:
     aliases: tuple[str, ...] = ()
     bank: int | None = None  # banked registers: which bank of the slot at this address
     slot: str = ""  # banked registers: the name shared by the banks (prefix + register name)
+    instance: int = 0  # which instance of its block (``{n}``: a MAX78000 quadrant)
 
     @functools.cached_property
     def key(self) -> int:
@@ -355,6 +412,10 @@ def _parse_register(d: dict, where: str, src: str) -> RegisterDef:
     names = [f.name for f in fields]
     if len(set(names)) != len(names):
         raise DescriptionError(src, where, "two fields have the same name")
+    for n in names:  # decoders read fields as attributes of a FieldView
+        if not n.isidentifier() or n in ("raw", "register", "fields"):
+            raise DescriptionError(src, f"{where} field {n!r}", "a field name is an identifier "
+                                   "other than raw, register and fields")
     rdef = RegisterDef(d["name"], _int(d["offset"], where, src),
                        _int(d.get("count", 1), where, src),
                        _int(d.get("stride", 4), where, src), user_doc(d.get("doc", "")), fields,
@@ -466,11 +527,12 @@ def parse_description(data: dict, source: str) -> Description:
                     name = prefix + _expand(rd.name, i=i, n=n)
                     aliases = tuple(_expand(a, i=i, n=n) for a in rd.aliases)
                     if not rd.banked:
-                        regs.append(Register(name, base + off, rd, iname, group, i, aliases))
+                        regs.append(Register(name, base + off, rd, iname, group, i, aliases,
+                                             instance=n))
                         continue
                     for k, bank in enumerate(banks):  # one register per bank, same address
                         regs.append(Register(f"{name}_{bank}", base + off, rd, iname, group, i,
-                                             tuple(f"{a}_{bank}" for a in aliases), k, name))
+                                             tuple(f"{a}_{bank}" for a in aliases), k, name, n))
             select_full = select if select in ("", "device") else prefix + select
             blk = BlockInstance(iname, base, b["size"], group,
                                 user_doc(_expand(b.get("doc", ""), n=n)),

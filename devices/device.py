@@ -42,7 +42,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -161,14 +161,27 @@ class ProgramOptions:
     verbose: bool = False
 
 
+class UsageError(DeviceError):
+    """A monitor command's words do not fit its declared grammar. The message is OpenOCD's
+    whole reply, ``usage: NAME USAGE``, so the stub passes it on without the ``NAME: `` it puts
+    before other device errors (a device command answers like the stub's own)."""
+
+
 @dataclass(frozen=True)
 class MonitorCommand:
     """A device's own monitor command: ``handler(ctx, args) -> text`` (ctx is the stub's
-    command context; errors are DeviceError)."""
+    command context; errors are DeviceError). The stub declares its own commands with this
+    record too (stub/commands/table.py); ctx is typed Any because devices/ cannot import the
+    stub's CommandContext (nothing imports upward)."""
 
     usage: str
-    handler: Callable[[object, list[str]], str]
+    handler: Callable[[Any, list[str]], str]
     summary: str = ""
+
+    def usage_error(self, name: str) -> UsageError:
+        """The reply to a bad argument list, made from this declaration so the grammar is
+        written once: ``help`` prints the same usage (OpenOCD's ``usage: NAME USAGE``)."""
+        return UsageError(f"usage: {name} {self.usage}".rstrip())
 
 
 @dataclass(frozen=True)
@@ -367,6 +380,11 @@ class Device:
 
     def monitor_commands(self) -> dict[str, MonitorCommand]:
         return {}
+
+    def usage_error(self, name: str) -> UsageError:
+        """What the handler of this device's command ``name`` raises for a bad argument list:
+        the usage it declares in :meth:`monitor_commands`, never a second copy of it."""
+        return self.monitor_commands()[name].usage_error(name)
 
     def interrupts(self) -> dict[str, bool]:
         """Interrupt lines by name and their level, for `poll`, the TUI and host programs."""

@@ -9,7 +9,9 @@ every CHECKPOINT_S of a long run): an :class:`Entry` with the small state of the
 (model state, counters, scratch core registers, the host program's position), the old value of
 every register written since (RegisterFile.log: a boundary costs the registers that changed,
 not a copy of the thousands a device has) and the shadow's bytes of every range written since
-(the contents *before*); the shadow then takes the new bytes. Besides the units' ranges, every
+(the contents *before*, only the 64-byte blocks that differ from memory now;
+emu/memory/ranges.py's kernels, one call per memory stack or memory written); the shadow then
+takes the new bytes. Besides the units' ranges, every
 bus write since the boundary counts (the host program's stores: ``Bus.write_log``), and a memory
 whose change counter moved with no range recorded in it is compared with its shadow whole. What
 the debugger changes while halted is recorded at the start of the next run as an entry without
@@ -25,15 +27,17 @@ counts them, and the stop at the start of history says so.
 """
 from __future__ import annotations
 
+import itertools
+import operator
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from .ranges import merge_ranges
+from ..emu.memory.ranges import put_back, range_pieces, swap_out
 
 if TYPE_CHECKING:
     from .bus import Bus, Memory
@@ -56,6 +60,14 @@ REG_BYTES = 100
 State = dict[str, Any]
 #: bytes of the shadow's chunks that are copied only when not all zero (_sparse_copy)
 SHADOW_CHUNK = 1 << 16
+_version = operator.attrgetter("version")
+#: range_pieces' table for no ranges
+NO_PIECES = np.zeros((4, 0), np.int64)
+#: how many range lists History.last_pieces keeps, and the longest it keeps: the MAX78000's
+#: layer sequences write ~30 ranges; an Ethos-U85 continue's thousands would hold megabytes of
+#: Python tuples outside the history's budget for no hit
+PIECES_KEPT = 8
+PIECES_RANGES = 256
 
 
 def _sparse_copy(data: np.ndarray) -> np.ndarray:
@@ -73,20 +85,35 @@ def _sparse_copy(data: np.ndarray) -> np.ndarray:
     return out
 
 
+class Saved(NamedTuple):
+    """Bytes before of one flat store (History.stores: a memory stack's backing array or a
+    memory in no stack): the runs that changed (emu/memory/ranges.py swap_out: int64 [3, R],
+    each run's segment -- the memory it lies in, touched when put back --, offset in the store
+    and length) and their bytes concatenated in that order."""
+
+    store: int
+    runs: np.ndarray
+    data: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.nbytes + self.runs.nbytes
+
+
 @dataclass
 class Entry:
     """One transition between two boundaries.
 
     ``state``: the small state of the boundary *before* it (RunControl._boundary_state).
     ``regs``: the value before it of every register written during it (register key -> value).
-    ``undo``: (memory, offset, bytes before) for every range written during it. ``units``: the
+    ``undo``: the bytes before of every range written during it. ``units``: the
     (pc at its start, ranges it wrote) of each unit it ran: one for a step, several for a block
     of the fast path, one with ``partial`` for a unit cut short. ``reads``: what a single unit
     read (for read watchpoints going back); None for a block, whose reads are not known."""
 
     state: State
     regs: dict[int, int]
-    undo: list[tuple[Memory, int, np.ndarray]]
+    undo: list[Saved]
     units: list[tuple[int, list[tuple[int, int]]]]
     reads: list[tuple[int, int]] | None
     partial: bool = False
@@ -109,14 +136,31 @@ class History:
     entries: deque[Entry] = field(default_factory=deque)
     #: the small state of the current boundary (the ``state`` of the next entry)
     pending: State | None = None
-    #: memory contents at the current boundary, by memory name (empty until begin())
-    shadow: dict[str, np.ndarray] = field(default_factory=dict)
-    versions: dict[str, int] = field(default_factory=dict)
-    #: each memory stack's change counter when last looked at (Bus.stack_versions): a stack
-    #: whose counter did not move has no memory to look at (the MAX78000 has 148 memories)
-    stack_seen: dict[str, int] = field(default_factory=dict)
-    #: the memories in no stack
-    loose: list[Memory] = field(default_factory=list)
+    #: (memory's flat array, its shadow) per store: one per memory stack (Bus.stack: the
+    #: stack's backing array, flat) and one per memory in no stack; the memories by address
+    #: (segments), and their start, end, store and offset in the store (int64 [4, segments])
+    stores: list[tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+    seg_mems: list[Memory] = field(default_factory=list)
+    segments: np.ndarray = field(default_factory=lambda: np.zeros((4, 0), np.int64))
+    #: memory name -> its segment
+    seg_of: dict[str, int] = field(default_factory=dict)
+    #: the memories by shared change counter (Memory.stack_version): each stack's and the one
+    #: of the memories in no stack (Bus.loose_version), so a stop looks only at the memories
+    #: of a group whose counter moved (the MAX78000 has 148 memories): (members, their
+    #: segments, counter); and per group the counter and the members' counters when last
+    #: looked at
+    groups: list[tuple[list[Memory], list[int], list[int]]] = field(default_factory=list)
+    seen_versions: list[tuple[int, list[int]]] = field(default_factory=list)
+    #: the ranges _take was given lately (the tuples themselves) and their pieces
+    #: (range_pieces) and segments, by the id of the first tuple: a device that keeps a
+    #: unit's write ranges with its configuration returns the same tuples each run (the
+    #: MAX78000's layers, datapath._written), and a continue over the same units then skips
+    #: the array and the join (~10 us of a 0.4 ms MNIST-shaped inference); checked by
+    #: identity, so a tuple can be neither changed nor reused while it is held here. Up to
+    #: PIECES_KEPT (an input reload's record comes between two continues); kept by a new
+    #: history of the same memory layout (pieces depend only on ranges and segments)
+    last_pieces: dict[int, tuple[list[tuple[int, int]], np.ndarray, set[int]]] = \
+        field(default_factory=dict)
     size: int = 0
     #: transitions dropped from the old end for the budget since the history began
     dropped: int = 0
@@ -141,8 +185,8 @@ class History:
         device changed in a way no entry records); the next run starts a new history."""
         self.entries.clear()
         self.units, self.reads, self.partial = [], None, False
-        self.pending, self.shadow = None, {}
-        self.versions = {}
+        self.pending, self.stores = None, []
+        self.groups, self.seen_versions = [], []
         self.size = self.dropped = 0
         self.bus.write_log = None
         self.regs.log = None
@@ -151,14 +195,43 @@ class History:
         """Start recording at the current boundary, whose small state is ``state``: one copy of
         every memory (the shadow), the only whole-memory cost, paid once per history."""
         self.clear()
-        self.shadow = {k: _sparse_copy(m.data) for k, m in self.bus.memories.items()}
-        self.versions = {k: m.version for k, m in self.bus.memories.items()}
-        self.stack_seen = {k: v[0] for k, v in self.bus.stack_versions.items()}
-        self.loose = [m for m in self.bus.memories.values() if m.stack_version is None]
+        self._shadow_stores()
+        self._see_versions()
         self.pending = state
         self.bus.write_log = []
         self.regs.log = {}
         self.t_mark = time.perf_counter()
+
+    def _shadow_stores(self) -> None:
+        """The shadow, one flat copy per store, and the segment table that maps an address to
+        its store and offset (the kernels' view: emu/memory/ranges.py). A stack is one store
+        because its memories are rows of one contiguous array (Bus.stack): the ~30 pieces a
+        MAX78000 layer sequence writes over 16 data memories are one kernel call."""
+        bus, where = self.bus, {}
+        for key, rows in bus.stacks.items():
+            flat = rows.reshape(-1)  # np.stack's array is contiguous: a view
+            for i, m in enumerate(bus.stack_members[key]):
+                where[m.region.name] = (len(self.stores), i * rows.shape[1])
+            self.stores.append((flat, _sparse_copy(flat)))
+        for name, m in bus.memories.items():
+            if name not in where:
+                where[name] = (len(self.stores), 0)
+                self.stores.append((m.data, _sparse_copy(m.data)))
+        self.seg_mems = sorted(bus.memories.values(), key=lambda m: m.region.base)
+        self.seg_of = {m.region.name: k for k, m in enumerate(self.seg_mems)}
+        segments = np.array([(m.region.base, m.region.end, *where[m.region.name])
+                             for m in self.seg_mems], np.int64).T.copy()
+        if not np.array_equal(segments, self.segments):  # else last_pieces hold (a new
+            self.last_pieces = {}  # history of the same device: a reset, a load)
+        self.segments = segments
+        loose = [m for m in bus.memories.values() if m.stack_version is bus.loose_version]
+        self.groups = [(ms, [self.seg_of[m.region.name] for m in ms], counter) for ms, counter in
+                       [(bus.stack_members[k], bus.stack_versions[k]) for k in bus.stacks]
+                       + [(loose, bus.loose_version)]]
+
+    def _see_versions(self) -> None:
+        """Every memory's change counter as it is now: nothing changed since."""
+        self.seen_versions = [(c[0], list(map(_version, ms))) for ms, _, c in self.groups]
 
     # -- recording ---------------------------------------------------------------------------
     def note(self, pc: int, touched: Touched, partial: bool = False) -> None:
@@ -184,11 +257,10 @@ class History:
         self.units, self.reads, self.partial = [], None, False
         log = self.bus.write_log or []
         self.bus.write_log = []
-        ranges = [r for _, ws in units for r in ws] + log
-        undo = self._take(merge_ranges(ranges))
+        undo = self._take([r for _, ws in units for r in ws] + log)
         regs, self.regs.log = self.regs.log or {}, {}
         entry = Entry(self.pending, regs, undo, units, reads, partial)
-        entry.size = ENTRY_OVERHEAD + REG_BYTES * len(regs) + sum(b.nbytes for _, _, b in undo)
+        entry.size = ENTRY_OVERHEAD + REG_BYTES * len(regs) + sum(s.nbytes for s in undo)
         self.entries.append(entry)
         self.size += entry.size
         self.pending = state
@@ -197,68 +269,73 @@ class History:
             self.size -= self.entries.popleft().size
             self.dropped += 1
 
-    def _take(self, ranges: list[tuple[int, int]]) -> list[tuple[Memory, int, np.ndarray]]:
-        """For each memory piece of ``ranges``: its shadow bytes (before), then the shadow
-        updated to the memory's bytes now; plus every memory whose change counter moved with
-        no range recorded in it, compared with its shadow whole."""
-        out: list[tuple[Memory, int, np.ndarray]] = []
-        seen: set[str] = set()
-        for mem, off, n in self._pieces(ranges):
-            name = mem.region.name
-            old = self.shadow[name][off:off + n].copy()
-            self.shadow[name][off:off + n] = mem.data[off:off + n]
-            out.append((mem, off, old))
-            seen.add(name)
-        for mem in self._changed():
-            name = mem.region.name
-            self.versions[name] = mem.version
-            if name not in seen:
-                out += self._diff(mem)
+    def _take(self, ranges: list[tuple[int, int]]) -> list[Saved]:
+        """For the memory parts of ``ranges`` (joined; register windows and unmapped gaps
+        skipped: registers are in every entry's small state): the shadow's bytes (before),
+        then the shadow updated to the memory's bytes now, one kernel call per store written,
+        only the blocks that changed kept (swap_out); plus every memory whose change
+        counter moved with no range recorded in it, compared with its shadow whole."""
+        out: list[Saved] = []
+        table, seen = self._pieces(ranges)
+        segs, stores, offs, lens = table
+        if segs.size and stores[0] == stores[-1]:  # one store (one run of pieces)
+            out.append(self._swap(int(stores[0]), segs, offs, lens))
+        elif segs.size:
+            cuts = [0, *(np.flatnonzero(np.diff(stores)) + 1).tolist(), segs.size]
+            for a, b in zip(cuts, cuts[1:]):
+                out.append(self._swap(int(stores[a]), segs[a:b], offs[a:b], lens[a:b]))
+        moved = self._changed()
+        for k in moved:
+            if k not in seen:  # the whole memory: swap_out keeps what differs
+                out.append(self._swap(int(self.segments[2, k]), np.array([k], np.int64),
+                                      self.segments[3, k:k + 1],
+                                      self.segments[1, k:k + 1] - self.segments[0, k]))
+        return [saved for saved in out if saved.data.size]
+
+    def _pieces(self, ranges: list[tuple[int, int]]) -> tuple[np.ndarray, set[int]]:
+        """range_pieces of ``ranges`` and the segments its pieces lie in: those kept from a
+        recent call when ``ranges`` are the same tuples (last_pieces)."""
+        if not ranges:
+            return NO_PIECES, set()
+        last = self.last_pieces.get(id(ranges[0]))
+        if last is not None and len(last[0]) == len(ranges) and \
+                all(map(operator.is_, ranges, last[0])):
+            return last[1], last[2]
+        flat = np.fromiter(itertools.chain.from_iterable(ranges), np.int64, 2 * len(ranges))
+        table = range_pieces(flat.reshape(-1, 2), self.segments)
+        segs = set(table[0].tolist())
+        if len(ranges) > PIECES_RANGES:  # not kept: a long list is rarely the same tuples again
+            return table, segs
+        if len(self.last_pieces) >= PIECES_KEPT:
+            del self.last_pieces[next(iter(self.last_pieces))]  # the oldest
+        self.last_pieces[id(ranges[0])] = (ranges, table, segs)
+        return table, segs
+
+    def _swap(self, store: int, segs: np.ndarray, offs: np.ndarray, lens: np.ndarray) -> Saved:
+        data, shadow = self.stores[store]
+        saved, runs = swap_out(data, shadow, segs, offs, lens)
+        return Saved(store, runs, saved)
+
+    def _changed(self) -> list[int]:
+        """The segments of the memories whose change counter moved since it was last looked
+        at: one comparison per group (a stack, the memories in no stack) whose shared counter
+        did not move."""
+        out: list[int] = []
+        for i, (members, segs, counter) in enumerate(self.groups):
+            top, old = self.seen_versions[i]
+            if counter[0] == top:
+                continue
+            now = list(map(_version, members))
+            out += itertools.compress(segs, map(operator.ne, now, old))
+            self.seen_versions[i] = (counter[0], now)
         return out
-
-    def _changed(self) -> list[Memory]:
-        """The memories whose change counter moved since it was last looked at."""
-        bus, versions, out = self.bus, self.versions, []
-        for key, members in bus.stack_members.items():
-            v = bus.stack_versions[key][0]
-            if v != self.stack_seen.get(key):
-                self.stack_seen[key] = v
-                out += [m for m in members if m.version != versions[m.region.name]]
-        return out + [m for m in self.loose if m.version != versions[m.region.name]]
-
-    def _diff(self, mem: Memory) -> list[tuple[Memory, int, np.ndarray]]:
-        name = mem.region.name
-        changed = np.flatnonzero(self.shadow[name] != mem.data)
-        if not changed.size:
-            return []
-        lo, hi = int(changed[0]), int(changed[-1]) + 1
-        old = self.shadow[name][lo:hi].copy()
-        self.shadow[name][lo:hi] = mem.data[lo:hi]
-        return [(mem, lo, old)]
-
-    def _pieces(self, ranges: list[tuple[int, int]]) -> Iterator[tuple[Memory, int, int]]:
-        """(memory, offset, length) of the memory parts of ``ranges`` (register windows and
-        unmapped gaps skipped: registers are in every entry's small state)."""
-        bus, region = self.bus, None
-        for s, e in ranges:
-            while s < e:
-                if region is None or not region.base <= s < region.end:
-                    region = bus.region_at(s)  # sorted ranges: mostly the region before
-                if region is None:
-                    break
-                stop = min(e, region.end)
-                mem = bus.memories.get(region.name)
-                if mem is not None:
-                    yield mem, s - region.base, stop - s
-                s = stop
 
     # -- going back ------------------------------------------------------------------------
     def settle(self, apply_state: Callable[[State], None]) -> None:
         """Back to the current boundary exactly: what changed since it without a transition
         recorded (the debugger's writes while halted, a host step at the start of a run that
         ran no unit) is undone, as stepping back over the next unit would undo it too."""
-        log = self.bus.write_log or []
-        self._put_back(self._take(merge_ranges(log)), self.regs.log or {})
+        self._put_back(self._take(self.bus.write_log or []), self.regs.log or {})
         assert self.pending is not None, "settle() before begin()"
         apply_state(self.pending)
 
@@ -272,16 +349,16 @@ class History:
         self.pending = entry.state
         return entry
 
-    def _put_back(self, undo: list[tuple[Memory, int, np.ndarray]],
-                  regs: dict[int, int]) -> None:
+    def _put_back(self, undo: list[Saved], regs: dict[int, int]) -> None:
         """Bytes before (into memory and shadow) and registers' old values back; nothing is
-        left logged since the current boundary."""
-        for mem, off, old in undo:
-            n = old.nbytes
-            mem.data[off:off + n] = old
-            self.shadow[mem.region.name][off:off + n] = old
-            mem.touch()
-            self.versions[mem.region.name] = mem.version
+        left logged since the current boundary, so every change counter as it is now is seen
+        (settle took what changed before the first entry is undone)."""
+        for saved in undo:
+            data, shadow = self.stores[saved.store]
+            put_back(data, shadow, saved.runs[1], saved.runs[2], saved.data)
+            for k in sorted(set(saved.runs[0].tolist())):
+                self.seg_mems[k].touch()
+        self._see_versions()
         self.bus.write_log = []
         self.regs.put_back(regs)
         self.regs.log = {}

@@ -18,8 +18,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import TypeVar
 
-from .description import BlockInstance, Description, Field, Register
-from .errors import DeviceError
+from .description import BlockInstance, Description, Field, FieldView, Register
+from .errors import DeviceError, RegisterNotFound
 
 T = TypeVar("T")
 
@@ -58,6 +58,7 @@ class RegisterFile:
         #: peek and read fields by name thousands of times per unit
         self._key_of = {r.name: r.key for r in description.registers}
         self._fields: dict[tuple[str, str], tuple[int, int, int]] = {}
+        self._instances: dict[str, tuple[Register, ...]] = {}  # definition name -> registers
         #: reverse-execution history (devices/history.py): while not None, the value each
         #: register had at the history's current boundary, for every register changed since
         #: (its first old value), so a boundary costs what changed, not a copy of every register
@@ -93,6 +94,32 @@ class RegisterFile:
 
     def on_read(self, reg: Register | str, hook: ReadHook) -> None:
         self._read_hooks[self._reg(reg).key] = hook
+
+    def on_write_each(self, definition: str, hook: WriteHook) -> None:
+        """``hook`` on every instance of the register ``definition`` as the description names
+        it (``"CTRL"``: CNNx16_0_CTRL .. CNNx16_3_CTRL), so a grep for the name in configs/
+        finds its hooks (issue 33 #1); the hook tells instances apart by ``reg.instance``."""
+        for r in self.instances(definition):
+            self.on_write(r, hook)
+
+    def on_read_each(self, definition: str, hook: ReadHook) -> None:
+        """:meth:`on_write_each` for read hooks."""
+        for r in self.instances(definition):
+            self.on_read(r, hook)
+
+    def instances(self, definition: str) -> tuple[Register, ...]:
+        """Every register of the definition named ``definition`` (every block instance, array
+        index and bank); an unknown name raises at once, naming the description."""
+        found = self._instances.get(definition)
+        if found is not None:
+            return found
+        found = tuple(r for r in self.description.registers if r.definition.name == definition)
+        self._instances[definition] = found
+        if not found:
+            names = {r.definition.name for r in self.description.registers}
+            raise RegisterNotFound.among(definition, f"{self.description.source} (register "
+                                         "definitions)", names)
+        return found
 
     def _reg(self, reg: Register | str) -> Register:
         return self.description.register(reg) if isinstance(reg, str) else reg
@@ -164,6 +191,12 @@ class RegisterFile:
             key = self._key_of.get(reg)
             return self._values[self._reg(reg).key if key is None else key]  # None: raises
         return self._values[reg.key]
+
+    def view(self, reg: Register | str) -> FieldView:
+        """The stored value of ``reg`` read by field name (``regs.view(name).rcnt_max``): what
+        decoders use instead of shifts and masks of their own (issue 33 #1)."""
+        reg = self._reg(reg)
+        return reg.definition.view(self._values[reg.key])
 
     def peek_addresses(self, addresses: tuple[int, ...]) -> tuple[int, ...]:
         """Stored values of the (unbanked) registers at ``addresses`` (cheap change detection

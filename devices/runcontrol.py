@@ -244,6 +244,8 @@ class RunControl:
             h.begin(self._boundary_state())
         elif h.bus.write_log or self._moved():
             h.record(self._boundary_state())
+        else:  # CHECKPOINT_S counts run time, not the time halted since the last stop
+            h.t_mark = time.perf_counter()
 
     def _moved(self) -> bool:
         """Whether registers, the scratch core registers or pc changed since the history's

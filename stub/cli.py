@@ -458,6 +458,10 @@ def _program_arguments(p: argparse.ArgumentParser, run: bool) -> None:
 
 
 def _dispatch(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    if args.cmd in ("run", "serve", "eval", "diff"):  # commands that run kernels
+        from accelstub.emu.jit import load_numba_without_scipy
+
+        load_numba_without_scipy()  # a quarter of the start-up, for nothing (emu/jit.py)
     if args.cmd == "tui":
         if (args.device is None) == (args.connect is None):
             ap.error("tui: give either DEVICE or --connect HOST:PORT")

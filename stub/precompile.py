@@ -3,9 +3,11 @@
 numba compiles a kernel on its first call and caches it on disk (emu/kernel_cache.py says
 where), which made a first run after install take 3-25 s. Running each bundled demo once
 compiles the kernels the demos need. The devices run as separate processes, as many at a time
-as there are cores (numba compiles one function at a time per process). Each child reports
-each kernel it starts and finishes compiling on its output (``KERNEL_MARK start|end module
-function``), so the parent can say at least every :data:`PROGRESS_EVERY_S` seconds which device
+as there are cores (numba compiles one function at a time per process); after its demo, each
+child compiles the parallel kernels of the types the demo's serial launches had (emu/conv/
+int_conv.py Twin). Each child reports each kernel it starts and finishes compiling on its output
+(``KERNEL_MARK start|end module function [seconds]``), so the parent prints one line per kernel
+compiled, with its time, and says at least every :data:`PROGRESS_EVERY_S` seconds which device
 and which kernel family (the module under accelstub.emu) is being compiled: on a busy 2-core
 machine max78000's kernels alone took 48 s, which a silent command cannot explain.
 
@@ -46,19 +48,25 @@ class _Child:
     now: str = ""  # the family of the kernel being compiled, if one is
     lines: list[str] = field(default_factory=list)  # the demo's own output
 
-    def poll_log(self) -> None:
+    def poll_log(self) -> list[str]:
         """Parse what the child wrote since the last look (pread: the child's file offset is
-        shared with ours, so ours must not move)."""
+        shared with ours, so ours must not move); a line for each kernel it finished since."""
         data = os.pread(self.log.fileno(), 1 << 20, self.read)
         end = data.rfind(b"\n") + 1  # whole lines only
         self.read += end
+        done = []
         for line in data[:end].decode("utf-8", "replace").splitlines():
             if line.startswith(KERNEL_MARK):
-                phase, module = line[len(KERNEL_MARK):].split()[:2]
+                phase, module, *rest = line[len(KERNEL_MARK):].split()
                 self.now = family(module) if phase == "start" else ""
-                self.kernels += phase == "end"
+                if phase == "end":
+                    self.kernels += 1
+                    took = f" in {float(rest[1]):.1f} s" if len(rest) > 1 else ""
+                    done.append(f"accelstub: {self.device}: compiled {family(module)}."
+                                f"{rest[0] if rest else 'kernel'}{took}")
             else:
                 self.lines.append(line)
+        return done
 
 
 def _kernels(n: int) -> str:
@@ -85,10 +93,12 @@ def compile_devices(devices: list[str], python: str | None = None,
                                     stdout=log, stderr=subprocess.STDOUT)
             running.append(_Child(dev, number, proc, log, time.perf_counter()))
         for child in list(running):
-            if child.proc.poll() is None:
+            exited = child.proc.poll() is not None
+            for line in child.poll_log():
+                say(line)
+            if not exited:
                 continue
             running.remove(child)
-            child.poll_log()
             child.log.close()
             if child.proc.returncode == 0:
                 say(f"accelstub: {child.device}: done in "
@@ -104,7 +114,6 @@ def compile_devices(devices: list[str], python: str | None = None,
             last_progress = now
             parts = []
             for child in running:
-                child.poll_log()
                 doing = f", compiling {child.now}" if child.now else ""
                 parts.append(f"{child.device} ({child.number} of {len(devices)}): "
                              f"{_kernels(child.kernels)} compiled{doing}")
@@ -117,15 +126,29 @@ def compile_devices(devices: list[str], python: str | None = None,
 
 
 def _child(device: str) -> int:
-    """Run ``device``'s bundled demo, printing a KERNEL_MARK line as each kernel compiles."""
+    """Run ``device``'s bundled demo, then compile the parallel kernels of its types (the demo's
+    small layers ran the serial twins, emu/conv/int_conv.py Twin), printing a KERNEL_MARK line
+    as each kernel starts and ends compiling (``end MODULE FUNCTION SECONDS``)."""
+    from accelstub.emu.conv.int_conv import compile_parallel_twins
+
     from .cli import main
     from .compile_notice import CompileNotice
 
+    started: dict[str, float] = {}
+
     def report(phase: str, module: str, name: str) -> None:
-        print(f"{KERNEL_MARK} {phase} {module} {name}", file=sys.stderr, flush=True)
+        took = ""
+        if phase == "start":
+            started[name] = time.perf_counter()
+        else:
+            took = f" {time.perf_counter() - started.pop(name, time.perf_counter()):.2f}"
+        print(f"{KERNEL_MARK} {phase} {module} {name}{took}", file=sys.stderr, flush=True)
 
     with CompileNotice(on_kernel=report):
-        return main(["run", device])
+        code = main(["run", device])
+        if code == 0:
+            compile_parallel_twins()
+    return code
 
 
 if __name__ == "__main__":

@@ -10,14 +10,15 @@ A program is a list of layers run in order, alternating between the register gro
 hardware requires (each unit's consumer group toggles after a layer): ``Conv`` is a direct
 convolution through CDMA..CACC into SDP (flying mode), of a feature cube or, with ``pixel``, an
 image; ``Sdp`` an SDP layer reading its input from memory. An Sdp layer may take the previous
-layer's output as its input (``chain=True``).
+layer's output as its input (``chain=True``). Either may pool SDP's output on the fly
+(``pool=Pdp(...)``: PDP takes SDP's output stream and writes the layer's output).
 """
 from __future__ import annotations
 
 import argparse
 import sys
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -84,6 +85,7 @@ class Conv:
     #: weights are still written to memory, where a reusing layer must not read them
     keep: tuple[bool, bool] = (False, False)
     reuse: tuple[bool, bool] = (False, False)
+    pool: Pdp | None = None  # SDP's output pooled on the fly (the Pdp's w, h, c are SDP's)
 
     @property
     def out_hw(self) -> tuple[int, int]:
@@ -102,6 +104,7 @@ class Sdp:
     bn: Stage | None = None
     cvt: tuple[int, int, int] = (0, 1, 0)
     chain: bool = False  # input = the previous layer's output
+    pool: Pdp | None = None  # SDP's output pooled on the fly (the Pdp's w, h, c are SDP's)
 
 
 @dataclass
@@ -198,6 +201,10 @@ def _stage_regs(unit: str, st: Stage | None, base: int, rng: np.random.Generator
         sdp[f"D_DP_{name}_CFG"] = 1  # bypass
         rdma[f"D_{rdma_name}_CFG"] = 1  # disabled
         return sdp, rdma, None
+    if st.mem is not None and not (st.alu or st.mul):
+        # SDP reads an operand only for its ALU or MUL: SDP_RDMA armed for nothing would stay
+        # armed (devices/nvdla/sdp.py reads_rdma)
+        raise ValueError(f"{name} stage: operands from memory ({st.mem}) need its ALU or MUL")
     cfg_v = (0 if st.alu else 1 << 1) | (ALGO.get(st.alu or "max") << 2) | \
         (0 if st.mul else 1 << 4) | (int(st.prelu) << 5) | (0 if st.relu else 1 << 6)
     sdp[f"D_DP_{name}_CFG"] = cfg_v
@@ -294,7 +301,7 @@ def build(layers: list, name: str = "nvdla_test", seed: int = 0) -> Trace:
             regs.update({"D_DST_BASE_ADDR_LOW": out_at, "D_DST_BASE_ADDR_HIGH": 0,
                          "D_DST_LINE_STRIDE": dline, "D_DST_SURFACE_STRIDE": dsurf})
             t.cfg += _writes(unit, regs) + _writes(f"{unit}_RDMA", rdma)
-            _enable_and_check(t, units, unit, group, n, out_at, bytes(expected))
+            _enable_and_check(t, units, [unit], group, n, out_at, bytes(expected))
             prev = (out, out_at, dline, dsurf, layer.c)
             out_at += -(-len(expected) // 0x1000) * 0x1000
             continue
@@ -423,24 +430,32 @@ def build(layers: list, name: str = "nvdla_test", seed: int = 0) -> Trace:
             if rs is not None:
                 stages.append(rs)
         out = ref.sdp(values, ref.SdpRef(stages, layer.cvt))
-        dline, dsurf = ow * 8, ow * 8 * oh
+        pdp_regs: dict[str, int] = {}
+        if layer.pool is not None:  # PDP pools SDP's output stream and writes the result
+            out, pdp_regs, _ = _pool_regs(replace(layer.pool, w=ow, h=oh, c=c), out,
+                                          on_the_fly=True)
+        dline, dsurf = out.shape[2] * 8, out.shape[2] * 8 * out.shape[1]
         expected = ref.pack_feature(out, dline, dsurf)  # every lane of the last atom
         t.cfg.append(f"mem_init(pri_mem, {out_at:#x}, {len(expected):#x}, ALL_ZERO);")
         off, scale, shift = layer.cvt
+        dst = {"D_DST_BASE_ADDR_LOW": out_at, "D_DST_BASE_ADDR_HIGH": 0,
+               "D_DST_LINE_STRIDE": dline, "D_DST_SURFACE_STRIDE": dsurf}
+        # pooled: SDP writes no memory, so its destination stays unprogrammed (PDP's is set)
         sdp_regs.update({"D_DATA_CUBE_WIDTH": ow - 1, "D_DATA_CUBE_HEIGHT": oh - 1,
-                         "D_DATA_CUBE_CHANNEL": c - 1, "D_DST_BASE_ADDR_LOW": out_at,
-                         "D_DST_BASE_ADDR_HIGH": 0, "D_DST_LINE_STRIDE": dline,
-                         "D_DST_SURFACE_STRIDE": dsurf, "D_DP_EW_CFG": 1,
-                         "D_FEATURE_MODE_CFG": flying, "D_DST_DMA_CFG": 1, "D_DATA_FORMAT": 0,
+                         "D_DATA_CUBE_CHANNEL": c - 1, **({} if pdp_regs else dst),
+                         "D_DP_EW_CFG": 1,
+                         "D_FEATURE_MODE_CFG": flying | int(bool(pdp_regs)) << 1,
+                         "D_DST_DMA_CFG": 1, "D_DATA_FORMAT": 0,
                          "D_CVT_OFFSET": off, "D_CVT_SCALE": scale & 0xFFFF, "D_CVT_SHIFT": shift})
+        pdp_regs.update(dst if pdp_regs else {})
         use_rdma = not flying or any(not v & 1 for k, v in rdma_regs.items()
                                      if k.endswith("RDMA_CFG"))
-        units = ["SDP"] + (["SDP_RDMA"] if use_rdma else [])
+        units = (["PDP"] if pdp_regs else []) + ["SDP"] + (["SDP_RDMA"] if use_rdma else [])
         if flying:
             units += ["CDMA", "CSC", "CMAC_A", "CMAC_B", "CACC"]
         for u in units:  # each unit alternates its groups, layer after layer it runs
             t.cfg.append(f"reg_write(NVDLA_{u}.S_POINTER_0, {group[u]:#x});")
-        t.cfg += _writes("SDP", sdp_regs)
+        t.cfg += _writes("PDP", pdp_regs) + _writes("SDP", sdp_regs)
         if use_rdma:
             rdma_regs.update({"D_DATA_CUBE_WIDTH": ow - 1, "D_DATA_CUBE_HEIGHT": oh - 1,
                               "D_DATA_CUBE_CHANNEL": c - 1, "D_FEATURE_MODE_CFG": flying})
@@ -450,28 +465,33 @@ def build(layers: list, name: str = "nvdla_test", seed: int = 0) -> Trace:
             t.cfg += _writes("CMAC_A", {"D_MISC_CFG": 0}) + _writes("CMAC_B", {"D_MISC_CFG": 0})
             t.cfg += _writes("CACC", cacc)
             t.cfg.append("poll_reg_equal(NVDLA_CDMA.S_CBUF_FLUSH_STATUS_0,0x1);")
-        _enable_and_check(t, units, "SDP", group, n, out_at, bytes(expected))
+        _enable_and_check(t, units, ["SDP", "PDP"] if pdp_regs else ["SDP"], group, n, out_at,
+                          bytes(expected))
         prev = (out, out_at, dline, dsurf, c)
         out_at += -(-len(expected) // 0x1000) * 0x1000
     return t
 
 
-def _enable_and_check(t: Trace, units: list[str], last: str, group: dict[str, int], n: int,
-                      out_at: int, expected: bytes) -> None:
+def _enable_and_check(t: Trace, units: list[str], done: list[str], group: dict[str, int],
+                      n: int, out_at: int, expected: bytes) -> None:
     """Arm the layer's units (downstream first, as the trace tests do), wait for the done
-    interrupt of its last unit, check its output by CRC; each unit then uses its other group."""
+    interrupts of ``done`` (SDP and PDP when PDP pools on the fly: each raises its own, as a
+    driver waits for each operation's), check the output by CRC; each unit then uses its other
+    group."""
     t.cfg += [f"reg_write(NVDLA_{u}.D_OP_ENABLE_0, 0x1);" for u in units]
     sync = f"sync_id_{n}"
-    t.cfg += [f"intr_notify({last}_{group[last]}, {sync});",
-              f"check_crc({sync}, 1, {out_at:#x}, {len(expected):#x}, "
+    t.cfg += [f"intr_notify({u}_{group[u]}, {sync});" for u in done]
+    t.cfg += [f"check_crc({sync}, 1, {out_at:#x}, {len(expected):#x}, "
               f"{zlib.crc32(expected):#010x});"]
     t.outputs.append((out_at, expected))
     for u in units:
         group[u] ^= 1
 
 
-def _pool_regs(layer: Pdp, x: np.ndarray) -> tuple[np.ndarray, dict, dict]:
-    """(expected output, PDP registers, PDP_RDMA registers)."""
+def _pool_regs(layer: Pdp, x: np.ndarray, on_the_fly: bool = False
+               ) -> tuple[np.ndarray, dict, dict]:
+    """(expected output, PDP registers, PDP_RDMA registers); ``on_the_fly``: PDP takes SDP's
+    output (FLYING_MODE 0), PDP_RDMA is not used."""
     oh, ow = layer.out_hw
     kh, kw = layer.kernel
     top, bottom, left, right = layer.pad
@@ -485,7 +505,7 @@ def _pool_regs(layer: Pdp, x: np.ndarray) -> tuple[np.ndarray, dict, dict]:
             "D_DATA_CUBE_IN_CHANNEL": layer.c - 1}
     regs = {**cube, "D_DATA_CUBE_OUT_WIDTH": ow - 1, "D_DATA_CUBE_OUT_HEIGHT": oh - 1,
             "D_DATA_CUBE_OUT_CHANNEL": layer.c - 1,
-            "D_OPERATION_MODE_CFG": 1 << 4 | method,  # off the fly
+            "D_OPERATION_MODE_CFG": int(not on_the_fly) << 4 | method,  # 1: off the fly
             "D_POOLING_KERNEL_CFG": (layer.stride[0] - 1) << 20 | (layer.stride[1] - 1) << 16
             | (kh - 1) << 8 | (kw - 1),
             "D_RECIP_KERNEL_WIDTH": recip[0], "D_RECIP_KERNEL_HEIGHT": recip[1],

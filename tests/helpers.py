@@ -130,3 +130,50 @@ def load_benchmark(name: str):
     spec.loader.exec_module(mod)
     return mod
 
+
+
+class FieldReads:
+    """The register fields a decoder reads by name (issue 33 #1): :meth:`wrap` gives a view
+    that records each field read, (register definition, field) -> the widths it had in the
+    definitions read (units may share a definition name), in :attr:`seen`."""
+
+    def __init__(self) -> None:
+        self.seen: dict[tuple[str, str], set[int]] = {}
+
+    def wrap(self, view):
+        return _RecordedView(view, self.seen)
+
+    def reader(self, read):
+        """``read`` (a function giving FieldViews) with every view it gives recorded."""
+        return lambda *args: self.wrap(read(*args))
+
+    def check(self, description, assumed: dict[tuple[str, str], int | set[int]]) -> None:
+        """Every field read is declared in ``assumed``: (register definition, field) -> the
+        width the decoder relies on (a set where units sharing the name differ); each field
+        read had such a width, and each declared field exists with it in ``description``."""
+        undeclared = set(self.seen) - set(assumed)
+        assert not undeclared, f"fields read but not declared in the test: {sorted(undeclared)}"
+        described: dict[tuple[str, str], set[int]] = {}
+        for r in description.registers:
+            for f in r.fields:
+                described.setdefault((r.definition.type_id, f.name), set()).add(f.width)
+        for key, width in assumed.items():
+            want = width if isinstance(width, set) else {width}
+            assert described.get(key, set()) & want, (
+                f"{description.source}: {key[0]}.{key[1]} is {sorted(described.get(key, []))} "
+                f"bits, the decoder assumes {sorted(want)}")
+            assert self.seen.get(key, set()) <= want, (
+                f"{description.source}: {key[0]}.{key[1]} read with {sorted(self.seen[key])} "
+                f"bits, the decoder assumes {sorted(want)}")
+
+
+class _RecordedView:
+    def __init__(self, view, seen: dict) -> None:
+        self._view, self._seen = view, seen
+
+    def __getattr__(self, name: str):
+        view = self._view
+        f = view.fields.get(name)
+        if f is not None:
+            self._seen.setdefault((view.register, name), set()).add(f.width)
+        return getattr(view, name)

@@ -231,17 +231,17 @@ def _unit_outputs(device: EthosU85, prog: VelaProgram
     declared tensor's name "output"/"output2"..., the TFLite tensor name) for each output of
     a CPU operator (Vela keeps the names of the CPU operators' tensors)."""
     if not prog.segments:
-        return [(k, 0, off, "") for off, k in sorted(_kernel_offsets(device._stream_words())
+        return [(k, 0, off, "") for off, k in sorted(_kernel_offsets(device.stream.words())
                                                      .items(), key=lambda kv: kv[1])]
     out: list[tuple[int, int | None, int | str, str]] = []
     stream: dict[int, int] = {}  # id of a stream -> its number
     offsets: dict[int, dict[int, int]] = {}  # stream number -> {unit within it: offset}
-    for unit, (_, seg, k) in enumerate(device._program_units(prog)):
+    for unit, (_, seg, k) in enumerate(device.listing.program_units(prog)):
         if isinstance(seg, NpuStream):
             s = stream.setdefault(id(seg), len(stream))
             if s not in offsets:
                 offsets[s] = {i: off for off, i in
-                              _kernel_offsets(device._segment_words(seg)).items()}
+                              _kernel_offsets(device.listing.segment_words(seg)).items()}
             if k in offsets[s]:
                 out.append((unit, s, offsets[s][k], ""))
         else:

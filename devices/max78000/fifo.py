@@ -36,11 +36,14 @@ from collections import deque
 
 import numpy as np
 
+from ..description import FieldView
 from ..errors import DeviceError
 
 FIFOS = 4
 FIFO_DEPTH = 8  # 32-bit entries (decision, see module doc)
 GLOBAL_CTRL = "CNN_FIF0_CTRL"
+#: the FIFOs' write registers, FIFO n at index n (L1371-1760)
+WRITE_REGISTERS = ("CNN_FIFO_WR0", "CNN_FIFO_WR1", "CNN_FIFO_WR2", "CNN_FIFO_WR3")
 GLOBAL_STAT = "CNN_FIF0_STAT"
 
 
@@ -55,9 +58,9 @@ class Fifos:
         self.staged: list[bytearray] = [bytearray() for _ in range(FIFOS)]  # drained by the engine
         self.dropped = [0] * FIFOS
         regs = device.regs
-        for n in range(FIFOS):
-            regs.on_write(f"CNN_FIFO_WR{n}", self._make_push(n))
-            regs.on_read(f"CNN_FIFO_WR{n}", lambda reg, v: 0)
+        for n, name in enumerate(WRITE_REGISTERS):
+            regs.on_write(name, self._make_push(n))
+            regs.on_read(name, lambda reg, v: 0)
         regs.on_read(GLOBAL_STAT, lambda reg, v: self.status())
         regs.on_write(GLOBAL_CTRL, self._ctrl_written)
 
@@ -80,11 +83,12 @@ class Fifos:
         self.staged = [bytearray(b) for b in s["staged"]]
         self.dropped = list(s["dropped"])
 
-    def ctrl(self) -> int:
-        return self.dev.regs.peek(GLOBAL_CTRL)
+    def ctrl(self) -> FieldView:
+        return self.dev.regs.view(GLOBAL_CTRL)
 
     def enabled(self) -> int:
-        return (self.ctrl() >> 12) & 0xF
+        """CNN_FIF0_CTRL.fifo_en: bit n = FIFO n enabled (L1460)."""
+        return self.ctrl().fifo_en
 
     # -- pushes --------------------------------------------------------------------------------
     def _make_push(self, n: int):
@@ -108,7 +112,8 @@ class Fifos:
         self.drain()
 
     def _ctrl_written(self, reg, old: int, new: int) -> None:
-        off = (old >> 12) & ~(new >> 12) & 0xF
+        view = reg.definition.view
+        off = view(old).fifo_en & ~view(new).fifo_en
         for n in range(FIFOS):
             if (off >> n) & 1:  # disabling a FIFO empties it and clears its status (L1604)
                 self.q[n].clear()
@@ -127,7 +132,7 @@ class Fifos:
         idx = [n for n in range(FIFOS) if (en >> n) & 1]
         if not idx:
             return
-        if (self.ctrl() >> 11) & 1:  # coupled: lockstep (L1468)
+        if self.ctrl().fifo_cpl:  # coupled: lockstep (L1468)
             k = min(len(self.q[n]) for n in idx)
             counts = {n: k for n in idx}
         else:
@@ -143,33 +148,37 @@ class Fifos:
         if not (self.enabled() >> n) & 1:
             return 0, 0, 0, 0
         c = self.ctrl()
-        full_t, empty_t = (c >> 2) & 7, (c >> 7) & 7
+        full_t, empty_t = c.full_thresh, c.empty_thresh
         k = len(self.q[n])
         return int(k >= FIFO_DEPTH), int(k > full_t), int(k == 0), int(k < empty_t)
 
     def status(self) -> int:
+        """CNN_FIF0_STAT built by field name from the FIFOs' flags (L1556-1626)."""
         en = self.enabled()
         idx = [n for n in range(FIFOS) if (en >> n) & 1]
-        v = 0
-        for n in idx:
-            full, afull, empty, aempty = self.flags(n)
-            v |= full << n | afull << (8 + n) | empty << (4 + n) | aempty << (12 + n)
+        per = {n: self.flags(n) for n in idx}
+
+        def bits(k: int) -> int:  # flag k of every enabled FIFO, bit n = FIFO n
+            return sum(f[k] << n for n, f in per.items())
+        fields = dict(full=bits(0), almost_full=bits(1), empty=bits(2), almost_empty=bits(3))
         if idx:
-            per = [self.flags(n) for n in idx]
-            v |= int(all(f[0] for f in per)) << 16
-            v |= int(any(f[2] for f in per)) << 17
-            v |= int(all(f[1] for f in per)) << 18
-            v |= int(any(f[3] for f in per)) << 19
-            v |= int(len({self.wptr[n] % FIFO_DEPTH for n in idx}) == 1) << 20
-            v |= int(len({self.rptr[n] % FIFO_DEPTH for n in idx}) == 1) << 21
-        return v
+            flags = list(per.values())
+            fields.update(fifos_full=int(all(f[0] for f in flags)),
+                          fifos_empty=int(any(f[2] for f in flags)),
+                          fifos_almost_full=int(all(f[1] for f in flags)),
+                          fifos_almost_empty=int(any(f[3] for f in flags)),
+                          wptr_eq=int(len({self.wptr[n] % FIFO_DEPTH for n in idx}) == 1),
+                          rptr_eq=int(len({self.rptr[n] % FIFO_DEPTH for n in idx}) == 1))
+        return self.dev.description.register(GLOBAL_STAT).definition.encode(**fields)
 
     def irq(self) -> bool:
+        """A FIFO flag whose interrupt enable (CNN_FIF0_CTRL.*_int_en, bit n = FIFO n) is set."""
         c = self.ctrl()
         for n in range(FIFOS):
             full, afull, empty, aempty = self.flags(n)
-            if (full and (c >> (16 + n)) & 1 or empty and (c >> (20 + n)) & 1
-                    or afull and (c >> (24 + n)) & 1 or aempty and (c >> (28 + n)) & 1):
+            if (full and (c.full_int_en >> n) & 1 or empty and (c.empty_int_en >> n) & 1
+                    or afull and (c.almost_full_int_en >> n) & 1
+                    or aempty and (c.almost_empty_int_en >> n) & 1):
                 return True
         return False
 

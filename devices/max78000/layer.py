@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ..description import FieldView
 from ..errors import DeviceError
 
 QUADRANTS = 4
@@ -46,6 +47,10 @@ QUAD_STRIDE = 0x40_0000
 MRAM_WORDS = 768  # 768 x 72 bit per processor (S0:L759)
 SRAM_WORDS = 8192  # 8192 x 32 bit per data memory (S3:L1034)
 BIAS_ENTRIES = 512  # 512 x 8 bit per quadrant (S0:L147)
+
+#: POST.mask_size -> weight bits: 0 = 8, 1 = 1, 2 = 2, 3 = 4 bits (S0:L4051; the enum of
+#: configs/max78000.toml names them bits8 .. bits4, checked by tests/max78000)
+WEIGHT_BITS = (8, 1, 2, 4)
 
 # average-pool policies (same numbers as accelstub.emu.pool.max78000.AVG_*; A§7 A3)
 AVG_POLICIES = {"izer": (0, 1), "seed": (2, 3)}
@@ -149,18 +154,16 @@ class LayerConfig:
         return len(self.processors) * self.in_passes
 
 
-def _f(value: int, msb: int, lsb: int) -> int:
-    return (value >> lsb) & ((1 << (msb - lsb + 1)) - 1)
-
-
-def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = range(QUADRANTS),
-                 layer: int = 0, avg_policy: str = "izer") -> LayerConfig:
+def decode_layer(regs_read: Callable[[str], FieldView],
+                 quadrants: Sequence[int] = range(QUADRANTS), layer: int = 0,
+                 avg_policy: str = "izer") -> LayerConfig:
     """Decode layer ``layer`` from the registers of ``quadrants`` (names as in
-    configs/max78000.toml, read through ``regs_read``). Raises DeviceError naming the layer and
-    the register for configurations the datapath does not support yet."""
+    configs/max78000.toml, read through ``regs_read`` as FieldViews, e.g. RegisterFile.view:
+    every field is read by its name in the description, issue 33 #1). Raises DeviceError
+    naming the layer and the register for configurations the datapath does not support yet."""
     y = layer
 
-    def reg(q: int, name: str) -> int:
+    def reg(q: int, name: str) -> FieldView:
         return regs_read(f"CNNx16_{q}_L{y}_{name}") if not name.startswith("@") else \
             regs_read(f"CNNx16_{q}_{name[1:]}")
 
@@ -170,7 +173,7 @@ def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = ran
 
     quadrants = tuple(quadrants)
     en = {q: reg(q, "EN") for q in quadrants}
-    active = tuple(q for q in quadrants if _f(en[q], 15, 0))  # EN.pro_en (S0:L3942)
+    active = tuple(q for q in quadrants if en[q].pro_en)  # EN.pro_en (S0:L3942)
     if not active:
         raise fail(quadrants[0] if quadrants else 0, "EN", "no processor enabled (pro_en = 0)")
     m = active[0]
@@ -185,52 +188,52 @@ def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = ran
     # layer runs on quadrants 2-3 only (vendor cifar-10 layer 4: q0 LCTRL0 = 0xcb20, its
     # processors all off). The summing quadrant is therefore the lowest quadrant <= m whose
     # cnnsi_en is non-zero, else m itself.
-    s = next((q for q in quadrants if q <= m and _f(reg(q, "LCTRL0"), 15, 12)), m)
+    s = next((q for q in quadrants if q <= m and reg(q, "LCTRL0").cnnsi_en), m)
 
     # -- unsupported global modes --------------------------------------------------------------
     # CTRL.fifo_en / stream_en: the device feeds such input itself (devices/max78000/fifo.py,
     # stream.py): layer 0 from the FIFOs, stream layers frame-at-once
-    streamed = bool((ctrl >> 15) & 1 and y == 0) or bool(
-        (ctrl >> 14) & 1 and y < 8 and regs_read(f"CNNx16_{m}_S{y}_STRM0") & 0x3FFF)
-    for bit, name in ((22, "ffifo_en"), (31, "qupac"), (21, "simple1b")):
-        if (ctrl >> bit) & 1:
+    streamed = bool(ctrl.fifo_en and y == 0) or bool(
+        ctrl.stream_en and y < 8 and regs_read(f"CNNx16_{m}_S{y}_STRM0").strm_isval)
+    for name in ("ffifo_en", "qupac", "simple1b"):
+        if getattr(ctrl, name):
             raise fail(m, "@CTRL", f"{name} is not supported yet")
     # CHW ("big data") input: LCTRL0.parallel per layer (S0:L3756, "one channel uses 4 bytes")
     # or CTRL.bigdata globally (S0:L2240); [izer] writes only LCTRL0 bit 6 (0x40).
-    chw = bool(((lctrl0 >> 6) & 1) | ((ctrl >> 6) & 1))
-    if _f(lctrl0, 4, 0):
+    chw = bool(lctrl0.parallel | ctrl.bigdata)
+    if lctrl0.mslave or lctrl0.sslave:
         raise fail(m, "LCTRL0", "mslave/sslave field sharing is not supported yet")
-    if (lctrl0 >> 10) & 1:
+    if lctrl0.cpad_only:
         raise fail(m, "LCTRL0", "cpad_only is not supported yet")
-    if not (lctrl0 >> 11) & 1:
+    if not lctrl0.sramlsrc:
         # [izer] always sets sramlsrc (bit 11) for global writes; local-source writes untested
         raise fail(m, "LCTRL0", "sramlsrc = 0 (local write source) is not supported yet")
-    oned_en = bool((oned >> 12) & 1)
-    # element-wise: ONED.ewise_en 13, ewise_func 15:14 (00 sub, 01 add, 10 or, 11 xor), prepool
-    # 16, 2d_conv 17, ewise_cnt 21:18 = operands - 1 (S0:L3172-3240)
-    ewise = bool((oned >> 13) & 1)
-    operands = _f(oned, 21, 18) + 1 if ewise else 1
+    oned_en = bool(oned.oned_en)
+    # element-wise: ONED.ewise_en, ewise_func (00 sub, 01 add, 10 or, 11 xor), prepool,
+    # 2d_conv (conv2d_en), ewise_cnt = operands - 1 (S0:L3172-3240)
+    ewise = bool(oned.ewise_en)
+    operands = oned.ewise_cnt + 1 if ewise else 1
     if ewise and oned_en:
         raise fail(m, "ONED", "1-D convolution with element-wise operations is not supported "
                    "(S3:L620)")
-    oned_width = _f(oned, 11, 8)
-    oned_sad = _f(oned, 7, 4)  # start byte inside the 9-byte mask word (S0:L3253-3263)
+    oned_width = oned.oned_width
+    oned_sad = oned.oned_sad  # start byte inside the 9-byte mask word (S0:L3253-3263)
     if oned_en and not 1 <= oned_width <= 9:
         raise fail(m, "ONED", f"oned_width {oned_width}: a 1-D kernel is 1 to 9 wide")
     if not oned_en and oned_width not in (0, 1):
         raise fail(m, "ONED", f"oned_width {oned_width} without oned_en is not supported")
     if oned_sad > 8:
         raise fail(m, "ONED", f"oned_sad {oned_sad} beyond the 9-byte mask word")
-    flatten = bool((post >> 27) & 1)
-    deconv = bool((post >> 28) & 1)  # zero insertion in TRAM (S0:L3979-3988)
+    flatten = bool(post.flatten_en)
+    deconv = bool(post.deconv_en)  # zero insertion in TRAM (S0:L3979-3988)
     # Pass-through: POST.onexone_en with mask_en = 0 for the processors ("per-processor choice
     # via mask_en", S0:L4014-4029); [izer] writes POST = 3<<24 (ts_en|onexone_en), EN = pro_en
     # only, ONED = tscnt_max | 1<<8, MCNT = (out_expand-1)*8 for operation None
-    passthrough = bool((post >> 25) & 1)
-    if ewise and not (oned >> 17) & 1:
+    passthrough = bool(post.onexone_en)
+    if ewise and not oned.conv2d_en:
         # element-wise without 2d_conv: no convolution, timeslot output as pass-through
         # ([izer] POST = 1<<24 (ts_en) for operation None with operands > 1)
-        if not (post >> 24) & 1:
+        if not post.ts_en:
             raise fail(m, "POST", "element-wise operation without 2d_conv needs ts_en "
                        "(S0:L3230)")
         passthrough = True
@@ -238,20 +241,20 @@ def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = ran
         raise fail(m, "POST", "onexone_en with 2d_conv element-wise is not supported")
     if passthrough:
         for q in active:
-            if _f(en[q], 31, 16):
+            if en[q].mask_en:
                 raise fail(q, "EN", "onexone_en with mask_en != 0 (1x1 convolution in "
                            "timeslots) is not supported yet")
-    elif (post >> 24) & 1 and not ewise:
+    elif post.ts_en and not ewise:
         raise fail(m, "POST", "ts_en (timeslots) without pass-through is not supported yet")
 
     # -- quadrants must agree on geometry and mask range ---------------------------------------
     # the izer writes identical values into every used group for these registers ([izer])
     for name in ("RCNT", "CCNT", "ONED", "PRCNT", "PCCNT", "STRIDE", "LCTRL1"):
-        v = reg(m, name)
+        v = reg(m, name).raw
         for q in active[1:]:
-            if reg(q, name) != v:
+            if reg(q, name).raw != v:
                 raise fail(q, name, f"differs from quadrant {m} (unsupported)")
-    cnnsi = _f(reg(s, "LCTRL0"), 15, 12)  # LCTRL0.cnnsi_en of the summing quadrant (S0:L3669)
+    cnnsi = reg(s, "LCTRL0").cnnsi_en  # LCTRL0.cnnsi_en of the summing quadrant (S0:L3669)
     for q in active:
         # pass-through quadrants write their own channels, no partial sums ([izer] sets no
         # cnnsi_en for operation None)
@@ -261,8 +264,8 @@ def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = ran
 
     # -- geometry (RCNT/CCNT: max = 2*pad + rows - 1, S0:L3082) --------------------------------
     rcnt, ccnt = reg(m, "RCNT"), reg(m, "CCNT")
-    rcnt_max, pad_r = _f(rcnt, 9, 0), _f(rcnt, 17, 16)
-    ccnt_max, pad_c = _f(ccnt, 9, 0), _f(ccnt, 17, 16)
+    rcnt_max, pad_r = rcnt.rcnt_max, rcnt.rcnt_pad
+    ccnt_max, pad_c = ccnt.ccnt_max, ccnt.ccnt_pad
     in_rows, in_cols = rcnt_max + 1 - 2 * pad_r, ccnt_max + 1 - 2 * pad_c
     if deconv:
         # RCNT/CCNT count the zero-stuffed rows/columns ([izer] in_row = stride*H with
@@ -278,11 +281,11 @@ def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = ran
         raise fail(m, "CCNT", f"ccnt_max {ccnt_max} < 2*ccnt_pad")
 
     # -- pooling -------------------------------------------------------------------------------
-    pool_en = bool(((ctrl >> 5) & 1) | ((lctrl0 >> 7) & 1))  # R7#16
-    pool_max = bool(((ctrl >> 4) & 1) | ((lctrl0 >> 8) & 1))
-    pr, pc = _f(reg(m, "PRCNT"), 3, 0) + 1, _f(reg(m, "PCCNT"), 3, 0) + 1
-    stride = _f(reg(m, "STRIDE"), 3, 0) + 1  # 4 bits, R7#33
-    pool_round = bool((ctrl >> 13) & 1)
+    pool_en = bool(ctrl.pool_en | lctrl0.pool_en)  # R7#16
+    pool_max = bool(ctrl.calcmax | lctrl0.maxpl_en)
+    pr, pc = reg(m, "PRCNT").prcnt_max + 1, reg(m, "PCCNT").pccnt_max + 1
+    stride = reg(m, "STRIDE").stride + 1  # 4 bits, R7#33
+    pool_round = bool(ctrl.poolrnd)
     if pool_en:
         kind = "max" if pool_max else "avg"
     else:
@@ -309,37 +312,36 @@ def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = ran
     out_r, out_c = sr + 2 * pad_r - kr + 1, sc + 2 * pad_c - kc + 1
     if out_r < 1 or out_c < 1:
         raise fail(m, "RCNT", "output would be empty")
-    mask_size = _f(post, 23, 22)
-    bits = (8, 1, 2, 4)[mask_size]
+    mask_size = post.mask_size
+    bits = WEIGHT_BITS[mask_size]
     for q in active[1:]:
-        if _f(reg(q, "POST"), 23, 22) != mask_size:
+        if reg(q, "POST").mask_size != mask_size:
             raise fail(q, "POST", "mask_size differs between quadrants")
 
-    in_passes = _f(lctrl1, 3, 0) + 1
+    in_passes = lctrl1.inpchexp + 1
     if flatten:
         # flatten_en: xpmp_cnt is 4 more MSBs of the pass count, "up to 256" (S0:L3990);
         # [izer] writes in_expand*H*W - 1 split over inpchexp (3:0) and xpmp_cnt (POST 21:18)
-        in_passes = (_f(post, 21, 18) << 4 | _f(lctrl1, 3, 0)) + 1
-    xpch_max = _f(lctrl1, 16, 8)
-    wptr_inc = _f(lctrl1, 7, 4)
+        in_passes = (post.xpmp_cnt << lctrl1.fields["inpchexp"].width | lctrl1.inpchexp) + 1
+    xpch_max = lctrl1.xpch_max
+    wptr_inc = lctrl1.wptr_inc
 
     procs = []
     steps = None
     for q in active:
-        e = en[q]
-        pro, mask = _f(e, 15, 0), _f(e, 31, 16)
+        pro, mask = en[q].pro_en, en[q].mask_en
         if passthrough:
             mask = pro
         if pro != mask:
             raise fail(q, "EN", f"mask_en {mask:#06x} != pro_en {pro:#06x} (pass-through "
                        "processors are not supported yet)")
         mcnt = reg(q, "MCNT")
-        sad, mx = _f(mcnt, 31, 16), _f(mcnt, 15, 0)
+        sad, mx = mcnt.mcnt_sad, mcnt.mcnt_max
         span = mx - sad
         if passthrough:
             # the mask counter only counts the passes, 8 per pass ([izer] (out_expand-1)*8)
             if sad or mx % 8:
-                raise fail(q, "MCNT", f"pass-through mask count {mcnt:#x} is not "
+                raise fail(q, "MCNT", f"pass-through mask count {mcnt.raw:#x} is not "
                            "0 .. (passes-1)*8")
             n = mx // 8 + 1
         elif span < 0 or span % bits:
@@ -359,7 +361,7 @@ def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = ran
             last = ((mx >> 3) * ksize + oned_sad + ksize - 1) // 9
             if last >= MRAM_WORDS:
                 raise fail(q, "MCNT", f"mask address {mx:#x} beyond the 768 MRAM words")
-        rptr = _f(reg(q, "RPTR_BASE"), 16, 0)
+        rptr = reg(q, "RPTR_BASE").rptr_base
         for local in range(16):
             if (pro >> local) & 1:
                 p = q * 16 + local
@@ -379,13 +381,13 @@ def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = ran
         # group for operation None); ONED.tscnt_max bounds the timeslots (S0:L3273).
         if steps != in_passes:
             raise fail(m, "MCNT", f"pass-through counts {steps} passes, LCTRL1 has {in_passes}")
-        tscnt = _f(oned, 3, 0)
+        tscnt = oned.tscnt_max
         for q in active:
             mine = [pp for pp in procs if pp.quadrant == q]
             if (len(mine) - 1) // 4 > tscnt:
                 raise fail(q, "ONED", f"{len(mine)} pass-through processors need "
                            f"{(len(mine) + 3) // 4} timeslots, tscnt_max is {tscnt}")
-            wb, toff = _f(reg(q, "WPTR_BASE"), 16, 0), _f(reg(q, "WPTR_TOFF"), 16, 0)
+            wb, toff = reg(q, "WPTR_BASE").wptr_base, reg(q, "WPTR_TOFF").wptr_toff
             pt_out += [(wb + (k // 4) * toff, k % 4) for k in range(len(mine))]
         out_slots = len(procs)
         slots_per_pass = len(procs)
@@ -412,8 +414,8 @@ def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = ran
                        f"{pr_.read_word:#x}) runs past the end of data memory")
 
     # -- output --------------------------------------------------------------------------------
-    wide = bool((lctrl0 >> 16) & 1)
-    wptr_base = _f(reg(m, "WPTR_BASE"), 16, 0)
+    wide = bool(lctrl0.bigdwrt)
+    wptr_base = reg(m, "WPTR_BASE").wptr_base
     pixel_step = (1 + wptr_inc) * (4 if wide else 1)
     if passthrough:
         if wide:
@@ -424,23 +426,23 @@ def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = ran
         pixel_step = (1 + wptr_inc) * in_passes
 
     # -- post-processing -----------------------------------------------------------------------
-    scale = _f(post, 16, 13)
-    shift = -scale if (post >> 17) & 1 else scale
+    scale = post.scale_reg
+    shift = -scale if post.scale_shft else scale
     # The register holds the *total* shift: [izer] checkpoint.py adds 8 - weight_bits to the
     # checkpoint's output_shift and max7800x.py writes that sum into scale_reg/scale_shft.
-    if (post >> 26) & 1:
+    if post.out_abs:
         act = "abs"
-    elif (lctrl0 >> 9) & 1:
+    elif lctrl0.act_en:
         act = "relu"
     else:
         act = "none"
     bias = []
     for q in sorted(set(active) | {s} | {q for q in quadrants if (cnnsi >> q) & 1}):
         pq = reg(q, "POST")
-        if (pq >> 12) & 1:
+        if pq.bptr_en:
             if passthrough:
                 raise fail(q, "POST", "bias with pass-through is not supported")
-            sad = _f(pq, 11, 0)
+            sad = pq.bptr_sad
             if sad + out_slots > BIAS_ENTRIES:
                 raise fail(q, "POST", f"bias bytes {sad}..{sad + out_slots - 1} beyond the "
                            f"{BIAS_ENTRIES}-entry bias memory")
@@ -456,22 +458,22 @@ def decode_layer(regs_read: Callable[[str], int], quadrants: Sequence[int] = ran
         pooled_rows=pooled_r, pooled_cols=pooled_c,
         kernel_rows=kr, kernel_cols=kc, conv_stride=1, out_rows=out_r, out_cols=out_c,
         weight_bits=bits, processors=tuple(procs),
-        pro_en=tuple(_f(en[q], 15, 0) for q in quadrants),
-        mask_en=tuple(_f(en[q], 31, 16) for q in quadrants),
+        pro_en=tuple(en[q].pro_en for q in quadrants),
+        mask_en=tuple(en[q].mask_en for q in quadrants),
         in_passes=in_passes, xpch_max=xpch_max, wptr_inc=wptr_inc, mask_steps=steps,
         out_slots=out_slots, slots_per_pass=slots_per_pass, out_passes=out_passes,
-        wptr_base=wptr_base, wptr_toff=_f(reg(m, "WPTR_TOFF"), 16, 0),
-        wptr_moff=_f(reg(m, "WPTR_MOFF"), 16, 0), wptr_choff=_f(reg(m, "WPTR_CHOFF"), 16, 0),
+        wptr_base=wptr_base, wptr_toff=reg(m, "WPTR_TOFF").wptr_toff,
+        wptr_moff=reg(m, "WPTR_MOFF").wptr_moff, wptr_choff=reg(m, "WPTR_CHOFF").wptr_choff,
         pixel_step=pixel_step, wide=wide,
         bias=tuple(bias), shift=shift, activation=act,
-        tptr_sad=_f(tptr, 26, 16), tptr_max=_f(tptr, 10, 0),
-        flatten=flatten, xpmp_cnt=_f(post, 21, 18),
+        tptr_sad=tptr.tptr_sad, tptr_max=tptr.tptr_max,
+        flatten=flatten, xpmp_cnt=post.xpmp_cnt,
         passthrough=passthrough, pt_out=tuple(pt_out), operands=operands, deconv=deconv,
         chw=chw, oned=oned_en, oned_sad=oned_sad, kernel_bytes=ksize, sum_quadrant=s,
-        ewise_en=bool((oned >> 13) & 1), ewise_func=_f(oned, 15, 14),
-        ewise_cnt=_f(oned, 21, 18), prepool=bool((oned >> 16) & 1),
-        conv2d_after_ewise=bool((oned >> 17) & 1), ts_en=bool((post >> 24) & 1),
-        tscnt_max=_f(oned, 3, 0), cnnsi_en=cnnsi,
+        ewise_en=bool(oned.ewise_en), ewise_func=oned.ewise_func,
+        ewise_cnt=oned.ewise_cnt, prepool=bool(oned.prepool),
+        conv2d_after_ewise=bool(oned.conv2d_en), ts_en=bool(post.ts_en),
+        tscnt_max=oned.tscnt_max, cnnsi_en=cnnsi,
     )
 
 

@@ -49,10 +49,14 @@ QUADRANTS = 4
 SRAM_BASE, MRAM_BASE, TRAM_BASE, BRAM_BASE = 0x5040_0000, 0x5018_0000, 0x5011_0000, 0x5010_8000
 QUAD_STRIDE = 0x40_0000
 
-# TEST bits: (run bit, done bit, fail bit or None) per memory type (S0:L2614-3006)
-BIST = {"sram": (0, 18, 14), "mram": (2, 19, 15), "tram": (4, 20, 16), "bram": (6, 21, 17)}
-ZERO = {"sram": (1, 22), "mram": (3, 23), "tram": (5, 24), "bram": (7, 25)}
-BISTDONE, BISTFAIL, ZERODONE = 27, 26, 28
+# TEST fields: (run, done, fail) per memory type for BIST, (zeroize, done) for zeroization
+# (S0:L2614-3006), by their names in configs/max78000.toml
+BIST = {"sram": ("sbistrun", "sallbdone", "sallbfail"), "mram": ("mbistrun", "mallbdone",
+                                                                "mallbfail"),
+        "tram": ("tbistrun", "tallbdone", "tallbfail"), "bram": ("bbistrun", "ballbdone",
+                                                                "ballbfail")}
+ZERO = {"sram": ("sramz", "sallzdone"), "mram": ("mramz", "mallzdone"),
+        "tram": ("tramz", "tallzdone"), "bram": ("bramz", "ballzdone")}
 
 
 def memory_regions(device, q: int, kind: str) -> list[str]:
@@ -77,11 +81,18 @@ class MemoryControl:
         self.dev = device
         self.mlat_addr = [0] * QUADRANTS  # Mlator address counter (global word address)
         self.mlat_loaded = [False] * QUADRANTS
-        for q in range(QUADRANTS):
-            device.regs.on_write(f"CNNx16_{q}_TEST", self._make(self._test_written, q))
-            device.regs.on_write(f"CNNx16_{q}_SRAM", self._make(self._sram_written, q))
-            device.regs.on_read(f"CNNx16_{q}_MLAT", self._make_mlat_read(q))
-        device.regs.on_write("CNN_AOD_CTRL", self._aod_written)
+        regs = device.regs
+        regs.on_write_each("TEST", self._test_written)  # CNNx16_q_TEST of each quadrant
+        regs.on_write_each("SRAM", self._sram_written)
+        regs.on_read_each("MLAT", lambda reg, stored: self.mlat_word(reg.instance))
+        regs.on_write("CNN_AOD_CTRL", self._aod_written)
+        #: TEST's single-bit fields as masks, by name (BIST, ZERO and the aggregates)
+        test = regs.instances("TEST")[0].definition.view.fields
+        self._test_mask = {name: f.mask for name, f in test.items()}
+        #: SRAM.pd|ds and CNN_AOD_CTRL.pd|dsleep: any set bit makes check_layer look closer
+        sram = regs.instances("SRAM")[0].definition.view.fields
+        aod = regs.instances("CNN_AOD_CTRL")[0].definition.view.fields
+        self._off = (sram["pd"].mask | sram["ds"].mask, aod["pd"].mask | aod["dsleep"].mask)
         reg = device.description.register
         self._power_regs = tuple(reg(f"CNNx16_{q}_SRAM").address for q in range(QUADRANTS)) \
             + (reg("CNN_AOD_CTRL").address,)
@@ -92,10 +103,6 @@ class MemoryControl:
                 continue
             inner = bus._write_hooks.get(name)
             bus.on_memory_write(name, self._power_hook(name, owner, inner))
-
-    @staticmethod
-    def _make(fn, q):
-        return lambda reg, old, new: fn(q, old, new)
 
     # -- state ---------------------------------------------------------------------------------
     def reset(self) -> None:
@@ -113,39 +120,37 @@ class MemoryControl:
         for name in memory_regions(self.dev, q, kind):
             self.dev.bus.memories[name].clear()
 
-    def _test_written(self, q: int, old: int, new: int) -> None:
-        regs = self.dev.regs
-        name = f"CNNx16_{q}_TEST"
-        v = regs.peek(name)
+    def _test_written(self, reg, old: int, new: int) -> None:
+        q, m = reg.instance, self._test_mask
+        v = self.dev.regs.peek(reg)
         for kind, (run, done, fail) in BIST.items():
-            was, now = (old >> run) & 1, (new >> run) & 1
+            was, now = old & m[run], new & m[run]
             if now and not was:
                 self._clear(q, kind)
-                v |= 1 << done
-                v &= ~(1 << fail)  # BIST passes
-                v |= 1 << BISTDONE
+                v |= m[done] | m["bistdone"]
+                v &= ~m[fail]  # BIST passes
             elif was and not now:
-                v &= ~(1 << done | 1 << fail)
+                v &= ~(m[done] | m[fail])
         for kind, (run, done) in ZERO.items():
-            was, now = (old >> run) & 1, (new >> run) & 1
+            was, now = old & m[run], new & m[run]
             if now and not was:
                 self._clear(q, kind)
-                v |= 1 << done | 1 << ZERODONE
+                v |= m[done] | m["zerodone"]
             elif was and not now:
-                v &= ~(1 << done)
-        if not any((new >> r) & 1 for r, _, _ in BIST.values()):
-            v &= ~(1 << BISTDONE | 1 << BISTFAIL)
-        if not any((new >> r) & 1 for r, _ in ZERO.values()):
-            v &= ~(1 << ZERODONE)
-        fails = any((v >> f) & 1 for _, _, f in BIST.values())
-        v = (v & ~(1 << BISTFAIL)) | (int(fails) << BISTFAIL)
-        regs.poke(name, v)
+                v &= ~m[done]
+        if not any(new & m[r] for r, _, _ in BIST.values()):
+            v &= ~(m["bistdone"] | m["bistfail"])
+        if not any(new & m[r] for r, _ in ZERO.values()):
+            v &= ~m["zerodone"]
+        fails = any(v & m[f] for _, _, f in BIST.values())
+        v = (v & ~m["bistfail"]) | (m["bistfail"] if fails else 0)
+        self.dev.regs.poke(reg, v)
 
     def bist_status(self, q: int) -> str:
         """The controller bistsel selects (S0:L2857-2881): [5] SRAM/bias group ([2:0] instance,
         100 = bias), [4] MRAM ([3:0] instance), [3] TRAM ([3:0] instance)."""
-        v = self.dev.regs.peek(f"CNNx16_{q}_TEST")
-        sel = (v >> 8) & 0x3F
+        v = self.dev.regs.view(f"CNNx16_{q}_TEST")
+        sel = v.bistsel
         if sel & 0x20:
             kind, inst = ("bram", 0) if sel & 7 == 4 else ("sram", sel & 7)
         elif sel & 0x10:
@@ -155,17 +160,19 @@ class MemoryControl:
         else:
             return f"bistsel {sel:#04x}: no controller selected"
         _, done, fail = BIST[kind]
-        return (f"bistsel {sel:#04x}: {kind} instance {inst}: done {(v >> done) & 1}, "
-                f"fail {(v >> fail) & 1}")
+        return (f"bistsel {sel:#04x}: {kind} instance {inst}: done {getattr(v, done)}, "
+                f"fail {getattr(v, fail)}")
 
     # -- memory power --------------------------------------------------------------------------
-    def _sram_written(self, q: int, old: int, new: int) -> None:
-        if (new >> 16) & 1 and not (old >> 16) & 1:  # pd 0->1: contents lost (L2388)
+    def _sram_written(self, reg, old: int, new: int) -> None:
+        view = reg.definition.view
+        if view(new).pd and not view(old).pd:  # pd 0->1: contents lost (L2388)
             for kind in ("sram", "mram", "tram", "bram"):
-                self._clear(q, kind)
+                self._clear(reg.instance, kind)
 
     def _aod_written(self, reg, old: int, new: int) -> None:
-        rising = (new >> 12) & ~(old >> 12) & 0xF
+        view = reg.definition.view
+        rising = view(new).pd & ~view(old).pd  # one bit per quadrant
         for q in range(QUADRANTS):
             if (rising >> q) & 1:  # AOD pd: MRAM contents not maintained (L1789)
                 self._clear(q, "mram")
@@ -173,16 +180,16 @@ class MemoryControl:
     def power_state(self, q: int, kind: str) -> str | None:
         """Why memory type ``kind`` of quadrant q is not accessible, or None."""
         regs = self.dev.regs
-        sram = regs.peek(f"CNNx16_{q}_SRAM")
-        if (sram >> 16) & 1:
+        sram = regs.view(f"CNNx16_{q}_SRAM")
+        if sram.pd:
             return f"CNNx16_{q}_SRAM.pd = 1 (quadrant {q} memories powered down)"
-        if (sram >> 15) & 1:
+        if sram.ds:
             return f"CNNx16_{q}_SRAM.ds = 1 (quadrant {q} memories in deep sleep)"
         if kind == "mram":
-            aod = regs.peek("CNN_AOD_CTRL")
-            if (aod >> (12 + q)) & 1:
+            aod = regs.view("CNN_AOD_CTRL")
+            if (aod.pd >> q) & 1:
                 return f"CNN_AOD_CTRL.pd bit {q} = 1 (quadrant {q} MRAM powered down)"
-            if (aod >> (8 + q)) & 1:
+            if (aod.dsleep >> q) & 1:
                 return f"CNN_AOD_CTRL.dsleep bit {q} = 1 (quadrant {q} MRAM in deep sleep)"
         return None
 
@@ -200,7 +207,8 @@ class MemoryControl:
     def check_layer(self, cfg) -> None:
         """Fault if a memory the layer reads or writes is off (see module doc)."""
         *srams, aod = self.dev.regs.peek_addresses(self._power_regs)
-        if not any((v >> 15) & 3 for v in srams) and not (aod >> 8) & 0xFF:
+        sram_off, aod_off = self._off
+        if not any(v & sram_off for v in srams) and not aod & aod_off:
             return  # every memory on and awake: no need to look at each (once per layer)
         quads = set(cfg.quadrants) | {q for q, _ in getattr(cfg, "bias", ())}
         for q in sorted(quads):
@@ -227,15 +235,16 @@ class MemoryControl:
 
     # -- Mlator ----------------------------------------------------------------------------------
     def ctrl_written(self, q: int, old: int, new: int) -> None:
-        if (new >> 16) & 1 and not (old >> 16) & 1:  # mlat_ld 0->1 (L2138)
-            self.mlat_addr[q] = self.dev.regs.peek(f"CNNx16_{q}_L0_WPTR_BASE") & 0x1FFFF
+        ctrl = self.dev.regs.instances("CTRL")[q].definition.view
+        if ctrl(new).mlat_ld and not ctrl(old).mlat_ld:  # mlat_ld 0->1 (L2138)
+            self.mlat_addr[q] = self.dev.regs.view(f"CNNx16_{q}_L0_WPTR_BASE").wptr_base
             self.mlat_loaded[q] = True
 
     def mlat_word(self, q: int) -> int:
         """The packed word MLAT shows now (no side effects)."""
         if not self.mlat_loaded[q]:
             return 0
-        sel = (self.dev.regs.peek(f"CNNx16_{q}_CTRL") >> 17) & 3
+        sel = self.dev.regs.view(f"CNNx16_{q}_CTRL").mlatch_sel
 
         v = 0
         for i in range(4):
@@ -244,9 +253,6 @@ class MemoryControl:
             m, off = self.dev.bus.memory_at(sram_address(mem, word))
             v |= int(m.data[off + sel]) << (8 * i)  # first-fetched byte in bits 7:0 (R7#20)
         return v
-
-    def _make_mlat_read(self, q: int):
-        return lambda reg, stored: self.mlat_word(q)
 
     def mlat_cpu_read(self, q: int) -> int:
         """A CPU read of CNNx16_q_MLAT: the word, then the counter advances by 4 words."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..description import load_description
+from ..description import FieldView, load_description
 from ..device import Device, MonitorCommand, ProgramOptions, Touched, Unit, UnitContext
 from ..errors import DeviceError
 from ..host import HostProgram
@@ -52,8 +52,7 @@ class Max78000(Device):
         # row = global processor (MRAM) / global data memory q*4+g (SRAM)
         self.bus.stack("mram", [f"mram_q{p // 16}_p{p % 16}" for p in range(16 * QUADRANTS)])
         self.bus.stack("sram", [f"sram_q{m // 4}_g{m % 4}" for m in range(4 * QUADRANTS)])
-        for q in range(QUADRANTS):
-            self.regs.on_write(f"CNNx16_{q}_CTRL", self._ctrl_written)
+        self.regs.on_write_each("CTRL", self._ctrl_written)  # CNNx16_q_CTRL of each quadrant
         install_mram_hooks(self)  # CTRL.mexpress packed weight loading (L2109)
         self.warnings: list[str] = []  # model messages (doc-rule violations), newest last
         self._warned: set = set()
@@ -74,13 +73,13 @@ class Max78000(Device):
 
     def input_from_fifo(self) -> bool:
         """CTRL.fifo_en (L2149) on any quadrant: layer 0 takes its input from the FIFOs."""
-        return any((self.regs.peek(f"CNNx16_{q}_CTRL") >> 15) & 1 for q in range(QUADRANTS))
+        return any(self.regs.field(r.name, "fifo_en") for r in self.regs.instances("CTRL"))
 
     def chw_input(self, cfg) -> bool:
         """LCTRL0.parallel of the layer's master or CTRL.bigdata (S0:L3756, L2240)."""
         m = cfg.master
-        return bool((self.regs.peek(f"CNNx16_{m}_L{cfg.layer}_LCTRL0") >> 6) & 1
-                    | (self.regs.peek(f"CNNx16_{m}_CTRL") >> 6) & 1)
+        return bool(self.regs.view(f"CNNx16_{m}_L{cfg.layer}_LCTRL0").parallel
+                    | self.regs.view(f"CNNx16_{m}_CTRL").bigdata)
 
     def host_read(self, addr: int, size: int) -> bytes:
         """A read by the driver's CPU (not the debugger): CNNx16_n_MLAT reads advance the
@@ -117,18 +116,19 @@ class Max78000(Device):
         """cnn_en 0->1 starts processing at layer 0 (L2299-2311), or in one-shot mode runs the
         next layer (L2209-2224); a quadrant with ext_sync != 0 is a slave that follows its master
         (L2193), so only a master's edge counts, and only with clk_en set (digest §7 #36)."""
-        q = int(reg.name.split("_")[1])
+        q = reg.instance
         self.memory_control.ctrl_written(q, old, new)  # mlat_ld edge (L2138)
-        rising = not (old & 1) and (new & 1)
-        ext_sync = (new >> 9) & 7
+        was, now = reg.definition.view(old), reg.definition.view(new)
+        rising = not was.cnn_en and now.cnn_en
+        ext_sync = now.ext_sync
         if ext_sync == 4 | q:
             # [izer] with FIFO input the master's CTRL carries bit 11 too (0x0018c809 on
             # quadrant 0): ext_sync "external, following quadrant q" names itself -> master
             ext_sync = 0
-        if rising and ext_sync == 0 and not (new >> 3) & 1:
+        if rising and ext_sync == 0 and not now.clk_en:
             self.warn(f"CNNx16_{q}_CTRL: cnn_en 0->1 with clk_en = 0 ignored: the "
                       "data-processing clock is off (L2272, R7#36)")
-        if not (rising and ext_sync == 0 and (new >> 3) & 1):
+        if not (rising and ext_sync == 0 and now.clk_en):
             self.fifos.drain()
             return
         self._warned.clear()
@@ -189,10 +189,10 @@ class Max78000(Device):
             return hit[2]
         read: list[int] = []
 
-        def peek(name: str) -> int:
+        def peek(name: str) -> FieldView:
             reg = self.description.register(name)
             read.append(reg.address)
-            return self.regs.peek(reg)
+            return self.regs.view(reg)
 
         cfg = decode_layer(peek, range(QUADRANTS), y)
         addresses = tuple(dict.fromkeys(read))
@@ -228,9 +228,9 @@ class Max78000(Device):
                 self.warn(w, key=w)
         x = None
         if y == 0 and self.input_from_fifo():
-            ctrl = self.regs.peek(f"CNNx16_{cfg.master}_CTRL")
+            ctrl = self.regs.view(f"CNNx16_{cfg.master}_CTRL")
             # raises "layer 0 waits for N more bytes in FIFO n" before any state changes
-            x = self.fifos.gather(cfg, self.chw_input(cfg), bool((ctrl >> 23) & 1))
+            x = self.fifos.gather(cfg, self.chw_input(cfg), bool(ctrl.fifogrp))
         if y < streams:
             touched = run_stream_layer(self, cfg, x, streams)
         else:

@@ -23,7 +23,7 @@ def commands(dev) -> dict[str, MonitorCommand]:
 
 def _layers(dev, ctx, args: list[str]) -> str:
     if args:
-        raise DeviceError("usage: layers")
+        raise dev.usage_error("layers")
     return layers_text(dev)
 
 
@@ -32,9 +32,12 @@ def _mlat(dev, ctx, args: list[str]) -> str:
         q = int(args[0], 0) if args else 0
         n = int(args[1], 0) if len(args) > 1 else 1
     except ValueError:
-        raise DeviceError("usage: mlat [quadrant [count]]") from None
-    if len(args) > 2 or not 0 <= q < QUADRANTS or not 1 <= n <= 4096:
-        raise DeviceError("usage: mlat [quadrant 0-3 [count 1-4096]]")
+        raise dev.usage_error("mlat") from None
+    if len(args) > 2:
+        raise dev.usage_error("mlat")
+    if not 0 <= q < QUADRANTS or not 1 <= n <= 4096:
+        raise DeviceError(f"quadrant {q}, count {n}: the quadrant is 0-{QUADRANTS - 1}, the "
+                          "count 1-4096")
     if not dev.memory_control.mlat_loaded[q]:
         raise DeviceError(f"mlat: the Mlator of quadrant {q} is not loaded (write "
                           f"CNNx16_{q}_CTRL.mlat_ld 0->1 first)")
@@ -56,4 +59,4 @@ def _cnn(dev, ctx, args: list[str]) -> str:
         if args[1:] == ["clear"]:
             dev.warnings.clear()
         return text
-    raise DeviceError("usage: cnn fifo | cnn test | cnn warnings [clear]")
+    raise dev.usage_error("cnn")

@@ -47,20 +47,17 @@ from .datapath import compute_layer, scatter_output, sram_address
 QUADRANTS = 4
 MAX_STREAMS = 8
 SRAM_WORDS = 8192
-_CTRL_IGNORE = (1 << 0) | (1 << 12) | (7 << 9)  # cnn_en, cnn_irq, ext_sync
-
-
-def _f(v: int, msb: int, lsb: int) -> int:
-    return (v >> lsb) & ((1 << (msb - lsb + 1)) - 1)
+#: CTRL fields that may differ between the quadrants of a stream (start, interrupt, sync)
+_CTRL_IGNORE = ("cnn_en", "cnn_irq", "ext_sync")
 
 
 def stream_count(dev) -> int:
     """Number of stream layers (0 when CTRL.stream_en is clear on quadrant 0)."""
     regs = dev.regs
-    if not (regs.peek("CNNx16_0_CTRL") >> 14) & 1:
+    if not regs.field("CNNx16_0_CTRL", "stream_en"):  # once per layer: the cached field read
         return 0
     for z in range(MAX_STREAMS):
-        if not regs.peek(f"CNNx16_0_S{z}_STRM0") & 0x3FFF:
+        if not regs.field(f"CNNx16_0_S{z}_STRM0", "strm_isval"):
             return z
     return MAX_STREAMS
 
@@ -72,8 +69,10 @@ def validate(dev, cfgs: dict) -> list[str]:
     warn: list[str] = []
     n = len(cfgs)
     quads = sorted({q for c in cfgs.values() for q in c.quadrants}
-                   | {q for q in range(QUADRANTS) if regs.peek(f"CNNx16_{q}_CTRL") & 1})
+                   | {q for q in range(QUADRANTS) if regs.view(f"CNNx16_{q}_CTRL").cnn_en})
     ref = 0
+    ctrl_fields = regs.instances("CTRL")[0].definition.view.fields
+    ctrl_ignore = sum(ctrl_fields[f].mask for f in _CTRL_IGNORE)
     names = ["CTRL", "IFRM"] + [f"S{z}_{r}" for z in range(MAX_STREAMS)
                                 for r in ("STRM0", "STRM1", "FBUF")]
     for name in names:
@@ -81,21 +80,21 @@ def validate(dev, cfgs: dict) -> list[str]:
         for q in quads:
             got = regs.peek(f"CNNx16_{q}_{name}")
             if name == "CTRL":
-                want_, got_ = want & ~_CTRL_IGNORE, got & ~_CTRL_IGNORE
+                want_, got_ = want & ~ctrl_ignore, got & ~ctrl_ignore
             else:
                 want_, got_ = want, got
             if got_ != want_:
                 warn.append(f"streaming: CNNx16_{q}_{name} = {got:#010x} differs from quadrant "
                             f"{ref} ({want:#010x}); all quadrants must be configured "
                             "identically (L2164), the hardware's behaviour is undefined")
-    lilbuf = bool((regs.peek("CNNx16_0_CTRL") >> 19) & 1)
+    lilbuf = bool(regs.view("CNNx16_0_CTRL").lilbuf)
     for y, cfg in cfgs.items():
         m = cfg.master
-        if y > 0 and not _f(regs.peek(f"CNNx16_{m}_S{y}_STRM1"), 8, 4):
+        if y > 0 and not regs.view(f"CNNx16_{m}_S{y}_STRM1").strm_dsval1:
             warn.append(f"streaming: layer {y}: CNNx16_{m}_S{y}_STRM1.strm_dsval1 = 0 "
                         "(a stream layer after the first needs an in-row delta count, L4336)")
         if y > 0 and lilbuf:
-            fbuf = regs.peek(f"CNNx16_{m}_S{y}_FBUF") & 0x1FFFF
+            fbuf = regs.view(f"CNNx16_{m}_S{y}_FBUF").fbuf_max
             if not fbuf:
                 raise DeviceError(f"layer {y}: CNNx16_{m}_S{y}_FBUF = 0 with CTRL.lilbuf: the "
                                   "circular input buffer has no length (L4399)")
@@ -122,7 +121,7 @@ def validate(dev, cfgs: dict) -> list[str]:
         chw = cfg.extra.get("chw", False) if isinstance(cfg.extra, dict) else False
         chw = chw or dev.chw_input(cfg)
         want = -(-cfg.in_rows * cfg.in_cols // 4) if chw else cfg.in_rows * cfg.in_cols
-        ifrm = regs.peek(f"CNNx16_{cfg.master}_IFRM") & 0x1FFFF
+        ifrm = regs.view(f"CNNx16_{cfg.master}_IFRM").ifrm_reg
         if ifrm != want:
             warn.append(f"streaming: CNNx16_{cfg.master}_IFRM = {ifrm} but the {cfg.in_rows}x"
                         f"{cfg.in_cols} input frame is {want} words per FIFO (L4444)")
@@ -219,8 +218,8 @@ def run_stream_layer(dev, cfg, x, n_streams: int) -> Touched:
     out, touched = compute_layer(dev.bus, cfg, x)
     if y + 1 < n_streams:
         nxt = dev.layer_config(y + 1)
-        lilbuf = (dev.regs.peek("CNNx16_0_CTRL") >> 19) & 1
-        fbuf = dev.regs.peek(f"CNNx16_{nxt.master}_S{y + 1}_FBUF") & 0x1FFFF if lilbuf else None
+        lilbuf = dev.regs.view("CNNx16_0_CTRL").lilbuf
+        fbuf = dev.regs.view(f"CNNx16_{nxt.master}_S{y + 1}_FBUF").fbuf_max if lilbuf else None
         fb, writes = scatter_stream(dev.bus, cfg, out, fbuf)
         dev.stream_frames[y] = fb
         touched.writes = writes

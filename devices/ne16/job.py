@@ -30,8 +30,6 @@ anything changes.
 from __future__ import annotations
 
 import functools
-import hashlib
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -39,7 +37,9 @@ import numpy as np
 
 from ...emu.conv import int_conv as IC
 from ...emu.conv import ne16 as K
-from ..bits import bit_field, sign_extend
+from ..bits import sign_extend
+from ..content_cache import ContentCache
+from ..description import FieldView, load_description
 from ..errors import DeviceError
 from ..ranges import address_ranges
 
@@ -50,6 +50,21 @@ JOB_REGISTERS = ("WEIGHTS_PTR", "INFEAT_PTR", "OUTFEAT_PTR", "SCALE_PTR", "SCALE
                  "SUBTILE_REM1", "SUBTILE_REM2", "SUBTILE_NB0", "SUBTILE_NB1", "PADDING",
                  "WEIGHT_OFFSET", "FILTER_MASK", "CONFIG0")  # register i at 0x20 + 4*i (L31-77)
 MODES = ("3x3", "3x3 depthwise", "1x1")
+#: CONFIG0.norm_bits / quant_bits -> bytes of a scale / bits of an output (L608, L616)
+NORM_BYTES = (1, 2, 4)
+QUANT_BITS = (8, 16, 32)
+
+
+#: the job registers with fields :func:`decode` reads (the others are whole pointers and strides)
+FIELDED = JOB_REGISTERS[15:]
+
+
+@functools.cache
+def job_views() -> dict[str, type[FieldView]]:
+    """The FieldView classes of :data:`FIELDED` as configs/ne16.toml describes them (issue 33
+    #1: :func:`decode` reads every field by its name there)."""
+    desc = load_description("ne16")
+    return {name: desc.register(f"{name}_C0").definition.view for name in FIELDED}
 
 
 @dataclass(frozen=True)
@@ -113,63 +128,72 @@ class JobConfig:
 
 def decode(regs: tuple[int, ...], where: str = "") -> JobConfig:
     """The job's configuration; reserved or unmodelled encodings raise DeviceError naming the
-    register field (digest 8 #11, #19)."""
-    r = dict(zip(JOB_REGISTERS, regs))
+    register field (digest 8 #11, #19), after ``where``. Kept per register values: a layer's
+    jobs repeat them, and the run and the listing both decode each job (issue 31 #2)."""
+    try:
+        return _decode(tuple(regs))
+    except DeviceError as e:
+        raise DeviceError(f"{where}{e}") from None
+
+
+@functools.lru_cache(maxsize=64)
+def _decode(regs: tuple[int, ...]) -> JobConfig:
+    r = {name: view(v) for (name, view), v in zip(job_views().items(), regs[15:])}
     c0 = r["CONFIG0"]
 
     def bad(what: str) -> DeviceError:
-        return DeviceError(f"{where}{what}")
+        return DeviceError(what)
 
-    mode = bit_field(c0, 6, 5)
+    mode = c0.filter_mode
     if mode == 3:
         raise bad("CONFIG0.filter_mode 3 is reserved (L602)")
-    if bit_field(c0, 3, 3):
+    if c0.mode16:
         raise bad("CONFIG0.mode16 (16-bit input activations, L598) is not modelled yet")
-    if bit_field(c0, 7, 7):
+    if c0.linear:
         raise bad("CONFIG0.linear (linear mode, L604) is not modelled yet")
-    if bit_field(c0, 13, 12) == 3:
+    if c0.norm_bits == 3:
         raise bad("CONFIG0.norm_bits 3 is reserved (L608)")
-    if bit_field(c0, 22, 21) == 3:
+    if c0.quant_bits == 3:
         raise bad("CONFIG0.quant_bits 3 is reserved (L616)")
-    normquant = bool(bit_field(c0, 4, 4))
-    out_bits = (8, 16, 32)[bit_field(c0, 22, 21)]
+    normquant = bool(c0.streamout)
+    out_bits = QUANT_BITS[c0.quant_bits]
     if not normquant and out_bits != 32:
         raise bad(f"CONFIG0.streamout 0 writes 32-bit sums, but CONFIG0.quant_bits selects "
                   f"{out_bits}-bit output (L600, L616)")
     ko_size = 16 if mode == 1 else 32
     win = 3 if mode == 2 else 5
     nb0, nb1 = r["SUBTILE_NB0"], r["SUBTILE_NB1"]
-    nb = (bit_field(nb0, 31, 16), bit_field(nb1, 31, 16), bit_field(nb1, 15, 0),
-          bit_field(nb0, 15, 0))
+    nb = (nb0.ko, nb1.ho, nb1.wo, nb0.ki)
     for n, name in zip(nb, ("SUBTILE_NB0.ko", "SUBTILE_NB1.ho", "SUBTILE_NB1.wo",
                             "SUBTILE_NB0.ki")):
         if n == 0 and not (name.endswith("ki") and mode == 1):
             raise bad(f"{name} is 0: a job has at least one subtile (L67-69)")
     sizes = (ko_size, 3, 3, 16)
-    raw = (bit_field(r["SUBTILE_REM0"], 31, 16), bit_field(r["SUBTILE_REM1"], 31, 16),
-           bit_field(r["SUBTILE_REM1"], 15, 0), bit_field(r["SUBTILE_REM0"], 15, 0))
+    rem0, rem1 = r["SUBTILE_REM0"], r["SUBTILE_REM1"]
+    raw = (rem0.ko, rem1.ho, rem1.wo, rem0.ki)
     rem = tuple(v or full for v, full in zip(raw, sizes))  # 0 also means full (digest 8 #4)
     for v, full, name in zip(rem, sizes, ("SUBTILE_REM0.ko", "SUBTILE_REM1.ho",
                                           "SUBTILE_REM1.wo", "SUBTILE_REM0.ki")):
         if v > full and not (name.endswith("ki") and mode == 1):
             raise bad(f"{name} is {v}, more than a subtile's {full} (L61-63)")
     rem2 = r["SUBTILE_REM2"]
-    rem_in = (bit_field(rem2, 31, 16) or win, bit_field(rem2, 15, 0) or win)
+    rem_in = (rem2.hi or win, rem2.wi or win)
     p = r["PADDING"]
     m = r["FILTER_MASK"]
     wo = r["WEIGHT_OFFSET"]
-    # the 9-bit signed {WEIGHT_OFFSET[31], [7:0]}
-    w_offset = sign_extend(bit_field(wo, 31, 31) << 8 | bit_field(wo, 7, 0), 9) \
-        if bit_field(c0, 15, 15) else 0
+    # the 9-bit signed {WEIGHT_OFFSET.sign, WEIGHT_OFFSET.value} (digest 3.4, 8 #13)
+    value_bits = wo.fields["value"].width
+    w_offset = sign_extend(wo.sign << value_bits | wo.value, value_bits + 1) \
+        if c0.weight_offs else 0
     return JobConfig(
-        regs=tuple(regs), mode=mode, qw=bit_field(c0, 2, 0) + 1, normquant=normquant,
-        strided=bool(bit_field(c0, 8, 8)), norm_bytes=(1, 2, 4)[bit_field(c0, 13, 12)],
-        streamin=bool(bit_field(c0, 14, 14)), w_offset=w_offset, right_shift=bit_field(c0, 20, 16),
-        out_bits=out_bits, relu=not bit_field(c0, 23, 23), norm_shift=bool(bit_field(c0, 24, 24)),
-        norm_bias=bool(bit_field(c0, 25, 25)), nb=nb, rem=rem, rem_in=rem_in,
-        pad=(bit_field(p, 31, 28), bit_field(p, 23, 20), bit_field(p, 19, 16),
-             bit_field(p, 27, 24)), pad_value=p & 0xFF,
-        mask=(bit_field(m, 31, 24), bit_field(m, 15, 8), bit_field(m, 7, 0), bit_field(m, 23, 16)))
+        regs=tuple(regs), mode=mode, qw=c0.qwm1 + 1, normquant=normquant,
+        strided=bool(c0.strided_2x2), norm_bytes=NORM_BYTES[c0.norm_bits],
+        streamin=bool(c0.streamin), w_offset=w_offset, right_shift=c0.right_shift,
+        out_bits=out_bits, relu=not c0.quant_rect, norm_shift=bool(c0.norm_shift),
+        norm_bias=bool(c0.norm_bias), nb=nb, rem=rem, rem_in=rem_in,
+        pad=(p.top, p.bottom, p.left, p.right),
+        pad_value=p.value & 0xFF,  # 8-bit mode pads with VALUE[7:0] (digest 3.3; mode16 refused)
+        mask=(m.top, m.bottom, m.left, m.right))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -195,6 +219,9 @@ class JobResult:
     dense: tuple[int, int, int] | None = None
     #: written ranges per (first, last) subtile, shared by the jobs of one configuration
     range_cache: dict = field(default_factory=dict, repr=False, compare=False)
+    #: [first, end) byte of the output when the whole job is one strided store (``dense`` and
+    #: every element written), worked out once per configuration
+    whole: tuple[int, int] | None = None
 
     def written_ranges(self, first: int, last: int) -> list[tuple[int, int]]:
         """The bytes subtiles first..last-1 write, as merged [start, end) ranges."""
@@ -241,18 +268,15 @@ def weights(cfg: JobConfig, read: Reader) -> tuple[np.ndarray, list[tuple[int, i
     else:
         k_rows, kimaj = cfg.k_out, cfg.nb[3]
     lo, hi, index = _weight_bytes(base, d0, d1, cfg.mode, qw, k_rows, kimaj, taps)
-    raw = read(lo, hi - lo, "weights")[index]
-    key = (hashlib.blake2b(raw.tobytes(), digest_size=16).digest(), raw.shape, cfg.mode,
-           cfg.w_offset, cfg.mask, cfg.k_in, cfg.k_out)
-    w = _WEIGHTS.get(key)
-    if w is None:
-        w = _WEIGHTS[key] = _effective(raw, cfg, taps)
-        while len(_WEIGHTS) > 32:
-            _WEIGHTS.popitem(last=False)
+    key = (lo, hi, d0, d1, cfg.mode, qw, k_rows, kimaj, cfg.w_offset, cfg.mask, cfg.k_in,
+           cfg.k_out)
+    # kept while the bytes of [lo, hi) stay the same: no gather, no hash (issue 31 #2)
+    w = _WEIGHTS.get(key, read(lo, hi - lo, "weights"),
+                     lambda span: _effective(span[index], cfg, taps))
     return w, [(lo, hi)]
 
 
-_WEIGHTS: OrderedDict[tuple, np.ndarray] = OrderedDict()
+_WEIGHTS = ContentCache()
 
 
 @functools.lru_cache(maxsize=64)
@@ -297,6 +321,24 @@ def _effective(raw: np.ndarray, cfg: JobConfig, taps: int) -> np.ndarray:
     return w
 
 
+def _box(read: Reader, need: np.ndarray, k_in: int, x_ptr: int, d0: int, d1: int
+         ) -> tuple[int, int, np.ndarray, tuple[int, int]] | None:
+    """(first row, first column, the pixels [rows, columns, Ki] as a strided view of L1, the
+    range read) where the needed pixels form one rectangle (the usual case), else None."""
+    if not need.any():
+        return None
+    rows, cols = np.flatnonzero(need.any(axis=1)), np.flatnonzero(need.any(axis=0))
+    y0, y1, x0, x1 = int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1
+    if d0 < 0 or d1 < 0 or not need[y0:y1, x0:x1].all():
+        return None
+    lo = x_ptr + y0 * d1 + x0 * d0
+    hi = x_ptr + (y1 - 1) * d1 + (x1 - 1) * d0 + k_in
+    view = np.lib.stride_tricks.as_strided(read(lo, hi - lo, "input features"),
+                                           shape=(y1 - y0, x1 - x0, k_in),
+                                           strides=(d1, d0, 1), writeable=False)
+    return y0, x0, view, (lo, hi)
+
+
 def _gather(read: Reader, need: np.ndarray, shape: tuple[int, int, int], x_ptr: int, d0: int,
             d1: int, pad_value: int) -> tuple[np.ndarray, list[tuple[int, int]]]:
     """The job's input image [Y, X, Ki]: memory where ``need``, padding elsewhere. A rectangle
@@ -304,16 +346,12 @@ def _gather(read: Reader, need: np.ndarray, shape: tuple[int, int, int], x_ptr: 
     img = np.full(shape, pad_value, np.uint8)
     if not need.any():
         return img, []
-    rows, cols = np.flatnonzero(need.any(axis=1)), np.flatnonzero(need.any(axis=0))
-    y0, y1, x0, x1 = int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1
     k_in = shape[2]
-    if d0 >= 0 and d1 >= 0 and need[y0:y1, x0:x1].all():
-        lo = x_ptr + y0 * d1 + x0 * d0
-        hi = x_ptr + (y1 - 1) * d1 + (x1 - 1) * d0 + k_in
-        buf = read(lo, hi - lo, "input features")
-        img[y0:y1, x0:x1] = np.lib.stride_tricks.as_strided(
-            buf, shape=(y1 - y0, x1 - x0, k_in), strides=(d1, d0, 1), writeable=False)
-        return img, [(lo, hi)]
+    box = _box(read, need, k_in, x_ptr, d0, d1)
+    if box is not None:
+        y0, x0, view, span = box
+        img[y0:y0 + view.shape[0], x0:x0 + view.shape[1]] = view
+        return img, [span]
     yy = np.arange(shape[0], dtype=np.int64)[:, None, None]
     xx = np.arange(shape[1], dtype=np.int64)[None, :, None]
     addr = (x_ptr + yy * d1 + xx * d0 + np.arange(k_in, dtype=np.int64))[need]
@@ -336,6 +374,7 @@ class _Geometry:
     subtile: np.ndarray
     written: np.ndarray
     dense: tuple[int, int, int] | None
+    whole: tuple[int, int] | None  # JobResult.whole
     ranges: dict = field(default_factory=dict, repr=False, compare=False)  # JobResult's cache
 
 
@@ -370,7 +409,10 @@ def _geometry(cfg: JobConfig) -> _Geometry:
            out_addr(4), np.broadcast_to(subtile, written.shape).copy(), written]
     for a in out:
         a.flags.writeable = False
-    return _Geometry(*out[:3], rows_agree and cols_agree, *out[3:], dense)
+    addresses = out[3]
+    whole = (int(addresses.min()), int(addresses.max()) + elem) \
+        if dense and addresses.size and written.all() else None
+    return _Geometry(*out[:3], rows_agree and cols_agree, *out[3:], dense, whole)
 
 
 def execute(cfg: JobConfig, read: Reader) -> JobResult:
@@ -380,14 +422,25 @@ def execute(cfg: JobConfig, read: Reader) -> JobResult:
     win = cfg.win
     x_ptr, d0, d1 = cfg.reg("INFEAT_PTR"), cfg.reg("INFEAT_D0_STRIDE"), cfg.reg("INFEAT_D1_STRIDE")
     shape = ((cfg.nb[1] - 1) * 3 + win, (cfg.nb[2] - 1) * 3 + win, cfg.k_in)
-    img, reads = _gather(read, g.need, shape, x_ptr, d0, d1, cfg.pad_value)
     w, wreads = weights(cfg, read)
-    reads += wreads
-    if g.agree and cfg.mode != 1:  # one virtual image, its padding rows and columns set once
-        acc = IC.conv_sums(img.transpose(2, 0, 1), IC.packed_weights(w), (ho_n, wo_n), hwc=True)
-    else:  # depthwise always: its sums are a small part of the job
-        sums = K.window_sums_depthwise if cfg.mode == 1 else K.window_sums
-        acc = sums(img, w, g.rows_pad, g.cols_pad, np.uint8(cfg.pad_value), ho_n, wo_n)
+    # padding 0 around one rectangle of memory (a 'same' layer): the kernel reads L1 where it
+    # is and positions outside it as 0, so the input is not copied (issue 31 #2)
+    box = _box(read, g.need, cfg.k_in, x_ptr, d0, d1) \
+        if g.agree and cfg.mode != 1 and cfg.pad_value == 0 else None
+    if box is not None:
+        y0, x0, view, span = box
+        reads = [span, *wreads]
+        acc = IC.conv_sums(view.transpose(2, 0, 1), IC.packed_weights(w), (ho_n, wo_n),
+                           pad=(y0, x0), hwc=True)
+    else:
+        img, reads = _gather(read, g.need, shape, x_ptr, d0, d1, cfg.pad_value)
+        reads += wreads
+        if g.agree and cfg.mode != 1:  # one virtual image, its padding rows and columns set once
+            acc = IC.conv_sums(img.transpose(2, 0, 1), IC.packed_weights(w), (ho_n, wo_n),
+                               hwc=True)
+        else:  # depthwise always: its sums are a small part of the job
+            sums = K.window_sums_depthwise if cfg.mode == 1 else K.window_sums
+            acc = sums(img, w, g.rows_pad, g.cols_pad, np.uint8(cfg.pad_value), ho_n, wo_n)
     if cfg.streamin:  # int32 arithmetic wraps as the accumulators do
         a = g.in32[g.written]
         lo, hi = int(a.min()), int(a.max()) + 4
@@ -403,7 +456,8 @@ def execute(cfg: JobConfig, read: Reader) -> JobResult:
         elem = cfg.out_bits // 8
     else:
         values, elem = np.ascontiguousarray(acc, np.int32), 4
-    return JobResult(values, g.addresses, g.subtile, g.written, elem, reads, g.dense, g.ranges)
+    return JobResult(values, g.addresses, g.subtile, g.written, elem, reads, g.dense, g.ranges,
+                     g.whole)
 
 
 def normquant(cfg: JobConfig, acc: np.ndarray, read: Reader

@@ -337,22 +337,25 @@ class Ne16(Device):
         """Store the outputs of subtiles first..last-1 of ``subtiles`` (two's complement bytes,
         little-endian); a whole job with contiguous channels is one strided store."""
         base, size = self.l1.region.base, self.l1.region.size
-        whole = first == 0 and last == subtiles and res.written.all()
-        sel = res.written & (res.subtile >= first) & (res.subtile < last)
-        addr = res.addresses[sel] if not (whole and res.dense) else res.addresses
-        if not addr.size:
-            return
-        lo, hi = int(addr.min()), int(addr.max()) + res.elem
+        whole = first == 0 and last == subtiles and res.whole is not None
+        if whole:  # bounds kept per configuration: no pass over the job's elements
+            sel, (lo, hi) = None, res.whole
+        else:
+            sel = res.written & (res.subtile >= first) & (res.subtile < last)
+            addr = res.addresses[sel]
+            if not addr.size:
+                return
+            lo, hi = int(addr.min()), int(addr.max()) + res.elem
         if lo < base or hi > base + size:
             bad = lo if lo < base else hi - res.elem
             raise DeviceError(f"job output at {bad:#010x} is outside L1 ({base:#010x}-"
                               f"{base + size - 1:#010x})")
         dt = np.dtype(f"<u{res.elem}") if res.elem > 1 else np.dtype(np.uint8)
-        if whole and res.dense:
+        if whole:
             origin, d2, d1 = res.dense
             view = np.ndarray(res.values.shape, dt, self.l1.data, origin - base,
                               (d2, d1, res.elem))
-            view[...] = res.values.astype(dt)  # integer casts wrap: two's complement bytes
+            np.copyto(view, res.values, casting="unsafe")  # casts wrap: two's complement
         else:
             raw = res.values[sel].astype(dt).view(np.uint8).reshape(-1, res.elem)
             self.l1.data[(addr - base)[:, None] + np.arange(res.elem)] = raw

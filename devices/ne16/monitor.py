@@ -21,7 +21,7 @@ def _ne16(dev, ctx, args: list[str]) -> str:
     if args and args[0] == "job" and len(args) <= 2:
         c = dev.pointer if len(args) == 1 else {"C0": 0, "C1": 1}.get(args[1].upper())
         if c is None:
-            raise DeviceError("usage: ne16 job [C0|C1]")
+            raise dev.usage_error("ne16")
         regs = tuple(dev.regs.peek(f"{name}_C{c}") for name in J.JOB_REGISTERS)
         lines = [f"context C{c}:"]
         try:
@@ -35,7 +35,7 @@ def _ne16(dev, ctx, args: list[str]) -> str:
         if args[1:] == ["clear"]:
             dev.warnings.clear()
         return text
-    raise DeviceError("usage: ne16 queue | ne16 job [C0|C1] | ne16 warnings [clear]")
+    raise dev.usage_error("ne16")
 
 
 def _queue(dev) -> str:

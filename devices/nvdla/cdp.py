@@ -21,16 +21,16 @@ The tables are written through S_LUT_ACCESS_CFG (table, entry, write) and S_LUT_
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from ...emu.numeric.nvdla import round_shift, saturate
-from ..bits import bit_field, sign_extend
+from ..bits import sign_extend
+from ..description import FieldView
 from ..errors import DeviceError
-
-Reg = Callable[[str, str], int]
+from . import feature as F
+from .feature import Reg
 
 
 @dataclass
@@ -47,15 +47,18 @@ class Luts:
     def empty(cls) -> Luts:
         return cls(np.zeros(65, np.int64), np.zeros(257, np.int64))
 
-    def access_cfg(self, value: int) -> None:
-        self.table, self.entry, self.write = value >> 16 & 1, value & 0x3FF, bool(value >> 17 & 1)
+    def access_cfg(self, cfg: FieldView) -> None:
+        """S_LUT_ACCESS_CFG written: the table, entry and direction of the next accesses."""
+        self.table, self.entry = cfg.lut_table_id, cfg.lut_addr
+        self.write = bool(cfg.lut_access_type)
 
-    def access_data(self, value: int) -> None:
+    def access_data(self, data: FieldView) -> None:
+        """S_LUT_ACCESS_DATA written: the entry (int16) when the access is a write."""
         if not self.write:
             return
         table = self.lo if self.table else self.le
         if self.entry < table.size:
-            table[self.entry] = sign_extend(value, 16)
+            table[self.entry] = sign_extend(data.lut_data, 16)
         if self.entry < table.size - 1:  # the C model stops at the last entry
             self.entry += 1
 
@@ -94,39 +97,53 @@ class CdpConfig:
 
 
 def decode(reg: Reg) -> CdpConfig:
+    """CDP's and CDP_RDMA's consumer groups, their fields read by their names in
+    configs/nvdla.toml (issue 33 #1)."""
     def bad(msg: str) -> DeviceError:
         return DeviceError(f"CDP: {msg}")
 
-    if reg("CDP", "D_DATA_FORMAT") & 3 or reg("CDP_RDMA", "D_DATA_FORMAT") & 3:
+    if reg("CDP", "D_DATA_FORMAT").input_data_type or reg("CDP_RDMA", "D_DATA_FORMAT").input_data:
         raise bad("D_DATA_FORMAT selects INT16/FP16: nv_small normalises INT8 only")
-    w = bit_field(reg("CDP_RDMA", "D_DATA_CUBE_WIDTH"), 12, 0) + 1
-    h = bit_field(reg("CDP_RDMA", "D_DATA_CUBE_HEIGHT"), 12, 0) + 1
-    c = bit_field(reg("CDP_RDMA", "D_DATA_CUBE_CHANNEL"), 12, 0) + 1
-    src = (reg("CDP_RDMA", "D_SRC_BASE_ADDR_HIGH") << 32 | reg("CDP_RDMA", "D_SRC_BASE_ADDR_LOW"),
-           reg("CDP_RDMA", "D_SRC_LINE_STRIDE"), reg("CDP_RDMA", "D_SRC_SURFACE_STRIDE"))
-    dst = (reg("CDP", "D_DST_BASE_ADDR_HIGH") << 32 | reg("CDP", "D_DST_BASE_ADDR_LOW"),
-           reg("CDP", "D_DST_LINE_STRIDE"), reg("CDP", "D_DST_SURFACE_STRIDE"))
+    w = reg("CDP_RDMA", "D_DATA_CUBE_WIDTH").width + 1
+    h = reg("CDP_RDMA", "D_DATA_CUBE_HEIGHT").height + 1
+    c = reg("CDP_RDMA", "D_DATA_CUBE_CHANNEL").channel + 1
+    src = F.cube_address(reg, "CDP_RDMA", "src")
+    dst = F.cube_address(reg, "CDP", "dst")
     byp = reg("CDP", "D_FUNC_BYPASS")
     lut_cfg, info = reg("CDP", "S_LUT_CFG"), reg("CDP", "S_LUT_INFO")
 
-    def wide(name: str) -> int:  # 38-bit signed: HIGH[5:0] and LOW
-        return sign_extend(reg("CDP", f"{name}_HIGH") << 32 | reg("CDP", f"{name}_LOW"), 38)
+    def wide(name: str) -> int:  # signed: HIGH's 6 bits above LOW's 32
+        f = name.lower()[2:]  # S_LUT_LE_START -> lut_le_start_high, lut_le_start_low
+        high = reg("CDP", f"{name}_HIGH")
+        value = getattr(high, f"{f}_high") << 32 | getattr(reg("CDP", f"{name}_LOW"), f"{f}_low")
+        return sign_extend(value, 32 + high.fields[f"{f}_high"].width)
 
-    def slopes(t: str) -> tuple[int, int, int, int]:
-        sc, sh = reg("CDP", f"S_LUT_{t}_SLOPE_SCALE"), reg("CDP", f"S_LUT_{t}_SLOPE_SHIFT")
-        return (sign_extend(sc, 16), sign_extend(sh, 5),
-                sign_extend(sc >> 16, 16), sign_extend(sh >> 5, 5))
+    def slopes(t: str) -> tuple[int, int, int, int]:  # uflow scale, shift, oflow scale, shift
+        out = []
+        for flow in ("uflow", "oflow"):
+            for kind in ("SCALE", "SHIFT"):
+                v = reg("CDP", f"S_LUT_{t}_SLOPE_{kind}")
+                f = f"lut_{t.lower()}_slope_{flow}_{kind.lower()}"
+                out.append(sign_extend(getattr(v, f), v.fields[f].width))  # signed fields
+        return out[0], out[1], out[2], out[3]
 
     return CdpConfig(
-        w, h, c, src, dst, bit_field(reg("CDP", "D_LRN_CFG"), 1, 0) + 1,
-        bool(byp & 1), bool(byp >> 1 & 1),
-        (sign_extend(reg("CDP", "D_DATIN_OFFSET"), 8), sign_extend(reg("CDP", "D_DATIN_SCALE"), 16),
-         bit_field(reg("CDP", "D_DATIN_SHIFTER"), 4, 0)),
-        (sign_extend(reg("CDP", "D_DATOUT_OFFSET"), 25),
-         sign_extend(reg("CDP", "D_DATOUT_SCALE"), 16),
-         bit_field(reg("CDP", "D_DATOUT_SHIFTER"), 5, 0)),
-        not lut_cfg & 1, (bool(lut_cfg >> 4 & 1), bool(lut_cfg >> 5 & 1), bool(lut_cfg >> 6 & 1)),
-        sign_extend(info, 8), sign_extend(info >> 8, 6), sign_extend(info >> 16, 6),
+        w, h, c, src, dst, reg("CDP", "D_LRN_CFG").normalz_len + 1,
+        bool(byp.sqsum_bypass), bool(byp.mul_bypass),
+        # the converters' widths as the C model takes them: an int8 input offset (INT8 data),
+        # a 25-bit output offset, of the 16- and 32-bit fields
+        (sign_extend(reg("CDP", "D_DATIN_OFFSET").datin_offset, 8),
+         sign_extend(reg("CDP", "D_DATIN_SCALE").datin_scale, 16),
+         reg("CDP", "D_DATIN_SHIFTER").datin_shifter),
+        (sign_extend(reg("CDP", "D_DATOUT_OFFSET").datout_offset, 25),
+         sign_extend(reg("CDP", "D_DATOUT_SCALE").datout_scale, 16),
+         reg("CDP", "D_DATOUT_SHIFTER").datout_shifter),
+        not lut_cfg.lut_le_function,
+        (bool(lut_cfg.lut_uflow_priority), bool(lut_cfg.lut_oflow_priority),
+         bool(lut_cfg.lut_hybrid_priority)),
+        # the index select fields are 8 bits; their values are signed 6-bit (C model)
+        sign_extend(info.lut_le_index_offset, 8), sign_extend(info.lut_le_index_select, 6),
+        sign_extend(info.lut_lo_index_select, 6),
         (wide("S_LUT_LE_START"), wide("S_LUT_LE_END")), (wide("S_LUT_LO_START"),
                                                          wide("S_LUT_LO_END")),
         slopes("LE"), slopes("LO"))

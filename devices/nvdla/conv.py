@@ -1,6 +1,7 @@
 """One hardware layer of the convolution pipeline (CDMA, CSC, CMAC_A/B, CACC): the consumer
-groups' registers decoded and checked against each other, then the direct INT8 convolution and
-CACC's rounding and saturation. What leaves CACC goes to SDP (sdp.py); nv_small's CACC writes
+groups' registers decoded and checked against each other, then the direct INT8 convolution;
+CACC's rounding and saturation run in one pass with SDP's stages (sdp.process, the kernel
+emu/numeric/nvdla.py post_process). What leaves CACC goes to SDP; nv_small's CACC writes
 nothing to memory itself.
 
 Semantics (seed 004 "Lnnn", digest shared/devices/nvdla.md "digest x.y"; decisions in
@@ -38,14 +39,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...emu.conv import int_conv as IC
-from ...emu.numeric.nvdla import cdma_convert, round_shift, saturate
-from ..bits import bit_field, sign_extend
+from ...emu.numeric.nvdla import cdma_convert
+from ..bits import sign_extend
+from ..content_cache import ContentCache
+from ..description import FieldView
 from ..errors import DeviceError
 from . import feature as F
 from . import pixel as PX
 
-#: reads a register of the consumer group: (unit, register) -> value
-Reg = Callable[[str, str], int]
+#: reads a register of the consumer group by field name: (unit, register) -> FieldView
+Reg = Callable[[str, str], FieldView]
+#: bits of nv_small's one data type (INT8): pad values are taken from the low byte
+INT8 = 8
 
 
 @dataclass(frozen=True)
@@ -97,39 +102,43 @@ class ConvConfig:
 
 def decode(reg: Reg) -> ConvConfig:
     """The consumer groups of CDMA, CSC, CMAC_A/B and CACC as one convolution; inconsistent or
-    unsupported settings raise DeviceError naming the registers."""
+    unsupported settings raise DeviceError naming the registers. Fields are read by their names
+    in configs/nvdla.toml (issue 33 #1)."""
     def bad(msg: str) -> DeviceError:
         return DeviceError(f"convolution: {msg}")
 
     misc = {u: reg(u, "D_MISC_CFG") for u in ("CDMA", "CSC", "CMAC_A", "CMAC_B", "CACC")}
     for u, v in misc.items():
-        if v & 1:
+        if v.conv_mode:
             raise bad(f"{u}_D_MISC_CFG.conv_mode is WINOGRAD: nv_small has no Winograd "
                       "(spec/defs/nv_small.spec)")
-        if bit_field(v, 13, 12):
-            raise bad(f"{u}_D_MISC_CFG.proc_precision is {bit_field(v, 13, 12)}: nv_small computes "
+        if v.proc_precision:
+            raise bad(f"{u}_D_MISC_CFG.proc_precision is {v.proc_precision}: nv_small computes "
                       "INT8 only")
-    if bit_field(misc["CDMA"], 9, 8):
+    cdma_misc = misc["CDMA"]
+    if cdma_misc.in_precision:
         raise bad("CDMA_D_MISC_CFG.in_precision is not INT8: nv_small reads INT8 only")
-    flags = 0x11110000  # DATA_REUSE, WEIGHT_REUSE, SKIP_DATA_RLS, SKIP_WEIGHT_RLS
-    if misc["CDMA"] & flags != misc["CSC"] & flags:
+    flags = ("data_reuse", "weight_reuse", "skip_data_rls", "skip_weight_rls")
+    reuse = (bool(cdma_misc.data_reuse), bool(cdma_misc.weight_reuse))
+    keep = (bool(cdma_misc.skip_data_rls), bool(cdma_misc.skip_weight_rls))
+    if any(getattr(cdma_misc, f) != getattr(misc["CSC"], f) for f in flags):
         raise bad("CSC_D_MISC_CFG's reuse and release flags differ from CDMA_D_MISC_CFG's")
-    pixel_in = reg("CDMA", "D_DATAIN_FORMAT") & 1
-    if reg("CSC", "D_DATAIN_FORMAT") & 1 != pixel_in:
+    pixel_in = reg("CDMA", "D_DATAIN_FORMAT").datain_format
+    if reg("CSC", "D_DATAIN_FORMAT").datain_format != pixel_in:
         raise bad("CSC_D_DATAIN_FORMAT.datain_format differs from CDMA_D_DATAIN_FORMAT's")
-    if reg("CDMA", "D_WEIGHT_FORMAT") & 1 or reg("CSC", "D_WEIGHT_FORMAT") & 1:
+    if reg("CDMA", "D_WEIGHT_FORMAT").weight_format or reg("CSC", "D_WEIGHT_FORMAT").weight_format:
         raise bad("D_WEIGHT_FORMAT is COMPRESSED: nv_small has no weight compression")
     size0, size1 = reg("CDMA", "D_DATAIN_SIZE_0"), reg("CDMA", "D_DATAIN_SIZE_1")
-    w, h, c = bit_field(size0, 12, 0) + 1, bit_field(size0, 28, 16) + 1, bit_field(size1, 12, 0) + 1
+    w, h, c = size0.datain_width + 1, size0.datain_height + 1, size1.datain_channel + 1
     ext0 = reg("CSC", "D_DATAIN_SIZE_EXT_0")
-    if (bit_field(ext0, 12, 0) + 1, bit_field(ext0, 28, 16) + 1) != (w, h):
-        raise bad(f"CSC_D_DATAIN_SIZE_EXT_0 ({ext0:#x}) differs from CDMA_D_DATAIN_SIZE_0 "
-                  f"({size0:#x}) (L903)")
-    if bit_field(reg("CSC", "D_DATAIN_SIZE_EXT_1"), 12, 0) + 1 != c:
+    if (ext0.datain_width_ext + 1, ext0.datain_height_ext + 1) != (w, h):
+        raise bad(f"CSC_D_DATAIN_SIZE_EXT_0 ({ext0.raw:#x}) differs from CDMA_D_DATAIN_SIZE_0 "
+                  f"({size0.raw:#x}) (L903)")
+    if reg("CSC", "D_DATAIN_SIZE_EXT_1").datain_channel_ext + 1 != c:
         raise bad("CSC_D_DATAIN_SIZE_EXT_1 differs from CDMA_D_DATAIN_SIZE_1")
     wext0, wext1 = reg("CSC", "D_WEIGHT_SIZE_EXT_0"), reg("CSC", "D_WEIGHT_SIZE_EXT_1")
-    s, r = bit_field(wext0, 4, 0) + 1, bit_field(wext0, 20, 16) + 1
-    k, kc = bit_field(wext1, 28, 16) + 1, bit_field(wext1, 12, 0) + 1
+    s, r = wext0.weight_width_ext + 1, wext0.weight_height_ext + 1
+    k, kc = wext1.weight_kernel + 1, wext1.weight_channel_ext + 1
     pixel, y_ext = None, 1
     if pixel_in:
         pixel = PX.decode(reg, w)
@@ -140,58 +149,58 @@ def decode(reg: Reg) -> ConvConfig:
             raise bad(f"CSC_D_WEIGHT_SIZE_EXT_0.weight_width_ext is {s - 1}: with pixel input "
                       "CSC takes the kernel's width into its channels, the width is 1")
         s = -(-kc // c)  # pixels a kernel row covers
-        ext = bit_field(reg("CSC", "D_POST_Y_EXTENSION"), 1, 0)
+        ext = reg("CSC", "D_POST_Y_EXTENSION").y_extension
         if ext == 3:
             raise bad("CSC_D_POST_Y_EXTENSION.y_extension is 3: 0, 1 or 2 (1, 2 or 4 rows)")
         y_ext = 1 << ext
         if y_ext > 1 and kc > F.ATOM // y_ext:
             raise bad(f"CSC_D_POST_Y_EXTENSION puts {y_ext} rows in one atom: a row may hold "
                       f"{F.ATOM // y_ext} weights, CSC_D_WEIGHT_SIZE_EXT_1 gives {kc}")
-        if reg("CSC", "D_DILATION_EXT"):
+        if reg("CSC", "D_DILATION_EXT").raw:
             raise bad("CSC_D_DILATION_EXT is not 0: CSC's image path has no dilation")
     elif kc != c:
         raise bad("CSC_D_WEIGHT_SIZE_EXT_1.weight_channel_ext differs from the input channels")
-    if bit_field(reg("CDMA", "D_WEIGHT_SIZE_1"), 12, 0) + 1 != k:
+    if reg("CDMA", "D_WEIGHT_SIZE_1").weight_kernel + 1 != k:
         raise bad("CDMA_D_WEIGHT_SIZE_1 and CSC_D_WEIGHT_SIZE_EXT_1 give different kernel "
                   "counts")
-    bpk = bit_field(reg("CDMA", "D_WEIGHT_SIZE_0"), 17, 0) + 1
+    bpk = reg("CDMA", "D_WEIGHT_SIZE_0").byte_per_kernel + 1
     row = kc if pixel else s * c
     if bpk != r * row:
         shape = f"{r}x{kc}" if pixel else f"{r}x{s}x{c}"
         raise bad(f"CDMA_D_WEIGHT_SIZE_0 says {bpk} bytes per kernel, the kernel is "
                   f"{shape} = {r * row} (L479)")
-    for u in ("CDMA", "CSC"):  # the drivers round the total up to 128 bytes
-        if reg(u, "D_WEIGHT_BYTES") < bpk * k:
-            raise bad(f"{u}_D_WEIGHT_BYTES is {reg(u, 'D_WEIGHT_BYTES')}, the weights take "
-                      f"{bpk * k} bytes (L539)")
-    if reg("CDMA", "D_WEIGHT_BYTES") != reg("CSC", "D_WEIGHT_BYTES"):
+    wbytes = {u: reg(u, "D_WEIGHT_BYTES").weight_bytes for u in ("CDMA", "CSC")}
+    for u, n in wbytes.items():  # the drivers round the total up to 128 bytes
+        if n < bpk * k:
+            raise bad(f"{u}_D_WEIGHT_BYTES is {n}, the weights take {bpk * k} bytes (L539)")
+    if wbytes["CDMA"] != wbytes["CSC"]:
         raise bad("CSC_D_WEIGHT_BYTES differs from CDMA_D_WEIGHT_BYTES (L1482)")
     for name, line in (("D_ENTRY_PER_SLICE", "L433, L963"), ("D_BANK", "L741, L1160")):
-        if reg("CDMA", name) != reg("CSC", name):  # how the two share the convolution buffer
+        if reg("CDMA", name).raw != reg("CSC", name).raw:  # how they share the buffer
             raise bad(f"CSC_{name} differs from CDMA_{name} ({line})")
-    batches = bit_field(reg("CDMA", "D_BATCH_NUMBER"), 4, 0) + 1
+    batches = reg("CDMA", "D_BATCH_NUMBER").batches + 1
     for u in ("CSC", "CACC"):
-        if bit_field(reg(u, "D_BATCH_NUMBER"), 4, 0) + 1 != batches:
+        if reg(u, "D_BATCH_NUMBER").batches + 1 != batches:
             raise bad(f"{u}_D_BATCH_NUMBER differs from CDMA_D_BATCH_NUMBER")
     st = reg("CDMA", "D_CONV_STRIDE")
-    stride = (bit_field(st, 18, 16) + 1, bit_field(st, 2, 0) + 1)
+    stride = (st.conv_y_stride + 1, st.conv_x_stride + 1)
     st2 = reg("CSC", "D_CONV_STRIDE_EXT")
-    if (bit_field(st2, 18, 16) + 1, bit_field(st2, 2, 0) + 1) != stride:
+    if (st2.conv_y_stride_ext + 1, st2.conv_x_stride_ext + 1) != stride:
         raise bad("CSC_D_CONV_STRIDE_EXT differs from CDMA_D_CONV_STRIDE (L678)")
     dil = reg("CSC", "D_DILATION_EXT")
-    dilation = (bit_field(dil, 20, 16) + 1, bit_field(dil, 4, 0) + 1)
+    dilation = (dil.y_dilation_ext + 1, dil.x_dilation_ext + 1)
     zp = reg("CDMA", "D_ZERO_PADDING")
-    pad = (bit_field(zp, 20, 16), bit_field(zp, 29, 24), bit_field(zp, 4, 0), bit_field(zp, 13, 8))
+    pad = (zp.pad_top, zp.pad_bottom, zp.pad_left, zp.pad_right)
     zp2 = reg("CSC", "D_ZERO_PADDING")
-    if (bit_field(zp2, 20, 16), bit_field(zp2, 4, 0)) != (pad[0], pad[2]):
+    if (zp2.pad_top, zp2.pad_left) != (pad[0], pad[2]):
         raise bad("CSC_D_ZERO_PADDING (left, top) differs from CDMA_D_ZERO_PADDING (L1138)")
-    pad_raw = reg("CDMA", "D_ZERO_PADDING_VALUE") & 0xFFFF
-    if reg("CSC", "D_ZERO_PADDING_VALUE") & 0xFFFF != pad_raw:
+    pad_raw = reg("CDMA", "D_ZERO_PADDING_VALUE").pad_value
+    if reg("CSC", "D_ZERO_PADDING_VALUE").pad_value != pad_raw:
         # CDMA pads an image's lines, CSC everything else (C model): one value (L719, L1154)
         raise bad("CSC_D_ZERO_PADDING_VALUE differs from CDMA_D_ZERO_PADDING_VALUE (L719)")
-    pad_value = sign_extend(pad_raw & 0xFF, 8)
+    pad_value = sign_extend(pad_raw, INT8)  # INT8: the value's low byte as int8 (L705-715)
     out0, out1 = reg("CSC", "D_DATAOUT_SIZE_0"), reg("CSC", "D_DATAOUT_SIZE_1")
-    out_w, out_h = bit_field(out0, 12, 0) + 1, bit_field(out0, 28, 16) + 1
+    out_w, out_h = out0.dataout_width + 1, out0.dataout_height + 1
     span_w, span_h = (s - 1) * dilation[1] + 1, (r - 1) * dilation[0] + 1
     if span_w > w + pad[2] + pad[3] or span_h > h + pad[0] + pad[1]:
         raise bad(f"the kernel spans {span_w}x{span_h} (CSC_D_WEIGHT_SIZE_EXT_0, D_DILATION_EXT), "
@@ -202,31 +211,33 @@ def decode(reg: Reg) -> ConvConfig:
     if (out_w, out_h) != (ew, eh):
         raise bad(f"CSC_D_DATAOUT_SIZE_0 gives {out_w}x{out_h}, the input, kernel, padding, "
                   f"stride and dilation give {ew}x{eh} (L1050)")
-    if bit_field(out1, 12, 0) + 1 != k:
+    if out1.dataout_channel + 1 != k:
         raise bad("CSC_D_DATAOUT_SIZE_1 differs from the kernel count")
     c0, c1 = reg("CACC", "D_DATAOUT_SIZE_0"), reg("CACC", "D_DATAOUT_SIZE_1")
-    if c0 != out0 & 0x1FFF1FFF or bit_field(c1, 12, 0) != bit_field(out1, 12, 0):
+    if (c0.dataout_width, c0.dataout_height, c1.dataout_channel) != \
+            (out0.dataout_width, out0.dataout_height, out1.dataout_channel):
         raise bad("CACC_D_DATAOUT_SIZE_0/1 differ from CSC's (L1321)")
-    clip = bit_field(reg("CACC", "D_CLIP_CFG"), 4, 0)
+    clip = reg("CACC", "D_CLIP_CFG").clip_truncate
     if clip > 16:
         raise bad(f"CACC_D_CLIP_CFG.clip_truncate is {clip}, more than 16 (L1427)")
-    line, surf = reg("CDMA", "D_LINE_STRIDE"), reg("CDMA", "D_SURF_STRIDE")
+    line = reg("CDMA", "D_LINE_STRIDE").line_stride
+    surf = reg("CDMA", "D_SURF_STRIDE").surf_stride
     dmap = reg("CDMA", "D_DAIN_MAP")
-    if dmap & 1:  # line packed: the lines follow each other (L359)
+    if dmap.line_packed:  # the lines follow each other (L359)
         line = w * F.ATOM
-    if dmap >> 16 & 1:  # surface packed
+    if dmap.surf_packed:
         surf = line * h
-    in_addr = reg("CDMA", "D_DAIN_ADDR_HIGH_0") << 32 | reg("CDMA", "D_DAIN_ADDR_LOW_0")
-    wt_addr = reg("CDMA", "D_WEIGHT_ADDR_HIGH") << 32 | reg("CDMA", "D_WEIGHT_ADDR_LOW")
+    in_addr = reg("CDMA", "D_DAIN_ADDR_HIGH_0").datain_addr_high_0 << 32 \
+        | reg("CDMA", "D_DAIN_ADDR_LOW_0").datain_addr_low_0
+    wt_addr = reg("CDMA", "D_WEIGHT_ADDR_HIGH").weight_addr_high << 32 \
+        | reg("CDMA", "D_WEIGHT_ADDR_LOW").weight_addr_low
     cvt_cfg = reg("CDMA", "D_CVT_CFG")
-    cvt = (sign_extend(reg("CDMA", "D_CVT_OFFSET") & 0xFFFF, 16),
-           sign_extend(reg("CDMA", "D_CVT_SCALE") & 0xFFFF, 16), bit_field(cvt_cfg, 9, 4)) \
-        if cvt_cfg & 1 else None
+    cvt = (sign_extend(reg("CDMA", "D_CVT_OFFSET").cvt_offset, 16),
+           sign_extend(reg("CDMA", "D_CVT_SCALE").cvt_scale, 16), cvt_cfg.cvt_truncate) \
+        if cvt_cfg.cvt_en else None
     return ConvConfig(w, h, c, k, r, s, batches, in_addr, line, surf, wt_addr, stride, dilation,
-                      pad, pad_value, out_w, out_h, clip, cvt, pixel, kc, y_ext,
-                      (bool(misc["CDMA"] >> 16 & 1), bool(misc["CDMA"] >> 20 & 1)),
-                      (bool(misc["CDMA"] >> 24 & 1), bool(misc["CDMA"] >> 28 & 1)),
-                      reg("CDMA", "D_BANK"))
+                      pad, pad_value, out_w, out_h, clip, cvt, pixel, kc, y_ext, reuse, keep,
+                      reg("CDMA", "D_BANK").raw)
 
 
 @dataclass(frozen=True)
@@ -239,13 +250,24 @@ class Kept:
 
 
 def read_weights(cfg: ConvConfig, data: np.ndarray) -> np.ndarray:
-    """int8 weights [K, R, S, C] from the layer's weight bytes; with pixel input the rows'
-    positions past WEIGHT_CHANNEL_EXT weigh 0."""
+    """int8 weights [K, R, S, C] (read-only) from the layer's weight bytes; with pixel input the
+    rows' positions past WEIGHT_CHANNEL_EXT weigh 0. The same array while the bytes and the
+    layout are the same, so the kernel's packed form (kept per read-only array by
+    emu/conv/int_conv.py) is made once, not per layer (issue 31 #2)."""
+    # per address too: a network's layers of one shape each keep their own
+    key = (cfg.wt_addr, cfg.k, cfg.c, cfg.r, cfg.s, cfg.pixel is not None, cfg.kc, cfg.y_ext)
+    return _WEIGHTS.get(key, data, lambda raw: _readonly(_decode_weights(cfg, raw)))
+
+
+def _decode_weights(cfg: ConvConfig, data: np.ndarray) -> np.ndarray:
     if cfg.pixel is None:
         return F.read_weights(data, 0, cfg.k, cfg.c, cfg.r, cfg.s)
     rows = F.read_image_weights(data, 0, cfg.k, cfg.r, cfg.kc, cfg.y_ext)
     rows = np.pad(rows, ((0, 0), (0, 0), (0, cfg.s * cfg.c - cfg.kc)))
     return rows.reshape(cfg.k, cfg.r, cfg.s, cfg.c)
+
+
+_WEIGHTS = ContentCache()
 
 
 def convert_input(cfg: ConvConfig, image: np.ndarray) -> np.ndarray:
@@ -256,30 +278,26 @@ def convert_input(cfg: ConvConfig, image: np.ndarray) -> np.ndarray:
     return image if cfg.cvt is None else cdma_convert(image, *cfg.cvt)
 
 
-def convolve(cfg: ConvConfig, image: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """int32 sums [K, OH, OW] of one batch: ``image`` int8 [C, H, W], ``weights`` int8
-    [K, R, S, C]; padding positions read the pad value P. The kernel reads positions outside
-    the image as its zero point, so with zero point P it sums (x - P) * w over the padded
-    image; adding P * sum(w) per kernel gives the sums of x * w (exact modulo 2**32, where
-    int8 sums never reach)."""
+def convolve(cfg: ConvConfig, image: np.ndarray, weights: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """The sums of one batch as the shared kernel's whole work array, int32 [K rounded up, OH,
+    OW rounded up] (valid until the thread's next convolution), and int64 [K] to add to them
+    (wrapping to 32 bits): ``image`` int8 [C, H, W], ``weights`` int8 [K, R, S, C] (read-only:
+    :func:`read_weights`); padding positions read the pad value P. The kernel reads positions
+    outside the image as its zero point, so with zero point P it sums (x - P) * w over the
+    padded image; adding P * sum(w) per kernel gives the sums of x * w (exact modulo 2**32,
+    where int8 sums never reach). CACC and SDP take both in one pass
+    (emu/numeric/nvdla.py post_process), so nothing here copies the sums."""
     top, _, left, _ = cfg.pad
-    packed = IC.packed_weights(_readonly(weights.astype(np.int16)))
-    sums = IC.conv_sums(image, packed, (cfg.out_h, cfg.out_w), zero_point=cfg.pad_value,
-                        pad=(top, left), stride=cfg.stride, dilation=cfg.dilation)
+    sums = IC.conv_sums(image, IC.packed_weights(weights), (cfg.out_h, cfg.out_w),
+                        zero_point=cfg.pad_value, pad=(top, left), stride=cfg.stride,
+                        dilation=cfg.dilation, padded=True)
+    add = np.zeros(cfg.k, np.int64)
     if cfg.pad_value:
-        total = weights.reshape(cfg.k, -1).sum(axis=1, dtype=np.int64) * cfg.pad_value
-        sums = sums + total.astype(np.int32)[:, None, None]
-    return sums
+        add += weights.reshape(cfg.k, -1).sum(axis=1, dtype=np.int64) * cfg.pad_value
+    return sums, add
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
     a.flags.writeable = False
     return a
-
-
-def cacc(sums: np.ndarray, clip: int) -> tuple[np.ndarray, int]:
-    """CACC: sums / 2^clip rounded half away from zero, saturated to int32; and the number
-    saturated ([EXT] cmod NV_NVDLA_cacc.cpp)."""
-    v = round_shift(sums, clip)
-    out = saturate(v, 32)
-    return out, int(np.count_nonzero(out != v))

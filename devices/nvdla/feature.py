@@ -19,13 +19,30 @@ sure the whole range lies in that memory (:func:`feature_span`).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import numpy as np
 
+from ..description import FieldView
 from ..ranges import merge_ranges
 
 ATOM = 8  # bytes of a memory atom = channels of an int8 surface (nv_small)
 ATOM_K = 8  # kernels of a weight group (nv_small MAC_ATOMIC_K_SIZE_8)
+
+#: reads a register of a unit's consumer group by field name: (unit, register) -> FieldView
+Reg = Callable[[str, str], FieldView]
+
+
+def cube_address(reg: Reg, unit: str, kind: str) -> tuple[int, int, int]:
+    """(base address, line stride, surface stride) of the cube ``unit`` reads or writes as
+    ``kind`` ("src", "dst", or an SDP_RDMA operand "bs"/"bn"): its D_<KIND>_BASE_ADDR_HIGH/LOW,
+    D_<KIND>_LINE_STRIDE and D_<KIND>_SURFACE_STRIDE, read by field name (<kind>_base_addr_high,
+    ...), the same in every unit of configs/nvdla.toml."""
+    k, up = kind.lower(), kind.upper()
+    high = getattr(reg(unit, f"D_{up}_BASE_ADDR_HIGH"), f"{k}_base_addr_high")
+    low = getattr(reg(unit, f"D_{up}_BASE_ADDR_LOW"), f"{k}_base_addr_low")
+    return (high << 32 | low, getattr(reg(unit, f"D_{up}_LINE_STRIDE"), f"{k}_line_stride"),
+            getattr(reg(unit, f"D_{up}_SURFACE_STRIDE"), f"{k}_surface_stride"))
 
 
 def feature_span(c: int, h: int, w: int, line: int, surf: int) -> int:
@@ -44,26 +61,81 @@ def _feature_index(c: int, h: int, w: int, line: int, surf: int) -> np.ndarray:
     return idx
 
 
+def _surfaces(data: np.ndarray, offset: int, c: int, h: int, w: int, line: int, surf: int
+              ) -> tuple[np.ndarray, np.ndarray | None]:
+    """The cube's bytes in memory as strided views (no copy): its whole surfaces [S, H, W, 8]
+    and the last surface's channels [H, W, C % 8] (None when C is a multiple of 8)."""
+    full, rest = divmod(c, ATOM)
+    base = data[offset:offset + feature_span(c, h, w, line, surf)]
+    strided = np.lib.stride_tricks.as_strided
+    whole = strided(base, (full, h, w, ATOM), (surf, line, ATOM, 1))
+    last = strided(base[full * surf:], (h, w, rest), (line, ATOM, 1)) if rest else None
+    return whole, last
+
+
 def read_feature(data: np.ndarray, offset: int, c: int, h: int, w: int, line: int,
-                 surf: int) -> np.ndarray:
-    """int8 cube [C, H, W] stored at ``offset``."""
-    idx = _feature_index(c, h, w, line, surf)
-    return data[offset:offset + feature_span(c, h, w, line, surf)][idx].view(np.int8)
+                 surf: int, channels_last: bool = False) -> np.ndarray:
+    """int8 cube [C, H, W] stored at ``offset``: a new array, whose memory is [H, W, C] when
+    ``channels_last`` (the convolution kernel's input layout: then it is not copied again).
+    Copied surface by surface through strided views (issue 31 #2: a gather through an index
+    array cost ~3x more)."""
+    whole, last = _surfaces(data, offset, c, h, w, line, surf)
+    full = whole.shape[0] * ATOM
+    if channels_last:
+        hwc = np.empty((h, w, -(-c // ATOM) * ATOM), np.uint8)
+        atoms = hwc.view(np.uint64)[:, :, :whole.shape[0]]
+        if (offset | line | surf) % ATOM == 0:  # aligned atoms: one 8-byte move per atom
+            base = data[offset:offset + feature_span(c, h, w, line, surf)].view(np.uint64)
+            atoms[...] = np.lib.stride_tricks.as_strided(
+                base, (h, w, whole.shape[0]), (line, ATOM, surf))
+        else:
+            hwc.reshape(h, w, -1, ATOM)[:, :, :whole.shape[0]] = whole.transpose(1, 2, 0, 3)
+        cube = hwc.transpose(2, 0, 1)[:c]
+    else:
+        cube = np.empty((c, h, w), np.uint8)
+        cube[:full].reshape(-1, ATOM, h, w)[...] = whole.transpose(0, 3, 1, 2)
+    if last is not None:
+        cube[full:] = last.transpose(2, 0, 1)
+    return cube.view(np.int8)
 
 
 def write_feature(data: np.ndarray, offset: int, cube: np.ndarray, line: int, surf: int) -> None:
-    """Store the int8 cube [C, H, W] at ``offset`` (bytes between atoms keep their values)."""
+    """Store the int8 cube [C, H, W] at ``offset`` (bytes between atoms keep their values).
+    Through strided views where no two elements share a byte (the usual layouts); else through
+    the index array, whose order decides which element a shared byte keeps."""
     c, h, w = cube.shape
+    if not _unique(c, h, w, line, surf):
+        idx = _feature_index(c, h, w, line, surf)
+        data[offset:offset + feature_span(c, h, w, line, surf)][idx] = cube.view(np.uint8)
+        return
+    whole, last = _surfaces(data, offset, c, h, w, line, surf)
+    src = cube.view(np.uint8)
+    full = whole.shape[0] * ATOM
+    whole[...] = src[:full].reshape(-1, ATOM, h, w).transpose(0, 2, 3, 1)
+    if last is not None:
+        last[...] = src[full:].transpose(1, 2, 0)
+
+
+@functools.lru_cache(maxsize=32)
+def _unique(c: int, h: int, w: int, line: int, surf: int) -> bool:
+    """Whether every element of the cube has a byte of its own."""
     idx = _feature_index(c, h, w, line, surf)
-    data[offset:offset + feature_span(c, h, w, line, surf)][idx] = cube.view(np.uint8)
+    return bool(np.unique(idx).size == idx.size)
 
 
 def written_ranges(addr: int, c: int, h: int, w: int, line: int, surf: int
                    ) -> list[tuple[int, int]]:
     """The [start, end) bus ranges a feature cube's atoms occupy (one per line of a surface,
-    merged where lines touch or overlap)."""
+    merged where lines touch or overlap); kept per cube placement (a layer writes the same one
+    on every run: building them took ~70 us, more than storing the cube)."""
+    return list(_written_ranges(addr, c, h, w, line, surf))
+
+
+@functools.lru_cache(maxsize=64)
+def _written_ranges(addr: int, c: int, h: int, w: int, line: int, surf: int
+                    ) -> tuple[tuple[int, int], ...]:
     starts = (addr + s * surf + y * line for s in range(-(-c // ATOM)) for y in range(h))
-    return merge_ranges([(a, a + w * ATOM) for a in starts])
+    return tuple(merge_ranges([(a, a + w * ATOM) for a in starts]))
 
 
 @functools.lru_cache(maxsize=32)

@@ -32,14 +32,17 @@ writes; those writes are counted (``ro_writes``): the trace tests write every re
 """
 from __future__ import annotations
 
+import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from ..bus import Memory
-from ..description import load_description
+from ..description import FieldView, load_description
 from ..device import Device, MonitorCommand, ProgramOptions, Touched, Unit, UnitContext
 from ..errors import BusError, DeviceError
 from ..host import HostProgram, plan_units
@@ -93,16 +96,20 @@ class Nvdla(Device):
         self.ro_writes: Counter[str] = Counter()
         self.events: Counter[str] = Counter()
         self._names = {r.name for r in self.description.registers}
+        #: (thread, decodes) of the layer execute_unit runs (None outside it)
+        self._memo: tuple[int, dict] | None = None
         r = self.regs
         for reg in self.description.registers:
             if reg.group != "emu" and not any(f.access in ("rw", "wo", "w1c", "w1s")
                                               for f in reg.fields):
                 r.on_write(reg, self._count_ro)
-        for u in UNITS:
-            r.on_read(f"{u}_S_STATUS", lambda reg, v, u=u: self._status(u))
+        # S_STATUS of every unit (block cdma -> unit CDMA)
+        r.on_read_each("S_STATUS", lambda reg, v: self._status(reg.block.upper()))
         r.on_write("GLB_S_INTR_SET", self._intr_set)
-        r.on_write("CDP_S_LUT_ACCESS_CFG", lambda reg, old, new: self.luts.access_cfg(new))
-        r.on_write("CDP_S_LUT_ACCESS_DATA", lambda reg, old, new: self.luts.access_data(new))
+        r.on_write("CDP_S_LUT_ACCESS_CFG",
+                   lambda reg, old, new: self.luts.access_cfg(reg.definition.view(new)))
+        r.on_write("CDP_S_LUT_ACCESS_DATA",
+                   lambda reg, old, new: self.luts.access_data(reg.definition.view(new)))
         r.on_read("CDP_S_LUT_ACCESS_DATA", lambda reg, v: self.luts.read_data())
         self._reset_state()
 
@@ -120,6 +127,13 @@ class Nvdla(Device):
         banked = f"{unit}_{name}_G{g}"
         return self.regs.peek(banked if banked in self._names else f"{unit}_{name}")
 
+    def view(self, unit: str, name: str, group: int | None = None) -> FieldView:
+        """:meth:`value` read by field name (``view("CDMA", "D_BANK").data_bank``): what the
+        decoders take, so they hold no bit positions of their own (issue 33 #1)."""
+        g = self.consumer_group(unit) if group is None else group
+        banked = f"{unit}_{name}_G{g}"
+        return self.regs.view(banked if banked in self._names else f"{unit}_{name}")
+
     def consumer_group(self, unit: str) -> int:
         """S_POINTER.CONSUMER of ``unit``: the group it executes next."""
         return self.regs.field(f"{unit}_S_POINTER", "consumer")
@@ -129,14 +143,14 @@ class Nvdla(Device):
         return {u: self.consumer_group(u) for u in UNITS}
 
     def armed(self, unit: str, group: int | None = None) -> bool:
-        return bool(self.value(unit, "D_OP_ENABLE", group) & 1)
+        return bool(self.view(unit, "D_OP_ENABLE", group).op_en)
 
     def _status(self, unit: str) -> int:
-        out, consumer = 0, self.consumer_group(unit)
-        for g in (0, 1):
-            if self.armed(unit, g):
-                out |= (1 if consumer == g else 2) << (16 * g)
-        return out
+        """S_STATUS: status_<g> of each armed group, 1 (running) for the consumer's, 2
+        (pending) for the other's; 0 (idle) when not armed."""
+        consumer = self.consumer_group(unit)
+        fields = {f"status_{g}": 1 if consumer == g else 2 for g in (0, 1) if self.armed(unit, g)}
+        return self.description.register(f"{unit}_S_STATUS").definition.encode(**fields)
 
     def _reset_state(self) -> None:
         self.events.clear()
@@ -189,23 +203,33 @@ class Nvdla(Device):
             return unit, self.consumer_group(unit)
 
         if self.armed("SDP"):
-            mode = self.value("SDP", "D_FEATURE_MODE_CFG")
-            flying, to_pdp = bool(mode & 1), bool(mode >> 1 & 1)
-            # SDP_RDMA takes part when it reads the input (offline) or an operand cube
-            needs_rdma = not flying or any(
-                not self.value("SDP_RDMA", f"D_{d}_CFG") & 1 for d in ("BRDMA", "NRDMA", "ERDMA"))
-            rdma = (at("SDP_RDMA"),) if needs_rdma else ()
-            # SDP's output may go on to PDP, which then belongs to the same layer
+            mode = self.view("SDP", "D_FEATURE_MODE_CFG")
+            flying, to_pdp = bool(mode.flying_mode), bool(mode.output_dst)
+            # SDP_RDMA takes part when SDP's registers read the input (offline) or an operand
+            # through it; SDP_RDMA's own consumer group may be stale (sdp.reads_rdma)
+            rdma = (at("SDP_RDMA"),) if S.reads_rdma(self.view) else ()
+            # SDP's output may go on to PDP, which then belongs to the same layer when its
+            # consumer group is on the fly; one armed offline is an earlier layer of its own
             tail = (at("SDP"), at("PDP")) if to_pdp else (at("SDP"),)
-            if all(self.armed(u) for u, _ in rdma + tail):
+            if all(self.armed(u) for u, _ in rdma + tail) and (not to_pdp
+                                                               or self.pdp_on_the_fly()):
                 if flying and all(self.armed(u) for u in CONV_UNITS):
                     return Layer("conv", tuple(at(u) for u in CONV_UNITS) + rdma + tail)
                 if not flying:
                     return Layer("sdp", rdma + tail)
-        for kind, rd, unit in (("pdp", "PDP_RDMA", "PDP"), ("cdp", "CDP_RDMA", "CDP")):
-            if self.armed(unit):
-                return Layer(kind, (at(rd), at(unit)))
+        # PDP is a layer of its own only offline: on the fly (its own D_OPERATION_MODE_CFG.
+        # flying_mode ON_FLYING, the reset value) it pools SDP's output stream, so it belongs
+        # to SDP's layer above and waits until SDP is armed (drivers arm downstream first)
+        if self.armed("PDP") and not self.pdp_on_the_fly():
+            return Layer("pdp", (at("PDP_RDMA"), at("PDP")))
+        if self.armed("CDP"):
+            return Layer("cdp", (at("CDP_RDMA"), at("CDP")))
         return None
+
+    def pdp_on_the_fly(self) -> bool:
+        """PDP's consumer group takes its input from SDP, not from memory through PDP_RDMA
+        (FLYING_MODE 0 is ON_FLYING: the reverse of SDP's encoding)."""
+        return not self.view("PDP", "D_OPERATION_MODE_CFG").flying_mode
 
     @property
     def pc(self) -> int:
@@ -258,7 +282,7 @@ class Nvdla(Device):
         an image input (pixel formats: CDMA's converter makes the cube, no cube lies in
         memory), a convolution input kept in the buffer (D_MISC_CFG.data_reuse: not read), and
         every tensor of a layer whose registers do not decode (the run reports why)."""
-        reg = self.value
+        reg = self.view
         try:
             if layer.kind == "pdp":
                 p = P.decode(reg)
@@ -268,10 +292,10 @@ class Nvdla(Device):
                 d = D.decode(reg)
                 return (_cube_spec("input", d.src, d.c, d.h, d.w, "CDP_RDMA D_SRC_BASE_ADDR"),
                         _cube_spec("output", d.dst, d.c, d.h, d.w, "CDP D_DST_BASE_ADDR"))
-            sdp = S.decode(reg, layer.has("SDP_RDMA"))
+            sdp = self._sdp_config(layer)
             specs = []
             if layer.kind == "conv":
-                cfg = C.decode(reg)
+                cfg = self._conv_config()
                 if cfg.pixel is None and not cfg.reuse[0]:
                     specs.append(_cube_spec("input", (cfg.in_addr, cfg.line, cfg.surf), cfg.c,
                                             cfg.h, cfg.w, "CDMA D_DAIN_ADDR"))
@@ -301,10 +325,10 @@ class Nvdla(Device):
         return text
 
     def _describe(self, layer: Layer) -> str:
-        reg = self.value
+        reg = self.view
         if layer.kind in ("conv", "sdp"):
-            parts = [C.decode(reg).summary()] if layer.kind == "conv" else []
-            parts.append(S.decode(reg, layer.has("SDP_RDMA")).summary())
+            parts = [self._conv_config().summary()] if layer.kind == "conv" else []
+            parts.append(self._sdp_config(layer).summary())
             if layer.last[0] == "PDP":
                 parts.append(P.decode(reg, flying=True).summary())
             return "; ".join(parts)
@@ -328,24 +352,44 @@ class Nvdla(Device):
 
     # -- execution ------------------------------------------------------------------------------
     def execute_unit(self, ctx: UnitContext) -> Touched:
+        """One hardware layer. Its convolution and SDP configurations are decoded once for the
+        listing, its tensors and the run (:meth:`_decoded`; three decodes were ~20 % of a
+        64->64 3x3 layer, issue 31 #2): nothing writes a register before the layer is done.
+        Only for this thread: a client reading the listing meanwhile decodes for itself."""
+        self._memo = (threading.get_ident(), {})
+        try:
+            return self._execute_unit(ctx)
+        finally:
+            self._memo = None
+
+    def _decoded(self, key: tuple, decode: Callable[[], Any]) -> Any:
+        """``decode()``, kept for ``key`` while :meth:`execute_unit` runs in this thread."""
+        memo = self._memo
+        if memo is None or memo[0] != threading.get_ident():
+            return decode()
+        if key not in memo[1]:
+            memo[1][key] = decode()
+        return memo[1][key]
+
+    def _execute_unit(self, ctx: UnitContext) -> Touched:
         layer = self.ready()
         if layer is None:
             raise DeviceError("no hardware layer is armed")
         self.listing[self.units_done:self.units_done + 1] = [self.summary(layer)]
         self.layer_specs += [()] * (self.units_done + 1 - len(self.layer_specs))
         self.layer_specs[self.units_done] = self.tensors_of(layer)
-        reg = self.value
+        reg = self.view
         if layer.kind == "pdp":
             return self._pdp(layer, ctx.touched)
         if layer.kind == "cdp":
             return self._cdp(layer, ctx.touched)
-        sdp = S.decode(reg, layer.has("SDP_RDMA"))
+        sdp = self._sdp_config(layer)
         touched = ctx.touched
         # SDP works on whole 8-channel atoms and writes them whole: the channels past the cube's
-        # last one in its last surface are processed and stored too (the hardware's lanes)
-        lanes = -(-sdp.c // F.ATOM) * F.ATOM
+        # last one in its last surface are processed and stored too (the hardware's lanes:
+        # S.process)
         if layer.kind == "conv":
-            cfg = C.decode(reg)
+            cfg = self._conv_config()
             if (cfg.k, cfg.out_h, cfg.out_w) != (sdp.c, sdp.h, sdp.w):
                 raise DeviceError(f"SDP_D_DATA_CUBE_* ({sdp.c}x{sdp.h}x{sdp.w}) differ from the "
                                   f"convolution's output ({cfg.k}x{cfg.out_h}x{cfg.out_w})")
@@ -353,15 +397,16 @@ class Nvdla(Device):
                 raise DeviceError("CDMA_D_BATCH_NUMBER: nv_small has no batches "
                                   "(spec/defs/nv_small.spec BATCH_DISABLE)")
             image, weights = self._conv_operands(cfg, touched)
-            values, sat = C.cacc(C.convolve(cfg, image, weights), cfg.clip)
-            # the lanes of the last atom without a kernel carry 0 through SDP
-            values = np.pad(values, ((0, lanes - cfg.k), (0, 0), (0, 0)))
-            self.regs.poke(f"CACC_D_OUT_SATURATION_G{self.consumer_group('CACC')}", sat)
+            sums, add = C.convolve(cfg, image, weights)
+            # CACC and SDP in one pass; the lanes of the last atom without a kernel carry 0
+            out, sat, cacc_sat = S.process(sdp, sums, self._read, k=cfg.k, add=add,
+                                           clip=cfg.clip)
+            self.regs.poke(f"CACC_D_OUT_SATURATION_G{self.consumer_group('CACC')}", cacc_sat)
             self.cycles += cfg.k * cfg.out_h * cfg.out_w * cfg.r * cfg.s * cfg.c // 64
         else:
             values = self._cube_in(sdp.src, sdp.c, sdp.h, sdp.w, "SDP input", touched)
             self.cycles += sdp.c * sdp.h * sdp.w // 8
-        out, sat = S.process(sdp, values, self._read)
+            out, sat, _ = S.process(sdp, values, self._read)
         if sdp.to_pdp:  # pooled on the fly, written by PDP
             pdp = P.decode(reg, flying=True)
             if (pdp.c, pdp.h, pdp.w) != (sdp.c, sdp.h, sdp.w):
@@ -369,11 +414,18 @@ class Nvdla(Device):
                                   f"from SDP's output ({sdp.c}x{sdp.h}x{sdp.w})")
             self._cube_out(pdp.dst, P.pool(pdp, out), "PDP output", touched)
         else:
-            self._cube_out(sdp.dst, out, "SDP output", touched)  # ``lanes`` channels
-        if self.value("SDP", "D_PERF_ENABLE") >> 2 & 1:
+            self._cube_out(sdp.dst, out, "SDP output", touched)  # every lane
+        if self.view("SDP", "D_PERF_ENABLE").perf_sat_en:
             self.regs.poke(f"SDP_D_PERF_OUT_SATURATION_G{self.consumer_group('SDP')}", sat)
         self._done(layer)
         return touched
+
+    def _conv_config(self) -> C.ConvConfig:
+        return self._decoded(("conv",), lambda: C.decode(self.view))
+
+    def _sdp_config(self, layer: Layer) -> S.SdpConfig:
+        rdma = layer.has("SDP_RDMA")
+        return self._decoded(("sdp", rdma), lambda: S.decode(self.view, rdma))
 
     def _conv_operands(self, cfg: C.ConvConfig, touched: Touched
                        ) -> tuple[np.ndarray, np.ndarray]:
@@ -388,7 +440,7 @@ class Nvdla(Device):
                                   f"reads {cfg.c}x{cfg.h}x{cfg.w}")
         elif cfg.pixel is None:
             image = self._cube_in((cfg.in_addr, cfg.line, cfg.surf), cfg.c, cfg.h, cfg.w,
-                                  "convolution input", touched)[:cfg.c]
+                                  "convolution input", touched, channels_last=True)[:cfg.c]
             image = C.convert_input(cfg, image)
         else:
             planes = []
@@ -415,13 +467,15 @@ class Nvdla(Device):
         return image, weights
 
     def _cube_in(self, src: tuple[int, int, int], c: int, h: int, w: int, what: str,
-                 touched: Touched) -> np.ndarray:
-        """The int8 cube at ``src`` (base, line, surface) with every lane of its atoms."""
+                 touched: Touched, channels_last: bool = False) -> np.ndarray:
+        """The int8 cube at ``src`` (base, line, surface) with every lane of its atoms
+        (F.read_feature)."""
         base, line, surf = src
         span = F.feature_span(c, h, w, line, surf)
         mem, off = self.memory(base, span, what)
         touched.reads.append((base, base + span))
-        return F.read_feature(mem.data, off, -(-c // F.ATOM) * F.ATOM, h, w, line, surf)
+        return F.read_feature(mem.data, off, -(-c // F.ATOM) * F.ATOM, h, w, line, surf,
+                              channels_last)
 
     def _cube_out(self, dst: tuple[int, int, int], cube: np.ndarray, what: str,
                   touched: Touched) -> None:
@@ -434,7 +488,7 @@ class Nvdla(Device):
         touched.writes += F.written_ranges(base, c, h, w, line, surf)
 
     def _pdp(self, layer: Layer, touched: Touched) -> Touched:
-        cfg = P.decode(self.value)
+        cfg = P.decode(self.view)
         x = self._cube_in(cfg.src, cfg.c, cfg.h, cfg.w, "PDP input", touched)
         self._cube_out(cfg.dst, P.pool(cfg, x), "PDP output", touched)
         self.cycles += cfg.c * cfg.out_h * cfg.out_w * cfg.kernel[0] * cfg.kernel[1] // 8
@@ -442,7 +496,7 @@ class Nvdla(Device):
         return touched
 
     def _cdp(self, layer: Layer, touched: Touched) -> Touched:
-        cfg = D.decode(self.value)
+        cfg = D.decode(self.view)
         x = self._cube_in(cfg.src, cfg.c, cfg.h, cfg.w, "CDP input", touched)
         out, stats = D.normalise(cfg, self.luts, x)
         self._cube_out(cfg.dst, out, "CDP output", touched)
@@ -495,9 +549,21 @@ class Nvdla(Device):
     def idle_message(self) -> str:
         waiting = [f"{u} G{g ^ 1} (its consumer is G{g})" for u, g in self.consumer.items()
                    if self.armed(u, g ^ 1) and not self.armed(u, g)]
+        # SDP -> PDP on the fly needs both armed, PDP with flying_mode ON_FLYING
+        to_pdp = self.armed("SDP") and self.view("SDP", "D_FEATURE_MODE_CFG").output_dst
+        on_the_fly = self.armed("PDP") and self.pdp_on_the_fly()
+        flying = ""
+        if on_the_fly and not to_pdp:
+            flying = (f"; PDP G{self.consumer_group('PDP')} is armed on the fly "
+                      "(PDP_D_OPERATION_MODE_CFG.flying_mode ON_FLYING) and waits for SDP "
+                      "armed with SDP_D_FEATURE_MODE_CFG.output_dst PDP")
+        elif to_pdp and not on_the_fly:
+            flying = (f"; SDP G{self.consumer_group('SDP')} sends its output to PDP "
+                      "(SDP_D_FEATURE_MODE_CFG.output_dst PDP) and waits for PDP armed with "
+                      "PDP_D_OPERATION_MODE_CFG.flying_mode ON_FLYING")
         return ("no hardware layer armed (every unit of a layer needs D_OP_ENABLE in its "
                 "consumer group)" + (f"; armed but not the consumer: {', '.join(waiting)}"
-                                     if waiting else ""))
+                                     if waiting else "") + flying)
 
     def done_message(self) -> str:
         return f"NVDLA idle after {self.units_done} hardware layers"

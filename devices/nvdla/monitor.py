@@ -25,10 +25,10 @@ def _nvdla(dev, ctx, args: list[str]) -> str:
 
         lines = [f"{'unit':<9} producer consumer  G0       G1"]
         for u in UNITS:
-            status = dev._status(u)
+            status = dev.description.register(f"{u}_S_STATUS").definition.view(dev._status(u))
             prod = dev.regs.field(f"{u}_S_POINTER", "producer")
             lines.append(f"{u:<9} G{prod}       G{dev.consumer[u]}       "
-                         f"{_STATE[status & 3]:<8} {_STATE[status >> 16 & 3]}")
+                         f"{_STATE[status.status_0]:<8} {_STATE[status.status_1]}")
         return "\n".join(lines)
     if args == ["layer"]:
         layer = dev.ready()
@@ -55,5 +55,4 @@ def _nvdla(dev, ctx, args: list[str]) -> str:
         v = int.from_bytes(dev.read(addr, 4), "little")
         name = dev.regs.selected(reg).name
         return f"CSB {word:#06x} = byte {addr:#07x} {name}: {v:#010x}"
-    raise DeviceError("usage: nvdla groups | nvdla layer | nvdla ignored | nvdla csb WORD "
-                      "[VALUE]")
+    raise dev.usage_error("nvdla")

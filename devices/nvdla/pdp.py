@@ -19,16 +19,15 @@ over columns and rows as the C model does, with the channels as vectors.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from ...emu.numeric.nvdla import round_shift, wrap
-from ..bits import bit_field
 from ..errors import DeviceError
+from . import feature as F
+from .feature import Reg
 
-Reg = Callable[[str, str], int]
 
 def wrap16(v):
     """A 16-bit line-buffer store (INT8 data pools in 16 bits)."""
@@ -73,34 +72,34 @@ def decode(reg: Reg, flying: bool = False) -> PdpConfig:
         return DeviceError(f"PDP: {msg}")
 
     mode = reg("PDP", "D_OPERATION_MODE_CFG")
-    if bool(mode >> 4 & 1) == flying:  # FLYING_MODE: 0 on the fly, 1 off (SDP's is reversed)
+    if bool(mode.flying_mode) == flying:  # FLYING_MODE: 0 on the fly, 1 off (SDP's is reversed)
         raise bad("PDP_D_OPERATION_MODE_CFG.flying_mode is "
                   + ("OFF_FLYING, but SDP sends its output to PDP" if flying else
                      "ON_FLYING, but SDP does not send its output to PDP"))
-    method = bit_field(mode, 1, 0)
+    method = mode.pooling_method
     if method == 3:
         raise bad("PDP_D_OPERATION_MODE_CFG.pooling_method 3 is reserved")
-    if bit_field(reg("PDP", "D_DATA_FORMAT"), 1, 0) or \
-            not flying and bit_field(reg("PDP_RDMA", "D_DATA_FORMAT"), 1, 0):
+    if reg("PDP", "D_DATA_FORMAT").input_data or \
+            not flying and reg("PDP_RDMA", "D_DATA_FORMAT").input_data:
         raise bad("D_DATA_FORMAT selects INT16/FP16: nv_small pools INT8 only")
-    w = bit_field(reg("PDP", "D_DATA_CUBE_IN_WIDTH"), 12, 0) + 1
-    h = bit_field(reg("PDP", "D_DATA_CUBE_IN_HEIGHT"), 12, 0) + 1
-    c = bit_field(reg("PDP", "D_DATA_CUBE_IN_CHANNEL"), 12, 0) + 1
-    rdma = (bit_field(reg("PDP_RDMA", "D_DATA_CUBE_IN_WIDTH"), 12, 0) + 1,
-            bit_field(reg("PDP_RDMA", "D_DATA_CUBE_IN_HEIGHT"), 12, 0) + 1,
-            bit_field(reg("PDP_RDMA", "D_DATA_CUBE_IN_CHANNEL"), 12, 0) + 1)
+    w = reg("PDP", "D_DATA_CUBE_IN_WIDTH").cube_in_width + 1
+    h = reg("PDP", "D_DATA_CUBE_IN_HEIGHT").cube_in_height + 1
+    c = reg("PDP", "D_DATA_CUBE_IN_CHANNEL").cube_in_channel + 1
+    rdma = (reg("PDP_RDMA", "D_DATA_CUBE_IN_WIDTH").cube_in_width + 1,
+            reg("PDP_RDMA", "D_DATA_CUBE_IN_HEIGHT").cube_in_height + 1,
+            reg("PDP_RDMA", "D_DATA_CUBE_IN_CHANNEL").cube_in_channel + 1)
     if not flying and rdma != (w, h, c):
         raise bad(f"PDP_RDMA_D_DATA_CUBE_IN_* give {rdma[2]}x{rdma[1]}x{rdma[0]}, PDP's "
                   f"{c}x{h}x{w}")
-    out_w = bit_field(reg("PDP", "D_DATA_CUBE_OUT_WIDTH"), 12, 0) + 1
-    out_h = bit_field(reg("PDP", "D_DATA_CUBE_OUT_HEIGHT"), 12, 0) + 1
-    if bit_field(reg("PDP", "D_DATA_CUBE_OUT_CHANNEL"), 12, 0) + 1 != c:
+    out_w = reg("PDP", "D_DATA_CUBE_OUT_WIDTH").cube_out_width + 1
+    out_h = reg("PDP", "D_DATA_CUBE_OUT_HEIGHT").cube_out_height + 1
+    if reg("PDP", "D_DATA_CUBE_OUT_CHANNEL").cube_out_channel + 1 != c:
         raise bad("PDP_D_DATA_CUBE_OUT_CHANNEL differs from the input channels")
     k = reg("PDP", "D_POOLING_KERNEL_CFG")
-    kernel = (bit_field(k, 11, 8) + 1, bit_field(k, 3, 0) + 1)
-    stride = (bit_field(k, 23, 20) + 1, bit_field(k, 19, 16) + 1)
+    kernel = (k.kernel_height + 1, k.kernel_width + 1)
+    stride = (k.kernel_stride_height + 1, k.kernel_stride_width + 1)
     p = reg("PDP", "D_POOLING_PADDING_CFG")
-    pad = (bit_field(p, 6, 4), bit_field(p, 14, 12), bit_field(p, 2, 0), bit_field(p, 10, 8))
+    pad = (p.pad_top, p.pad_bottom, p.pad_left, p.pad_right)
     for axis, size, kk, st, lo, hi, name in ((1, w, kernel[1], stride[1], pad[2], pad[3], "WIDTH"),
                                              (0, h, kernel[0], stride[0], pad[0], pad[1],
                                               "HEIGHT")):
@@ -109,14 +108,13 @@ def decode(reg: Reg, flying: bool = False) -> PdpConfig:
         if got != expect:
             raise bad(f"PDP_D_DATA_CUBE_OUT_{name} gives {got}, the input, kernel, padding and "
                       f"stride give {expect}")
-    pads = tuple(pad_value(bit_field(reg("PDP", f"D_POOLING_PADDING_VALUE_{n}_CFG"), 18, 0), sb)
+    pads = tuple(pad_value(getattr(reg("PDP", f"D_POOLING_PADDING_VALUE_{n}_CFG"),
+                                   f"pad_value_{n}x"), sb)
                  for n, sb in zip(range(1, 8), _SIGN_BITS))
-    recip = (bit_field(reg("PDP", "D_RECIP_KERNEL_WIDTH"), 16, 0),
-             bit_field(reg("PDP", "D_RECIP_KERNEL_HEIGHT"), 16, 0))
-    src = (reg("PDP_RDMA", "D_SRC_BASE_ADDR_HIGH") << 32 | reg("PDP_RDMA", "D_SRC_BASE_ADDR_LOW"),
-           reg("PDP_RDMA", "D_SRC_LINE_STRIDE"), reg("PDP_RDMA", "D_SRC_SURFACE_STRIDE"))
-    dst = (reg("PDP", "D_DST_BASE_ADDR_HIGH") << 32 | reg("PDP", "D_DST_BASE_ADDR_LOW"),
-           reg("PDP", "D_DST_LINE_STRIDE"), reg("PDP", "D_DST_SURFACE_STRIDE"))
+    recip = (reg("PDP", "D_RECIP_KERNEL_WIDTH").recip_kernel_width,
+             reg("PDP", "D_RECIP_KERNEL_HEIGHT").recip_kernel_height)
+    src = F.cube_address(reg, "PDP_RDMA", "src")
+    dst = F.cube_address(reg, "PDP", "dst")
     return PdpConfig(w, h, c, out_w, out_h, METHODS[method], kernel, stride, pad, pads, recip,
                      src, dst)
 

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...emu.numeric.nvdla import cdma_convert
-from ..bits import bit_field, sign_extend
+from ..bits import sign_extend
+from ..description import FieldView
 from ..errors import DeviceError
 from .feature import ATOM  # bytes of a memory atom (nv_small)
 
@@ -83,25 +84,27 @@ def _uv_start(x_offset: int) -> int:
     return (2 * x_offset) % ATOM
 
 
-def decode(reg: Callable[[str, str], int], w: int) -> PixelConfig:
-    """CDMA's pixel registers; DeviceError naming the register for what nv_small lacks."""
+def decode(reg: Callable[[str, str], FieldView], w: int) -> PixelConfig:
+    """CDMA's pixel registers, read by field name; DeviceError naming the register for what
+    nv_small lacks."""
     fmt_reg = reg("CDMA", "D_DATAIN_FORMAT")
-    code = bit_field(fmt_reg, 13, 8)
+    code = fmt_reg.pixel_format
     fmt = FORMATS.get(code)
     if fmt is None:
         raise DeviceError(f"convolution: CDMA_D_DATAIN_FORMAT.pixel_format is {code}: nv_small "
                           "reads the 8-bit pixel formats only (" +
                           ", ".join(f"{c} {f.name}" for c, f in FORMATS.items()) +
                           "; RTL NV_NVDLA_CDMA_IMG_ctrl.v)")
-    if fmt_reg >> 16 & 1:
+    if fmt_reg.pixel_mapping:
         raise DeviceError("convolution: CDMA_D_DATAIN_FORMAT.pixel_mapping is RESERVED_LINEAR: "
                           "images are read pitch linear")
-    x_offset = bit_field(reg("CDMA", "D_PIXEL_OFFSET"), 4, 0)
+    x_offset = reg("CDMA", "D_PIXEL_OFFSET").pixel_x_offset
     if x_offset * fmt.bytes0 >= ATOM:
         raise DeviceError(f"convolution: CDMA_D_PIXEL_OFFSET.pixel_x_offset is {x_offset}: it "
                           f"places the first pixel inside the line's first {ATOM}-byte atom, "
                           f"at most {ATOM // fmt.bytes0 - 1} for {fmt.name}")
-    line = (reg("CDMA", "D_LINE_STRIDE"), reg("CDMA", "D_LINE_UV_STRIDE"))
+    line = (reg("CDMA", "D_LINE_STRIDE").line_stride,
+            reg("CDMA", "D_LINE_UV_STRIDE").uv_line_stride)
     need = (x_offset + w) * fmt.bytes0
     if need > line[0]:
         raise DeviceError(f"convolution: CDMA_D_LINE_STRIDE ({line[0]:#x}) is shorter than a "
@@ -109,13 +112,14 @@ def decode(reg: Callable[[str, str], int], w: int) -> PixelConfig:
     if fmt.planar and _uv_start(x_offset) + 2 * w > line[1]:
         raise DeviceError(f"convolution: CDMA_D_LINE_UV_STRIDE ({line[1]:#x}) is shorter than a "
                           f"line of U and V ({_uv_start(x_offset) + 2 * w:#x} bytes)")
-    addr = tuple(reg("CDMA", f"D_DAIN_ADDR_HIGH_{p}") << 32 | reg("CDMA", f"D_DAIN_ADDR_LOW_{p}")
+    addr = tuple(getattr(reg("CDMA", f"D_DAIN_ADDR_HIGH_{p}"), f"datain_addr_high_{p}") << 32
+                 | getattr(reg("CDMA", f"D_DAIN_ADDR_LOW_{p}"), f"datain_addr_low_{p}")
                  for p in (0, 1))
     mean = None
-    if reg("CDMA", "D_MEAN_FORMAT") & 1:
+    if reg("CDMA", "D_MEAN_FORMAT").mean_format:
         m0, m1 = reg("CDMA", "D_MEAN_GLOBAL_0"), reg("CDMA", "D_MEAN_GLOBAL_1")
-        mean = tuple(sign_extend(v, 16) for v in (m0, m0 >> 16, m1, m1 >> 16))
-    return PixelConfig(fmt, x_offset, addr, line, bool(fmt_reg >> 20 & 1), mean)
+        mean = tuple(sign_extend(v, 16) for v in (m0.mean_ry, m0.mean_gu, m1.mean_bv, m1.mean_ax))
+    return PixelConfig(fmt, x_offset, addr, line, bool(fmt_reg.pixel_sign_override), mean)
 
 
 def read_pixels(cfg: PixelConfig, planes: list[np.ndarray], h: int, w: int) -> np.ndarray:

@@ -3,7 +3,8 @@ no LUT: [EXT] spec/defs/nv_small.spec): its input (CACC's int32 sums in flying m
 cube that SDP_RDMA reads), the two X stages, the output converter and the write to memory.
 
 The integer arithmetic follows the hardware repository's C model (cmod/hls/sdp/sdp_x.cpp,
-sdp_c.cpp, include/nvdla_int.h; facts, written here in numpy):
+sdp_c.cpp, include/nvdla_int.h; facts, computed by emu/numeric/nvdla.py post_process in one pass
+with CACC's rounding):
 
 * X stage (BS, then BN), each skipped when its BYPASS is set:
   ALU (unless ALU_BYPASS): operand << ALU_SHIFT_VALUE (6 bits) saturated to int32, then MAX, MIN
@@ -28,16 +29,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...emu.numeric.nvdla import round_shift, saturate, wrap
-from ..bits import bit_field, sign_extend
+from ...emu.numeric.nvdla import ALU_CODES, post_process, wrap
+from ..bits import sign_extend
 from ..errors import DeviceError
 from . import feature as F
+from .feature import Reg
 
-Reg = Callable[[str, str], int]
 #: reads memory: (address, size, what) -> uint8 array
 Read = Callable[[int, int, str], np.ndarray]
 
 ALGOS = ("max", "min", "sum")
+OPERAND_BITS = 16  # the BS/BN ALU and MUL operands (D_DP_*_SRC_VALUE) are int16
 
 
 @dataclass(frozen=True)
@@ -86,82 +88,107 @@ class SdpConfig:
                 + (", to PDP" if self.to_pdp else ""))
 
 
+def reads_rdma(reg: Reg) -> bool:
+    """Whether SDP's consumer group takes data through SDP_RDMA: its input when offline
+    (flying_mode OFF), or an operand of a BS, BN or EW stage that is on, with its ALU or MUL on
+    and that operand's source MEM. SDP's own registers decide, never SDP_RDMA's: [EXT] the RTL
+    (vmod/nvdla/sdp/NV_NVDLA_SDP_core.v) opens a stage's operand stream from
+    ``<x>_bypass``, ``<x>_alu_bypass``/``<x>_mul_bypass`` and ``<x>_alu_src``/``<x>_mul_src``
+    alone, and the driver (kmd/firmware/sdp.c, dla_sdp_rdma_check) arms SDP_RDMA only for such
+    a layer, so SDP_RDMA's consumer group may hold an earlier layer's stale configuration."""
+    if not reg("SDP", "D_FEATURE_MODE_CFG").flying_mode:
+        return True
+    for x in ("bs", "bn", "ew"):
+        name = x.upper()
+        if getattr(reg("SDP", f"D_DP_{name}_CFG"), f"{x}_bypass"):
+            continue
+        for op in ("alu", "mul"):
+            on = not getattr(reg("SDP", f"D_DP_{name}_CFG"), f"{x}_{op}_bypass")
+            if on and getattr(reg("SDP", f"D_DP_{name}_{op.upper()}_CFG"), f"{x}_{op}_src"):
+                return True
+    return False
+
+
 def decode(reg: Reg, rdma_enabled: bool) -> SdpConfig:
-    """The consumer group of SDP (and SDP_RDMA when ``rdma_enabled``) as one layer."""
+    """The consumer group of SDP (and SDP_RDMA when ``rdma_enabled``) as one layer, its fields
+    read by their names in configs/nvdla.toml (issue 33 #1)."""
     def bad(msg: str) -> DeviceError:
         return DeviceError(f"SDP: {msg}")
 
     fmt = reg("SDP", "D_DATA_FORMAT")
-    if bit_field(fmt, 1, 0) or bit_field(fmt, 3, 2):
+    if fmt.proc_precision or fmt.out_precision:
         raise bad("SDP_D_DATA_FORMAT selects INT16/FP16: nv_small's SDP is INT8 only")
     mode = reg("SDP", "D_FEATURE_MODE_CFG")
-    flying = bool(mode & 1)
-    if mode >> 2 & 1:
+    flying = bool(mode.flying_mode)
+    if mode.winograd:
         raise bad("SDP_D_FEATURE_MODE_CFG.winograd is ON: nv_small has no Winograd")
-    ew = reg("SDP", "D_DP_EW_CFG")
-    if not ew & 1:
+    if not reg("SDP", "D_DP_EW_CFG").ew_bypass:
         raise bad("SDP_D_DP_EW_CFG.ew_bypass is NO: nv_small's SDP has no EW stage "
                   "(spec/defs/nv_small.spec SDP_EW_DISABLE)")
-    w = bit_field(reg("SDP", "D_DATA_CUBE_WIDTH"), 12, 0) + 1
-    h = bit_field(reg("SDP", "D_DATA_CUBE_HEIGHT"), 12, 0) + 1
-    c = bit_field(reg("SDP", "D_DATA_CUBE_CHANNEL"), 12, 0) + 1
+    w = reg("SDP", "D_DATA_CUBE_WIDTH").width + 1
+    h = reg("SDP", "D_DATA_CUBE_HEIGHT").height + 1
+    c = reg("SDP", "D_DATA_CUBE_CHANNEL").channel + 1
     src = None
     if rdma_enabled:
         rmode = reg("SDP_RDMA", "D_FEATURE_MODE_CFG")
-        if bool(rmode & 1) != flying:
+        if bool(rmode.flying_mode) != flying:
             raise bad("SDP_RDMA_D_FEATURE_MODE_CFG.flying_mode differs from "
                       "SDP_D_FEATURE_MODE_CFG.flying_mode")
-        if bit_field(rmode, 3, 2) or bit_field(rmode, 5, 4):
+        if rmode.in_precision or rmode.proc_precision:
             raise bad("SDP_RDMA_D_FEATURE_MODE_CFG selects INT16/FP16: nv_small is INT8 only")
-        dims = (bit_field(reg("SDP_RDMA", "D_DATA_CUBE_WIDTH"), 12, 0) + 1,
-                bit_field(reg("SDP_RDMA", "D_DATA_CUBE_HEIGHT"), 12, 0) + 1,
-                bit_field(reg("SDP_RDMA", "D_DATA_CUBE_CHANNEL"), 12, 0) + 1)
+        dims = (reg("SDP_RDMA", "D_DATA_CUBE_WIDTH").width + 1,
+                reg("SDP_RDMA", "D_DATA_CUBE_HEIGHT").height + 1,
+                reg("SDP_RDMA", "D_DATA_CUBE_CHANNEL").channel + 1)
         if dims != (w, h, c):
             raise bad(f"SDP_RDMA_D_DATA_CUBE_* give {dims[2]}x{dims[1]}x{dims[0]}, SDP's "
                       f"{c}x{h}x{w}")
         if not flying:
-            src = (reg("SDP_RDMA", "D_SRC_BASE_ADDR_HIGH") << 32
-                   | reg("SDP_RDMA", "D_SRC_BASE_ADDR_LOW"),
-                   reg("SDP_RDMA", "D_SRC_LINE_STRIDE"), reg("SDP_RDMA", "D_SRC_SURFACE_STRIDE"))
+            src = F.cube_address(reg, "SDP_RDMA", "src")
     elif not flying:
         raise bad("offline mode (flying_mode OFF) needs SDP_RDMA enabled")
-    dst = (reg("SDP", "D_DST_BASE_ADDR_HIGH") << 32 | reg("SDP", "D_DST_BASE_ADDR_LOW"),
-           reg("SDP", "D_DST_LINE_STRIDE"), reg("SDP", "D_DST_SURFACE_STRIDE"))
+    dst = F.cube_address(reg, "SDP", "dst")
+    def field(register: str, f: str, unit: str = "SDP") -> int:
+        return getattr(reg(unit, register), f)
+
     stages = []
     for name, rdma in (("BS", "BRDMA"), ("BN", "NRDMA")):
-        cfg = reg("SDP", f"D_DP_{name}_CFG")
-        if cfg & 1:
+        x, d = name.lower(), rdma.lower()  # the fields' prefixes: bs_alu_algo, brdma_data_use
+        cfg = f"D_DP_{name}_CFG"
+        if field(cfg, f"{x}_bypass"):
             continue
-        alu_cfg, mul_cfg = reg("SDP", f"D_DP_{name}_ALU_CFG"), reg("SDP", f"D_DP_{name}_MUL_CFG")
-        alu = None if cfg >> 1 & 1 else bit_field(cfg, 3, 2)
+        alu = None if field(cfg, f"{x}_alu_bypass") else field(cfg, f"{x}_alu_algo")
         if alu == 3:
-            raise bad(f"SDP_D_DP_{name}_CFG.{name.lower()}_alu_algo 3 is reserved")
-        mul = not cfg >> 4 & 1
-        alu_mem = alu is not None and bool(alu_cfg & 1)
-        mul_mem = mul and bool(mul_cfg & 1)
+            raise bad(f"SDP_D_DP_{name}_CFG.{x}_alu_algo 3 is reserved")
+        mul = not field(cfg, f"{x}_mul_bypass")
+        alu_mem = alu is not None and bool(field(f"D_DP_{name}_ALU_CFG", f"{x}_alu_src"))
+        mul_mem = mul and bool(field(f"D_DP_{name}_MUL_CFG", f"{x}_mul_src"))
         r = None
         if alu_mem or mul_mem:
-            rc = reg("SDP_RDMA", f"D_{rdma}_CFG") if rdma_enabled else 1
-            if not rdma_enabled or rc & 1:
+            rc = f"D_{rdma}_CFG"
+            if not rdma_enabled or field(rc, f"{d}_disable", "SDP_RDMA"):
                 raise bad(f"{name} takes an operand from memory but SDP_RDMA's {rdma} is "
                           "disabled")
-            use = bit_field(rc, 2, 1)
+            use = field(rc, f"{d}_data_use", "SDP_RDMA")
             if use == 3:
-                raise bad(f"SDP_RDMA_D_{rdma}_CFG.{rdma.lower()}_data_use 3 is reserved")
-            r = (bool(rc >> 4 & 1), bool(rc >> 3 & 1), use,
-                 reg("SDP_RDMA", f"D_{name}_BASE_ADDR_HIGH") << 32
-                 | reg("SDP_RDMA", f"D_{name}_BASE_ADDR_LOW"),
-                 reg("SDP_RDMA", f"D_{name}_LINE_STRIDE"),
-                 reg("SDP_RDMA", f"D_{name}_SURFACE_STRIDE"))
+                raise bad(f"SDP_RDMA_D_{rdma}_CFG.{d}_data_use 3 is reserved")
+            r = (bool(field(rc, f"{d}_data_mode", "SDP_RDMA")),
+                 bool(field(rc, f"{d}_data_size", "SDP_RDMA")), use,
+                 *F.cube_address(reg, "SDP_RDMA", name))
+        # the operands are 16 bits (the RTL's reg2dp_bs_alu_operand [15:0]); the ALU shift 6
+        # bits, the MUL shift 8 bits ([EXT] NV_NVDLA_SDP_reg.v), as the fields give them
         stages.append(Stage(name, None if alu is None else ALGOS[alu], alu_mem,
-                            sign_extend(reg("SDP", f"D_DP_{name}_ALU_SRC_VALUE"), 16),
-                            bit_field(alu_cfg, 13, 8), mul, mul_mem,
-                            sign_extend(reg("SDP", f"D_DP_{name}_MUL_SRC_VALUE"), 16),
-                            bit_field(mul_cfg, 13, 8), mul and bool(cfg >> 5 & 1),
-                            not cfg >> 6 & 1, r))
-    cvt = (sign_extend(reg("SDP", "D_CVT_OFFSET"), 32), sign_extend(reg("SDP", "D_CVT_SCALE"), 16),
-           bit_field(reg("SDP", "D_CVT_SHIFT"), 5, 0))
-    return SdpConfig(w, h, c, flying, bool(mode >> 1 & 1), src, dst, tuple(stages), cvt)
+                            sign_extend(field(f"D_DP_{name}_ALU_SRC_VALUE", f"{x}_alu_operand"),
+                                        OPERAND_BITS),
+                            field(f"D_DP_{name}_ALU_CFG", f"{x}_alu_shift_value"), mul, mul_mem,
+                            sign_extend(field(f"D_DP_{name}_MUL_SRC_VALUE", f"{x}_mul_operand"),
+                                        OPERAND_BITS),
+                            field(f"D_DP_{name}_MUL_CFG", f"{x}_mul_shift_value"),
+                            mul and bool(field(cfg, f"{x}_mul_prelu")),
+                            not field(cfg, f"{x}_relu_bypass"), r))
+    cvt = (sign_extend(reg("SDP", "D_CVT_OFFSET").cvt_offset, 32),
+           sign_extend(reg("SDP", "D_CVT_SCALE").cvt_scale, 16),
+           reg("SDP", "D_CVT_SHIFT").cvt_shift)
+    return SdpConfig(w, h, c, flying, bool(mode.output_dst), src, dst, tuple(stages), cvt)
 
 
 def operands(st: Stage, shape: tuple[int, int, int], read: Read
@@ -211,45 +238,34 @@ def operands(st: Stage, shape: tuple[int, int, int], read: Read
     return alu, mul
 
 
-def x_stage(x: np.ndarray, st: Stage, alu_op, mul_op) -> np.ndarray:
-    """One X stage on int64 values (int32 range)."""
-    if st.alu is not None:
-        operand = saturate(np.int64(1) * np.asarray(alu_op, np.int64) << st.alu_shift, 32)
-        if st.alu == "max":
-            x = np.maximum(x, operand)
-        elif st.alu == "min":
-            x = np.minimum(x, operand)
-        else:
-            x = x + operand
-    if st.mul:
-        product = x * np.asarray(mul_op, np.int64)
-        shifted = saturate(round_shift(product, st.mul_shift), 32)
-        if st.prelu:
-            x = np.where(x >= 0, wrap(x, 32), shifted)
-        else:
-            x = shifted
-    else:
-        x = saturate(round_shift(x, st.mul_shift), 32)
-    if st.relu:
-        x = np.maximum(x, 0)
-    return x
+def process(cfg: SdpConfig, acc: np.ndarray, read: Read, *, k: int | None = None,
+            add: np.ndarray | None = None, clip: int = 0) -> tuple[np.ndarray, int, int]:
+    """int8 [C, H, W] out of SDP (C the cube's channels rounded up to whole atoms, the
+    hardware's lanes), its converter's 17-bit saturations and CACC's saturations, all in one
+    pass (emu/numeric/nvdla.py post_process: CACC, X stages, converter). The input ``acc``:
+    an INT8 cube [C, H, W] read by SDP_RDMA (offline), or CACC's (flying): the convolution's
+    int32 work array [>= k, H, >= W] plus ``add`` [k], shifted right by ``clip`` (CACC's
+    CLIP_TRUNCATE), channels from ``k`` on 0."""
+    c = -(-cfg.c // F.ATOM) * F.ATOM
+    if k is None:  # offline: the cube itself, every lane
+        acc, k = np.ascontiguousarray(acc, np.int32), acc.shape[0]
+    shape = (c, cfg.h, cfg.w)
+    stages = np.zeros((2, 7), np.int64)
+    ops = [_operand_rows(0, shape)] * 4
+    for i, st in enumerate(cfg.stages):
+        alu, mul = operands(st, shape, read)
+        stages[i] = (1, ALU_CODES[st.alu], st.alu_shift, st.mul, st.mul_shift, st.prelu,
+                     st.relu)
+        ops[2 * i:2 * i + 2] = _operand_rows(alu, shape), _operand_rows(mul, shape)
+    out = np.empty(shape, np.int8)
+    add = np.zeros(k, np.int64) if add is None else add
+    cacc_sat, sat = post_process(acc, k, add, clip, stages, *ops, *cfg.cvt, out)
+    return out, int(sat), int(cacc_sat)
 
 
-def convert(x: np.ndarray, cvt: tuple[int, int, int]) -> tuple[np.ndarray, int]:
-    """The output converter to int8, and the count of 17-bit saturations."""
-    offset, scale, shift = cvt
-    v = (x - offset) * scale
-    t = round_shift(v, shift)
-    t17 = saturate(t, 17)
-    floor = v >> shift
-    sat = int(np.count_nonzero(np.abs(floor - t17) > 1))
-    return saturate(t17, 8).astype(np.int8), sat
-
-
-def process(cfg: SdpConfig, x: np.ndarray, read: Read) -> tuple[np.ndarray, int]:
-    """[C, H, W] int values in -> int8 [C, H, W] out, and the saturation count."""
-    x = x.astype(np.int64)
-    for st in cfg.stages:
-        alu, mul = operands(st, x.shape, read)
-        x = x_stage(x, st, alu, mul)
-    return convert(x, cfg.cvt)
+def _operand_rows(op: np.ndarray | int, shape: tuple[int, int, int]) -> np.ndarray:
+    """An operand as post_process takes it: int64 [C or 1, H*W or 1]."""
+    a = np.asarray(op, np.int64)
+    if a.ndim == 3 and a.shape[1:] != (1, 1):  # per element
+        return np.ascontiguousarray(np.broadcast_to(a, shape).reshape(shape[0], -1))
+    return np.ascontiguousarray(a.reshape(-1, 1) if a.ndim else a.reshape(1, 1))

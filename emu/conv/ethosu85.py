@@ -19,8 +19,9 @@ import functools
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
+from ..jit import njit
 from ..numeric import ethosu85 as P
 from ..numeric.ethosu85 import (
     C_ACC_BITS,
@@ -192,7 +193,9 @@ def _finish_terms(cfg, bias, scales, shifts, oc_n):
     """Per output channel: scale, shift, bias and the rounding addends of the output stage
     (global scale_mode: cfg's scale and shift, bias 0), and whether the fast output stage
     applies: no LUT function, OFM narrower than 64 bits, shifts 0..62, |scale| < 2**31, so
-    acc * scale + R of a 32-bit accumulator cannot overflow and needs no halving."""
+    acc * scale + R of a 32-bit accumulator cannot overflow and needs no halving. Last, the
+    OFM zero point and the clip bounds as the fast stage takes them (+-2**62 without
+    clipping)."""
     per_ch = cfg[P.C_SCALE_MODE] == 0
     sc = np.empty(oc_n, np.int64)
     sh = np.empty(oc_n, np.int64)
@@ -209,7 +212,10 @@ def _finish_terms(cfg, bias, scales, shifts, oc_n):
             fast = False
         else:
             rp[oc], rn[oc] = P.round_terms(sh[oc], cfg[P.C_ROUND], cfg[P.C_DBL_RND])
-    return sc, sh, bi, rp, rn, fast
+    zp, lo, hi, clip = _output_limits(cfg)
+    if not clip:
+        lo, hi = -(np.int64(1) << 62), np.int64(1) << 62
+    return sc, sh, bi, rp, rn, fast, zp, lo, hi
 
 
 @njit(nogil=True, cache=True)
@@ -228,14 +234,14 @@ def _output_limits(cfg):
 
 
 @njit(parallel=True, cache=True)
-def _finish_fast(tot, rows, cols, cfg, sc, sh, bi, rp, rn, out):
-    """The usual output stage (32-bit accumulator from reset, TFLite-style scales, see
-    _finish_terms): written without branches or a ternary, so numba vectorises the channel
-    loop (2-4x faster); rows in parallel."""
+def _finish_fast(tot, rows, cols, k, out):
+    """The usual output stage (32-bit accumulator from reset, TFLite-style scales; ``k``: the
+    terms array of _stage_terms): written without branches or a ternary, so numba vectorises
+    the channel loop (2-4x faster); rows in parallel. Five arguments, not ten: numba unboxes
+    each one on every call (~60 ns an array), a third of a small layer's stage."""
     H, W, oc_n = out.shape[0], out.shape[1], out.shape[2]
-    zp, lo, hi, clip = _output_limits(cfg)
-    if not clip:
-        lo, hi = -(np.int64(1) << 62), np.int64(1) << 62
+    sc, sh, bi, rp, dr = k[0], k[1], k[2], k[3], k[4]
+    zp, lo, hi = k[5, 0], k[5, 1], k[5, 2]
     for oy in prange(H):
         for ox in range(W):
             keep = -np.int64(rows[oy] != 0 and cols[ox] != 0)  # all ones, or 0: no tap
@@ -243,9 +249,12 @@ def _finish_fast(tot, rows, cols, cfg, sc, sh, bi, rp, rn, out):
                 a = (((np.int64(tot[oy, ox, oc]) & keep) + bi[oc] + 0x80000000)
                      & 0xFFFFFFFF) - 0x80000000
                 r = a * sc[oc]
-                r = (r + rp[oc] + ((rn[oc] - rp[oc]) & (r >> 63))) >> sh[oc]
+                r = (r + rp[oc] + (dr[oc] & (r >> 63))) >> sh[oc]
                 t = ((r + zp + 0x80000000) & 0xFFFFFFFF) - 0x80000000
                 out[oy, ox, oc] = min(max(t, lo), hi)  # the store truncates to OFM bits
+
+
+_FINISH_FAST_TWIN = IC.twin(_finish_fast)
 
 
 @njit(parallel=True, cache=True)
@@ -297,6 +306,9 @@ def _finish_general(tot, acc_in, rows, cols, use_acc, cfg, bias, scales, shifts,
                     out[oy, ox, oc] = ((t + oh) & om) - oh
 
 
+_FINISH_GENERAL_TWIN = IC.twin(_finish_general)
+
+
 class IntConv(NamedTuple):
     """A convolution on the shared integer kernels (emu/int_conv.py) with everything but its
     input worked out: the kernel's weight layout, the geometry, the tap masks and the output
@@ -319,10 +331,11 @@ class IntConv(NamedTuple):
     terms: tuple               # _stage_terms
     dtype: np.dtype            # the OFM's integer type
     launches: dict             # IC.conv_sums' byte-kernel calls kept for this layer
-    flat: tuple | None = None  # (H, W) of a 1x1, stride 1, unpadded convolution run as one
-    #                            row of H*W (out_hw, in_hw and the masks are that row's): the
+    flat: tuple | None = None  # (H, W) of a 1x1, stride 1, unpadded convolution whose sums
+    #                            run as one row of H*W (out_hw and in_hw are that row's): the
     #                            kernel computes blocks of 16 columns, so a 6x6 or 3x3 layer
-    #                            did 2.7x or 5.3x the work it needs
+    #                            did 2.7x or 5.3x the work it needs. The masks and the output
+    #                            stage keep the H rows (a parallel stage shares out rows)
 
 
 def int_conv(w: np.ndarray, depthwise: bool, ofm_hw: tuple, in_hw: tuple, pad: tuple,
@@ -333,14 +346,14 @@ def int_conv(w: np.ndarray, depthwise: bool, ofm_hw: tuple, in_hw: tuple, pad: t
     oc_n, kh, kw = w.shape[0], w.shape[1], w.shape[2]
     (H, W), (ih, iw), (pt, pl) = ofm_hw, in_hw, pad[:2]
     (sy, sx), (dy, dx) = stride, dilation
+    rows, cols = _tap_mask(H, sy, dy, kh, pt, ih), _tap_mask(W, sx, dx, kw, pl, iw)
     flat = None
     if not depthwise and kh == kw == 1 and (sy, sx) == (1, 1) and not any(pad) \
             and (ih, iw) == (H, W) and H > 1:  # every output one input pixel's: one row
         flat, (H, W), (ih, iw) = (H, W), (1, H * W), (1, H * W)
     return IntConv(depthwise, IC.depthwise_layout(w) if depthwise else IC.packed_weights(w),
                    oc_n if depthwise else w.shape[3], (H, W), (ih, iw), (pt, pl), (sy, sx),
-                   (dy, dx), zero_point, _tap_mask(H, sy, dy, kh, pt, ih),
-                   _tap_mask(W, sx, dx, kw, pl, iw), cfg,
+                   (dy, dx), zero_point, rows, cols, cfg,
                    _stage_terms(cfg, bias, scales, shifts, oc_n), ofm_dtype(cfg), {}, flat)
 
 
@@ -389,11 +402,11 @@ def run_int_conv(p: IntConv, v: np.ndarray, acc_in: np.ndarray | None = None,
         tot = IC.conv_sums(v.transpose(2, 0, 1), p.weights, (H, W), zero_point=p.zero_point,
                            in_hw=p.in_hw, pad=p.pad, stride=p.stride, dilation=p.dilation,
                            hwc=True, padded=True, launches=p.launches)
-    if p.flat is not None and acc_in is not None:
-        acc_in = np.reshape(acc_in, (1, H * W, -1))
-    out = _output_stage(tot, acc_in, p.rows, p.cols, p.cfg, p.terms, lut,
-                        np.empty((H, W, p.channels if p.depthwise else p.weights.k), p.dtype))
-    return out if p.flat is None else out.reshape(*p.flat, -1)
+    if p.flat is not None:  # the sums of the H*W pixels lead the row: its rows as a view
+        (H, W) = p.flat
+        tot = tot[0, :H * W].reshape(H, W, tot.shape[2])
+    return _output_stage(tot, acc_in, p.rows, p.cols, p.cfg, p.terms, lut,
+                         np.empty((H, W, p.channels if p.depthwise else p.weights.k), p.dtype))
 
 
 def _output_stage(tot, acc_in, rows, cols, cfg, terms, lut, out):
@@ -402,34 +415,63 @@ def _output_stage(tot, acc_in, rows, cols, cfg, terms, lut, out):
     vectorises the channel loop only then) into ``out`` [H, W, OC]; ``terms`` from
     :func:`_stage_terms`. Two kernels, so a first run compiles the one its layers need (the
     general one alone took ~5 s per type)."""
-    bias, scales, shifts, sc, sh, bi, rp, rn, inline = terms
+    bias, scales, shifts, sc, sh, bi, rp, rn, inline, k, fast = terms
+    if fast and acc_in is None:
+        _launch_stage(_FINISH_FAST_TWIN, out.size, tot, rows, cols, k, out)
+        return out
     use_acc = acc_in is not None
-    with IC.parallel(16 * out.size):  # ~16 multiply-adds' time per output element
-        if inline and not use_acc and cfg[C_ACC_OUTPUT] == 0 and cfg[C_ACC_BITS] == 32:
-            _finish_fast(tot, rows, cols, cfg, sc, sh, bi, rp, rn, out)
-        else:
-            acc = np.ascontiguousarray(acc_in, np.int64) if use_acc \
-                else np.zeros((1, 1, 1), np.int64)
-            _finish_general(tot, acc, rows, cols, use_acc, cfg, bias, scales, shifts,
-                            lut_bytes(lut), sc, sh, bi, rp, rn, inline, out)
+    acc = np.ascontiguousarray(acc_in, np.int64) if use_acc else np.zeros((1, 1, 1), np.int64)
+    _launch_stage(_FINISH_GENERAL_TWIN, out.size, tot, acc, rows, cols, use_acc, cfg, bias,
+                  scales, shifts, lut_bytes(lut), sc, sh, bi, rp, rn, inline, out)
     return out
+
+
+#: output stages of fewer elements run the serial kernel. Measured on the 2-core EPYC (int8,
+#: 48 channels, us serial / parallel on 2 threads, best of 200): 3072 elements 1.9 / 4.3,
+#: 27648 11.2 / 9.5, 110592 43 / 25, 442368 172 / 91, and a parallel launch waits for every
+#: thread: while another process held a core, one launch in ten took 16-20 ms whatever its
+#: size (at 768 and 786432 elements; serial ones stayed under 5 ms), and MobileNet v2's one
+#: stage above the old bound (16 x elements >= SERIAL_WORK: 110592 elements, in one row) took
+#: 10 ms median of an 18 ms inference. So parallel only where halving the stage saves ~0.1 ms.
+STAGE_PARALLEL = 1 << 19
+
+
+def _launch_stage(twin: IC.Twin, size: int, *args) -> None:
+    """Run an output stage kernel on ``size`` elements: below STAGE_PARALLEL elements its
+    serial version, called directly (a kernel without parfor needs neither IC.PARALLEL nor a
+    thread count: ~0.8 us saved per stage), else through IC.parallel. The work is counted in
+    SERIAL_WORK's units, scaled so that STAGE_PARALLEL elements are SERIAL_WORK."""
+    par = IC.parallel(size * IC.SERIAL_WORK // STAGE_PARALLEL)
+    if par.threads == 1:
+        twin.serial(*args)
+        return
+    with par:
+        par.kernel(twin)(*args)
 
 
 _TERMS: dict = {}  # (cfg bytes, ids of bias/scales/shifts, channels) -> (those arrays, terms)
 
 
 def _stage_terms(cfg, bias, scales, shifts, oc_n: int) -> tuple:
-    """(bias, scales, shifts as int64[oc_n], then :func:`_finish_terms`), kept for read-only
-    (decoded) scale arrays and the same cfg: a layer passes the same ones on every run, and
-    working them out again cost ~15 us per operation. The entry holds the arrays, so their
-    ids stay theirs while it lives."""
+    """(bias, scales, shifts as int64[oc_n], sc, sh, bi, rp, rn, inline of
+    :func:`_finish_terms`, then :func:`_finish_fast`'s terms in one array and whether it
+    applies without accumulator input), kept for read-only (decoded) scale arrays and the same
+    cfg: a layer passes the same ones on every run, and working them out again cost ~15 us per
+    operation. The entry holds the arrays, so their ids stay theirs while it lives. The array
+    (``k``): rows scale, shift, bias, rp, rn - rp per channel, then the OFM zero point and the
+    clip bounds (packed here, not in _finish_terms: array slices there compiled for 6 s)."""
     keep = all(a is None or (isinstance(a, np.ndarray) and not a.flags.writeable)
                for a in (bias, scales, shifts))
     key = (cfg.tobytes(), id(bias), id(scales), id(shifts), oc_n)
     hit = _TERMS.get(key) if keep else None
     if hit is None:
         pc = (per_channel(bias, oc_n), per_channel(scales, oc_n), per_channel(shifts, oc_n))
-        hit = ((bias, scales, shifts), pc + tuple(_finish_terms(cfg, *pc, oc_n)))
+        sc, sh, bi, rp, rn, inline, *limits = _finish_terms(cfg, *pc, oc_n)
+        k = np.zeros((6, max(oc_n, 3)), np.int64)
+        k[:5, :oc_n] = sc, sh, bi, rp, rn - rp
+        k[5, :3] = limits
+        fast = bool(inline and cfg[C_ACC_OUTPUT] == 0 and cfg[C_ACC_BITS] == 32)
+        hit = ((bias, scales, shifts), pc + (sc, sh, bi, rp, rn, inline, k, fast))
         if keep:
             if len(_TERMS) >= 1024:
                 _TERMS.clear()

@@ -48,13 +48,15 @@ from __future__ import annotations
 import functools
 import math
 import threading
+import types
 import weakref
 from typing import NamedTuple
 
 import numba
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
+from ..jit import njit
 from ..scratch import scratch
 from .simd import vbcast, vget, vload, vmadd, vstore, vzero
 from .vnni import (
@@ -103,7 +105,12 @@ class parallel:
     def __init__(self, work: int) -> None:
         self.threads = 1 if work < SERIAL_WORK else numba.config.NUMBA_NUM_THREADS
 
-    def __enter__(self) -> None:
+    def kernel(self, twin: Twin):
+        """The version of a kernel to launch: the parallel one only when it runs on more than
+        one thread."""
+        return twin.serial if self.threads == 1 else twin.parallel
+
+    def __enter__(self) -> parallel:
         PARALLEL.acquire()
         local = parallel._local
         if getattr(local, "threads", None) != self.threads:
@@ -113,9 +120,55 @@ class parallel:
                 PARALLEL.release()
                 raise
             local.threads = self.threads
+        return self
 
     def __exit__(self, *exc: object) -> None:
         PARALLEL.release()
+
+
+class Twin(NamedTuple):
+    """A ``parallel=True`` kernel and the same function compiled without it (``prange`` runs as
+    ``range``), launched by :meth:`parallel.kernel` for work below SERIAL_WORK.
+
+    Why: numba's parfor passes double a kernel's compile time (the byte kernel: 1.5 s against
+    0.66 s; Ethos-U85's output stage: 0.9 s against 0.38 s per OFM type), paid on a first run.
+    The bundled demos' layers are all below SERIAL_WORK, so their first run compiles only
+    serial versions; a program with a larger layer compiles the parallel one when it first
+    runs one (`accelstub compile` compiles both for the demos' types, stub/precompile.py)."""
+    parallel: object
+    serial: object
+
+
+#: every Twin, for `accelstub compile`
+TWINS: list[Twin] = []
+
+
+def compile_parallel_twins() -> None:
+    """Compile each twin's parallel kernel for every argument type its serial one has in this
+    process (loaded or compiled): `accelstub compile` runs the demos, whose launches are all
+    serial, then this, so that a larger program's first run finds both in the cache. Nothing
+    where numba has one thread (every launch is serial there)."""
+    if numba.config.NUMBA_NUM_THREADS == 1:
+        return
+    for t in TWINS:
+        for sig in t.serial.signatures:
+            t.parallel.compile(sig)
+
+
+def twin(kernel) -> Twin:
+    """The :class:`Twin` of the ``@njit(parallel=True, cache=True)`` ``kernel``. The serial
+    version is a copy of the function under the name ``<name>_serial``: numba files its disk
+    cache by module, name and argument types, not by the parallel option, so under one name
+    the two would load each other's code."""
+    f = kernel.py_func
+    copy = types.FunctionType(f.__code__, f.__globals__, f.__name__ + "_serial",
+                              f.__defaults__, f.__closure__)
+    copy.__qualname__ = f.__qualname__ + "_serial"
+    copy.__module__ = f.__module__
+    copy.__doc__ = f.__doc__
+    t = Twin(kernel, njit(nogil=True, cache=True)(copy))
+    TWINS.append(t)
+    return t
 
 
 class PackedWeights(NamedTuple):
@@ -237,6 +290,9 @@ def _pack_input(v, zp, rows, top, dst_col, channels_last, x16):
                         dst[c // 2, d, c % 2] = v[c, r, col] - zp
 
 
+_PACK_INPUT_TWIN = twin(_pack_input)
+
+
 @njit(parallel=True, cache=True)
 def _conv_blocks(x2, w2, acc, ho, wob, c2, kh, kw, kn, sy, row_words, plane, row_off, col_off,
                  hwc):
@@ -302,6 +358,9 @@ def _conv_blocks(x2, w2, acc, ho, wob, c2, kh, kw, kn, sy, row_words, plane, row
                 vstore(acc, o + 2 * s + 8, c1)
                 vstore(acc, o + 3 * s, d0)
                 vstore(acc, o + 3 * s + 8, d1)
+
+
+_CONV_BLOCKS_TWIN = twin(_conv_blocks)
 
 
 @njit(nogil=True, cache=True)
@@ -389,6 +448,9 @@ def _vnni_conv(src, off, zb, rows, top, dst_col, x4, w4, wsum, acc, ho, wob, q4,
                 zstore(acc, o + 5 * s, a5_0)
                 zstore(acc, o + 6 * s, a6_0)
                 zstore(acc, o + 7 * s, a7_0)
+
+
+_VNNI_CONV_TWIN = twin(_vnni_conv)
 
 
 @njit(nogil=True, cache=True)
@@ -550,11 +612,13 @@ def conv_sums(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_
     p, plane, rows = _geometry(v.shape, w, out_hw, in_hw, pad, stride, dilation)
     acc = scratch("int_conv.acc", (w.kp * ho * p.wob,), np.int32)
     buf = scratch("int_conv.x", (p.hp * p.c2 * plane,), np.int32)
-    with parallel(ho * wo * w.k * c * w.kh * w.kw):
-        _pack_input(read_only(v), zero_point, rows, pad[0], p.dst_col,
-                    v.strides[0] < v.strides[2], buf.view(np.int16).reshape(p.hp, p.c2, plane, 2))
-        _conv_blocks(buf, w.words, acc, ho, p.wob, p.c2, w.kh, w.kw, w.kp // KB, stride[0],
-                     p.c2 * plane, plane, p.row_off, p.col_off, hwc)
+    with parallel(ho * wo * w.k * c * w.kh * w.kw) as par:
+        par.kernel(_PACK_INPUT_TWIN)(read_only(v), zero_point, rows, pad[0], p.dst_col,
+                                     v.strides[0] < v.strides[2],
+                                     buf.view(np.int16).reshape(p.hp, p.c2, plane, 2))
+        par.kernel(_CONV_BLOCKS_TWIN)(buf, w.words, acc, ho, p.wob, p.c2, w.kh, w.kw,
+                                      w.kp // KB, stride[0], p.c2 * plane, plane, p.row_off,
+                                      p.col_off, hwc)
     acc = acc.reshape((ho, p.wob, w.kp) if hwc else (w.kp, ho, p.wob))
     return _sums_view(acc, out_hw, w.k, hwc, padded)
 
@@ -658,8 +722,9 @@ def run_byte_launch(b: ByteLaunch | PointwiseLaunch, v: np.ndarray) -> np.ndarra
                     b.n, b.q4, b.kv)
         return acc.reshape(b.acc)
     buf = scratch("int_conv.x8", (b.buf,), np.int32)
-    with parallel(b.work):
-        _vnni_conv(read_only(nhwc.view(np.int32)), *b.args, buf, *b.mid, acc, *b.tail)
+    with parallel(b.work) as par:
+        par.kernel(_VNNI_CONV_TWIN)(read_only(nhwc.view(np.int32)), *b.args, buf, *b.mid, acc,
+                                    *b.tail)
     return acc.reshape(b.acc)
 
 

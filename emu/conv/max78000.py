@@ -22,8 +22,8 @@ distinct signatures is kept at one per kernel (C-contiguous int8/int64 arrays, i
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..jit import njit
 from ..numeric.max78000 import (
     ACT_ABS,
     ACT_NONE,

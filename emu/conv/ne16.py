@@ -9,7 +9,8 @@ scale product, 32-bit wrap before and after the bias, ReLU, arithmetic shift, sa
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from ..jit import njit
 
 
 @njit(nogil=True, cache=True)

@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
+from ..jit import njit
 from ..numeric import ethosu85 as P
 from ..numeric.ethosu85 import (
     C_SCALE,

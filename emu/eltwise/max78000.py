@@ -5,8 +5,8 @@ Sources: seed 003 (S3) and 000 (S0), digest shared/devices/max78000-ai8x.md.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..jit import njit
 from ..numeric.max78000 import ACT_NONE, requantize
 from ..pool.max78000 import AVG_TRUNC, POOL_NONE, pool2d
 

@@ -4,7 +4,8 @@ ranges, the burst alignment, the port hash masks and the port count."""
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from ..jit import njit
 
 
 @njit(nogil=True, cache=True)

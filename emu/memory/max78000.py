@@ -11,8 +11,8 @@ code instead of reading or writing outside the memory (numba does not bounds-che
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..jit import njit
 from ..numeric.max78000 import field_value
 
 #: MRAM byte positions of k0..k8 inside one 16-byte word (devices/max78000/datapath.py)
@@ -200,49 +200,22 @@ def scatter_words(sram32, out, group_word, pixel_step):
             sram32[a >> 13, a & 0x1FFF] = _word(out, k, p)
 
 
-_ONES = 0x0101010101010101  # eight mask bytes of 1
-
-
-@njit(nogil=True, cache=True)
-def _skip(row, row64, i, n, val, word):
-    """First index >= i (< n) where ``row`` differs from ``val``, eight bytes at a time where
-    aligned (``row64`` is ``row`` viewed as uint64, ``word`` eight bytes of ``val``)."""
-    word = np.uint64(word)  # uint64 == int64 would compare as float64 and round
-    while i < n:
-        if (i & 7) == 0 and i + 8 <= n and row64[i >> 3] == word:
-            i += 8
-        elif row[i] != val:
-            return i
-        else:
-            i += 1
-    return n
-
-
 def mask_ranges(mask: np.ndarray, row_base: np.ndarray, unit: int, lo: np.ndarray,
                 hi: np.ndarray) -> np.ndarray:
     """Runs of 1 in the 0/1 ``mask[row, i]`` for ``lo[row] <= i < hi[row]`` as ``[start, end)``
     byte addresses ``row_base[row] + i*unit``; int64 ``[k, 2]`` sorted by row then address
-    (runs that touch across rows are merged by the caller). Rows are a multiple of 8 long and
-    C-contiguous. (The uint64 view is taken here: inside numba, ``view`` costs seconds of
-    compilation.)"""
-    return _mask_runs(mask, mask.view(np.uint64), row_base, unit, lo, hi)
-
-
-@njit(nogil=True, cache=True)
-def _mask_runs(mask, mask64, row_base, unit, lo, hi):
-    bound = 0  # at most one run per two positions
-    for r in range(mask.shape[0]):
-        bound += (max(0, min(hi[r], mask.shape[1]) - lo[r]) + 1) // 2
-    out = np.empty((bound, 2), dtype=np.int64)
-    k = 0
-    for r in range(mask.shape[0]):
-        row, row64 = mask[r], mask64[r]
-        n = min(hi[r], row.shape[0])
-        i = _skip(row, row64, lo[r], n, 0, 0)
-        while i < n:
-            j = _skip(row, row64, i, n, 1, _ONES)
-            out[k, 0] = row_base[r] + i * unit
-            out[k, 1] = row_base[r] + j * unit
-            k += 1
-            i = _skip(row, row64, j, n, 0, 0)
-    return out[:k]
+    (runs that touch across rows are merged by the caller). Plain numpy, not a kernel: it runs
+    once per layer and weight load (~50 us either way), and the numba kernel it was cost 0.5 s
+    of every first run to compile (issue 31 #5)."""
+    rows, n = mask.shape
+    edged = np.zeros((rows, n + 2), np.int8)  # a 0 either side: every run has both edges
+    edged[:, 1:-1] = mask == 1
+    if np.any(lo > 0) or np.any(hi < n):
+        cols = np.arange(n)
+        edged[:, 1:-1] &= (cols >= lo[:, None]) & (cols < hi[:, None])
+    step = np.diff(edged.ravel())  # row by row: each row's last step is into its final 0
+    at = np.flatnonzero(step)  # by row, then address: starts (+1) and ends (-1) alternate
+    r, first = np.divmod(at[0::2], n + 2)
+    end = at[1::2] - r * (n + 2)
+    base = np.asarray(row_base, np.int64)[r]
+    return np.stack([base + first * unit, base + end * unit], axis=1)

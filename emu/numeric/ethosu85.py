@@ -14,7 +14,8 @@ keeps one numba signature per kernel.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from ..jit import njit
 
 # round_mode_ofm_t (L12067); round_mode_ifm_t uses 0 and 1 only (L11537, L11814)
 RND_DOUBLE_SYMMETRIC = 0

@@ -22,7 +22,8 @@ distinct signatures is kept at one per kernel (C-contiguous int8/int64 arrays, i
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from ..jit import njit
 
 ACT_NONE = 0
 ACT_RELU = 1

@@ -15,8 +15,8 @@ Every wrapper returns the OFM values truncated to the OFM type (dtype from ``cfg
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from ..jit import njit
 from ..numeric import ethosu85 as P
 from ..numeric.ethosu85 import C_ACC_BITS, RESCALE_AVPOOL, RESCALE_NORMAL
 from ..numeric.ethosu85_values import (

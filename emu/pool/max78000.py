@@ -5,7 +5,8 @@ Sources: seed 003 (S3) and 000 (S0), digest shared/devices/max78000-ai8x.md.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from ..jit import njit
 
 # pooling modes
 POOL_NONE = 0  # 1x1 window: plain decimation by the stride (public fact: izer pooling_layer)

@@ -16,7 +16,8 @@ import math
 from collections import OrderedDict
 
 import numpy as np
-from numba import njit
+
+from ..jit import njit
 
 # weight-decoder configuration per MAC count (Table 3-90, L7349-7355): num_wd, dw8_pad_k, dw16_pad_k
 WD_CONFIG = {128: (1, 0, 2), 256: (1, 0, 2), 512: (2, 2, 2), 1024: (4, 6, 6), 2048: (4, 6, 6)}

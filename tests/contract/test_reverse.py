@@ -241,10 +241,11 @@ def test_a_long_continue_records_boundaries_on_the_way(tmp_path, monkeypatch):
     step_back_all(rc, states)
 
 
-def test_the_history_merges_many_ranges_as_merge_ranges_does():
-    """merge_ranges' numpy path (for the thousands of ranges of a long continue in the history)
-    against its Python loop on random ranges, touching and overlapping ones included (each
-    path called directly: merge_ranges picks one by size)."""
+def test_merge_ranges_numpy_path_equals_its_loop():
+    """merge_ranges' numpy path (for thousands of ranges) against its Python loop on random
+    ranges, touching and overlapping ones included (each path called directly: merge_ranges
+    picks one by size). The history joins its ranges in a kernel of its own, checked against
+    a byte mask in tests/framework/test_history_undo.py."""
     import random
 
     from accelstub.devices.ranges import _merge_loop, _merge_numpy

@@ -73,7 +73,7 @@ def device(blocks: bool) -> tuple:
     runs the tests compare with)."""
     d = open_device("ethos-u85")
     if not blocks:
-        d._blocks = None
+        d.blocks.stored = None
     return d, RunControl(d)
 
 
@@ -91,7 +91,7 @@ def returns_of(d, method: str) -> list:
 
 def runs(blocks: bool) -> tuple[list, list]:
     d, rc = device(blocks)
-    replays = returns_of(d, "_replay_block")  # (each replay's list of the units it ran)
+    replays = returns_of(d.blocks, "replay")  # (each replay's list of the units it ran)
     rng = np.random.default_rng(4)
     weights = rng.integers(-20, 21, (D, 3, 3, C))
     words = program(d, rng, weights)
@@ -320,7 +320,7 @@ def test_a_halt_in_the_middle_of_a_replay_stops_between_units():
     for _ in range(3):  # a first run, a recording, a replay
         start()
         assert rc.run_here().reason == "done"
-    (_, blk), = [e for e in d._blocks.values() if e[1] is not None]
+    (_, blk), = [e for e in d.blocks.stored.values() if e[1] is not None]
     k = next(i for i, s in enumerate(blk.steps) if callable(s) and i >= 2)
     real = blk.steps[k]
 

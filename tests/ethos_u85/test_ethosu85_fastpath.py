@@ -19,6 +19,7 @@ import pytest
 from accelstub.devices import DeviceError, open_device
 from accelstub.devices.device import Touched, UnitContext
 from accelstub.devices.ethos_u85 import stream as es
+from accelstub.devices.ethos_u85.accounting import UnitAccount
 from accelstub.emu.conv import ethosu85 as conv_k
 from accelstub.emu.conv import int_conv as IC
 from accelstub.emu.numeric import ethosu85 as P
@@ -291,15 +292,15 @@ def fresh(kept_runs: bool = True):
 
 
 def without_boxes(d):
-    d.gather_boxes = lambda *a, **k: None
-    d.scatter_boxes = lambda *a, **k: False
-    d.box_access = lambda *a, **k: None  # (the kept operation runs take their views from it)
+    d.port.gather_boxes = lambda *a, **k: None
+    d.port.scatter_boxes = lambda *a, **k: False
+    d.port.box_access = lambda *a, **k: None  # (the kept operation runs take their views from it)
     return d
 
 
-def _axi(ctx: dict) -> list:
+def _axi(acct: UnitAccount) -> list:
     """The unit's AXI accesses with each access's ranges as a list (paths may keep tuples)."""
-    return [(f, ch, w, [tuple(r) for r in ranges]) for f, ch, w, ranges in ctx["axi"]]
+    return [(f, ch, w, [tuple(r) for r in ranges]) for f, ch, w, ranges in acct.axi]
 
 
 def test_box_gather_scatter_equal_element_path():
@@ -323,29 +324,29 @@ def test_box_gather_scatter_equal_element_path():
         idx = np.indices(shape).reshape(3, -1).T
         offs = off + idx @ np.array(strides)
         signed = bool(rng.integers(0, 2))
-        ctx = {"touched": Touched(), "axi": [], "bytes": 0}
-        d._unit_ctx = ctx
-        (a,) = d.gather_boxes(1, [(off, shape, strides)], size, signed, 1)
-        ctx2 = {"touched": Touched(), "axi": [], "bytes": 0}
-        d._unit_ctx = ctx2
-        b = d.gather(1, offs, size, signed, 1).reshape(shape)
+        ctx = UnitAccount(Touched())
+        d.port.account = ctx
+        (a,) = d.port.gather_boxes(1, [(off, shape, strides)], size, signed, 1)
+        ctx2 = UnitAccount(Touched())
+        d.port.account = ctx2
+        b = d.port.gather(1, offs, size, signed, 1).reshape(shape)
         np.testing.assert_array_equal(np.asarray(a, np.int64), b)
-        assert ctx["touched"].reads == ctx2["touched"].reads and ctx["bytes"] == ctx2["bytes"]
+        assert ctx.touched.reads == ctx2.touched.reads and ctx.bytes == ctx2.bytes
         assert _axi(ctx) == _axi(ctx2)
         vals = rng.integers(-(1 << 40), 1 << 40, shape)
         before = d.read(BUF, 0x4000)
-        d._unit_ctx = ctx
-        assert d.scatter_boxes(1, [(off, shape, strides)], size, [vals], 8)
+        d.port.account = ctx
+        assert d.port.scatter_boxes(1, [(off, shape, strides)], size, [vals], 8)
         after_box = d.read(BUF, 0x4000)
         d.write(BUF, before)
-        d._unit_ctx = ctx2
-        d.scatter(1, offs, size, vals.ravel(), 8)
+        d.port.account = ctx2
+        d.port.scatter(1, offs, size, vals.ravel(), 8)
         assert d.read(BUF, 0x4000) == after_box
-        assert ctx["touched"].writes == ctx2["touched"].writes and _axi(ctx) == _axi(ctx2)
-    d._unit_ctx = None
+        assert ctx.touched.writes == ctx2.touched.writes and _axi(ctx) == _axi(ctx2)
+    d.port.account = None
     assert base == d.basep(1)
     # a self-overlapping box is left to the element path
-    assert not d.scatter_boxes(1, [(0, (2, 3), (1, 1))], 1, [np.zeros((2, 3))], 8)
+    assert not d.port.scatter_boxes(1, [(0, (2, 3), (1, 1))], 1, [np.zeros((2, 3))], 8)
 
 
 def test_box_views_follow_memory_and_basep():
@@ -362,15 +363,15 @@ def test_box_views_follow_memory_and_basep():
         h.w("BASEP1_LO", base)
         if write:
             d.write(base, write)
-        ctx = {"touched": Touched(), "axi": [], "bytes": 0}
-        d._unit_ctx = ctx
-        (a,) = d.gather_boxes(1, [box], 2, True, 1)
-        ctx2 = {"touched": Touched(), "axi": [], "bytes": 0}
-        d._unit_ctx = ctx2
-        b = d.gather(1, offs, 2, True, 1).reshape(box[1])
+        ctx = UnitAccount(Touched())
+        d.port.account = ctx
+        (a,) = d.port.gather_boxes(1, [box], 2, True, 1)
+        ctx2 = UnitAccount(Touched())
+        d.port.account = ctx2
+        b = d.port.gather(1, offs, 2, True, 1).reshape(box[1])
         np.testing.assert_array_equal(np.asarray(a, np.int64), b)
-        assert ctx["touched"].reads == ctx2["touched"].reads and _axi(ctx) == _axi(ctx2)
-    d._unit_ctx = None
+        assert ctx.touched.reads == ctx2.touched.reads and _axi(ctx) == _axi(ctx2)
+    d.port.account = None
 
 
 def conv_program(d, rng, fmt, ofmt, transpose, shape, oc, k=3):
@@ -415,8 +416,8 @@ def test_device_box_path_equals_element_path(fmt, ofmt, transpose, shape, oc, us
                     calls.append((tag, r is not None and r is not False))
                     return r
                 return call
-            d.gather_boxes = spy(d.gather_boxes, "g")
-            d.scatter_boxes = spy(d.scatter_boxes, "s")
+            d.port.gather_boxes = spy(d.port.gather_boxes, "g")
+            d.port.scatter_boxes = spy(d.port.scatter_boxes, "s")
         rng = np.random.default_rng(42)
         cmds = conv_program(d, rng, fmt, ofmt, transpose, shape, oc)
         Host(d).start(es.encode_stream(cmds + STOP))
@@ -569,10 +570,9 @@ def test_axi_counts_memo_keys_tuples_by_identity_and_lists_by_value():
     for ranges in ((0x100, 0x180),), ((0x100, 0x180),), [(0x100, 0x180)], ((0x100, 0x1000),), \
             [(0x100, 0x1000)]:
         d.stats.clear()
-        d._unit_ctx = {"axi": [(0, 1, False, ranges), (0, 2, True, [(0x40, 0x44)])]}
-        ev = d._axi_events(10, True)
+        ev = d.pmu.axi_events([(0, 1, False, ranges), (0, 2, True, [(0x40, 0x44)])], 10, True,
+                              d.stats)
         counts.append((ev, dict(d.stats)))
-    d._unit_ctx = None
     assert counts[0] == counts[1] == counts[2] and counts[3] == counts[4]
     assert counts[0] != counts[3]
     assert sum(v for k, v in counts[3][1].items() if k.endswith("read_bytes")) == 0x1000 - 0x100
@@ -602,16 +602,16 @@ def test_conv_decode_is_kept_per_command_state_and_the_kernel_per_weights(monkey
     kernel setup on the decoded weights and scales: a rerun decodes nothing again; weights or
     scales rewritten in memory under the same commands, or one command changed, give what a
     device with empty memos gives, and the last two what the Python-integer reference gives."""
-    from accelstub.devices.ethos_u85 import ops
+    from accelstub.devices.ethos_u85 import op_conv, setstate
 
-    monkeypatch.setattr(ops, "_MEMO", {})  # (other tests may have run the same commands)
+    monkeypatch.setattr(setstate, "_MEMO", {})  # (other tests may have run the same commands)
     decodes = []
-    real = ops._conv_decode
-    monkeypatch.setattr(ops, "_conv_decode", lambda *a: decodes.append(a) or real(*a))
+    real = op_conv.conv_decode
+    monkeypatch.setattr(op_conv, "conv_decode", lambda *a: decodes.append(a) or real(*a))
 
     def run(cmds, fresh_memos=False):
         if fresh_memos:
-            monkeypatch.setattr(ops, "_MEMO", {})
+            monkeypatch.setattr(setstate, "_MEMO", {})
         d.write(BUF + 0x4000, bytes(0x400))
         Host(d).start(es.encode_stream(cmds + STOP))
         t = d.execute_unit(UnitContext())
@@ -680,12 +680,12 @@ def test_elementwise_decode_is_kept_per_command_state(monkeypatch):
     rerun decodes nothing again and reads the operands afresh; a changed command decodes
     again and gives what a device with empty memos gives; so does the OFM write's layout. Each
     result is also the Python-integer reference's (ethosu85_reference)."""
-    from accelstub.devices.ethos_u85 import ops
+    from accelstub.devices.ethos_u85 import op_eltwise, setstate
 
-    monkeypatch.setattr(ops, "_MEMO", {})
+    monkeypatch.setattr(setstate, "_MEMO", {})
     decodes = []
-    real = ops._eltwise_decode
-    monkeypatch.setattr(ops, "_eltwise_decode", lambda *a: decodes.append(a) or real(*a))
+    real = op_eltwise.eltwise_decode
+    monkeypatch.setattr(op_eltwise, "eltwise_decode", lambda *a: decodes.append(a) or real(*a))
     rng = np.random.default_rng(9)
     d = fresh()
 
@@ -699,7 +699,7 @@ def test_elementwise_decode_is_kept_per_command_state(monkeypatch):
 
     def run(cmds, fresh_memos=False):
         if fresh_memos:
-            monkeypatch.setattr(ops, "_MEMO", {})
+            monkeypatch.setattr(setstate, "_MEMO", {})
         Host(d).start(es.encode_stream(cmds + STOP))
         while not d.finished():
             d.execute_unit(UnitContext())
@@ -817,9 +817,9 @@ def test_kept_kernel_setup_goes_with_its_decoded_weights(monkeypatch, depthwise)
     next run decodes and sets up again with the same result."""
     import gc
 
-    from accelstub.devices.ethos_u85 import ops
+    from accelstub.devices.ethos_u85 import op_conv, setstate
 
-    monkeypatch.setattr(ops, "_MEMO", {})
+    monkeypatch.setattr(setstate, "_MEMO", {})
     d = fresh()
     rng = np.random.default_rng(12)
     C = 6
@@ -847,7 +847,7 @@ def test_kept_kernel_setup_goes_with_its_decoded_weights(monkeypatch, depthwise)
 
     first = run()
     assert first == exp.astype(np.int8).tobytes()  # the Python-integer reference
-    (decode,) = [r for _, r in ops._MEMO.values() if isinstance(r, ops._ConvDecode)]
+    (decode,) = [r for _, r in setstate._MEMO.values() if isinstance(r, op_conv._ConvDecode)]
     assert len(decode.kernels) == 1
     Wt._DECODED.clear()  # (a memo: emptying it changes nothing but speed; monkeypatch would
     Wt._PROBES.clear()   # keep the old one, and the weights with it, until the test ends)
@@ -863,16 +863,16 @@ def test_kept_kernel_setup_goes_with_its_decoded_weights(monkeypatch, depthwise)
     ("nhwc", "nhwc", "CHW", (4, 6, 3), 5),
 ])
 def test_kept_conv_run_equals_the_general_path(monkeypatch, fmt, ofmt, transpose, shape, oc):
-    """A convolution's kept run (ops._ConvRun: its accesses and kernel kept per decode and
+    """A convolution's kept run (op_conv._ConvRun: its accesses and kernel kept per decode and
     region placement) leaves what the general path leaves, run after run: memory, Touched,
     statistics (AXI byte counts among them), cycles, PMU counters. Where the scale stream was
     rewritten under the same commands, or BASEP moved the tensors, the general path runs and
     keeps a new run."""
-    from accelstub.devices.ethos_u85 import ops
+    from accelstub.devices.ethos_u85 import op_conv
 
     used = []
-    real = ops._run_kept_conv
-    monkeypatch.setattr(ops, "_run_kept_conv", lambda *a: used.append(real(*a)) or used[-1])
+    real = op_conv._run_kept_conv
+    monkeypatch.setattr(op_conv, "_run_kept_conv", lambda *a: used.append(real(*a)) or used[-1])
     moved = SRAM + 0x20000
 
     def runs(kept: bool) -> list:
@@ -997,12 +997,16 @@ def test_kept_elementwise_and_chained_runs_equal_the_general_path(monkeypatch):
     operands rewritten between runs and region 1 moved, memory, Touched, statistics, cycles,
     PMU counters and the result flag equal the general path's, and every operation takes its
     kept run when it runs again under the same placement."""
-    from accelstub.devices.ethos_u85 import ops
+    from accelstub.devices.ethos_u85 import kept, op_conv
 
     used = []
-    real = ops._kept_read
-    monkeypatch.setattr(ops, "_kept_read",
-                        lambda *a: used.append((a[1][0] is None, a[1][2])) or real(*a))
+    real = kept.kept_read
+
+    def spy(*a):
+        used.append((a[1][0] is None, a[1][2]))
+        return real(*a)
+    for module in (kept, op_conv):  # (the two that read through kept read accesses)
+        monkeypatch.setattr(module, "kept_read", spy)
     H, W, C, D = 3, 4, 6, 18
     moved = SRAM + 0x20000
 

@@ -120,8 +120,8 @@ def test_network_runs_again_with_new_inputs(compiled, name):
     src, out = compiled(name, 256)
     dev = open_device("ethos-u85", macs=256)
     replays = []
-    real = dev._replay_block
-    dev._replay_block = lambda blk, halt: replays.append(len(blk.steps)) or real(blk, halt)
+    real = dev.blocks.replay
+    dev.blocks.replay = lambda blk, halt: replays.append(len(blk.steps)) or real(blk, halt)
     prog = read_vela(out)
     per_run = []
     for seed in range(4):

@@ -450,9 +450,10 @@ def test_disassembly_matches_hand_written_listing():
 
 
 def test_tensor_memo_names_every_command_the_tensor_description_reads():
-    """ops.tensor is memoised on the commands listed in ops._TENSOR_CMDS: a description that
-    read a command outside that list would be served stale when only that command changed."""
-    from accelstub.devices.ethos_u85 import ops
+    """ops.tensor is memoised on the commands listed in operands._TENSOR_CMDS: a description
+    that read a command outside that list would be served stale when only that command
+    changed."""
+    from accelstub.devices.ethos_u85 import operands, ops
 
     class Recording(ops.SetState):
         def get(self, name, fld, default=None):
@@ -471,16 +472,16 @@ def test_tensor_memo_names_every_command_the_tensor_description_reads():
                 s.read = set()
                 for c in cmds:
                     s.set(c)
-                ops._tensor(s, which)
-                assert s.read and s.read <= set(ops._TENSOR_CMDS[which]), \
-                    (which, storage, fmt, s.read - set(ops._TENSOR_CMDS[which]))
+                operands._tensor(s, which)
+                assert s.read and s.read <= set(operands._TENSOR_CMDS[which]), \
+                    (which, storage, fmt, s.read - set(operands._TENSOR_CMDS[which]))
 
 
 def test_output_config_memo_names_every_command_it_reads():
-    """ops.out_config is memoised on ops._OUT_CMDS (as ops.tensor on _TENSOR_CMDS): every
+    """ops.out_config is memoised on output._OUT_CMDS (as ops.tensor on _TENSOR_CMDS): every
     command the decode reads, over the activation functions, clip ranges, precisions and
     accumulator formats, is in the list."""
-    from accelstub.devices.ethos_u85 import ops
+    from accelstub.devices.ethos_u85 import ops, output
 
     class Recording(ops.SetState):
         def get(self, name, fld, default=None):
@@ -503,7 +504,7 @@ def test_output_config_memo_names_every_command_it_reads():
             for c in cmds:
                 s.set(c)
             try:
-                ops._out_config(s, accumulator_path=path)
+                output._out_config(s, accumulator_path=path)
             except ops.Unpredictable:
                 pass  # an assert failed: what it read so far still counts
-            assert s.read and s.read <= set(ops._OUT_CMDS), s.read - set(ops._OUT_CMDS)
+            assert s.read and s.read <= set(output._OUT_CMDS), s.read - set(output._OUT_CMDS)

@@ -238,12 +238,12 @@ def test_tiled_tensor_is_declared_where_it_is_a_sum_of_axis_offsets(fmt, bases, 
     """Tiles (HEIGHT0/WIDTH0 splits): the declaration holds every element's address as the
     TRM places it, or the tensor is left out where no row + column + channel sum can."""
     from accelstub.devices.ethos_u85 import ops
-    from accelstub.devices.ethos_u85.model import _nhwc_spec
+    from accelstub.devices.ethos_u85.listing import nhwc_spec
 
     H, W, C = 6, 5, 20
     t = ops.Tensor("OFM", 2, bases, 20 * 2 if fmt == 0 else 0, 0x80, 0x100 if fmt else 0,
                    3, heights, 16, True, fmt, 0)
-    spec = _nhwc_spec("output", t, ops.addresses(t, (H, W, C)), 0x2000_0000)
+    spec = nhwc_spec("output", t, ops.addresses(t, (H, W, C)), 0x2000_0000)
     want = np.array([[[0x2000_0000 + _seed_address(t, y, x, c) for y in range(H)]
                       for x in range(W)] for c in range(C)]).transpose(0, 2, 1)
     lines_up = heights[0] == heights[1] and bases[3] - bases[2] == bases[1] - bases[0]

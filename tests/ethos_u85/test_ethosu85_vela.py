@@ -170,7 +170,7 @@ def test_second_input_of_the_same_program(compiled):
 def test_sparse_weights_decode_to_the_model_weights(compiled, monkeypatch):
     """Vela picks sparse_2_4 for a 2-channel convolution; its stream decodes to exactly the
     int8 weights of the model it compiled (Vela's own encoder as the reference)."""
-    from accelstub.devices.ethos_u85 import ops
+    from accelstub.devices.ethos_u85 import weightscale
     from accelstub.devices.ethos_u85.vela import read_tflite
 
     src, out = compiled("conv_2ch")
@@ -178,13 +178,13 @@ def test_sparse_weights_decode_to_the_model_weights(compiled, monkeypatch):
               if c.name == "NPU_SET_WEIGHT_FORMAT" and c.fields["weight_sparsity"]]
     assert sparse, "Vela no longer stores this layer as sparse_2_4"
     decoded = []
-    real = ops.Wt.decode_weights_memo
+    real = weightscale.Wt.decode_weights_memo
 
     def spy(streams, p, **kw):
         w = real(streams, p, **kw)
         decoded.append((int(p[12]), w))
         return w
-    monkeypatch.setattr(ops.Wt, "decode_weights_memo", spy)
+    monkeypatch.setattr(weightscale.Wt, "decode_weights_memo", spy)
     xs = sample_inputs("conv_2ch")
     got = run_in_device(out, xs)[0]
     assert np.array_equal(got, litert_reference(src, xs)[0])

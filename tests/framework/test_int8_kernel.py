@@ -199,8 +199,12 @@ def test_pointwise_sums_wrap_modulo_2_32():
 
 def test_dispatch_runs_the_byte_kernel_only_where_it_applies(monkeypatch):
     calls = []
-    real = IC._vnni_conv
-    monkeypatch.setattr(IC, "_vnni_conv", lambda *a: calls.append(1) or real(*a))
+    real = IC._VNNI_CONV_TWIN
+
+    def counted(kernel):
+        return lambda *a: calls.append(1) or kernel(*a)
+    monkeypatch.setattr(IC, "_VNNI_CONV_TWIN", IC.Twin(counted(real.parallel),
+                                                       counted(real.serial)))
     v8 = np.arange(2 * 4 * 4, dtype=np.int8).reshape(2, 4, 4)
     w8 = np.arange(-9, 9).reshape(1, 3, 3, 2)
     want = IC.conv_sums(v8, IC.pack_weights(w8), (2, 2), kernel="int16")

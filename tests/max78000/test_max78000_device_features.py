@@ -238,6 +238,21 @@ def test_mlator_command_refuses_before_load(dev):
         execute(CommandContext([RunControl(dev)]), "mlat 1")
 
 
+@pytest.mark.parametrize("words, message", [
+    ("mlat 4", "mlat: quadrant 4, count 1: the quadrant is 0-3, the count 1-4096"),
+    ("mlat 0 0", "mlat: quadrant 0, count 0: the quadrant is 0-3, the count 1-4096"),
+    ("mlat 0 4097", "mlat: quadrant 0, count 4097: the quadrant is 0-3, the count 1-4096"),
+    ("mlat x", "usage: mlat [quadrant [count]]"),
+    ("mlat 0 1 2", "usage: mlat [quadrant [count]]")])
+def test_mlator_command_names_a_value_out_of_range(dev, words, message):
+    """Numbers outside the ranges are named with the ranges; words that are not its grammar get
+    the declared usage (Device.usage_error)."""
+    mlat_setup(dev)
+    with pytest.raises(CommandError) as e:
+        execute(CommandContext([RunControl(dev)]), words)
+    assert str(e.value) == message
+
+
 # == 4. BIST and zeroization ====================================================================
 TEST = QB[0] + 0xC
 

@@ -276,7 +276,7 @@ def written_ranges(s: Spec, pixels: int) -> list[tuple[int, int]]:
 def run(s: Spec):
     dev = open_device("max78000")
     program(dev, s)
-    cfg = decode_layer(dev.regs.read, range(4), s.layer)
+    cfg = decode_layer(dev.regs.view, range(4), s.layer)
     touched = run_layer(dev.bus, cfg)
     want = expected(s)
     got = unload(dev, s, want.shape)
@@ -364,7 +364,7 @@ def test_chw_rejects_processor_that_is_not_first_of_its_quad():
     program(dev, Spec(in_procs=[1], in_passes=1, rows=4, cols=4, out_channels=1,
                       out_first_proc=0, chw=True))
     with pytest.raises(DeviceError, match=r"CNNx16_0_L0_EN: processor 1 enabled in parallel"):
-        decode_layer(dev.regs.read, range(4), 0)
+        decode_layer(dev.regs.view, range(4), 0)
 
 
 @pytest.mark.parametrize("k", range(1, 10))
@@ -472,7 +472,7 @@ def test_passthrough_and_elementwise(procs, ops, fn, pool, prepool, passes):
                  | (ops - 1) << 18)
             lreg("POST", 1 << 24)
         lreg("EN", sum(1 << (p % 16) for p in mine))  # pro_en only, no mask_en
-    cfg = decode_layer(dev.regs.read, range(4), 0)
+    cfg = decode_layer(dev.regs.view, range(4), 0)
     run_layer(dev.bus, cfg)
     pooled_first = [ref.pool(x[o], *psz, pstride, pool) for o in range(ops)]
     if ops == 1:
@@ -499,11 +499,11 @@ def test_unsupported_raises_device_error_naming_register():
     program(dev, s)
     w32(dev, QB[0] + OFF["ONED"], 1 << 13 | 1 << 12 | 3 << 8)  # ewise_en with oned_en (S3:L620)
     with pytest.raises(DeviceError, match=r"layer 0: CNNx16_0_L0_ONED"):
-        decode_layer(dev.regs.read, range(4), 0)
+        decode_layer(dev.regs.view, range(4), 0)
     w32(dev, QB[0] + OFF["ONED"], 0)
     w32(dev, QB[0] + OFF["EN"] + 4 * 5, 0)
     with pytest.raises(DeviceError, match=r"layer 5: CNNx16_0_L5_EN"):
-        decode_layer(dev.regs.read, range(4), 5)
+        decode_layer(dev.regs.view, range(4), 5)
 
 
 # -- random layers programmed through registers ---------------------------------------------------

@@ -1,0 +1,63 @@
+"""``njit`` for the emulator's kernels: numba's, except that a kernel called from another kernel
+is compiled for the types of its arguments, never for the constants a caller passes.
+
+Why: numba types a constant argument of a call between jitted functions as a literal
+(``sign_extend(v, 16)`` passes ``Literal[int](16)``) and compiles the callee once per distinct
+constant, each a full compile: the Ethos-U85 demo's first run compiled the weight decoder's
+``_bits`` six times, ``sign_extend`` three, ``finish`` and its callees twice. Compiled for
+``int64`` instead, each callee compiles once; LLVM still sees the constant once it inlines the
+callee into its caller, so the machine code is the same. Measured on the Ethos-U85 demo's first
+run: 14.1 s -> 12.5 s CPU. No kernel of ours asks numba for literal types (``literally``).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from numba import njit as _numba_njit
+from numba.core import types
+
+
+def _nonliteral(dispatcher):
+    """``dispatcher``, whose calls from other jitted code are typed without literals: numba
+    resolves such a call through the dispatcher's ``get_call_template``, which compiles the
+    callee for the argument types it is given."""
+    typed = dispatcher.get_call_template
+
+    def get_call_template(args, kws):
+        return typed(tuple(types.unliteral(a) for a in args),
+                     {k: types.unliteral(v) for k, v in kws.items()})
+
+    dispatcher.get_call_template = get_call_template
+    return dispatcher
+
+
+def njit(**options) -> Callable:
+    """``@njit(nogil=True, cache=True)`` as numba's, for functions of accelstub.emu."""
+    compile_ = _numba_njit(**options)
+    return lambda func: _nonliteral(compile_(func))
+
+
+def is_nonliteral(dispatcher) -> bool:
+    """Whether ``dispatcher`` was made by :func:`njit` (tests check every kernel is)."""
+    return getattr(dispatcher.get_call_template, "__qualname__", "").startswith("_nonliteral.")
+
+
+def load_numba_without_scipy() -> None:
+    """Import numba's array implementations now, with SciPy hidden from numba's BLAS probe.
+
+    Why: numba imports them with the first kernel it compiles or loads from the cache, and
+    with them ``scipy.linalg.cython_blas``, only to know whether ``np.dot`` of floats in jitted
+    code may call BLAS. No kernel of ours does, yet importing SciPy was a quarter of the floor
+    under every warm run (0.25 of ~1 s CPU). Without SciPy numba's float inner products are
+    plain loops, for this process only; SciPy itself imports as usual afterwards. For
+    processes that will run kernels (`accelstub run`, `serve`, ...), not for the ones that
+    never call one (the TUI), which would pay the import for nothing."""
+    import sys
+
+    if "numba.np.arraymath" in sys.modules or "scipy.linalg" in sys.modules:
+        return
+    sys.modules["scipy.linalg"] = None  # type: ignore[assignment]  # its import fails at once
+    try:
+        import numba.np.arraymath  # noqa: F401
+    finally:
+        del sys.modules["scipy.linalg"]

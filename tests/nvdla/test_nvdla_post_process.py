@@ -1,0 +1,181 @@
+"""CACC, SDP's X stages and its converter in one pass (emu/numeric/nvdla.py post_process, issue
+31 #2), value for value against the independent integer reference (testkit/nvdla_reference.py
+cacc and sdp), over random sums, stage settings, operand kinds and shifts up to the fields'
+widths; feature cubes read and written through strided views as the reference packs them;
+and the layer path around the kernel: weights packed once while their bytes stay the same, each
+layer's registers decoded once while it runs, and afresh after."""
+from __future__ import annotations
+
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from unittest.mock import patch
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from accelstub.devices.nvdla import conv as C
+from accelstub.devices.nvdla import feature as F
+from accelstub.devices.nvdla import sdp as S
+from accelstub.devices.nvdla.feature import ATOM
+from accelstub.emu.conv import int_conv as IC
+from accelstub.testkit import nvdla_reference as ref
+
+OPERAND = st.integers(-(1 << 15), (1 << 15) - 1)
+
+
+@st.composite
+def stages(draw, c: int, h: int, w: int, rng: np.random.Generator):
+    """(our Stage, the reference's XStage, our operands) of one random X stage."""
+    alu = draw(st.sampled_from([None, "max", "min", "sum"]))
+    mul = draw(st.booleans())
+    kind = draw(st.sampled_from(["reg", "kernel", "element"]))
+
+    def operand():
+        if kind == "reg":
+            v = draw(OPERAND)
+            return v, v
+        shape = (c, 1, 1) if kind == "kernel" else (c, h, w)
+        a = rng.integers(-(1 << 15), 1 << 15, shape, dtype=np.int64)
+        return a, (a[:, 0, 0] if kind == "kernel" else a)
+
+    (a_ours, a_ref), (m_ours, m_ref) = operand(), operand()
+    alu_shift = draw(st.integers(0, 63))  # 6-bit field
+    mul_shift = draw(st.sampled_from([0, 1, 5, 17, 31, 62, 63, 64, 65, 255]))  # 8-bit field
+    prelu, relu = mul and draw(st.booleans()), draw(st.booleans())
+    ours = S.Stage("BS", alu, False, 0, alu_shift, mul, False, 0, mul_shift, prelu, relu, None)
+    theirs = ref.XStage(alu=alu, alu_operand=a_ref, alu_shift=alu_shift, mul=mul,
+                        mul_operand=m_ref, mul_shift=mul_shift, prelu=prelu, relu=relu)
+    return ours, theirs, (a_ours, m_ours)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), seed=st.integers(0, 2**32 - 1))
+def test_fused_post_process_equals_the_reference_value_for_value(data, seed):
+    rng = np.random.default_rng(seed)
+    k = data.draw(st.integers(1, 19), "k")
+    h, w = data.draw(st.integers(1, 4), "h"), data.draw(st.integers(1, 5), "w")
+    lanes = -(-k // ATOM) * ATOM
+    clip = data.draw(st.integers(0, 16), "clip")  # CACC_D_CLIP_CFG: at most 16
+    # the kernel's work array: more channels and columns than the cube, as conv_sums leaves it
+    acc = rng.integers(-(1 << 31), 1 << 31, (k + 3, h, w + 2), dtype=np.int64).astype(np.int32)
+    add = rng.integers(-(1 << 33), 1 << 33, k, dtype=np.int64)
+    drawn = [data.draw(stages(lanes, h, w, rng), f"stage {i}")
+             for i in range(data.draw(st.integers(0, 2), "stages"))]
+    cvt = (data.draw(st.integers(-(1 << 31), (1 << 31) - 1), "offset"),
+           data.draw(OPERAND, "scale"), data.draw(st.integers(0, 63), "shift"))
+    cfg = S.SdpConfig(w, h, k, True, False, None, (0, 0, 0), tuple(s for s, _, _ in drawn), cvt)
+    # the operands as SDP_RDMA would give them (per channel [C, 1, 1], per element [C, H, W])
+    with patch.object(S, "operands", side_effect=[ops for _, _, ops in drawn]):
+        out, sat, cacc_sat = S.process(cfg, acc, None, k=k, add=add, clip=clip)
+
+    wrapped = ((acc[:k, :, :w].astype(np.int64) + add[:, None, None] + (1 << 31))
+               & 0xFFFFFFFF) - (1 << 31)
+    cacc = np.vectorize(lambda v: ref.cacc(int(v), clip), otypes=[object])(wrapped)
+    values = np.zeros((lanes, h, w), object)
+    values[:k] = cacc
+    want = ref.sdp(values, ref.SdpRef([t for _, t, _ in drawn], cvt))
+    assert np.array_equal(out.astype(np.int64), want)
+    shifted = np.vectorize(lambda v: ref.rshift_round(int(v), clip), otypes=[object])(wrapped)
+    assert cacc_sat == int(np.count_nonzero(shifted != cacc))
+    assert out.shape == (lanes, h, w) and out.dtype == np.int8
+    assert isinstance(sat, int)
+
+
+def test_converter_saturations_are_counted_against_the_floor_shift():
+    """SDP_D_PERF_OUT_SATURATION counts values whose 17-bit saturation moved them by more than
+    the rounding (|x >> shift - t17| > 1): with shift 0, 70000 and -70000 are, 65536 (moved by
+    one) is not."""
+    cfg = S.SdpConfig(4, 1, 8, True, False, None, (0, 0, 0), (), (0, 1, 0))
+    acc = np.array([70000, -70000, 65535, -65536, 65536, 5, -5, 0], np.int32).reshape(8, 1, 1)
+    acc = np.repeat(acc, 4, axis=2)
+    out, sat, cacc_sat = S.process(cfg, acc, lambda *a: None, k=8, add=np.zeros(8, np.int64))
+    assert sat == 2 * 4 and cacc_sat == 0
+    assert out[:, 0, 0].tolist() == [127, -128, 127, -128, 127, 5, -5, 0]
+
+
+def test_weights_are_decoded_and_packed_once_while_their_bytes_stay_the_same():
+    """read_weights gives the same read-only array for the same bytes, so the kernel's packed
+    form (kept per read-only array) is made once; other bytes give another array."""
+    cfg = _conv_config(k=9, c=5, r=3, s=3)
+    raw = np.random.default_rng(3).integers(0, 256, 9 * 5 * 9, dtype=np.uint8)
+    first = C.read_weights(cfg, raw)
+    again = C.read_weights(cfg, raw.copy())
+    assert again is first and not first.flags.writeable
+    assert IC.packed_weights(again) is IC.packed_weights(first)
+    changed = raw.copy()
+    changed[7] ^= 1
+    other = C.read_weights(cfg, changed)
+    assert other is not first
+    assert int(np.count_nonzero(other != first)) == 1
+    # two layers of one shape at two addresses keep one array each
+    elsewhere = replace(cfg, wt_addr=0x1000)
+    assert C.read_weights(elsewhere, raw) is not C.read_weights(cfg, changed)
+    assert C.read_weights(elsewhere, raw) is C.read_weights(elsewhere, raw.copy())
+    assert C.read_weights(cfg, changed) is other
+
+
+def _conv_config(k: int, c: int, r: int, s: int) -> C.ConvConfig:
+    return C.ConvConfig(w=4, h=4, c=c, k=k, r=r, s=s, batches=1, in_addr=0, line=32, surf=128,
+                        wt_addr=0, stride=(1, 1), dilation=(1, 1), pad=(0, 0, 0, 0),
+                        pad_value=0, out_w=2, out_h=2, clip=0, cvt=None, pixel=None, kc=c,
+                        y_ext=1, reuse=(False, False), keep=(False, False), bank=0)
+
+
+@settings(max_examples=80, deadline=None)
+@given(c=st.integers(1, 21), h=st.integers(1, 4), w=st.integers(1, 5),
+       pad_line=st.integers(-8, 24), pad_surf=st.integers(-40, 40), offset=st.integers(0, 19),
+       seed=st.integers(0, 2**32 - 1))
+def test_feature_cubes_read_and_write_as_the_reference_packs_them(c, h, w, pad_line, pad_surf,
+                                                                  offset, seed):
+    """F.read_feature (both layouts) and F.write_feature through strided views agree with the
+    reference's byte-by-byte packing (testkit/nvdla_reference.py feature_offset), for aligned
+    and unaligned placements, partial last surfaces, and strides where lines or surfaces
+    overlap (the write then keeps what the reference's element order keeps)."""
+    rng = np.random.default_rng(seed)
+    line = max(1, w * ATOM + pad_line)
+    surf = max(1, h * line + pad_surf)
+    cube = rng.integers(-128, 128, (c, h, w)).astype(np.int8)
+    data = rng.integers(0, 256, offset + F.feature_span(c, h, w, line, surf) + 8, dtype=np.uint8)
+    want = data.copy()
+    for ci in range(c):  # element order, as the reference writes them
+        for y in range(h):
+            for x in range(w):
+                want[offset + ref.feature_offset(ci, y, x, line, surf)] = int(cube[ci, y, x]) & 0xFF
+    F.write_feature(data, offset, cube, line, surf)
+    assert np.array_equal(data, want)
+    raw = bytes(data[offset:])
+    expect = ref.unpack_feature(raw, c, h, w, line, surf)
+    for channels_last in (False, True):
+        got = F.read_feature(data, offset, c, h, w, line, surf, channels_last)
+        assert got.dtype == np.int8 and got.shape == (c, h, w)
+        assert np.array_equal(got.astype(np.int64), expect)
+        if channels_last and c % ATOM == 0:  # the kernel's input layout: not copied again
+            assert got.transpose(1, 2, 0).flags.c_contiguous
+
+
+def test_a_layer_decodes_its_registers_once_and_the_next_layer_afresh(monkeypatch):
+    """The listing, the tensors and the run share one decode per layer (Nvdla._decoded); the
+    next layer, with other registers, is decoded again (its output still passes the CRC)."""
+    from accelstub.devices import open_device
+    from accelstub.devices.runcontrol import RunControl
+    from accelstub.stub.commands import CommandContext
+    from accelstub.stub.program import load_program
+    from accelstub.testkit.nvdla_build import Conv, build
+
+    trace = build([Conv(9, 7, 16, 16, clip=3), Conv(6, 5, 8, 9, clip=2, cvt=(1, 2, 1))],
+                  "decode_once", seed=2).write(Path(tempfile.mkdtemp()) / "t")
+    rc = RunControl(open_device("nvdla"))
+    load_program(CommandContext([rc]), trace)
+    decoded = []
+    conv_decode = C.decode
+    monkeypatch.setattr(C, "decode", lambda reg: decoded.append(conv_decode(reg)) or decoded[-1])
+    stop = rc.run_here()
+    assert stop.reason == "done" and rc.host.ok
+    assert any("PASS" in r.line for r in rc.host.results)
+    assert [(d.c, d.k) for d in decoded] == [(16, 16), (8, 9)]
+    # the listing was written from the same decodes, layer by layer
+    summaries = [u.summary for u in rc.device.units()]
+    assert "16x7x9 -> 16x7x9" in summaries[0] and "(x-0)*1>>0" in summaries[0]
+    assert "8x5x6 -> 9x5x6" in summaries[1] and "(x-1)*2>>1" in summaries[1]

@@ -1,0 +1,50 @@
+"""`accelstub compile` names each kernel it compiled, with its time (issue 31 #5), and compiles
+the parallel kernels of the demos' types beside the serial ones the demos ran."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from accelstub.emu.conv.vnni import HAVE_VNNI
+from accelstub.stub import precompile
+
+
+def test_each_kernel_compiled_gets_a_line_with_its_time(tmp_path):
+    mark = precompile.KERNEL_MARK
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\n"
+                    f"echo '{mark} start accelstub.emu.conv.max78000 conv2d' >&2\n"
+                    f"echo '{mark} end accelstub.emu.conv.max78000 conv2d 0.71' >&2\n"
+                    f"echo '{mark} start accelstub.emu.pool.max78000 pool_hwc' >&2\n"
+                    f"echo '{mark} end accelstub.emu.pool.max78000 pool_hwc 1.25' >&2\n"
+                    "echo PASS\n")
+    fake.chmod(0o755)
+    lines: list[str] = []
+    assert precompile.compile_devices(["max78000"], python=str(fake), say=lines.append) == 0
+    assert lines[1:3] == ["accelstub: max78000: compiled conv.max78000.conv2d in 0.7 s",
+                          "accelstub: max78000: compiled pool.max78000.pool_hwc in 1.2 s"]
+    assert lines[3].startswith("accelstub: max78000: done in ") and \
+        lines[3].endswith("(2 kernels compiled)")
+    assert lines[4].startswith("accelstub: kernels compiled in ")
+
+
+@pytest.mark.slow
+def test_compile_compiles_the_serial_kernels_the_demo_runs_and_their_parallel_twins(tmp_path):
+    """In an empty cache: the NE16 demo's layers are small, so it runs (and compiles) the
+    serial convolution kernel; compile then compiles the parallel one for the same types, so
+    a larger job's first run finds it in the cache."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-m", "accelstub.stub.cli", "compile", "ne16"],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    prefix = "accelstub: ne16: compiled "
+    compiled = [line.removeprefix(prefix).split(" in ")[0]
+                for line in out.stdout.splitlines() if line.startswith(prefix)]
+    kernel = "_vnni_conv" if HAVE_VNNI else "_conv_blocks"
+    assert f"conv.int_conv.{kernel}_serial" in compiled
+    assert f"conv.int_conv.{kernel}" in compiled
+    assert compiled.index(f"conv.int_conv.{kernel}_serial") < \
+        compiled.index(f"conv.int_conv.{kernel}")
