@@ -4,10 +4,10 @@ a framework's outputs. ``accelstub eval`` (stub/cli.py) is a thin layer over :fu
 (``accelstub.evaluate``; the module is not named evaluate, so that importing it never turns the
 package's ``evaluate`` into a module).
 
-How a sample gets in: loading a program runs its driver up to its first wait (DESIGN.md "Host
-programs"), so the program's own input is in memory and the device sits before unit 0. The
+How a sample gets in: loading a program runs its driver up to its first wait (docs/design-notes.md
+"Host programs"), so the program's own input is in memory and the device sits before unit 0. The
 network's input is the "input" tensor of the first unit that declares one, its output the
-"output" of the last (DESIGN.md "Unit tensors"), so no device has a case here. Per sample the
+"output" of the last (devices/device.py, unit_tensors), so no device has a case here. Per sample the
 worker rewinds to that armed state (RunControl.checkpoint/rewind: registers, model state, the
 driver's position and only the memory a run writes, learnt from one warm-up run), writes the
 sample over the program's input and continues to the end.

@@ -5,7 +5,7 @@ verbs and their results are the same on both; the tests run every verb on both.
 
 What it knows that a CPU debugger's session does not: the program's units (layers, commands,
 jobs) by index and label, and each unit's input and output tensors as numpy arrays in the
-layout of the toolchain that made the program (DESIGN.md "Unit tensors").
+layout of the toolchain that made the program (devices/device.py, unit_tensors).
 
 Every call that can wait takes a timeout; a run that outlives it is halted and raises
 :class:`~accelstub.errors.Timeout`; a connection that ends raises

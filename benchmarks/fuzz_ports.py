@@ -2,7 +2,7 @@
 accelstub.testkit.port_fuzz (its docstring says what is sent and what is reported).
 
     python benchmarks/fuzz_ports.py --packets 1000000            # the full run, every device
-    python benchmarks/fuzz_ports.py --packets 20000 --devices max78000 --seed 3
+    python benchmarks/fuzz_ports.py --packets 20000 --devices max78000 --[AI8X]
 """
 import sys
 

@@ -1,8 +1,8 @@
 """Address decoding: which region, which populated range, which register or memory byte.
 
 Accesses may be of any size and alignment and may span regions, as long as every byte lies in a
-populated range; anything else raises :class:`BusError` naming the first bad address (DESIGN.md:
-"never silent zeros").
+populated range; anything else raises :class:`BusError` naming the first bad address
+(docs/design-notes.md: "never silent zeros").
 """
 from __future__ import annotations
 

@@ -21,11 +21,14 @@ from typing import Any
 
 from .errors import DescriptionError, RegisterNotFound
 
-#: a parenthesised citation of the sources in a description's doc text ("(L1371, Table 27-10)",
-#: "(digest 7 #1)", "(S3:L2391)", "(R7#15)"): provenance for the description's readers, left out
-#: of what users see (SVD, describe, the TUI, gdb's target description)
-_CITATION = re.compile(r"\s*\((?=[^()]*\b(?:L\d{2,5}\b|S\d:L\d|Table\s\d|digest\b|R7#|seed\b"
-                       r"|EXT\b|RDL\b))[^()]*\)")
+#: a citation of the sources in a description's doc text: a document's bracket ("[UG-CNN: Table
+#: 27-10]", docs/citations.md) or a parenthesised note holding a project id ("(R7#15)",
+#: "(N8#3)"): provenance for the description's readers, left out of what users see (SVD,
+#: describe, the TUI, gdb's target description)
+_CITATION = re.compile(r"\s*\[(?:UG-CNN|U85-TRM|NE16|AI8X|NVDLA-CONV)\b[^\]]*\]"
+                       r"|\s*\((?=[^()]*(?:\[(?:UG-CNN|U85-TRM|NE16|AI8X|NVDLA-CONV)\b"
+                       r"|\b(?:Table\s\d|digest\b|[RAUNVC]\d+#|G-[A-Z]\d|[RAUCNV]§|EXT\b"
+                       r"|RDL\b)))[^()]*\)")
 
 
 def user_doc(text: str) -> str:
@@ -38,7 +41,8 @@ def user_doc(text: str) -> str:
 ACCESS_KINDS = ("rw", "ro", "wo", "w1c", "w1s", "rsvd")
 
 #: Region kinds. ``pseudo``: emulator-only registers; ``rom``: an emulator-only window the model
-#: fills (the program window of NE16 and NVDLA, DESIGN.md "pc"): readable, bus writes refused.
+#: fills (the program window of NE16 and NVDLA, docs/design-notes.md "One pc per unit"): readable,
+#: bus writes refused.
 REGION_KINDS = ("registers", "ram", "weights", "bias", "tram", "pseudo", "rom")
 
 

@@ -1,5 +1,5 @@
-"""The Device contract (DESIGN.md "The Device interface"): what every accelerator model offers,
-and every optional capability with its default, so that stub/, tui/, the CLI and run control
+"""The Device contract (docs/design-notes.md "Device contract"): what every accelerator model
+offers, and every optional capability with its default, so that stub/, tui/, the CLI and run control
 never look for a feature with ``getattr`` or by device name.
 
 A model subclasses :class:`Device` and implements the four required members: :attr:`Device.pc`,
@@ -58,8 +58,9 @@ if TYPE_CHECKING:  # annotations only: host.py sits beside this module, not belo
 
 SIGINT, SIGTRAP = 2, 5
 
-#: The virtual host core of the gdb view (DESIGN.md "GDB view"): r0-r12, sp, lr are scratch
-#: registers a debugger may use freely; pc is the device's pc; xpsr reads 0x01000000 (Thumb).
+#: The virtual host core of the gdb view (docs/design-notes.md "GDB view"): r0-r12, sp, lr are
+#: scratch registers a debugger may use freely; pc is the device's pc; xpsr reads 0x01000000
+#: (Thumb).
 CORE_REGS = tuple(f"r{i}" for i in range(13)) + ("sp", "lr", "pc", "xpsr")
 
 
@@ -76,7 +77,7 @@ class Stop:
     #: "begin": a reverse run reached the start of the recorded history (RSP ``replaylog:begin``)
     replaylog: str = ""
 
-    #: OpenOCD's debug-reason names (shared/reference/gdb-stub-anchors.md §3.1)
+    #: OpenOCD's debug-reason names (debug_reason_name() in OpenOCD's src/target/target.c)
     @property
     def debug_reason(self) -> str:
         return {"step": "single-step", "breakpoint": "breakpoint", "watchpoint": "watchpoint",
@@ -273,15 +274,16 @@ class Device:
             self.regs.on_read(name, self._read_emu)
         self._program_window = next((r for r in description.regions if r.name == "emu_program"),
                                     None)
-        if self._program_window is not None:  # word k reads k (DESIGN.md "pc": the program window)
+        # word k reads k (docs/design-notes.md "One pc per unit")
+        if self._program_window is not None:
             mem = self.bus.memories[self._program_window.name]
             mem.data.view("<u4")[:] = np.arange(self._program_window.size // 4, dtype="<u4")
 
     # -- required ----------------------------------------------------------------------------
     @property
     def pc(self) -> int:
-        """A real address in the map that names the next unit uniquely and stably (DESIGN.md
-        "pc"), :attr:`end_address` once the program has ended."""
+        """A real address in the map that names the next unit uniquely and stably
+        (docs/design-notes.md "One pc per unit"), :attr:`end_address` once the program has ended."""
         raise NotImplementedError
 
     def finished(self) -> bool:
@@ -299,8 +301,8 @@ class Device:
 
     # -- optional capabilities (defaults) ------------------------------------------------------
     def unit_tensors(self, index: int) -> tuple[TensorSpec, ...]:
-        """The input and output tensors of unit ``index`` of :meth:`units` (DESIGN.md "Unit
-        tensors"): names, shapes in the layout of the toolchain that made the program, and
+        """The input and output tensors of unit ``index`` of :meth:`units` (docs/design-notes.md,
+        unit tensors): names, shapes in the layout of the toolchain that made the program, and
         where each element lies (:mod:`.tensors`). Inputs first ("input", "input2" for a second
         operand), then "output". ``()`` where the device cannot say (a unit not decoded yet);
         an index outside the program raises DeviceError (:meth:`check_unit`)."""
@@ -407,7 +409,8 @@ class Device:
         raise DeviceError(f"{self.name}: {reg.name} is banked by device state, but the model "
                           "does not select banks")
 
-    # -- the end of a program and the program window (DESIGN.md "pc") --------------------------
+    # -- the end of a program and the program window (docs/design-notes.md "One pc per unit")
+    # --------------------------
     @property
     def end_address(self) -> int:
         """pc once the program has ended: the EMU_END word of the emulator block, the one rule of

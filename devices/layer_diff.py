@@ -39,7 +39,7 @@ class LayerReference:
     declared tensor (``TensorSpec.layout``/``shape``), so the reader, not the comparison, converts
     layouts. ``tensor``: which declared tensor of the unit it is compared with.
 
-    ``explain``: for differences the hardware makes on purpose (DESIGN.md / issue 27 point 4):
+    ``explain``: for differences the hardware makes on purpose (issue 27 point 4):
     given (device array, reference array), a boolean mask of the differing elements that ``rule``
     explains; those are reported as explained, never as divergences, and never hidden.
     ``crc``: a reference that is only a checksum (an NVDLA trace's per-layer CRC) gives ``array``

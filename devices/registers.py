@@ -2,8 +2,8 @@
 
 Generated from a :class:`Description`; device models attach side effects with
 :meth:`RegisterFile.on_write` (called after the access rules are applied) and computed values with
-:meth:`RegisterFile.on_read` (pure: a debugger read never changes state, DESIGN.md "Device
-interface").
+:meth:`RegisterFile.on_read` (pure: a debugger read never changes state, the Device
+contract, devices/device.py).
 
 Banked registers (several banks at one address, docs/description-format.md "Banks") keep one value
 per bank; a bus access at the address reaches the bank the block's selector names now

@@ -3,7 +3,7 @@ them as numpy arrays in the layout of the toolchain that made the program.
 
 Why one declaration: the Python API (in-process and over the GDB remote protocol), the TUI's
 tensor view, ``monitor tensor``, a per-layer comparison and dataset runs all read a layer's
-output; each device states once where it is (DESIGN.md "Unit tensors"), and everything else
+output; each device states once where it is (devices/device.py, unit_tensors), and everything else
 reads through :func:`read_tensor` with the memory access it has (a device's debugger read, or
 ``m`` packets), so no per-device case lives outside devices/.
 

@@ -1,6 +1,6 @@
 """The servers: one gdb port per device (3333, 3334, ...), telnet 4444 and Tcl RPC 6666, all
 bound to 127.0.0.1 unless told otherwise, all sharing one command table and one
-:class:`RunControl` per device (OpenOCD's layout, DESIGN.md "OpenOCD compatibility").
+:class:`RunControl` per device (OpenOCD's layout, docs/design-notes.md "OpenOCD commands").
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""One gdb connection: packet dispatch for the all-stop RSP subset in DESIGN.md "GDB view".
+"""One gdb connection: packet dispatch for the all-stop RSP subset in docs/design-notes.md "GDB
+view".
 
 A session never raises into its transport loop: every malformed or failing request gets a
 protocol-correct reply (``Exx`` or empty), so no client input can crash or hang the server.

@@ -1,5 +1,5 @@
-"""CMSIS-SVD 1.3 export of a device description (DESIGN.md "GDB view": SVD generated from the
-description, the same source as target.xml and the memory map).
+"""CMSIS-SVD 1.3 export of a device description (docs/design-notes.md "GDB view": SVD generated from
+the description, the same source as target.xml and the memory map).
 
 One ``<peripheral>`` per register-block instance, one ``<register>`` per register instance (arrays
 are written out one register per index, so every name is a plain SVD identifier), one ``<field>``

@@ -1,7 +1,7 @@
 """target.xml and the memory-map XML, generated from the device description.
 
 Register numbering (what ``p``/``P`` use): r0-r12, sp, lr, pc = 0-15 and xpsr = 25 as in the
-classic Arm m-profile description (shared/reference/gdb-stub-anchors.md §2.2), so ``g`` carries
+classic Arm m-profile description (gdb's features/arm/arm-m-profile.xml), so ``g`` carries
 exactly those 17 registers; every accelerator register follows from 26 in description order and
 is reached with ``p``/``P`` only.
 """

@@ -22,7 +22,7 @@ class SocketConnection:
         self.sock = sock
         self._buf = bytearray(RECV_SIZE)
         self._view = memoryview(self._buf)
-        try:  # one small reply must not wait for Nagle + delayed ack (gdb-stub-anchors §4.1)
+        try:  # one small reply must not wait for Nagle + delayed ack (as QEMU's gdbstub)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:
             pass

@@ -1,7 +1,7 @@
 """Small quantized TensorFlow Lite models written by the project (no TensorFlow, no network).
 
 The models are the inputs users give Vela before they bring its output to the Ethos-U85 stub
-(DESIGN.md, "Programs: what users bring": vendor files are never committed, tests use programs
+(docs/design-notes.md, "Programs": vendor files are never committed, tests use programs
 the project writes itself). Each model is one flatbuffer in TFLite's schema, built with the
 ``flatbuffers`` package (the only dependency, imported when a model is built) and deterministic
 random weights, quantization parameters and shapes (numpy's PCG64 seeded per model).

@@ -296,7 +296,8 @@ def _shape_op(name: str, in_shape, out_shape, extra=None):
 
 
 def _div(g: Graph, tt: int) -> None:
-    """DIV by a constant without zeros (a zero divisor is UNPREDICTABLE on the NPU, L8613)."""
+    """DIV by a constant without zeros (a zero divisor is UNPREDICTABLE on the NPU,
+    [U85-TRM: §3.10.6])."""
     a = _in(g, (1, 4, 5, 8), tt)
     b = g.tensor(f"{g.name}.divisor", (1, 1, 1, 8), tt, 0.05, 0,
                  data=g.rng.integers(5, 100, size=(1, 1, 1, 8)) * g.rng.choice([-1, 1], 8))

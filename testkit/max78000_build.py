@@ -6,34 +6,35 @@ never committed. It writes the statement forms that ai8xize.py emits (register s
 KERNELS record loop or KERNELS_n + memcpy32, memcpy_8to32 for bias, memcpy32 for the input, the
 SAMPLE_OUTPUT block table of check_output), so the importer (ai8x.py) reads both.
 
-Register values are written from the seeds and digests, independently of the emulator's decoding
-(nothing here imports devices/ or emu/):
+Register values are written from the documents (docs/citations.md), independently of the emulator's
+decoding (nothing here imports devices/ or emu/):
 
 * register offsets: quadrant base 0x5010_0000 + q*0x40_0000, per-layer register R at
-  ``base + R + 4*layer`` (S0 Table 27-18, digest registers section 2.2);
-* fields: RCNT/CCNT = pad<<16 | (rows - 1 + 2*pad) (S0:L3056-3082); PRCNT/PCCNT = pool - 1,
-  STRIDE = pool stride - 1 (S0:L3312-3392); WPTR_BASE bits 16:13 = data memory, 12:0 = word
-  (R7#26); LCTRL0 master 5, pool_en 7, maxpl_en 8, act_en 9, sramlsrc 11, cnnsi_en 15:12,
-  bigdwrt 16 (S0:L3657-3799); MCNT = sad<<16 | max (S0:L3838); EN = mask_en<<16 | pro_en
-  (S0:L3934); POST bias 12 + bptr_sad 11:0, scale_reg 16:13, scale_shft 17 (1 = right),
-  mask_size 23:22, out_abs 26 (S0:L3979-4122); LCTRL1 xpch_max 16:8, wptr_inc 7:4,
-  inpchexp 3:0 (S0:L4159-4192); CTRL clk_en 3, oneshot 8, ext_sync 11:9, poolrnd 13,
-  mexpress 20 (S0:L2109-2299);
+  ``base + R + 4*layer`` (S0 Table 27-18, [UG-CNN: Table 27-18]);
+* fields: RCNT/CCNT = pad<<16 | (rows - 1 + 2*pad) [UG-CNN: Table 27-23]; PRCNT/PCCNT = pool - 1,
+  STRIDE = pool stride - 1 [UG-CNN: CNNx16_n Per Layer Registers (CNNx16_n_Ly)]; WPTR_BASE bits
+  16:13 = data memory, 12:0 = word (R7#26); LCTRL0 master 5, pool_en 7, maxpl_en 8, act_en 9,
+  sramlsrc 11, cnnsi_en 15:12, bigdwrt 16 [UG-CNN: Table 27-34]; MCNT = sad<<16 | max
+  [UG-CNN: Table 27-35]; EN = mask_en<<16 | pro_en [UG-CNN: Table 27-37]; POST bias 12 + bptr_sad
+  11:0, scale_reg 16:13, scale_shft 17 (1 = right), mask_size 23:22, out_abs 26
+  [UG-CNN: Table 27-38]; LCTRL1 xpch_max 16:8, wptr_inc 7:4, inpchexp 3:0 [UG-CNN: Table 27-39];
+  CTRL clk_en 3, oneshot 8, ext_sync 11:9, poolrnd 13, mexpress 20 [UG-CNN: Table 27-19];
 * the values the public generator puts into them ([izer], ai8x-synthesis HEAD ab4f4c01, read for
   the facts only): mcnt_sad = 8*column (3x3) or 72*column (1x1), mcnt_max = sad + (steps-1)*bits
   with steps = output channels * input passes (mask step = out*passes + pass); xpch_max =
   (output processors per pass - 1)*bits; the first layer column of a layer is a multiple of 4
-  (S3:L938); TPTR = output columns - 1 for 3x3 layers; LCTRL0 always has master and sramlsrc,
-  maxpl_en unless average pooling; WPTR_TOFF = 1 for 1x1 and linear layers; WPTR_CHOFF = 4
-  for 32-bit output (1 for 8-bit) with more than one output pass; CTRL
+  [AI8X: Layers and Weight Memory]; TPTR = output columns - 1 for 3x3 layers; LCTRL0 always has
+  master and sramlsrc, maxpl_en unless average pooling; WPTR_TOFF = 1 for 1x1 and linear layers;
+  WPTR_CHOFF = 4 for 32-bit output (1 for 8-bit) with more than one output pass; CTRL
   "Stop SM" = clk_en|mexpress, start = each used quadrant with ext_sync 0b100, the others with
   cnn_en, then quadrant 0 with cnn_en alone ("Master enable"); SRAM control 0x40e;
 * memory layouts: HWC, channel c of a layer with P processors per pass is processor c % P in pass
-  c // P, data memory p//4, byte lane p%4, word ``offset + pixel*passes + pass`` (S3:L681-691,
-  L898); P = ceil(C / ceil(C/64)), rounded up to a multiple of 4 above 64 channels ([izer]);
-  32-bit outputs take a word per channel, 4 channels of a quad in 4 consecutive words; MRAM
-  72-bit words as k0..k8 (row-major 3x3; 1x1 kernels fill k8 down to k0; sub-8-bit weights at
-  bit offset ``mask_counter & 7``), bias one byte per 32-bit BRAM word, added as bias*128.
+  c // P, data memory p//4, byte lane p%4, word ``offset + pixel*passes + pass``
+  ([AI8X: Data Memory, Multi-Pass], [UG-CNN: Table 27-5]); P = ceil(C / ceil(C/64)), rounded up to a
+  multiple of 4 above 64 channels ([izer]); 32-bit outputs take a word per channel, 4 channels of a
+  quad in 4 consecutive words; MRAM 72-bit words as k0..k8 (row-major 3x3; 1x1 kernels fill k8 down
+  to k0; sub-8-bit weights at bit offset ``mask_counter & 7``), bias one byte per 32-bit BRAM word,
+  added as bias*128.
 
 Layer kinds (``Layer.op``): conv2d, conv1d, deconv (transposed 3x3, stride 2), linear (with
 flattening), passthrough; element-wise operations on the first layer (``Layer.operands``); CHW
@@ -75,8 +76,8 @@ WPTR_BASE, WPTR_TOFF, WPTR_MOFF, WPTR_CHOFF = 0x310, 0x390, 0x410, 0x490
 RPTR_BASE, LCTRL0, MCNT, TPTR, EN, POST, LCTRL1 = 0x510, 0x590, 0x610, 0x690, 0x710, 0x790, 0xA10
 CTRL, SRAM_CTRL, LCNT_MAX = 0x000, 0x004, 0x008
 
-WEIGHT_RANGE = {8: (-128, 127), 4: (-8, 7), 2: (-2, 1), 1: (-1, 0)}  # S3:L758-762
-MASK_SIZE = {8: 0, 1: 1, 2: 2, 4: 3}  # POST.mask_size (S0:L4051)
+WEIGHT_RANGE = {8: (-128, 127), 4: (-8, 7), 2: (-2, 1), 1: (-1, 0)}  # [AI8X: Number Format]
+MASK_SIZE = {8: 0, 1: 1, 2: 2, 4: 3}  # POST.mask_size [UG-CNN: Table 27-38]
 
 
 class BuildError(ValueError):
@@ -87,29 +88,32 @@ class BuildError(ValueError):
 class Layer:
     """One layer: optional element-wise operation and pooling, then the operation ``op``.
 
-    * ``conv2d``: 3x3 or 1x1 kernel, pad 0..2, stride 1 (S3:L994-1002);
-    * ``conv1d``: a kernel of 1..9 taps along the rows of an H x 1 input, pad 0..3 (S3:L1001,
-      A A2; RCNT holds the length, CCNT 0: S0:L3243 "if rcnt_max is non-zero, the row count is
-      used");
-    * ``deconv``: transposed 3x3 convolution, stride 2 (S3:L1004, "ConvTranspose2d 3x3, stride
-      2"): the input is zero-stuffed to 2H x 2W (POST.deconv_en, S0:L3979-3988) and convolved
-      with the kernel as stored, padded by ``pad`` (the hardware pad; PyTorch padding 1 with
-      output padding 1 is ``pad=1`` and gives 2H x 2W). ``weights`` are the kernels the hardware
-      applies (ai8x-synthesis flips a checkpoint's ConvTranspose2d weights before storing them);
-    * ``linear``: fully connected over the flattened C*H*W input (S3:L1036-1038), kernel 1,
-      pad 0, weights ``[out, C*H*W, 1, 1]`` in PyTorch's flatten order (c*H*W + pixel); with
-      H*W > 1 the pixels become passes (POST.flatten_en, S0:L3990);
-    * ``passthrough``: no convolution (POST.onexone_en without mask_en, S0:L4014-4029); the
+    * ``conv2d``: 3x3 or 1x1 kernel, pad 0..2, stride 1 [AI8X: Limitations of MAX78000 Networks];
+    * ``conv1d``: a kernel of 1..9 taps along the rows of an H x 1 input, pad 0..3
+      ([AI8X: Limitations of MAX78000 Networks], A A2; RCNT holds the length, CCNT 0:
+      [UG-CNN: Table 27-25] "if rcnt_max is non-zero, the row count is used");
+    * ``deconv``: transposed 3x3 convolution, stride 2 ([AI8X: Limitations of MAX78000 Networks],
+      "ConvTranspose2d 3x3, stride 2"): the input is zero-stuffed to 2H x 2W (POST.deconv_en,
+      [UG-CNN: Table 27-38]) and convolved with the kernel as stored, padded by ``pad`` (the
+      hardware pad; PyTorch padding 1 with output padding 1 is ``pad=1`` and gives 2H x 2W).
+      ``weights`` are the kernels the hardware applies (ai8x-synthesis flips a checkpoint's
+      ConvTranspose2d weights before storing them);
+    * ``linear``: fully connected over the flattened C*H*W input
+      [AI8X: Limitations of MAX78000 Networks], kernel 1, pad 0, weights ``[out, C*H*W, 1, 1]`` in
+      PyTorch's flatten order (c*H*W + pixel); with H*W > 1 the pixels become passes
+      (POST.flatten_en, [UG-CNN: Table 27-38]);
+    * ``passthrough``: no convolution (POST.onexone_en without mask_en, [UG-CNN: Table 27-38]); the
       output is the pooled input, so ``out_channels`` must equal the input channels, and like
       the public generator we refuse pad, shift, activation and bias there.
 
-    ``operands`` > 1 (2..16, S3:L1040; ONED.ewise_cnt S0:L3172) makes the layer element-wise:
-    the input holds ``operands`` tensors of C channels interleaved word by word (S3:L2041) and
-    they are combined with ``eltwise`` (add | sub | or | xor, ONED.ewise_func S0:L3210) before
-    the operation; ``pool_first`` pools each operand first (ONED.prepool, S0:L3199), otherwise
-    the sum is pooled. Only the first layer can have operands (its input is loaded interleaved,
-    as the public generator's loader writes multi-operand input); the builder has no
-    multi-producer (write gap) layers yet.
+    ``operands`` > 1 (2..16, [AI8X: Limitations of MAX78000 Networks]; ONED.ewise_cnt
+    [UG-CNN: Table 27-25]) makes the layer element-wise: the input holds ``operands`` tensors of C
+    channels interleaved word by word [AI8X: Residual Connections] and they are combined with
+    ``eltwise`` (add | sub | or | xor, ONED.ewise_func [UG-CNN: Table 27-25]) before the operation;
+    ``pool_first`` pools each operand first (ONED.prepool, [UG-CNN: Table 27-25]), otherwise the sum
+    is pooled. Only the first layer can have operands (its input is loaded interleaved, as the
+    public generator's loader writes multi-operand input); the builder has no multi-producer (write
+    gap) layers yet.
     """
 
     out_channels: int
@@ -130,7 +134,8 @@ class Layer:
 
 
 OPS = ("conv2d", "conv1d", "deconv", "linear", "passthrough")
-ELTWISE_FN = {"sub": 0b00, "add": 0b01, "or": 0b10, "xor": 0b11}  # ONED.ewise_func (S0:L3210)
+# ONED.ewise_func [UG-CNN: Table 27-25]
+ELTWISE_FN = {"sub": 0b00, "add": 0b01, "or": 0b10, "xor": 0b11}
 
 
 @dataclass
@@ -141,7 +146,8 @@ class Network:
     layers: list[Layer]
     avg_pool_rounding: bool = False  # CTRL.poolrnd (global)
     name: str = "accelstub"
-    chw: bool = False  # input in CHW ("big data", LCTRL0.parallel S0:L3756) instead of HWC
+    # input in CHW ("big data", LCTRL0.parallel [UG-CNN: Table 27-34]) instead of HWC
+    chw: bool = False
 
     @staticmethod
     def from_dict(d: dict) -> Network:
@@ -163,8 +169,9 @@ class Network:
 
 
 def processors_per_pass(channels: int) -> tuple[int, int]:
-    """(passes, processors per pass) for ``channels`` channels (S3:L685-691, L1668; [izer]
-    in_expand = ceil(C/64), in_expand_thresh = ceil(C/in_expand) rounded up to 4 above 64)."""
+    """(passes, processors per pass) for ``channels`` channels
+    ([AI8X: Multi-Pass, Per-Layer Configuration]; [izer] in_expand = ceil(C/64), in_expand_thresh =
+    ceil(C/in_expand) rounded up to 4 above 64)."""
     passes = -(-channels // 64)
     per = -(-channels // passes)
     if channels > 64:
@@ -173,7 +180,7 @@ def processors_per_pass(channels: int) -> tuple[int, int]:
 
 
 def memory_address(m: int, word: int = 0) -> int:
-    """CPU address of ``word`` of global data memory m = quadrant*4 + group (S3:L2391-2411)."""
+    """CPU address of ``word`` of global data memory m = quadrant*4 + group [AI8X: Data memory]."""
     return SRAM + (m >> 2) * QSTRIDE + (m & 3) * 0x8000 + 4 * word
 
 
@@ -218,7 +225,7 @@ class _Plan:
     @property
     def hw_passes(self) -> int:
         """The pass count the registers hold: with flattening in_expand * H * W ([izer]
-        flatten_prod + 1, S0:L3990 "extended multi-pass count")."""
+        flatten_prod + 1, [UG-CNN: Table 27-38] "extended multi-pass count")."""
         return self.passes_in * (self.rows * self.cols if self.flat else 1)
 
     @property
@@ -231,7 +238,7 @@ class _Plan:
     @property
     def ksize(self) -> int:
         """Bytes of one 8-bit kernel in a processor's mask byte stream: 9 for 3x3, 1 for 1x1
-        and linear, the width of a 1-D kernel (S0:L3253-3263 oned_sad "offset within 9-byte
+        and linear, the width of a 1-D kernel ([UG-CNN: Table 27-25] oned_sad "offset within 9-byte
         mask width")."""
         lay = self.layer
         if lay.op == "conv1d":
@@ -251,7 +258,7 @@ class _Plan:
     @property
     def koffs_sad(self) -> tuple[int, int]:
         """(kernel index, oned_sad) of the layer's first mask byte 9*column: [izer]
-        ``koffs, oned_sad = divmod(9 * kern_offs, kernel bytes)`` (S0:L3253-3263)."""
+        ``koffs, oned_sad = divmod(9 * kern_offs, kernel bytes)`` [UG-CNN: Table 27-25]."""
         return divmod(9 * self.column, self.ksize)
 
     @property
@@ -265,7 +272,7 @@ class _Plan:
     def source(self, j: int, pass_: int) -> int | None:
         """Input-channel index (in the weights' second axis) that processor j sees in
         register pass ``pass_``, or None for an unused slot. Normally channel
-        pass*per + j (S3:L685-691); a flattened linear layer reads pixel ``pass_`` of channel
+        pass*per + j [AI8X: Multi-Pass]; a flattened linear layer reads pixel ``pass_`` of channel
         j (one pass per pixel, the input being single-pass), PyTorch index c*H*W + pixel."""
         if self.flat:
             return j * self.rows * self.cols + pass_ if j < self.c_in else None
@@ -301,9 +308,11 @@ def _check_layer(i: int, lay: Layer, net: Network, c: int, h: int, w: int) -> No
     if lay.op == "conv2d" and lay.kernel not in (1, 3):
         raise BuildError(f"layer {i}: kernel must be 3 or 1")
     if lay.op == "conv1d" and not 1 <= lay.kernel <= 9:
-        raise BuildError(f"layer {i}: conv1d kernel must be 1..9 (S3:L1001)")
+        raise BuildError(f"layer {i}: conv1d kernel must be 1..9 "
+                         f"[AI8X: Limitations of MAX78000 Networks]")
     if lay.op == "deconv" and lay.kernel != 3:
-        raise BuildError(f"layer {i}: deconv kernel must be 3 (S3:L1004)")
+        raise BuildError(f"layer {i}: deconv kernel must be 3 "
+                         f"[AI8X: Limitations of MAX78000 Networks]")
     if lay.op == "linear" and (lay.kernel != 1 or lay.pad != 0):
         raise BuildError(f"layer {i}: linear layers have kernel 1 and pad 0")
     if not 0 <= lay.pad <= (3 if lay.op == "conv1d" else 2):
@@ -315,12 +324,13 @@ def _check_layer(i: int, lay: Layer, net: Network, c: int, h: int, w: int) -> No
     if lay.pool not in ("none", "max", "avg"):
         raise BuildError(f"layer {i}: pool must be none, max or avg")
     if not -15 <= lay.shift <= 15:
-        raise BuildError(f"layer {i}: total shift must be in [-15, 15] (S3:L1799)")
+        raise BuildError(f"layer {i}: total shift must be in [-15, 15] "
+                         f"[AI8X: Per-Layer Configuration]")
     if lay.wide and (i != len(net.layers) - 1 or lay.activation != "none"):
         raise BuildError(f"layer {i}: 32-bit output only on the last layer, without "
-                         "activation (S3:L1708)")
+                         "activation [AI8X: Per-Layer Configuration]")
     if not 1 <= lay.out_channels <= 1024 or not 1 <= c <= 1024:
-        raise BuildError(f"layer {i}: 1..1024 channels (S3:L1022)")
+        raise BuildError(f"layer {i}: 1..1024 channels [AI8X: Limitations of MAX78000 Networks]")
     if lay.op == "conv1d" and w != 1:
         raise BuildError(f"layer {i}: conv1d needs an H x 1 input, not {h}x{w}")
     if lay.op == "passthrough":
@@ -342,14 +352,16 @@ def _check_layer(i: int, lay: Layer, net: Network, c: int, h: int, w: int) -> No
         raise BuildError(f"layer {i}: flattening more than 64 channels is not supported")
     if lay.operands != 1:
         if not 2 <= lay.operands <= 16:
-            raise BuildError(f"layer {i}: 2..16 element-wise operands (S3:L1040)")
+            raise BuildError(f"layer {i}: 2..16 element-wise operands "
+                             f"[AI8X: Limitations of MAX78000 Networks]")
         if i != 0:
             raise BuildError(f"layer {i}: element-wise operands only on the first layer "
                              "(no multi-producer layers in the builder)")
         if lay.eltwise not in ELTWISE_FN:
             raise BuildError(f"layer {i}: eltwise must be add, sub, or or xor")
         if lay.op in ("conv1d", "linear", "deconv"):
-            # S3:L620 "1D convolutions (without element-wise operations)"
+            # [AI8X: MAX78000 Hardware and Resources / Overview] "1D convolutions (without
+            # element-wise operations)"
             raise BuildError(f"layer {i}: element-wise operations with {lay.op}")
         if net.chw:
             raise BuildError(f"layer {i}: element-wise operations need HWC input")
@@ -360,7 +372,8 @@ def _check_layer(i: int, lay: Layer, net: Network, c: int, h: int, w: int) -> No
         if lay.op == "passthrough":
             raise BuildError("layer 0: CHW input needs a convolution")
         if c > 16:
-            # one processor per data memory, single pass (S3:L920, A 1.2 CHW)
+            # one processor per data memory, single pass
+            # ([AI8X: CHW Input Data Format and Consequences for Weight Memory Layout], A 1.2 CHW)
             raise BuildError("layer 0: CHW input has at most 16 channels")
         if lay.op == "linear" and h * w > 1:
             # flattening makes every pixel a pass: multi-pass CHW input ([izer] load.py:
@@ -370,7 +383,7 @@ def _check_layer(i: int, lay: Layer, net: Network, c: int, h: int, w: int) -> No
 
 def _plan(net: Network) -> list[_Plan]:
     if not 1 <= len(net.layers) <= 32:
-        raise BuildError("a network has 1 to 32 layers (S3:L1024)")
+        raise BuildError("a network has 1 to 32 layers [AI8X: Limitations of MAX78000 Networks]")
     plans = []
     c, h, w = net.in_channels, net.in_rows, net.in_cols
     column = 0
@@ -415,13 +428,14 @@ def _plan(net: Network) -> list[_Plan]:
                   in_word, out_word, procs, chw)
         if p.flat and p.hw_passes > 256:
             raise BuildError(f"layer {i}: flattening {c}x{h}x{w} needs more than 256 passes "
-                             "(S0:L3990)")
+                             "[UG-CNN: Table 27-38]")
         if p.conv:
             p.column = column
             koffs, sad = p.koffs_sad
             last_byte = (p.mcnt_max >> 3) * p.ksize + sad + p.ksize - 1
             p.columns = last_byte // 9 + 1 - column
-            column += -(-p.columns // 4) * 4  # next layer starts at a multiple of 4 (S3:L938)
+            # next layer starts at a multiple of 4 [AI8X: Layers and Weight Memory]
+            column += -(-p.columns // 4) * 4
             if p.column + p.columns > MRAM_COLUMNS:
                 raise BuildError(f"layer {i}: weights do not fit the 768 MRAM words")
             if p.mcnt_max >= 1 << 16:
@@ -441,24 +455,25 @@ def _layer_registers(net: Network, p: _Plan, used: list[int]) -> dict[int, list[
     """{quadrant: [(offset, value, comment)]} for one layer, zero values left out (as the
     generator does without --write-zero-registers).
 
-    Layer kinds (fields per seed 000, values as the public generator writes them):
+    Layer kinds (fields per [UG-CNN], values as the public generator writes them):
 
-    * CHW input: LCTRL0.parallel (bit 6, S0:L3756), processors 0, 4, 8, ... ("the first
+    * CHW input: LCTRL0.parallel (bit 6, [UG-CNN: Table 27-34]), processors 0, 4, 8, ... ("the first
       processor in each group of 4").
-    * conv1d: ONED oned_en 12 | oned_width 11:8 | oned_sad 7:4 (S0:L3243-3263), RCNT = length,
+    * conv1d: ONED oned_en 12 | oned_width 11:8 | oned_sad 7:4 [UG-CNN: Table 27-25], RCNT = length,
       CCNT = 0 (one column).
-    * deconv: POST.deconv_en 28 (S0:L3979); RCNT/CCNT count the stuffed 2H x 2W input and
+    * deconv: POST.deconv_en 28 [UG-CNN: Table 27-38]; RCNT/CCNT count the stuffed 2H x 2W input and
       STRIDE is 0 ([izer] in_row = stride*H, STRIDE 0 for ConvTranspose2d).
     * linear over H*W > 1 pixels: RCNT = CCNT = 0, pass count in_expand*H*W - 1 split over
       LCTRL1.inpchexp (3:0) and POST.xpmp_cnt (21:18) with POST.flatten_en 27 when it needs
-      more than 4 bits (S0:L3990 "extended multi-pass count"); TPTR = n<<16 | 2n+1 then ([izer]).
-    * pass-through: POST ts_en 24 | onexone_en 25 with EN.mask_en = 0 (S0:L4014-4048), ONED
+      more than 4 bits ([UG-CNN: Table 27-38] "extended multi-pass count"); TPTR = n<<16 | 2n+1 then
+      ([izer]).
+    * pass-through: POST ts_en 24 | onexone_en 25 with EN.mask_en = 0 [UG-CNN: Table 27-38], ONED
       tscnt_max | 1<<8, MCNT = (passes-1)*8, WPTR_BASE per quadrant at its own first data
       memory, WPTR_TOFF = one data memory (0x2000) per timeslot when more than 4 processors
       ([izer] INSTANCE_SIZE*4; else INSTANCE_SIZE = 0x800), no WPTR_MOFF, no cnnsi_en.
     * element-wise: ONED ewise_en 13 | ewise_func 15:14 | prepool 16 | 2d_conv 17 |
-      ewise_cnt 21:18 = operands-1 (S0:L3172-3240); without a convolution POST.ts_en (S0:L3230:
-      "tscnt_max and ts_en must be set") and the pass-through output path.
+      ewise_cnt 21:18 = operands-1 [UG-CNN: Table 27-25]; without a convolution POST.ts_en
+      ([UG-CNN: Table 27-25]: "tscnt_max and ts_en must be set") and the pass-through output path.
     """
     lay = p.layer
     bits = lay.weight_bits if p.conv else 8
@@ -578,8 +593,8 @@ def _kernel_columns(plans: list[_Plan], weights: list) -> dict[int, dict[int, by
     stream byte B is k-position 8 - B%9 of word B//9; mask step s = t*passes + pass counts the
     bit address cnt = mcnt_sad + s*bits (R7#24), its kernel starts at stream byte
     (cnt >> 3)*ksize + oned_sad and element i sits at that start + ksize-1-i, sub-8-bit fields
-    at bit ``cnt & 7`` (S3:L758-762). For 3x3 kernels this is k_i = element i of word cnt>>3;
-    for 1x1, 9 kernels per word from k8 down."""
+    at bit ``cnt & 7`` [AI8X: Number Format]. For 3x3 kernels this is k_i = element i of word
+    cnt>>3; for 1x1, 9 kernels per word from k8 down."""
     mem: dict[int, dict[int, bytearray]] = {}
     for p, w in zip(plans, weights):
         if not p.conv:
@@ -725,7 +740,7 @@ def random_arrays(net: Network, seed: int = 0):
 def reference_outputs(net: Network, x, ws, bs) -> list[np.ndarray]:
     """Every layer's output from the independent reference (max78000_reference.py): operands
     combined (pooled first with pool_first), pooled, then the operation."""
-    policy = "away" if net.avg_pool_rounding else "trunc"  # digest A3 (izer HEAD)
+    policy = "away" if net.avg_pool_rounding else "trunc"  # A7#A3 (izer HEAD)
     outs = []
     for lay, w, b in zip(net.layers, ws, bs):
         if lay.pool != "none":
@@ -916,7 +931,7 @@ def build(net: Network, x=None, weights=None, biases=None, *, seed: int = 0,
         c += _st(qb[q] + LCNT_MAX, len(plans) - 1, "Layer count")
     if zero_sram:
         # every quadrant, each memory: run its BIST, wait for done, fail on error, stop
-        # (TEST bits S0:L2613-3006: run bit, done bit + bistdone 27, fail bit)
+        # (TEST bits [UG-CNN: Table 27-22]: run bit, done bit + bistdone 27, fail bit)
         test = [qb[q] + 0xC for q in range(4)]
         for run, done, fail_bit, what in ((0, 18, 14, "Data SRAM"), (2, 19, 15, "Mask SRAM"),
                                           (4, 20, 16, "Tornado SRAM"), (6, 21, 17, "Bias Rfile")):
@@ -937,8 +952,8 @@ def build(net: Network, x=None, weights=None, biases=None, *, seed: int = 0,
                 c += _st(qb[q] + off + 4 * p.index, v, what)
             c += "\n"
     if fifo:
-        # one pixel per FIFO word (IFRM, S0:L4444); FIFO 0 enabled, coupled, thresholds 2
-        # (CNN_FIF0_CTRL S0:L1431-1512; the izer's value for this map is 0x1908)
+        # one pixel per FIFO word (IFRM, [UG-CNN: Table 27-44]); FIFO 0 enabled, coupled, thresholds
+        # 2 (CNN_FIF0_CTRL [UG-CNN: Table 27-10]; the izer's value for this map is 0x1908)
         for q in used:
             c += _st(qb[q] + 0x990, net.in_rows * net.in_cols, "Input frame size")
         c += _st(0x5000_0000, 1 << 12 | 1 << 11 | 2 << 7 | 2 << 2, "FIFO control")
@@ -975,8 +990,8 @@ def build(net: Network, x=None, weights=None, biases=None, *, seed: int = 0,
     ops = p0.layer.operands
     if p0.chw:
         # CHW: channel c on processor 4c, alone in data memory c, 4 pixels per word, pixel i in
-        # byte i%4 of word i//4 (S0:L3756 "read in byte order from byte 0 to byte 3 and then
-        # by memory depth"; [izer] load.py shift = (row*W + col) % 4)
+        # byte i%4 of word i//4 ([UG-CNN: Table 27-34] "read in byte order from byte 0 to byte 3 and
+        # then by memory depth"; [izer] load.py shift = (row*W + col) % 4)
         for ch in range(net.in_channels):
             flat = [int(v) & 0xFF for v in x[ch].reshape(-1)]
             flat += [0] * (-len(flat) % 4)
@@ -989,8 +1004,9 @@ def build(net: Network, x=None, weights=None, biases=None, *, seed: int = 0,
             loads += (f"  memcpy32((uint32_t *) 0x{memory_address(ch, p0.in_word):08x}, "
                       f"input_{proc}, {len(words)});\n")
     for m in range(0 if p0.chw else -(-p0.per_in // 4)):
-        # HWC: word (pixel*passes + pass)*operands + operand, lane = processor % 4 (S3:L689,
-        # L898; operands interleaved, S3:L2041; [izer] load.py)
+        # HWC: word (pixel*passes + pass)*operands + operand, lane = processor % 4
+        # ([AI8X: Multi-Pass], [UG-CNN: Table 27-5]; operands interleaved,
+        # [AI8X: Residual Connections]; [izer] load.py)
         words = []
         for pix in range(h * w):
             r, col = divmod(pix, w)

@@ -1,6 +1,6 @@
 """Independent plain-integer-numpy reference of one MAX78000 layer (no numba, nothing imported
 from accelstub.emu or the emulator's decoding in accelstub.devices.max78000.layer/_datapath),
-written from the arithmetic in shared/devices/max78000-ai8x.md. It lives in devices/ so the
+written from the arithmetic of the ai8x documentation (A§1.8). It lives in devices/ so the
 program builder (max78000_build.py) can compute the known answers it writes into
 sampleoutput.h; the tests use it through tests/max78000_reference.py.
 
@@ -9,7 +9,7 @@ sampleoutput.h; the tests use it through tests/max78000_reference.py.
   "trunc" (izer "floor" mode: toward zero), "away" (izer "rounding" mode: half away from zero),
   "floor" (floor(mean)), "floor_half" (floor(mean + 1/2));
 * acc = sum w*x over the zero-padded pooled input + 128*bias (section 1.8);
-* 8-bit output v = floor(acc * 2**s / 128 + 1/2) (S3:L770), clipped to [-128, 127], then
+* 8-bit output v = floor(acc * 2**s / 128 + 1/2) [AI8X: Rounding], clipped to [-128, 127], then
   ReLU -> clip [0, 127] or Abs -> min(|v|, 127);
 * 32-bit output = acc as a signed 32-bit value;
 * element-wise operations (``eltwise``) and the zero insertion of transposed convolutions
@@ -103,7 +103,7 @@ def layer(x, w, bias=None, *, pool_size=(1, 1), pool_stride=1, pool_kind="none",
 
 def zero_stuff(x: np.ndarray) -> np.ndarray:
     """Transposed-convolution input: "a 0 byte after each actual input data byte ... and a row
-    of 0s following each row" (S0:L3979-3988): [C,H,W] -> [C,2H,2W], x at even positions."""
+    of 0s following each row" [UG-CNN: Table 27-38]: [C,H,W] -> [C,2H,2W], x at even positions."""
     x = np.asarray(x, dtype=np.int64)
     out = np.zeros((x.shape[0], 2 * x.shape[1], 2 * x.shape[2]), dtype=np.int64)
     out[:, ::2, ::2] = x
@@ -111,8 +111,8 @@ def zero_stuff(x: np.ndarray) -> np.ndarray:
 
 
 def eltwise(xs, fn: str) -> np.ndarray:
-    """Element-wise operation over operands xs[0], xs[1], ... (S0:L3210 ewise_func: sub, add,
-    or, xor), folded left to right at full resolution and clipped to int8 once at the end
+    """Element-wise operation over operands xs[0], xs[1], ... ([UG-CNN: Table 27-25] ewise_func:
+    sub, add, or, xor), folded left to right at full resolution and clipped to int8 once at the end
     (section 7 A4, A9: operand 0 - operand 1 - ...); OR/XOR act on the two's complement bytes."""
     v = np.asarray(xs[0], dtype=np.int64)
     for b in xs[1:]:

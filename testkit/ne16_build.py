@@ -3,7 +3,7 @@ layer description -> random data -> ``conf.json``, ``gen/inc/layer_conf.h`` and
 ``gen/src/{input,weight,scale,bias,output}.c`` (arrays and the golden output), as
 ``testgen.py test --headers`` writes them. The golden output comes from the layer-level integer
 model below (padding, convolution, 32-bit sums, normalisation/quantisation: the arithmetic of
-shared/devices/ne16.md section 3.5), written without the device's registers or subtiles, so a
+N§3.5), written without the device's registers or subtiles, so a
 test that runs the application through the emulator checks the driver's register values, the
 queue and the job arithmetic together. Nothing here imports devices/ or emu/.
 
@@ -82,7 +82,7 @@ def golden(layer: Layer, x: np.ndarray, w: np.ndarray, scale: np.ndarray | None,
 def encode_weights(w: np.ndarray, bits: int, depthwise: bool) -> np.ndarray:
     """Stored weights (w + 2^(bits-1), unsigned) as NE16 bit-planes: bytes ordered (Ko, KiMaj,
     bit, tap, 2 bytes of 8 input channels, lowest channel in bit 0); depthwise swaps Ko and
-    Ki first (digest 3.4)."""
+    Ki first (N§3.4)."""
     stored = (w.astype(np.int64) + (1 << (bits - 1))).astype(np.uint8)
     if depthwise:
         stored = stored.transpose(1, 0, 2, 3)

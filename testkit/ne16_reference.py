@@ -1,13 +1,13 @@
-"""Independent plain-integer reference of one NE16 job, written from the register map (seed 002,
-"Lnnn") and its digest (shared/devices/ne16.md, "digest 3.x"), for the tests: nothing here is
-shared with devices/ne16 or emu/.
+"""Independent plain-integer reference of one NE16 job, written from the register map ([NE16],
+docs/citations.md) and the project's notes on it ("N§n", docs/citations.md), for the tests: nothing
+here is shared with devices/ne16 or emu/.
 
-It follows the hardware's own loop, subtile by subtile (digest 3.2): for each output-channel
+It follows the hardware's own loop, subtile by subtile (N§3.2): for each output-channel
 subtile (Ko), output row subtile (Ho), output column subtile (Wo): the input window of 5x5 pixels
 (3x3 in 1x1 mode) is read from memory, or padding, per the PADDING register and the last
-subtile's REM2 (digest 3.3); every input-channel subtile (Ki, 16 channels) is accumulated with
-the bit-serial weights decoded bit by bit from memory (digest 3.4) plus the weight offset; the
-int32 sum is normalised and quantised (digest 3.5) and streamed out through the OUTFEAT strides.
+subtile's REM2 [NE16: PADDING]; every input-channel subtile (Ki, 16 channels) is accumulated with
+the bit-serial weights decoded bit by bit from memory (N§3.4) plus the weight offset; the
+int32 sum is normalised and quantised (N§3.5) and streamed out through the OUTFEAT strides.
 Python integers throughout; slow, and meant to be.
 
 ``run_job(mem, regs)``: ``mem`` has ``read(addr, n) -> bytes`` and ``write(addr, data)``;
@@ -20,7 +20,7 @@ JOB_REGISTERS = ("WEIGHTS_PTR", "INFEAT_PTR", "OUTFEAT_PTR", "SCALE_PTR", "SCALE
                  "OUTFEAT_D0_STRIDE", "OUTFEAT_D1_STRIDE", "OUTFEAT_D2_STRIDE",
                  "WEIGHTS_D0_STRIDE", "WEIGHTS_D1_STRIDE", "WEIGHTS_D2_STRIDE", "SUBTILE_REM0",
                  "SUBTILE_REM1", "SUBTILE_REM2", "SUBTILE_NB0", "SUBTILE_NB1", "PADDING",
-                 "WEIGHT_OFFSET", "FILTER_MASK", "CONFIG0")  # L31-77, offsets 0x20 + 4*i
+                 "WEIGHT_OFFSET", "FILTER_MASK", "CONFIG0")  # [NE16: Overview], offsets 0x20 + 4*i
 
 
 def _bits(v: int, msb: int, lsb: int) -> int:
@@ -38,20 +38,20 @@ def _u(mem, addr: int, n: int) -> int:
 
 def run_job(mem, regs: dict[str, int]) -> None:
     c0 = regs["CONFIG0"]
-    qw = _bits(c0, 2, 0) + 1                    # L596
+    qw = _bits(c0, 2, 0) + 1                    # [NE16: CONFIG0]
     assert not _bits(c0, 3, 3), "MODE16 is not part of the reference"
-    normquant = _bits(c0, 4, 4)                 # L600
-    mode = _bits(c0, 6, 5)                      # L602: 0 3x3, 1 3x3 dw, 2 1x1
+    normquant = _bits(c0, 4, 4)                 # [NE16: CONFIG0]
+    mode = _bits(c0, 6, 5)                      # [NE16: CONFIG0]: 0 3x3, 1 3x3 dw, 2 1x1
     assert mode != 3 and not _bits(c0, 7, 7)    # reserved / linear not in the reference
-    strided = _bits(c0, 8, 8)                   # L606
-    norm_bits = (8, 16, 32)[_bits(c0, 13, 12)]  # L608
-    streamin = _bits(c0, 14, 14)                # L610
-    offset_on = _bits(c0, 15, 15)               # L612
-    right_shift = _bits(c0, 20, 16)             # L614
-    out_bits = (8, 16, 32)[_bits(c0, 22, 21)]   # L616
-    relu = not _bits(c0, 23, 23)                # L618: 0 = rectify
-    norm_shift = _bits(c0, 24, 24)              # L620
-    norm_bias = _bits(c0, 25, 25)               # L622
+    strided = _bits(c0, 8, 8)                   # [NE16: CONFIG0]
+    norm_bits = (8, 16, 32)[_bits(c0, 13, 12)]  # [NE16: CONFIG0]
+    streamin = _bits(c0, 14, 14)                # [NE16: CONFIG0]
+    offset_on = _bits(c0, 15, 15)               # [NE16: CONFIG0]
+    right_shift = _bits(c0, 20, 16)             # [NE16: CONFIG0]
+    out_bits = (8, 16, 32)[_bits(c0, 22, 21)]   # [NE16: CONFIG0]
+    relu = not _bits(c0, 23, 23)                # [NE16: CONFIG0]: 0 = rectify
+    norm_shift = _bits(c0, 24, 24)              # [NE16: CONFIG0]
+    norm_bias = _bits(c0, 25, 25)               # [NE16: CONFIG0]
     if not normquant:
         assert out_bits == 32
     dw = mode == 1
@@ -69,14 +69,14 @@ def run_job(mem, regs: dict[str, int]) -> None:
     rem_wo, rem_ho = rem("SUBTILE_REM1", 15, 0, 3), rem("SUBTILE_REM1", 31, 16, 3)
     rem_wi, rem_hi = rem("SUBTILE_REM2", 15, 0, win), rem("SUBTILE_REM2", 31, 16, win)
     pad = regs["PADDING"]
-    pad_value = _bits(pad, 7, 0)                # 8-bit mode uses the low byte (digest 3.3)
+    pad_value = _bits(pad, 7, 0)                # 8-bit mode uses the low byte [NE16: PADDING]
     p_left, p_bottom, p_right, p_top = (_bits(pad, 19, 16), _bits(pad, 23, 20),
                                         _bits(pad, 27, 24), _bits(pad, 31, 28))
     fm = regs["FILTER_MASK"]
     m_left, m_bottom, m_right, m_top = (_bits(fm, 7, 0), _bits(fm, 15, 8), _bits(fm, 23, 16),
                                         _bits(fm, 31, 24))
     wo_reg = regs["WEIGHT_OFFSET"]
-    # 9-bit signed {bit 31, bits 7:0} (digest 3.4); symmetric mode adds nothing (digest 8 #14)
+    # 9-bit signed {bit 31, bits 7:0} (N§3.4); symmetric mode adds nothing (N8#14)
     w_offset = _signed((wo_reg >> 31) << 8 | (wo_reg & 0xFF), 9) if offset_on else 0
 
     x_ptr, y_ptr, w_ptr = regs["INFEAT_PTR"], regs["OUTFEAT_PTR"], regs["WEIGHTS_PTR"]
@@ -96,9 +96,9 @@ def run_job(mem, regs: dict[str, int]) -> None:
         kimaj, kimin = divmod(c, 16)
         stored = 0
         for b in range(qw):
-            if mode == 2:  # 1x1: d2=Ko, d1=KiMaj, d0=Qw*KiMin (L181)
+            if mode == 2:  # 1x1: d2=Ko, d1=KiMaj, d0=Qw*KiMin [NE16: WEIGHTS_PTR]
                 addr = w_ptr + k * wd1 + kimaj * wd0 + b * 2 + kimin // 8
-            else:          # 3x3: d3=Ko, d2=KiMaj, d1=Qw, d0=Fx*Fy*KiMin (L181)
+            else:          # 3x3: d3=Ko, d2=KiMaj, d1=Qw, d0=Fx*Fy*KiMin [NE16: WEIGHTS_PTR]
                 addr = w_ptr + k * wd1 + (kimaj * qw + b) * wd0 + t * 2 + kimin // 8
             stored |= ((_u(mem, addr, 1) >> (kimin % 8)) & 1) << b
         return stored + w_offset
@@ -147,7 +147,7 @@ def run_job(mem, regs: dict[str, int]) -> None:
                             acc[i, j, k] += total
                 for (i, j, k), a in acc.items():
                     kg = ko * ko_size + k
-                    a = _signed(a, 32)  # 32-bit accumulators wrap (digest 1.2)
+                    a = _signed(a, 32)  # 32-bit accumulators wrap (N§1.2)
                     if not normquant:
                         value, size = a, 4
                     else:
@@ -160,7 +160,7 @@ def run_job(mem, regs: dict[str, int]) -> None:
 
 def _normquant(mem, regs: dict[str, int], acc: int, k: int, norm_bits: int, norm_bias: int,
                norm_shift: int, right_shift: int, relu: bool, out_bits: int) -> int:
-    """digest 3.5: acc * scale (at least 64-bit), then with a bias the product wrapped to 32
+    """N§3.5: acc * scale (at least 64-bit), then with a bias the product wrapped to 32
     bits plus the bias wrapped again, ReLU, arithmetic right shift, saturation to the output."""
     scale = _u(mem, regs["SCALE_PTR"] + k * norm_bits // 8, norm_bits // 8)
     p = acc * scale

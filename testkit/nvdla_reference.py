@@ -1,5 +1,6 @@
-"""An independent integer reference for NVDLA nv_small layers, for tests: written from the seed
-(shared/seeds/004, the convolution), the digest (shared/devices/nvdla.md) and the hardware
+"""An independent integer reference for NVDLA nv_small layers, for tests: written from the
+convolution pipeline's registers ([NVDLA-CONV], docs/citations.md), the project's notes on it
+(docs/citations.md) and the hardware
 repository's documented formats and C-model arithmetic, in plain Python integers and loops, sharing
 no code with devices/nvdla/.
 

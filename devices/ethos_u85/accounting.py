@@ -3,7 +3,7 @@ counters it advances. Apart from the model (model.py) and the operations (ops.py
 executor of the command stream runs the data path and hands this module only the unit's
 accesses and cycle counts (issue 33 #3): the counts never feed back into the data.
 
-PMU (registers, exact where the emulator knows the answer; seed 001, "Lnnnn" = seed line):
+PMU (registers, exact where the emulator knows the answer; [U85-TRM]):
 exact events are AXI transactions and beats per port (bursts split at min(AXI_*, CFG_*_CAP)
 max_beats and at the striping granule, ports chosen by the CFG_*_HASH registers), with the
 PMEVTYPER D0-D3 port disables for the summed events, and axi_latency_any on the PMCAXI_CHAN
@@ -20,7 +20,7 @@ from ...emu.memory.ethosu85_axi import burst_counts
 from ..device import Touched
 from ..registers import RegisterFile
 
-# PMU event numbers (pmu_event_t, Table 3-69 L4248-4410)
+# PMU event numbers (pmu_event_t, [U85-TRM: Table 3-69])
 EV_CYCLE, EV_NPU_IDLE, EV_NPU_ACTIVE = 17, 32, 35
 EV_MAC_ACTIVE, EV_MAC_DPU_ACTIVE, EV_AO_ACTIVE = 48, 51, 64
 EV_AXI_LATENCY_ANY = 160
@@ -160,7 +160,7 @@ class AxiPmu:
 
     def _hashes(self, family: int) -> tuple[int, ...]:
         """The address hash masks (CFG_*_HASH*) whose parities over an address are the bits of
-        its port number (port = parity(h1 & a) << 1 | parity(h0 & a), digest 8 #18)."""
+        its port number (port = parity(h1 & a) << 1 | parity(h0 & a), U8#18)."""
         r = self.regs
         if family == 0:
             return (r.peek("CFG_SRAM_HASH0_HI") << 32 | r.peek("CFG_SRAM_HASH0_LO"),

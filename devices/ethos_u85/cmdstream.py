@@ -1,8 +1,7 @@
-"""The Ethos-U85 command stream as the NPU fetches it: where it lies (QBASE, QSIZE, QCONFIG;
-"Lnnnn" = seed 001 line), its words, each command decoded once, and the NPU_SET_* commands of
-a unit worked out once per stream (segments). The decode side of decode -> operation ->
-execute: the model (model.py) executes what this gives it; nothing here changes state but its
-memos. The command format itself is stream.py's.
+"""The Ethos-U85 command stream as the NPU fetches it: where it lies (QBASE, QSIZE, QCONFIG), its
+words, each command decoded once, and the NPU_SET_* commands of a unit worked out once per stream
+(segments). The decode side of decode -> operation -> execute: the model (model.py) executes what
+this gives it; nothing here changes state but its memos. The command format itself is stream.py's.
 """
 from __future__ import annotations
 

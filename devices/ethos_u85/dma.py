@@ -1,4 +1,4 @@
-"""NPU_OP_DMA_START (L8347-8431; "Lnnnn" = seed 001 line): DMA0's parameters decoded from the
+"""NPU_OP_DMA_START [U85-TRM: §3.10.4]: DMA0's parameters decoded from the
 NPU_SET_DMA0_* state, its copies through the memory port (memport.py). The model counts the
 bytes moved (statistics, cycle model); this module only moves them.
 """
@@ -74,17 +74,17 @@ def copy_kept(port: NpuPort, copies: tuple[Copy, ...], account: bool = True) -> 
 
 
 def decode(s: SetState) -> DmaDecode:
-    """The DMA0 parameters and asserts from the commands alone (L8347-8431)."""
+    """The DMA0 parameters and asserts from the commands alone [U85-TRM: §3.10.4]."""
     src_mode = s.get("DMA0_SRC_REGION", "region_mode")
     stride_mode = s.get("DMA0_SRC_REGION", "stride_mode")
     src_idx = s.get("DMA0_SRC_REGION", "idx_mode")
     dst_idx = s.get("DMA0_DST_REGION", "idx_mode")
     dst_internal = s.get("DMA0_DST_REGION", "region_mode") == 1
-    require(src_mode == 0, "src_region_mode == external", "L8383")
-    require(not (src_idx and dst_idx), "!(src_idx_mode && dst_idx_mode)", "L8384")
-    require(stride_mode != 3, "stride_mode is not reserved", "L9507")
+    require(src_mode == 0, "src_region_mode == external", "[U85-TRM: §3.10.4]")
+    require(not (src_idx and dst_idx), "!(src_idx_mode && dst_idx_mode)", "[U85-TRM: §3.10.4]")
+    require(stride_mode != 3, "stride_mode is not reserved", "[U85-TRM: Table 3-116]")
     length = s.get("DMA0_LEN", "addr")
-    require(length > 0, "DMA0_LEN > 0", "L11243")
+    require(length > 0, "DMA0_LEN > 0", "[U85-TRM: §3.11.9]")
     width = s.get("DMA0_SIZE0", "size") if stride_mode != 0 else 1
     height = s.get("DMA0_SIZE1", "size") if stride_mode == 2 else 1
     dst_p = s.get("DMA0_DST", "addr")
@@ -95,8 +95,9 @@ def decode(s: SetState) -> DmaDecode:
                s.get("DMA0_IDX_SKIP1", "addr") if height > 1 else 0, bool(src_idx))
     if dst_internal:
         require(dst_p % 16 == 0 and length % 16 == 0,
-                "dst_addr % 16 == 0 && length % 16 == 0 (internal destination)", "L6268")
-    # stride 0 scales x, or in 1-D mode only the index of an index-mode side (L8388-8392)
+                "dst_addr % 16 == 0 && length % 16 == 0 (internal destination)",
+                    "[U85-TRM: §3.6.3]")
+    # stride 0 scales x, or in 1-D mode only the index of an index-mode side [U85-TRM: §3.10.4]
     return DmaDecode(
         s.get("DMA0_SRC_REGION", "region"), s.get("DMA0_DST_REGION", "region"),
         dst_internal, length, width, height, s.get("DMA0_SRC", "addr"), dst_p,
@@ -107,11 +108,11 @@ def decode(s: SetState) -> DmaDecode:
 
 
 def _copies(port: NpuPort, d: DmaDecode) -> Iterator[tuple[int, int]]:
-    """(source offset, destination offset) of each copy of ``d``, in order (L8388-8431):
+    """(source offset, destination offset) of each copy of ``d``, in order [U85-TRM: §3.10.4]:
     per row ``height`` times ``width`` copies at stride 0, the row start advanced by stride
     1; with an index stream each int32 index is read (load_int32 at DMA0_IDX in
     DMA0_IDX_REGION) just before its copy, a copy whose index is outside 0..idx_max is
-    skipped (L8407-8419), and the index pointer skips IDX_SKIP1 after each row."""
+    skipped [U85-TRM: §3.10.4], and the index pointer skips IDX_SKIP1 after each row."""
     src_p, dst_p = d.src_p, d.dst_p
     idx_r = idx_p = idx_max = skip1 = 0
     src_idx = False
@@ -163,14 +164,16 @@ def _dst(port: NpuPort, d: DmaDecode, src: Access, dst_off: int) -> tuple[Access
     region -1 without byte ranges (not a bus access: recording it counts nothing)."""
     if d.dst_internal:
         require(0 <= dst_off and dst_off + d.length <= LUT_BYTES,
-                f"LUT RAM write {dst_off:#x}+{d.length} inside {LUT_BYTES} bytes", "L6246")
+                f"LUT RAM write {dst_off:#x}+{d.length} inside {LUT_BYTES} bytes",
+                    "[U85-TRM: §3.6.3]")
         return Access(-1, 0, 0, True, (port.lut[dst_off:dst_off + d.length],), (), 0), 0
     dst = _access(port, d.dst_r, dst_off, d.length, True)
     return dst, _overlap(src.ranges[0][0], dst.ranges[0][0], d.length)
 
 
 def _access(port: NpuPort, region: int, off: int, n: int, write: bool) -> Access:
-    require(0 <= region < 8, "0 <= region && region < 8", "L6244" if write else "L6228")
+    require(0 <= region < 8, "0 <= region && region < 8",
+        "[U85-TRM: §3.6.3]" if write else "[U85-TRM: §3.6.3]")
     return port.span_access(region, off, n, ops.WR_MEM2MEM if write else ops.RD_MEM2MEM,
                             write, f"DMA {'destination' if write else 'source'} "
                             f"(region {region})")
@@ -190,7 +193,7 @@ def _overlap(src: int, dst: int, n: int) -> int:
 
 
 def _copy_bytes(dst: np.ndarray, data: np.ndarray, step: int) -> None:
-    """copy_bytes (L6262-6278) of ``data`` (the source as it was) into ``dst``: byte by byte
+    """copy_bytes [U85-TRM: §3.6.3] of ``data`` (the source as it was) into ``dst``: byte by byte
     upwards, so with an overlap ``step`` each chunk of ``step`` bytes repeats the first."""
     if not step:
         dst[...] = data

@@ -73,14 +73,16 @@ FULLY_CONNECTED = 9
 RESHAPE = 22  # BuiltinOperator: no NPU operation, the same bytes
 SUM = 74  # BuiltinOperator
 ROUNDING_RULE = ("double rounding: Vela programs round_mode double_symmetric, which the TRM "
-                 "defines as (acc*scale + 2^(shift-1) +- 2^30) >> shift (L6913-6931, TFLite's "
+                 "defines as (acc*scale + 2^(shift-1) +- 2^30) >> shift ([U85-TRM: §3.6.6], "
+                 "TFLite's "
                  "double rounding); LiteRT's reference FULLY_CONNECTED rounds once, so a value "
                  "near a .5 tie differs by 1 (recomputed from the layer's input as the device "
                  "wrote it, so a difference an earlier layer made is carried here)")
 #: int16x8 FULLY_CONNECTED: LiteRT's reference kernel scales the 64-bit accumulator with the full
 #: 31-bit multiplier and rounds once; the NPU takes Vela's 15-bit scale (design notes)
 INT16_SCALE_RULE = ("15-bit scale: an int16 layer accumulates in 48 bits, whose scale is 15 bits "
-                    "(TRM L6981, the i48 scale/bias record); Vela rounds the layer's 31-bit "
+                    "([U85-TRM: §3.6.6], the i48 scale/bias record); Vela rounds the layer's "
+                    "31-bit "
                     "multiplier q to (q + 2^15) >> 16 with the shift 16 less and programs "
                     "round_mode natural, while LiteRT's reference int16 FULLY_CONNECTED scales "
                     "with q itself, so a value near a .5 tie differs by 1 (recomputed from the "
@@ -93,7 +95,7 @@ SUM_DEFECT_RULE = ("reference defect (LiteRT, not the hardware): LiteRT 2.3's re
                    "clamped to 0..255; the reference equals that wrong answer recomputed from "
                    "LiteRT's input, the device equals the true sum less n*zero point rescaled "
                    "once as Vela programs it (OFM_SCALE = TFLite's multiplier, round_mode "
-                   "natural, TRM L6906-6934), recomputed from the layer's input as the device "
+                   "natural, [U85-TRM: §3.6.6]), recomputed from the layer's input as the device "
                    "wrote it")
 #: every other op: a difference carried from an earlier layer, whose own line reports it
 CARRIED_RULE = ("carried: LiteRT's reference kernel of this layer, run on the layer's input as "
@@ -302,7 +304,7 @@ class _Rules:
 
     * rounding (FULLY_CONNECTED with int8 data and constant weights): the reference equals
       the op's output rounded once (TFLite's single rounding, BUILTIN_REF's) from LiteRT's
-      input, and the device equals it rounded twice (the TRM's double_symmetric, L6913-6931)
+      input, and the device equals it rounded twice (the TRM's double_symmetric, [U85-TRM: §3.6.6])
       from the input as the device wrote it; both recomputed in integers from the op's
       weights, bias, fused activation and TFLite's QuantizeMultiplier of the model's scales;
     * carried (every other op): the device equals what LiteRT's reference kernel of that op
@@ -554,9 +556,9 @@ def _double_rounding(acc: np.ndarray, real: float) -> np.ndarray:
 
 def _reduced_scale_rounding(acc: np.ndarray, real: float) -> np.ndarray:
     """The NPU's rescale of an int16 layer as Vela 5.2 programs it: the 48-bit accumulator
-    times a 15-bit scale (TRM L6981: an i48 rescale asserts a 16-bit signed scale), the
+    times a 15-bit scale ([U85-TRM: §3.6.6]: an i48 rescale asserts a 16-bit signed scale), the
     31-bit multiplier q rounded to (q + 2^15) >> 16 (0x7FFF at the top) with the shift 16
-    less, then round_mode natural, (x + 2^(s-1)) >> s (TRM rounded_shift_right, L6906-6934).
+    less, then round_mode natural, (x + 2^(s-1)) >> s (TRM rounded_shift_right, [U85-TRM: §3.6.6]).
     Checked against the scale records and NPU_SET_OFM_SCALE Vela writes for int16x8
     FULLY_CONNECTED (tests/ethos_u85/test_ethosu85_diff_reference.py)."""
     q, e = _quantize_multiplier(real)

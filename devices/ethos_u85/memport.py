@@ -1,6 +1,6 @@
 """The Ethos-U85's memory port: what an operation reaches (ops.MemoryPort, implemented here).
 
-Region-relative accesses (BASEP[region] + offset, L6228 / L6244; "Lnnnn" = seed 001 line) to
+Region-relative accesses (BASEP[region] + offset, [U85-TRM: §3.6.3]) to
 the system memory windows of the description, element by element or as strided numpy views of
 whole boxes, each recorded in the unit's :class:`~.accounting.UnitAccount` when made (Touched
 ranges for watchpoints, AXI accesses and bytes for the PMU and the cycle model). The port also
@@ -23,7 +23,7 @@ from ..registers import RegisterFile
 from .accounting import UnitAccount
 from .ops import Access, NpuBusFault, NpuInternal, read_views, require, store_views
 
-LUT_BYTES = 2048  # internal LUT RAM (digest G-C4: every LUT mode addresses 2 KiB)
+LUT_BYTES = 2048  # internal LUT RAM (G-C4: every LUT mode addresses 2 KiB)
 ADDR_MASK = (1 << 40) - 1
 
 #: per region (BASEP, port family)
@@ -43,7 +43,7 @@ def basep(regs: RegisterFile, region: int) -> int:
 
 
 def port_family(regs: RegisterFile, attr_index: int) -> int:
-    """0 sram / 1 ext: MEM_ATTR[attr_index].axi_port (L1843)."""
+    """0 sram / 1 ext: MEM_ATTR[attr_index].axi_port [U85-TRM: Table 3-17]."""
     return regs.field(f"MEM_ATTR{attr_index}", "axi_port")
 
 
@@ -112,7 +112,7 @@ class NpuPort:
     # ops.MemoryPort ----------------------------------------------------------------------
     def gather(self, region: int, offsets: np.ndarray, size: int, signed: bool,
                channel: int) -> np.ndarray:
-        require(0 <= region < 8, "0 <= region && region < 8", "L6228")
+        require(0 <= region < 8, "0 <= region && region < 8", "[U85-TRM: §3.6.3]")
         base, family = self.placement()[region]
         addrs = (base + np.asarray(offsets, dtype=np.int64)) & ADDR_MASK
         if not addrs.size:
@@ -127,7 +127,7 @@ class NpuPort:
 
     def scatter(self, region: int, offsets: np.ndarray, size: int, values: np.ndarray,
                 channel: int) -> None:
-        require(0 <= region < 8, "0 <= region && region < 8", "L6244")
+        require(0 <= region < 8, "0 <= region && region < 8", "[U85-TRM: §3.6.3]")
         base, family = self.placement()[region]
         addrs = (base + np.asarray(offsets, dtype=np.int64)) & ADDR_MASK
         if not addrs.size:
@@ -164,7 +164,7 @@ class NpuPort:
     def stream_access(self, region: int, offset: int, length: int, channel: int) -> Access:
         """The access of a stream read (weights, scale and bias): ``length`` > 0 bytes at
         BASEP[region] + offset as a uint8 view; not recorded (:meth:`record`)."""
-        require(0 <= region < 8, "0 <= region && region < 8", "L6228")
+        require(0 <= region < 8, "0 <= region && region < 8", "[U85-TRM: §3.6.3]")
         return self.span_access(region, offset, length, channel, False,
                                 f"region {region} stream read")
 
@@ -218,7 +218,7 @@ class NpuPort:
         """:meth:`gather` of the elements of ``boxes`` (:meth:`box_access`), one strided view
         each: the stored integer type, int64 for 8-byte elements as gather gives. None when a
         box is not a plain view (the caller uses gather)."""
-        require(0 <= region < 8, "0 <= region && region < 8", "L6228")
+        require(0 <= region < 8, "0 <= region && region < 8", "[U85-TRM: §3.6.3]")
         acc = self.box_access(region, boxes, size, f"<{'i' if signed else 'u'}{size}", channel,
                               False)
         if acc is None:
@@ -232,7 +232,7 @@ class NpuPort:
         ``size`` bytes of each value, little-endian, through one strided view each. False
         (nothing written) when a box is not a plain injective view (the caller uses
         scatter)."""
-        require(0 <= region < 8, "0 <= region && region < 8", "L6244")
+        require(0 <= region < 8, "0 <= region && region < 8", "[U85-TRM: §3.6.3]")
         acc = self.box_access(region, boxes, size, f"<u{size}", channel, True)
         if acc is None:
             return False
@@ -242,7 +242,7 @@ class NpuPort:
 
     def read_bytes(self, region: int, offset: int, length: int, channel: int) -> bytes:
         """A stream read (weights, scale and bias): ``length`` bytes at BASEP[region] + offset."""
-        require(0 <= region < 8, "0 <= region && region < 8", "L6228")
+        require(0 <= region < 8, "0 <= region && region < 8", "[U85-TRM: §3.6.3]")
         if length <= 0:
             return b""
         acc = self.stream_access(region, offset, length, channel)

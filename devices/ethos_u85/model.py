@@ -1,32 +1,33 @@
 """Arm Ethos-U85 NPU: host registers, run state, command-stream execution, DMA and PMU.
 
-Register map from ``configs/ethos-u85.toml`` (seed 001, the Ethos-U85 TRM, digested in
-shared/devices/ethos-u85-registers.md and ethos-u85-command-stream.md; "Lnnnn" = seed line).
-Kernel operations: :mod:`.ops` (NPU_SET_* state -> tensors, gather and scatter) over the
-bit-exact emu kernels (``accelstub.emu.{conv,pool,eltwise,resize}.ethosu85``); the command format
-in :mod:`.stream`.
+Register map from ``configs/ethos-u85.toml`` ([U85-TRM], the Ethos-U85 TRM, see also
+the project ids U8#n, G-xx, U§n, C§n of docs/citations.md; "[U85-TRM: ...]" cites the TRM's section
+or table (docs/citations.md)). Kernel operations: :mod:`.ops` (NPU_SET_* state -> tensors, gather
+and scatter) over the bit-exact emu kernels (``accelstub.emu.{conv,pool,eltwise,resize}.ethosu85``);
+the command format in :mod:`.stream`.
 
 The host's view (what a driver sees through bus writes):
 
 * ID/CONFIG per MAC configuration (``EthosU85(macs=128..2048)``, CONFIG and the pin mirrors
-  CFG_* poked over the TOML's 256-MAC resets; digest 1.2).
+  CFG_* poked over the TOML's 256-MAC resets; U§1.2).
 * Soft reset: a RESET write clears every register (memories outside the NPU are kept), the
   internal LUT RAM and the NPU_SET_* state; PROT takes the pending levels written (the debugger's
-  bus is privileged and secure, so PROT = RESET[1:0], L1357 / digest 8 #3). The reset sequence
-  completes at once (digest 8 #5: the duration is unspecified), so STATUS.reset_status reads 0
-  after it; RESET masks power control until the next CMD write (L1358).
-* CMD (reads as last written, L1296): bits act on the write that sets them: clear_irq,
+  bus is privileged and secure, so PROT = RESET[1:0], [U85-TRM: §3.3.1.4] / U8#3). The reset
+  sequence completes at once (U8#5: the duration is unspecified), so STATUS.reset_status reads 0
+  after it; RESET masks power control until the next CMD write [U85-TRM: §3.3.1.4].
+* CMD (reads as last written, [U85-TRM: §3.3.1.3]): bits act on the write that sets them: clear_irq,
   clear_irq_history, stop_request (stops at the command boundary the emulator is halted at:
   QREAD = next command, IRQ), transition_to_running_state (from QBASE, or from QBASE+QREAD
-  after an NPU_OP_STOP with QBASE/QSIZE unwritten, L1331; digest 8 #7 #8: other stops restart at
-  QBASE with QREAD = 0). clock_q_enable/power_q_enable are level state: the NPU allows clock-off
-  when clock_q_enable and stopped; power-off when power_q_enable, stopped, no IRQ pending and
-  not masked by a reset (L592, L1075, L1358). U85's STATUS has no Q-channel bits; the two
-  permissions are reported by ``counters()`` and ``npu state``.
-* Writing QBASE or QSIZE while stopped clears STATUS.cmd_end_reached and the resume point (L1270).
+  after an NPU_OP_STOP with QBASE/QSIZE unwritten, [U85-TRM: Table 3-6]; U8#7, U8#8: other stops
+  restart at QBASE with QREAD = 0). clock_q_enable/power_q_enable are level state: the NPU allows
+  clock-off when clock_q_enable and stopped; power-off when power_q_enable, stopped, no IRQ pending
+  and not masked by a reset [U85-TRM: §2.3.1, §3.1.4, §3.3.1.4]. U85's STATUS has no Q-channel bits;
+  the two permissions are reported by ``counters()`` and ``npu state``.
+* Writing QBASE or QSIZE while stopped clears STATUS.cmd_end_reached and the resume point
+  [U85-TRM: Table 3-5].
 
-A *unit* (what ``step`` runs, DESIGN.md) is one operation: starting at QREAD, every NPU_SET_*
-command up to and including the next NPU_OP_* command (kernel ops, DMA_START/DMA_WAIT,
+A *unit* (what ``step`` runs, devices/device.py) is one operation: starting at QREAD, every
+NPU_SET_* command up to and including the next NPU_OP_* command (kernel ops, DMA_START/DMA_WAIT,
 KERNEL_WAIT, PMU_MASK, IRQ, STOP, BRANCH). After it QREAD is the command after the operation (or
 the branch target), i.e. the first NPU_SET_* of the next operation; ``pc = QBASE + QREAD``.
 An operator Vela left on the CPU is a unit too (cpu_ops.py), with pc in the emu_program window. When
@@ -36,15 +37,15 @@ there to the operation).
 
 Error states (all: STATUS.state = stopped, irq_raised = 1, sticky bit until reset, the debugger
 gets a fault stop whose message names the command and its offset; QREAD is left at the faulting
-command, which L1420 permits):
+command, which [U85-TRM: §3.3.1.6] permits):
 
 * cmd_parse_error: a reserved encoding (control 10/11, bits [13:10] set, unassigned opcode, a
-  cmd1 header whose data word lies beyond QSIZE, L6002 / digest G-E3), and every failed
-  pseudocode assert (UNPREDICTABLE, L6004-6014): the digest's recommended "stop and report".
+  cmd1 header whose data word lies beyond QSIZE, [U85-TRM: §3.5.3] / G-E3), and every failed
+  pseudocode assert (UNPREDICTABLE, [U85-TRM: §3.5.4]): the recommended "stop and report" (C§2.3).
 * bus_status with STATUS.faulting_interface/faulting_channel: an NPU access (command fetch,
   tensors, DMA) outside the system memory windows; the interface is the MEM_ATTR.axi_port of the
   region (REGIONCFG; QCONFIG for the command stream).
-* branch_fault: NPU_OP_BRANCH to a target >= QSIZE (L11020-11025).
+* branch_fault: NPU_OP_BRANCH to a target >= QSIZE [U85-TRM: §3.11.2].
 
 Operations the emulator does not model yet raise "... not implemented yet" without touching the
 hardware state: QREAD stays at the operation, the NPU stays running.
@@ -62,7 +63,7 @@ buckets, WD and ECC events are 0 (ideal memory, no time passes while stopped). T
 compound event and PMCCNTR_CFG start/stop gating are not modelled (counter 0 with PMCLUT.LE
 counts nothing; PMCCNTR counts whenever enabled).
 
-Cycle model (MODELLED, digest registers section 5): 1 cycle to issue each command; a kernel
+Cycle model (MODELLED, [U85-TRM: §4]): 1 cycle to issue each command; a kernel
 operation takes max(MAC cycles, AO cycles, bytes moved / 16) where MAC cycles are
 MACs / MACs-per-cycle (the depthwise rate of the configuration for pooling, macs_per_cc
 otherwise) and AO cycles are output elements / (NUM_SU x per-SU rate of Tables 4-11/4-12);
@@ -114,7 +115,7 @@ if TYPE_CHECKING:
 __all__ = ["ADDR_MASK", "CMD_ISSUE_CYCLES", "LUT_BYTES", "MAC_CONFIGS", "EthosU85"]
 
 #: per MAC configuration: CONFIG.macs_per_cc, num_wd, num_axi_sram, num_axi_ext (log2 fields),
-#: EXT outstanding reads (Table 3-23 L2062-2070) - digest 1.2
+#: EXT outstanding reads [U85-TRM: Table 3-23] - U§1.2
 MAC_CONFIGS = {128: (7, 0, 1, 0, 32), 256: (8, 0, 1, 0, 32), 512: (9, 1, 1, 0, 64),
                1024: (10, 2, 1, 1, 64), 2048: (11, 2, 2, 1, 64)}
 CMD_ISSUE_CYCLES = 1  # modelled
@@ -147,8 +148,9 @@ class EthosU85(Device):
         #: program to run as the next unit (cpu_ops.py; pc = word k of the program window)
         self.cpu_pending: tuple | None = None
         self.resumable = False  # last stop was NPU_OP_STOP and QBASE/QSIZE not written since
-        self.pmu_mask_enable = True  # NPU_OP_PMU_MASK (L8773-8802)
-        self.power_masked = False  # RESET masks power control until the next CMD write (L1358)
+        self.pmu_mask_enable = True  # NPU_OP_PMU_MASK [U85-TRM: §3.10.9]
+        # RESET masks power control until the next CMD write [U85-TRM: §3.3.1.4]
+        self.power_masked = False
         self._qread = self.description.register("QREAD")
         self.stop_reason = "not started"
         self.stats: dict[str, int] = {}
@@ -185,13 +187,14 @@ class EthosU85(Device):
 
     # -- configuration and reset ---------------------------------------------------------------
     def _apply_config(self) -> None:
-        """Pin-defined values of this MAC configuration (CONFIG L1619-1653, CFG_* L2117-2346)."""
+        """Pin-defined values of this MAC configuration (CONFIG [U85-TRM: Table 3-13], CFG_*
+        [U85-TRM: §3.3.1])."""
         log2, wd, sram, ext, ext_rd = MAC_CONFIGS[self.macs]
         r = self.regs
         r.poke("CONFIG", (2 << 28) | (wd << 12) | (ext << 10) | (sram << 8) | (1 << 4) | log2)
         r.poke("CFG_EXT_CAP", (2 << 16) | (31 << 8) | (ext_rd - 1))
-        r.poke("CFG_SRAM_HASH0_LO", 0x40)  # 64-byte trivial striping (Table 2-1 L722-736)
-        r.poke("CFG_SRAM_HASH1_LO", 0x80 if sram == 2 else 0)  # 4 ports only (digest 8 #18)
+        r.poke("CFG_SRAM_HASH0_LO", 0x40)  # 64-byte trivial striping [U85-TRM: Table 2-1]
+        r.poke("CFG_SRAM_HASH1_LO", 0x80 if sram == 2 else 0)  # 4 ports only (U8#18)
         r.poke("CFG_EXT_HASH0_LO", 0x40 if ext else 0)
 
     def _after_reset(self, pending: int) -> None:
@@ -217,7 +220,7 @@ class EthosU85(Device):
 
     def _reset_written(self, reg, old: int, new: int) -> None:
         """RESET write: halt, clear all register state except the pending levels, clear the
-        internal RAMs, PROT = the levels (L1346-1362)."""
+        internal RAMs, PROT = the levels [U85-TRM: §3.3.1.4]."""
         self.regs.reset()
         self._after_reset(new)
         self.power_masked = True
@@ -233,25 +236,26 @@ class EthosU85(Device):
 
     def _cmd_written(self, reg, old: int, new: int) -> None:
         self.power_masked = False
-        if new & 2:  # clear_irq (L1332)
+        if new & 2:  # clear_irq [U85-TRM: Table 3-6]
             self._status(irq_raised=0, pmu_irq_raised=0)
         hist = new >> 16
-        if hist:  # clear_irq_history (L1340)
+        if hist:  # clear_irq_history [U85-TRM: Table 3-6]
             self._status(irq_history_mask=self.regs.field("STATUS", "irq_history_mask") & ~hist)
-        if new & 0x10 and self.running:  # stop_request (L1338): at the current boundary
+        # stop_request [U85-TRM: Table 3-6]: at the current boundary
+        if new & 0x10 and self.running:
             q = self.regs.peek("QREAD")
             self._stop(f"stop_request: stopped before the command at offset {q:#06x}")
-        if new & 1 and not self.running:  # transition_to_running_state (L1331)
+        if new & 1 and not self.running:  # transition_to_running_state [U85-TRM: Table 3-6]
             if not self.resumable:
                 self.regs.poke("QREAD", 0)
             self.resumable = False
             self._status(state=1)
             self.stop_reason = ""
             if self.regs.peek("QREAD") >= self.regs.peek("QSIZE"):
-                self._end_of_stream()  # QSIZE = 0 (digest 8 #27)
+                self._end_of_stream()  # QSIZE = 0 (U8#27)
 
     def _queue_written(self, reg, old: int, new: int) -> None:
-        if not self.running:  # L1270, L1331
+        if not self.running:  # [U85-TRM: Table 3-5, Table 3-6]
             self._status(cmd_end_reached=0)
             self.resumable = False
         self.listing.forget()
@@ -271,7 +275,7 @@ class EthosU85(Device):
         self.regs.poke("PMCR", new & ~6)
 
     def _stop(self, reason: str) -> None:
-        """RUNNING -> STOPPED with the IRQ (L5980)."""
+        """RUNNING -> STOPPED with the IRQ [U85-TRM: §3.5.2]."""
         self._status(state=0, irq_raised=1)
         self.stop_reason = reason
 
@@ -283,7 +287,7 @@ class EthosU85(Device):
 
     def _error(self, bit: str, message: str, interface: int | None = None,
                channel: int | None = None):
-        """raise_error() (L7185-7189): stop, sticky status bit, IRQ; then a fault stop."""
+        """raise_error() [U85-TRM: §3.6.8]: stop, sticky status bit, IRQ; then a fault stop."""
         self._status(**{bit: 1})
         if interface is not None:
             self._status(faulting_interface=interface, faulting_channel=channel)
@@ -335,10 +339,10 @@ class EthosU85(Device):
 
     def interrupts(self) -> dict[str, bool]:
         st = self.regs.peek("STATUS")
-        return {"IRQ": bool(st & 0x42)}  # irq_raised | pmu_irq_raised (digest 8 #9)
+        return {"IRQ": bool(st & 0x42)}  # irq_raised | pmu_irq_raised (U8#9)
 
     def power_state(self) -> dict[str, bool]:
-        """Q-channel permissions as the NPU would answer them (L592, L847-855, L1075)."""
+        """Q-channel permissions as the NPU would answer them [U85-TRM: §2.3.1, §2.3.5, §3.1.4]."""
         cmd = self.regs.peek("CMD")
         idle = not self.running
         irq = self.interrupts()["IRQ"]
@@ -472,9 +476,9 @@ class EthosU85(Device):
         if port.trace is not None and (name in NO_DATA_OPS or (
                 name == "NPU_OP_BRANCH" and cmd.fields["branch_cond"] == 0)):
             port.trace.append(NO_DATA)  # (a conditional branch depends on the data)
-        if name in ("NPU_OP_STOP", "NPU_OP_IRQ"):  # L9154-9166, L8711-8718
+        if name in ("NPU_OP_STOP", "NPU_OP_IRQ"):  # [U85-TRM: §3.10.12, §3.10.7]
             require(self.npu.chain_length == 0, "g_chain_length == 0",
-                    "L9149" if name == "NPU_OP_STOP" else "L8706")
+                    "[U85-TRM: §3.10.12]" if name == "NPU_OP_STOP" else "[U85-TRM: §3.10.7]")
             mask = cmd.fields["mask"]
             self._status(irq_history_mask=self.regs.field("STATUS", "irq_history_mask") | mask,
                          irq_raised=1)
@@ -501,15 +505,16 @@ class EthosU85(Device):
             port.account.cycles += -(-moved // 16)
         elif name == "NPU_OP_PMU_MASK":
             self.pmu_mask_enable = bool(cmd.fields["enable"])
-        elif name == "NPU_OP_BRANCH":  # L11010-11048
+        elif name == "NPU_OP_BRANCH":  # [U85-TRM: §3.11.2]
             target = cmd.fields["branch_target"]
-            require(target & 3 == 0, "(branch_target & 3) == 0", "L11018")
+            require(target & 3 == 0, "(branch_target & 3) == 0", "[U85-TRM: §3.11.2]")
             if target >= qsize:
                 raise _BranchFault(f"branch target {target:#x} >= QSIZE {qsize:#x}")
             taken = cmd.fields["branch_cond"] == 0 or r.field("COND_STATUS", "result_flag") == 1
             r.poke("QREAD", target if taken else nxt)
             return
-        # DMA_WAIT, KERNEL_WAIT: barriers, already satisfied in a sequential model (digest 4.8)
+        # DMA_WAIT, KERNEL_WAIT: barriers, already satisfied in a sequential model
+        # [U85-TRM: §3.10.5, §3.10.8]
         r.poke("QREAD", nxt)
 
     def run_block(self, halt: threading.Event) -> list | None:

@@ -1,4 +1,4 @@
-"""NPU_OP_CONV (L8147-8228) and NPU_OP_DEPTHWISE (L8256-8315; "Lnnnn" = seed 001 line):
+"""NPU_OP_CONV [U85-TRM: §3.10.2] and NPU_OP_DEPTHWISE [U85-TRM: §3.10.3]:
 decode, reads, the convolution or matrix-product kernel, the output write; its run kept."""
 from __future__ import annotations
 
@@ -188,14 +188,14 @@ def _int_conv(d: _ConvDecode, raw: np.ndarray, zp: int, w: np.ndarray, bias: np.
 
 def matmul_ifm2_shape(d: _ConvDecode) -> tuple[int, int, int]:
     """The [H, W, C] extent of IFM2 that a weights_ifm2 NPU_OP_CONV reads: [1, OFM depth, IFM
-    depth], the second matrix transposed (x = output column, c = reduction index; TRM L12794,
+    depth], the second matrix transposed (x = output column, c = reduction index; [U85-TRM: §4.1],
     and the layout Vela 5.2 programs: see emu/conv/ethosu85.py ``matmul``)."""
     return (1, d.ofm[2], d.ifm_shape[2])
 
 
 def conv_decode(s: SetState, cfg: NpuConfig, depthwise: bool, matmul: bool) -> _ConvDecode:
-    """The prologue of NPU_OP_CONV (L8147-8228) / NPU_OP_DEPTHWISE (L8256-8315): extents and
-    asserts from the commands alone."""
+    """The prologue of NPU_OP_CONV [U85-TRM: §3.10.2] / NPU_OP_DEPTHWISE [U85-TRM: §3.10.3]: extents
+    and asserts from the commands alone."""
     H, W, D = ofm_shape(s)
     sy, sx, dy, dx, order, decomp = kernel_stride(s)
     dh = s.get("KERNEL_HEIGHT_M1", "height_m1") + 1
@@ -206,7 +206,7 @@ def conv_decode(s: SetState, cfg: NpuConfig, depthwise: bool, matmul: bool) -> _
     acc48 = s.get("ACC_FORMAT", "acc_format") == 1
     ih = (H - 1) * sy + dh - (pt + pb)
     iw = (W - 1) * sx + dw - (pl + pr)
-    line = "L8283-8292" if depthwise else "L8172-8189"
+    line = "[U85-TRM: §3.10.3]" if depthwise else "[U85-TRM: §3.10.2]"
     require(ih >= 1 and iw >= 1, "ifm_height >= 1 && ifm_width >= 1", line)
     require(dh * dw <= 64 * 64 and (dh <= 64 or dw <= 64),
             "dilated_height*dilated_width <= 64*64 && "
@@ -217,11 +217,11 @@ def conv_decode(s: SetState, cfg: NpuConfig, depthwise: bool, matmul: bool) -> _
             "IFM precision == b8 || (b16 && signed)", line)
     if depthwise:
         require(s.get("WEIGHT_FORMAT", "weight_sparsity") == 0, "weight_sparsity == none",
-                "L8292")
+                "[U85-TRM: §3.10.3]")
     up = upscale_mode(s, ifm, sy, sx)
     kh_u, kw_u = (dh + dy - 1) // dy, (dw + dx - 1) // dx
     kcfg = out_config(s, accumulator_path=True)
-    require(ain in (0, 1, 2), "ACC_FORMAT.acc_input is not reserved", "L9217")
+    require(ain in (0, 1, 2), "ACC_FORMAT.acc_input is not reserved", "[U85-TRM: Table 3-107]")
     scales = None
     if not kcfg[P.C_ACC_OUTPUT] and kcfg[P.C_SCALE_MODE] == 0:
         scales = scale_read(s, cfg, D, acc48)
@@ -229,16 +229,16 @@ def conv_decode(s: SetState, cfg: NpuConfig, depthwise: bool, matmul: bool) -> _
     if matmul:
         require(dh == 1 and dw == 1 and H == 1 and pl == 0 and pt == 0,
                 "dilated 1x1 && ofm_height == 1 && pad_x == 0 && pad_y == 0 (weights_ifm2)",
-                "L8181")
+                "[U85-TRM: §3.10.2]")
         require(dy == 1 and dx == 1 and sy == 1 and sx == 1, "dilation 1x1 && stride 1x1",
-                "L8182")
+                "[U85-TRM: §3.10.2]")
         ifm2 = tensor(s, "IFM2")
         require(ifm2.bits == ifm.bits and ifm2.signed == ifm.signed,
-                "IFM precision == IFM2 precision", "L8183")
-        require(ain != 2, "acc_input != ifm2 (weights_ifm2)", "L8184")
+                "IFM precision == IFM2 precision", "[U85-TRM: §3.10.2]")
+        require(ain != 2, "acc_input != ifm2 (weights_ifm2)", "[U85-TRM: §3.10.2]")
         require(s.get("WEIGHT_FORMAT", "weight_sparsity", 0) == 0, "weight_sparsity == none",
-                "L8185")
-        require(order == 0, "weight_order == depth_first (weights_ifm2)", "L8186")
+                "[U85-TRM: §3.10.2]")
+        require(order == 0, "weight_order == depth_first (weights_ifm2)", "[U85-TRM: §3.10.2]")
     else:
         wts = weight_read(s, cfg, depth=D, ifm_depth=ifm_depth, dilated=(dh, dw),
                           dilation=(dy, dx), stride=(sy, sx), order=order,

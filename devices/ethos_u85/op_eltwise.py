@@ -1,4 +1,4 @@
-"""NPU_OP_ELEMENTWISE (L8493-8648; "Lnnnn" = seed 001 line): decode (operands, broadcast,
+"""NPU_OP_ELEMENTWISE [U85-TRM: §3.10.6]: decode (operands, broadcast,
 scales), reads, the element-wise kernel, the output write; its run kept but for DIV."""
 from __future__ import annotations
 
@@ -77,18 +77,19 @@ def elementwise(cmd: Command, s: SetState, mem: MemoryPort, cfg: NpuConfig) -> O
 
 
 def eltwise_decode(cmd: Command, s: SetState, cfg: NpuConfig) -> _EltwiseDecode:
-    """The prologue of NPU_OP_ELEMENTWISE (L8490-8698): operands, scales and asserts from the
+    """The prologue of NPU_OP_ELEMENTWISE [U85-TRM: §3.10.6]: operands, scales and asserts from the
     commands alone."""
     mode = cmd.fields["elementwise_mode"]
-    require(mode in eltwise_k.EW_MODES, f"elementwise_mode {mode} is not reserved", "L8670-8698")
+    require(mode in eltwise_k.EW_MODES, f"elementwise_mode {mode} is not reserved",
+        "[U85-TRM: Table 3-100]")
     unary = mode in eltwise_k.EW_UNARY
     ifm = tensor(s, "IFM")
     bm1 = s.get("IFM_BROADCAST", "broadcast_mode")
     bm2 = 0 if unary else s.get("IFM2_BROADCAST", "broadcast_mode")
     ifm2 = None if unary else tensor(s, "IFM2")
-    if ifm2 is not None:  # digest G-R12: only checked when IFM2 is used
+    if ifm2 is not None:  # G-R12: only checked when IFM2 is used
         require(ifm.bits == ifm2.bits and ifm.signed == ifm2.signed,
-                "IFM precision == IFM2 precision", "L8497")
+                "IFM precision == IFM2 precision", "[U85-TRM: §3.10.6]")
     chain = (bm1 != eltwise_k.BC_SCALAR, not (unary or bm2 == eltwise_k.BC_SCALAR))
     try:
         return _eltwise_operands(s, cfg, mode, unary, ifm, ifm2, bm1, bm2, chain)
@@ -101,12 +102,14 @@ def _eltwise_operands(s: SetState, cfg: NpuConfig, mode: int, unary: bool, ifm: 
                       chain: tuple[bool, bool]) -> _EltwiseDecode:
     """The rest of :func:`eltwise_decode`: the asserts after the chain bookkeeping."""
     require(ifm.bits in (8, 16) or (ifm.bits == 32 and ifm.signed),
-            "IFM precision == b8 || b16 || (b32 && signed)", "L8509")
-    require(s.get("OFM_PRECISION", "activation_reverse") == 0, "OFM reverse == none", "L8512")
-    require(s.get("IFM_UPSCALE", "mode") == 0, "IFM_UPSCALE.mode == none", "L8514")
+            "IFM precision == b8 || b16 || (b32 && signed)", "[U85-TRM: §3.10.6]")
+    require(s.get("OFM_PRECISION", "activation_reverse") == 0, "OFM reverse == none",
+        "[U85-TRM: §3.10.6]")
+    require(s.get("IFM_UPSCALE", "mode") == 0, "IFM_UPSCALE.mode == none", "[U85-TRM: §3.10.6]")
     kcfg = out_config(s, accumulator_path=False)
     require(s.get("OFM_PRECISION", "scale_mode") == 1,
-            "mode == normal in rescale: elementwise needs OFM scale_mode global", "L6968, G-R9")
+            "mode == normal in rescale: elementwise needs OFM scale_mode global",
+                "[U85-TRM: §3.6.6], G-R9")
     shape = ofm_shape(s)
     scalar = 0
     reads: list[tuple[Tensor, tuple[int, int, int]] | None] = []
@@ -114,25 +117,28 @@ def _eltwise_operands(s: SetState, cfg: NpuConfig, mode: int, unary: bool, ifm: 
         if t is None:
             reads.append(None)
         elif bm == eltwise_k.BC_SCALAR:
-            require(t.storage == 3, f"{which} storage == none for a scalar operand", "L9645")
+            require(t.storage == 3, f"{which} storage == none for a scalar operand",
+                "[U85-TRM: Table 3-120]")
             scalar = s.get("OP_SCALAR", "scalar")
             reads.append(None)
         else:
-            require(bm <= 7, f"{which} broadcast_mode {bm} is not reserved", "L9538")
+            require(bm <= 7, f"{which} broadcast_mode {bm} is not reserved",
+                "[U85-TRM: Table 3-117]")
             if t.storage == 2:
-                require(bm == 0, "no broadcast from a chaining FIFO", "L6429-6434")
+                require(bm == 0, "no broadcast from a chaining FIFO", "[U85-TRM: §3.6.4]")
             reads.append((t, _operand_shape(bm, shape)))
     if bm1 == eltwise_k.BC_SCALAR and bm2 == eltwise_k.BC_SCALAR:
-        require(False, "IFM_BROADCAST != scalar when IFM2 is scalar", "L8535")
-    # scale_a / scale_b read IFM_SCALE / IFM2_SCALE for b8 and signed b16 inputs (L7008-7048);
-    # div asserts on both (L8606-8619); mul never scales; lrelu scales a with IFM2_SCALE too
+        require(False, "IFM_BROADCAST != scalar when IFM2 is scalar", "[U85-TRM: §3.10.6]")
+    # scale_a / scale_b read IFM_SCALE / IFM2_SCALE for b8 and signed b16 inputs [U85-TRM: §3.6.6];
+    # div asserts on both [U85-TRM: §3.10.6]; mul never scales; lrelu scales a with IFM2_SCALE too
     scaled = (ifm.bits == 8 or (ifm.bits == 16 and ifm.signed)) and mode != eltwise_k.EW_MUL
     sc1 = _in_scale(s, "IFM", scaled or mode == eltwise_k.EW_DIV)
     sc2 = _in_scale(s, "IFM2", (scaled and (not unary or mode == eltwise_k.EW_LRELU))
                     or mode == eltwise_k.EW_DIV)
     for sc, which in ((sc1, "IFM"), (sc2, "IFM2")):
-        require(sc[2] in (0, 1), f"{which}_SCALE.round_mode is not reserved", "L11814")
-        require(0 <= sc[3] <= 30, "0 <= dbl_rnd && dbl_rnd <= 30", "L6912")
+        require(sc[2] in (0, 1), f"{which}_SCALE.round_mode is not reserved",
+            "[U85-TRM: Table 3-183]")
+        require(0 <= sc[3] <= 30, "0 <= dbl_rnd && dbl_rnd <= 30", "[U85-TRM: §3.6.6]")
     kwargs = dict(ifm_zp=s.get("IFM_ZERO_POINT", "zero_point", 0 if bm1 == 8 else None),
                   ifm2_zp=0 if unary else s.get("IFM2_ZERO_POINT", "zero_point",
                                                 0 if bm2 == 8 else None),

@@ -1,4 +1,4 @@
-"""NPU_OP_POOL (L8815-8993; "Lnnnn" = seed 001 line): decode, reads, the pooling kernel, the
+"""NPU_OP_POOL [U85-TRM: §3.10.10]: decode, reads, the pooling kernel, the
 output write; its run kept when it reads no accumulators and no scale stream."""
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ _NO_KCFG = np.zeros(0, np.int64)
 
 
 def pool_decode(cmd: Command, s: SetState, cfg: NpuConfig) -> _PoolDecode:
-    """The prologue of NPU_OP_POOL (L8815-8993) from the commands alone: the dilation assert
+    """The prologue of NPU_OP_POOL [U85-TRM: §3.10.10] from the commands alone: the dilation assert
     raises (before the chain bookkeeping, as in the pseudocode), the later ones are kept as
     the decode's error."""
     mode = cmd.fields["pooling_mode"]
@@ -114,7 +114,7 @@ def pool_decode(cmd: Command, s: SetState, cfg: NpuConfig) -> _PoolDecode:
     sy, sx, dy, dx, order, decomp = kernel_stride(s)
     pad = pads(s)
     acc = (s.get("ACC_FORMAT", "acc_input"), s.get("ACC_FORMAT", "acc_format") == 1)
-    require(dy == 1 and dx == 1, "dilation_y == 1 && dilation_x == 1", "L8830")
+    require(dy == 1 and dx == 1, "dilation_y == 1 && dilation_x == 1", "[U85-TRM: §3.10.10]")
     try:
         return _pool_prologue(s, cfg, mode, ofm, kernel, (sy, sx, order, decomp), pad, acc)
     except Unpredictable as e:
@@ -132,39 +132,40 @@ def _pool_prologue(s: SetState, cfg: NpuConfig, mode: int, ofm: tuple[int, int, 
     use_ifm = mode != pool_k.POOL_NONE
     if mode == pool_k.POOL_NONE:
         require(s.get("OFM_PRECISION", "activation_storage") != 2, "OFM storage != chained "
-                "(pooling none)", "L8842-8845")
-    require(ih >= 1 and iw >= 1, "ifm_height >= 1 && ifm_width >= 1", "L8850")
+                "(pooling none)", "[U85-TRM: §3.10.10]")
+    require(ih >= 1 and iw >= 1, "ifm_height >= 1 && ifm_width >= 1", "[U85-TRM: §3.10.10]")
     ifm = tensor(s, "IFM") if use_ifm else None
     up = 0
     if ifm is not None:  # (use_ifm)
         require(ifm.bits == 8 or (ifm.signed and ifm.bits in (16, 32)),
-                "IFM precision == b8 || (b16 && signed) || (b32 && signed)", "L8852")
+                "IFM precision == b8 || (b16 && signed) || (b32 && signed)", "[U85-TRM: §3.10.10]")
         up = upscale_mode(s, ifm, sy, sx)
     b32 = ifm is not None and ifm.bits == 32
     if mode in (pool_k.POOL_MAX, pool_k.POOL_MIN):
         require(kh * kw <= 65536 and (kh <= 256 or kw <= 256),
-                "kh*kw <= 65536 && (kh <= 256 || kw <= 256)", "L8858")
-        require(up != 2, "upscale != zeros", "L8859")
+                "kh*kw <= 65536 && (kh <= 256 || kw <= 256)", "[U85-TRM: §3.10.10]")
+        require(up != 2, "upscale != zeros", "[U85-TRM: §3.10.10]")
     elif mode == pool_k.POOL_AVERAGE:
-        require(kh <= 8 and kw <= 8, "kh <= 8 && kw <= 8", "L8863")
-        require(max(pt, pb) < kh and max(pl, pr) < kw, "pads < kernel", "L8865")
-        require(decomp == 0, "decomposition == d8x8", "L8866")
-        require(not b32, "IFM precision != b32", "L8867")
+        require(kh <= 8 and kw <= 8, "kh <= 8 && kw <= 8", "[U85-TRM: §3.10.10]")
+        require(max(pt, pb) < kh and max(pl, pr) < kw, "pads < kernel", "[U85-TRM: §3.10.10]")
+        require(decomp == 0, "decomposition == d8x8", "[U85-TRM: §3.10.10]")
+        require(not b32, "IFM precision != b32", "[U85-TRM: §3.10.10]")
     elif mode == pool_k.POOL_REDUCE_SUM:
         require(kh == 1 and kw == 1 and sy == 1 and sx == 1 and up == 0 and order == 0
                 and s.get("IFM_ZERO_POINT", "zero_point") == 0 and D == 1,
                 "reduce_sum: 1x1 kernel, stride 1, no upscale, depth_first, IFM zero point 0, "
-                "ofm_depth == 1", "L8870-8876")
+                "ofm_depth == 1", "[U85-TRM: §3.10.10]")
     elif mode == pool_k.POOL_SUM:
-        require(not b32 and kh <= 65536 and kw <= 65536, "!b32 && kh, kw <= 65536", "L8877")
+        require(not b32 and kh <= 65536 and kw <= 65536, "!b32 && kh, kw <= 65536",
+            "[U85-TRM: §3.10.10]")
     elif mode in (pool_k.POOL_ARGMAX_X, pool_k.POOL_ARGMAX_Y):
         xm = mode == pool_k.POOL_ARGMAX_X
         require(not b32 and decomp == 0 and sy == 1 and sx == 1 and up == 0
                 and (kh == 1 and W == 1 if xm else kw == 1 and H == 1),
                 f"argmax_{'x' if xm else 'y'}: !b32, d8x8, stride 1x1, no upscale, "
-                f"{'kh == 1 && W == 1' if xm else 'kw == 1 && H == 1'}", "L8878-8879")
+                f"{'kh == 1 && W == 1' if xm else 'kw == 1 && H == 1'}", "[U85-TRM: §3.10.10]")
     require(mode in (pool_k.POOL_SUM, pool_k.POOL_REDUCE_SUM, pool_k.POOL_NONE) or not acc48,
-            "pooling_mode in {sum, reduce_sum, none} || acc_format == i32", "L8880")
+            "pooling_mode in {sum, reduce_sum, none} || acc_format == i32", "[U85-TRM: §3.10.10]")
     kcfg = out_config(s, accumulator_path=True)
     shape = None
     if use_ifm:

@@ -1,8 +1,7 @@
 """Ethos-U85 operations: the tensors an operation reads and writes (IFM, IFM2, OFM from the
-NPU_SET_* state), their addresses (element_address_in_region, L6448-6498; "Lnnnn" = seed 001
-line) or strided boxes, and the gather through the device's memory port. :class:`MemoryPort`
-declares every member of the port an operation calls back into (memport.NpuPort implements
-it)."""
+NPU_SET_* state), their addresses (element_address_in_region, [U85-TRM: §3.6.5]) or strided boxes,
+and the gather through the device's memory port. :class:`MemoryPort` declares every member of the
+port an operation calls back into (memport.NpuPort implements it)."""
 from __future__ import annotations
 
 import math
@@ -150,7 +149,7 @@ def _tensor(s: SetState, which: str) -> Tensor:
     bits = PRECISION_BITS[s.get(p, "activation_precision")]
     storage = s.get(p, "activation_storage")
     fmt = s.get(p, "activation_format")
-    require(fmt in (0, 1), f"{which} activation_format is not reserved", "L10030")
+    require(fmt in (0, 1), f"{which} activation_format is not reserved", "[U85-TRM: Table 3-132]")
     t = Tensor(which, 0, (0, 0, 0, 0), 0, 0, 0, 0, (0, 0), bits,
                bool(s.get(p, "activation_type")), fmt, storage)
     if storage == 2:
@@ -171,25 +170,26 @@ def _tensor(s: SetState, which: str) -> Tensor:
 
 
 def check_addressable(t: Tensor) -> None:
-    """element_address_in_region's storage and alignment asserts (L6462, L6487, L6492)."""
+    """element_address_in_region's storage and alignment asserts [U85-TRM: §3.6.5]."""
     # (the messages are formatted only for a failing check: this runs on every tensor access)
     if t.storage not in (0, 1):
-        require(False, f"{t.name} storage is tile2x2 or tile3x1", "L6462")
+        require(False, f"{t.name} storage is tile2x2 or tile3x1", "[U85-TRM: §3.6.5]")
     es = t.size
     if t.fmt == 0:
         if not (all(b % es == 0 for b in t.bases) and t.stride_x % es == 0
                 and t.stride_y % es == 0):
-            require(False, f"{t.name} base/stride_x/stride_y % element_size == 0", "L6487")
+            require(False, f"{t.name} base/stride_x/stride_y % element_size == 0",
+                "[U85-TRM: §3.6.5]")
     elif not (all(b % 16 == 0 for b in t.bases) and t.stride_c % (16 * es) == 0
               and t.stride_y % (16 * es) == 0):
         require(False, f"{t.name} base % 16 == 0 && stride_c/stride_y % (16*element_size) == 0",
-                "L6492")
+                "[U85-TRM: §3.6.5]")
 
 
 def addresses(t: Tensor, shape: tuple[int, ...]) -> np.ndarray:
     """Region-relative byte offsets of a logical [H, W, C] tensor: element_address_in_region
-    (L6448-6498) through emu/memory/ethosu85.py, with the alignment asserts. NHWC adds
-    ``c * element_size`` (digest gap G-A1: the literal ``+ c`` misaligns wide types)."""
+    [U85-TRM: §3.6.5] through emu/memory/ethosu85.py, with the alignment asserts. NHWC adds
+    ``c * element_size`` (G-A1: the literal ``+ c`` misaligns wide types)."""
     check_addressable(t)
     return L.element_addresses(shape, t.bases, t.stride_y, t.stride_x, t.stride_c, t.width0,
                                t.heights, t.storage, t.size, t.fmt)
@@ -206,7 +206,7 @@ def boxes(t: Tensor, shape: tuple[int, ...]) -> list[Box] | None:
     Each is (offset, box shape, byte strides, bricked), the boxes in channel order; None
     otherwise (the element-address path runs). Why: a box is read and written as one numpy view
     instead of an address per element, with exactly the same addresses
-    (element_address_in_region, L6448-6498)."""
+    (element_address_in_region, [U85-TRM: §3.6.5])."""
     H, W, C = shape
     if min(shape) <= 0:
         return None
@@ -261,7 +261,8 @@ def ofm_shape(s: SetState) -> tuple[int, int, int]:
 
 
 def kernel_stride(s: SetState) -> tuple[int, int, int, int, int, int]:
-    """(stride_y, stride_x, dilation_y, dilation_x, weight_order, decomposition) (L8157-8163)."""
+    """(stride_y, stride_x, dilation_y, dilation_x, weight_order, decomposition)
+    [U85-TRM: §3.10.2]."""
     ks = s.cmds.get("NPU_SET_KERNEL_STRIDE")
     if ks is None:
         s.get("KERNEL_STRIDE", "stride_x_lsb")  # raises: never set
@@ -280,10 +281,10 @@ def pads(s: SetState) -> tuple[int, int, int, int]:
 
 def upscale_mode(s: SetState, ifm: Tensor, sy: int, sx: int) -> int:
     mode = s.get("IFM_UPSCALE", "mode")
-    require(mode in (0, 1, 2), "IFM_UPSCALE.mode is not reserved", "L10097")
+    require(mode in (0, 1, 2), "IFM_UPSCALE.mode is not reserved", "[U85-TRM: §3.10.40]")
     if mode:
-        require(sy == 1 and sx == 1, "kernel x/y stride == 1 with upscale", "L6519")
-        require(ifm.storage != 2, "IFM storage != chained with upscale", "L6520")
+        require(sy == 1 and sx == 1, "kernel x/y stride == 1 with upscale", "[U85-TRM: §3.6.5]")
+        require(ifm.storage != 2, "IFM storage != chained with upscale", "[U85-TRM: §3.6.5]")
     return mode
 
 

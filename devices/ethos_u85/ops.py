@@ -1,19 +1,20 @@
 """Ethos-U85 kernel operations behind one small interface (the device calls nothing else).
 
 ``run_operation(cmd, state, mem, cfg)`` executes one kernel command (NPU_OP_CONV, _DEPTHWISE,
-_POOL, _ELEMENTWISE, _RESIZE) against the NPU_SET_* state captured at issue (L6025) and returns
-an :class:`OpResult` (exact MAC/element counts and the modelled cycles of the MAC and AO units).
+_POOL, _ELEMENTWISE, _RESIZE) against the NPU_SET_* state captured at issue [U85-TRM: §3.5.5] and
+returns an :class:`OpResult` (exact MAC/element counts and the modelled cycles of the MAC and AO
+units).
 
-This module is the device side of an operation (seed 001, digested in
-shared/devices/ethos-u85-command-stream.md; "Lnnnn" = seed line):
+This module is the device side of an operation ([U85-TRM], C§4; "[U85-TRM: ...]" cites the TRM's
+section or table (docs/citations.md)):
 
 * the prologue of each operation's pseudocode: the extents derived from the NPU_SET_* state and
-  the asserts (a failed ``assert()`` is UNPREDICTABLE: :class:`Unpredictable`, L6004-6014);
+  the asserts (a failed ``assert()`` is UNPREDICTABLE: :class:`Unpredictable`, [U85-TRM: §3.5.4]);
 * the gather: tensor addresses from the IFM/IFM2 registers via :mod:`accelstub.emu.memory.ethosu85`
   (``element_address_in_region``, NHWC and NHCWB16, tiles), read through the device's
   :class:`MemoryPort` (which checks the memory windows and records Touched ranges and AXI bytes);
   the weight streams (WEIGHT_BASE/WEIGHT1-3_BASE) and the scale-and-bias stream the same way;
-* the scatter: ``write_ofm`` (L6618-6757) with OFM reverse and transpose, chaining FIFOs, the
+* the scatter: ``write_ofm`` [U85-TRM: §3.6.5] with OFM reverse and transpose, chaining FIFOs, the
   accumulator storage (acc_input keep / ifm2, acc_output disable).
 
 All arithmetic is the emu kernels' (``accelstub.emu.{conv,pool,eltwise,resize}.ethosu85``, weights
@@ -41,7 +42,7 @@ import numpy as np
 
 from ...emu.eltwise import ethosu85 as eltwise_k
 from ...emu.numeric import ethosu85 as P
-from ..bits import sign_extend  # the seed's sign_extend(v, n) (L6201-6208)
+from ..bits import sign_extend  # the seed's sign_extend(v, n) [U85-TRM: §3.6.2]
 from ..errors import DeviceError
 from .kept import KEPT_NOW, keep_run, kept_run
 from .op_conv import conv, conv_decode, depthwise, matmul_ifm2_shape
@@ -165,7 +166,8 @@ def summarize(cmd: Command, s: SetState) -> str:
     else:
         ifm = "?"
         if None not in (H, W, D, kh, kw):
-            ih = H * sy + kh + 1 - pads[0] - pads[1]  # (OH-1)*sy + KH - pad (L8168), *_M1 here
+            # (OH-1)*sy + KH - pad [U85-TRM: §3.10.2], *_M1 here
+            ih = H * sy + kh + 1 - pads[0] - pads[1]
             iw = W * sx + kw + 1 - pads[2] - pads[3]
             idepth = g("IFM_DEPTH_M1", "depth_m1") if cmd.name == "NPU_OP_CONV" else D
             ifm = _shape(ih, iw, (idepth if idepth is not None else -1) + 1)
@@ -200,9 +202,10 @@ def operand_offsets(cmd: Command, s: SetState,
     [H, W, C] array) of every operand of kernel command ``cmd`` that lies in memory, from the
     same decodes the operation runs (the extents it reads, the OFM write's reverse and
     transpose), so a declared tensor is exactly what the operation touches. Left out: chained
-    operands (the chaining FIFO, L6429), storage none (a scalar, L9645), an accumulator output
-    (acc_output disable: no OFM write, L6845), and any operand whose decode fails an assert
-    (the operation itself would fault). Raises nothing but for a command that is no kernel."""
+    operands (the chaining FIFO, [U85-TRM: §3.6.4]), storage none (a scalar,
+    [U85-TRM: Table 3-120]), an accumulator output (acc_output disable: no OFM write,
+    [U85-TRM: §3.6.5]), and any operand whose decode fails an assert (the operation itself would
+    fault). Raises nothing but for a command that is no kernel."""
     reads: list[tuple[str, Tensor | None, tuple | None]] = []
     name = cmd.name
     try:

@@ -1,7 +1,7 @@
 """Ethos-U85 operations: the output stage (OFM_SCALE / ACTIVATION / ACC_FORMAT packed for the
-kernels), the accumulator storage (read_/write_accumulator, L6800-6854; "Lnnnn" = seed 001
-line), write_ofm (L6618-6757: result flag, chaining FIFO, reverse, transpose, tiles) and the AO
-unit's modelled cycles."""
+kernels), the accumulator storage (read_/write_accumulator, [U85-TRM: §3.6.5]), write_ofm
+([U85-TRM: §3.6.5]: result flag, chaining FIFO, reverse, transpose, tiles) and the AO unit's
+modelled cycles."""
 from __future__ import annotations
 
 from typing import Any, NamedTuple
@@ -11,7 +11,7 @@ import numpy as np
 from ...emu.numeric import ethosu85 as P
 from ...emu.numeric import ethosu85_values as values_k
 from ...emu.weights import ethosu85 as Wt
-from ..bits import sign_extend  # the seed's sign_extend(v, n) (L6201-6208)
+from ..bits import sign_extend  # the seed's sign_extend(v, n) [U85-TRM: §3.6.2]
 from .operands import MemoryPort, Tensor, addresses, boxes, check_addressable, read_raw, tensor
 from .setstate import (
     PRECISION_BITS,
@@ -27,8 +27,8 @@ from .setstate import (
 from .weightscale import microblock
 
 _TRANSPOSE_PERM = {0: (0, 1, 2), 1: (1, 0, 2), 2: (0, 2, 1), 3: (1, 2, 0), 6: (2, 0, 1),
-                   7: (2, 1, 0)}  # stored[...] = value[y, x, c] (L6700-6740)
-_ACT_FUNCTIONS = (0, 1, 4, 5, 7, 8, 9, 10, 11)  # activation_function (L9257)
+                   7: (2, 1, 0)}  # stored[...] = value[y, x, c] [U85-TRM: §3.6.5]
+_ACT_FUNCTIONS = (0, 1, 4, 5, 7, 8, 9, 10, 11)  # activation_function [U85-TRM: Table 3-108]
 
 
 #: the NPU_SET_* commands :func:`out_config` reads
@@ -47,17 +47,19 @@ def out_config(s: SetState, *, accumulator_path: bool) -> np.ndarray:
 def _out_config(s: SetState, *, accumulator_path: bool) -> np.ndarray:
     """Pack OFM_PRECISION / OFM_SCALE / OFM_ZERO_POINT / ACTIVATION* / ACC_FORMAT into the
     kernels' ``cfg`` (emu/numeric/ethosu85.py: out_config) with the asserts of rescale and
-    activation (L6955-7000, L7075-7173). ``accumulator_path``: write_accumulator ops (conv,
+    activation [U85-TRM: §3.6.6, §3.6.7]. ``accumulator_path``: write_accumulator ops (conv,
     depthwise, pool) honour ACC_FORMAT (acc_format, acc_output) and per-channel scaling.
-    Decision: ELEMENTWISE and RESIZE have their own int32/int64 accumulator (L8524, L9060), so
-    ACC_FORMAT.acc_format = i48 does not bring rescale's 16-bit scale assert (L6982) to them
-    (Vela's int16 ADD programs i48 with a 31-bit OFM scale)."""
+    Decision: ELEMENTWISE and RESIZE have their own int32/int64 accumulator
+    [U85-TRM: §3.10.6, §3.10.11], so ACC_FORMAT.acc_format = i48 does not bring rescale's 16-bit
+    scale assert [U85-TRM: §3.6.6] to them (Vela's int16 ADD programs i48 with a 31-bit OFM
+    scale)."""
     p = "OFM_PRECISION"
     bits = PRECISION_BITS[s.get(p, "activation_precision")]
     signed = bool(s.get(p, "activation_type"))
     per_channel = s.get(p, "scale_mode") == 0
     fn = s.get("ACTIVATION", "activation_function")
-    require(fn in _ACT_FUNCTIONS, f"activation_function {fn} is not reserved", "L9257")
+    require(fn in _ACT_FUNCTIONS, f"activation_function {fn} is not reserved",
+        "[U85-TRM: Table 3-108]")
     table = s.get("ACTIVATION", "table")
     clip_none = s.get("ACTIVATION", "activation_clip_range") == 1
     need_clip = bits != 64 and not clip_none and fn not in (P.LUT_TANH, P.LUT_SIGMOID)
@@ -66,22 +68,24 @@ def _out_config(s: SetState, *, accumulator_path: bool) -> np.ndarray:
     zp = s.get("OFM_ZERO_POINT", "zero_point", None if bits != 64 else 0)
     if bits != 64:
         z, ok = P.ofm_zero_point(zp, signed)
-        require(ok, f"OFM zero point {z} valid for {'s' if signed else 'u'}{bits}", "L7083-7093")
+        require(ok, f"OFM zero point {z} valid for {'s' if signed else 'u'}{bits}",
+            "[U85-TRM: §3.6.7]")
     if fn == P.LUT_S8_S16:
-        require(table < 4, "table < 4 (s8_s16)", "L7125")
+        require(table < 4, "table < 4 (s8_s16)", "[U85-TRM: §3.6.7]")
     elif fn == P.LUT_S8_S32:
-        require(table < 2, "table < 2 (s8_s32)", "L7132")
+        require(table < 2, "table < 2 (s8_s32)", "[U85-TRM: §3.6.7]")
     elif fn in (P.LUT_S16_S16, P.LUT_S16_S32, P.LUT_TANH, P.LUT_SIGMOID):
-        require(table == 0, "table == 0 (interpolating LUT uses all 2 KiB)", "L7140")
+        require(table == 0, "table == 0 (interpolating LUT uses all 2 KiB)", "[U85-TRM: §3.6.7]")
     rnd = s.get("OFM_SCALE", "round_mode")
-    require(rnd < 6, "OFM_SCALE.round_mode is not reserved", "L12067")
+    require(rnd < 6, "OFM_SCALE.round_mode is not reserved", "[U85-TRM: Table 3-191]")
     dbl = s.get("OFM_SCALE", "dbl_rnd")
-    require(dbl <= 30, "0 <= dbl_rnd && dbl_rnd <= 30", "L6912")
+    require(dbl <= 30, "0 <= dbl_rnd && dbl_rnd <= 30", "[U85-TRM: §3.6.6]")
     scale = s.get("OFM_SCALE", "scale")
     acc_format = s.get("ACC_FORMAT", "acc_format", 0) if accumulator_path else 0
-    require(acc_format in (0, 1), "ACC_FORMAT.acc_format is not reserved", "L9215")
+    require(acc_format in (0, 1), "ACC_FORMAT.acc_format is not reserved", "[U85-TRM: Table 3-107]")
     if acc_format == 1 and not per_channel:
-        require(scale == sign_extend(scale, 16), "scale == sign_extend(scale, 16)", "L6982")
+        require(scale == sign_extend(scale, 16), "scale == sign_extend(scale, 16)",
+            "[U85-TRM: §3.6.6]")
     acc_out = s.get("ACC_FORMAT", "acc_output", 0) if accumulator_path else 0
     return P.out_config(ofm_bits=bits, ofm_signed=signed, zero_point=zp, act_min=lo, act_max=hi,
                         scale=scale, shift=s.get("OFM_SCALE", "shift"), round_mode=rnd,
@@ -92,9 +96,9 @@ def _out_config(s: SetState, *, accumulator_path: bool) -> np.ndarray:
 
 def acc_input(s: SetState, mem: MemoryPort, shape: tuple[int, ...],
               acc48: bool) -> np.ndarray | None:
-    """read_accumulator's source (L6800-6826): None for reset (the op's reset value)."""
+    """read_accumulator's source [U85-TRM: §3.6.5]: None for reset (the op's reset value)."""
     mode = s.get("ACC_FORMAT", "acc_input")
-    require(mode in (0, 1, 2), "ACC_FORMAT.acc_input is not reserved", "L9217")
+    require(mode in (0, 1, 2), "ACC_FORMAT.acc_input is not reserved", "[U85-TRM: Table 3-107]")
     H, W, D = shape
     if mode == 0:
         return None
@@ -103,16 +107,16 @@ def acc_input(s: SetState, mem: MemoryPort, shape: tuple[int, ...],
                s.get("OFM_BLK_WIDTH_M1", "width_m1") + 1,
                s.get("OFM_BLK_DEPTH_M1", "depth_m1") + 1)
         require(H <= blk[0] and W <= blk[1] and D <= blk[2], "oy < bh && ox < bw && oc < bd",
-                "L6811")
+                "[U85-TRM: §3.6.5]")
         acc = mem.npu.acc
         require(acc is not None and all(a >= b for a, b in zip(acc.shape, shape)),
-                "accumulator storage written before acc_input keep", "L6811")
+                "accumulator storage written before acc_input keep", "[U85-TRM: §3.6.5]")
         assert acc is not None
         return acc[:H, :W, :D].copy()
     t = tensor(s, "IFM2")
     require(t.signed and t.bits == (64 if acc48 else 32),
             f"IFM2 precision == {'b64' if acc48 else 'b32'} && signed (acc_input ifm2)",
-            "L6572-6580")
+            "[U85-TRM: §3.6.5]")
     diag: list[str] = []
     v = values_k.read_values(read_raw(mem, t, shape, RD_IFM_STREAM),
                       s.get("IFM2_ZERO_POINT", "zero_point"), t.bits, True, diag, "IFM2")
@@ -121,11 +125,12 @@ def acc_input(s: SetState, mem: MemoryPort, shape: tuple[int, ...],
 
 
 def store_accumulators(s: SetState, mem: MemoryPort, acc: np.ndarray) -> None:
-    """write_accumulator with acc_output disable (L6845-6852)."""
+    """write_accumulator with acc_output disable [U85-TRM: §3.6.5]."""
     H, W, D = acc.shape
     blk = (s.get("OFM_BLK_HEIGHT_M1", "height_m1") + 1, s.get("OFM_BLK_WIDTH_M1", "width_m1") + 1,
            s.get("OFM_BLK_DEPTH_M1", "depth_m1") + 1)
-    require(H <= blk[0] and W <= blk[1] and D <= blk[2], "oy < bh && ox < bw && oc < bd", "L6850")
+    require(H <= blk[0] and W <= blk[1] and D <= blk[2], "oy < bh && ox < bw && oc < bd",
+        "[U85-TRM: §3.6.5]")
     old = mem.npu.acc
     shape = tuple(max(a, b) for a, b in zip(acc.shape, (0, 0, 0) if old is None else old.shape))
     new = np.zeros(shape, np.int64)
@@ -146,7 +151,7 @@ class OfmWrite(NamedTuple):
 
 def write_ofm(mem: MemoryPort, s: SetState, cfg: NpuConfig, value: np.ndarray,
               all_perms: bool) -> None:
-    """write_ofm (L6618-6757) of the whole [H, W, D] OFM (values already truncated by the
+    """write_ofm [U85-TRM: §3.6.5] of the whole [H, W, D] OFM (values already truncated by the
     kernel): result flag, chaining FIFO, storage none, reverse, transpose, tiles. The layout is
     decoded once per command state and shape (memoised as an operation's decode)."""
     result_flag(mem, value)
@@ -202,10 +207,10 @@ def ofm_write(s: SetState, cfg: NpuConfig, shape: tuple[int, ...],
     t = tensor(s, "OFM")
     rev = s.get("OFM_PRECISION", "activation_reverse")
     tr = s.get("OFM_PRECISION", "activation_transpose")
-    require(tr in _TRANSPOSE_PERM, f"OFM transpose {tr} is not reserved", "L10529")
+    require(tr in _TRANSPOSE_PERM, f"OFM transpose {tr} is not reserved", "[U85-TRM: Table 3-147]")
     if t.storage == 2:
         require(rev == 0 and tr == 0, "reverse == none && transpose == HWC (chained OFM)",
-                "L6666-6667")
+                "[U85-TRM: §3.6.5]")
         return OfmWrite(t, (), (0, 1, 2), None, ())
     if t.storage == 3:
         return None
@@ -214,27 +219,28 @@ def ofm_write(s: SetState, cfg: NpuConfig, shape: tuple[int, ...],
     bd = s.get("OFM_BLK_DEPTH_M1", "depth_m1", 0) + 1
     flips = ()
     if rev:
-        require(tr == 0, "transpose == HWC (with reverse)", "L6677")
-        require(all_perms, "allowed_perms == allowed_perms_all (reverse)", "L6678")
-        require(t.bits != 64, "precision != b64 (reverse)", "L6679")
+        require(tr == 0, "transpose == HWC (with reverse)", "[U85-TRM: §3.6.5]")
+        require(all_perms, "allowed_perms == allowed_perms_all (reverse)", "[U85-TRM: §3.6.5]")
+        require(t.bits != 64, "precision != b64 (reverse)", "[U85-TRM: §3.6.5]")
         if rev == 3:
             mbd = max(16, Wt.microblock_depth(cfg.macs, microblock(s)))
             if shape[2] % mbd:
                 require(t.fmt == 0 and bd <= 16, "format == nhwc && ofm_blk_depth <= 16 "
-                        "(reverse C, depth not a multiple of the microblock)", "L6686-6688")
+                        "(reverse C, depth not a multiple of the microblock)", "[U85-TRM: §3.6.5]")
         flips = (slice(None),) * (rev - 1) + (slice(None, None, -1),)
     if t.fmt == 1:
         if tr in (2, 6):
-            require(bw % 16 == 0, "ofm_blk_width % 16 == 0 (NHCWB16 HCW/CHW)", "L6700")
+            require(bw % 16 == 0, "ofm_blk_width % 16 == 0 (NHCWB16 HCW/CHW)", "[U85-TRM: §3.6.5]")
         if tr in (3, 7):
-            require(bh % 16 == 0, "ofm_blk_height % 16 == 0 (NHCWB16 CWH/WCH)", "L6702")
+            require(bh % 16 == 0, "ofm_blk_height % 16 == 0 (NHCWB16 CWH/WCH)", "[U85-TRM: §3.6.5]")
     require(tr in (0, 2, 6) or all_perms, "transpose in {HWC, HCW, CHW} || allowed_perms_all",
-            "L6705")
-    require(tr == 0 or t.bits != 64, "transpose == HWC || precision != b64", "L6706")
+            "[U85-TRM: §3.6.5]")
+    require(tr == 0 or t.bits != 64, "transpose == HWC || precision != b64", "[U85-TRM: §3.6.5]")
     lim = {1: (bw <= 128 and bh <= 128), 2: (bd <= 128 and bw <= 1024),
            7: (bd <= 128 and bh <= 1024), 6: (bd <= 128 and bh <= 128 and bw <= 1024),
            3: (bw <= 128 and bd <= 128 and bh <= 1024)}
-    require(lim.get(tr, True), "OFM block fits the transpose limits (128 / 1024)", "L6710-6740")
+    require(lim.get(tr, True), "OFM block fits the transpose limits (128 / 1024)",
+        "[U85-TRM: §3.6.5]")
     perm = _TRANSPOSE_PERM[tr]
     check_addressable(t)
     bs = boxes(t, tuple(shape[i] for i in perm))
@@ -247,7 +253,7 @@ def ofm_write(s: SetState, cfg: NpuConfig, shape: tuple[int, ...],
 def ao_cycles(cfg: NpuConfig, n: int, ofm_bits: int, in_bits: int, binary: bool,
               from_cb: bool) -> int:
     """AO cycles for ``n`` output elements: per scaling unit min(1, P, CB, DMA) elements/cycle
-    (closed form of Tables 4-11/4-12, digest 5.2), NUM_SU units in parallel."""
+    (closed form of Tables 4-11/4-12, [U85-TRM: §4.2]), NUM_SU units in parallel."""
     p = 0.5 if ofm_bits == 64 else 1.0
     cb = 0.5 if from_cb and in_bits == 32 and binary else 1.0
     dma = cfg.ofm_data_w / (cfg.num_su * ofm_bits)

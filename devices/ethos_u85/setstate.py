@@ -1,8 +1,8 @@
-"""Ethos-U85 operations: the NPU_SET_* state an operation is issued with (L6016-6024; "Lnnnn" =
-seed 001 line), the internal state that lives between operations (chaining FIFOs, accumulator
-storage), the configuration and result of an operation, the errors an operation raises, and the
-memo that decodes an operation once per command state. The part of ops.py that every other
-part reads; it reads none of them."""
+"""Ethos-U85 operations: the NPU_SET_* state an operation is issued with [U85-TRM: §3.5.5], the
+internal state that lives between operations (chaining FIFOs, accumulator storage), the
+configuration and result of an operation, the errors an operation raises, and the memo that decodes
+an operation once per command state. The part of ops.py that every other part reads; it reads none
+of them."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -21,11 +21,12 @@ class NotImplementedYet(DeviceError):
 
 
 class Unpredictable(DeviceError):
-    """A pseudocode assert failed: the programming is UNPREDICTABLE (L6004-6014)."""
+    """A pseudocode assert failed: the programming is UNPREDICTABLE [U85-TRM: §3.5.4]."""
 
 
 class NpuBusFault(DeviceError):
-    """An NPU AXI access outside the system memory windows (STATUS.bus_status, L1267)."""
+    """An NPU AXI access outside the system memory windows (STATUS.bus_status,
+    [U85-TRM: Table 3-5])."""
 
     def __init__(self, address: int, channel: int, region: int, message: str) -> None:
         self.address, self.channel, self.region = address, channel, region
@@ -33,9 +34,9 @@ class NpuBusFault(DeviceError):
 
 
 def require(cond: bool, text: str, line: str) -> None:
-    """The pseudocode's ``assert(cond)``; ``line`` cites the seed."""
+    """The pseudocode's ``assert(cond)``; ``line`` cites the TRM (``[U85-TRM: ...]``)."""
     if not cond:
-        raise Unpredictable(f"UNPREDICTABLE: assert({text}) fails ({line})")
+        raise Unpredictable(f"UNPREDICTABLE: assert({text}) fails {line}")
 
 
 def not_implemented(what: str) -> NotImplementedYet:
@@ -48,11 +49,12 @@ def check_diag(diag: list[str], what: str) -> None:
         raise Unpredictable(f"UNPREDICTABLE: {what}: {diag[0]}")
 
 
-# AXI channels (pmu_axi_channel_t, L1283) used for STATUS.faulting_channel and PMU events
+# AXI channels (pmu_axi_channel_t, [U85-TRM: Table 3-5]) used for STATUS.faulting_channel and PMU
+# events
 RD_CMD, RD_IFM, RD_WEIGHTS, RD_SCALE_BIAS, RD_MEM2MEM, RD_IFM_STREAM, RD_MEM2MEM_IDX = range(7)
 WR_OFM, WR_MEM2MEM = 8, 9
 
-PRECISION_BITS = (8, 16, 32, 64)  # activation_precision_t b8..b64 (L10026)
+PRECISION_BITS = (8, 16, 32, 64)  # activation_precision_t b8..b64 [U85-TRM: Table 3-132]
 
 
 _SET_KEYS: dict[str, str] = {}  # "IFM_BASE0" -> "NPU_SET_IFM_BASE0" (names are few)
@@ -68,9 +70,9 @@ _STATES_MAX = 16384
 
 @dataclass
 class SetState:
-    """The NPU_SET_* state registers (L6016-6024): per mnemonic the last decoded command and the
-    stream offset that wrote it. The registers have no reset value (Reset '-', e.g. L9342):
-    using one that was never written is UNPREDICTABLE."""
+    """The NPU_SET_* state registers [U85-TRM: §3.5.5]: per mnemonic the last decoded command and
+    the stream offset that wrote it. The registers have no reset value (Reset '-', e.g.
+    [U85-TRM: §3.10.17]): using one that was never written is UNPREDICTABLE."""
 
     cmds: dict[str, Command] = field(default_factory=dict)
     _held: tuple[Any, ...] | None = field(default=None, repr=False, compare=False)
@@ -133,7 +135,7 @@ class SetState:
             if default is not None:
                 return default
             raise Unpredictable(f"UNPREDICTABLE: {self._key(name)} is used but was never set "
-                                f"(NPU_SET_* state has no reset value, L6024)")
+                                f"(NPU_SET_* state has no reset value, [U85-TRM: §3.5.5])")
         return c.fields[fld]
 
     def copy(self) -> SetState:
@@ -143,8 +145,8 @@ class SetState:
 @dataclass
 class NpuInternal:
     """Internal NPU state that lives between kernel operations: the chaining FIFOs and chain
-    bookkeeping (L6288-6294) and the accumulator storage (read_/write_accumulator_storage,
-    L6800-6854). Cleared by a soft reset."""
+    bookkeeping [U85-TRM: §3.6.4] and the accumulator storage (read_/write_accumulator_storage,
+    [U85-TRM: §3.6.5]). Cleared by a soft reset."""
 
     fifo: dict[int, list[Any]] = field(default_factory=dict)  # region -> [values array, read index]
     fifo_valid: set[Any] = field(default_factory=set)
@@ -157,15 +159,16 @@ class NpuInternal:
                            self.chain_length, self.num_ifm,
                            None if self.acc is None else self.acc.copy())
 
-    # chaining (L6323-6419) ----------------------------------------------------------------
+    # chaining [U85-TRM: §3.6.4] ----------------------------------------------------------------
     def add_operation_to_chain(self, s: SetState, use_ifm: bool, use_ifm2: bool,
                                append: bool) -> None:
-        require(self.chain_length == 0 or append, "g_chain_length == 0 || append", "L6325")
+        require(self.chain_length == 0 or append, "g_chain_length == 0 || append",
+            "[U85-TRM: §3.6.4]")
         if self.chain_length == 0:
             self.num_ifm = 0
             self.fifo_valid.clear()
         self.chain_length += 1
-        require(self.chain_length <= 4, "g_chain_length <= 4", "L6331")
+        require(self.chain_length <= 4, "g_chain_length <= 4", "[U85-TRM: §3.6.4]")
         chained = []
         for use, which in ((use_ifm, "IFM"), (use_ifm2, "IFM2")):
             if not use:
@@ -173,23 +176,24 @@ class NpuInternal:
             if s.get(which + "_PRECISION", "activation_storage") == 2:
                 region = s.get(which + "_REGION", "region")
                 if region >= 3 or region not in self.fifo_valid:  # messages only on failure
-                    require(region < 3, f"{which}_REGION.region < 3", "L6336")
-                    require(False, f"g_fifo_valid[{which}_REGION.region]", "L6337")
+                    require(region < 3, f"{which}_REGION.region < 3", "[U85-TRM: §3.6.4]")
+                    require(False, f"g_fifo_valid[{which}_REGION.region]", "[U85-TRM: §3.6.4]")
                 chained.append(region)
             else:
                 self.num_ifm += 1
         if len(chained) == 2:
-            require(chained[0] != chained[1], "IFM_REGION.region != IFM2_REGION.region", "L6352")
-        require(self.num_ifm <= 3, "g_num_ifm <= 3", "L6356")
+            require(chained[0] != chained[1], "IFM_REGION.region != IFM2_REGION.region",
+                "[U85-TRM: §3.6.4]")
+        require(self.num_ifm <= 3, "g_num_ifm <= 3", "[U85-TRM: §3.6.4]")
         if s.get("OFM_PRECISION", "activation_storage") == 2:
             region = s.get("OFM_REGION", "region")
-            require(region < 3, "OFM_REGION.region < 3", "L6360")
+            require(region < 3, "OFM_REGION.region < 3", "[U85-TRM: §3.6.4]")
             self.fifo_valid.add(region)
         else:
             self.chain_length = 0
 
     def push(self, region: int, values: np.ndarray) -> None:
-        """write_chaining_fifo of every value, in (oy, ox, oc) order (L6386-6396)."""
+        """write_chaining_fifo of every value, in (oy, ox, oc) order [U85-TRM: §3.6.4]."""
         buf = self.fifo.get(region)
         new = values.astype(np.int64).ravel()
         rest = None if buf is None else buf[0][buf[1]:]
@@ -197,12 +201,12 @@ class NpuInternal:
                              np.concatenate([rest, new]), 0]
 
     def pop(self, region: int, n: int) -> np.ndarray:
-        """read_chaining_fifo n times (L6400-6419): assert(head >= tail)."""
+        """read_chaining_fifo n times [U85-TRM: §3.6.4]: assert(head >= tail)."""
         buf = self.fifo.get(region)
         have = 0 if buf is None else len(buf[0]) - buf[1]
         if buf is None or have < n:
             require(False, f"g_fifo_head >= g_fifo_tail (FIFO {region} holds {have} values, "
-                    f"{n} read)", "L6410")
+                    f"{n} read)", "[U85-TRM: §3.6.4]")
         assert buf is not None  # (require raised otherwise)
         out: np.ndarray = buf[0][buf[1]:buf[1] + n]
         buf[1] += n
@@ -214,19 +218,19 @@ class NpuConfig:
     macs: int = 256  # MACs per cycle: 128 .. 2048
 
     @property
-    def num_su(self) -> int:  # scaling units (L12830, L12886)
+    def num_su(self) -> int:  # scaling units [U85-TRM: Table 4-12, Table 4-13]
         return {128: 2, 256: 4, 512: 8, 1024: 16, 2048: 32}[self.macs]
 
     @property
-    def num_wd(self) -> int:  # weight decoders (Table 3-90 L7349-7355)
+    def num_wd(self) -> int:  # weight decoders [U85-TRM: Table 3-90]
         return Wt.WD_CONFIG[self.macs][0]
 
     @property
-    def ofm_data_w(self) -> int:  # AO_DMA_OFM_IF bits per cycle (Table 4-13 L12884-12892)
+    def ofm_data_w(self) -> int:  # AO_DMA_OFM_IF bits per cycle [U85-TRM: Table 4-13]
         return 256 if self.macs == 2048 else 128
 
     def depthwise_macs(self, ifm_bits: int) -> int:
-        """MACs/cycle of DepthwiseConv2D (the tables of L12562-12790), used for pooling."""
+        """MACs/cycle of DepthwiseConv2D (the tables of [U85-TRM: §4.1]), used for pooling."""
         if ifm_bits == 8:
             return {128: 16, 256: 32, 512: 64, 1024: 128, 2048: 256}[self.macs]
         return {128: 8, 256: 16, 512: 16, 1024: 64, 2048: 128}[self.macs]

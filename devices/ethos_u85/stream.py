@@ -1,8 +1,8 @@
 """Ethos-U85 command stream: decoder, encoder and disassembler (no device state).
 
-The format is the TRM's section 3.5 (seed 001, digested in
-shared/devices/ethos-u85-command-stream.md section 1; "Lnnnn" cites a seed line). A command is
-one or two little-endian 32-bit words (L5984-5986). Word 0 ("header", Table 3-88 L5995-6000)::
+The format is the TRM's section 3.5 ([U85-TRM], C§1; "[U85-TRM: ...]" cites the TRM's section or
+table (docs/citations.md)). A command is one or two little-endian 32-bit words [U85-TRM: §3.5.3].
+Word 0 ("header", [U85-TRM: Table 3-88])::
 
     [31:16] payload_0 ("param", 16 bits)   [15:14] control: 00 cmd0, 01 cmd1
     [13:10] 0000                           [9:0]   opcode
@@ -13,26 +13,27 @@ tables: a field at [21:16] is param bits [5:0]; a field at [62:32] is data bits 
 and cmd1 opcode spaces are separate (cmd0 0 = NPU_OP_STOP, cmd1 0 = NPU_SET_IFM_BASE0); the
 16-bit key ``0x4000 | opcode`` names a cmd1 command, ``opcode`` a cmd0 one.
 
-Opcode numbers: the seed's two index figures are corrupted (digest G-E1); every number here is
-the digest's table 1.4, which checks each against all surviving seed digits and Arm's public
+Opcode numbers: the seed's two index figures are corrupted (G-E1); every number here is
+from the opcode table C§1.4, which checks each against all surviving seed digits and Arm's public
 Vela interface header. Field positions come from the seed's per-instruction encoding tables
 (Tables 3-95 .. 3-207), whose rows survived the text conversion.
 
 Address payloads (``addr``) are 40-bit: addr_hi = command bits [23:16] and addr_lo = [63:32]
-give ``addr_hi << 32 | addr_lo`` (L8359-8376, L6141); the DMA strides and IDX_SKIP1 are signed
-40-bit (L11108, L11140, L11231, L11326, L11358).
+give ``addr_hi << 32 | addr_lo`` [U85-TRM: §3.10.4, §3.6.2]; the DMA strides and IDX_SKIP1 are
+signed 40-bit [U85-TRM: Table 3-162, Table 3-163, Table 3-166, Table 3-169, Table 3-170].
 
 Field values in :attr:`Command.fields` are the *stored* integers: ``*_m1`` fields hold the value
 minus one exactly as the TRM names them, enumerations hold their number (the disassembly prints
 the enumerator's name), signed fields are sign-extended, and "untyped" 16-bit fields (zero
-points, clip boundaries: their meaning depends on the tensor type, L9291, L10159) hold the raw
-unsigned 16 bits. :func:`encode` accepts enumerator names and negative values for untyped
-fields as well.
+points, clip boundaries: their meaning depends on the tensor type, [U85-TRM: Table 3-109, §3.10.42])
+hold the raw unsigned 16 bits. :func:`encode` accepts enumerator names and negative values for
+untyped fields as well.
 
-Reserved encodings are UNPREDICTABLE (L6002): the decoder never raises. A word whose control
-bits are 10/11 or whose bits [13:10] are not zero, an unassigned opcode, or a cmd1 header without
-its data word decodes as ``UNKNOWN`` with the raw words and the reason in :attr:`Command.error`.
-Set bits in reserved positions of a known command are kept in :attr:`Command.reserved_bits`.
+Reserved encodings are UNPREDICTABLE [U85-TRM: §3.5.3]: the decoder never raises. A word whose
+control bits are 10/11 or whose bits [13:10] are not zero, an unassigned opcode, or a cmd1 header
+without its data word decodes as ``UNKNOWN`` with the raw words and the reason in
+:attr:`Command.error`. Set bits in reserved positions of a known command are kept in
+:attr:`Command.reserved_bits`.
 """
 from __future__ import annotations
 
@@ -45,43 +46,49 @@ CMD0, CMD1 = "cmd0", "cmd1"
 UNKNOWN = "UNKNOWN"
 
 # ------------------------------------------------------------------------------------------------
-# Enumerations (digest section 1.5; each cites its seed table)
+# Enumerations (C§1.5; each cites its seed table)
 
-E_ACT_TYPE = ("unsigned", "signed")  # activation_type_t (L10024)
-E_ACT_PREC = ("b8", "b16", "b32", "b64")  # activation_precision_t (L10026)
-E_ACT_FORMAT = ("nhwc", "nhcwb16")  # activation_format_t (L10030)
-E_ACT_STORAGE = ("tile2x2", "tile3x1", "chained", "none")  # activation_storage_t (L10033)
-E_POOL = ("max", "average", "reduce_sum", "sum", "none", "min", "argmax_x", "argmax_y")  # L9011
-# L8670-8698
+E_ACT_TYPE = ("unsigned", "signed")  # activation_type_t [U85-TRM: Table 3-132]
+E_ACT_PREC = ("b8", "b16", "b32", "b64")  # activation_precision_t [U85-TRM: Table 3-132]
+E_ACT_FORMAT = ("nhwc", "nhcwb16")  # activation_format_t [U85-TRM: Table 3-132]
+# activation_storage_t [U85-TRM: Table 3-132]
+E_ACT_STORAGE = ("tile2x2", "tile3x1", "chained", "none")
+# [U85-TRM: Table 3-104]
+E_POOL = ("max", "average", "reduce_sum", "sum", "none", "min", "argmax_x", "argmax_y")
+# [U85-TRM: Table 3-100]
 E_ELEMENTWISE = {0: "mul", 1: "add", 2: "sub", 3: "min", 4: "max", 5: "lrelu", 6: "abs", 7: "clz",
                  8: "shr", 9: "shl", 10: "lshr", 11: "div", 16: "cmp_eq", 17: "cmp_ne",
                  18: "cmp_ge", 19: "cmp_gt", 33: "and", 34: "or", 35: "xor", 36: "not",
                  42: "and_not"}
-E_RESIZE = ("bilinear", "replicate", "nearest")  # L9140
-E_UPSCALE = ("none", "nearest", "zeros")  # L10097
-E_BROADCAST = ("none", "h", "w", "hw", "c", "ch", "cw", "cwh", "scalar")  # L9538, L9781
-E_SCALE_MODE = ("per_channel", "global")  # L10527
-E_REVERSE = ("none", "H", "W", "C")  # L10528
-E_TRANSPOSE = {0: "HWC", 1: "WHC", 2: "HCW", 3: "WCH", 6: "CHW", 7: "CWH"}  # L10529
-E_WEIGHT_ORDER = ("depth_first", "part_kernel_first")  # L10229
-E_DILATION = ("none", "x2")  # L10230-10231
-E_DECOMPOSITION = ("d8x8", "d4x4")  # L10232
-E_ACC_FORMAT = ("i32", "i48")  # L9215
-E_ACC_INPUT = ("reset", "keep", "ifm2")  # L9217
-E_ACC_OUTPUT = ("enable", "disable")  # L9218
-E_MICROBLOCK = ("u1x1", "u1x2", "u1x4", "u2x2", "u2x4", "u4x4")  # L9223 (OCR 'ulx1' = u1x1)
+E_RESIZE = ("bilinear", "replicate", "nearest")  # [U85-TRM: Table 3-105]
+E_UPSCALE = ("none", "nearest", "zeros")  # [U85-TRM: §3.10.40]
+# [U85-TRM: Table 3-117, Table 3-124]
+E_BROADCAST = ("none", "h", "w", "hw", "c", "ch", "cw", "cwh", "scalar")
+E_SCALE_MODE = ("per_channel", "global")  # [U85-TRM: Table 3-147]
+E_REVERSE = ("none", "H", "W", "C")  # [U85-TRM: Table 3-147]
+E_TRANSPOSE = {0: "HWC", 1: "WHC", 2: "HCW", 3: "WCH", 6: "CHW", 7: "CWH"}  # [U85-TRM: Table 3-147]
+E_WEIGHT_ORDER = ("depth_first", "part_kernel_first")  # [U85-TRM: Table 3-138]
+E_DILATION = ("none", "x2")  # [U85-TRM: Table 3-138]
+E_DECOMPOSITION = ("d8x8", "d4x4")  # [U85-TRM: Table 3-138]
+E_ACC_FORMAT = ("i32", "i48")  # [U85-TRM: Table 3-107]
+E_ACC_INPUT = ("reset", "keep", "ifm2")  # [U85-TRM: Table 3-107]
+E_ACC_OUTPUT = ("enable", "disable")  # [U85-TRM: Table 3-107]
+# [U85-TRM: Table 3-107] (OCR 'ulx1' = u1x1)
+E_MICROBLOCK = ("u1x1", "u1x2", "u1x4", "u2x2", "u2x4", "u4x4")
 E_ACT_FUNCTION = {0: "lut_none", 1: "lut_u8_u8", 4: "lut_s8_s8", 5: "lut_s8_s16", 7: "lut_s8_s32",
-                  8: "lut_s16_s16", 9: "lut_s16_s32", 10: "lut_tanh", 11: "lut_sigmoid"}  # L9257
-E_CLIP_RANGE = ("b16", "none")  # L9260
-E_WEIGHT_FORMAT = ("swd", "fwd")  # L10851
-E_SPARSITY = ("none", "sparse_2_4")  # L10853
-E_REGION_MODE = ("external", "internal")  # L9377, L9504
-E_STRIDE_MODE = ("d1", "d2", "d3")  # L9507
-E_IDX_MODE = ("disabled", "enabled")  # L9508
+                  # [U85-TRM: Table 3-108]
+                  8: "lut_s16_s16", 9: "lut_s16_s32", 10: "lut_tanh", 11: "lut_sigmoid"}
+E_CLIP_RANGE = ("b16", "none")  # [U85-TRM: Table 3-108]
+E_WEIGHT_FORMAT = ("swd", "fwd")  # [U85-TRM: Table 3-157]
+E_SPARSITY = ("none", "sparse_2_4")  # [U85-TRM: Table 3-157]
+E_REGION_MODE = ("external", "internal")  # [U85-TRM: Table 3-112, Table 3-116]
+E_STRIDE_MODE = ("d1", "d2", "d3")  # [U85-TRM: Table 3-116]
+E_IDX_MODE = ("disabled", "enabled")  # [U85-TRM: Table 3-116]
 E_ROUND_OFM = ("double_symmetric", "natural", "double_asymmetric", "symmetric",
-               "truncate_to_zero", "truncate_to_lower")  # round_mode_ofm_t L12067
-E_ROUND_IFM = ("double_symmetric", "natural")  # round_mode_ifm_t L11814, L11537
-E_BRANCH_COND = ("always", "rf_true")  # L11046
+               "truncate_to_zero", "truncate_to_lower")  # round_mode_ofm_t [U85-TRM: Table 3-191]
+# round_mode_ifm_t [U85-TRM: Table 3-183, Table 3-175]
+E_ROUND_IFM = ("double_symmetric", "natural")
+E_BRANCH_COND = ("always", "rf_true")  # [U85-TRM: Table 3-160]
 
 
 def _enum(e: Sequence[str] | Mapping[int, str] | None) -> dict[int, str] | None:
@@ -189,7 +196,7 @@ class OpcodeSpec:
 
     @property
     def is_operation(self) -> bool:
-        """NPU_OP_* (issues work) rather than NPU_SET_* (sets state) (L6016-6025)."""
+        """NPU_OP_* (issues work) rather than NPU_SET_* (sets state) [U85-TRM: §3.5.5]."""
         return self.name.startswith("NPU_OP_")
 
     @property
@@ -242,157 +249,167 @@ _M1_31_16 = "31:16"
 
 _CMD0: list[tuple[int, str, tuple[FieldSpec, ...], str]] = [
     # NPU_OP_* (cmd0 opcodes 0-19)
-    (0, "NPU_OP_STOP", (f("mask", "31:16", "h"),), "T3-106 L9176-9181"),
-    (1, "NPU_OP_IRQ", (f("mask", "31:16", "h"),), "T3-101 L8726-8733"),
-    (2, "NPU_OP_CONV", (f("weights_ifm2", "16"),), "T3-95 L8236-8244"),
-    (3, "NPU_OP_DEPTHWISE", (), "T3-96 L8327-8334"),
-    (5, "NPU_OP_POOL", (f("pooling_mode", "18:16", enum=E_POOL),), "T3-104 L9001-9012"),
+    (0, "NPU_OP_STOP", (f("mask", "31:16", "h"),), "T3-106 [U85-TRM: Table 3-106]"),
+    (1, "NPU_OP_IRQ", (f("mask", "31:16", "h"),), "T3-101 [U85-TRM: Table 3-101]"),
+    (2, "NPU_OP_CONV", (f("weights_ifm2", "16"),), "T3-95 [U85-TRM: Table 3-95]"),
+    (3, "NPU_OP_DEPTHWISE", (), "T3-96 [U85-TRM: Table 3-96]"),
+    (5, "NPU_OP_POOL", (f("pooling_mode", "18:16", enum=E_POOL),), "T3-104 [U85-TRM: Table 3-104]"),
     (6, "NPU_OP_ELEMENTWISE", (f("elementwise_mode", "21:16", enum=E_ELEMENTWISE),),
-     "T3-99 L8660-8668"),
-    (7, "NPU_OP_RESIZE", (f("resize_mode", "17:16", enum=E_RESIZE),), "T3-105 L9133-9141"),
-    (16, "NPU_OP_DMA_START", (), "T3-97 L8439-8446"),
-    (17, "NPU_OP_DMA_WAIT", (f("k", "17:16"),), "T3-98 L8474-8482"),
-    (18, "NPU_OP_KERNEL_WAIT", (f("n", "16"),), "T3-102 L8763-8771"),
-    (19, "NPU_OP_PMU_MASK", (f("enable", "16"),), "T3-103 L8794-8802"),
+     "T3-99 [U85-TRM: Table 3-99]"),
+    (7, "NPU_OP_RESIZE", (f("resize_mode", "17:16", enum=E_RESIZE),), "T3-105 "
+                                                                      "[U85-TRM: Table 3-105]"),
+    (16, "NPU_OP_DMA_START", (), "T3-97 [U85-TRM: Table 3-97]"),
+    (17, "NPU_OP_DMA_WAIT", (f("k", "17:16"),), "T3-98 [U85-TRM: Table 3-98]"),
+    (18, "NPU_OP_KERNEL_WAIT", (f("n", "16"),), "T3-102 [U85-TRM: Table 3-102]"),
+    (19, "NPU_OP_PMU_MASK", (f("enable", "16"),), "T3-103 [U85-TRM: Table 3-103]"),
     # NPU_SET_* (cmd0 opcodes 256-399)
-    (256, "NPU_SET_IFM_PAD_TOP", (f("pad", "22:16"),), "T3-131 L9988-9996"),
-    (257, "NPU_SET_IFM_PAD_LEFT", (f("pad", "22:16"),), "T3-129 L9927-9935"),
-    (258, "NPU_SET_IFM_PAD_RIGHT", (f("pad", "23:16"),), "T3-130 L9954-9965"),
-    (259, "NPU_SET_IFM_PAD_BOTTOM", (f("pad", "23:16"),), "T3-128 L9900-9908"),
-    (260, "NPU_SET_IFM_DEPTH_M1", (f("depth_m1", _M1_31_16),), "T3-125 L9804-9811"),
-    (261, "NPU_SET_IFM_PRECISION", _precision("19:18"), "T3-132 L10017-10033"),
-    (263, "NPU_SET_IFM_UPSCALE", (f("mode", "17:16", enum=E_UPSCALE),), "T3-134 L10087-10098"),
+    (256, "NPU_SET_IFM_PAD_TOP", (f("pad", "22:16"),), "T3-131 [U85-TRM: Table 3-131]"),
+    (257, "NPU_SET_IFM_PAD_LEFT", (f("pad", "22:16"),), "T3-129 [U85-TRM: Table 3-129]"),
+    (258, "NPU_SET_IFM_PAD_RIGHT", (f("pad", "23:16"),), "T3-130 [U85-TRM: Table 3-130]"),
+    (259, "NPU_SET_IFM_PAD_BOTTOM", (f("pad", "23:16"),), "T3-128 [U85-TRM: Table 3-128]"),
+    (260, "NPU_SET_IFM_DEPTH_M1", (f("depth_m1", _M1_31_16),), "T3-125 [U85-TRM: Table 3-125]"),
+    (261, "NPU_SET_IFM_PRECISION", _precision("19:18"), "T3-132 [U85-TRM: Table 3-132]"),
+    (263, "NPU_SET_IFM_UPSCALE", (f("mode", "17:16", enum=E_UPSCALE),),
+        "T3-134 [U85-TRM: §3.10.40]"),
     (264, "NPU_SET_IFM_BROADCAST", (f("broadcast_mode", "19:16", enum=E_BROADCAST),),
-     "T3-124 L9771-9782"),
-    (265, "NPU_SET_IFM_ZERO_POINT", (f("zero_point", "31:16", "x"),), "T3-136 L10159-10169"),
-    (266, "NPU_SET_IFM_WIDTH0_M1", (f("width_m1", _M1_31_16),), "T3-135 L10124-10131"),
-    (267, "NPU_SET_IFM_HEIGHT0_M1", (f("height_m1", _M1_31_16),), "T3-126 L9837-9844"),
-    (268, "NPU_SET_IFM_HEIGHT1_M1", (f("height_m1", _M1_31_16),), "T3-127 L9867-9877"),
-    (271, "NPU_SET_IFM_REGION", (f("region", "18:16"),), "T3-133 L10063-10071"),
-    (273, "NPU_SET_OFM_WIDTH_M1", (f("width_m1", _M1_31_16),), "T3-150 L10622-10629"),
-    (274, "NPU_SET_OFM_HEIGHT_M1", (f("height_m1", _M1_31_16),), "T3-146 L10487-10494"),
-    (275, "NPU_SET_OFM_DEPTH_M1", (f("depth_m1", _M1_31_16),), "T3-143 L10398-10405"),
+     "T3-124 [U85-TRM: Table 3-124]"),
+    (265, "NPU_SET_IFM_ZERO_POINT", (f("zero_point", "31:16", "x"),), "T3-136 [U85-TRM: §3.10.42]"),
+    (266, "NPU_SET_IFM_WIDTH0_M1", (f("width_m1", _M1_31_16),), "T3-135 [U85-TRM: Table 3-135]"),
+    (267, "NPU_SET_IFM_HEIGHT0_M1", (f("height_m1", _M1_31_16),), "T3-126 [U85-TRM: Table 3-126]"),
+    (268, "NPU_SET_IFM_HEIGHT1_M1", (f("height_m1", _M1_31_16),), "T3-127 [U85-TRM: §3.10.33]"),
+    (271, "NPU_SET_IFM_REGION", (f("region", "18:16"),), "T3-133 [U85-TRM: Table 3-133]"),
+    (273, "NPU_SET_OFM_WIDTH_M1", (f("width_m1", _M1_31_16),), "T3-150 [U85-TRM: Table 3-150]"),
+    (274, "NPU_SET_OFM_HEIGHT_M1", (f("height_m1", _M1_31_16),), "T3-146 [U85-TRM: Table 3-146]"),
+    (275, "NPU_SET_OFM_DEPTH_M1", (f("depth_m1", _M1_31_16),), "T3-143 [U85-TRM: Table 3-143]"),
     (276, "NPU_SET_OFM_PRECISION",
      (f("activation_type", "16", enum=E_ACT_TYPE),
       f("activation_precision", "18:17", enum=E_ACT_PREC),
       f("activation_format", "23:22", enum=E_ACT_FORMAT), f("scale_mode", "24", enum=E_SCALE_MODE),
       f("activation_reverse", "26:25", enum=E_REVERSE),
       f("activation_transpose", "29:27", enum=E_TRANSPOSE),
-      f("activation_storage", "31:30", enum=E_ACT_STORAGE)), "T3-147 L10513-10533"),
-    (277, "NPU_SET_OFM_BLK_WIDTH_M1", (f("width_m1", "22:16"),), "T3-142 L10366-10374"),
-    (278, "NPU_SET_OFM_BLK_HEIGHT_M1", (f("height_m1", "22:16"),), "T3-141 L10335-10343"),
-    (279, "NPU_SET_OFM_BLK_DEPTH_M1", (f("depth_m1", "25:16"),), "T3-140 L10301-10312"),
-    (280, "NPU_SET_OFM_ZERO_POINT", (f("zero_point", "31:16", "x"),), "T3-151 L10652-10659"),
-    (282, "NPU_SET_OFM_WIDTH0_M1", (f("width_m1", _M1_31_16),), "T3-149 L10592-10599"),
-    (283, "NPU_SET_OFM_HEIGHT0_M1", (f("height_m1", _M1_31_16),), "T3-144 L10428-10435"),
-    (284, "NPU_SET_OFM_HEIGHT1_M1", (f("height_m1", _M1_31_16),), "T3-145 L10457-10464"),
-    (287, "NPU_SET_OFM_REGION", (f("region", "18:16"),), "T3-148 L10558-10569"),
-    (288, "NPU_SET_KERNEL_WIDTH_M1", (f("width_m1", _M1_31_16),), "T3-139 L10272-10279"),
-    (289, "NPU_SET_KERNEL_HEIGHT_M1", (f("height_m1", _M1_31_16),), "T3-137 L10190-10197"),
+      f("activation_storage", "31:30", enum=E_ACT_STORAGE)), "T3-147 [U85-TRM: Table 3-147]"),
+    (277, "NPU_SET_OFM_BLK_WIDTH_M1", (f("width_m1", "22:16"),), "T3-142 [U85-TRM: Table 3-142]"),
+    (278, "NPU_SET_OFM_BLK_HEIGHT_M1", (f("height_m1", "22:16"),), "T3-141 [U85-TRM: Table 3-141]"),
+    (279, "NPU_SET_OFM_BLK_DEPTH_M1", (f("depth_m1", "25:16"),), "T3-140 [U85-TRM: §3.10.46]"),
+    (280, "NPU_SET_OFM_ZERO_POINT", (f("zero_point", "31:16", "x"),), "T3-151 "
+                                                                      "[U85-TRM: Table 3-151]"),
+    (282, "NPU_SET_OFM_WIDTH0_M1", (f("width_m1", _M1_31_16),), "T3-149 [U85-TRM: Table 3-149]"),
+    (283, "NPU_SET_OFM_HEIGHT0_M1", (f("height_m1", _M1_31_16),), "T3-144 [U85-TRM: Table 3-144]"),
+    (284, "NPU_SET_OFM_HEIGHT1_M1", (f("height_m1", _M1_31_16),), "T3-145 [U85-TRM: §3.10.51]"),
+    (287, "NPU_SET_OFM_REGION", (f("region", "18:16"),), "T3-148 [U85-TRM: Table 3-148]"),
+    (288, "NPU_SET_KERNEL_WIDTH_M1", (f("width_m1", _M1_31_16),), "T3-139 [U85-TRM: Table 3-139]"),
+    (289, "NPU_SET_KERNEL_HEIGHT_M1", (f("height_m1", _M1_31_16),),
+        "T3-137 [U85-TRM: Table 3-137]"),
     (290, "NPU_SET_KERNEL_STRIDE",
      (f("stride_x_lsb", "16"), f("stride_y_lsb", "17"),
       f("weight_order", "18", enum=E_WEIGHT_ORDER),
       f("dilation_x", "19", enum=E_DILATION), f("dilation_y", "20", enum=E_DILATION),
       f("decomposition", "21", enum=E_DECOMPOSITION), f("stride_x_msb", "22"),
-      f("stride_y_msb", "25")), "T3-138 L10220-10239"),
+      f("stride_y_msb", "25")), "T3-138 [U85-TRM: Table 3-138]"),
     (292, "NPU_SET_ACC_FORMAT",
      (f("acc_format", "17:16", enum=E_ACC_FORMAT), f("acc_input", "21:20", enum=E_ACC_INPUT),
       f("acc_output", "22", enum=E_ACC_OUTPUT), f("microblock", "26:24", enum=E_MICROBLOCK)),
-     "T3-107 L9208-9224"),
+     "T3-107 [U85-TRM: Table 3-107]"),
     (293, "NPU_SET_ACTIVATION",
      (f("activation_function", "20:16", enum=E_ACT_FUNCTION), f("table", "23:21"),
-      f("activation_clip_range", "28", enum=E_CLIP_RANGE)), "T3-108 L9247-9261"),
-    (294, "NPU_SET_ACTIVATION_MIN", (f("clip_boundary", "31:16", "x"),), "T3-110 L9314-9321"),
-    (295, "NPU_SET_ACTIVATION_MAX", (f("clip_boundary", "31:16", "x"),), "T3-109 L9284-9291"),
-    (296, "NPU_SET_WEIGHT_REGION", (f("region", "18:16"),), "T3-158 L10877-10885"),
-    (297, "NPU_SET_SCALE_REGION", (f("region", "18:16"),), "T3-156 L10817-10825"),
+      f("activation_clip_range", "28", enum=E_CLIP_RANGE)), "T3-108 [U85-TRM: Table 3-108]"),
+    (294, "NPU_SET_ACTIVATION_MIN", (f("clip_boundary", "31:16", "x"),), "T3-110 "
+                                                                         "[U85-TRM: Table 3-110]"),
+    (295, "NPU_SET_ACTIVATION_MAX", (f("clip_boundary", "31:16", "x"),), "T3-109 "
+                                                                         "[U85-TRM: Table 3-109]"),
+    (296, "NPU_SET_WEIGHT_REGION", (f("region", "18:16"),), "T3-158 [U85-TRM: Table 3-158]"),
+    (297, "NPU_SET_SCALE_REGION", (f("region", "18:16"),), "T3-156 [U85-TRM: Table 3-156]"),
     (298, "NPU_SET_RESIZE_X_SCALE_N_M1", (f("resize_x_scale_n_m1", "26:16"),),
-     "T3-153 L10721-10729"),
+     "T3-153 [U85-TRM: Table 3-153]"),
     (299, "NPU_SET_RESIZE_Y_SCALE_N_M1", (f("resize_y_scale_n_m1", "26:16"),),
-     "T3-155 L10790-10798"),
-    (300, "NPU_SET_RESIZE_X_OFFSET", (f("resize_x_offset", "27:16", "s"),), "T3-152 L10686-10694"),
-    (301, "NPU_SET_RESIZE_Y_OFFSET", (f("resize_y_offset", "27:16", "s"),), "T3-154 L10756-10767"),
+     "T3-155 [U85-TRM: Table 3-155]"),
+    (300, "NPU_SET_RESIZE_X_OFFSET", (f("resize_x_offset", "27:16", "s"),), "T3-152 "
+        "[U85-TRM: Table 3-152]"),
+    (301, "NPU_SET_RESIZE_Y_OFFSET", (f("resize_y_offset", "27:16", "s"),), "T3-154 "
+        "[U85-TRM: Table 3-154]"),
     (302, "NPU_SET_WEIGHT_FORMAT",
      (f("weight_format", "16", enum=E_WEIGHT_FORMAT), f("weight_sparsity", "20", enum=E_SPARSITY)),
-     "T3-157 L10844-10854"),
-    (303, "NPU_SET_BLOCKDEP", (f("blockdep", "18:16"),), "T3-111 L9335-9343"),
+     "T3-157 [U85-TRM: Table 3-157]"),
+    (303, "NPU_SET_BLOCKDEP", (f("blockdep", "18:16"),), "T3-111 [U85-TRM: §3.10.17]"),
     (304, "NPU_SET_DMA0_SRC_REGION",
      (f("region", "18:16"), f("region_mode", "24", enum=E_REGION_MODE),
       f("stride_mode", "26:25", enum=E_STRIDE_MODE), f("idx_mode", "27", enum=E_IDX_MODE)),
-     "T3-116 L9494-9509"),
+     "T3-116 [U85-TRM: Table 3-116]"),
     (305, "NPU_SET_DMA0_DST_REGION",
      (f("region", "18:16"), f("region_mode", "24", enum=E_REGION_MODE),
-      f("idx_mode", "27", enum=E_IDX_MODE)), "T3-112 L9368-9383"),
-    (306, "NPU_SET_DMA0_SIZE0", (f("size", "31:16"),), "T3-114 L9440-9447"),
-    (307, "NPU_SET_DMA0_SIZE1", (f("size", "31:16"),), "T3-115 L9468-9475"),
-    (308, "NPU_SET_DMA0_IDX_REGION", (f("region", "18:16"),), "T3-113 L9404-9415"),
+      f("idx_mode", "27", enum=E_IDX_MODE)), "T3-112 [U85-TRM: Table 3-112]"),
+    (306, "NPU_SET_DMA0_SIZE0", (f("size", "31:16"),), "T3-114 [U85-TRM: Table 3-114]"),
+    (307, "NPU_SET_DMA0_SIZE1", (f("size", "31:16"),), "T3-115 [U85-TRM: Table 3-115]"),
+    (308, "NPU_SET_DMA0_IDX_REGION", (f("region", "18:16"),), "T3-113 [U85-TRM: Table 3-113]"),
     (384, "NPU_SET_IFM2_BROADCAST", (f("broadcast_mode", "19:16", enum=E_BROADCAST),),
-     "T3-117 L9528-9539"),
-    (389, "NPU_SET_IFM2_PRECISION", _precision("19:18"), "T3-120 L9629-9645"),
-    (393, "NPU_SET_IFM2_ZERO_POINT", (f("zero_point", "31:16", "x"),), "T3-123 L9745-9752"),
-    (394, "NPU_SET_IFM2_WIDTH0_M1", (f("width_m1", _M1_31_16),), "T3-122 L9706-9716"),
-    (395, "NPU_SET_IFM2_HEIGHT0_M1", (f("height_m1", _M1_31_16),), "T3-118 L9566-9573"),
-    (396, "NPU_SET_IFM2_HEIGHT1_M1", (f("height_m1", _M1_31_16),), "T3-119 L9599-9606"),
-    (399, "NPU_SET_IFM2_REGION", (f("region", "18:16"),), "T3-121 L9675-9683"),
+     "T3-117 [U85-TRM: Table 3-117]"),
+    (389, "NPU_SET_IFM2_PRECISION", _precision("19:18"), "T3-120 [U85-TRM: Table 3-120]"),
+    (393, "NPU_SET_IFM2_ZERO_POINT", (f("zero_point", "31:16", "x"),), "T3-123 "
+                                                                       "[U85-TRM: Table 3-123]"),
+    (394, "NPU_SET_IFM2_WIDTH0_M1", (f("width_m1", _M1_31_16),), "T3-122 [U85-TRM: §3.10.28]"),
+    (395, "NPU_SET_IFM2_HEIGHT0_M1", (f("height_m1", _M1_31_16),), "T3-118 [U85-TRM: Table 3-118]"),
+    (396, "NPU_SET_IFM2_HEIGHT1_M1", (f("height_m1", _M1_31_16),), "T3-119 [U85-TRM: Table 3-119]"),
+    (399, "NPU_SET_IFM2_REGION", (f("region", "18:16"),), "T3-121 [U85-TRM: Table 3-121]"),
 ]
 
 _LENGTH = (f("length", "63:32"),)
 
 _CMD1: list[tuple[int, str, tuple[FieldSpec, ...], str]] = [
-    (0, "NPU_SET_IFM_BASE0", (addr(),), "T3-179 L11671-11680"),
-    (1, "NPU_SET_IFM_BASE1", (addr(),), "T3-180 L11706-11715"),
-    (2, "NPU_SET_IFM_BASE2", (addr(),), "T3-181 L11741-11750"),
-    (3, "NPU_SET_IFM_BASE3", (addr(),), "T3-182 L11776-11785"),
-    (4, "NPU_SET_IFM_STRIDE_X", (addr(),), "T3-185 L11876-11885"),
-    (5, "NPU_SET_IFM_STRIDE_Y", (addr(),), "T3-186 L11909-11918"),
-    (6, "NPU_SET_IFM_STRIDE_C", (addr(),), "T3-184 L11843-11852"),
-    (16, "NPU_SET_OFM_BASE0", (addr(),), "T3-187 L11939-11948"),
-    (17, "NPU_SET_OFM_BASE1", (addr(),), "T3-188 L11969-11978"),
-    (18, "NPU_SET_OFM_BASE2", (addr(),), "T3-189 L11999-12008"),
-    (19, "NPU_SET_OFM_BASE3", (addr(),), "T3-190 L12026-12035"),
-    (20, "NPU_SET_OFM_STRIDE_X", (addr(),), "T3-193 L12119-12128"),
-    (21, "NPU_SET_OFM_STRIDE_Y", (addr(),), "T3-194 L12147-12156"),
-    (22, "NPU_SET_OFM_STRIDE_C", (addr(),), "T3-192 L12094-12103"),
-    (32, "NPU_SET_WEIGHT_BASE", (addr(),), "T3-206 L12484-12493"),
-    (33, "NPU_SET_WEIGHT_LENGTH", _LENGTH, "T3-207 L12514-12522"),
-    (34, "NPU_SET_SCALE_BASE", (addr(),), "T3-198 L12287-12296"),
-    (35, "NPU_SET_SCALE_LENGTH", (f("length", "51:32"),), "T3-199 L12314-12323"),
-    (36, "NPU_SET_OFM_SCALE", _scale("31:29", E_ROUND_OFM), "T3-191 L12054-12069"),
-    (37, "NPU_SET_IFM_SCALE", _scale("29", E_ROUND_IFM), "T3-183 L11804-11817"),
-    (38, "NPU_SET_IFM2_SCALE", _scale("29", E_ROUND_IFM), "T3-175 L11524-11540"),
-    (39, "NPU_SET_OP_SCALAR", (f("scalar", "63:32", "s"),), "T3-195 L12175-12183"),
-    (48, "NPU_SET_DMA0_SRC", (addr(),), "T3-168 L11287-11296"),
-    (49, "NPU_SET_DMA0_DST", (addr(),), "T3-161 L11069-11078"),
-    (50, "NPU_SET_DMA0_LEN", (addr(),), "T3-167 L11256-11265"),
-    (51, "NPU_SET_DMA0_SRC_STRIDE0", (addr(signed=True),), "T3-169 L11319-11328"),
-    (52, "NPU_SET_DMA0_SRC_STRIDE1", (addr(signed=True),), "T3-170 L11351-11360"),
-    (53, "NPU_SET_DMA0_DST_STRIDE0", (addr(signed=True),), "T3-162 L11101-11110"),
-    (54, "NPU_SET_DMA0_DST_STRIDE1", (addr(signed=True),), "T3-163 L11133-11142"),
-    (55, "NPU_SET_DMA0_IDX", (addr(),), "T3-164 L11165-11174"),
-    (56, "NPU_SET_DMA0_IDX_MAX", (f("idx_max", "62:32"),), "T3-165 L11192-11201"),
-    (57, "NPU_SET_DMA0_IDX_SKIP1", (addr(signed=True),), "T3-166 L11224-11233"),
-    (128, "NPU_SET_IFM2_BASE0", (addr(),), "T3-171 L11390-11399"),
-    (129, "NPU_SET_IFM2_BASE1", (addr(),), "T3-172 L11424-11433"),
-    (130, "NPU_SET_IFM2_BASE2", (addr(),), "T3-173 L11458-11467"),
-    (131, "NPU_SET_IFM2_BASE3", (addr(),), "T3-174 L11492-11501"),
-    (132, "NPU_SET_IFM2_STRIDE_X", (addr(),), "T3-177 L11596-11608"),
-    (133, "NPU_SET_IFM2_STRIDE_Y", (addr(),), "T3-178 L11633-11645"),
-    (134, "NPU_SET_IFM2_STRIDE_C", (addr(),), "T3-176 L11566-11575"),
-    (144, "NPU_SET_WEIGHT1_BASE", (addr(),), "T3-200 L12342-12351"),
+    (0, "NPU_SET_IFM_BASE0", (addr(),), "T3-179 [U85-TRM: Table 3-179]"),
+    (1, "NPU_SET_IFM_BASE1", (addr(),), "T3-180 [U85-TRM: Table 3-180]"),
+    (2, "NPU_SET_IFM_BASE2", (addr(),), "T3-181 [U85-TRM: Table 3-181]"),
+    (3, "NPU_SET_IFM_BASE3", (addr(),), "T3-182 [U85-TRM: Table 3-182]"),
+    (4, "NPU_SET_IFM_STRIDE_X", (addr(),), "T3-185 [U85-TRM: Table 3-185]"),
+    (5, "NPU_SET_IFM_STRIDE_Y", (addr(),), "T3-186 [U85-TRM: Table 3-186]"),
+    (6, "NPU_SET_IFM_STRIDE_C", (addr(),), "T3-184 [U85-TRM: Table 3-184]"),
+    (16, "NPU_SET_OFM_BASE0", (addr(),), "T3-187 [U85-TRM: Table 3-187]"),
+    (17, "NPU_SET_OFM_BASE1", (addr(),), "T3-188 [U85-TRM: Table 3-188]"),
+    (18, "NPU_SET_OFM_BASE2", (addr(),), "T3-189 [U85-TRM: Table 3-189]"),
+    (19, "NPU_SET_OFM_BASE3", (addr(),), "T3-190 [U85-TRM: §3.11.32]"),
+    (20, "NPU_SET_OFM_STRIDE_X", (addr(),), "T3-193 [U85-TRM: §3.11.35]"),
+    (21, "NPU_SET_OFM_STRIDE_Y", (addr(),), "T3-194 [U85-TRM: Table 3-194]"),
+    (22, "NPU_SET_OFM_STRIDE_C", (addr(),), "T3-192 [U85-TRM: Table 3-192]"),
+    (32, "NPU_SET_WEIGHT_BASE", (addr(),), "T3-206 [U85-TRM: Table 3-206]"),
+    (33, "NPU_SET_WEIGHT_LENGTH", _LENGTH, "T3-207 [U85-TRM: Table 3-207]"),
+    (34, "NPU_SET_SCALE_BASE", (addr(),), "T3-198 [U85-TRM: Table 3-198]"),
+    (35, "NPU_SET_SCALE_LENGTH", (f("length", "51:32"),), "T3-199 [U85-TRM: §3.11.41]"),
+    (36, "NPU_SET_OFM_SCALE", _scale("31:29", E_ROUND_OFM), "T3-191 [U85-TRM: Table 3-191]"),
+    (37, "NPU_SET_IFM_SCALE", _scale("29", E_ROUND_IFM), "T3-183 [U85-TRM: Table 3-183]"),
+    (38, "NPU_SET_IFM2_SCALE", _scale("29", E_ROUND_IFM), "T3-175 [U85-TRM: Table 3-175]"),
+    (39, "NPU_SET_OP_SCALAR", (f("scalar", "63:32", "s"),), "T3-195 [U85-TRM: Table 3-195]"),
+    (48, "NPU_SET_DMA0_SRC", (addr(),), "T3-168 [U85-TRM: Table 3-168]"),
+    (49, "NPU_SET_DMA0_DST", (addr(),), "T3-161 [U85-TRM: Table 3-161]"),
+    (50, "NPU_SET_DMA0_LEN", (addr(),), "T3-167 [U85-TRM: Table 3-167]"),
+    (51, "NPU_SET_DMA0_SRC_STRIDE0", (addr(signed=True),), "T3-169 [U85-TRM: Table 3-169]"),
+    (52, "NPU_SET_DMA0_SRC_STRIDE1", (addr(signed=True),), "T3-170 [U85-TRM: Table 3-170]"),
+    (53, "NPU_SET_DMA0_DST_STRIDE0", (addr(signed=True),), "T3-162 [U85-TRM: Table 3-162]"),
+    (54, "NPU_SET_DMA0_DST_STRIDE1", (addr(signed=True),), "T3-163 [U85-TRM: Table 3-163]"),
+    (55, "NPU_SET_DMA0_IDX", (addr(),), "T3-164 [U85-TRM: Table 3-164]"),
+    (56, "NPU_SET_DMA0_IDX_MAX", (f("idx_max", "62:32"),), "T3-165 [U85-TRM: §3.11.7]"),
+    (57, "NPU_SET_DMA0_IDX_SKIP1", (addr(signed=True),), "T3-166 [U85-TRM: Table 3-166]"),
+    (128, "NPU_SET_IFM2_BASE0", (addr(),), "T3-171 [U85-TRM: Table 3-171]"),
+    (129, "NPU_SET_IFM2_BASE1", (addr(),), "T3-172 [U85-TRM: Table 3-172]"),
+    (130, "NPU_SET_IFM2_BASE2", (addr(),), "T3-173 [U85-TRM: Table 3-173]"),
+    (131, "NPU_SET_IFM2_BASE3", (addr(),), "T3-174 [U85-TRM: Table 3-174]"),
+    (132, "NPU_SET_IFM2_STRIDE_X", (addr(),), "T3-177 [U85-TRM: §3.11.19]"),
+    (133, "NPU_SET_IFM2_STRIDE_Y", (addr(),), "T3-178 [U85-TRM: Table 3-178]"),
+    (134, "NPU_SET_IFM2_STRIDE_C", (addr(),), "T3-176 [U85-TRM: Table 3-176]"),
+    (144, "NPU_SET_WEIGHT1_BASE", (addr(),), "T3-200 [U85-TRM: Table 3-200]"),
     (145, "NPU_SET_WEIGHT1_LENGTH", _LENGTH,
-     "T3-201 lost in the seed (L12353-12366); layout of T3-203"),
-    (146, "NPU_SET_WEIGHT2_BASE", (addr(),), "T3-202 L12368-12377"),
-    (147, "NPU_SET_WEIGHT2_LENGTH", _LENGTH, "T3-203 L12398-12406"),
-    (148, "NPU_SET_WEIGHT3_BASE", (addr(),), "T3-204 L12425-12434"),
-    (149, "NPU_SET_WEIGHT3_LENGTH", _LENGTH, "T3-205 L12455-12463"),
-    (150, "NPU_SET_RESIZE_X_STEP", _resize_step(), "T3-196 L12211-12224"),
-    (151, "NPU_SET_RESIZE_Y_STEP", _resize_step(), "T3-197 L12251-12264"),
+     "T3-201 lost in the seed [U85-TRM: §3.11.43]; layout of T3-203"),
+    (146, "NPU_SET_WEIGHT2_BASE", (addr(),), "T3-202 [U85-TRM: Table 3-202]"),
+    (147, "NPU_SET_WEIGHT2_LENGTH", _LENGTH, "T3-203 [U85-TRM: Table 3-203]"),
+    (148, "NPU_SET_WEIGHT3_BASE", (addr(),), "T3-204 [U85-TRM: Table 3-204]"),
+    (149, "NPU_SET_WEIGHT3_LENGTH", _LENGTH, "T3-205 [U85-TRM: Table 3-205]"),
+    (150, "NPU_SET_RESIZE_X_STEP", _resize_step(), "T3-196 [U85-TRM: Table 3-196]"),
+    (151, "NPU_SET_RESIZE_Y_STEP", _resize_step(), "T3-197 [U85-TRM: Table 3-197]"),
     (256, "NPU_OP_BRANCH",
      (f("branch_cond", "16", enum=E_BRANCH_COND), f("branch_target", "63:32", "h")),
-     "T3-160 L11041-11048"),
+     "T3-160 [U85-TRM: Table 3-160]"),
 ]
 
-#: All 111 commands (63 cmd0 + 48 cmd1, L7997-8069, L10893-10947), by name and by 16-bit key.
+#: All 111 commands (63 cmd0 + 48 cmd1, [U85-TRM: Table 3-94, Table 3-159]), by name and by 16-bit
+#: key.
 OPCODES: dict[str, OpcodeSpec] = {}
 BY_KEY: dict[int, OpcodeSpec] = {}
 for _kind, _table in ((CMD0, _CMD0), (CMD1, _CMD1)):
@@ -401,7 +418,8 @@ for _kind, _table in ((CMD0, _CMD0), (CMD1, _CMD1)):
         OPCODES[_name] = _spec
         BY_KEY[_spec.key] = _spec
 
-#: Other names accepted by :func:`encode` (the TRM's enum spelling of the resize steps, L12215).
+#: Other names accepted by :func:`encode` (the TRM's enum spelling of the resize steps,
+#: [U85-TRM: Table 3-196]).
 ALIASES = {"NPU_SET_RESIZE_X": "NPU_SET_RESIZE_X_STEP", "NPU_SET_RESIZE_Y": "NPU_SET_RESIZE_Y_STEP"}
 
 
@@ -498,16 +516,16 @@ def decode_one(words: Sequence[int], index: int, offset: int) -> Command:
                        words[index + 1] if n == 2 else None, {}, tuple(words[index:index + n]), why)
 
     if (w0 >> 10) & 0xF:
-        return unknown("reserved bits [13:10] set (L6002)")
+        return unknown("reserved bits [13:10] set [U85-TRM: §3.5.3]")
     if ctrl > 1:
-        return unknown(f"reserved control {ctrl:02b} (L6002)")
+        return unknown(f"reserved control {ctrl:02b} [U85-TRM: §3.5.3]")
     kind = CMD1 if ctrl == 1 else CMD0
     if kind == CMD1 and index + 1 >= len(words):
         return unknown("cmd1 header without its data word")
     n = 2 if kind == CMD1 else 1
     sp = BY_KEY.get(w0 & 0xFFFF)
     if sp is None:
-        return unknown(f"reserved {kind} opcode {opcode} (L6002)", n)
+        return unknown(f"reserved {kind} opcode {opcode} [U85-TRM: §3.5.3]", n)
     data = words[index + 1] if n == 2 else None
     cmd = w0 | ((data or 0) << 32)
     fields = {fs.name: fs.extract(cmd) for fs in sp.fields}
@@ -582,7 +600,7 @@ def to_bytes(words: Iterable[int]) -> bytes:
 
 #: what an NPU_OP_CONV with weights_ifm2 computes, index by index: a matrix product whose second
 #: operand IFM2 holds the second matrix transposed (x = output column, c = reduction index; TRM
-#: L12794 and the layout Vela 5.2 programs, see emu/conv/ethosu85.py ``matmul``)
+#: [U85-TRM: §4.1] and the layout Vela 5.2 programs, see emu/conv/ethosu85.py ``matmul``)
 MATMUL_LAYOUT = "matmul: ofm[0,x,oc] = sum over ic of ifm[0,x,ic] * ifm2[0,oc,ic]"
 
 

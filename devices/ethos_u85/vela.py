@@ -1,9 +1,9 @@
 """Import Vela's output for the Ethos-U85 and place it in the device as the driver stack does.
 
-What users bring (DESIGN.md, "Programs"): Vela's ``*_vela.tflite`` or its ``--output-format raw``
-``*_vela.npz``, plus an input tensor. Both carry the same parts (public facts from Vela 5.2's
-``rawdata_writer.py`` / ``tflite_writer.py``, TFLM's ``kernels/ethos_u/ethosu.cc`` and the
-Ethos-U core driver's ``ethosu_driver.c``):
+What users bring (docs/design-notes.md, "Programs"): Vela's ``*_vela.tflite`` or its
+``--output-format raw`` ``*_vela.npz``, plus an input tensor. Both carry the same parts (public
+facts from Vela 5.2's ``rawdata_writer.py`` / ``tflite_writer.py``, TFLM's
+``kernels/ethos_u/ethosu.cc`` and the Ethos-U core driver's ``ethosu_driver.c``):
 
 * the *custom operator payload* ("COP1"): 32-bit little-endian words, the fourcc ``COP1``, then
   driver actions ``tag = command | reserved << 8 | param << 16``: OPTIMIZER_CONFIG (1; two
@@ -1078,7 +1078,8 @@ def vela_host_program(path: str | Path, options: ProgramOptions) -> HostProgram:
     isr = {}
     if not prog.segments:
         steps.append(WaitIrq("IRQ", f"{where}: wait for the NPU interrupt"))
-    else:  # the interrupt handler clears the IRQ (ethosu_driver.c; CMD.clear_irq, TRM L1332),
+    # the interrupt handler clears the IRQ (ethosu_driver.c; CMD.clear_irq, [U85-TRM: Table 3-6]),
+    else:
         # so each stream raises an event of its own
         isr = {"IRQ": [Call(lambda hp: _w(hp.device, "CMD", 0x2), f"{where}: NPU IRQ handler")]}
         k = 0

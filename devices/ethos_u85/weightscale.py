@@ -1,5 +1,5 @@
 """Ethos-U85 operations: the weight streams (WEIGHT_BASE/WEIGHT1-3_BASE, section 6) and the
-scale-and-bias stream (section 5, L7211-7299; "Lnnnn" = seed 001 line): what the commands
+scale-and-bias stream (section 5, [U85-TRM: §3.7]): what the commands
 decide (regions, bases, lengths, decode parameters, asserts) and the reads and decodes through
 the memory port."""
 from __future__ import annotations
@@ -15,7 +15,7 @@ from .setstate import RD_SCALE_BIAS, RD_WEIGHTS, NpuConfig, SetState, check_diag
 
 def microblock(s: SetState) -> int:
     mb = s.get("ACC_FORMAT", "microblock")
-    require(mb <= 5, "ACC_FORMAT.microblock is not reserved", "L9223")
+    require(mb <= 5, "ACC_FORMAT.microblock is not reserved", "[U85-TRM: Table 3-107]")
     return mb
 
 
@@ -26,7 +26,7 @@ Scales = tuple[np.ndarray, np.ndarray, np.ndarray]
 def scale_stream(s: SetState, mem: MemoryPort, cfg: NpuConfig, depth: int,
                  acc48: bool) -> Scales:
     """(bias, scale, shift) per OFM channel from the scale-and-bias stream (section 5,
-    L7211-7299) at BASEP[SCALE_REGION] + SCALE_BASE, SCALE_LENGTH bytes."""
+    [U85-TRM: §3.7]) at BASEP[SCALE_REGION] + SCALE_BASE, SCALE_LENGTH bytes."""
     return read_scales(mem, scale_read(s, cfg, depth, acc48))
 
 
@@ -36,18 +36,19 @@ def scale_read(s: SetState, cfg: NpuConfig, depth: int, acc48: bool) -> tuple[An
     region = s.get("SCALE_REGION", "region")
     base = s.get("SCALE_BASE", "addr")
     length = s.get("SCALE_LENGTH", "length")
-    require(length % 16 == 0, "SCALE_LENGTH % 16 == 0", "L12304")
+    require(length % 16 == 0, "SCALE_LENGTH % 16 == 0", "[U85-TRM: §3.11.41]")
     cs = Wt.channels_in_set(cfg.macs, microblock(s))
     reverse_c = s.get("OFM_PRECISION", "activation_reverse") == 3
     nsets = -(-depth // cs)
     if reverse_c:
         require(depth <= 16 or depth % cs == 0,
-                "ofm_depth <= 16 || ofm_depth % channels_in_set == 0 (reverse C)", "L7247")
+                "ofm_depth <= 16 || ofm_depth % channels_in_set == 0 (reverse C)",
+                    "[U85-TRM: §3.7.2]")
         need = 10 * ((nsets - 1) * cs + min(cs, depth))
     else:
         need = 10 * depth
     require(length >= need, f"SCALE_LENGTH {length} holds the {depth} channel records "
-            f"({need} bytes)", "L7211-7273")
+            f"({need} bytes)", "[U85-TRM: §3.7]")
     return region, base, length, (depth, acc48, cs, reverse_c)
 
 
@@ -70,11 +71,11 @@ def weight_read(s: SetState, cfg: NpuConfig, *, depth: int, ifm_depth: int,
     fwd = s.get("WEIGHT_FORMAT", "weight_format") == 1
     sparse = bool(s.get("WEIGHT_FORMAT", "weight_sparsity"))
     if depthwise:
-        require(not fwd, "WEIGHT_FORMAT.weight_format != fwd", "L8291")
-        require(not sparse, "WEIGHT_FORMAT.weight_sparsity == none", "L8292")
+        require(not fwd, "WEIGHT_FORMAT.weight_format != fwd", "[U85-TRM: §3.10.3]")
+        require(not sparse, "WEIGHT_FORMAT.weight_sparsity == none", "[U85-TRM: §3.10.3]")
     mb = microblock(s)
     require(Wt.microblock_depth(cfg.macs, mb) >= 1, "microblock legal for CONFIG.macs_per_cc",
-            "L9223")
+            "[U85-TRM: Table 3-107]")
     p = Wt.ordering_params(ofm_depth=depth, ifm_depth=ifm_depth, kernel_hw=dilated,
                            dilation=dilation, stride=stride,
                            ofm_block_depth=s.get("OFM_BLK_DEPTH_M1", "depth_m1") + 1,
@@ -83,15 +84,16 @@ def weight_read(s: SetState, cfg: NpuConfig, *, depth: int, ifm_depth: int,
                            sparse=sparse, ifm16bit=ifm16)
     if p[17] and not depthwise:  # mb_i16only; decision: a conv rule (it only changes the
         # ifm_block_depth of depth-first conv; Vela's 8-bit depthwise uses u1x2 at 256 MACs)
-        require(ifm16 and dilated == (1, 1), "!mb_i16only || (ifm16bit && kernel 1x1)", "L7385")
+        require(ifm16 and dilated == (1, 1), "!mb_i16only || (ifm16bit && kernel 1x1)",
+            "[U85-TRM: §3.9.2]")
     region = s.get("WEIGHT_REGION", "region")
     streams = []
     for k in range(1 if fwd else cfg.num_wd):
         bname, lname = _WEIGHT_STREAMS[k]
         base, length = s.get(bname, "addr"), s.get(lname, "length")
-        require(base % 16 == 0, f"{bname} % 16 == 0", "L12329")
+        require(base % 16 == 0, f"{bname} % 16 == 0", "[U85-TRM: §3.11.42]")
         align = 32 if fwd else 16
-        require(length % align == 0, f"{lname} % {align} == 0", "L12501")
+        require(length % align == 0, f"{lname} % {align} == 0", "[U85-TRM: §3.11.49]")
         streams.append((base, length))
     return region, tuple(streams), p, fwd
 

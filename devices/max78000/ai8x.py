@@ -323,7 +323,8 @@ _PTR_BIND = re.compile(r"^const\s+uint32_t\s*\*\s*ptr\s*=\s*(\w+)\s*;$")
 _IN_BIND = re.compile(r"^const\s+uint32_t\s*\*\s*(in\d+)\s*=\s*(\w+)\s*;$")
 _FIFO_WAIT = re.compile(r"while\(\(\(\*\(\(volatileuint32_t\*\)0x50000004\)&(\d+)\)\)!=0\);")
 _FIFO_PUSH = re.compile(r"\*\(\(volatileuint32_t\*\)(0x500000(?:08|0c|0C|10|14))\)=\*(in\d+)\+\+;")
-FIFO_CTRL, FIFO_WR0 = 0x5000_0000, 0x5000_0008  # CNN_FIF0_CTRL, CNN_FIFO_WR0 (S0:L1371-1512)
+# CNN_FIF0_CTRL, CNN_FIFO_WR0 [UG-CNN: CNN Global Registers (CNN)]
+FIFO_CTRL, FIFO_WR0 = 0x5000_0000, 0x5000_0008
 # --zero-sram's BIST in cnn_init (izer apbaccess.py wait / verify): "while ((*A & M) != V);"
 # polls, "if ((*A & M) != V) return CNN_FAIL;" ends cnn_init with CNN_FAIL
 _REG = r"\*\(\(volatileuint32_t\*\)(0x[0-9a-fA-F]+)\)&(0x[0-9a-fA-F]+)"
@@ -667,7 +668,7 @@ class _Importer:
         if addr % width:
             raise Ai8xImportError(f"{where}: misaligned {8 * width}-bit store to {addr:#010x}")
         if op == "=" and width == 4 and addr == 0x5010_0008:
-            self.prog.layers = (value & 0x1F) + 1  # CNNx16_0_LCNT_MAX (S0:L2577)
+            self.prog.layers = (value & 0x1F) + 1  # CNNx16_0_LCNT_MAX [UG-CNN: Table 27-21]
         self._emit(Write(addr, value.to_bytes(width, "little"), op, where))
 
     def _memcpy(self, name: str, args: str, where: str) -> None:

@@ -19,7 +19,7 @@ commandline.py (``--short-log``/``--verbose-all`` store_false into verbose_all, 
 layers). Within a section the last printed
 output is the layer's: ``FULL-RES OUTPUT`` (the 32-bit sums) comes before the rounded
 ``OUTPUT BEFORE ACTIVATION`` / ``(NO ACTIVATION)`` and the ``ACTIVATED OUTPUT``, so a wide
-(32-bit) layer's last one is its full-resolution output, as the hardware writes it (seed 003
+(32-bit) layer's last one is its full-resolution output, as the hardware writes it ([AI8X]
 "wide" output). The arrays are CHW, as ai8x-training has them and unit_tensors declares.
 """
 from __future__ import annotations

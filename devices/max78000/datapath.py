@@ -6,7 +6,7 @@ accelstub.emu.{conv,pool,eltwise,numeric}.max78000 and scatters the outputs to d
 through the write-pointer formula documented in layer.py. Returns the address ranges read and
 written.
 
-Memory formats (public facts from ai8x-synthesis, digest max78000-registers.md section 1.3):
+Memory formats (public facts from ai8x-synthesis, R§1.3):
 
 * MRAM, plain write: a 72-bit word takes 16 bytes; +0 bits 7:0 = k0, +4 = k1<<24|k2<<16|k3<<8|k4,
   +8 = k5<<24|k6<<16|k7<<8|k8 (izer apbaccess.write_kern). As little-endian bytes of the block:
@@ -15,9 +15,9 @@ Memory formats (public facts from ai8x-synthesis, digest max78000-registers.md s
 * 1x1 kernels: 9 per word, the first at k8 down to the ninth at k0 (izer kernels.py fills
   ``kernel_data[8 - used]``), so mask byte address B selects word B//9, element 8 - B%9.
 * Sub-8-bit weights: field at bit offset ``mask_counter & 7`` of each byte (R7#24), two's
-  complement (S3:L758-762).
+  complement [AI8X: Number Format].
 * BRAM: one signed byte per 32-bit word, bits 7:0.
-* Data SRAM: HWC, byte lane = processor % 4 (S3:L898, A§7 A14), little-endian words; 32-bit
+* Data SRAM: HWC, byte lane = processor % 4 ([AI8X: HWC], A7#A14), little-endian words; 32-bit
   outputs are little-endian words. CHW input (LCTRL0.parallel): one channel per data memory,
   4 consecutive pixels per word, pixel i in byte i%4 (A§1.2, [izer] load.py).
 * Kernels of any size (3x3, 1x1, 1-D 1..9 taps) form one byte stream per processor: stream
@@ -96,9 +96,9 @@ def _inputs(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
     """X[(o*passes + pass)*n_procs + j, H, W] int8 (HWC input: a view of channels-last
     memory, see gather_hwc): pixel (r, c) pass e operand o of processor
     p is byte ``lane`` of word ``read_word + ((r*W + c)*passes + e)*operands + o`` of its data
-    memory (S3:L689, L898; operands interleaved, "each machine fetch gathers one operand",
-    S3:L2041, digest 1.2 address formula). CHW: pixel i of the channel is byte i%4 of word
-    read_word + i//4 (module doc)."""
+    memory ([AI8X: Multi-Pass, HWC]; operands interleaved, "each machine fetch gathers one operand",
+    [AI8X: Residual Connections], A§1.2 address formula). CHW: pixel i of the channel is byte i%4 of
+    word read_word + i//4 (module doc)."""
     h, w_ = cfg.in_rows, cfg.in_cols
     if "inputs" not in cfg.extra:
         memory, read_word, lane = (np.array([getattr(p, f) for p in cfg.processors],
@@ -144,7 +144,8 @@ def _word_groups(lane: np.ndarray, *fields: np.ndarray) -> tuple[np.ndarray, ...
 
 
 def _bias(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
-    """Sum over the quadrants with bptr_en of BRAM byte ``bptr_sad + slot`` (S0:L4110-4122)."""
+    """Sum over the quadrants with bptr_en of BRAM byte ``bptr_sad + slot``
+    [UG-CNN: Table 27-38]."""
     b = np.zeros(cfg.out_slots, dtype=np.int64)
     reads = []
     for q, sad in cfg.bias:
@@ -238,7 +239,8 @@ def compute_layer(bus, cfg: LayerConfig, x: np.ndarray | None = None
         cfg.pool_stride
     if cfg.operands > 1:
         # element-wise stage before the convolution; prepool pools each operand first, else
-        # the layer's pooling follows the operation (S0:L3172-3240, S3:L1753)
+        # the layer's pooling follows the operation [UG-CNN: Table 27-25],
+        # [AI8X: Per-Layer Configuration]
         xs = x.reshape((cfg.operands, -1) + x.shape[1:])
         x = eltwise_k.run_ewise_kernel(xs, cfg.ewise_func, prepool=cfg.prepool, pool=pool,
                                pool_stride=pool_stride, pool_mode=pool_mode,

@@ -1,31 +1,33 @@
 """MAX78000 input FIFOs: CNN_FIFO_WR0-3, CNN_FIF0_CTRL, CNN_FIF0_STAT and CTRL.fifo_en input.
 
-Seed 000 (S0) L1371-1760 (registers), L2149-2156 (CTRL.fifo_en), L2085-2091 (CTRL.fifogrp);
-digest shared/devices/max78000-registers.md section 7 #15 for the open points. Decisions:
+[UG-CNN: CNN Global Registers (CNN)] (registers), [UG-CNN: Table 27-19] (CTRL.fifo_en),
+[UG-CNN: Table 27-19] (CTRL.fifogrp); R7#15 for the open points. Decisions:
 
 * **Depth: 8 entries of 32 bits per FIFO** (``FIFO_DEPTH``). The seed gives none; the 3-bit
-  thresholds (0-7, L1487/L1502) fit an 8-entry pointer difference. Thresholds count entries.
-* ``almost_full`` = entries > full_thresh ("difference exceeds", L1502); ``almost_empty`` =
-  entries < empty_thresh ("falls below", L1487); ``full`` = entries == depth; ``empty`` =
-  entries == 0. A disabled FIFO reports 0 in every per-FIFO bit ("until software disables the
-  FIFO", L1604; R7#15), so CNN_FIF0_STAT reads 0 after reset.
+  thresholds (0-7, [UG-CNN: Table 27-10]) fit an 8-entry pointer difference. Thresholds count
+  entries.
+* ``almost_full`` = entries > full_thresh ("difference exceeds", [UG-CNN: Table 27-10]);
+  ``almost_empty`` = entries < empty_thresh ("falls below", [UG-CNN: Table 27-10]); ``full`` =
+  entries == depth; ``empty`` = entries == 0. A disabled FIFO reports 0 in every per-FIFO bit
+  ("until software disables the FIFO", [UG-CNN: Table 27-11]; R7#15), so CNN_FIF0_STAT reads 0 after
+  reset.
 * Aggregates as printed: fifos_full / fifos_almost_full = AND over the *enabled* FIFOs,
-  fifos_empty / fifos_almost_empty = OR (L1572-1596); rptr_eq / wptr_eq = all enabled FIFOs'
-  read / write pointers (mod depth) equal (L1556, L1564). All 0 with no FIFO enabled.
+  fifos_empty / fifos_almost_empty = OR [UG-CNN: Table 27-11]; rptr_eq / wptr_eq = all enabled
+  FIFOs' read / write pointers (mod depth) equal [UG-CNN: Table 27-11]. All 0 with no FIFO enabled.
 * A write to CNN_FIFO_WRn of a disabled FIFO is dropped (recorded in ``dropped``); a write to a
   full FIFO is an overrun, dropped likewise (the generated load_input() polls ``full`` first).
   Reading CNN_FIFO_WRn returns 0 (R7#15).
 * The engine drains the FIFOs while the CNN is started with CTRL.fifo_en (the hardware fetches as
-  soon as data is available, S3:L715): pushed words move to the layer's input staging buffer, so a
-  driver that polls ``full`` never waits. Coupled mode (fifo_cpl, L1468) drains in lockstep: only
-  as many words as every enabled FIFO holds.
-* Interrupts (L1431-1452): line ``CNN_FIFO`` = OR over enabled FIFOs of (full & full_int_en) |
-  (empty & empty_int_en) | (almost_full & almost_full_int_en) | (almost_empty &
+  soon as data is available, [AI8X: FIFOs]): pushed words move to the layer's input staging buffer,
+  so a driver that polls ``full`` never waits. Coupled mode (fifo_cpl, [UG-CNN: Table 27-10]) drains
+  in lockstep: only as many words as every enabled FIFO holds.
+* Interrupts [UG-CNN: Table 27-10]: line ``CNN_FIFO`` = OR over enabled FIFOs of (full &
+  full_int_en) | (empty & empty_int_en) | (almost_full & almost_full_int_en) | (almost_empty &
   almost_empty_int_en). The seed does not name the line (R7#15); it is reported separately from
   ``CNN`` in Device.interrupts().
-* Byte -> processor routing of the first layer (L2149-2156, L2085-2091; izer load.py and the
-  FIFO limits of S3:L719-723): HWC (neither LCTRL0.parallel nor CTRL.bigdata): byte b of FIFO n
-  -> processor 16n+b, one pixel per word. CHW (parallel/bigdata): FIFO n carries one channel,
+* Byte -> processor routing of the first layer ([UG-CNN: Table 27-19]; izer load.py and the
+  FIFO limits of [AI8X: Standard FIFOs]): HWC (neither LCTRL0.parallel nor CTRL.bigdata): byte b of
+  FIFO n -> processor 16n+b, one pixel per word. CHW (parallel/bigdata): FIFO n carries one channel,
   4 consecutive pixels per word, byte 0 first, to processor 16n. With CTRL.fifogrp = 1 all
   "little data" goes to the first 4 processors: CHW FIFO n -> processor n; HWC only FIFO 0 (bytes
   -> processors 0-3) can be used. Enabled processors that no FIFO feeds are a fault.
@@ -42,7 +44,7 @@ from ..errors import DeviceError
 FIFOS = 4
 FIFO_DEPTH = 8  # 32-bit entries (decision, see module doc)
 GLOBAL_CTRL = "CNN_FIF0_CTRL"
-#: the FIFOs' write registers, FIFO n at index n (L1371-1760)
+#: the FIFOs' write registers, FIFO n at index n [UG-CNN: CNN Global Registers (CNN)]
 WRITE_REGISTERS = ("CNN_FIFO_WR0", "CNN_FIFO_WR1", "CNN_FIFO_WR2", "CNN_FIFO_WR3")
 GLOBAL_STAT = "CNN_FIF0_STAT"
 
@@ -87,7 +89,7 @@ class Fifos:
         return self.dev.regs.view(GLOBAL_CTRL)
 
     def enabled(self) -> int:
-        """CNN_FIF0_CTRL.fifo_en: bit n = FIFO n enabled (L1460)."""
+        """CNN_FIF0_CTRL.fifo_en: bit n = FIFO n enabled [UG-CNN: Table 27-10]."""
         return self.ctrl().fifo_en
 
     # -- pushes --------------------------------------------------------------------------------
@@ -115,7 +117,8 @@ class Fifos:
         view = reg.definition.view
         off = view(old).fifo_en & ~view(new).fifo_en
         for n in range(FIFOS):
-            if (off >> n) & 1:  # disabling a FIFO empties it and clears its status (L1604)
+            # disabling a FIFO empties it and clears its status [UG-CNN: Table 27-11]
+            if (off >> n) & 1:
                 self.q[n].clear()
                 self.wptr[n] = self.rptr[n] = 0
         self.drain()
@@ -132,7 +135,7 @@ class Fifos:
         idx = [n for n in range(FIFOS) if (en >> n) & 1]
         if not idx:
             return
-        if self.ctrl().fifo_cpl:  # coupled: lockstep (L1468)
+        if self.ctrl().fifo_cpl:  # coupled: lockstep [UG-CNN: Table 27-10]
             k = min(len(self.q[n]) for n in idx)
             counts = {n: k for n in idx}
         else:
@@ -153,7 +156,7 @@ class Fifos:
         return int(k >= FIFO_DEPTH), int(k > full_t), int(k == 0), int(k < empty_t)
 
     def status(self) -> int:
-        """CNN_FIF0_STAT built by field name from the FIFOs' flags (L1556-1626)."""
+        """CNN_FIF0_STAT built by field name from the FIFOs' flags [UG-CNN: Table 27-11]."""
         en = self.enabled()
         idx = [n for n in range(FIFOS) if (en >> n) & 1]
         per = {n: self.flags(n) for n in idx}
@@ -205,7 +208,8 @@ class Fifos:
         y = cfg.layer
         if cfg.in_passes != 1:
             raise DeviceError(f"layer {y}: FIFO input with {cfg.in_passes} input passes "
-                              "(LCTRL1.inpchexp): the FIFOs carry at most 16 channels (S3:L721)")
+                              "(LCTRL1.inpchexp): the FIFOs carry at most 16 channels "
+                              "[AI8X: Standard FIFOs]")
         route = self.routing(cfg, chw, fifogrp)
         h, w = cfg.in_rows, cfg.in_cols
         pixels = h * w

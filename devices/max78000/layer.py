@@ -1,34 +1,37 @@
 """MAX78000: decode one layer's registers (all quadrants) into a plain description of the layer
 as the hardware sees it.
 
-Citations: "S0:Lnnnn" = seed 000_1c275a1c02640bee.txt (user guide, registers), "S3:Lnnnn" = seed
-003_edc58f2c72aa640d.txt (ai8x training/synthesis); "R7#n" = decision n of section 7 of
-shared/devices/max78000-registers.md, "A§x" = section x of shared/devices/max78000-ai8x.md.
+Citations (docs/citations.md): "[UG-CNN: ...]" = a table or heading of the user guide's CNN
+chapter, "[AI8X: ...]" = a heading of the ai8x training/synthesis documentation; "R7#n" = a
+MAX78000 implementer decision, "A§x" = a section of the project's notes on [AI8X] (both
+resolved in docs/citations.md).
 "[izer]" marks a public fact read in analogdevicesinc/ai8x-synthesis (HEAD ab4f4c01): the value
 the generator writes into a register, which pins down a field's meaning the seeds leave open.
 
 Hardware model decoded here (the datapath in datapath.py executes it):
 
 * Processor p (global 0..63) = quadrant p//16, local l = p%16; it reads its own data memory
-  q*4 + l//4, byte lane l%4 (S0:L4-11, S3:L681), and its own MRAM block (S0:L779).
-* Input: HWC, ``in_passes`` words per pixel (LCTRL1.inpchexp + 1, S0:L4192, S3:L689); the word of
-  pixel (r, c), pass e is ``rptr_base + (r*cols + c)*in_passes + e`` (RPTR_BASE is a word index,
-  R7#27).
+  q*4 + l//4, byte lane l%4 [UG-CNN: Overview], [AI8X: Data Memory], and its own MRAM block
+  [UG-CNN: Table 27-5].
+* Input: HWC, ``in_passes`` words per pixel (LCTRL1.inpchexp + 1, [UG-CNN: Table 27-39],
+  [AI8X: Multi-Pass]); the word of pixel (r, c), pass e is ``rptr_base + (r*cols + c)*in_passes +
+  e`` (RPTR_BASE is a word index, R7#27).
 * Mask (kernel) counter: runs from MCNT.mcnt_sad to mcnt_max stepping by the weight width, one
-  step per (output slot, input pass) with the pass innermost (S0:L3838-3859; R7#24: the value is a
-  bit address, ``>>3`` = 72-bit word for 3x3 kernels; [izer] max7800x.py writes
+  step per (output slot, input pass) with the pass innermost ([UG-CNN: Table 27-35]; R7#24: the
+  value is a bit address, ``>>3`` = 72-bit word for 3x3 kernels; [izer] max7800x.py writes
   mcnt_sad = 8*kern_offs and mcnt_max = mcnt_sad + (kern_count-1)*bits, kern_count = output
   slots * passes; for 1x1 kernels it writes 9*8*kern_offs, so ``>>3`` is a *byte* address in the
   9-byte words).
 * Output slot t = e*slots_per_pass + k (e = output pass, LCTRL1.xpch_max = (slots_per_pass-1)*bits
-  [izer]; S0:L4159, R7#25). Slot k of a pass goes to write pointer
-  ``wptr_base + (k//4)*wptr_moff + e*wptr_choff + pixel*pixel_step`` (S0:L3431-3559), byte lane
-  k%4 (8-bit output) or word offset k%4 (32-bit output, [izer] unload.py writes the 4 channels of
-  a quad to 4 consecutive words). pixel_step = 1 + wptr_inc (S0:L4176), times 4 for bigdwrt.
-  The pointer is a 17-bit global word address: bits 16:13 = data memory (quadrant*4 + group),
-  12:0 = word (R7#26).
+  [izer]; [UG-CNN: Table 27-39], R7#25). Slot k of a pass goes to write pointer
+  ``wptr_base + (k//4)*wptr_moff + e*wptr_choff + pixel*pixel_step``
+  [UG-CNN: CNNx16_n Per Layer Registers (CNNx16_n_Ly)], byte lane k%4 (8-bit output) or word offset
+  k%4 (32-bit output, [izer] unload.py writes the 4 channels of a quad to 4 consecutive words).
+  pixel_step = 1 + wptr_inc [UG-CNN: Table 27-39], times 4 for bigdwrt. The pointer is a 17-bit
+  global word address: bits 16:13 = data memory (quadrant*4 + group), 12:0 = word (R7#26).
 * Bias: byte ``bptr_sad + t`` of the BRAM of every quadrant with bptr_en, added as bias << 7
-  (S0:L4110-4122, "+1 per mask count increment"; counted per output slot, not per input pass).
+  ([UG-CNN: Table 27-38], "+1 per mask count increment"; counted per output slot, not per input
+  pass).
 """
 from __future__ import annotations
 
@@ -40,19 +43,19 @@ from ..errors import DeviceError
 
 QUADRANTS = 4
 LAYERS = 32
-MRAM_BASE = 0x5018_0000  # + q*0x40_0000 + l*0x4000 (S0:L779-1344)
-BRAM_BASE = 0x5010_8000  # + q*0x40_0000, 4 bytes per entry (S3:L2561-2569, R7#4)
-SRAM_BASE = 0x5040_0000  # + q*0x40_0000 + g*0x8000 (S3:L2391-2411)
+MRAM_BASE = 0x5018_0000  # + q*0x40_0000 + l*0x4000 [UG-CNN: CNNx16_n MRAM Details]
+BRAM_BASE = 0x5010_8000  # + q*0x40_0000, 4 bytes per entry ([AI8X: Bias memory], R7#4)
+SRAM_BASE = 0x5040_0000  # + q*0x40_0000 + g*0x8000 [AI8X: Data memory]
 QUAD_STRIDE = 0x40_0000
-MRAM_WORDS = 768  # 768 x 72 bit per processor (S0:L759)
-SRAM_WORDS = 8192  # 8192 x 32 bit per data memory (S3:L1034)
-BIAS_ENTRIES = 512  # 512 x 8 bit per quadrant (S0:L147)
+MRAM_WORDS = 768  # 768 x 72 bit per processor [UG-CNN: CNNx16_n MRAM Details]
+SRAM_WORDS = 8192  # 8192 x 32 bit per data memory [AI8X: Limitations of MAX78000 Networks]
+BIAS_ENTRIES = 512  # 512 x 8 bit per quadrant [UG-CNN: Memory Configuration]
 
-#: POST.mask_size -> weight bits: 0 = 8, 1 = 1, 2 = 2, 3 = 4 bits (S0:L4051; the enum of
-#: configs/max78000.toml names them bits8 .. bits4, checked by tests/max78000)
+#: POST.mask_size -> weight bits: 0 = 8, 1 = 1, 2 = 2, 3 = 4 bits ([UG-CNN: Table 27-38]; the enum
+#: of configs/max78000.toml names them bits8 .. bits4, checked by tests/max78000)
 WEIGHT_BITS = (8, 1, 2, 4)
 
-# average-pool policies (same numbers as accelstub.emu.pool.max78000.AVG_*; A§7 A3)
+# average-pool policies (same numbers as accelstub.emu.pool.max78000.AVG_*; A7#A3)
 AVG_POLICIES = {"izer": (0, 1), "seed": (2, 3)}
 
 
@@ -78,7 +81,8 @@ class LayerConfig:
     layer: int
     master: int  # quadrant whose control/post registers rule (lowest quadrant with processors)
     quadrants: tuple[int, ...]  # quadrants with processors enabled (EN.pro_en != 0)
-    # -- input geometry (RCNT/CCNT, S0:L3056-3133): rows = rcnt_max + 1 - 2*pad
+    # -- input geometry (RCNT/CCNT, [UG-CNN: CNNx16_n Per Layer Registers (CNNx16_n_Ly)]): rows =
+    # rcnt_max + 1 - 2*pad
     rcnt_max: int
     ccnt_max: int
     pad_rows: int  # RCNT.rcnt_pad (0-3, R7#22)
@@ -102,11 +106,11 @@ class LayerConfig:
     conv_stride: int
     out_rows: int
     out_cols: int
-    weight_bits: int  # POST.mask_size: 0 = 8, 1 = 1, 2 = 2, 3 = 4 bits (S0:L4051)
+    weight_bits: int  # POST.mask_size: 0 = 8, 1 = 1, 2 = 2, 3 = 4 bits [UG-CNN: Table 27-38]
     processors: tuple[Processor, ...]
     pro_en: tuple[int, ...]  # per quadrant EN.pro_en
     mask_en: tuple[int, ...]  # per quadrant EN.mask_en
-    # -- multi-pass (LCTRL1, S0:L4159-4192)
+    # -- multi-pass (LCTRL1, [UG-CNN: Table 27-39])
     in_passes: int  # inpchexp + 1
     xpch_max: int
     wptr_inc: int
@@ -114,17 +118,18 @@ class LayerConfig:
     out_slots: int  # mask_steps / in_passes
     slots_per_pass: int  # xpch_max/bits + 1
     out_passes: int
-    # -- output (WPTR_*, S0:L3431-3559; LCTRL0.bigdwrt S0:L3657)
+    # -- output (WPTR_*, [UG-CNN: CNNx16_n Per Layer Registers (CNNx16_n_Ly)]; LCTRL0.bigdwrt
+    # [UG-CNN: Table 27-34])
     wptr_base: int
     wptr_toff: int
     wptr_moff: int
     wptr_choff: int
     pixel_step: int
     wide: bool  # bigdwrt: 32-bit accumulator output
-    # -- post-processing (POST, S0:L3979-4122)
+    # -- post-processing (POST, [UG-CNN: Table 27-38])
     bias: tuple[tuple[int, int], ...]  # (quadrant, bptr_sad) for each quadrant with bptr_en
     shift: int  # +scale_reg (scale_shft=0, left) or -scale_reg (right): total shift s of A§1.8
-    activation: str  # "none" | "relu" | "abs" (out_abs wins over act_en, S0:L4010)
+    activation: str  # "none" | "relu" | "abs" (out_abs wins over act_en, [UG-CNN: Table 27-38])
     # -- decoded but not executed (DeviceError raised where they matter)
     tptr_sad: int = 0
     tptr_max: int = 0
@@ -173,7 +178,7 @@ def decode_layer(regs_read: Callable[[str], FieldView],
 
     quadrants = tuple(quadrants)
     en = {q: reg(q, "EN") for q in quadrants}
-    active = tuple(q for q in quadrants if en[q].pro_en)  # EN.pro_en (S0:L3942)
+    active = tuple(q for q in quadrants if en[q].pro_en)  # EN.pro_en [UG-CNN: Table 27-37]
     if not active:
         raise fail(quadrants[0] if quadrants else 0, "EN", "no processor enabled (pro_en = 0)")
     m = active[0]
@@ -183,7 +188,7 @@ def decode_layer(regs_read: Callable[[str], FieldView],
     oned = reg(m, "ONED")
     post = reg(m, "POST")
     # The quadrant that sums the partial sums of the others (LCTRL0.master, cnnsi_en "add other
-    # quadrants' sums", S0:L3669, L3772) need not have processors of its own: [izer]
+    # quadrants' sums", [UG-CNN: Table 27-34]) need not have processors of its own: [izer]
     # max7800x.py writes cnnsi_en only into groups_used[0] (always quadrant 0) even when the
     # layer runs on quadrants 2-3 only (vendor cifar-10 layer 4: q0 LCTRL0 = 0xcb20, its
     # processors all off). The summing quadrant is therefore the lowest quadrant <= m whose
@@ -198,8 +203,9 @@ def decode_layer(regs_read: Callable[[str], FieldView],
     for name in ("ffifo_en", "qupac", "simple1b"):
         if getattr(ctrl, name):
             raise fail(m, "@CTRL", f"{name} is not supported yet")
-    # CHW ("big data") input: LCTRL0.parallel per layer (S0:L3756, "one channel uses 4 bytes")
-    # or CTRL.bigdata globally (S0:L2240); [izer] writes only LCTRL0 bit 6 (0x40).
+    # CHW ("big data") input: LCTRL0.parallel per layer ([UG-CNN: Table 27-34], "one channel uses 4
+    # bytes") or CTRL.bigdata globally [UG-CNN: Table 27-19]; [izer] writes only LCTRL0 bit 6
+    # (0x40).
     chw = bool(lctrl0.parallel | ctrl.bigdata)
     if lctrl0.mslave or lctrl0.sslave:
         raise fail(m, "LCTRL0", "mslave/sslave field sharing is not supported yet")
@@ -210,14 +216,14 @@ def decode_layer(regs_read: Callable[[str], FieldView],
         raise fail(m, "LCTRL0", "sramlsrc = 0 (local write source) is not supported yet")
     oned_en = bool(oned.oned_en)
     # element-wise: ONED.ewise_en, ewise_func (00 sub, 01 add, 10 or, 11 xor), prepool,
-    # 2d_conv (conv2d_en), ewise_cnt = operands - 1 (S0:L3172-3240)
+    # 2d_conv (conv2d_en), ewise_cnt = operands - 1 [UG-CNN: Table 27-25]
     ewise = bool(oned.ewise_en)
     operands = oned.ewise_cnt + 1 if ewise else 1
     if ewise and oned_en:
         raise fail(m, "ONED", "1-D convolution with element-wise operations is not supported "
-                   "(S3:L620)")
+                   "[AI8X: MAX78000 Hardware and Resources / Overview]")
     oned_width = oned.oned_width
-    oned_sad = oned.oned_sad  # start byte inside the 9-byte mask word (S0:L3253-3263)
+    oned_sad = oned.oned_sad  # start byte inside the 9-byte mask word [UG-CNN: Table 27-25]
     if oned_en and not 1 <= oned_width <= 9:
         raise fail(m, "ONED", f"oned_width {oned_width}: a 1-D kernel is 1 to 9 wide")
     if not oned_en and oned_width not in (0, 1):
@@ -225,17 +231,17 @@ def decode_layer(regs_read: Callable[[str], FieldView],
     if oned_sad > 8:
         raise fail(m, "ONED", f"oned_sad {oned_sad} beyond the 9-byte mask word")
     flatten = bool(post.flatten_en)
-    deconv = bool(post.deconv_en)  # zero insertion in TRAM (S0:L3979-3988)
+    deconv = bool(post.deconv_en)  # zero insertion in TRAM [UG-CNN: Table 27-38]
     # Pass-through: POST.onexone_en with mask_en = 0 for the processors ("per-processor choice
-    # via mask_en", S0:L4014-4029); [izer] writes POST = 3<<24 (ts_en|onexone_en), EN = pro_en
-    # only, ONED = tscnt_max | 1<<8, MCNT = (out_expand-1)*8 for operation None
+    # via mask_en", [UG-CNN: Table 27-38]); [izer] writes POST = 3<<24 (ts_en|onexone_en), EN =
+    # pro_en only, ONED = tscnt_max | 1<<8, MCNT = (out_expand-1)*8 for operation None
     passthrough = bool(post.onexone_en)
     if ewise and not oned.conv2d_en:
         # element-wise without 2d_conv: no convolution, timeslot output as pass-through
         # ([izer] POST = 1<<24 (ts_en) for operation None with operands > 1)
         if not post.ts_en:
             raise fail(m, "POST", "element-wise operation without 2d_conv needs ts_en "
-                       "(S0:L3230)")
+                       "[UG-CNN: Table 27-25]")
         passthrough = True
     elif ewise and passthrough:
         raise fail(m, "POST", "onexone_en with 2d_conv element-wise is not supported")
@@ -254,7 +260,8 @@ def decode_layer(regs_read: Callable[[str], FieldView],
         for q in active[1:]:
             if reg(q, name).raw != v:
                 raise fail(q, name, f"differs from quadrant {m} (unsupported)")
-    cnnsi = reg(s, "LCTRL0").cnnsi_en  # LCTRL0.cnnsi_en of the summing quadrant (S0:L3669)
+    # LCTRL0.cnnsi_en of the summing quadrant [UG-CNN: Table 27-34]
+    cnnsi = reg(s, "LCTRL0").cnnsi_en
     for q in active:
         # pass-through quadrants write their own channels, no partial sums ([izer] sets no
         # cnnsi_en for operation None)
@@ -262,7 +269,8 @@ def decode_layer(regs_read: Callable[[str], FieldView],
             raise fail(s, "LCTRL0", f"quadrant {q} has processors enabled but cnnsi_en does "
                        "not add its partial sum (separate partial outputs unsupported)")
 
-    # -- geometry (RCNT/CCNT: max = 2*pad + rows - 1, S0:L3082) --------------------------------
+    # -- geometry (RCNT/CCNT: max = 2*pad + rows - 1, [UG-CNN: Table 27-23])
+    # --------------------------------
     rcnt, ccnt = reg(m, "RCNT"), reg(m, "CCNT")
     rcnt_max, pad_r = rcnt.rcnt_max, rcnt.rcnt_pad
     ccnt_max, pad_c = ccnt.ccnt_max, ccnt.ccnt_pad
@@ -273,7 +281,8 @@ def decode_layer(regs_read: Callable[[str], FieldView],
         if in_rows % 2 or in_cols % 2:
             raise fail(m, "RCNT", f"deconv_en with an odd stuffed size {in_rows}x{in_cols}")
         if oned_en or passthrough or oned_width == 1:
-            raise fail(m, "POST", "deconv_en is supported with 3x3 kernels only (S3:L1004)")
+            raise fail(m, "POST", "deconv_en is supported with 3x3 kernels only "
+                                  "[AI8X: Limitations of MAX78000 Networks]")
         in_rows, in_cols = in_rows // 2, in_cols // 2
     if in_rows < 1:
         raise fail(m, "RCNT", f"rcnt_max {rcnt_max} < 2*rcnt_pad")
@@ -301,7 +310,8 @@ def decode_layer(regs_read: Callable[[str], FieldView],
     # -- kernel and weights --------------------------------------------------------------------
     if oned_en:
         # 1-D: a kernel of oned_width taps along the rows if rcnt_max != 0, else along the
-        # columns (S0:L3243); [izer] writes the length into RCNT and leaves CCNT 0 (1 column)
+        # columns [UG-CNN: Table 27-25]; [izer] writes the length into RCNT and leaves CCNT 0 (1
+        # column)
         kr, kc = (oned_width, 1) if rcnt_max else (1, oned_width)
     elif passthrough:
         kr = kc = 1  # no convolution ([izer] ONED has no width bits for element-wise None)
@@ -320,7 +330,7 @@ def decode_layer(regs_read: Callable[[str], FieldView],
 
     in_passes = lctrl1.inpchexp + 1
     if flatten:
-        # flatten_en: xpmp_cnt is 4 more MSBs of the pass count, "up to 256" (S0:L3990);
+        # flatten_en: xpmp_cnt is 4 more MSBs of the pass count, "up to 256" [UG-CNN: Table 27-38];
         # [izer] writes in_expand*H*W - 1 split over inpchexp (3:0) and xpmp_cnt (POST 21:18)
         in_passes = (post.xpmp_cnt << lctrl1.fields["inpchexp"].width | lctrl1.inpchexp) + 1
     xpch_max = lctrl1.xpch_max
@@ -368,7 +378,7 @@ def decode_layer(regs_read: Callable[[str], FieldView],
                 if chw and local % 4:
                     raise fail(q, "EN", f"processor {p} enabled in parallel (CHW) mode: the "
                                "4 bytes of a word go to the first processor of each group of "
-                               "4 (S0:L3756), others are not supported")
+                               "4 [UG-CNN: Table 27-34], others are not supported")
                 procs.append(Processor(p, q, local, q * 4 + local // 4, local % 4, rptr,
                                        MRAM_BASE + q * QUAD_STRIDE + local * 0x4000, sad, mx))
     assert steps is not None
@@ -377,8 +387,9 @@ def decode_layer(regs_read: Callable[[str], FieldView],
         # Pass-through output ([izer] "output processors must be a packed version of the input
         # processors"; vendor passthrough-2: processors 0,4,8,12 -> lanes 0-3 of one word): the
         # k-th enabled processor of a quadrant goes to timeslot k//4, lane k%4, at that
-        # quadrant's WPTR_BASE + timeslot*WPTR_TOFF (S0:L3470; [izer] writes a WPTR_BASE per
-        # group for operation None); ONED.tscnt_max bounds the timeslots (S0:L3273).
+        # quadrant's WPTR_BASE + timeslot*WPTR_TOFF ([UG-CNN: Table 27-30]; [izer] writes a
+        # WPTR_BASE per group for operation None); ONED.tscnt_max bounds the timeslots
+        # [UG-CNN: Table 27-25].
         if steps != in_passes:
             raise fail(m, "MCNT", f"pass-through counts {steps} passes, LCTRL1 has {in_passes}")
         tscnt = oned.tscnt_max
@@ -404,7 +415,7 @@ def decode_layer(regs_read: Callable[[str], FieldView],
     if chw and in_passes > 1:
         raise fail(m, "LCTRL1", "multi-pass CHW input is not supported")
     # CHW: 4 consecutive pixels of one channel per word, LSB first ([izer] load.py
-    # shift = (row*W + col) % 4; S0:L3756-3770)
+    # shift = (row*W + col) % 4; [UG-CNN: Table 27-34])
     words_in = -(-in_rows * in_cols // 4) if chw else in_rows * in_cols * in_passes * operands
     if chw and ewise:
         raise fail(m, "ONED", "element-wise operations on CHW input are not supported")
@@ -477,15 +488,15 @@ def decode_layer(regs_read: Callable[[str], FieldView],
     )
 
 
-#: modelled timing (digest §7 #42: the tools estimate with a 4-cycle start and 2 cycles of row
-#: overhead; the seed gives "1 output channel per clock", L36)
+#: modelled timing (R7#42: the tools estimate with a 4-cycle start and 2 cycles of row
+#: overhead; the seed gives "1 output channel per clock", [UG-CNN: Overview])
 C_START, C_ROW = 4, 2
 
 
 def layer_cycles(cfg: LayerConfig) -> int:
     """Modelled cycles of one layer: a start overhead, then per output row a row overhead plus
     one clock per output channel (and input pass) at every output position: the 64 processors
-    compute the products of one output channel for one position in parallel (L36).
+    compute the products of one output channel for one position in parallel [UG-CNN: Overview].
     Check: the layer shapes of the ai8x MNIST example give 66,340 cycles by this formula against
     the 70,157 the silicon takes (issue 3 figure). A model, not the silicon: labelled as such in
     the description (EMU_CYCLES)."""

@@ -14,7 +14,7 @@ from .layer import layer_cycles
 from .stream import stream_count
 
 _ACT = {"none": "no activation", "relu": "ReLU", "abs": "Abs"}
-_EWISE = {0: "sub", 1: "add", 2: "or", 3: "xor"}  # ONED.ewise_func (S0:L3220)
+_EWISE = {0: "sub", 1: "add", 2: "or", 3: "xor"}  # ONED.ewise_func [UG-CNN: Table 27-25]
 
 
 def operation(cfg) -> str:
@@ -96,7 +96,8 @@ def ai8x_summary(cfg, streaming: bool = False) -> str:
 LAYERS_HELP = ("list the program as ai8x comments cnn.c, with modelled cycles per layer: "
                "4 + out_rows * (2 + out_cols * out_channels * input_passes) (a start overhead, "
                "2 per output row, 1 per output channel and input pass at every output position, "
-               "seed L36 'one output channel per clock'; an emulator model, not silicon timing)")
+               "[UG-CNN: Overview] 'one output channel per clock'; an emulator model, not silicon "
+               "timing)")
 
 
 def layers_text(dev) -> str:

@@ -1,9 +1,9 @@
 """MAX78000 per-quadrant BIST / zeroization (CNNx16_n_TEST), memory power (CNNx16_n_SRAM.pd/ds,
 CNN_AOD_CTRL.pd/dsleep) and the Mlator (CTRL.mlat_ld, CTRL.mlatch_sel, CNNx16_n_MLAT).
 
-Seed 000 (S0) lines; digest shared/devices/max78000-registers.md sections 3.4, 3.5, 4.1 E-H, 7.
+[UG-CNN] tables; [UG-CNN: Table 27-22], R§3.5, R§4.1 (sequences E-H) and R7#n.
 
-BIST / zeroization (S0:L2613-3023, digest 3.4 and 4.1 F/G):
+BIST / zeroization ([UG-CNN: Table 27-22], R§4.1 F/G):
 * run (xbistrun) and zeroize (xramz) bits act on a 0->1 edge; writing 1 while 1 does nothing.
   The emulator completes at once: the memory's done bit (xallbdone / xallzdone) and the aggregate
   (bistdone / zerodone) are set by the same write. BIST always passes (no emulated memory has a
@@ -18,26 +18,27 @@ BIST / zeroization (S0:L2613-3023, digest 3.4 and 4.1 F/G):
 * bistsel (13:8) is stored; the selected controller's status ("on the memory read data bus",
   unclear, R7#19) is shown by ``monitor cnn test`` only.
 
-Memory power (S0:L2388-2419, L1789-1822):
+Memory power [UG-CNN: Table 27-20, Table 27-16]:
 * SRAM.pd 0->1 loses the contents of all four memory types of the quadrant (cleared to 0);
   while pd = 1, CPU writes to them are dropped and CPU reads return 0.
-* SRAM.ds = 1 (and pd = 0): contents kept, CPU reads return 0 ("outputs read 0", L2412), CPU
-  writes are dropped. **The debugger's read (Device.read, gdb `x`, `mdw`) shows the retained
-  contents** (R7#41: the debugger bypasses; a read never has side effects); the CPU view is
+* SRAM.ds = 1 (and pd = 0): contents kept, CPU reads return 0 ("outputs read 0",
+  [UG-CNN: Table 27-20]), CPU writes are dropped. **The debugger's read (Device.read, gdb `x`,
+  `mdw`) shows the retained contents** (R7#41: the debugger bypasses; a read never has side
+  effects); the CPU view is
   :meth:`Max78000.host_read` (the driver's read, ``monitor mlat``).
 * CNN_AOD_CTRL.pd bit n: the MRAM of quadrant n is lost (cleared on the 0->1 edge); dsleep bit n:
   retained, CPU reads 0. Both are independent of CNNx16_n_SRAM.
 * A layer that needs a memory that is powered down or asleep stops with a fault naming the
   register (the hardware would compute on zeros; a debugger user wants to know).
 
-Mlator (S0:L2125-2147, L4226-4244; R7#20):
+Mlator ([UG-CNN: Table 27-19, Table 27-40]; R7#20):
 * CTRL.mlat_ld 0->1 loads the address counter from CNNx16_n_L0_WPTR_BASE (layer 0: the register
   the izer's mlator unload writes before mlat_ld). The value is the 17-bit global write-pointer
   address (bits 16:13 = data memory, 12:0 = word, R7#26).
 * MLAT = byte ``mlatch_sel`` of the 4 words at the counter, **first-fetched byte in bits 7:0**
   (R7#20 recommendation). A CPU read of MLAT returns that word and advances the counter by 4 words.
-* A debugger read of MLAT returns the same word without advancing (DESIGN.md: reads never have
-  side effects); ``monitor mlat [n]`` performs n CPU-style reads and prints them. The 4-clock
+* A debugger read of MLAT returns the same word without advancing (devices/device.py: reads never
+  have side effects); ``monitor mlat [n]`` performs n CPU-style reads and prints them. The 4-clock
   fetch delay is not modelled (data are valid at once).
 """
 from __future__ import annotations
@@ -50,7 +51,7 @@ SRAM_BASE, MRAM_BASE, TRAM_BASE, BRAM_BASE = 0x5040_0000, 0x5018_0000, 0x5011_00
 QUAD_STRIDE = 0x40_0000
 
 # TEST fields: (run, done, fail) per memory type for BIST, (zeroize, done) for zeroization
-# (S0:L2614-3006), by their names in configs/max78000.toml
+# [UG-CNN: Table 27-22], by their names in configs/max78000.toml
 BIST = {"sram": ("sbistrun", "sallbdone", "sallbfail"), "mram": ("mbistrun", "mallbdone",
                                                                 "mallbfail"),
         "tram": ("tbistrun", "tallbdone", "tallbfail"), "bram": ("bbistrun", "ballbdone",
@@ -147,8 +148,8 @@ class MemoryControl:
         self.dev.regs.poke(reg, v)
 
     def bist_status(self, q: int) -> str:
-        """The controller bistsel selects (S0:L2857-2881): [5] SRAM/bias group ([2:0] instance,
-        100 = bias), [4] MRAM ([3:0] instance), [3] TRAM ([3:0] instance)."""
+        """The controller bistsel selects [UG-CNN: Table 27-22]: [5] SRAM/bias group ([2:0]
+        instance, 100 = bias), [4] MRAM ([3:0] instance), [3] TRAM ([3:0] instance)."""
         v = self.dev.regs.view(f"CNNx16_{q}_TEST")
         sel = v.bistsel
         if sel & 0x20:
@@ -166,7 +167,7 @@ class MemoryControl:
     # -- memory power --------------------------------------------------------------------------
     def _sram_written(self, reg, old: int, new: int) -> None:
         view = reg.definition.view
-        if view(new).pd and not view(old).pd:  # pd 0->1: contents lost (L2388)
+        if view(new).pd and not view(old).pd:  # pd 0->1: contents lost [UG-CNN: Table 27-20]
             for kind in ("sram", "mram", "tram", "bram"):
                 self._clear(reg.instance, kind)
 
@@ -174,7 +175,7 @@ class MemoryControl:
         view = reg.definition.view
         rising = view(new).pd & ~view(old).pd  # one bit per quadrant
         for q in range(QUADRANTS):
-            if (rising >> q) & 1:  # AOD pd: MRAM contents not maintained (L1789)
+            if (rising >> q) & 1:  # AOD pd: MRAM contents not maintained [UG-CNN: Table 27-16]
                 self._clear(q, "mram")
 
     def power_state(self, q: int, kind: str) -> str | None:
@@ -236,7 +237,7 @@ class MemoryControl:
     # -- Mlator ----------------------------------------------------------------------------------
     def ctrl_written(self, q: int, old: int, new: int) -> None:
         ctrl = self.dev.regs.instances("CTRL")[q].definition.view
-        if ctrl(new).mlat_ld and not ctrl(old).mlat_ld:  # mlat_ld 0->1 (L2138)
+        if ctrl(new).mlat_ld and not ctrl(old).mlat_ld:  # mlat_ld 0->1 [UG-CNN: Table 27-19]
             self.mlat_addr[q] = self.dev.regs.view(f"CNNx16_{q}_L0_WPTR_BASE").wptr_base
             self.mlat_loaded[q] = True
 

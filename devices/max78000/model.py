@@ -1,11 +1,11 @@
 """MAX78000 CNN accelerator: registers, memories and layer sequencing.
 
-Register and memory layout come from ``configs/max78000.toml`` (seed 000). This module holds the
-behaviour the description cannot: the cnn_en start edge (L2299), completion raising
-CTRL.cnn_irq (L2182), and the layer sequence 0..LCNT_MAX (L2577).
+Register and memory layout come from ``configs/max78000.toml`` [UG-CNN]. This module holds the
+behaviour the description cannot: the cnn_en start edge [UG-CNN: Table 27-19], completion raising
+CTRL.cnn_irq [UG-CNN: Table 27-19], and the layer sequence 0..LCNT_MAX [UG-CNN: Table 27-21].
 
 A layer is decoded from the registers of all quadrants ((layer.py)) and executed by the
-datapath (datapath.py, numba kernels in emu/). One-shot mode (CTRL.oneshot, L2209-2224)
+datapath (datapath.py, numba kernels in emu/). One-shot mode (CTRL.oneshot, [UG-CNN: Table 27-19])
 is emulated as the hardware has it: each cnn_en 0->1 edge runs one layer and raises cnn_irq.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ from .tensors import layer_tensors
 
 QUADRANTS = 4
 LAYERS = 32
-SRAM_BASE = 0x5040_0000  # data SRAM of quadrant 0, group 0 (digest §1.3, S3:L2391)
+SRAM_BASE = 0x5040_0000  # data SRAM of quadrant 0, group 0 (R§1.3, [AI8X: Data memory])
 class Max78000(Device):
     name = "max78000"
     unit_name = "layer"
@@ -44,7 +44,8 @@ class Max78000(Device):
     def __init__(self, description_path: str | None = None) -> None:
         super().__init__(load_description(description_path or "max78000"))
         self.active = False  # the state machine is between a start edge and completion
-        self.paused = False  # one-shot: a layer ran, waiting for the next cnn_en edge (L2213)
+        # one-shot: a layer ran, waiting for the next cnn_en edge [UG-CNN: Table 27-19]
+        self.paused = False
         self.layer = 0  # next layer to run
         self.ended = False  # the last layer completed: pc is the end address until a start
         self._decoded: dict[int, tuple] = {}  # layer -> (addresses read, their values, config)
@@ -53,10 +54,11 @@ class Max78000(Device):
         self.bus.stack("mram", [f"mram_q{p // 16}_p{p % 16}" for p in range(16 * QUADRANTS)])
         self.bus.stack("sram", [f"sram_q{m // 4}_g{m % 4}" for m in range(4 * QUADRANTS)])
         self.regs.on_write_each("CTRL", self._ctrl_written)  # CNNx16_q_CTRL of each quadrant
-        install_mram_hooks(self)  # CTRL.mexpress packed weight loading (L2109)
+        install_mram_hooks(self)  # CTRL.mexpress packed weight loading [UG-CNN: Table 27-19]
         self.warnings: list[str] = []  # model messages (doc-rule violations), newest last
         self._warned: set = set()
-        self.fifos = Fifos(self)  # CNN_FIFO_WRn, CNN_FIF0_CTRL/STAT (L1371-1760)
+        # CNN_FIFO_WRn, CNN_FIF0_CTRL/STAT [UG-CNN: CNN Global Registers (CNN)]
+        self.fifos = Fifos(self)
         # TEST, SRAM/AOD power, Mlator (after the MRAM hooks)
         self.memory_control = MemoryControl(self)
         self.stream_frames: dict = {}  # stream layer -> FrameBuffer (frame-at-once streaming)
@@ -72,11 +74,13 @@ class Max78000(Device):
         del self.warnings[:-100]
 
     def input_from_fifo(self) -> bool:
-        """CTRL.fifo_en (L2149) on any quadrant: layer 0 takes its input from the FIFOs."""
+        """CTRL.fifo_en [UG-CNN: Table 27-19] on any quadrant: layer 0 takes its input from the
+        FIFOs."""
         return any(self.regs.field(r.name, "fifo_en") for r in self.regs.instances("CTRL"))
 
     def chw_input(self, cfg) -> bool:
-        """LCTRL0.parallel of the layer's master or CTRL.bigdata (S0:L3756, L2240)."""
+        """LCTRL0.parallel of the layer's master or CTRL.bigdata
+        [UG-CNN: Table 27-34, Table 27-19]."""
         m = cfg.master
         return bool(self.regs.view(f"CNNx16_{m}_L{cfg.layer}_LCTRL0").parallel
                     | self.regs.view(f"CNNx16_{m}_CTRL").bigdata)
@@ -113,11 +117,12 @@ class Max78000(Device):
         return super().layer_references(path, inputs)
 
     def _ctrl_written(self, reg, old: int, new: int) -> None:
-        """cnn_en 0->1 starts processing at layer 0 (L2299-2311), or in one-shot mode runs the
-        next layer (L2209-2224); a quadrant with ext_sync != 0 is a slave that follows its master
-        (L2193), so only a master's edge counts, and only with clk_en set (digest §7 #36)."""
+        """cnn_en 0->1 starts processing at layer 0 [UG-CNN: Table 27-19], or in one-shot mode runs
+        the next layer [UG-CNN: Table 27-19]; a quadrant with ext_sync != 0 is a slave that follows
+        its master [UG-CNN: Table 27-19], so only a master's edge counts, and only with clk_en set
+        (R7#36)."""
         q = reg.instance
-        self.memory_control.ctrl_written(q, old, new)  # mlat_ld edge (L2138)
+        self.memory_control.ctrl_written(q, old, new)  # mlat_ld edge [UG-CNN: Table 27-19]
         was, now = reg.definition.view(old), reg.definition.view(new)
         rising = not was.cnn_en and now.cnn_en
         ext_sync = now.ext_sync
@@ -127,7 +132,7 @@ class Max78000(Device):
             ext_sync = 0
         if rising and ext_sync == 0 and not now.clk_en:
             self.warn(f"CNNx16_{q}_CTRL: cnn_en 0->1 with clk_en = 0 ignored: the "
-                      "data-processing clock is off (L2272, R7#36)")
+                      "data-processing clock is off ([UG-CNN: Table 27-19], R7#36)")
         if not (rising and ext_sync == 0 and now.clk_en):
             self.fifos.drain()
             return
@@ -141,7 +146,7 @@ class Max78000(Device):
         self.active = True
         self.layer = 0
         self.stream_frames = {}
-        self.fifos.drain()  # the engine fetches from the FIFOs as soon as it runs (S3:L715)
+        self.fifos.drain()  # the engine fetches from the FIFOs as soon as it runs [AI8X: FIFOs]
 
     # -- program -----------------------------------------------------------------------------
     def _layer_address(self, y: int) -> int:
@@ -220,7 +225,8 @@ class Max78000(Device):
         before the next layer)."""
         y = self.layer
         cfg = self.layer_config(y)
-        self.memory_control.check_layer(cfg)  # memories powered down / asleep: fault (L2388-2419)
+        # memories powered down / asleep: fault [UG-CNN: Table 27-20]
+        self.memory_control.check_layer(cfg)
         streams = stream_count(self)
         if y == 0 and streams:
             cfgs = {z: (cfg if z == 0 else self.layer_config(z)) for z in range(streams)}
@@ -240,15 +246,15 @@ class Max78000(Device):
         if self.layer > self.last_layer():
             self._complete()
         elif self.regs.field("CNNx16_0_CTRL", "oneshot"):
-            # one-shot: stop after this layer and raise the interrupt (digest §7 #11, the SDK
+            # one-shot: stop after this layer and raise the interrupt (R7#11, the SDK
             # waits for the ISR after every cnn_continue)
             self.active, self.paused = False, True
             self._raise_irq()
         return touched
 
     def _complete(self) -> None:
-        """After layer LCNT_MAX the engine sets CTRL.cnn_irq (L2182); cnn_en stays set (the SDK's
-        ISR clears it, digest §7 #10)."""
+        """After layer LCNT_MAX the engine sets CTRL.cnn_irq [UG-CNN: Table 27-19]; cnn_en stays set
+        (the SDK's ISR clears it, R7#10)."""
         self.active = self.paused = False
         self.layer = 0
         self.ended = True

@@ -6,10 +6,10 @@ k5..k8, +12 reads 0), which is the layout devices/max78000/datapath.py reads. Th
 commits the 72-bit word" staging of the generated code is not modelled: every word is visible at
 once (a debugger writing a single word sees it immediately).
 
-Packed loading (CTRL.mexpress = 1). Seed 000 L2109-2115 says only: "Enable loading of the mask
+Packed loading (CTRL.mexpress = 1). [UG-CNN: Table 27-19] says only: "Enable loading of the mask
 memories using packed data. With this bit set, a change in the state of the two least
 significant bits of the MRAM address triggers a reload of the address counter." The rest is the
-public code ai8x-synthesis generates (digest max78000-registers.md section 1.3 and 7 #40; izer
+public code ai8x-synthesis generates (R§1.3, R7#40; izer
 kernels.py / apbaccess.py at HEAD ab4f4c01):
 
 * "Set address": a *byte* write of 0x01 to ``block + column*4 | 1`` (address bits 1:0 = 01).
@@ -39,8 +39,8 @@ from ..errors import BusError
 
 MRAM_BASE = 0x5018_0000
 QUAD_STRIDE = 0x40_0000
-MRAM_WORDS = 768  # 768 x 72 bit per processor (S0:L759)
-MEXPRESS_BIT = 20  # CNNx16_n_CTRL.mexpress (S0:L2109)
+MRAM_WORDS = 768  # 768 x 72 bit per processor [UG-CNN: CNNx16_n MRAM Details]
+MEXPRESS_BIT = 20  # CNNx16_n_CTRL.mexpress [UG-CNN: Table 27-19]
 
 
 class _Stream:
@@ -79,7 +79,8 @@ def mram_write_hook(device, region, address: int, data: bytes) -> bool:
     st = _streams(device).setdefault(region.name, _Stream())
     off = address - region.base
     if off & 3:
-        # address bits 1:0 changed: reload the address counter (S0:L2113, [izer] "Set address")
+        # address bits 1:0 changed: reload the address counter ([UG-CNN: Table 27-19], [izer] "Set
+        # address")
         st.column = (off & 0x3FFC) >> 2
         st.pending.clear()
         return True

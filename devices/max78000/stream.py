@@ -1,8 +1,9 @@
 """MAX78000 streaming mode (CTRL.stream_en), emulated frame-at-once.
 
-Seed 000: CTRL.stream_en L2158-2170 ("all 4 quadrants must be configured identically"),
-CTRL.lilbuf L2117, Sz_STRM0 L4277, Sz_STRM1 L4314-4353, Sz_FBUF L4399, IFRM L4444, TPTR
-L3889-3911; digest section 3.2 "Streaming", 7 #28-#30, #38.
+CTRL.stream_en [UG-CNN: Table 27-19] ("all 4 quadrants must be configured identically"),
+CTRL.lilbuf [UG-CNN: Table 27-19], Sz_STRM0 [UG-CNN: Table 27-41], Sz_STRM1 [UG-CNN: Table 27-42],
+Sz_FBUF [UG-CNN: Table 27-43], IFRM [UG-CNN: Table 27-44], TPTR [UG-CNN: Table 27-36]; streaming:
+R§3.2, R7#28, R7#29, R7#30, R7#38.
 
 What is modelled:
 * The stream layers are layers 0..k-1 where layer k is the first (k <= 7) whose S<k>_STRM0
@@ -26,14 +27,14 @@ What is modelled:
 Validation (warnings are messages, ``Max78000.warn``; impossible setups are faults):
 * every quadrant that takes part (processors enabled in a stream layer, or cnn_en set) must have
   the same CTRL (ignoring cnn_en, cnn_irq, ext_sync), IFRM and stream registers S0-S7 as the
-  master (L2164 "unexpected behavior"; R7#38): warning per differing register;
-* a stream layer > 0 needs strm_dsval1 != 0 (L4336): warning;
+  master ([UG-CNN: Table 27-19] "unexpected behavior"; R7#38): warning per differing register;
+* a stream layer > 0 needs strm_dsval1 != 0 [UG-CNN: Table 27-42]: warning;
 * with lilbuf, FBUF of a stream layer > 0 must be != 0 and RPTR_BASE + FBUF must fit the 8192
   words of data memory (fault);
 * stream layers run at the same time and share TRAM: their [tptr_sad, tptr_max] ranges must not
-  overlap (L3889-3911): warning;
+  overlap [UG-CNN: Table 27-36]: warning;
 * with FIFO input, IFRM should equal the words per FIFO of the frame (the izer writes
-  rows*cols, or (rows*cols+3)//4 for CHW, S0:L4444): warning otherwise.
+  rows*cols, or (rows*cols+3)//4 for CHW, [UG-CNN: Table 27-44]): warning otherwise.
 """
 from __future__ import annotations
 
@@ -86,18 +87,20 @@ def validate(dev, cfgs: dict) -> list[str]:
             if got_ != want_:
                 warn.append(f"streaming: CNNx16_{q}_{name} = {got:#010x} differs from quadrant "
                             f"{ref} ({want:#010x}); all quadrants must be configured "
-                            "identically (L2164), the hardware's behaviour is undefined")
+                            "identically [UG-CNN: Table 27-19], the hardware's behaviour is "
+                            "undefined")
     lilbuf = bool(regs.view("CNNx16_0_CTRL").lilbuf)
     for y, cfg in cfgs.items():
         m = cfg.master
         if y > 0 and not regs.view(f"CNNx16_{m}_S{y}_STRM1").strm_dsval1:
             warn.append(f"streaming: layer {y}: CNNx16_{m}_S{y}_STRM1.strm_dsval1 = 0 "
-                        "(a stream layer after the first needs an in-row delta count, L4336)")
+                        "(a stream layer after the first needs an in-row delta count, "
+                        "[UG-CNN: Table 27-42])")
         if y > 0 and lilbuf:
             fbuf = regs.view(f"CNNx16_{m}_S{y}_FBUF").fbuf_max
             if not fbuf:
                 raise DeviceError(f"layer {y}: CNNx16_{m}_S{y}_FBUF = 0 with CTRL.lilbuf: the "
-                                  "circular input buffer has no length (L4399)")
+                                  "circular input buffer has no length [UG-CNN: Table 27-43]")
             for p in cfg.processors:
                 if p.read_word + fbuf > SRAM_WORDS:
                     raise DeviceError(
@@ -124,7 +127,7 @@ def validate(dev, cfgs: dict) -> list[str]:
         ifrm = regs.view(f"CNNx16_{cfg.master}_IFRM").ifrm_reg
         if ifrm != want:
             warn.append(f"streaming: CNNx16_{cfg.master}_IFRM = {ifrm} but the {cfg.in_rows}x"
-                        f"{cfg.in_cols} input frame is {want} words per FIFO (L4444)")
+                        f"{cfg.in_cols} input frame is {want} words per FIFO [UG-CNN: Table 27-44]")
     return warn
 
 

@@ -2,26 +2,28 @@
 
 Read from the decoded layer (layer.py's LayerConfig, datapath.py's write pointers), never from
 the registers again, so a tensor lies exactly where the datapath reads and writes it. Shapes are
-CHW as ai8x-training has them ("S3" = seed 003, "A§" = digest max78000-ai8x.md):
+CHW as ai8x-training has them ("A§n" = a section of the project's notes on [AI8X],
+docs/citations.md):
 
-* input (before the layer's pooling, S3:L1753): channel c = pass*P + j is processor j's byte
-  lane of word ``read_word + ((r*W + col)*passes + pass)*operands + o`` of its data memory
-  (HWC, 4 channels per word, S3:L681-691, L898, A§1.2); CHW input (LCTRL0.parallel): one
-  channel per data memory, pixel i at byte i of the channel's stream (4 pixels per word, LSB
-  first, A§1.2). Element-wise operands (ONED.ewise_cnt) are interleaved per word (S3:L2041):
-  operand 0 is "input", operand o is "input<o+1>";
+* input (before the layer's pooling, [AI8X: Per-Layer Configuration]): channel c = pass*P + j is
+  processor j's byte lane of word ``read_word + ((r*W + col)*passes + pass)*operands + o`` of its
+  data memory (HWC, 4 channels per word, [AI8X: Data Memory, Multi-Pass, HWC], A§1.2); CHW input
+  (LCTRL0.parallel): one channel per data memory, pixel i at byte i of the channel's stream (4
+  pixels per word, LSB first, A§1.2). Element-wise operands (ONED.ewise_cnt) are interleaved per
+  word [AI8X: Residual Connections]: operand 0 is "input", operand o is "input<o+1>";
 * a flattened linear layer reads its input pixel by pixel as passes (RCNT = CCNT = 0; the pass
-  count in LCTRL1.inpchexp, with POST.xpmp_cnt and flatten_en above 16 passes, S0:L3990): the
-  input is PyTorch's flattened vector, ``(C*H*W, 1, 1)``, element c*H*W + pixel at processor c,
-  word ``read_word + pixel`` (the order ai8x-training's ``view(N, -1)`` makes). Below 17
-  passes the registers do not say whether passes are pixels or channels; they are pixels when
-  fewer passes would hold the channels (P*passes <= 64*(passes-1)), since the public generator
-  uses ceil(C/64) passes for channels ([izer] in_expand, S3:L685-691);
+  count in LCTRL1.inpchexp, with POST.xpmp_cnt and flatten_en above 16 passes,
+  [UG-CNN: Table 27-38]): the input is PyTorch's flattened vector, ``(C*H*W, 1, 1)``, element c*H*W
+  + pixel at processor c, word ``read_word + pixel`` (the order ai8x-training's ``view(N, -1)``
+  makes). Below 17 passes the registers do not say whether passes are pixels or channels; they are
+  pixels when fewer passes would hold the channels (P*passes <= 64*(passes-1)), since the public
+  generator uses ceil(C/64) passes for channels ([izer] in_expand, [AI8X: Multi-Pass]);
 * output (after pooling and convolution; pooling comes first on this engine): slot t at
-  datapath's write pointer + pixel * pixel_step (S0:L3431-3559); int8 in byte lane t % 4, or
-  int32 words for a 32-bit "wide" layer (LCTRL0.bigdwrt S0:L3657; the 4 channels of a quad in
-  4 consecutive words, A§ "32-bit outputs");
-* 1-D layers are ``(C, L, 1)`` (the rows carry the length, S0:L3243).
+  datapath's write pointer + pixel * pixel_step
+  [UG-CNN: CNNx16_n Per Layer Registers (CNNx16_n_Ly)]; int8 in byte lane t % 4, or int32 words for
+  a 32-bit "wide" layer (LCTRL0.bigdwrt [UG-CNN: Table 27-34]; the 4 channels of a quad in 4
+  consecutive words, A§1.2);
+* 1-D layers are ``(C, L, 1)`` (the rows carry the length, [UG-CNN: Table 27-25]).
 
 The hardware reads whole passes: a layer of P processors over ``passes`` passes reads
 P*passes channels even where its producer wrote fewer (ai8x rounds P up to a multiple of 4

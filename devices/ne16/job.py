@@ -1,27 +1,28 @@
 """One NE16 job: its 24 registers decoded (:func:`decode`) and executed on the L1 memory
 (:func:`execute`), subtile by subtile as the hardware orders them or all at once.
 
-Semantics (seed 002 "Lnnn", digest shared/devices/ne16.md "digest x.y"; decisions in
+Semantics ("[NE16: ...]" names the register map's heading, docs/citations.md; "N§n" and
+"N8#n" are project ids there; decisions in
 docs/design-notes.md "NE16"):
 
-* subtiles (digest 3.2): Ko (32 output channels, 16 in depthwise) > Ho (3 rows) > Wo (3 columns)
+* subtiles (N§3.2): Ko (32 output channels, 16 in depthwise) > Ho (3 rows) > Wo (3 columns)
   > Ki (16 input channels); SUBTILE_NB* count them, SUBTILE_REM* give the last one's size (0 also
   means full); each output subtile reads a 5x5 input window (3x3 in 1x1 mode) from INFEAT_PTR +
   row * D1 + column * D0 + channel;
-* padding (digest 3.3): the first Ho/Wo subtile's first TOP/LEFT window rows/columns, the last
-  one's last BOTTOM/RIGHT ones counted from 5 (L535, L537) and those at or past REM2's HI/WI read
+* padding [NE16: PADDING]: the first Ho/Wo subtile's first TOP/LEFT window rows/columns, the last
+  one's last BOTTOM/RIGHT ones counted from 5 [NE16: PADDING] and those at or past REM2's HI/WI read
   PADDING.VALUE instead of memory; FILTER_MASK disables filter rows/columns from each edge;
-* weights (digest 3.4): bit-serial, qw = CONFIG0.QWM1 + 1 bit-planes, byte (Ko, KiMaj, bit, tap,
+* weights (N§3.4): bit-serial, qw = CONFIG0.QWM1 + 1 bit-planes, byte (Ko, KiMaj, bit, tap,
   KiMin/8) at WEIGHTS_PTR + Ko*D1 + (KiMaj*qw + bit)*D0 + tap*2 (3x3; 1x1: + KiMaj*D0 + bit*2),
   bit c%8 of each byte for input channel c; effective weight = stored + the 9-bit signed
   {WEIGHT_OFFSET[31], WEIGHT_OFFSET[7:0]} when CONFIG0.WEIGHT_OFFS (symmetric: + 0);
-* sums: 32-bit, wrapping (digest 1.2), optionally starting from the 32-bit partial sums at OUTFEAT
+* sums: 32-bit, wrapping (N§1.2), optionally starting from the 32-bit partial sums at OUTFEAT
   (STREAMIN, our choice of layout: the 32-bit output's);
-* normalisation/quantisation (digest 3.5, checked against pulp-nnx's functional model):
+* normalisation/quantisation (N§3.5, checked against pulp-nnx's functional model):
   acc * scale (64-bit), with NORM_BIAS the product wrapped to 32 bits plus the bias wrapped again,
   ReLU when QUANT_RECT = 0, arithmetic shift (RIGHT_SHIFT, or 6 bits of the per-channel shift),
   saturation to the 8/16/32-bit output (unsigned under ReLU); STREAMOUT = 0 writes the raw sums;
-* output (digest 3.1): channel k of pixel (y, x) at OUTFEAT_PTR + y*D2 + x*D1 + (k*bytes // 32)*D0
+* output (N§3.1): channel k of pixel (y, x) at OUTFEAT_PTR + y*D2 + x*D1 + (k*bytes // 32)*D0
   + k*bytes % 32; STRIDED_2X2 writes positions (0,0), (0,2), (2,0), (2,2) of each output subtile.
 
 Reserved and unmodelled encodings raise DeviceError naming the register and field before
@@ -48,9 +49,10 @@ JOB_REGISTERS = ("WEIGHTS_PTR", "INFEAT_PTR", "OUTFEAT_PTR", "SCALE_PTR", "SCALE
                  "OUTFEAT_D0_STRIDE", "OUTFEAT_D1_STRIDE", "OUTFEAT_D2_STRIDE",
                  "WEIGHTS_D0_STRIDE", "WEIGHTS_D1_STRIDE", "WEIGHTS_D2_STRIDE", "SUBTILE_REM0",
                  "SUBTILE_REM1", "SUBTILE_REM2", "SUBTILE_NB0", "SUBTILE_NB1", "PADDING",
-                 "WEIGHT_OFFSET", "FILTER_MASK", "CONFIG0")  # register i at 0x20 + 4*i (L31-77)
+                 # register i at 0x20 + 4*i [NE16: Overview]
+                 "WEIGHT_OFFSET", "FILTER_MASK", "CONFIG0")
 MODES = ("3x3", "3x3 depthwise", "1x1")
-#: CONFIG0.norm_bits / quant_bits -> bytes of a scale / bits of an output (L608, L616)
+#: CONFIG0.norm_bits / quant_bits -> bytes of a scale / bits of an output [NE16: CONFIG0]
 NORM_BYTES = (1, 2, 4)
 QUANT_BITS = (8, 16, 32)
 
@@ -128,7 +130,7 @@ class JobConfig:
 
 def decode(regs: tuple[int, ...], where: str = "") -> JobConfig:
     """The job's configuration; reserved or unmodelled encodings raise DeviceError naming the
-    register field (digest 8 #11, #19), after ``where``. Kept per register values: a layer's
+    register field (N8#11, N8#19), after ``where``. Kept per register values: a layer's
     jobs repeat them, and the run and the listing both decode each job (issue 31 #2)."""
     try:
         return _decode(tuple(regs))
@@ -146,20 +148,20 @@ def _decode(regs: tuple[int, ...]) -> JobConfig:
 
     mode = c0.filter_mode
     if mode == 3:
-        raise bad("CONFIG0.filter_mode 3 is reserved (L602)")
+        raise bad("CONFIG0.filter_mode 3 is reserved [NE16: CONFIG0]")
     if c0.mode16:
-        raise bad("CONFIG0.mode16 (16-bit input activations, L598) is not modelled yet")
+        raise bad("CONFIG0.mode16 (16-bit input activations, [NE16: CONFIG0]) is not modelled yet")
     if c0.linear:
-        raise bad("CONFIG0.linear (linear mode, L604) is not modelled yet")
+        raise bad("CONFIG0.linear (linear mode, [NE16: CONFIG0]) is not modelled yet")
     if c0.norm_bits == 3:
-        raise bad("CONFIG0.norm_bits 3 is reserved (L608)")
+        raise bad("CONFIG0.norm_bits 3 is reserved [NE16: CONFIG0]")
     if c0.quant_bits == 3:
-        raise bad("CONFIG0.quant_bits 3 is reserved (L616)")
+        raise bad("CONFIG0.quant_bits 3 is reserved [NE16: CONFIG0]")
     normquant = bool(c0.streamout)
     out_bits = QUANT_BITS[c0.quant_bits]
     if not normquant and out_bits != 32:
         raise bad(f"CONFIG0.streamout 0 writes 32-bit sums, but CONFIG0.quant_bits selects "
-                  f"{out_bits}-bit output (L600, L616)")
+                  f"{out_bits}-bit output [NE16: CONFIG0]")
     ko_size = 16 if mode == 1 else 32
     win = 3 if mode == 2 else 5
     nb0, nb1 = r["SUBTILE_NB0"], r["SUBTILE_NB1"]
@@ -167,21 +169,21 @@ def _decode(regs: tuple[int, ...]) -> JobConfig:
     for n, name in zip(nb, ("SUBTILE_NB0.ko", "SUBTILE_NB1.ho", "SUBTILE_NB1.wo",
                             "SUBTILE_NB0.ki")):
         if n == 0 and not (name.endswith("ki") and mode == 1):
-            raise bad(f"{name} is 0: a job has at least one subtile (L67-69)")
+            raise bad(f"{name} is 0: a job has at least one subtile [NE16: Overview]")
     sizes = (ko_size, 3, 3, 16)
     rem0, rem1 = r["SUBTILE_REM0"], r["SUBTILE_REM1"]
     raw = (rem0.ko, rem1.ho, rem1.wo, rem0.ki)
-    rem = tuple(v or full for v, full in zip(raw, sizes))  # 0 also means full (digest 8 #4)
+    rem = tuple(v or full for v, full in zip(raw, sizes))  # 0 also means full (N8#4)
     for v, full, name in zip(rem, sizes, ("SUBTILE_REM0.ko", "SUBTILE_REM1.ho",
                                           "SUBTILE_REM1.wo", "SUBTILE_REM0.ki")):
         if v > full and not (name.endswith("ki") and mode == 1):
-            raise bad(f"{name} is {v}, more than a subtile's {full} (L61-63)")
+            raise bad(f"{name} is {v}, more than a subtile's {full} [NE16: Overview]")
     rem2 = r["SUBTILE_REM2"]
     rem_in = (rem2.hi or win, rem2.wi or win)
     p = r["PADDING"]
     m = r["FILTER_MASK"]
     wo = r["WEIGHT_OFFSET"]
-    # the 9-bit signed {WEIGHT_OFFSET.sign, WEIGHT_OFFSET.value} (digest 3.4, 8 #13)
+    # the 9-bit signed {WEIGHT_OFFSET.sign, WEIGHT_OFFSET.value} (N§3.4, N8#13)
     value_bits = wo.fields["value"].width
     w_offset = sign_extend(wo.sign << value_bits | wo.value, value_bits + 1) \
         if c0.weight_offs else 0
@@ -192,7 +194,8 @@ def _decode(regs: tuple[int, ...]) -> JobConfig:
         out_bits=out_bits, relu=not c0.quant_rect, norm_shift=bool(c0.norm_shift),
         norm_bias=bool(c0.norm_bias), nb=nb, rem=rem, rem_in=rem_in,
         pad=(p.top, p.bottom, p.left, p.right),
-        pad_value=p.value & 0xFF,  # 8-bit mode pads with VALUE[7:0] (digest 3.3; mode16 refused)
+        # 8-bit mode pads with VALUE[7:0] ([NE16: PADDING]; mode16 refused)
+        pad_value=p.value & 0xFF,
         mask=(m.top, m.bottom, m.left, m.right))
 
 
@@ -301,7 +304,7 @@ def _weight_bytes(base: int, d0: int, d1: int, mode: int, qw: int, k_rows: int, 
 
 def _effective(raw: np.ndarray, cfg: JobConfig, taps: int) -> np.ndarray:
     """Stored qw-bit weights from the bit-planes (byte j of plane b: bit b of the 8 input
-    channels 8j..8j+7, lowest in bit 0; digest 3.4), plus the offset, masked taps zeroed."""
+    channels 8j..8j+7, lowest in bit 0; N§3.4), plus the offset, masked taps zeroed."""
     k_rows, kimaj, qw = raw.shape[0], raw.shape[1], raw.shape[2]
     bits = np.unpackbits(raw[..., None], axis=-1, bitorder="little")  # [k, m, qw, taps, 2, 8]
     bits = bits.reshape(k_rows, kimaj, qw, taps, 16).transpose(0, 1, 4, 3, 2)
@@ -462,7 +465,7 @@ def execute(cfg: JobConfig, read: Reader) -> JobResult:
 
 def normquant(cfg: JobConfig, acc: np.ndarray, read: Reader
               ) -> tuple[np.ndarray, list[tuple[int, int]]]:
-    """digest 3.5 over [Ho, Wo, K] int32 sums."""
+    """N§3.5 over [Ho, Wo, K] int32 sums."""
     k = cfg.k_out
     sb = cfg.norm_bytes
     lo = cfg.reg("SCALE_PTR")

@@ -1,8 +1,8 @@
 """GAP9 NE16: the job queue, its registers, and job execution (job.py) on the cluster's L1.
 
-The register map is configs/ne16.toml (seed 002). The queue follows the seed's section on
-TRIGGER/ACQUIRE/STATUS/RUNNING_JOB/SOFT_CLEAR (L94-164, digest 2.4) with the hwpe-ctrl facts the
-digest collects where the seed is silent:
+The register map is configs/ne16.toml [NE16]. The queue follows the seed's section on
+TRIGGER/ACQUIRE/STATUS/RUNNING_JOB/SOFT_CLEAR ([NE16: Register map]) with the
+hwpe-ctrl facts the project collected where the register map is silent (N§1.2):
 
 * two job contexts, used round-robin: the driver's writes to the job registers reach the
   context of the next offload (the *pointer* context: the bank selector, ``bank_index``);
@@ -10,11 +10,11 @@ digest collects where the seed is silent:
   controller and returns the next 8-bit job ID; 0xFFFFFFFE while it is locked, 0xFFFFFFFF when
   both contexts hold jobs (no side effect then);
 * TRIGGER commits the acquired job and unlocks; 0 also starts it, non-0 holds it until the next
-  job is committed with 0 (L94); the pointer moves to the other context;
-* STATUS bit 0 / bit 8: context 0 / 1 holds a job queued or running (L128-130); RUNNING_JOB: the
-  running job, else the last one run (L147); FINISHED counts finished jobs ([EXT]);
+  job is committed with 0 [NE16: TRIGGER]; the pointer moves to the other context;
+* STATUS bit 0 / bit 8: context 0 / 1 holds a job queued or running [NE16: STATUS]; RUNNING_JOB: the
+  running job, else the last one run [NE16: RUNNING_JOB]; FINISHED counts finished jobs ([EXT]);
 * SOFT_CLEAR: the queue, the lock, the IDs and the counters go; 0 also clears both contexts'
-  registers (L164);
+  registers [NE16: SOFT_CLEAR];
 * the end of a job pulses the event line EVT (pulp-nnx waits for cluster event 12): a pulsed
   line, counted (Device.interrupt_counts).
 
@@ -96,12 +96,12 @@ class Ne16(Device):
         self.history: list[tuple[int, J.JobResult]] = []
 
     def _clear(self) -> None:
-        """The status that SOFT_CLEAR and reset clear (L164)."""
+        """The status that SOFT_CLEAR and reset clear [NE16: SOFT_CLEAR]."""
         self.queue: list[Job] = []
         self.pointer = 0
         self.locked = False
         self.next_id = 0
-        self.last_run = 0  # RUNNING_JOB when no job runs (L147)
+        self.last_run = 0  # RUNNING_JOB when no job runs [NE16: RUNNING_JOB]
         self._sync_status(finished=0)
 
     # -- the queue ------------------------------------------------------------------------------
@@ -119,7 +119,7 @@ class Ne16(Device):
         return self.next_id
 
     def host_read(self, addr: int, size: int) -> bytes:
-        """The driver's read: reading ACQUIRE acquires (L111)."""
+        """The driver's read: reading ACQUIRE acquires [NE16: ACQUIRE]."""
         data = self.read(addr, size)
         acq = BASE + 0x04
         if addr < acq + 4 and acq < addr + size and self._acquire_value() < 256:
@@ -129,17 +129,17 @@ class Ne16(Device):
 
     def _trigger(self, reg, old: int, new: int) -> None:
         if not self.locked:
-            self.warn(f"TRIGGER written ({new:#x}) with no job acquired: ignored (L94)")
+            self.warn(f"TRIGGER written ({new:#x}) with no job acquired: ignored [NE16: TRIGGER]")
             return
         regs = tuple(self.regs.peek(banks[self.pointer])
                      for banks in self._job_regs.values())
         held = new != 0
         if held and self.queue:
             self.warn(f"TRIGGER {new:#x} (commit without start) for a job that is not the first "
-                      "of the queue (L94): held anyway")
+                      "of the queue [NE16: TRIGGER]: held anyway")
         if not held:
             for j in self.queue:
-                j.held = False  # the next job committed with 0 starts the held one (L94)
+                j.held = False  # the next job committed with 0 starts the held one [NE16: TRIGGER]
         self.queue.append(Job((self.next_id - 1) & 0xFF, self.pointer, regs, held))
         self.locked = False
         self.pointer ^= 1
@@ -150,7 +150,7 @@ class Ne16(Device):
         finished = self.regs.peek("FINISHED")
         self._clear()
         self.regs.poke("FINISHED", finished if keep else 0)
-        if not keep:  # clear the register file too (L164)
+        if not keep:  # clear the register file too [NE16: SOFT_CLEAR]
             for banks in self._job_regs.values():
                 for b in banks:
                     self.regs.poke(b, 0)
@@ -158,7 +158,7 @@ class Ne16(Device):
     def _sync_status(self, finished: int | None = None) -> None:
         """STATUS from the contexts in use; RUNNING_JOB: the job at the head of the queue runs
         (the engine starts a triggered job at once; the emulator computes it when it is
-        stepped), else the last job run (L147)."""
+        stepped), else the last job run [NE16: RUNNING_JOB]."""
         busy = self._busy()
         self.regs.poke("STATUS", (0 in busy) | (1 in busy) << 8)
         head = self._runnable()
@@ -293,7 +293,7 @@ class Ne16(Device):
     def idle_message(self) -> str:
         if self.queue:
             return (f"job {self.queue[0].job_id} is held (committed with TRIGGER != 0): it "
-                    "starts when the next job is committed with TRIGGER = 0 (L94)")
+                    "starts when the next job is committed with TRIGGER = 0 [NE16: TRIGGER]")
         return "no job queued (ACQUIRE, write the job registers, TRIGGER 0)"
 
     # -- execution ------------------------------------------------------------------------------

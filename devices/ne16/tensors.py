@@ -1,17 +1,17 @@
 """NE16: where a job's input and output tensors lie in L1 (Device.unit_tensors), HWC as pulp-nnx
-has them, from the job's registers as job.py decodes them (seed 002 "Lnnn", digest ne16.md).
+has them, from the job's registers as job.py decodes them ([NE16]).
 
 * "input" (uint8: 8-bit activations; CONFIG0.mode16 is refused by job.decode): the pixels the
   job reads from memory, i.e. the unpadded input. The job's virtual input starts at INFEAT_PTR
   (the driver moves it back by the top/left padding, pulp_nnx.py) and its padding rows and
-  columns come from PADDING (digest 3.3), not memory, so the tensor is the rectangle of pixels
-  some subtile reads: element (h, w, c) at INFEAT_PTR + (y0 + h)*D1 + (x0 + w)*D0 + c (L31-77,
-  digest 3.1), (y0, x0) its first pixel read. Channels: Ki (= Ko in depthwise mode).
+  columns come from PADDING [NE16: PADDING], not memory, so the tensor is the rectangle of pixels
+  some subtile reads: element (h, w, c) at INFEAT_PTR + (y0 + h)*D1 + (x0 + w)*D0 + c
+  ([NE16: Overview], N§3.1), (y0, x0) its first pixel read. Channels: Ki (= Ko in depthwise mode).
 * "output": channel k of pixel (y, x) at OUTFEAT_PTR + y*D2 + x*D1 + (k*bytes // 32)*D0 +
-  k*bytes % 32 (digest 3.1); int8/int16/int32 (uint under ReLU, CONFIG0.quant_rect = 0, the
-  saturation being unsigned then), or the raw int32 sums with streamout = 0 (L600). A strided
-  job (CONFIG0.strided2x2) writes rows and columns 0 and 2 of each 3x3 output subtile only, so
-  its output tensor has those rows and columns (the pulp-nnx driver's 2x2 output blocks).
+  k*bytes % 32 (N§3.1); int8/int16/int32 (uint under ReLU, CONFIG0.quant_rect = 0, the
+  saturation being unsigned then), or the raw int32 sums with streamout = 0 [NE16: CONFIG0]. A
+  strided job (CONFIG0.strided2x2) writes rows and columns 0 and 2 of each 3x3 output subtile only,
+  so its output tensor has those rows and columns (the pulp-nnx driver's 2x2 output blocks).
 
 Weights (bit-planes, not an array in any framework's layout) and the streamin partial sums are
 not declared.
@@ -58,7 +58,7 @@ def job_tensors(cfg: JobConfig) -> tuple[TensorSpec, ...]:
 
 def output_subtiles(cfg: JobConfig) -> np.ndarray:
     """The output subtile of each element of the job's "output" tensor (its HWC shape), as the
-    number the job runs it at: subtiles go Ko > Ho > Wo (digest 3.2), number
+    number the job runs it at: subtiles go Ko > Ho > Wo (N§3.2), number
     (ko * nb_Ho + ho) * nb_Wo + wo (job.py's geometry). The per-layer diff names the first
     differing subtile of a job with it (issue 27: pulp-nnx's golden output per output
     subtile)."""

@@ -4,18 +4,22 @@ CACC's rounding and saturation run in one pass with SDP's stages (sdp.process, t
 emu/numeric/nvdla.py post_process). What leaves CACC goes to SDP; nv_small's CACC writes
 nothing to memory itself.
 
-Semantics (seed 004 "Lnnn", digest shared/devices/nvdla.md "digest x.y"; decisions in
+Semantics ("[NVDLA-CONV: ...]" names the register or unit, docs/citations.md; "V§n" and
+"V8#n" are project ids there; decisions in
 docs/design-notes.md "NVDLA"):
 
-* sizes are "n - 1" fields (L230-250); output W/H = (in + pad_l + pad_r - ((S-1)*dx + 1)) /
-  stride + 1 with the dilated kernel (digest 8 #23), checked against CSC/CACC D_DATAOUT_SIZE;
-* padding reads the pad value, [7:0] as int8 (L705-715); CDMA's and CSC's must match (L719,
-  L1154: CSC pads feature data and an image's top and bottom, CDMA an image's sides);
+* sizes are "n - 1" fields [NVDLA-CONV: CDMA data-group registers]; output W/H = (in + pad_l + pad_r
+  - ((S-1)*dx + 1)) / stride + 1 with the dilated kernel (V8#23), checked against CSC/CACC
+    D_DATAOUT_SIZE;
+* padding reads the pad value, [7:0] as int8 [NVDLA-CONV: CDMA data-group registers]; CDMA's and
+  CSC's must match ([NVDLA-CONV: CDMA_D_ZERO_PADDING_VALUE], [NVDLA-CONV: CSC_D_ZERO_PADDING_VALUE]:
+  CSC pads feature data and an image's top and bottom, CDMA an image's sides);
 * CDMA's converter (D_CVT_CFG) applies to feature data when enabled; the mean (MEAN_FORMAT) does
   not (facts from the C model, confirmed by the trace tests);
-* sums are exact int32 (digest 8 #13: the 22-bit figure is the MAC partial width); CACC divides
+* sums are exact int32 (V8#13: the 22-bit figure is the MAC partial width); CACC divides
   by 2^CLIP_TRUNCATE rounding half away from zero and saturates to int32, counting saturations
-  in D_OUT_SATURATION ([EXT] cmod NV_NVDLA_cacc.cpp, digest 3.2);
+  in D_OUT_SATURATION ([EXT] cmod NV_NVDLA_cacc.cpp,
+  [NVDLA-CONV: CACC_D_CLIP_CFG, CACC_D_OUT_SATURATION]);
 * nv_small has no Winograd, no weight compression and INT8 only ([EXT] spec/defs/nv_small.spec):
   those encodings and the other precisions are errors naming the register;
 * pixel (image) input (pixel.py reads and converts it): CSC extends the kernel's width into its
@@ -133,7 +137,7 @@ def decode(reg: Reg) -> ConvConfig:
     ext0 = reg("CSC", "D_DATAIN_SIZE_EXT_0")
     if (ext0.datain_width_ext + 1, ext0.datain_height_ext + 1) != (w, h):
         raise bad(f"CSC_D_DATAIN_SIZE_EXT_0 ({ext0.raw:#x}) differs from CDMA_D_DATAIN_SIZE_0 "
-                  f"({size0.raw:#x}) (L903)")
+                  f"({size0.raw:#x}) [NVDLA-CONV: CSC_D_DATAIN_SIZE_EXT_0]")
     if reg("CSC", "D_DATAIN_SIZE_EXT_1").datain_channel_ext + 1 != c:
         raise bad("CSC_D_DATAIN_SIZE_EXT_1 differs from CDMA_D_DATAIN_SIZE_1")
     wext0, wext1 = reg("CSC", "D_WEIGHT_SIZE_EXT_0"), reg("CSC", "D_WEIGHT_SIZE_EXT_1")
@@ -168,16 +172,20 @@ def decode(reg: Reg) -> ConvConfig:
     if bpk != r * row:
         shape = f"{r}x{kc}" if pixel else f"{r}x{s}x{c}"
         raise bad(f"CDMA_D_WEIGHT_SIZE_0 says {bpk} bytes per kernel, the kernel is "
-                  f"{shape} = {r * row} (L479)")
+                  f"{shape} = {r * row} [NVDLA-CONV: CDMA_D_WEIGHT_SIZE_0]")
     wbytes = {u: reg(u, "D_WEIGHT_BYTES").weight_bytes for u in ("CDMA", "CSC")}
     for u, n in wbytes.items():  # the drivers round the total up to 128 bytes
         if n < bpk * k:
-            raise bad(f"{u}_D_WEIGHT_BYTES is {n}, the weights take {bpk * k} bytes (L539)")
+            raise bad(f"{u}_D_WEIGHT_BYTES is {n}, the weights take {bpk * k} bytes "
+                      f"[NVDLA-CONV: CDMA_D_WEIGHT_BYTES]")
     if wbytes["CDMA"] != wbytes["CSC"]:
-        raise bad("CSC_D_WEIGHT_BYTES differs from CDMA_D_WEIGHT_BYTES (L1482)")
-    for name, line in (("D_ENTRY_PER_SLICE", "L433, L963"), ("D_BANK", "L741, L1160")):
+        raise bad("CSC_D_WEIGHT_BYTES differs from CDMA_D_WEIGHT_BYTES "
+                  "[NVDLA-CONV: Cross-module register consistency requirements]")
+    for name, line in (("D_ENTRY_PER_SLICE",
+        "[NVDLA-CONV: CDMA_D_ENTRY_PER_SLICE, CSC_D_ENTRY_PER_SLICE]"), ("D_BANK",
+            "[NVDLA-CONV: CDMA_D_BANK, CSC_D_BANK]")):
         if reg("CDMA", name).raw != reg("CSC", name).raw:  # how they share the buffer
-            raise bad(f"CSC_{name} differs from CDMA_{name} ({line})")
+            raise bad(f"CSC_{name} differs from CDMA_{name} {line}")
     batches = reg("CDMA", "D_BATCH_NUMBER").batches + 1
     for u in ("CSC", "CACC"):
         if reg(u, "D_BATCH_NUMBER").batches + 1 != batches:
@@ -186,19 +194,24 @@ def decode(reg: Reg) -> ConvConfig:
     stride = (st.conv_y_stride + 1, st.conv_x_stride + 1)
     st2 = reg("CSC", "D_CONV_STRIDE_EXT")
     if (st2.conv_y_stride_ext + 1, st2.conv_x_stride_ext + 1) != stride:
-        raise bad("CSC_D_CONV_STRIDE_EXT differs from CDMA_D_CONV_STRIDE (L678)")
+        raise bad("CSC_D_CONV_STRIDE_EXT differs from CDMA_D_CONV_STRIDE "
+                  "[NVDLA-CONV: CDMA_D_CONV_STRIDE]")
     dil = reg("CSC", "D_DILATION_EXT")
     dilation = (dil.y_dilation_ext + 1, dil.x_dilation_ext + 1)
     zp = reg("CDMA", "D_ZERO_PADDING")
     pad = (zp.pad_top, zp.pad_bottom, zp.pad_left, zp.pad_right)
     zp2 = reg("CSC", "D_ZERO_PADDING")
     if (zp2.pad_top, zp2.pad_left) != (pad[0], pad[2]):
-        raise bad("CSC_D_ZERO_PADDING (left, top) differs from CDMA_D_ZERO_PADDING (L1138)")
+        raise bad("CSC_D_ZERO_PADDING (left, top) differs from CDMA_D_ZERO_PADDING "
+                  "[NVDLA-CONV: CSC_D_ZERO_PADDING]")
     pad_raw = reg("CDMA", "D_ZERO_PADDING_VALUE").pad_value
     if reg("CSC", "D_ZERO_PADDING_VALUE").pad_value != pad_raw:
-        # CDMA pads an image's lines, CSC everything else (C model): one value (L719, L1154)
-        raise bad("CSC_D_ZERO_PADDING_VALUE differs from CDMA_D_ZERO_PADDING_VALUE (L719)")
-    pad_value = sign_extend(pad_raw, INT8)  # INT8: the value's low byte as int8 (L705-715)
+        # CDMA pads an image's lines, CSC everything else (C model): one value
+        # [NVDLA-CONV: CDMA_D_ZERO_PADDING_VALUE, CSC_D_ZERO_PADDING_VALUE]
+        raise bad("CSC_D_ZERO_PADDING_VALUE differs from CDMA_D_ZERO_PADDING_VALUE "
+                  "[NVDLA-CONV: CDMA_D_ZERO_PADDING_VALUE]")
+    # INT8: the value's low byte as int8 [NVDLA-CONV: CDMA data-group registers]
+    pad_value = sign_extend(pad_raw, INT8)
     out0, out1 = reg("CSC", "D_DATAOUT_SIZE_0"), reg("CSC", "D_DATAOUT_SIZE_1")
     out_w, out_h = out0.dataout_width + 1, out0.dataout_height + 1
     span_w, span_h = (s - 1) * dilation[1] + 1, (r - 1) * dilation[0] + 1
@@ -210,20 +223,21 @@ def decode(reg: Reg) -> ConvConfig:
     eh = (h + pad[0] + pad[1] - span_h) // stride[0] + 1
     if (out_w, out_h) != (ew, eh):
         raise bad(f"CSC_D_DATAOUT_SIZE_0 gives {out_w}x{out_h}, the input, kernel, padding, "
-                  f"stride and dilation give {ew}x{eh} (L1050)")
+                  f"stride and dilation give {ew}x{eh} [NVDLA-CONV: CSC]")
     if out1.dataout_channel + 1 != k:
         raise bad("CSC_D_DATAOUT_SIZE_1 differs from the kernel count")
     c0, c1 = reg("CACC", "D_DATAOUT_SIZE_0"), reg("CACC", "D_DATAOUT_SIZE_1")
     if (c0.dataout_width, c0.dataout_height, c1.dataout_channel) != \
             (out0.dataout_width, out0.dataout_height, out1.dataout_channel):
-        raise bad("CACC_D_DATAOUT_SIZE_0/1 differ from CSC's (L1321)")
+        raise bad("CACC_D_DATAOUT_SIZE_0/1 differ from CSC's [NVDLA-CONV: CACC_D_DATAOUT_SIZE_0]")
     clip = reg("CACC", "D_CLIP_CFG").clip_truncate
     if clip > 16:
-        raise bad(f"CACC_D_CLIP_CFG.clip_truncate is {clip}, more than 16 (L1427)")
+        raise bad(f"CACC_D_CLIP_CFG.clip_truncate is {clip}, more than 16 "
+                  f"[NVDLA-CONV: CACC_D_CLIP_CFG]")
     line = reg("CDMA", "D_LINE_STRIDE").line_stride
     surf = reg("CDMA", "D_SURF_STRIDE").surf_stride
     dmap = reg("CDMA", "D_DAIN_MAP")
-    if dmap.line_packed:  # the lines follow each other (L359)
+    if dmap.line_packed:  # the lines follow each other [NVDLA-CONV: CDMA_D_DAIN_MAP]
         line = w * F.ATOM
     if dmap.surf_packed:
         surf = line * h

@@ -1,7 +1,7 @@
 """NVDLA nv_small: the units' producer/consumer register groups, hardware layers and GLB
 interrupts; the arithmetic of a layer is in conv.py (CDMA to CACC), sdp.py, pdp.py and cdp.py.
 
-Register groups (digest 2.5, [EXT] the RTL's regfiles): every unit's D_* registers exist twice
+Register groups (V§2.5, [EXT] the RTL's regfiles): every unit's D_* registers exist twice
 (banks G0/G1 in configs/nvdla.toml). S_POINTER.PRODUCER chooses the group the bus reaches,
 S_POINTER.CONSUMER (read-only) the group the unit executes next. Writing D_OP_ENABLE = 1 arms a
 group; writes to an armed group are dropped (the register file's bank lock counts them).
@@ -18,7 +18,7 @@ A hardware layer is the set of units that run together:
 * ``pdp``: PDP offline, reading through PDP_RDMA; ``cdp``: CDP reading through CDP_RDMA.
 
 A layer runs when every unit in it is armed in its consumer group, in whatever order the driver
-armed them (the seed enables CDMA first, the trace tests SDP first: digest 8 #7). One layer is one
+armed them (the seed enables CDMA first, the trace tests SDP first: V8#7). One layer is one
 unit of run control: ``stepi`` runs one, pc is the D_OP_ENABLE address of the layer's last unit.
 
 At the end of a layer GLB's S_INTR_STATUS gets the done bits of the group each unit ran (SDP,
@@ -573,7 +573,7 @@ def _cube_spec(name: str, where: tuple[int, int, int], c: int, h: int, w: int,
                register: str) -> TensorSpec:
     """An int8 feature cube [C, H, W] at (base, line stride, surface stride): element (c, y, x)
     at base + (c // 8) * surface + y * line + x * 8 + c % 8 (feature.py; nv_small's 8-byte
-    memory atom, digest "In-memory data formats" [EXT])."""
+    memory atom, V§3.8 [EXT])."""
     base, line, surf = where
     return TensorSpec(name, "CHW", (c, h, w), "int8",
                       tuple((k // F.ATOM) * surf + k % F.ATOM for k in range(c)),

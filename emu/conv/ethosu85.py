@@ -1,13 +1,12 @@
 """Ethos-U85 NPU_OP_CONV (incl. the IFM2 "matmul" form) and NPU_OP_DEPTHWISE on plain numpy
 tensors.
 
-Source: TRM 3.10 pseudocode (seed 001_f249bc9cdd166610.txt, "Lnnnn"; digest
-shared/devices/ethos-u85-command-stream.md section 4). No device knowledge: tensors are numpy
-arrays in HWC (or NHWC, batches are independent), already read from memory; register values
-come in as arguments. The numba kernels (``_*_kernel``) take int64 arrays plus packed int64
+Source: the TRM's pseudocode [U85-TRM: §3.10] (docs/citations.md; C§4). No device knowledge: tensors
+are numpy arrays in HWC (or NHWC, batches are independent), already read from memory; register
+values come in as arguments. The numba kernels (``_*_kernel``) take int64 arrays plus packed int64
 parameter vectors only, so each compiles exactly one signature; the Python wrappers do
 read_ifm's value part (zero-point subtraction, upscale), derive the IFM extent and check the
-pseudocode's asserts. A violated assert is UNPREDICTABLE in the TRM (L6004-6014): the wrappers
+pseudocode's asserts. A violated assert is UNPREDICTABLE in the [U85-TRM: §3.5.4]: the wrappers
 append a message to ``diag`` (a list, when given) and continue with the literal result.
 
 Every wrapper returns the OFM values truncated to the OFM type (dtype from ``cfg``; see
@@ -51,11 +50,11 @@ from ..numeric.ethosu85_values import (
 from . import int_conv as IC
 
 # ------------------------------------------------------------------------------------------------
-# CONV / DEPTHWISE (L8147-8228, L8256-8315)
+# CONV / DEPTHWISE [U85-TRM: §3.10.2, §3.10.3]
 
 @njit(nogil=True, cache=True)
 def _conv_kernel(v, w, acc_in, geo, cfg, bias, scales, shifts, lut):
-    """NPU_OP_CONV / NPU_OP_DEPTHWISE loop (L8185-8226, L8295-8313)::
+    """NPU_OP_CONV / NPU_OP_DEPTHWISE loop [U85-TRM: §3.10.2, §3.10.3]::
 
         for oy, ox, oc: acc = read_accumulator(oy, ox, oc, 0)
             for ky, kx (ky*dil_y < dilated_h ...), ic:
@@ -128,7 +127,8 @@ def _padded(v: np.ndarray, zp: int, hp: int, wp: int, pt: int, pl: int, ih: int,
             dt) -> np.ndarray:
     """The IFM in the padded frame as float ``dt``: rows [pt, pt+ih), columns [pl, pl+iw) hold
     v - zp (v cut or zero-extended to ih x iw as fit_hw does), everything else 0 (padding reads 0,
-    L8201). One spare row so the flattened tap slices of the stride-1 path stay in bounds."""
+    [U85-TRM: §3.10.2]). One spare row so the flattened tap slices of the stride-1 path stay in
+    bounds."""
     c = v.shape[2]
     xp = np.zeros((hp + 1, wp, c), dt)
     hh, ww = min(ih, v.shape[0]), min(iw, v.shape[1])
@@ -485,7 +485,7 @@ def _conv_common(ifm, weights, ofm_hw, stride, dilation, pad, ifm_zp, ifm_bits, 
     cfg = config_or_default(cfg)
     bits, signed = infer_type(ifm, ifm_bits, ifm_signed)
     check(diag, bits == 8 or (bits == 16 and signed),
-          "CONV/DEPTHWISE IFM must be b8 or signed b16 (L8180)")
+          "CONV/DEPTHWISE IFM must be b8 or signed b16 [U85-TRM: §3.10.2]")
     raw = np.asarray(ifm)
     w = np.asarray(weights, np.int64)
     if depthwise and w.ndim == 3:
@@ -501,10 +501,10 @@ def _conv_common(ifm, weights, ofm_hw, stride, dilation, pad, ifm_zp, ifm_bits, 
     sy, sx = stride
     dy, dx = dilation
     pt, pl, pb, pr = pad
-    # KERNEL_*_M1 + 1 (L8150-8151); with dilation x2 it may be even, one more than the taps
-    # reach (ky*dil < dilated size, L8188), and still counts in the IFM extent
+    # KERNEL_*_M1 + 1 [U85-TRM: §3.10.2]; with dilation x2 it may be even, one more than the taps
+    # reach (ky*dil < dilated size, [U85-TRM: §3.10.2]), and still counts in the IFM extent
     dh, dw = dilated
-    ih = (H - 1) * sy + dh - (pt + pb)  # derived IFM extent (L8168-8169)
+    ih = (H - 1) * sy + dh - (pt + pb)  # derived IFM extent [U85-TRM: §3.10.2]
     iw = (W - 1) * sx + dw - (pl + pr)
     zp = P.ifm_zero_point(ifm_zp, bits, signed)[0]
     gemm = None
@@ -522,10 +522,10 @@ def _conv_common(ifm, weights, ofm_hw, stride, dilation, pad, ifm_zp, ifm_bits, 
         v, vzp = (raw, zp) if native(raw, bits, signed) else (read_values(raw, zp, bits, signed), 0)
     else:
         v, vzp = upscale(read_values(raw, ifm_zp, bits, signed, diag), upscale_mode), 0
-    check(diag, ih >= 1 and iw >= 1, "derived IFM extent < 1 (L8174)")
-    check(diag, dh * dw <= 4096 and (dh <= 64 or dw <= 64), "kernel too large (L8175-8176)")
+    check(diag, ih >= 1 and iw >= 1, "derived IFM extent < 1 [U85-TRM: §3.10.2]")
+    check(diag, dh * dw <= 4096 and (dh <= 64 or dw <= 64), "kernel too large [U85-TRM: §3.10.2]")
     check(diag, upscale_mode == UPSCALE_NONE or (sy == 1 and sx == 1),
-          "upscale needs stride 1 (L6519)")
+          "upscale needs stride 1 [U85-TRM: §3.6.5]")
     check(diag, v.shape[0] >= ih and v.shape[1] >= iw,
           f"IFM {v.shape[:2]} smaller than derived extent {(ih, iw)}")
     if depthwise:
@@ -607,12 +607,13 @@ def depthwise2d(ifm, weights, ofm_hw=None, *, stride=(1, 1), dilation=(1, 1), pa
 def matmul(ifm, ifm2, *, ifm_zp=0, ifm2_zp=0, ifm_bits=None, ifm_signed=None, cfg=None,
            bias=None, scales=None, shifts=None, lut=None, acc_in=None, diag=None,
            method: str = "auto") -> np.ndarray:
-    """NPU_OP_CONV with weights_ifm2 = 1 (L8178-8189): OFM [1, W, D] = IFM [1, W, IC] times
+    """NPU_OP_CONV with weights_ifm2 = 1 [U85-TRM: §3.10.2]: OFM [1, W, D] = IFM [1, W, IC] times
     the transpose of IFM2 [1, D, IC] (y = 0, x = oc, c = ic), both zero-point corrected; kernel
-    1x1, stride 1, no padding (asserts L8181-8186). Why x = oc: the TRM's performance chapter
-    (L12794) says the 1x1 convolution multiplies A "by the transpose of a second matrix B", and
-    Vela 5.2 programs IFM2 so (width = OFM depth, depth = IFM depth); the pseudocode's
-    ``read_ifm2(0, ic, oc)`` (L8209) swaps the two and is not what the compiler relies on."""
+    1x1, stride 1, no padding (asserts [U85-TRM: §3.10.2]). Why x = oc: the TRM's performance
+    chapter [U85-TRM: §4.1] says the 1x1 convolution multiplies A "by the transpose of a second
+    matrix B", and Vela 5.2 programs IFM2 so (width = OFM depth, depth = IFM depth); the
+    pseudocode's ``read_ifm2(0, ic, oc)`` [U85-TRM: §3.10.2] swaps the two and is not what the
+    compiler relies on."""
     ifm = np.asarray(ifm)
     if ifm.ndim == 4:
         return np.stack([matmul(ifm[n], np.asarray(ifm2)[min(n, np.asarray(ifm2).shape[0] - 1)]
@@ -621,8 +622,9 @@ def matmul(ifm, ifm2, *, ifm_zp=0, ifm2_zp=0, ifm_bits=None, ifm_signed=None, cf
                                 bias=bias, scales=scales, shifts=shifts, lut=lut, acc_in=acc_in,
                                 diag=diag, method=method) for n in range(ifm.shape[0])])
     bits, signed = infer_type(ifm, ifm_bits, ifm_signed)
-    check(diag, ifm.shape[0] == 1, "matmul needs OFM height 1 (L8181)")
-    b = read_values(ifm2, ifm2_zp, bits, signed, diag, "IFM2")     # IFM2 precision == IFM's (L8183)
+    check(diag, ifm.shape[0] == 1, "matmul needs OFM height 1 [U85-TRM: §3.10.2]")
+    # IFM2 precision == IFM's [U85-TRM: §3.10.2]
+    b = read_values(ifm2, ifm2_zp, bits, signed, diag, "IFM2")
     if b.ndim == 3:
         b = b[0]
     w = np.ascontiguousarray(b[:, None, None, :])  # W[oc][0][0][ic] = ifm2[0][oc][ic]

@@ -1,19 +1,9 @@
 """MAX78000 (AI85) convolution layer: pooling -> 2-D convolution (plain or transposed) ->
 bias -> requantize, on the shared exact integer convolution. Pure numba kernels.
 
-Sources ("S3:Lnnnn" = seed 003_edc58f2c72aa640d.txt, "S0:Lnnnn" = seed 000_1c275a1c02640bee.txt,
-digest = shared/devices/max78000-ai8x.md):
-
-* pipeline order pooling -> convolution -> bias -> shift/round/saturate -> activation
-  (S3:L618, L1753, L1847; digest 0.5);
-* products and sums at full resolution, saturation only at the very end (S3:L800);
-* bias enters as ``bias << 7`` (S0:L4118, digest A6);
-* ``v = floor(acc * 2**s / 128 + 1/2)`` (S3:L770 "round half towards positive infinity",
-  S3:L1797-1809 output shift; digest 1.8 canonical model), computed exactly in int64 (digest A5);
-* clamp to [-128, 127] (S3:L798), then ReLU = clamp [0, 127] (S3:L1779) or Abs = min(|v|, 127)
-  (digest T10, public fact: ai8x-synthesis izer/simulate.py clips abs to 2**(bits-1)-1);
-* the 32-bit (bigdwrt) output is the raw accumulator: no shift, rounding, clamp or activation
-  (S3:L756, L1809, S0:L3657).
+The pipeline order and every arithmetic rule after the sums (bias, output shift, rounding,
+saturation, activation, the 32-bit output) are emu/numeric/max78000.py's, with their sources
+there; this module only orders pooling, the convolution and that requantization.
 
 Array layout: data ``[C, H, W]``, weights ``[K, C, kh, kw]`` (already sign-extended to int8),
 bias ``[K]`` int64 holding the 8-bit bias values (zeros when the layer has none). The number of
@@ -40,9 +30,10 @@ from . import int_conv as IC
 @njit(nogil=True, cache=True)
 def conv2d_acc(x, w, bias, pad_h, pad_w, stride):
     """Full-resolution accumulator ``acc[k,y,x] = sum_c sum_i sum_j w[k,c,i,j] *
-    xpad[c, y*stride+i, x*stride+j] + 128*bias[k]`` (S3:L800 full resolution; bias << 7,
-    S0:L4118). Zero padding ``pad_h``/``pad_w`` on both sides (S3:L1837). ``x`` int64
-    ``[C,H,W]``, ``w`` int8 ``[K,C,kh,kw]``, ``bias`` int64 ``[K]``. Returns int64."""
+    xpad[c, y*stride+i, x*stride+j] + 128*bias[k]`` ([AI8X: Saturation and Clipping] full
+    resolution; bias << 7, [UG-CNN: Table 27-38]). Zero padding ``pad_h``/``pad_w`` on both sides
+    [AI8X: Per-Layer Configuration]. ``x`` int64 ``[C,H,W]``, ``w`` int8 ``[K,C,kh,kw]``, ``bias``
+    int64 ``[K]``. Returns int64."""
     c_n, h, wd = x.shape
     k_n, _, kh, kw = w.shape
     ho = (h + 2 * pad_h - kh) // stride + 1
@@ -74,7 +65,7 @@ def conv2d_acc(x, w, bias, pad_h, pad_w, stride):
 @njit(nogil=True, cache=True)
 def zero_stuff(x):
     """Deconvolution input: "a 0 after every byte shifted into TRAM and a row of 0s after every
-    row" (S0:L3979-3988): ``[H,W,C]`` -> ``[2H,2W,C]`` with x at even positions."""
+    row" [UG-CNN: Table 27-38]: ``[H,W,C]`` -> ``[2H,2W,C]`` with x at even positions."""
     h, w, c_n = x.shape
     out = np.zeros((2 * h, 2 * w, c_n), dtype=x.dtype)
     for y in range(h):
@@ -141,8 +132,8 @@ def conv_int(x: np.ndarray, w: IC.PackedWeights, bias: np.ndarray, pad_h: int, p
 @njit(nogil=True, cache=True)
 def _finish(sums, k_n, wo, bias, shift, act, wide):
     """out[k] = requantize (or wrap to 32 bits) of sums[k, :, :wo] + 128*bias[k] (bias << 7,
-    S0:L4118) for k < k_n, as int32 [k_n, Ho, wo]; ``sums`` is int_conv's padded C-contiguous
-    int32 array.
+    [UG-CNN: Table 27-38]) for k < k_n, as int32 [k_n, Ho, wo]; ``sums`` is int_conv's padded
+    C-contiguous int32 array.
 
     Why floats: for the usual right shift t = 7 - shift > 0, ``(a + 2**(t-1)) >> t`` equals
     ``floor((a + 2**(t-1)) * 2**-t)``, exact in float64 because |a| < 2**29 (conv_int). numba

@@ -2,9 +2,10 @@
 stage. Pure kernels on numpy arrays; no device knowledge (the dense
 convolutions run on the shared exact kernel, emu/conv/int_conv.py).
 
-Sources: seed 002 ("Lnnn"), digest shared/devices/ne16.md (section 3), and pulp-nnx's functional
-model for the arithmetic the seed does not give (test/NeuralEngineFunctionalModel.py: 64-bit
-scale product, 32-bit wrap before and after the bias, ReLU, arithmetic shift, saturation).
+Sources: the NE16 register map ([NE16: ...], docs/citations.md),
+[NE16: PADDING, CONFIG0, WEIGHTS_PTR], and pulp-nnx's functional model for the arithmetic the seed
+does not give (test/NeuralEngineFunctionalModel.py: 64-bit scale product, 32-bit wrap before and
+after the bias, ReLU, arithmetic shift, saturation).
 """
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ def window_sums_depthwise(img, w, rows_pad, cols_pad, pad_value, ho, wo):
 
 @njit(nogil=True, cache=True)
 def normquant(acc, scale, bias, shift, has_bias, relu, out_bits):
-    """digest 3.5 over int32 sums ``acc`` [Ho, Wo, K] (wrapped as the accumulators wrap):
+    """N§3.5 over int32 sums ``acc`` [Ho, Wo, K] (wrapped as the accumulators wrap):
     p = acc * scale[k] in 64 bits; with a bias, p wrapped to 32 bits plus bias[k] wrapped again;
     ReLU (``relu``, QUANT_RECT = 0); arithmetic shift right by shift[k]; saturation to ``out_bits``,
     unsigned under ReLU. Returns int64."""

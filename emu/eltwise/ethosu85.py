@@ -1,12 +1,11 @@
 """Ethos-U85 NPU_OP_ELEMENTWISE (all 21 modes) on plain numpy tensors.
 
-Source: TRM 3.10 pseudocode (seed 001_f249bc9cdd166610.txt, "Lnnnn"; digest
-shared/devices/ethos-u85-command-stream.md section 4). No device knowledge: tensors are numpy
-arrays in HWC (or NHWC, batches are independent), already read from memory; register values
-come in as arguments. The numba kernels (``_*_kernel``) take int64 arrays plus packed int64
+Source: the TRM's pseudocode [U85-TRM: §3.10] (docs/citations.md; C§4). No device knowledge: tensors
+are numpy arrays in HWC (or NHWC, batches are independent), already read from memory; register
+values come in as arguments. The numba kernels (``_*_kernel``) take int64 arrays plus packed int64
 parameter vectors only, so each compiles exactly one signature; the Python wrappers do
 read_ifm's value part (zero-point subtraction, upscale), derive the IFM extent and check the
-pseudocode's asserts. A violated assert is UNPREDICTABLE in the TRM (L6004-6014): the wrappers
+pseudocode's asserts. A violated assert is UNPREDICTABLE in the [U85-TRM: §3.5.4]: the wrappers
 append a message to ``diag`` (a list, when given) and continue with the literal result.
 
 Every wrapper returns the OFM values truncated to the OFM type (dtype from ``cfg``; see
@@ -40,23 +39,23 @@ from ..numeric.ethosu85_values import (
     values_minus,
 )
 
-# elementwise_mode (Table 3-100, L8670-8698)
+# elementwise_mode (Table 3-100, [U85-TRM: Table 3-100])
 EW_MUL, EW_ADD, EW_SUB, EW_MIN, EW_MAX, EW_LRELU, EW_ABS, EW_CLZ, EW_SHR, EW_SHL, EW_LSHR, \
     EW_DIV = range(12)
 EW_CMP_EQ, EW_CMP_NE, EW_CMP_GE, EW_CMP_GT = 16, 17, 18, 19
 EW_AND, EW_OR, EW_XOR, EW_NOT, EW_AND_NOT = 33, 34, 35, 36, 42
-EW_UNARY = (EW_LRELU, EW_ABS, EW_CLZ, EW_NOT)  # L8499
+EW_UNARY = (EW_LRELU, EW_ABS, EW_CLZ, EW_NOT)  # [U85-TRM: §3.10.6]
 EW_MODES = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 16, 17, 18, 19, 33, 34, 35, 36, 42)
-# broadcast_mode bits (L9538, L9781)
+# broadcast_mode bits [U85-TRM: Table 3-117, Table 3-124]
 BC_H, BC_W, BC_C, BC_SCALAR = 1, 2, 4, 8
 
 
 # ------------------------------------------------------------------------------------------------
-# ELEMENTWISE (L8493-8648)
+# ELEMENTWISE [U85-TRM: §3.10.6]
 
 @njit(nogil=True, cache=True)
 def _scale_in(a, bits, signed, scale, shift, rnd, dbl):
-    """scale_a / scale_b (L7008-7048): b8 or signed b16 -> (int32)rounded_shift_right(a*scale,
+    """scale_a / scale_b [U85-TRM: §3.6.6]: b8 or signed b16 -> (int32)rounded_shift_right(a*scale,
     shift, round_mode_ifm, dbl_rnd); b32 and unsigned b16 inputs pass unscaled."""
     if bits == 8 or (bits == 16 and signed):
         return P.sign_extend(P.rounded_shift_right(a * scale, shift, rnd, dbl), 32)
@@ -123,7 +122,7 @@ def _addsub_fast(a, b, sub, ew, cfg, out):
 
 @njit(nogil=True, cache=True)
 def _ew_kernel(a, b, ew, cfg, lut):
-    """NPU_OP_ELEMENTWISE per-element body (L8549-8646), acc int32 (wrapped, G-R7) except
+    """NPU_OP_ELEMENTWISE per-element body [U85-TRM: §3.10.6], acc int32 (wrapped, G-R7) except
     for mul, whose product is kept whole (64 bits) into rescale::
 
         mul: a*b (unscaled; b32 -> rescale shift_only)   add/sub/min/max: of sa, sb
@@ -162,7 +161,8 @@ def _ew_kernel(a, b, ew, cfg, lut):
                         acc = _scale_in(av, bb, bsg, s2, h2, r2, d2)
                 elif mode == 11:
                     if bv == 0:
-                        acc = np.int64(0)      # UNPREDICTABLE (assert b != 0, L8613): 0
+                        # UNPREDICTABLE (assert b != 0, [U85-TRM: §3.10.6]): 0
+                        acc = np.int64(0)
                     else:
                         q = abs(av) // abs(bv)
                         acc = q if (av < 0) == (bv < 0) else -q
@@ -214,7 +214,8 @@ def _ew_kernel(a, b, ew, cfg, lut):
                     elif mode == 42:
                         acc = sa & ~sb
                 if mode != 0:
-                    acc = P.sign_extend(acc, 32)              # int32_t acc (L8524, G-R7)
+                    # int32_t acc ([U85-TRM: §3.10.6], G-R7)
+                    acc = P.sign_extend(acc, 32)
                 r = P.rescale(acc, -1, rm, cfg, empty, empty)
                 r = P.activation(r, cfg, lut)
                 out[y, x, c] = P.write_value(r, cfg)
@@ -224,11 +225,11 @@ def _ew_kernel(a, b, ew, cfg, lut):
 def _scalar_value(scalar: int, zero_point: int, bits: int, signed: bool, diag, name: str) -> int:
     """A scalar operand: the signed 32-bit OP_SCALAR minus the operand's zero point.
 
-    The pseudocode takes OP_SCALAR as it is (L8528, L8536), but compilers store the quantized
+    The pseudocode takes OP_SCALAR as it is [U85-TRM: §3.10.6], but compilers store the quantized
     constant and its zero point as for a tensor: Vela 5.2 (regor's EthosU85RCSGenerator
     GenerateIFM) and Mesa's ethosu driver emit the stored value in OP_SCALAR and the tensor's
     zero point in IFM2_ZERO_POINT (x * 0.37 becomes scalar 127 with zero point -128), and the
-    results match LiteRT only with the zero point subtracted, as read_ifm does (L6558, L6613).
+    results match LiteRT only with the zero point subtracted, as read_ifm does [U85-TRM: §3.6.5].
     The zero point is interpreted and checked as for a tensor of the operand's type."""
     return int(P.sign_extend(scalar, 32)) - checked_zero_point(zero_point, bits, signed, diag,
                                                                name)
@@ -294,8 +295,9 @@ def elementwise(mode, ifm, ifm2=None, ofm_shape=None, *, ifm_zp=0, ifm2_zp=0, if
                          diag=diag)
     a, b = _operand_values(p, ifm, ifm2)
     if mode == EW_DIV:  # the asserts on the values
-        check(diag, not np.any(b == 0), "div by zero (L8613): result 0")
-        check(diag, not np.any((b == -1) & (a == INT32_MIN)), "div INT32_MIN / -1 (L8614): wraps")
+        check(diag, not np.any(b == 0), "div by zero [U85-TRM: §3.10.6]: result 0")
+        check(diag, not np.any((b == -1) & (a == INT32_MIN)), "div INT32_MIN / -1 "
+                                                              "[U85-TRM: §3.10.6]: wraps")
     return _run(p, a, b, lut)
 
 
@@ -328,13 +330,13 @@ def plan_elementwise(mode, ifm, ifm2, ofm_shape, *, ifm_zp=0, ifm2_zp=0, ifm_bit
     bits2, signed2 = (bits, signed) if (ifm2_bits is None and ifm2_signed is None) else \
         infer_type(ifm2 if ifm2 is not None else none, ifm2_bits, ifm2_signed)
     check(diag, (bits, signed) == (bits2, signed2),
-          "IFM2 precision/type must match IFM (L8497, L9616)")
+          "IFM2 precision/type must match IFM [U85-TRM: §3.10.6, §3.10.26]")
     check(diag, bits in (8, 16) or (bits == 32 and signed),
-          "ELEMENTWISE IFM b8, b16 or s32 (L8500)")
+          "ELEMENTWISE IFM b8, b16 or s32 [U85-TRM: §3.10.6]")
     check(diag, cfg[P.C_SCALE_MODE] == 1,
-          "ELEMENTWISE needs OFM scale_mode global (G-R9, L6968)")
+          "ELEMENTWISE needs OFM scale_mode global (G-R9, [U85-TRM: §3.6.6])")
     check(diag, not (broadcast == BC_SCALAR and broadcast2 == BC_SCALAR),
-          "both inputs scalar (L8538)")
+          "both inputs scalar [U85-TRM: §3.10.6]")
     operands = []
     for name, t, zp, b, s, bc in (("IFM", ifm, ifm_zp, bits, signed, broadcast),
                                   ("IFM2", ifm2, ifm2_zp, bits2, signed2, broadcast2)):
@@ -349,12 +351,12 @@ def plan_elementwise(mode, ifm, ifm2, ofm_shape, *, ifm_zp=0, ifm2_zp=0, ifm_bit
             operands.append((zpv, b, s, bc))
     if mode == EW_MUL:
         check(diag, bits == 8 or signed or (ifm_zp & 0xFFFF == 32768 and ifm2_zp & 0xFFFF == 32768),
-              "uint16 mul needs zero points 32768 (L8559)")
+              "uint16 mul needs zero points 32768 [U85-TRM: §3.10.6]")
     if mode == EW_DIV:
         check(diag, tuple(ifm_scale[:2]) == (1, 0) and tuple(ifm2_scale[:2]) == (1, 0)
               and ifm_zp == 0 and ifm2_zp == 0 and int(cfg[C_SCALE]) == 1 and int(cfg[C_SHIFT]) == 0
-              and int(cfg[C_ZP]) == 0, "div: unit scales, zero points 0 (L8606-8619)")
-    check(diag, mode in EW_MODES, f"reserved elementwise mode {mode} (L8670-8698)")
+              and int(cfg[C_ZP]) == 0, "div: unit scales, zero points 0 [U85-TRM: §3.10.6]")
+    check(diag, mode in EW_MODES, f"reserved elementwise mode {mode} [U85-TRM: Table 3-100]")
     ew = np.array([mode, bits, 1 if signed else 0, bits2, 1 if signed2 else 0, *ifm_scale,
                    *ifm2_scale, 0], np.int64)
     return Eltwise(tuple(ofm_shape), tuple(operands), ew, cfg, ofm_dtype(cfg))

@@ -1,6 +1,6 @@
 """MAX78000 (AI85) element-wise layers and pass-through (no convolution). Pure numba kernels.
 
-Sources: seed 003 (S3) and 000 (S0), digest shared/devices/max78000-ai8x.md.
+Sources: [AI8X] and [UG-CNN] (docs/citations.md).
 """
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from ..jit import njit
 from ..numeric.max78000 import ACT_NONE, requantize
 from ..pool.max78000 import AVG_TRUNC, POOL_NONE, pool2d
 
-# element-wise functions, ONED.ewise_func encoding (S0:L3220: 00 subtract, 01 add, 10 OR, 11 XOR)
+# element-wise functions, ONED.ewise_func encoding ([UG-CNN: Table 27-25]: 00 subtract, 01 add, 10
+# OR, 11 XOR)
 EW_SUB = 0
 EW_ADD = 1
 EW_OR = 2
@@ -20,7 +21,7 @@ EW_XOR = 3
 @njit(nogil=True, cache=True)
 def ewise_combine(xs, fn):
     """Element-wise operation over the operands ``xs`` int64 ``[O,C,H,W]``: left fold
-    ``((x0 op x1) op x2) ...`` at full resolution, then clipped to int8 (digest 1.10: Sub =
+    ``((x0 op x1) op x2) ...`` at full resolution, then clipped to int8 (A§1.10: Sub =
     x0 - x1 - x2 ...; OR/XOR on the two's complement bytes). Returns int8 ``[C,H,W]``."""
     o_n, c_n, h, w = xs.shape
     out = np.empty((c_n, h, w), dtype=np.int8)
@@ -52,8 +53,8 @@ def ewise_combine(xs, fn):
 
 @njit(nogil=True, cache=True)
 def ewise_prepool(xs, pool_h, pool_w, stride, mode, avg_policy):
-    """Pool every operand of ``xs`` int8 ``[O,C,H,W]`` separately (ONED.prepool, S0:L3200).
-    Returns int64 ``[O,C,Ho,Wo]``."""
+    """Pool every operand of ``xs`` int8 ``[O,C,H,W]`` separately (ONED.prepool,
+    [UG-CNN: Table 27-25]). Returns int64 ``[O,C,Ho,Wo]``."""
     o_n = xs.shape[0]
     first = pool2d(xs[0], pool_h, pool_w, stride, mode, avg_policy)
     out = np.empty((o_n,) + first.shape, dtype=np.int64)
@@ -80,10 +81,11 @@ def run_ewise_kernel(xs: np.ndarray, fn: int, *, prepool: bool = False,
 @njit(nogil=True, cache=True)
 def passthrough(x, pool_h, pool_w, pool_stride, pool_mode, avg_policy, pad_h, pad_w, shift,
                 act):
-    """Pass-through layer (no convolution, S3:L1730; POST.onexone_en with no mask, S0:L4014):
-    pool2d, zero padding, then the post-processing of an accumulator ``v << 7`` (the pooled byte
-    at weight 1 of a 1x1 kernel, bias << 7 convention of S0:L4118), i.e. ``v`` itself for
-    shift 0. ``x`` int8 ``[C,H,W]``; returns int64 ``[C, Ho + 2*pad_h, Wo + 2*pad_w]``."""
+    """Pass-through layer (no convolution, [AI8X: Per-Layer Configuration]; POST.onexone_en with no
+    mask, [UG-CNN: Table 27-38]): pool2d, zero padding, then the post-processing of an accumulator
+    ``v << 7`` (the pooled byte at weight 1 of a 1x1 kernel, bias << 7 convention of
+    [UG-CNN: Table 27-38]), i.e. ``v`` itself for shift 0. ``x`` int8 ``[C,H,W]``; returns int64
+    ``[C, Ho + 2*pad_h, Wo + 2*pad_w]``."""
     pooled = pool2d(x, pool_h, pool_w, pool_stride, pool_mode, avg_policy)
     c_n, h, w = pooled.shape
     acc = np.zeros((c_n, h + 2 * pad_h, w + 2 * pad_w), dtype=np.int64)

@@ -1,8 +1,8 @@
 """Ethos-U85 tensor layouts: NHWC <-> NHCWB16 conversion and the TRM's element addressing with
-tiles (``element_address_in_region``, L6448-6498; digest 3.3 and 7). Plain numpy, no device
-knowledge: the caller passes the register values.
+tiles (``element_address_in_region``, [U85-TRM: §3.6.5]; [U85-TRM: §3.6.5, §3.8]). Plain numpy, no
+device knowledge: the caller passes the register values.
 
-NHCWB16 (L6494, L11546): channels in bricks of 16; element (y, x, c) at
+NHCWB16 [U85-TRM: §3.6.5, §3.11.18]: channels in bricks of 16; element (y, x, c) at
 ``base + y*stride_y + (c >> 4)*stride_c + (16*x + (c & 15))*element_size``; a dense tensor has
 stride_c = W*16*es and stride_y = ceil(C/16)*stride_c, i.e. array shape [H, C/16, W, 16].
 """
@@ -39,7 +39,7 @@ def nhcwb16_to_nhwc(b: np.ndarray, depth: int) -> np.ndarray:
 def element_addresses(shape, bases, stride_y, stride_x, stride_c, width0, heights, storage=TILE2X2,
                       element_size=1, fmt=NHWC, nhwc_c_times_element_size=True) -> np.ndarray:
     """Byte offsets (within the region) of every element of a logical [H, W, C] tensor, as
-    ``element_address_in_region`` (L6448-6498)::
+    ``element_address_in_region`` [U85-TRM: §3.6.5]::
 
         tile2x2: x >= width0 -> tile 1, x -= width0; then y >= height[tile] -> tile += 2,
                  y -= height[tile]            (height = (HEIGHT0, HEIGHT1), represented values)

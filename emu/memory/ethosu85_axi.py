@@ -1,5 +1,5 @@
 """Ethos-U85 AXI accounting kernel: the bursts of a unit's byte ranges per port (PMU AXI events,
-digest ethos-u85-registers.md 8 #18). Pure numba, no device knowledge: the device passes the
+U8#18). Pure numba, no device knowledge: the device passes the
 ranges, the burst alignment, the port hash masks and the port count."""
 from __future__ import annotations
 

@@ -1,14 +1,15 @@
 """Ethos-U85 arithmetic primitives: rounding shift, rescale, activation (clamp + LUT), zero points
 and type truncation. Pure numba functions on int64 scalars / numpy arrays; no device knowledge.
 
-Source: Arm Ethos-U85 TRM section 3.6 pseudocode, seed 001_f249bc9cdd166610.txt ("Lnnnn" = seed
-line), digested in shared/devices/ethos-u85-command-stream.md section 3 (digest "G-xx" = gap).
+Source: the Arm Ethos-U85 TRM's pseudocode [U85-TRM: §3.6] ("[U85-TRM: ...]" cites a section
+or table, docs/citations.md), [U85-TRM: §3.6] ("G-xx" = a gap
+the project decided, docs/citations.md).
 Integers in the pseudocode are unbounded; here everything is int64 and every place where an
 unbounded intermediate could exceed int64 is rearranged so the result is still exact (G-R11).
 
 Packed output-stage configuration ``cfg`` (int64 array, indices ``C_*`` below) carries the state
 registers that ``write_accumulator`` -> ``rescale`` -> ``activation`` -> ``write_ofm`` read
-(L6830-6852, L6955-7000, L7075-7173, L6618-6757); build it with :func:`out_config`. Packing
+[U85-TRM: §3.6.5, §3.6.6, §3.6.7]; build it with :func:`out_config`. Packing
 keeps one numba signature per kernel.
 """
 from __future__ import annotations
@@ -17,7 +18,8 @@ import numpy as np
 
 from ..jit import njit
 
-# round_mode_ofm_t (L12067); round_mode_ifm_t uses 0 and 1 only (L11537, L11814)
+# round_mode_ofm_t [U85-TRM: Table 3-191]; round_mode_ifm_t uses 0 and 1 only
+# [U85-TRM: Table 3-175, Table 3-183]
 RND_DOUBLE_SYMMETRIC = 0
 RND_NATURAL = 1
 RND_DOUBLE_ASYMMETRIC = 2
@@ -25,14 +27,14 @@ RND_SYMMETRIC = 3
 RND_TRUNCATE_TO_ZERO = 4
 RND_TRUNCATE_TO_LOWER = 5
 
-# rescale_mode_t (L6944-6950)
+# rescale_mode_t [U85-TRM: §3.6.6]
 RESCALE_NONE = 0
 RESCALE_NORMAL = 1
 RESCALE_GLOBAL = 2
 RESCALE_SHIFT_ONLY = 3
 RESCALE_AVPOOL = 64
 
-# activation_function (L9257)
+# activation_function [U85-TRM: Table 3-108]
 LUT_NONE = 0
 LUT_U8_U8 = 1
 LUT_S8_S8 = 4
@@ -73,7 +75,8 @@ def out_config(ofm_bits: int = 8, ofm_signed: bool = True, zero_point: int = 0,
     """Pack the output-stage registers into the int64 ``cfg`` array the kernels take.
 
     ``act_min``/``act_max`` default to the OFM type's range clipped to 16 bits (the registers are
-    16-bit, L9291, L9321); zero point and clip bounds may be given signed or as raw 16 bits."""
+    16-bit, [U85-TRM: Table 3-109, Table 3-110]); zero point and clip bounds may be given signed or
+    as raw 16 bits."""
     if act_min is None:
         act_min = 0 if not ofm_signed else -(1 << (min(ofm_bits, 16) - 1))
     if act_max is None:
@@ -99,11 +102,11 @@ def out_config(ofm_bits: int = 8, ofm_signed: bool = True, zero_point: int = 0,
 
 
 # ------------------------------------------------------------------------------------------------
-# bit helpers (digest 3.1)
+# bit helpers [U85-TRM: §3.6.2, §3.6.6]
 
 @njit(nogil=True, cache=True)
 def sign_extend(v, n):
-    """``sign_extend(v, n)`` (L6201-6208): keep the low n bits, two's complement; n >= 64 is
+    """``sign_extend(v, n)`` [U85-TRM: §3.6.2]: keep the low n bits, two's complement; n >= 64 is
     the identity."""
     v = np.int64(v)
     if n >= 64:
@@ -117,7 +120,7 @@ def sign_extend(v, n):
 
 @njit(nogil=True, cache=True)
 def zero_extend(v, n):
-    """``zero_extend(v, n)`` = v & ((1<<n)-1) (L6183-6193); n >= 64 is the identity."""
+    """``zero_extend(v, n)`` = v & ((1<<n)-1) [U85-TRM: §3.6.2]; n >= 64 is the identity."""
     v = np.int64(v)
     if n >= 64:
         return v
@@ -126,8 +129,8 @@ def zero_extend(v, n):
 
 @njit(nogil=True, cache=True)
 def truncate(v, n, signed):
-    """``truncate(v, n, t)`` (L6216-6223): wrap to n bits, sign- or zero-extended. This is what
-    write_ofm does to every OFM value (L6654-6656): it wraps, it never saturates."""
+    """``truncate(v, n, t)`` [U85-TRM: §3.6.2]: wrap to n bits, sign- or zero-extended. This is what
+    write_ofm does to every OFM value [U85-TRM: §3.6.5]: it wraps, it never saturates."""
     if signed:
         return sign_extend(v, n)
     return zero_extend(v, n)
@@ -135,8 +138,8 @@ def truncate(v, n, signed):
 
 @njit(nogil=True, cache=True)
 def clz(a, n):
-    """``clz(a, n)`` (L7058-7064): leading zeros of the n-bit unsigned view of ``a``
-    (rescale calls it with one argument, L6962: 32 bits, G-R6)."""
+    """``clz(a, n)`` [U85-TRM: §3.6.6]: leading zeros of the n-bit unsigned view of ``a``
+    (rescale calls it with one argument, [U85-TRM: §3.6.6]: 32 bits, G-R6)."""
     v = zero_extend(a, n)
     r = np.int64(n)
     while v != 0:
@@ -147,7 +150,7 @@ def clz(a, n):
 
 @njit(nogil=True, cache=True)
 def clamp(acc, lo, hi):
-    """``clamp(acc, lo, hi)`` (L6868-6875)."""
+    """``clamp(acc, lo, hi)`` [U85-TRM: §3.6.6]."""
     if acc < lo:
         return np.int64(lo)
     if acc > hi:
@@ -157,17 +160,17 @@ def clamp(acc, lo, hi):
 
 @njit(nogil=True, cache=True)
 def accumulate(acc, v, acc_bits):
-    """``accumulate(acc, v)`` (L6885-6896): acc + v wrapped (not saturated) to 32 (i32) or 48
+    """``accumulate(acc, v)`` [U85-TRM: §3.6.6]: acc + v wrapped (not saturated) to 32 (i32) or 48
     (i48) bits."""
     return sign_extend(np.int64(acc) + np.int64(v), acc_bits)
 
 
 # ------------------------------------------------------------------------------------------------
-# rounding (digest 3.7)
+# rounding [U85-TRM: §3.6.6]
 
 @njit(nogil=True, cache=True)
 def rounded_shift_right(acc, shift, mode, dbl_rnd):
-    """``rounded_shift_right(acc, shift, mode, dbl_rnd)`` (L6906-6934)::
+    """``rounded_shift_right(acc, shift, mode, dbl_rnd)`` [U85-TRM: §3.6.6]::
 
         R = 1 << (shift-1); D = (shift > 31-dbl_rnd) ? 1 << (30-dbl_rnd) : 0
         double_symmetric (0): R += acc >= 0 ? D : -D     natural (1): R
@@ -177,7 +180,8 @@ def rounded_shift_right(acc, shift, mode, dbl_rnd):
 
     Exact for every int64 ``acc`` and shift 0..63: ``acc + R`` can exceed int64 for shift 62/63
     (G-R11), so both are halved first: floor((a+R)/2^s) = floor((a>>1 + R>>1 + carry)/2^(s-1)).
-    Reserved modes 6/7 round like natural; dbl_rnd > 30 (UNPREDICTABLE, assert L6912) gives D = 0.
+    Reserved modes 6/7 round like natural; dbl_rnd > 30 (UNPREDICTABLE, assert [U85-TRM: §3.6.6])
+    gives D = 0.
     """
     acc = np.int64(acc)
     if shift <= 0:
@@ -190,7 +194,7 @@ def rounded_shift_right(acc, shift, mode, dbl_rnd):
 
 @njit(nogil=True, cache=True)
 def round_terms(shift, mode, dbl_rnd):
-    """The rounding addends R of rounded_shift_right (L6906-6934) for acc >= 0 and acc < 0
+    """The rounding addends R of rounded_shift_right [U85-TRM: §3.6.6] for acc >= 0 and acc < 0
     (shift 0..63, 0 and 0 for shift 0: no rounding): rounded_shift_right picks one per value,
     and the output loops take both once, so they need no per-element mode dispatch."""
     if shift <= 0:
@@ -216,7 +220,7 @@ def round_terms(shift, mode, dbl_rnd):
 
 @njit(nogil=True, cache=True)
 def avgpool_scale(d):
-    """Built-in average-pool scale for a divisor d (L6959-6965)::
+    """Built-in average-pool scale for a divisor d [U85-TRM: §3.6.6]::
 
         k = 32 - clz(d-1, 32); scale = (((1<<30)+1) << k) / d; shift = 30 + k
 
@@ -230,7 +234,7 @@ def avgpool_scale(d):
 
 @njit(nogil=True, cache=True)
 def rescale(acc, oc, mode, cfg, scales, shifts):
-    """``rescale(acc, oc, rescale_mode)`` (L6952-7000)::
+    """``rescale(acc, oc, rescale_mode)`` [U85-TRM: §3.6.6]::
 
         none -> acc; avpool+n -> built-in 1/(n+1) scale (avgpool_scale)
         per_channel (OFM_PRECISION.scale_mode 0) -> scales[oc], shifts[oc]
@@ -239,8 +243,9 @@ def rescale(acc, oc, mode, cfg, scales, shifts):
         return rounded_shift_right(result, shift, OFM_SCALE.round_mode, OFM_SCALE.dbl_rnd)
 
     Round mode and dbl_rnd ALWAYS come from OFM_SCALE (G-R8). Per-channel with oc < 0 (the
-    elementwise/resize path, assert L6968, G-R9) falls back to OFM_SCALE. acc*scale fits int64
-    whenever the asserts hold (|acc| <= 2^31 and scale < 2^31, or |acc| <= 2^47 and scale < 2^15).
+    elementwise/resize path, assert [U85-TRM: §3.6.6], G-R9) falls back to OFM_SCALE. acc*scale fits
+    int64 whenever the asserts hold (|acc| <= 2^31 and scale < 2^31, or |acc| <= 2^47 and scale <
+    2^15).
     """
     if mode == RESCALE_NONE:
         return np.int64(acc)
@@ -260,7 +265,7 @@ def rescale(acc, oc, mode, cfg, scales, shifts):
 
 
 # ------------------------------------------------------------------------------------------------
-# LUT RAM reads (little-endian, L7108-7170)
+# LUT RAM reads (little-endian, [U85-TRM: §3.6.7])
 
 @njit(nogil=True, cache=True)
 def lut_u8(lut, i):
@@ -292,7 +297,7 @@ def lut_s32(lut, i):
 
 @njit(nogil=True, cache=True)
 def activation(acc64, cfg, lut):
-    """``activation(acc64)`` (L7075-7173)::
+    """``activation(acc64)`` [U85-TRM: §3.6.7]::
 
         b64 OFM -> acc64 unchanged
         zp, lo, hi = OFM_ZERO_POINT, ACTIVATION_MIN, ACTIVATION_MAX as uint16 (unsigned OFM)
@@ -311,7 +316,8 @@ def activation(acc64, cfg, lut):
                                             + (acc >= 0 ? 0x1000200 : 0x10001FF)) >> 10
 
     Interpolation indices outside 0..511 (only possible with clip_range none: UNPREDICTABLE) wrap
-    inside the 2 KiB LUT RAM; the table number is not range-checked here (asserts L7112-7140).
+    inside the 2 KiB LUT RAM; the table number is not range-checked here (asserts
+    [U85-TRM: §3.6.7]).
     """
     if cfg[C_OFM_BITS] == 64:
         return np.int64(acc64)
@@ -365,13 +371,14 @@ def activation(acc64, cfg, lut):
 
 @njit(nogil=True, cache=True)
 def write_value(v, cfg):
-    """The arithmetic part of ``write_ofm`` (L6654): truncate (wrap) to the OFM width and type."""
+    """The arithmetic part of ``write_ofm`` [U85-TRM: §3.6.5]: truncate (wrap) to the OFM width and
+    type."""
     return truncate(v, cfg[C_OFM_BITS], cfg[C_OFM_SIGNED] != 0)
 
 
 @njit(nogil=True, cache=True)
 def finish(acc, oc, mode, cfg, bias, scales, shifts, lut):
-    """``write_accumulator`` value path (L6841-6852)::
+    """``write_accumulator`` value path [U85-TRM: §3.6.5]::
 
         acc_output disable -> acc (raw accumulator, caller stores it)
         acc = accumulate(acc, bias[oc]); v = rescale(acc, oc, mode); v = activation(v);
@@ -388,11 +395,11 @@ def finish(acc, oc, mode, cfg, bias, scales, shifts, lut):
 
 
 # ------------------------------------------------------------------------------------------------
-# zero points (L6545-6556, L7083-7093, L10637-10639)
+# zero points [U85-TRM: §3.6.5, §3.6.7, §3.10.57]
 
 def ifm_zero_point(raw: int, bits: int, signed: bool) -> tuple[int, bool]:
     """Interpret the untyped 16-bit IFM/IFM2_ZERO_POINT: (int16)raw for a signed tensor,
-    (uint16)raw for an unsigned one (L6545-6556). Returns (zp, valid) where valid is the seed's
+    (uint16)raw for an unsigned one [U85-TRM: §3.6.5]. Returns (zp, valid) where valid is the seed's
     assert: signed -> b8 and -128 <= zp < 128, or zp == 0; unsigned -> b8 and zp < 256,
     b16 and zp == 32768, or zp == 0."""
     raw &= 0xFFFF
@@ -406,8 +413,8 @@ def ifm_zero_point(raw: int, bits: int, signed: bool) -> tuple[int, bool]:
 
 
 def ofm_zero_point(raw: int, signed: bool) -> tuple[int, bool]:
-    """Interpret OFM_ZERO_POINT (L7083-7093); valid: unsigned < 256 or 32768, signed -128..127
-    (the seed's `||` assert is a typo, G-R3, decided per L10639)."""
+    """Interpret OFM_ZERO_POINT [U85-TRM: §3.6.7]; valid: unsigned < 256 or 32768, signed -128..127
+    (the seed's `||` assert is a typo, G-R3, decided per [U85-TRM: §3.10.57])."""
     raw &= 0xFFFF
     if signed:
         zp = raw - 0x10000 if raw & 0x8000 else raw
@@ -424,6 +431,7 @@ def type_range(bits: int, signed: bool) -> tuple[int, int]:
 
 def saturate(v, bits: int, signed: bool):
     """Clamp ``v`` (scalar or array) to the type range. The NPU itself never saturates at write
-    (it wraps, L6654); saturation is what ACTIVATION_MIN/MAX set to the type range achieves."""
+    (it wraps, [U85-TRM: §3.6.5]); saturation is what ACTIVATION_MIN/MAX set to the type range
+    achieves."""
     lo, hi = type_range(bits, signed)
     return np.clip(v, lo, hi)

@@ -2,7 +2,7 @@
 tensor type minus the zero point (read_ifm), IFM upscaling, OFM dtypes, and the small
 helpers every wrapper shares (assert notes, per-channel vectors, LUT bytes).
 
-Source: TRM 3.10 pseudocode (seed 001_f249bc9cdd166610.txt, "Lnnnn").
+Source: the TRM's pseudocode [U85-TRM: §3.10] (docs/citations.md).
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 from . import ethosu85 as P
 from .ethosu85 import C_ACC_OUTPUT, C_OFM_BITS, C_OFM_SIGNED
 
-# IFM_UPSCALE.mode (L10097)
+# IFM_UPSCALE.mode [U85-TRM: §3.10.40]
 UPSCALE_NONE, UPSCALE_NEAREST, UPSCALE_ZEROS = 0, 1, 2
 
 INT32_MIN = -(1 << 31)
@@ -76,7 +76,7 @@ def native(raw: np.ndarray, bits: int, signed: bool) -> bool:
 
 
 def read_values(raw, zero_point: int, bits: int, signed: bool, diag=None, name="IFM") -> np.ndarray:
-    """read_ifm's value part (L6540-6558): reinterpret the stored integers as the tensor type
+    """read_ifm's value part [U85-TRM: §3.6.5]: reinterpret the stored integers as the tensor type
     (bits/signed) and subtract the zero point, interpreted as int16 or uint16 by the type.
     Returns int64."""
     return values_minus(raw, checked_zero_point(zero_point, bits, signed, diag, name), bits,
@@ -97,16 +97,16 @@ def values_minus(raw, zp: int, bits: int, signed: bool) -> np.ndarray:
 
 
 def checked_zero_point(raw: int, bits: int, signed: bool, diag=None, name="IFM") -> int:
-    """read_ifm's zero point (L6545-6556): the 16-bit register as the tensor's type reads it,
+    """read_ifm's zero point [U85-TRM: §3.6.5]: the 16-bit register as the tensor's type reads it,
     with the seed's assert reported to ``diag`` when it fails."""
     zp, ok = P.ifm_zero_point(raw, bits, signed)
     check(diag, ok,
-          f"{name} zero point {zp} invalid for {'s' if signed else 'u'}{bits} (L6550-6556)")
+          f"{name} zero point {zp} invalid for {'s' if signed else 'u'}{bits} [U85-TRM: §3.6.5]")
     return zp
 
 
 def upscale(v: np.ndarray, mode: int) -> np.ndarray:
-    """IFM_UPSCALE (L6518-6526) applied to zero-point-corrected HWC values: nearest doubles H
+    """IFM_UPSCALE [U85-TRM: §3.6.5] applied to zero-point-corrected HWC values: nearest doubles H
     and W by replication, zeros puts v at even (y, x) and 0 (= the zero point) elsewhere."""
     if mode == UPSCALE_NONE:
         return v

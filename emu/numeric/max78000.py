@@ -1,19 +1,23 @@
 """MAX78000 (AI85) numeric primitives: weight fields, bias, output shift, rounding,
 saturation, activation and the 32-bit output. Pure numba kernels.
 
-Sources ("S3:Lnnnn" = seed 003_edc58f2c72aa640d.txt, "S0:Lnnnn" = seed 000_1c275a1c02640bee.txt,
-digest = shared/devices/max78000-ai8x.md):
+Sources ("[AI8X: ...]" = a heading of the ai8x-synthesis documentation, "[UG-CNN: ...]" = a
+table or heading of the user guide's CNN chapter, docs/citations.md; "A§n", "A7#An" = a section or
+decision of the project's notes on the ai8x documentation, also resolved there):
 
 * pipeline order pooling -> convolution -> bias -> shift/round/saturate -> activation
-  (S3:L618, L1753, L1847; digest 0.5);
-* products and sums at full resolution, saturation only at the very end (S3:L800);
-* bias enters as ``bias << 7`` (S0:L4118, digest A6);
-* ``v = floor(acc * 2**s / 128 + 1/2)`` (S3:L770 "round half towards positive infinity",
-  S3:L1797-1809 output shift; digest 1.8 canonical model), computed exactly in int64 (digest A5);
-* clamp to [-128, 127] (S3:L798), then ReLU = clamp [0, 127] (S3:L1779) or Abs = min(|v|, 127)
-  (digest T10, public fact: ai8x-synthesis izer/simulate.py clips abs to 2**(bits-1)-1);
+  ([AI8X: MAX78000 Hardware and Resources / Overview, Per-Layer Configuration]);
+* products and sums at full resolution, saturation only at the very end
+  [AI8X: Saturation and Clipping];
+* bias enters as ``bias << 7`` ([UG-CNN: Table 27-38], A7#A6);
+* ``v = floor(acc * 2**s / 128 + 1/2)`` ([AI8X: Rounding] "round half towards positive infinity",
+  [AI8X: Per-Layer Configuration] output shift; A§1.8 canonical model), computed exactly in int64
+  (A7#A5);
+* clamp to [-128, 127] [AI8X: Saturation and Clipping], then ReLU = clamp [0, 127]
+  [AI8X: Per-Layer Configuration] or Abs = min(|v|, 127) (A5#T10, public fact: ai8x-synthesis
+  izer/simulate.py clips abs to 2**(bits-1)-1);
 * the 32-bit (bigdwrt) output is the raw accumulator: no shift, rounding, clamp or activation
-  (S3:L756, L1809, S0:L3657).
+  [AI8X: Number Format, Per-Layer Configuration], [UG-CNN: Table 27-34].
 
 Array layout: data ``[C, H, W]``, weights ``[K, C, kh, kw]`` (already sign-extended to int8),
 bias ``[K]`` int64 holding the 8-bit bias values (zeros when the layer has none). The number of
@@ -33,8 +37,8 @@ ACT_ABS = 2
 @njit(nogil=True, cache=True)
 def field_value(raw, shift, bits):
     """The weight field ``bits`` wide at bit ``shift`` of the byte ``raw``, two's complement
-    (digest 1.3, public fact: izer kernels.py ``& (2**bits-1)``); ranges 8-bit [-128,127], 4-bit
-    [-8,7], 2-bit [-2,1], 1-bit [-1,0] (S3:L758-762)."""
+    (A§1.3, public fact: izer kernels.py ``& (2**bits-1)``); ranges 8-bit [-128,127], 4-bit
+    [-8,7], 2-bit [-2,1], 1-bit [-1,0] [AI8X: Number Format]."""
     mask = (1 << bits) - 1
     v = (np.int64(raw) >> shift) & mask
     if v & (1 << (bits - 1)):
@@ -58,10 +62,11 @@ def sign_extend(raw, shift, bits):
 def requantize(acc, shift, act):
     """8-bit output: ``v = floor(acc * 2**shift / 128 + 1/2)`` with ``t = 7 - shift``:
     ``(acc + 2**(t-1)) >> t`` for t > 0, else ``acc << -t`` (arithmetic shifts, exact in int64;
-    S3:L770, L1797-1809, digest 1.8); saturate to [-128, 127] (S3:L798); then ReLU clamps to
-    [0, 127] (S3:L1779) or Abs gives min(|v|, 127) (S0:L3998; abs wins over ReLU, S0:L4010).
-    ``shift`` is the total shift held in POST.scale_reg/scale_shft, in [-15, 15] (S3:L1799).
-    Returns int64 of the same shape."""
+    [AI8X: Rounding, Per-Layer Configuration], A§1.8); saturate to [-128, 127]
+    [AI8X: Saturation and Clipping]; then ReLU clamps to [0, 127] [AI8X: Per-Layer Configuration] or
+    Abs gives min(|v|, 127) ([UG-CNN: Table 27-38]; abs wins over ReLU, [UG-CNN: Table 27-38]).
+    ``shift`` is the total shift held in POST.scale_reg/scale_shft, in [-15, 15]
+    [AI8X: Per-Layer Configuration]. Returns int64 of the same shape."""
     out = np.empty(acc.shape, dtype=np.int64)
     fa = acc.ravel()
     fo = out.ravel()
@@ -104,8 +109,9 @@ def wrap32(a):
 
 @njit(nogil=True, cache=True)
 def wide_output(acc):
-    """32-bit (bigdwrt) output: the accumulator's low 32 bits, two's complement (S3:L756 'Q17.14
-    unclipped', S3:L1809 'no hardware shift'; S0:L3657 'write 32-bit accumulator output')."""
+    """32-bit (bigdwrt) output: the accumulator's low 32 bits, two's complement
+    ([AI8X: Number Format] 'Q17.14 unclipped', [AI8X: Per-Layer Configuration] 'no hardware shift';
+    [UG-CNN: Table 27-34] 'write 32-bit accumulator output')."""
     out = np.empty(acc.shape, dtype=np.int64)
     fa = acc.ravel()
     fo = out.ravel()

@@ -1,12 +1,11 @@
 """Ethos-U85 NPU_OP_POOL (all 8 modes) on plain numpy tensors.
 
-Source: TRM 3.10 pseudocode (seed 001_f249bc9cdd166610.txt, "Lnnnn"; digest
-shared/devices/ethos-u85-command-stream.md section 4). No device knowledge: tensors are numpy
-arrays in HWC (or NHWC, batches are independent), already read from memory; register values
-come in as arguments. The numba kernels (``_*_kernel``) take int64 arrays plus packed int64
+Source: the TRM's pseudocode [U85-TRM: §3.10] (docs/citations.md; C§4). No device knowledge: tensors
+are numpy arrays in HWC (or NHWC, batches are independent), already read from memory; register
+values come in as arguments. The numba kernels (``_*_kernel``) take int64 arrays plus packed int64
 parameter vectors only, so each compiles exactly one signature; the Python wrappers do
 read_ifm's value part (zero-point subtraction, upscale), derive the IFM extent and check the
-pseudocode's asserts. A violated assert is UNPREDICTABLE in the TRM (L6004-6014): the wrappers
+pseudocode's asserts. A violated assert is UNPREDICTABLE in the [U85-TRM: §3.5.4]: the wrappers
 append a message to ``diag`` (a list, when given) and continue with the literal result.
 
 Every wrapper returns the OFM values truncated to the OFM type (dtype from ``cfg``; see
@@ -34,17 +33,17 @@ from ..numeric.ethosu85_values import (
     upscale,
 )
 
-# pooling_mode (L9011)
+# pooling_mode [U85-TRM: Table 3-104]
 POOL_MAX, POOL_AVERAGE, POOL_REDUCE_SUM, POOL_SUM, POOL_NONE, POOL_MIN, POOL_ARGMAX_X, \
     POOL_ARGMAX_Y = range(8)
 
 
 # ------------------------------------------------------------------------------------------------
-# POOL (L8815-8993)
+# POOL [U85-TRM: §3.10.10]
 
 @njit(nogil=True, cache=True)
 def _pool_kernel(v, acc_in, geo, cfg, bias, scales, shifts, lut):
-    """NPU_OP_POOL loop (L8900-8990)::
+    """NPU_OP_POOL loop [U85-TRM: §3.10.10]::
 
         reduce_sum: acc = read_accumulator(oy, ox, 0, 0) + sum_c read_ifm(oy, ox, c)
         else for c: identity = max/argmax -> -(1<<31), min -> (1<<31)-1, else 0
@@ -113,7 +112,7 @@ def _pool_one(ifm, mode, kernel, ofm_hw, stride, pad, ifm_zp, ifm_bits, ifm_sign
     sy, sx = stride
     pt, pl, pb, pr = pad
     H, W = int(ofm_hw[0]), int(ofm_hw[1])
-    ih = (H - 1) * sy + kh - (pt + pb)                                # L8831-8832
+    ih = (H - 1) * sy + kh - (pt + pb)                                # [U85-TRM: §3.10.10]
     iw = (W - 1) * sx + kw - (pl + pr)
     if mode == POOL_NONE or ifm is None:
         D = depth if depth is not None else np.asarray(acc_in).shape[2]
@@ -121,12 +120,12 @@ def _pool_one(ifm, mode, kernel, ofm_hw, stride, pad, ifm_zp, ifm_bits, ifm_sign
     else:
         bits, signed = infer_type(ifm, ifm_bits, ifm_signed)
         check(diag, bits == 8 or (signed and bits in (16, 32)),
-              "POOL IFM must be b8, s16 or s32 (L8849)")
+              "POOL IFM must be b8, s16 or s32 [U85-TRM: §3.10.10]")
         v = upscale(read_values(ifm, ifm_zp, bits, signed, diag), upscale_mode)
         if mode == POOL_REDUCE_SUM:
             D = 1
             check(diag, kh == 1 and kw == 1 and sy == 1 and sx == 1 and ifm_zp == 0,
-                  "reduce_sum: 1x1 kernel, stride 1, zero point 0 (L8870-8876)")
+                  "reduce_sum: 1x1 kernel, stride 1, zero point 0 [U85-TRM: §3.10.10]")
             ih, iw = H, W
         else:
             D = v.shape[2] if depth is None else depth
@@ -136,10 +135,10 @@ def _pool_one(ifm, mode, kernel, ofm_hw, stride, pad, ifm_zp, ifm_bits, ifm_sign
         if mode == POOL_AVERAGE:
             check(diag,
                   kh <= 8 and kw <= 8 and max(pt, pb) < kh and max(pl, pr) < kw and bits != 32,
-                  "average pool: kernel <= 8x8, pads < kernel, not b32 (L8863-8868)")
-    check(diag, ih >= 1 and iw >= 1, "derived IFM extent < 1 (L8848)")
+                  "average pool: kernel <= 8x8, pads < kernel, not b32 [U85-TRM: §3.10.10]")
+    check(diag, ih >= 1 and iw >= 1, "derived IFM extent < 1 [U85-TRM: §3.10.10]")
     check(diag, mode in (POOL_SUM, POOL_REDUCE_SUM, POOL_NONE) or cfg[C_ACC_BITS] == 32,
-          "pooling mode needs acc_format i32 (L8896)")
+          "pooling mode needs acc_format i32 [U85-TRM: §3.10.10]")
     use_acc = acc_in is not None
     acc = (np.zeros((H, W, D), np.int64) if acc_in is None
            else np.ascontiguousarray(acc_in, np.int64).reshape(H, W, D))

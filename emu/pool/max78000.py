@@ -1,6 +1,6 @@
 """MAX78000 (AI85) pooling: max and average over HWC or CHW int8 data. Pure numba kernels.
 
-Sources: seed 003 (S3) and 000 (S0), digest shared/devices/max78000-ai8x.md.
+Sources: [AI8X] and [UG-CNN] (docs/citations.md).
 """
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ POOL_NONE = 0  # 1x1 window: plain decimation by the stride (public fact: izer p
 POOL_MAX = 1
 POOL_AVG = 2
 
-# average-pool rounding policies (digest A3; seed S3:L1015-1020 only covers non-negative sums)
+# average-pool rounding policies (A7#A3; [AI8X: Limitations of MAX78000 Networks] only covers
+# non-negative sums)
 AVG_TRUNC = 0       # izer HEAD "floor" mode: integer mean truncated toward zero (np.nanmean int64)
 AVG_ROUND_AWAY = 1  # izer HEAD "rounding" mode: half away from zero (ceil(x-.5) for x<0)
 AVG_FLOOR = 2       # seed literal floor(sum/N) for every sign
-AVG_FLOOR_HALF = 3  # seed literal floor(sum/N + 1/2) for every sign (S0:L2171 wording)
+AVG_FLOOR_HALF = 3  # seed literal floor(sum/N + 1/2) for every sign ([UG-CNN: Table 27-19] wording)
 
 
 @njit(nogil=True, cache=True)
@@ -36,12 +37,13 @@ def _avg(total, n, policy):
 
 @njit(nogil=True, cache=True)
 def pool_hwc(x, pool_h, pool_w, stride, mode, avg_policy):
-    """In-flight pooling before the convolution, no padding (S3:L1010-1014): output size
-    ``(H - pool)//stride + 1`` per dimension; max = window maximum; average = window sum / N
-    rounded per ``avg_policy`` (default AVG_TRUNC, or AVG_ROUND_AWAY when CTRL.poolrnd=1; digest
-    1.9 and A3), clamped to int8 (digest A20). ``mode == POOL_NONE`` decimates (1x1 window).
-    ``x`` int8 ``[H, W, C]`` (channels last, as the data memories hold them: the loops run
-    along contiguous channels, which numba vectorises); returns int8 ``[Ho, Wo, C]``."""
+    """In-flight pooling before the convolution, no padding
+    [AI8X: Limitations of MAX78000 Networks]: output size ``(H - pool)//stride + 1`` per dimension;
+    max = window maximum; average = window sum / N rounded per ``avg_policy`` (default AVG_TRUNC, or
+    AVG_ROUND_AWAY when CTRL.poolrnd=1; A§1.9, A7#A3), clamped to int8 (A7#A20). ``mode ==
+    POOL_NONE`` decimates (1x1 window). ``x`` int8 ``[H, W, C]`` (channels last, as the data
+    memories hold them: the loops run along contiguous channels, which numba vectorises); returns
+    int8 ``[Ho, Wo, C]``."""
     h, w, c_n = x.shape
     if mode == POOL_NONE:
         pool_h = 1

@@ -1,12 +1,11 @@
 """Ethos-U85 NPU_OP_RESIZE (bilinear, replicate, nearest) on plain numpy tensors.
 
-Source: TRM 3.10 pseudocode (seed 001_f249bc9cdd166610.txt, "Lnnnn"; digest
-shared/devices/ethos-u85-command-stream.md section 4). No device knowledge: tensors are numpy
-arrays in HWC (or NHWC, batches are independent), already read from memory; register values
-come in as arguments. The numba kernels (``_*_kernel``) take int64 arrays plus packed int64
+Source: the TRM's pseudocode [U85-TRM: §3.10] (docs/citations.md; C§4). No device knowledge: tensors
+are numpy arrays in HWC (or NHWC, batches are independent), already read from memory; register
+values come in as arguments. The numba kernels (``_*_kernel``) take int64 arrays plus packed int64
 parameter vectors only, so each compiles exactly one signature; the Python wrappers do
 read_ifm's value part (zero-point subtraction, upscale), derive the IFM extent and check the
-pseudocode's asserts. A violated assert is UNPREDICTABLE in the TRM (L6004-6014): the wrappers
+pseudocode's asserts. A violated assert is UNPREDICTABLE in the [U85-TRM: §3.5.4]: the wrappers
 append a message to ``diag`` (a list, when given) and continue with the literal result.
 
 Every wrapper returns the OFM values truncated to the OFM type (dtype from ``cfg``; see
@@ -29,16 +28,16 @@ from ..numeric.ethosu85_values import (
     read_values,
 )
 
-# resize_mode (L9140)
+# resize_mode [U85-TRM: Table 3-105]
 RESIZE_BILINEAR, RESIZE_REPLICATE, RESIZE_NEAREST = 0, 1, 2
 
 
 # ------------------------------------------------------------------------------------------------
-# RESIZE (L9029-9126)
+# RESIZE [U85-TRM: §3.10.11]
 
 @njit(nogil=True, cache=True)
 def _resize_kernel(v, rz, cfg, lut):
-    """NPU_OP_RESIZE loop (L9070-9124)::
+    """NPU_OP_RESIZE loop [U85-TRM: §3.10.11]::
 
         y_int = y_off < 0 ? -1 : 0; y_mod = y_off < 0 ? y_off + scale_y_n : y_off
         per oy: iy0 = max(y_int, 0); iy1 = min(y_int+1, ifm_h-1); per ox likewise ix0, ix1
@@ -50,7 +49,8 @@ def _resize_kernel(v, rz, cfg, lut):
           (same for y)
 
     rz: OH, OW, D, ifm_h_m1, ifm_w_m1, ny, nx, y_off, x_off, y_step_int, y_step_mod,
-    x_step_int, x_step_mod, mode. Indices beyond the IFM (assert L9078, L9085) are clamped."""
+    x_step_int, x_step_mod, mode. Indices beyond the IFM (assert [U85-TRM: §3.10.11]) are
+    clamped."""
     OH, OW, D, ihm1, iwm1 = rz[0], rz[1], rz[2], rz[3], rz[4]
     ny, nx, yoff, xoff = rz[5], rz[6], rz[7], rz[8]
     ysi, ysm, xsi, xsm, mode = rz[9], rz[10], rz[11], rz[12], rz[13]
@@ -94,7 +94,7 @@ def _resize_kernel(v, rz, cfg, lut):
 
 def resize_step(scale_n: int, scale_d: int) -> tuple[int, int]:
     """(one_step_int, one_step_mod) of NPU_SET_RESIZE_*_STEP for the input step scale_d/scale_n
-    per output (L10665-10667, L12189-12193)."""
+    per output [U85-TRM: §3.10.58, §3.11.38]."""
     return scale_d // scale_n, scale_d % scale_n
 
 
@@ -112,13 +112,15 @@ def resize(ifm, mode, ofm_hw, *, scale_n=(1, 1), offset=(0, 0), step=((1, 0), (1
                          for n in range(ifm.shape[0])])
     cfg = config_or_default(cfg)
     bits, signed = infer_type(ifm, ifm_bits, ifm_signed)
-    check(diag, bits == 8 or (bits == 16 and signed), "RESIZE IFM b8 or signed b16 (L9062-9069)")
-    check(diag, ifm_zp == 0, "RESIZE needs IFM zero point 0 (L9057)")
-    check(diag, int(cfg[C_SHIFT]) >= 16, "RESIZE needs OFM shift >= 16 (L9103)")
+    check(diag, bits == 8 or (bits == 16 and signed), "RESIZE IFM b8 or signed b16 "
+                                                      "[U85-TRM: §3.10.11]")
+    check(diag, ifm_zp == 0, "RESIZE needs IFM zero point 0 [U85-TRM: §3.10.11]")
+    check(diag, int(cfg[C_SHIFT]) >= 16, "RESIZE needs OFM shift >= 16 [U85-TRM: §3.10.11]")
     ny, nx = scale_n
     yo, xo = offset
-    check(diag, -ny <= yo < ny and -nx <= xo < nx, "resize offset out of range (L9044-9045)")
-    check(diag, step[0][1] < ny and step[1][1] < nx, "resize step_mod >= scale_n (L9046-9047)")
+    check(diag, -ny <= yo < ny and -nx <= xo < nx, "resize offset out of range [U85-TRM: §3.10.11]")
+    check(diag, step[0][1] < ny and step[1][1] < nx, "resize step_mod >= scale_n "
+                                                     "[U85-TRM: §3.10.11]")
     v = read_values(ifm, ifm_zp, bits, signed, diag)
     if ifm_hw_m1 is None:
         ifm_hw_m1 = (v.shape[0] - 1, v.shape[1] - 1)

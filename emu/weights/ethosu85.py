@@ -1,9 +1,9 @@
 """Ethos-U85 weight streams (standard SWD and fast FWD decoders), the weight (un)ordering that
 maps decoded streams to W[oc][ky][kx][ic], and the scale-and-bias stream.
 
-Source: TRM 3.7 and 3.9 (seed 001_f249bc9cdd166610.txt L7211-7299, L7327-7989), digest
-shared/devices/ethos-u85-command-stream.md sections 5 and 6 (the reconstruction of 6.2 and the
-G-W* decisions). Bits are read LSB first within each byte, multi-bit fields LSB first (L7556-7560).
+Source: [U85-TRM: §3.7, §3.9] (the reconstruction of the weight ordering, and the gaps
+G-W1..G-W12). Bits are read LSB first within each byte, multi-bit fields LSB first
+[U85-TRM: §3.9.3].
 
 The encoders (:func:`encode_swd`, :func:`encode_fwd`, :func:`encode_scale_stream`,
 :func:`order_weights`) exist to build test streams; they are written from the format
@@ -19,9 +19,10 @@ import numpy as np
 
 from ..jit import njit
 
-# weight-decoder configuration per MAC count (Table 3-90, L7349-7355): num_wd, dw8_pad_k, dw16_pad_k
+# weight-decoder configuration per MAC count [U85-TRM: Table 3-90]: num_wd, dw8_pad_k,
+# dw16_pad_k
 WD_CONFIG = {128: (1, 0, 2), 256: (1, 0, 2), 512: (2, 2, 2), 1024: (4, 6, 6), 2048: (4, 6, 6)}
-# microblock_depth() divisor per ACC_FORMAT.microblock u1x1..u4x4 (L6302-6314)
+# microblock_depth() divisor per ACC_FORMAT.microblock u1x1..u4x4 [U85-TRM: §3.6.4]
 MICROBLOCK_DIV = (8, 16, 32, 32, 64, 128)
 
 # decoder status codes
@@ -29,22 +30,22 @@ SWD_OK, SWD_OVERRUN, SWD_FULL, SWD_RESERVED, SWD_BAD_QUOTIENT = 0, 1, 2, 3, 4
 
 
 def microblock_depth(macs_per_cc: int, microblock: int) -> int:
-    """microblock_depth() = macs_per_cc / {8, 16, 32, 32, 64, 128}[microblock] (L6302-6314)."""
+    """microblock_depth() = macs_per_cc / {8, 16, 32, 32, 64, 128}[microblock] [U85-TRM: §3.6.4]."""
     return macs_per_cc // MICROBLOCK_DIV[microblock]
 
 
 def channels_in_set(macs_per_cc: int, microblock: int) -> int:
-    """Scale-stream channel set size align_up(microblock_depth(), 16) (L7219-7225)."""
+    """Scale-stream channel set size align_up(microblock_depth(), 16) [U85-TRM: §3.7.1]."""
     d = microblock_depth(macs_per_cc, microblock)
     return (d + 15) // 16 * 16
 
 
 # ------------------------------------------------------------------------------------------------
-# SWD decoder (digest 6.4-6.6)
+# SWD decoder [U85-TRM: §3.9]
 
 @njit(nogil=True, cache=True)
 def _bits(buf, st, n):
-    """SYMBOL_UINT(n) (L7566-7575): n bits LSB first from bit position st[0]; st[1] counts bits
+    """SYMBOL_UINT(n) [U85-TRM: §3.9.3]: n bits LSB first from bit position st[0]; st[1] counts bits
     read past the end of buf (they read as 0)."""
     v = np.int64(0)
     p = st[0]
@@ -63,14 +64,14 @@ def _bits(buf, st, n):
 def _swd_decode(buf, out):
     """Decode one SWD stream into ``out``; returns (count, status, bit position).
 
-    Stream (L7597-7682): repeat { zdiv:3 (0-3 alternating, 6 no zero runs, 7 end, 4/5 reserved);
+    Stream [U85-TRM: §3.9]: repeat { zdiv:3 (0-3 alternating, 6 no zero runs, 7 end, 4/5 reserved);
     slicelen-1:15; wdiv:3 (0-5 GRC, 7 uncompressed, 6 reserved); wtrunc:1; newpal:1;
     [dirofs:5 palsize:5 palbits:3 palette[palsize ? palsize+1 : 0] x (palbits+2) bits]; chunks }.
-    Chunk (L7836-7922): balance = nw - nz; w_en = (balance < 8 || !alt) && nw < w_cnt;
+    Chunk [U85-TRM: §3.9.10]: balance = nw - nz; w_en = (balance < 8 || !alt) && nw < w_cnt;
     z_en = balance >= 0 && alt && nz < z_cnt; [wunary0:12][zunary:12 (zdiv<3) or 8]
     [wunary1:popcount(wunary0)] [previous chunk's weight remainders][previous zero-run
     remainders]; until neither was enabled. Zero-run slots beyond z_cnt are ignored (G-W7).
-    Index -> value (L7684-7697): tmp = idx < palsize ? palette[idx] : idx - palsize + dirofs;
+    Index -> value [U85-TRM: §3.9.6]: tmp = idx < palsize ? palette[idx] : idx - palsize + dirofs;
     value = tmp & 1 ? -(tmp >> 1) : tmp >> 1."""
     st = np.zeros(2, np.int64)
     n = 0
@@ -224,7 +225,7 @@ def decode_swd(stream, max_weights: int | None = None) -> tuple[np.ndarray, int,
 
 
 # ------------------------------------------------------------------------------------------------
-# FWD (digest 6.8, L7926-7989)
+# FWD ([U85-TRM: §3.9.11])
 
 def decode_fwd(stream, count: int | None = None) -> np.ndarray:
     """Decode a fast-weight-decoder stream: a 256-bit header {raw_mode:1, small_lut:1, 102
@@ -284,7 +285,7 @@ def encode_fwd(values, mode: str = "raw", zero_point: int = 0) -> bytes:
 
 
 # ------------------------------------------------------------------------------------------------
-# SWD encoder (tests only): from the format description of digest 6.3-6.6
+# SWD encoder (tests only): from the format description of [U85-TRM: §3.9.3, §3.9]
 
 class _BitWriter:
     def __init__(self):
@@ -296,7 +297,7 @@ class _BitWriter:
 
     def tobytes(self, align: int = 128) -> bytes:
         while len(self.bits) % align:
-            self.bits.append(1)                     # '1' padding after zdiv = 7 (L7621)
+            self.bits.append(1)                     # '1' padding after zdiv = 7 [U85-TRM: §3.9.4]
         out = bytearray()
         for i in range(0, len(self.bits), 8):
             out.append(sum(b << k for k, b in enumerate(self.bits[i:i + 8])))
@@ -338,7 +339,8 @@ def encode_swd(values, *, zdiv: int = 0, wdiv: int = 0, wtrunc: bool = False,
     slices = []
     if alt:
         nzpos = [i for i, w in enumerate(vals) if w != 0]
-        if not nzpos:        # all-zero data: one coded zero weight in a newpal slice (L7774)
+        # all-zero data: one coded zero weight in a newpal slice [U85-TRM: §3.9.9]
+        if not nzpos:
             slices = [([0], [0, len(vals) - 1], 1)]
         else:
             runs = [nzpos[0]] + [nzpos[i + 1] - nzpos[i] - 1 for i in range(len(nzpos) - 1)] \
@@ -449,11 +451,11 @@ def encode_swd(values, *, zdiv: int = 0, wdiv: int = 0, wtrunc: bool = False,
 
 
 # ------------------------------------------------------------------------------------------------
-# weight ordering (digest 6.2, G-W1..G-W6)
+# weight ordering ([U85-TRM: §3.9.2], G-W1..G-W6)
 
 @njit(nogil=True, cache=True)
 def _block_dims(p):
-    """(ifm_block_depth, wblk_k, wblk_i) of the ordering (digest 6.2, L7380-7400)."""
+    """(ifm_block_depth, wblk_k, wblk_i) of the ordering ([U85-TRM: §3.9.2])."""
     partk, dwise, sparse, i16, mb16 = p[10] or p[11], p[11], p[12], p[13], p[17]
     if partk:
         ibd = 16
@@ -478,7 +480,7 @@ def _block_dims(p):
 
 @njit(nogil=True, cache=True)
 def _walk(p, fill, ws_out, idx_out):
-    """Walk the decoder stream order of digest 6.2; returns the number of emitted values.
+    """Walk the decoder stream order of [U85-TRM: §3.9.2]; returns the number of emitted values.
     With fill, stores each value's stream number in ws_out and its flat index into
     W[oc][kh_u][kw_u][icn] (or -1 for padding) in idx_out. p: ofm_depth, ifm_depth,
     kernel_h, kernel_w (dilated), dil_y, dil_x (0/1), stride_y, stride_x, ofm_block_depth,
@@ -565,7 +567,7 @@ def ordering_params(*, ofm_depth, ifm_depth, kernel_hw, dilation=(1, 1), stride=
                     ofm_block_depth, macs_per_cc=256, microblock=2, depthwise=False,
                     part_kernel_first=False, decomposition_d4x4=False, sparse=False,
                     ifm16bit=False) -> np.ndarray:
-    """Pack the weight-ordering inputs (digest 6.2): OFM/IFM depth, DILATED kernel size
+    """Pack the weight-ordering inputs [U85-TRM: §3.9.2]: OFM/IFM depth, DILATED kernel size
     (KERNEL_*_M1 + 1), dilation 1/2, stride, OFM_BLK_DEPTH_M1 + 1, CONFIG macs_per_cc,
     ACC_FORMAT.microblock, op, KERNEL_STRIDE weight_order/decomposition, sparsity, IFM b16."""
     num_wd, dw8, dw16 = WD_CONFIG[macs_per_cc]
@@ -631,13 +633,13 @@ def order_weights(weights, p) -> list[np.ndarray]:
 
 
 def _fwd_block(p) -> int:
-    """wblk_size = wblk_k*wblk_o*wblk_i/num_wd (L7542)."""
+    """wblk_size = wblk_k*wblk_o*wblk_i/num_wd [U85-TRM: §3.9.2]."""
     _, wblk_k, wblk_i = _block_dims(p)
     return int(wblk_k) * int(p[14]) * int(wblk_i) // int(p[15])
 
 
 def fwd_merge(streams, p) -> np.ndarray:
-    """FWD merge (L7540-7553): interleave the num_wd streams in blocks of wblk_size values
+    """FWD merge [U85-TRM: §3.9.2]: interleave the num_wd streams in blocks of wblk_size values
     (stream 0 block, stream 1 block, ...), over the length of stream 0."""
     num_wd = int(p[15])
     if num_wd == 1:
@@ -683,13 +685,13 @@ def decode_weights(streams, p, fwd=False, diag=None) -> np.ndarray:
 
 
 def check_sparse_2_4(w: np.ndarray, diag: list | None) -> None:
-    """The rules a sparse_2_4 weight stream must keep (L10853): values -127..+127 and at least
-    two zeros in every group of four input channels (ic 4k..4k+3 at one oc, ky, kx; a last
+    """The rules a sparse_2_4 weight stream must keep [U85-TRM: Table 3-157]: values -127..+127 and
+    at least two zeros in every group of four input channels (ic 4k..4k+3 at one oc, ky, kx; a last
     partial group counts its missing channels as zeros).
 
     Why this is all there is to sparse_2_4: the seed gives only its ordering (i_sz 16 and
-    ifm_block_depth 128 for 8-bit IFMs, L7373-7397, L7513, which :func:`_walk` follows) and
-    says the hardware skips the zero products (L877). Vela's public encoder (regor's
+    ifm_block_depth 128 for 8-bit IFMs, [U85-TRM: §3.9.2], which :func:`_walk` follows) and
+    says the hardware skips the zero products [U85-TRM: §2.5]. Vela's public encoder (regor's
     EthosU85WeightEncoder, Vela 5.2) writes every weight, zeros included, in that order through
     the ordinary SWD/FWD encoder, and only checks the 2:4 rule (its SparsityTracker); so a
     decoded sparse stream is an ordinary W[oc][ky][kx][ic] and the convolution is unchanged.
@@ -697,14 +699,14 @@ def check_sparse_2_4(w: np.ndarray, diag: list | None) -> None:
     if diag is None or w.size == 0:
         return
     if np.abs(w).max() > 127:
-        diag.append("sparse_2_4 weight outside -127..+127 (L10853)")
+        diag.append("sparse_2_4 weight outside -127..+127 [U85-TRM: Table 3-157]")
     ic = w.shape[-1]
     pad = (-ic) % 4
     nz = np.pad(w != 0, [(0, 0)] * (w.ndim - 1) + [(0, pad)])
     groups = nz.reshape(w.shape[:-1] + (-1, 4)).sum(axis=-1)
     if np.any(groups > 2):
         diag.append("sparse_2_4: more than 2 non-zero weights in a group of 4 input channels "
-                    "(L10853)")
+                    "[U85-TRM: Table 3-157]")
 
 
 _DECODED: OrderedDict = OrderedDict()  # (stream bytes, params, fwd) -> (read-only W, diag, bytes)
@@ -753,13 +755,13 @@ def decode_weights_memo(streams, p, fwd: bool = False, diag: list | None = None)
 
 
 # ------------------------------------------------------------------------------------------------
-# scale and bias stream (digest 5, L7211-7299)
+# scale and bias stream ([U85-TRM: §3.7])
 
 def decode_scale_stream(stream, depth: int, acc48: bool = False, set_size: int = 16,
                         reverse_c: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Parse 10-byte records (LSB first, L7275-7295): i32 bias:32 scale:31 res:1 shift:6 res:10;
-    i48 bias:48 scale:15 res:1 shift:6 res:10. Records come in sets of ``set_size``
-    (channels_in_set) in OFM channel order, the sets reversed for OFM reverse C (L7235-7266).
+    """Parse 10-byte records (LSB first, [U85-TRM: §3.7.3]): i32 bias:32 scale:31 res:1 shift:6
+    res:10; i48 bias:48 scale:15 res:1 shift:6 res:10. Records come in sets of ``set_size``
+    (channels_in_set) in OFM channel order, the sets reversed for OFM reverse C [U85-TRM: §3.7.2].
     Bias is two's complement (G-R2). Returns int64 (bias, scale, shift) of length ``depth``,
     read-only: memoised on the bytes and the parameters (a layer decodes the same stream on
     every run, ~70 us for 64 channels)."""
@@ -796,7 +798,7 @@ def _scale_stream_memo(b: bytes, depth: int, acc48: bool, set_size: int,
 
 def encode_scale_stream(bias, scale, shift, acc48: bool = False, set_size: int = 16,
                         reverse_c: bool = False) -> bytes:
-    """Build a scale/bias stream (tests): whole sets, unused records zero (L7273)."""
+    """Build a scale/bias stream (tests): whole sets, unused records zero [U85-TRM: §3.7.3]."""
     depth = len(bias)
     nsets = (depth + set_size - 1) // set_size
     recs = []

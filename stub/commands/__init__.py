@@ -1,8 +1,9 @@
 """The one command table shared by gdb ``monitor`` (qRcmd), telnet (4444) and Tcl RPC (6666).
 
-OpenOCD's command names, argument grammar and output formats (shared/reference/gdb-stub-anchors.md
-§3, OpenOCD src/target/target.c), mapped onto an accelerator: the "target" is one emulated engine,
-its pc identifies the next unit (layer / command / job) and a step runs one unit.
+OpenOCD's command names, argument grammar and output formats (the OpenOCD User's Guide, chapter
+"General Commands"; OpenOCD's src/target/target.c), mapped onto an accelerator: the "target" is
+one emulated engine, its pc identifies the next unit (layer / command / job) and a step runs one
+unit.
 
 Words are split the way Tcl splits them (words.py), but nothing is ever evaluated. Each command
 is declared once, next to its handler, with ``@command(name, usage, summary)`` (table.py); the

@@ -1,4 +1,4 @@
-"""Unit tensors (DESIGN.md "Unit tensors"): the device's declaration of a unit's input and
+"""Unit tensors (devices/device.py, unit_tensors): the device's declaration of a unit's input and
 output tensors, listed, shown one channel at a time or dumped as .npy, read with the debugger
 read; everything comes from Device.unit_tensors, so no device needs a case here."""
 from __future__ import annotations

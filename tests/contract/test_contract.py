@@ -63,7 +63,7 @@ def test_capabilities_have_their_declared_shapes(dev):
 
 def test_debugger_reads_change_nothing(dev):
     """Every register and a word of every memory read twice through the bus: no side effect
-    (DESIGN.md: the debugger's read never pops a FIFO or clears on read)."""
+    (devices/device.py: the debugger's read never pops a FIFO or clears on read)."""
     before = _state(dev)
     for _ in range(2):
         for reg in dev.description.registers:

@@ -200,7 +200,7 @@ LAYER_SUBTILES = eb.Layer(8, 8, 16, 40, padding=(1, 1, 1, 1))  # one job, 2x3x3 
 def test_ne16_diff_names_the_first_differing_output_subtile(tmp_path):
     """The golden output changed at two elements of one job: (h 0, w 0, k 33), in subtile
     Ko 1, Ho 0, Wo 0, and (h 4, w 1, k 2), in Ko 0, Ho 1, Wo 0. Subtiles run Ko > Ho > Wo, 3x3
-    pixels by 32 channels (digest 3.2), so the first differing subtile is the second element's
+    pixels by 32 channels (N§3.2), so the first differing subtile is the second element's
     (number (0*3 + 1)*3 + 0 = 3), though the first differing index (HWC) is the first's; the
     line and the JSON name it."""
     app = eb.build(LAYER_SUBTILES, seed=5)

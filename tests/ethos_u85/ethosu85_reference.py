@@ -1,10 +1,10 @@
 """Independent plain-integer reference for the Ethos-U85 kernels (tests only).
 
-Written from the TRM pseudocode (seed 001, digest shared/devices/ethos-u85-command-stream.md
-sections 3-4) with unbounded Python integers and no code shared with accelstub.emu. Rounding
+Written from the TRM pseudocode ([U85-TRM],
+[U85-TRM: §3.6], C§4) with unbounded Python integers and no code shared with accelstub.emu. Rounding
 modes are expressed by their definitions (round half up / half away from zero / toward zero /
 floor) rather than by the TRM's "add R then shift" form, except the double-rounding modes whose
-only definition is that formula (L6913-6931). Output-stage parameters are a plain dict ``o``:
+only definition is that formula [U85-TRM: §3.6.6]. Output-stage parameters are a plain dict ``o``:
 bits, signed, zp, amin, amax, scale, shift, rnd, dbl, per_channel, acc_bits, func, table,
 clip_none, raw.
 """

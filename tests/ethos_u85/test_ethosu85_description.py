@@ -1,16 +1,14 @@
-"""The Ethos-U85 description (configs/ethos-u85.toml) against the digest's checkable facts
-(shared/devices/ethos-u85-registers.md section 7, "#n" = fact n); "Lnnnn" cites a line of seed
-001."""
+"""The Ethos-U85 description (configs/ethos-u85.toml) against checkable facts
+(numbered "#n" as in the project's notes, each with its TRM citation); "[U85-TRM: ...]" cites
+the TRM."""
 from __future__ import annotations
-
-import re
 
 import pytest
 
 from accelstub.devices.description import Description, Field, Register, load_description
 from tests.helpers import source_docs
 
-NPU = 0x5000_4000  # host_map base (IMPLEMENTATION SPECIFIC, L1088; digest 2.2)
+NPU = 0x5000_4000  # host_map base (IMPLEMENTATION SPECIFIC, [U85-TRM: §3.2]; [U85-TRM: Table 3-1])
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +45,7 @@ def test_device_identity(desc):
 
 
 def test_register_count_71_trm_registers_as_84_words_plus_8_emu(desc):
-    """71 TRM registers (24 BASE, 8 BASEP, 12 ID, 11 PMU, 16 PMU_COUNTERS; digest 2.3); the 13
+    """71 TRM registers (24 BASE, 8 BASEP, 12 ID, 11 PMU, 16 PMU_COUNTERS; [U85-TRM: §3.3]); the 13
     64-bit ones (QBASE, 3 CFG hashes, BASEP0-7, PMCCNTR) are split into _LO/_HI words."""
     arch = [r for r in desc.registers if r.block != "emu"]
     assert len(arch) == 84
@@ -65,7 +63,7 @@ def test_register_count_71_trm_registers_as_84_words_plus_8_emu(desc):
 
 def test_pages_and_window(desc):
     """host_map: BASE 0x0000, BASE_POINTERS 0x0080, ID 0x0F00, PMU 0x1180, PMU_COUNTERS 0x1300 in
-    an 8 KiB window (L1096-1108, PADDR[12:0] L13169)."""
+    an 8 KiB window ([U85-TRM: Table 3-1], PADDR[12:0] [U85-TRM: Table 5-14])."""
     bases = {b.name: b.base - NPU for b in desc.blocks}
     assert bases["base"] == 0x0000 and bases["base_pointers"] == 0x0080
     assert bases["id"] == 0x0F00 and bases["pmu"] == 0x1180 and bases["pmu_counters"] == 0x1300
@@ -86,7 +84,7 @@ def test_memory_windows_and_emu(desc):
 
 
 def test_reserved_offsets_are_not_populated(desc):
-    """#25: 0x002C and 0x0034 are reserved (no U55 LOCK register) (L1149, L1151)."""
+    """#25: 0x002C and 0x0034 are reserved (no U55 LOCK register) [U85-TRM: Table 3-3]."""
     (win,) = [r for r in desc.regions if r.name == "npu_regs"]
 
     def populated(o):
@@ -98,17 +96,17 @@ def test_reserved_offsets_are_not_populated(desc):
         assert populated(o), hex(o)
 
 
-def test_every_field_documented_with_a_seed_line_in_the_description_file(desc):
+def test_every_field_documented_with_a_trm_citation_in_the_description_file(desc):
     """Provenance stays in configs/ethos-u85.toml; users see the text without citations."""
     src = source_docs("ethos-u85")
     for r in desc.registers:
         if r.block == "emu":
             continue
         doc, fields = src[r.definition.name]
-        assert "L" in doc and r.doc, r.name
+        assert "[U85-TRM: " in doc and r.doc, r.name
         for f in r.fields:
-            assert f.doc and any(c.isdigit() for c in fields[f.name]), (r.name, f.name)
-            assert not re.search(r"\bL\d{3,5}\b", f.doc), (r.name, f.name, f.doc)
+            assert f.doc and "[U85-TRM: " in fields[f.name], (r.name, f.name)
+            assert "[U85-TRM" not in f.doc, (r.name, f.name, f.doc)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -116,7 +114,7 @@ def test_every_field_documented_with_a_seed_line_in_the_description_file(desc):
 
 def test_id_reset_and_fields(desc):
     """#1-#3: ID at 0x0000, ro, reset 0x20007001; product_major [15:12] = 7, arch_major_rev
-    [31:28] = 2, version_status [3:0] = 1 (L1139, L1198, L1213, L1216, L1219)."""
+    [31:28] = 2, version_status [3:0] = 1 [U85-TRM: Table 3-3, §3.3.1.1, Table 3-4]."""
     r = reg(desc, "ID")
     assert off(desc, "ID") == 0x0000 and r.reset == 0x2000_7001
     assert all(f.access == "ro" for f in r.fields)
@@ -130,8 +128,8 @@ def test_id_reset_and_fields(desc):
 
 def test_config_reset_is_ethosu85_256(desc):
     """#22-#24: CONFIG at 0x0028, macs_per_cc [3:0] log2 (256 -> 8), cmd_stream_version [7:4] = 1,
-    product [31:28] = 2, num_axi_sram [9:8], num_wd [13:12] (L1619, L1628, L1629, L1642, L1653).
-    Digest 1.2: ETHOSU85_256 resets to 0x20000118."""
+    product [31:28] = 2, num_axi_sram [9:8], num_wd [13:12] [U85-TRM: Table 3-13].
+    U§1.2: ETHOSU85_256 resets to 0x20000118."""
     r = reg(desc, "CONFIG")
     assert off(desc, "CONFIG") == 0x28 and r.reset == 0x2000_0118
     assert bits(desc, "CONFIG", "macs_per_cc") == (3, 0)
@@ -152,7 +150,7 @@ def test_status_bits(desc):
     """#4-#11: STATUS 0x0004: state bit 0 (stopped/running), irq_raised 1, bus_status 2,
     reset_status 3 (reset 1), cmd_parse_error 4, cmd_end_reached 5, pmu_irq_raised 6, ecc_fault 8,
     branch_fault 9, faulting_interface 11, faulting_channel [15:12] (8 = wr_ofm),
-    irq_history_mask [31:16] (L1140, L1262-1284)."""
+    irq_history_mask [31:16] [U85-TRM: Table 3-3, Table 3-5]."""
     assert off(desc, "STATUS") == 0x04
     s = reg(desc, "STATUS")
     assert s.reset == 0x8 and all(f.access == "ro" for f in s.fields)
@@ -169,10 +167,12 @@ def test_status_bits(desc):
 
 def test_cmd(desc):
     """#12-#15: CMD at 0x0008, rw, reset 0x0000000C: RS bit 0, clear_irq 1, clock_q_enable 2 and
-    power_q_enable 3 reset to 1, stop_request 4, clear_irq_history [31:16] (L1141, L1331-1340)."""
+    power_q_enable 3 reset to 1, stop_request 4, clear_irq_history [31:16]
+    [U85-TRM: Table 3-3, Table 3-6]."""
     r = reg(desc, "CMD")
     assert off(desc, "CMD") == 0x08 and r.reset == 0xC
-    assert all(f.access == "rw" for f in r.fields)  # reads back the last written value (L1296)
+    # reads back the last written value [U85-TRM: §3.3.1.3]
+    assert all(f.access == "rw" for f in r.fields)
     assert bits(desc, "CMD", "transition_to_running_state") == (0, 0)
     assert bits(desc, "CMD", "clear_irq") == (1, 1)
     assert bits(desc, "CMD", "stop_request") == (4, 4)
@@ -181,7 +181,8 @@ def test_cmd(desc):
 
 def test_queue_registers(desc):
     """#16-#20: RESET 0x000C; QBASE 0x0010-0x0014 (bits [39:0]); QREAD 0x0018 ro; QCONFIG 0x001C
-    cmd_region0 [1:0]; QSIZE 0x0020 (L1142-1146, L1405, L1453, L1499, L1545)."""
+    cmd_region0 [1:0]; QSIZE 0x0020
+    [U85-TRM: Table 3-3, Table 3-8, Table 3-9, Table 3-10, Table 3-11]."""
     assert off(desc, "RESET") == 0x0C and reg(desc, "RESET").reset == 0
     assert off(desc, "QBASE_LO") == 0x10 and off(desc, "QBASE_HI") == 0x14
     assert bits(desc, "QBASE_HI", "offset_hi") == (7, 0)  # address bits [39:32]
@@ -192,7 +193,7 @@ def test_queue_registers(desc):
 
 def test_prot_cond_status_power_ctrl(desc):
     """#21, #26, #27: PROT 0x0024 ro reset 0; COND_STATUS 0x0030 result_flag bit 0; POWER_CTRL
-    0x0038 mac_step_cycles [5:0] (L1147, L1150, L1152, L1698, L1743)."""
+    0x0038 mac_step_cycles [5:0] [U85-TRM: Table 3-3, Table 3-14, Table 3-15]."""
     assert off(desc, "PROT") == 0x24 and reg(desc, "PROT").reset == 0
     assert all(f.access == "ro" for f in reg(desc, "PROT").fields)
     assert off(desc, "COND_STATUS") == 0x30 and bits(desc, "COND_STATUS", "result_flag") == (0, 0)
@@ -202,8 +203,8 @@ def test_prot_cond_status_power_ctrl(desc):
 
 def test_regioncfg_and_mem_attr(desc):
     """#28-#29: REGIONCFG 0x003C region n at [2n+1:2n]; MEM_ATTR0-3 at 0x40-0x4C with axi_port
-    bit 2 and memtype [7:4], 11 = write_back_read_and_write_allocate (L1153-1157, L1789-1796,
-    L1843-1845)."""
+    bit 2 and memtype [7:4], 11 = write_back_read_and_write_allocate
+    ([U85-TRM: Table 3-3, Table 3-16], [U85-TRM: Table 3-17])."""
     assert off(desc, "REGIONCFG") == 0x3C
     for n in range(8):
         assert bits(desc, "REGIONCFG", f"region{n}") == (2 * n + 1, 2 * n)
@@ -217,7 +218,7 @@ def test_regioncfg_and_mem_attr(desc):
 
 def test_axi_limits(desc):
     """#30: AXI_SRAM 0x0050 / AXI_EXT 0x0054: max_read [5:0], max_write [12:8], max_beats [17:16]
-    with 2 = B256 (L1158-1159, L2042-2049)."""
+    with 2 = B256 [U85-TRM: Table 3-3, Table 3-22]."""
     for name, o in (("AXI_SRAM", 0x50), ("AXI_EXT", 0x54)):
         assert off(desc, name) == o and reg(desc, name).reset == 0
         assert bits(desc, name, "max_outstanding_read_m1") == (5, 0)
@@ -227,8 +228,9 @@ def test_axi_limits(desc):
 
 
 def test_cfg_pin_mirrors(desc):
-    """#33: CFG_SRAM_HASH0 at 0x0068 (64-bit, ro), hash bits [39:6], bits [5:0] zero (L1166,
-    L2249-2250); CAP registers at 0x60/0x64 (L1164-1165)."""
+    """#33: CFG_SRAM_HASH0 at 0x0068 (64-bit, ro), hash bits [39:6], bits [5:0] zero
+    ([U85-TRM: Table 3-3], [U85-TRM: Table 3-27]); CAP registers at 0x60/0x64
+    [U85-TRM: Table 3-3]."""
     assert off(desc, "CFG_SRAM_CAP") == 0x60 and off(desc, "CFG_EXT_CAP") == 0x64
     assert off(desc, "CFG_SRAM_HASH0_LO") == 0x68 and off(desc, "CFG_SRAM_HASH0_HI") == 0x6C
     assert off(desc, "CFG_SRAM_HASH1_LO") == 0x70 and off(desc, "CFG_EXT_HASH0_HI") == 0x7C
@@ -237,13 +239,15 @@ def test_cfg_pin_mirrors(desc):
     assert bits(desc, "CFG_SRAM_HASH0_HI", "hash_hi") == (7, 0)
     for name in ("CFG_SRAM_CAP", "CFG_EXT_CAP", "CFG_SRAM_HASH0_LO", "CFG_SRAM_HASH1_HI"):
         assert all(f.access == "ro" for f in reg(desc, name).fields)
-    # modelled pins: 2 SRAM ports with 64-byte trivial striping (Table 2-1 L727), HASH1 = 0 (L704)
+    # modelled pins: 2 SRAM ports with 64-byte trivial striping [U85-TRM: Table 2-1], HASH1 = 0
+    # [U85-TRM: §2.3.3]
     assert reg(desc, "CFG_SRAM_HASH0_LO").reset == 0x40
     assert reg(desc, "CFG_SRAM_HASH1_LO").reset == 0
 
 
 def test_base_pointers(desc):
-    """#34: BASEP0-7 at 0x0080, 64-bit, rw, reset 0, [39:0] used (L1097, L2356, L2401)."""
+    """#34: BASEP0-7 at 0x0080, 64-bit, rw, reset 0, [39:0] used
+    [U85-TRM: Table 3-1, Table 3-30, Table 3-31]."""
     for n in range(8):
         lo, hi = reg(desc, f"BASEP{n}_LO"), reg(desc, f"BASEP{n}_HI")
         assert lo.address - NPU == 0x80 + 8 * n and hi.address == lo.address + 4
@@ -258,7 +262,7 @@ def test_base_pointers(desc):
 
 def test_id_page(desc):
     """#35-#36: PID0 (0xFE0) 0x82, PID1 0xB5, PID2 0x0B, PID4 (0xFD0) 0x04; CID0-3 0x0D, 0xF0, 0x05,
-    0xB1 at 0xFF0-0xFFC (L2417-2428)."""
+    0xB1 at 0xFF0-0xFFC [U85-TRM: Table 3-32]."""
     expect = {"PID4": (0xFD0, 0x04), "PID5": (0xFD4, 0), "PID6": (0xFD8, 0), "PID7": (0xFDC, 0),
               "PID0": (0xFE0, 0x82), "PID1": (0xFE4, 0xB5), "PID2": (0xFE8, 0x0B),
               "PID3": (0xFEC, 0), "CID0": (0xFF0, 0x0D), "CID1": (0xFF4, 0xF0),
@@ -276,8 +280,8 @@ def test_id_page(desc):
 # PMU
 
 def test_pmcr(desc):
-    """#37: PMU page at 0x1180; PMCR.num_event_cnt [15:11] = 8, ro (L1106, L2975); cnt_en bit 0,
-    event_cnt_rst / cycle_cnt_rst write-only (L2970-2972)."""
+    """#37: PMU page at 0x1180; PMCR.num_event_cnt [15:11] = 8, ro [U85-TRM: Table 3-1, Table 3-46];
+    cnt_en bit 0, event_cnt_rst / cycle_cnt_rst write-only [U85-TRM: Table 3-46]."""
     r = reg(desc, "PMCR")
     assert off(desc, "PMCR") == 0x1180 and r.reset == 0x4000
     nc = fld(desc, "PMCR", "num_event_cnt")
@@ -288,8 +292,9 @@ def test_pmcr(desc):
 
 
 def test_pmu_set_clear_pairs(desc):
-    """#39: PMCNTENSET bit 31 enables the cycle counter, bits 0-7 PMEVCNTR0-7 (L3020-3035); the
-    SET/CLR pairs at 0x1184-0x1198 (L2922-2927, summary spelling PMOVSET/PMOVCLR as aliases)."""
+    """#39: PMCNTENSET bit 31 enables the cycle counter, bits 0-7 PMEVCNTR0-7 [U85-TRM: Table 3-47];
+    the SET/CLR pairs at 0x1184-0x1198 ([U85-TRM: Table 3-45], summary spelling PMOVSET/PMOVCLR as
+    aliases)."""
     pairs = [("PMCNTENSET", "PMCNTENCLR", 0x1184, ""), ("PMOVSSET", "PMOVSCLR", 0x118C, "_OVF"),
              ("PMINTSET", "PMINTCLR", 0x1194, "_INT")]
     for s, c, o, suffix in pairs:
@@ -304,15 +309,16 @@ def test_pmu_set_clear_pairs(desc):
 
 
 def test_pmccntr_is_48_bits(desc):
-    """#38: PMCCNTR at PMU+0x20 is 48 bits [47:0] (L2929, L3382)."""
+    """#38: PMCCNTR at PMU+0x20 is 48 bits [47:0] [U85-TRM: Table 3-45, Table 3-53]."""
     assert off(desc, "PMCCNTR_LO") == 0x11A0 and off(desc, "PMCCNTR_HI") == 0x11A4
     assert bits(desc, "PMCCNTR_LO", "CYCLE_CNT_lo") == (31, 0)
     assert bits(desc, "PMCCNTR_HI", "CYCLE_CNT_hi") == (15, 0)
 
 
 def test_pmccntr_cfg_axi_chan_lut(desc):
-    """#40-#42: PMCCNTR_CFG START [9:0], STOP [25:16] (L3424, L3433); PMCAXI_CHAN CH_SEL [3:0],
-    AXI_SEL bit 8, BW_CH_SEL_EN bit 10 (L3811-3818); PMCLUT PMC_LUT_0 [31:16] (L3862)."""
+    """#40-#42: PMCCNTR_CFG START [9:0], STOP [25:16] [U85-TRM: Table 3-54]; PMCAXI_CHAN CH_SEL
+    [3:0], AXI_SEL bit 8, BW_CH_SEL_EN bit 10 [U85-TRM: Table 3-57]; PMCLUT PMC_LUT_0 [31:16]
+    [U85-TRM: Table 3-58]."""
     assert off(desc, "PMCCNTR_CFG") == 0x11A8
     assert bits(desc, "PMCCNTR_CFG", "CYCLE_CNT_CFG_START") == (9, 0)
     assert bits(desc, "PMCCNTR_CFG", "CYCLE_CNT_CFG_STOP") == (25, 16)
@@ -327,8 +333,8 @@ def test_pmccntr_cfg_axi_chan_lut(desc):
 
 
 def test_pmu_counters_page(desc):
-    """#43: PMEVCNTRn at 0x1300+4n, PMEVTYPERn at 0x1380+4n (L1108, L3876-3895); EV_TYPE [9:0],
-    D0-D3 bits 12-15 (L4237-4245)."""
+    """#43: PMEVCNTRn at 0x1300+4n, PMEVTYPERn at 0x1380+4n [U85-TRM: Table 3-1, Table 3-59];
+    EV_TYPE [9:0], D0-D3 bits 12-15 [U85-TRM: Table 3-68]."""
     for n in range(8):
         assert off(desc, f"PMEVCNTR{n}") == 0x1300 + 4 * n
         assert off(desc, f"PMEVTYPER{n}") == 0x1380 + 4 * n
@@ -339,8 +345,8 @@ def test_pmu_counters_page(desc):
 def test_pmu_event_codes(desc):
     """#44-#45: 17 cycle, 32 npu_idle, 35 npu_active, 48 mac_active, 81 wd_stalled, 384
     ext_rd_trans_accepted, 640 ext0_rd_trans_accepted, 572 sram3_enabled_cycles, 166
-    axi_latency_1024 (L4254-4267, L4302, L4380, L4375, L4293); 110 codes incl. no_event (digest
-    4.3)."""
+    axi_latency_1024 [U85-TRM: Table 3-69]; 110 codes incl. no_event
+    [U85-TRM: Table 3-69]."""
     ev = fld(desc, "PMEVTYPER0", "EV_TYPE")
     expect = {0: "no_event", 17: "cycle", 32: "npu_idle", 35: "npu_active", 48: "mac_active",
               81: "wd_stalled", 384: "ext_rd_trans_accepted", 640: "ext0_rd_trans_accepted",

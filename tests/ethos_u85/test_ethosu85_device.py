@@ -1,6 +1,7 @@
 """The Ethos-U85 device model driven through bus writes, the way the Ethos-U core driver does it
-(digest shared/devices/ethos-u85-registers.md section 3: boot CMD, soft reset, BASEP, QBASE/QSIZE,
-CMD.transition_to_running_state, wait for the IRQ, CMD.clear_irq). "Lnnnn" cites seed 001."""
+(U§3: boot CMD, soft reset, BASEP, QBASE/QSIZE,
+CMD.transition_to_running_state, wait for the IRQ, CMD.clear_irq). "[U85-TRM: ...]" cites the
+TRM."""
 from __future__ import annotations
 
 import json
@@ -51,7 +52,7 @@ class Host:
         raise KeyError(fld)
 
     def boot(self) -> None:
-        """Boot + soft reset (L1052-1064, L13228-13280): CMD power_q_enable=0 clock_q_enable=1,
+        """Boot + soft reset [U85-TRM: §3.1, §7]: CMD power_q_enable=0 clock_q_enable=1,
         RESET, poll STATUS.reset_status, CMD again."""
         self.w("CMD", 0x4)
         self.w("RESET", 0x0)
@@ -103,7 +104,7 @@ def host(dev):
 
 
 def add_example() -> list[tuple[str, dict]]:
-    """The digest's worked example 10.1: elementwise ADD, int8, OFM 1x2x4, region 1."""
+    """Worked example C§10.1: elementwise ADD, int8, OFM 1x2x4, region 1."""
     tiles = lambda p, w: [(f"NPU_SET_{p}_WIDTH0_M1", dict(width_m1=w)),  # noqa: E731
                           (f"NPU_SET_{p}_HEIGHT0_M1", {}), (f"NPU_SET_{p}_HEIGHT1_M1", {})]
     strides = lambda p: [(f"NPU_SET_{p}_STRIDE_X", dict(addr=4)),  # noqa: E731
@@ -136,7 +137,7 @@ def add_example() -> list[tuple[str, dict]]:
                ("NPU_OP_ELEMENTWISE", dict(elementwise_mode="add"))])
 
 
-#: the digest's table 10.1, word for word
+#: worked example C§10.1, word for word
 ADD_WORDS = [int(w, 16) for w in """
 00010105 00030109 0001010f 00004000 00000000 0001010a 0000010b 0000010c 00004004 00000004
 00004005 00000008 00004006 00000001 00000108 00000107 20014025 00000003 00010185 fffe0189
@@ -220,7 +221,7 @@ STOP = [("NPU_OP_STOP", dict(mask=0xFFFF))]
 @pytest.mark.parametrize("macs, config", [(128, 0x20000117), (256, 0x20000118), (512, 0x20001119),
                                           (1024, 0x2000251A), (2048, 0x2000261B)])
 def test_id_and_config_per_mac_configuration(macs, config):
-    """CONFIG per configuration (digest 1.2; L1619-1653), ID constant (L1198)."""
+    """CONFIG per configuration (U§1.2; [U85-TRM: Table 3-13]), ID constant [U85-TRM: §3.3.1.1]."""
     h = Host(open_device("ethos-u85", macs=macs))
     assert h.r("ID") == 0x20007001
     assert h.r("CONFIG") == config
@@ -259,11 +260,11 @@ def test_soft_reset_restores_every_reset_value(dev, host):
     for r in dev.description.registers:
         if r.block != "emu":
             assert host.r(r.name) == reset_value(dev, r), r.name
-    assert host.r("CMD") == 0xC  # clock_q_enable and power_q_enable reset to 1 (L1336-1337)
+    assert host.r("CMD") == 0xC  # clock_q_enable and power_q_enable reset to 1 [U85-TRM: Table 3-6]
 
 
 def test_reset_sets_prot_from_the_pending_levels(host):
-    """RESET pending_CPL/pending_CSL (bits 0/1, digest 8 #1) become PROT (L1357)."""
+    """RESET pending_CPL/pending_CSL (bits 0/1, U8#1) become PROT [U85-TRM: §3.3.1.4]."""
     host.w("RESET", 0x3)
     assert host.r("PROT") == 0x3
     assert host.r("RESET") == 0x3
@@ -277,7 +278,8 @@ def test_reset_stops_a_running_npu_and_clears_sticky_faults(dev, host):
         step(dev)
     assert host.field("STATUS", "cmd_parse_error") == 1
     host.clear_irq()
-    assert host.field("STATUS", "cmd_parse_error") == 1  # cleared only by reset (L1269)
+    # cleared only by reset [U85-TRM: Table 3-5]
+    assert host.field("STATUS", "cmd_parse_error") == 1
     host.w("RESET", 0)
     assert host.r("STATUS") == 0
     assert dev.finished()
@@ -294,8 +296,8 @@ def test_encoded_add_stream_is_the_digests_worked_example():
 
 
 def test_elementwise_add_worked_example_and_irq(dev, host):
-    """Digest 10.1: OFM 2e f6 fa 7f 80 e3 ed 05; after STOP: stopped, irq_raised,
-    irq_history_mask 0xffff, QREAD 0xfc (digest 9 #57)."""
+    """C§10.1: OFM 2e f6 fa 7f 80 e3 ed 05; after STOP: stopped, irq_raised,
+    irq_history_mask 0xffff, QREAD 0xfc (C9#57)."""
     load_add_inputs(dev)
     host.start(ADD_WORDS)
     assert host.field("STATUS", "state") == 1
@@ -310,13 +312,13 @@ def test_elementwise_add_worked_example_and_irq(dev, host):
     assert host.field("STATUS", "cmd_end_reached") == 0  # the STOP stopped it, not the end
     assert host.r("QREAD") == 0xFC
     assert dev.interrupts() == {"IRQ": True}
-    host.clear_irq()  # CMD.clear_irq (L1332)
+    host.clear_irq()  # CMD.clear_irq [U85-TRM: Table 3-6]
     assert host.field("STATUS", "irq_raised") == 0
     assert dev.interrupts() == {"IRQ": False}
     assert host.field("STATUS", "irq_history_mask") == 0xFFFF
-    host.w("CMD", 0x00F0_0004)  # clear_irq_history bits 4-7 (L1340)
+    host.w("CMD", 0x00F0_0004)  # clear_irq_history bits 4-7 [U85-TRM: Table 3-6]
     assert host.field("STATUS", "irq_history_mask") == 0xFF0F
-    assert host.r("CMD") == 0x00F0_0004  # reads as the last written value (L1296)
+    assert host.r("CMD") == 0x00F0_0004  # reads as the last written value [U85-TRM: §3.3.1.3]
 
 
 def test_max_pool(dev, host):
@@ -332,7 +334,7 @@ def test_max_pool(dev, host):
 
 def test_average_pool_with_padding_uses_the_builtin_scale(dev, host):
     """Average over the valid window elements with scale ((2^30+1) << k) / d, shift 30 + k
-    (L6961-6965) and the OFM round mode (natural)."""
+    [U85-TRM: §3.6.6] and the OFM round mode (natural)."""
     ifm = np.array([[9, -7, 4], [3, 0, -11], [5, 8, -2]], dtype=np.int64).reshape(3, 3, 1)
     cmds, (oh, ow, c) = pool_cmds("average", 3, 3, 1, k=3, stride=1, pad=1, ifm_off=0x100,
                                   ofm_off=0x200)
@@ -359,12 +361,14 @@ def test_end_of_stream_without_stop(dev, host):
     assert "end of command stream" in stop.message
     assert host.field("STATUS", "cmd_end_reached") == 1 and host.field("STATUS", "irq_raised") == 1
     assert host.r("QREAD") == host.r("QSIZE")
-    host.w("QSIZE", host.r("QSIZE"))  # writing QSIZE in stopped state clears it (L1270)
+    # writing QSIZE in stopped state clears it [U85-TRM: Table 3-5]
+    host.w("QSIZE", host.r("QSIZE"))
     assert host.field("STATUS", "cmd_end_reached") == 0
 
 
 def test_stop_resumes_after_the_stop_unless_the_queue_is_rewritten(dev, host):
-    """L1331: RS after NPU_OP_STOP continues at QBASE+QREAD; after a QBASE/QSIZE write at QBASE."""
+    """[U85-TRM: Table 3-6]: RS after NPU_OP_STOP continues at QBASE+QREAD; after a QBASE/QSIZE
+    write at QBASE."""
     load_add_inputs(dev)
     words = stream([("NPU_OP_STOP", dict(mask=1))], add_example(), [("NPU_OP_STOP", dict(mask=2))])
     host.start(words)
@@ -387,7 +391,7 @@ def test_stop_request_stops_at_the_command_boundary(dev, host):
     host.start(stream(add_example(), add_example(), STOP))
     step(dev)
     q = host.r("QREAD")
-    host.w("CMD", 0x14)  # stop_request (L1338)
+    host.w("CMD", 0x14)  # stop_request [U85-TRM: Table 3-6]
     assert host.field("STATUS", "state") == 0 and host.field("STATUS", "irq_raised") == 1
     assert host.r("QREAD") == q
     assert dev.finished()
@@ -411,7 +415,7 @@ def test_unknown_opcode_is_a_parse_error_naming_the_offset(dev, host):
     assert "command parse error at offset 0x0004" in stop.message
     assert host.field("STATUS", "cmd_parse_error") == 1
     assert host.field("STATUS", "state") == 0 and host.field("STATUS", "irq_raised") == 1
-    assert host.r("QREAD") == 4  # left at the faulting command (L1420 permits it)
+    assert host.r("QREAD") == 4  # left at the faulting command ([U85-TRM: §3.3.1.6] permits it)
     assert dev.units()[0].summary.startswith("UNKNOWN at offset 0x0004")
 
 
@@ -422,7 +426,7 @@ def test_cmd1_header_without_its_data_word_is_a_parse_error(dev, host):
 
 
 def test_unpredictable_programming_is_reported_as_an_error(dev, host):
-    """Elementwise with a per-channel OFM scale fails assert(mode == normal) (L6968)."""
+    """Elementwise with a per-channel OFM scale fails assert(mode == normal) [U85-TRM: §3.6.6]."""
     load_add_inputs(dev)
     cmds = [c if c[0] != "NPU_SET_OFM_PRECISION" else
             ("NPU_SET_OFM_PRECISION", dict(activation_type="signed", scale_mode="per_channel"))
@@ -538,8 +542,8 @@ def idx_dma(side: str, mode: str, length: int, size0: int, strides: tuple[int, i
 
 
 def test_dma_gather_takes_source_rows_from_the_index_stream(dev, host):
-    """L8407-8419: per x an int32 index is read from IDX (region IDX_REGION) and replaces x on
-    the source side; an index < 0 or > IDX_MAX skips that copy (the destination keeps its
+    """[U85-TRM: §3.10.4]: per x an int32 index is read from IDX (region IDX_REGION) and replaces x
+    on the source side; an index < 0 or > IDX_MAX skips that copy (the destination keeps its
     bytes)."""
     src = bytes(range(256))
     dev.write(BUF, src)
@@ -553,7 +557,7 @@ def test_dma_gather_takes_source_rows_from_the_index_stream(dev, host):
 
 def test_dma_scatter_and_the_3d_index_skip(dev, host):
     """Scatter: the index picks the destination slot. 3-D: after each row the source and
-    destination advance by stride 1 and the index pointer by IDX_SKIP1 (L8421-8431)."""
+    destination advance by stride 1 and the index pointer by IDX_SKIP1 [U85-TRM: §3.10.4]."""
     src = bytes(range(256))
     dev.write(BUF, src)
     dev.write(BUF + 0x300, np.array([3, 0, 99, 1, 2], "<i4").tobytes())
@@ -585,7 +589,7 @@ def test_pmu_counts_commands_macs_beats_and_cycles(dev, host):
     cmds, (oh, ow, c) = pool_cmds("max", 4, 4, 2, k=2, stride=2, pad=0, ifm_off=0x100,
                                   ofm_off=0x200)
     dev.write(BUF + 0x100, POOL_IFM.astype(np.int8).tobytes())
-    host.w("PMCR", 1)  # cnt_en first (L2909)
+    host.w("PMCR", 1)  # cnt_en first [U85-TRM: §3.3.4]
     host.w("PMEVTYPER0", 135)  # sram_wr_data_beat_written
     host.w("PMEVTYPER1", 132)  # sram_wr_trans_accepted
     host.w("PMEVTYPER2", 17)  # cycle (modelled)

@@ -87,7 +87,7 @@ def test_int16_fully_connected_differences_are_the_15_bit_scale(compiled):
     refs = dev.layer_references(src, inputs)
     assert {r.name: r.rule.split(":")[0] for r in refs} == {
         "int16x8.conv0.out": "carried", FC2: "15-bit scale", FC3: "15-bit scale"}
-    assert "L6981" in next(r.rule for r in refs if r.name == FC2)
+    assert "[U85-TRM: §3.6.6]" in next(r.rule for r in refs if r.name == FC2)
     scales = [(c.fields["scale"], c.fields["shift"], c.fields["round_mode"])
               for c in es.decode(dev.stream.words().tobytes()) if c.name == "NPU_SET_OFM_SCALE"]
     rows = _run(dev, refs)

@@ -148,7 +148,7 @@ def test_mapping_facts_lowered_and_split(compiled):
 
 def test_rounding_tie_is_explained(compiled):
     """DS-CNN's head (FULLY_CONNECTED) meets a near-tie: LiteRT's reference kernel rounds once,
-    the NPU twice (TRM L6913-6931). That element is reported as explained by the rounding rule,
+    the NPU twice [U85-TRM: §3.6.6]. That element is reported as explained by the rounding rule,
     the only difference in the network, and not as a divergence."""
     src, prog = compiled("ds_cnn_logits")
     dev, inputs = load(prog, src)
@@ -158,7 +158,7 @@ def test_rounding_tie_is_explained(compiled):
     differing = [(name, d, e) for _, name, d, e in rows if d]
     assert differing == [("ds_cnn_logits.fc11.out", 1, 1)]
     head = next(r for r in refs if r.name == "ds_cnn_logits.fc11.out")
-    assert "double rounding" in head.rule and "L6913-6931" in head.rule
+    assert "double rounding" in head.rule and "[U85-TRM: §3.6.6]" in head.rule
 
 
 def test_differences_carried_downstream_are_explained(compiled):

@@ -170,8 +170,8 @@ def wrap(v: int, bits: int, signed: bool = True) -> int:
 
 def output_stage(acc: int, bias: int, scale: int, shift: int, mode: int, dbl: int, zp: int,
                  act: list[int], clip: bool, bits: int, signed: bool) -> int:
-    """write_accumulator for a 32-bit accumulator and no LUT (seed L6841-6852, L6885-6896,
-    L6906-6934, L7075-7100, L6654): wrap(acc + bias), times scale, rounded shift right,
+    """write_accumulator for a 32-bit accumulator and no LUT ([U85-TRM: §3.6.5, §3.6.6],
+    [U85-TRM: §3.6.6, §3.6.7, §3.6.5]): wrap(acc + bias), times scale, rounded shift right,
     + zero point wrapped to 32 bits, clip, truncate to the OFM type."""
     r = wrap(acc + bias, 32) * scale
     if shift > 0:
@@ -267,7 +267,8 @@ def test_large_sums_use_float64_and_stay_exact():
 
 
 def test_padding_only_outputs_keep_unwrapped_start_value():
-    """No tap inside the IFM: no accumulate() call, the start value is not wrapped (L8195)."""
+    """No tap inside the IFM: no accumulate() call, the start value is not wrapped
+    [U85-TRM: §3.10.2]."""
     x = np.ones((1, 1, 1), np.int8)
     w = np.ones((1, 1, 1, 1))
     acc_in = np.full((3, 3, 1), 1 << 60)
@@ -1076,7 +1077,7 @@ def test_a_1x1_convolution_runs_as_one_row(case):
         x = x[:, ::-1]  # negative column strides
     wmax = 256 if case % 3 == 0 else 128
     w = rng.integers(-wmax + 1, wmax, (oc, 1, 1, c))
-    # (a 48-bit accumulator takes a 16-bit scale, L6984-6986); shifts that keep most outputs
+    # (a 48-bit accumulator takes a 16-bit scale, [U85-TRM: §3.6.6]); shifts that keep most outputs
     # inside int8 rather than clipped
     acc48 = case % 5 == 0
     wide = 8 if itype == np.int16 else 0

@@ -1,6 +1,6 @@
 """Ethos-U85 kernels (accelstub.emu.ethosu85_*): hand-computed values from the TRM's pseudocode
-and the digest's worked examples (seed 001_f249bc9cdd166610.txt "Lnnnn", digest
-shared/devices/ethos-u85-command-stream.md), and hypothesis-random comparisons against the
+and the worked examples of C§10 ([U85-TRM: ...],
+docs/citations.md), and hypothesis-random comparisons against the
 independent plain-integer reference tests/ethosu85_reference.py."""
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ FEW = settings(max_examples=N_EXAMPLES, deadline=None, suppress_health_check=lis
 # primitives: hand-computed
 
 @pytest.mark.parametrize("mode,expected", [
-    # digest 3.7 worked values, shift 1 on -5,-3,-1,1,3,5 (L6913-6931)
+    # [U85-TRM: §3.6.6] worked values, shift 1 on -5,-3,-1,1,3,5 [U85-TRM: §3.6.6]
     (P.RND_NATURAL, [-2, -1, 0, 1, 2, 3]),
     (P.RND_DOUBLE_SYMMETRIC, [-2, -1, 0, 1, 2, 3]),     # D = 0 for shift 1
     (P.RND_DOUBLE_ASYMMETRIC, [-2, -1, 0, 1, 2, 3]),
@@ -42,7 +42,8 @@ def test_rounded_shift_right_shift1(mode, expected):
 
 
 def test_rounded_shift_right_double_rounding():
-    # L6914: D = 1 << 30 when shift 32 > 31 - 0. acc = 2^30 (0.25): natural 0, double_symmetric 1
+    # [U85-TRM: §3.6.6]: D = 1 << 30 when shift 32 > 31 - 0. acc = 2^30 (0.25): natural 0,
+    # double_symmetric 1
     assert P.rounded_shift_right(1 << 30, 32, P.RND_NATURAL, 0) == 0
     assert P.rounded_shift_right(1 << 30, 32, P.RND_DOUBLE_SYMMETRIC, 0) == 1
     # acc = -3*2^30 (-0.75): double_symmetric (R - D = 0) -> floor(-0.75) = -1; asymmetric
@@ -53,10 +54,10 @@ def test_rounded_shift_right_double_rounding():
     assert P.rounded_shift_right(3 << 26, 29, P.RND_DOUBLE_SYMMETRIC, 2) == 0   # 0.375 -> 0
     # (0.375*2^30 + 2^29 + 2^28) >> 30 = 1
     assert P.rounded_shift_right(3 << 27, 30, P.RND_DOUBLE_SYMMETRIC, 2) == 1
-    # digest 10.2 pixel 0 / oc 0: 168 * 1518500250 >> 32 with double rounding -> 60 (natural 59)
+    # C§10.2 pixel 0 / oc 0: 168 * 1518500250 >> 32 with double rounding -> 60 (natural 59)
     assert P.rounded_shift_right(168 * 1518500250, 32, P.RND_DOUBLE_SYMMETRIC, 0) == 60
     assert P.rounded_shift_right(168 * 1518500250, 32, P.RND_NATURAL, 0) == 59
-    # shift 0 is the identity (L6913)
+    # shift 0 is the identity [U85-TRM: §3.6.6]
     assert P.rounded_shift_right(-7, 0, P.RND_TRUNCATE_TO_ZERO, 0) == -7
 
 
@@ -71,7 +72,7 @@ def test_rounded_shift_right_no_int64_overflow_G_R11():
 
 
 def test_avgpool_scale_table():
-    # digest 3.8 computed from L6961-6965
+    # [U85-TRM: §3.6.6] computed from [U85-TRM: §3.6.6]
     table = {1: (1073741825, 30), 2: (1073741825, 31), 3: (1431655766, 32), 4: (1073741825, 32),
              5: (1717986920, 33), 7: (1227133514, 33), 9: (1908874355, 34), 16: (1073741825, 34),
              25: (1374389536, 35), 49: (1402438302, 36), 64: (1073741825, 36)}
@@ -81,20 +82,23 @@ def test_avgpool_scale_table():
 
 def test_bit_helpers():
     assert P.sign_extend(0xFF80, 16) == -128 and P.sign_extend(0x7F, 8) == 127
-    assert P.sign_extend(-(1 << 31), 16) == 0          # argmax identity low half (L8963)
-    assert P.truncate(300, 8, True) == 44 and P.truncate(-1, 8, False) == 255   # L6216-6223
-    assert P.clz(1, 32) == 31 and P.clz(0, 32) == 32 and P.clz(-1, 32) == 0       # L7058-7064
-    assert P.accumulate((1 << 31) - 1, 1, 32) == -(1 << 31)                       # wrap L6889
+    # argmax identity low half [U85-TRM: §3.10.10]
+    assert P.sign_extend(-(1 << 31), 16) == 0
+    assert P.truncate(300, 8, True) == 44 and P.truncate(-1, 8, False) == 255   # [U85-TRM: §3.6.2]
+    # [U85-TRM: §3.6.6]
+    assert P.clz(1, 32) == 31 and P.clz(0, 32) == 32 and P.clz(-1, 32) == 0
+    # wrap [U85-TRM: §3.6.6]
+    assert P.accumulate((1 << 31) - 1, 1, 32) == -(1 << 31)
     assert P.accumulate((1 << 31) - 1, 1, 48) == 1 << 31
 
 
 def test_zero_points():
-    # L6545-6556: signed b8 -128..127 or 0; uint8 < 256; uint16 32768 or 0; s16/s32 0 only
+    # [U85-TRM: §3.6.5]: signed b8 -128..127 or 0; uint8 < 256; uint16 32768 or 0; s16/s32 0 only
     assert P.ifm_zero_point(0xFFFE, 8, True) == (-2, True)
     assert P.ifm_zero_point(200, 8, False) == (200, True)
     assert P.ifm_zero_point(32768, 16, False) == (32768, True)
     assert P.ifm_zero_point(5, 16, True) == (5, False)
-    assert P.ofm_zero_point(0xFF80, True) == (-128, True)    # L10639 (G-R3)
+    assert P.ofm_zero_point(0xFF80, True) == (-128, True)    # [U85-TRM: §3.10.57] (G-R3)
     assert P.ofm_zero_point(300, False) == (300, False)
     assert P.saturate(np.array([-200, 5, 300]), 8, True).tolist() == [-128, 5, 127]
 
@@ -108,25 +112,25 @@ def test_activation_clamp_and_zero_point():
     assert P.activation(100, cfg, _lut()) == 20
     assert P.activation(-100, cfg, _lut()) == -10
     assert P.activation(3, cfg, _lut()) == 8
-    # (int32)(acc64 + zp) BEFORE the clamp (L7097): 2^32 + 3 wraps to 3 (+5 = 8)
+    # (int32)(acc64 + zp) BEFORE the clamp [U85-TRM: §3.6.7]: 2^32 + 3 wraps to 3 (+5 = 8)
     assert P.activation((1 << 32) + 3, cfg, _lut()) == 8
-    # unsigned OFM: min/max/zp read as uint16 (L7083-7087); 0xFF80 is 65408, not -128
+    # unsigned OFM: min/max/zp read as uint16 [U85-TRM: §3.6.7]; 0xFF80 is 65408, not -128
     cfg = P.out_config(8, False, zero_point=128, act_min=0, act_max=0xFF80)
     assert P.activation(-200, cfg, _lut()) == 0 and P.activation(1000, cfg, _lut()) == 1128
-    # clip_range none: no clamp, write_ofm wraps (L6654)
+    # clip_range none: no clamp, write_ofm wraps [U85-TRM: §3.6.5]
     cfg = P.out_config(8, True, clip_none=True)
     assert P.write_value(P.activation(130, cfg, _lut()), cfg) == -126
-    # b64 OFM: untouched (L7078-7081)
+    # b64 OFM: untouched [U85-TRM: §3.6.7]
     cfg = P.out_config(64, True, zero_point=5)
     assert P.activation(1 << 40, cfg, _lut()) == 1 << 40
 
 
 def test_activation_luts():
     lut = np.arange(P.LUT_BYTES, dtype=np.int64).astype(np.uint8)   # byte i = i & 0xFF
-    # u8_u8 table 1: u8[256 + (acc & 0xFF)] = (256 + 7) & 0xFF = 7 (L7108)
+    # u8_u8 table 1: u8[256 + (acc & 0xFF)] = (256 + 7) & 0xFF = 7 [U85-TRM: §3.6.7]
     cfg = P.out_config(8, False, function=P.LUT_U8_U8, table=1, act_max=255)
     assert P.activation(7, cfg, lut) == 7
-    # s8_s8: s8[(acc + 128) & 0xFF]; acc = 100 -> index 228 -> byte 228 = -28 (L7111)
+    # s8_s8: s8[(acc + 128) & 0xFF]; acc = 100 -> index 228 -> byte 228 = -28 [U85-TRM: §3.6.7]
     cfg = P.out_config(8, True, function=P.LUT_S8_S8)
     assert P.activation(100, cfg, lut) == -28
     # s8_s16: s16[(acc+128)&0xFF], acc = -128 -> entry 0 = bytes 0,1 = 0x0100 = 256
@@ -135,7 +139,7 @@ def test_activation_luts():
     # s8_s32 entry 1 = bytes 4..7 = 0x07060504
     cfg = P.out_config(32, True, function=P.LUT_S8_S32, act_min=-128, act_max=127)
     assert P.activation(-127, cfg, lut) == 0x07060504
-    # s16_s16 interpolation (L7122-7133): acc = 200 -> i = 256 + 1 = 257, base = s16[514],
+    # s16_s16 interpolation [U85-TRM: §3.6.7]: acc = 200 -> i = 256 + 1 = 257, base = s16[514],
     # slope = s16[515]; set base 1000, slope -3: (1000*128 + 72*(-3) + 64) >> 7 = 998
     lut = np.zeros(P.LUT_BYTES, np.uint8)
     lut[4 * 257:4 * 257 + 4] = np.frombuffer(np.array([1000, -3], "<i2").tobytes(), np.uint8)
@@ -143,14 +147,14 @@ def test_activation_luts():
     assert P.activation(200, cfg, lut) == (1000 * 128 + 72 * -3 + 64) >> 7 == 998
     cfg = P.out_config(32, True, function=P.LUT_S16_S32)
     assert P.activation(200, cfg, lut) == 1000 * 128 - 216
-    # tanh: i = 256 + (acc >> 8); acc = 300 -> i = 257, frac 44, round 0x80 (L7150-7157)
+    # tanh: i = 256 + (acc >> 8); acc = 300 -> i = 257, frac 44, round 0x80 [U85-TRM: §3.6.7]
     cfg = P.out_config(16, True, function=P.LUT_TANH)
     assert P.activation(300, cfg, lut) == (1000 * 256 + 44 * -3 + 0x80) >> 8 == 999
-    # tanh clamps to [-0x10000, 0xffff] regardless of ACTIVATION_MIN/MAX (L7098)
+    # tanh clamps to [-0x10000, 0xffff] regardless of ACTIVATION_MIN/MAX [U85-TRM: §3.6.7]
     lut2 = np.zeros(P.LUT_BYTES, np.uint8)
     lut2[4 * 511:4 * 511 + 2] = np.frombuffer(np.array([77], "<i2").tobytes(), np.uint8)
     assert P.activation(1 << 20, cfg, lut2) == (77 * 256 + 255 * 0 + 0x80) >> 8 == 77
-    # sigmoid: i = 256 + (acc >> 9); acc = 600 -> i 257, frac 88 (L7160-7168)
+    # sigmoid: i = 256 + (acc >> 9); acc = 600 -> i 257, frac 88 [U85-TRM: §3.6.7]
     cfg = P.out_config(16, True, function=P.LUT_SIGMOID)
     assert P.activation(600, cfg, lut) == (1000 * 512 + 88 * -3 + 0x1000200) >> 10
 
@@ -171,7 +175,7 @@ def test_rescale_modes():
 # weight and scale streams
 
 def test_bit_order_example():
-    # L7560: 0b10010 (5 bits), 0b1011 (4), 0b1010101 (7) -> 0x72, 0xAB
+    # [U85-TRM: §3.9.3]: 0b10010 (5 bits), 0b1011 (4), 0b1010101 (7) -> 0x72, 0xAB
     bw = Wt._BitWriter()
     bw.put(0b10010, 5)
     bw.put(0b1011, 4)
@@ -237,7 +241,8 @@ def test_fwd_roundtrip_and_header(mode, vals):
     assert len(s) % 32 == 0
     assert Wt.decode_fwd(s, len(vals)).tolist() == vals
     hdr = int.from_bytes(s[:32], "little")
-    assert hdr & 1 == (mode == "raw") and (hdr >> 1) & 1 == (mode == "small")    # L7935-7937
+    # [U85-TRM: §3.9.11]
+    assert hdr & 1 == (mode == "raw") and (hdr >> 1) & 1 == (mode == "small")
 
 
 def test_fwd_hand_header():
@@ -252,7 +257,7 @@ def test_fwd_hand_header():
 
 
 def test_scale_stream_records():
-    # digest 5 / 10.2: (100, 1518500250, 32) and (-50, 2^30, 30), i32 records
+    # [U85-TRM: §3.7], C§10.2: (100, 1518500250, 32) and (-50, 2^30, 30), i32 records
     s = Wt.encode_scale_stream([100, -50], [1518500250, 1 << 30], [32, 30])
     assert s[:10] == bytes.fromhex("640000009a7982 5a2000".replace(" ", ""))
     assert s[10:20] == bytes.fromhex("ceffffff000000401e00")
@@ -269,7 +274,7 @@ def test_scale_stream_records():
 
 
 def test_scale_stream_reverse_c():
-    # reverse C: sets in reverse order, channels inside a set in order (L7235-7266)
+    # reverse C: sets in reverse order, channels inside a set in order [U85-TRM: §3.7.2]
     bias = list(range(40))
     s = Wt.encode_scale_stream(bias, [1] * 40, [0] * 40, set_size=16, reverse_c=True)
     first = int.from_bytes(s[:4], "little", signed=True)
@@ -278,7 +283,7 @@ def test_scale_stream_reverse_c():
 
 
 def test_weight_order_conv_example():
-    # digest 10.2: 256 MACs, u1x4 -> wblk_o 8, OFM_BLK_DEPTH 8, ifm_block_depth 64 -> 512 values
+    # C§10.2: 256 MACs, u1x4 -> wblk_o 8, OFM_BLK_DEPTH 8, ifm_block_depth 64 -> 512 values
     p = Wt.ordering_params(ofm_depth=2, ifm_depth=2, kernel_hw=(1, 1), ofm_block_depth=8,
                            macs_per_cc=256, microblock=2)
     W = np.array([[3, -2], [1, 4]]).reshape(2, 1, 1, 2)
@@ -290,8 +295,8 @@ def test_weight_order_conv_example():
 
 
 def test_sparse_2_4_order_and_rule():
-    """sparse_2_4 takes 16 input channels per step (i_sz 16, L7472, L7513): ic 0..15 of one oc
-    come together; the decoded weights are checked against the 2:4 rule (L10853)."""
+    """sparse_2_4 takes 16 input channels per step (i_sz 16, [U85-TRM: §3.9.2]): ic 0..15 of one oc
+    come together; the decoded weights are checked against the 2:4 rule [U85-TRM: Table 3-157]."""
     p = Wt.ordering_params(ofm_depth=1, ifm_depth=16, kernel_hw=(1, 1), ofm_block_depth=8,
                            macs_per_cc=256, microblock=2, sparse=True)
     W = np.zeros((1, 1, 1, 16), np.int64)
@@ -337,7 +342,7 @@ def test_weight_order_roundtrip(seed, kind, macs, k, stride, dil, i16):
 
 
 def test_fwd_merge_interleaves_decoder_blocks():
-    """L7540-7553 with num_wd = 2 (512 MACs): blocks of wblk_k*wblk_o*wblk_i/num_wd values,
+    """[U85-TRM: §3.9.2] with num_wd = 2 (512 MACs): blocks of wblk_k*wblk_o*wblk_i/num_wd values,
     stream 0's block then stream 1's, over the length of stream 0."""
     p = Wt.ordering_params(ofm_depth=16, ifm_depth=8, kernel_hw=(1, 1), dilation=(1, 1),
                            stride=(1, 1), ofm_block_depth=16, macs_per_cc=512,
@@ -362,7 +367,7 @@ def test_nhcwb16_roundtrip_and_addresses():
     b = L.nhwc_to_nhcwb16(t)
     assert b.shape == (3, 2, 5, 16)
     assert (L.nhcwb16_to_nhwc(b, 20) == t).all()
-    # L6494: base + y*stride_y + (c>>4)*stride_c + (16x + (c&15))*es, dense strides
+    # [U85-TRM: §3.6.5]: base + y*stride_y + (c>>4)*stride_c + (16x + (c&15))*es, dense strides
     addr = L.element_addresses((3, 5, 20), [0], stride_y=2 * 5 * 16, stride_x=0, stride_c=5 * 16,
                                width0=5, heights=(3, 3), fmt=L.NHCWB16)
     mem = b.view(np.uint8).ravel()
@@ -378,7 +383,7 @@ def test_nhcwb16_roundtrip_and_addresses():
 
 
 def test_tile2x2_addresses():
-    # L6472-6475: x >= width0 -> tile 1; then y >= height[tile] -> tile + 2
+    # [U85-TRM: §3.6.5]: x >= width0 -> tile 1; then y >= height[tile] -> tile + 2
     a = L.element_addresses((4, 4, 1), [0, 100, 200, 300], stride_y=10, stride_x=1, stride_c=0,
                             width0=2, heights=(1, 3))
     assert a[0, 0, 0] == 0 and a[0, 3, 0] == 101 and a[1, 0, 0] == 200 and a[3, 3, 0] == 301
@@ -388,7 +393,7 @@ def test_tile2x2_addresses():
 
 
 # ================================================================================================
-# ops: digest worked examples (exact bytes)
+# ops: the worked examples of C§10 (exact bytes)
 
 def test_elementwise_add_example_10_1():
     ifm = np.frombuffer(bytes.fromhex("0af600 7f8032cd03".replace(" ", "")),
@@ -413,7 +418,7 @@ def test_mul_32bit_keeps_the_whole_product():
     diag = []
     out = eltwise_k.elementwise(eltwise_k.EW_MUL, sums, None, ifm_bits=32, ifm_signed=True,
                                 broadcast2=eltwise_k.BC_SCALAR, scalar=mult, cfg=cfg, diag=diag)
-    d = 1 << 30  # double rounding addend, shift > 31 (L6917)
+    d = 1 << 30  # double rounding addend, shift > 31 [U85-TRM: §3.6.6]
     want = [(int(v) * mult + (1 << 31) + (d if v >= 0 else -d)) >> shift for v in sums.ravel()]
     assert out.ravel().tolist() == want == [692791215, -427648894, 27, 0] and diag == []
 
@@ -446,7 +451,7 @@ def test_conv_1x1_example_10_2():
     out = conv_k.conv2d(ifm, W, (1, 2), ifm_zp=2, cfg=cfg, bias=bias, scales=scales, shifts=shifts,
                    diag=diag)
     assert out.tobytes() == bytes.fromhex("398016d8") and diag == []
-    # natural rounding instead gives 59 - 3 = 56 = 0x38 for pixel 0 / oc 0 (digest 9 fact 58)
+    # natural rounding instead gives 59 - 3 = 56 = 0x38 for pixel 0 / oc 0 [U85-TRM: §3.6.6]
     cfg[P.C_ROUND] = P.RND_NATURAL
     assert conv_k.conv2d(ifm, W, (1, 2), ifm_zp=2, cfg=cfg, bias=bias, scales=scales,
                     shifts=shifts).tobytes()[0] == 0x38
@@ -454,8 +459,8 @@ def test_conv_1x1_example_10_2():
 
 def test_pool_hand_values():
     ifm = np.array([[1, 2, 3], [4, 5, 6], [7, 8, 9]], np.int8).reshape(3, 3, 1)
-    # average 3x3, pad top/left 1: derived IFM extent (L8831) = 3 - 1 = 2 -> window covers the
-    # 4 valid values 1, 2, 4, 5 -> 12/4 = 3
+    # average 3x3, pad top/left 1: derived IFM extent [U85-TRM: §3.10.10] = 3 - 1 = 2 -> window
+    # covers the 4 valid values 1, 2, 4, 5 -> 12/4 = 3
     cfg = P.out_config(8, True, round_mode=P.RND_NATURAL)
     out = pool_k.pool2d(ifm, pool_k.POOL_AVERAGE, (3, 3), (1, 1), pad=(1, 1, 0, 0), cfg=cfg)
     assert out.ravel().tolist() == [3]
@@ -607,7 +612,7 @@ def test_matmul_vs_reference(o, seed, ityp):
     lo, hi = P.type_range(bits, True)
     W, ic, d = int(rng.integers(1, 5)), int(rng.integers(1, 6)), int(rng.integers(1, 5))
     a = rng.integers(lo, hi + 1, (1, W, ic))
-    b = rng.integers(lo, hi + 1, (1, d, ic))  # IFM2 [1][oc][ic]: B transposed (TRM L12794)
+    b = rng.integers(lo, hi + 1, (1, d, ic))  # IFM2 [1][oc][ic]: B transposed [U85-TRM: §4.1]
     zp, zp2 = (int(rng.integers(-128, 128)), int(rng.integers(-128, 128))) if bits == 8 else (0, 0)
     o["acc_bits"] = 48 if bits == 16 else o["acc_bits"]
     if o["acc_bits"] == 48:
@@ -725,7 +730,7 @@ def test_elementwise_vs_reference(o, seed, mode, ityp, bc1, bc2):
     if mode in eltwise_k.EW_UNARY:
         vb = np.zeros(shape, dtype=object)
     if mode == eltwise_k.EW_MUL and bits in (8, 16):
-        # rescale's (int64_t)acc * scale (L6980-6990) overflows int64 beyond this: the
+        # rescale's (int64_t)acc * scale [U85-TRM: §3.6.6] overflows int64 beyond this: the
         # pseudocode's product is undefined there (its assert acc == sign_extend(acc, 32)
         # fails long before: UNPREDICTABLE), the reference's Python integers are not
         prod = max(abs(int(x) * int(y)) for x, y in zip(np.ravel(va), np.ravel(vb)))

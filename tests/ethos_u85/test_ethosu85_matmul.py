@@ -2,7 +2,7 @@
 
 Vela 5.2 lowers BATCH_MATMUL and a FULLY_CONNECTED whose weights are an activation to
 NPU_OP_CONV with weights_ifm2: IFM2 holds the second matrix *transposed*, [1][output column]
-[reduction index] (TRM L12794; emu/conv/ethosu85.py ``matmul``). Models are the project's own
+[reduction index] ([U85-TRM: §4.1]; emu/conv/ethosu85.py ``matmul``). Models are the project's own
 (testkit/ethosu85_models.py MATMUL_MODELS), compiled by Vela here for 256 and 2048 MACs, run in
 the device and compared bit for bit with LiteRT's reference kernels (BUILTIN_REF).
 """
@@ -84,7 +84,7 @@ def test_attention_block_whole_output(compiled, macs):
 def test_attention_projections_differ_only_by_the_rounding_rule(tmp_path, seed):
     """Other inputs of the attention block can differ by 1 (seed 5: 2 of 128 outputs). Where
     from: its Dense projections meet a rescale near-tie, where LiteRT's reference rounds once
-    and the NPU twice (Vela's double_symmetric, TRM L6913-6931; design notes, "Ethos-U85",
+    and the NPU twice (Vela's double_symmetric, [U85-TRM: §3.6.6]; design notes, "Ethos-U85",
     rounding near-ties), and the products carry the difference on. The block cut after Q, K, V
     is recomputed here both ways in Python integers from its input: the device's every output
     is the double-rounded one, LiteRT's the single-rounded one; with seed 5 they differ."""

@@ -7,8 +7,8 @@ inputs (kept runs, then replayed blocks).
 Known differences (strict xfail, so a change on either side shows): LiteRT 2.3's reference
 kernels round the output rescale once (its MultiplyByQuantizedMultiplier is the single-rounding
 one), Vela programs double_symmetric rounding, which the TRM defines as the add-then-shift with
-the extra 2^30 (L6913-6931, gemmlowp's double rounding). On a near-tie the two differ by 1; the
-NPU's value is the TRM's (design notes, "Ethos-U85", rounding). ``test_rounding_near_tie``
+the extra 2^30 ([U85-TRM: §3.6.6], gemmlowp's double rounding). On a near-tie the two differ by 1;
+the NPU's value is the TRM's (design notes, "Ethos-U85", rounding). ``test_rounding_near_tie``
 shows one such element with both roundings written out.
 """
 from __future__ import annotations

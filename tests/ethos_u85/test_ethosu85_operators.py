@@ -87,7 +87,7 @@ def test_operator_matches_litert(compiled, name, macs):
 def test_neg_saturates_where_litert_wraps(compiled):
     """NEG (zero points 0): LiteRT's reference negates the int8 value in int8, so -(-128) wraps
     to -128; the NPU adds the zero point and clamps to the OFM range (TRM activation(),
-    "Add zero point and clamp range", L7096-7103): 127. Everywhere else the two agree."""
+    "Add zero point and clamp range", [U85-TRM: §3.6.7]): 127. Everywhere else the two agree."""
     src, out = compiled("NEG")
     xs = sample_inputs(src.read_bytes())
     got, want = run(out, xs, 256)[0], litert_reference(src, xs)[0]
@@ -212,7 +212,7 @@ def test_lstm_state_starts_at_its_zero_point(compiled):
 @pytest.mark.parametrize("name", ["DIV", "DIV_i16"])
 def test_div_is_the_hardware_integer_divide(compiled, name):
     """DIV: the NPU's div is an integer divide truncating toward zero that asserts scales 1 and
-    zero points 0 (TRM L8605-8619); Vela 5.2 maps a quantized int8 or int16 DIV onto it as it
+    zero points 0 [U85-TRM: §3.10.6]; Vela 5.2 maps a quantized int8 or int16 DIV onto it as it
     is (the stream programs scale 1, zero point 0 for IFM, IFM2 and OFM), so the device divides
     the stored integers, not the real values LiteRT divides (x=122 / 53: LiteRT 20, device 2).
     int16: LiteRT's BUILTIN_REF divides int16 (TFLM has no int16 DIV); same rule."""
@@ -268,7 +268,7 @@ def npu_sum(out: Path, stored_sum: np.ndarray, zp_out: int,
     (IFM zero point 0); the ELEMENTWISE sub takes the scalar Vela programs (n * the input zero
     point) off (int16: no sub, the reduce_sum itself rescales; scalar 0) and rescales with the
     stream's OFM_SCALE, round_mode natural: (v * scale + 2^(shift-1)) >> shift (TRM
-    rounded_shift_right, seed 001 L6906-6934), + the OFM zero point, clamped to the OFM type
+    rounded_shift_right, [U85-TRM: §3.6.6]), + the OFM zero point, clamped to the OFM type
     ``dtype``. Returns that answer and the scalar."""
     from accelstub.devices.ethos_u85 import stream as es
     from accelstub.devices.ethos_u85.vela import read_vela
@@ -489,7 +489,7 @@ def test_fully_connected_dynamic_int16x8_is_unpredictable(tmp_path):
     """FULLY_CONNECTED with non-constant weights, int16 input and int8 weights (16x8): Vela
     5.2.0 places it (int16 weights it leaves on the CPU) as a weights_ifm2 CONV with
     an int16 IFM and an int8 IFM2, which the TRM's NPU_OP_CONV asserts against
-    (IFM precision == IFM2 precision, seed 001 L8183-8184): the device stops with that
+    (IFM precision == IFM2 precision, [U85-TRM: §3.10.2]): the device stops with that
     UNPREDICTABLE fault naming the line, and no answer is compared."""
     from accelstub.devices.errors import DeviceError
     from accelstub.testkit.ethosu85_models import INT8, INT16, Graph, compile_with_vela
@@ -504,7 +504,7 @@ def test_fully_connected_dynamic_int16x8_is_unpredictable(tmp_path):
     src.write_bytes(g.to_tflite())
     out = compile_with_vela(src, tmp_path / "out")
     with pytest.raises(DeviceError, match=r"UNPREDICTABLE: assert\(IFM precision == IFM2 "
-                       r"precision\) fails \(L8183\)"):
+                       r"precision\) fails \[U85-TRM: §3\.10\.2\]"):
         run(out, sample_inputs(src.read_bytes()), 256)
 
 
@@ -512,7 +512,7 @@ def test_fully_connected_dynamic_int16x8_is_unpredictable(tmp_path):
 @needs_litert
 def test_fully_connected_int16_uses_the_15_bit_scale(compiled):
     """FULLY_CONNECTED 16x8: with 48-bit accumulators the output scale must fit a signed 16-bit
-    value (TRM L6981-6982), so Vela programs the multiplier rounded to 15 bits (TFLite's own
+    value [U85-TRM: §3.6.6], so Vela programs the multiplier rounded to 15 bits (TFLite's own
     "reduced multiplier", (q + 2^15) >> 16, with the shift 15 - exponent) and the device's
     every output is that rescale, rounded once; LiteRT's reference keeps the 31-bit multiplier.
     At outputs of ~10^4 the two scales differ by about half a step (here 3 of 10 outputs)."""

@@ -1,8 +1,8 @@
 """Ethos-U85 kernel operations through the device, driven as the driver does (bus writes of a
 command stream, BASEP, QBASE/QSIZE, CMD), OFM bytes checked against the independent reference
 tests/ethosu85_reference.py. Weight and scale streams come from the test encoders of
-emu/weights/ethosu85.py. "Lnnnn" cites seed 001; "digest" is
-shared/devices/ethos-u85-command-stream.md."""
+emu/weights/ethosu85.py. "[U85-TRM: ...]" cites the TRM; "C§n", "C9#n" and
+"G-xx" are project ids (docs/citations.md)."""
 from __future__ import annotations
 
 import numpy as np
@@ -140,7 +140,8 @@ def weight_cmds(dev, W: np.ndarray, *, ofm_blk_depth: int, kernel_hw, dilation=(
                 stride=(1, 1), depthwise=False, ifm16=False, microblock=2, off=0,
                 part_kernel_first=False, fwd=False, sparse=False) -> list:
     """Encode W[oc][ky][kx][ic] into SWD stream(s) at BUF2+off and the commands pointing at them
-    (or, with ``fwd``, the decoder streams merged into one raw-mode FWD stream, L7540-7553)."""
+    (or, with ``fwd``, the decoder streams merged into one raw-mode FWD stream,
+    [U85-TRM: §3.9.2])."""
     p = Wt.ordering_params(ofm_depth=W.shape[0],
                            ifm_depth=W.shape[3] if not depthwise else W.shape[0],
                            kernel_hw=kernel_hw, dilation=dilation, stride=stride,
@@ -250,8 +251,9 @@ def test_conv3x3_stride_pad_dilation(dev, host, stride, dil, pad):
 
 
 def test_conv_dilation2_with_an_even_dilated_size(dev, host):
-    """Dilated size 6 with dilation x2: taps ky*2 < 6 are 0, 2, 4 (L8181-8190), the undilated
-    kernel is (6+1)>>1 = 3 (L7338), and the IFM extent counts the full dilated size (L8168)."""
+    """Dilated size 6 with dilation x2: taps ky*2 < 6 are 0, 2, 4 [U85-TRM: §3.10.2], the undilated
+    kernel is (6+1)>>1 = 3 [U85-TRM: §3.9.1], and the IFM extent counts the full dilated size
+    [U85-TRM: §3.10.2]."""
     conv_case(dev, host, ishape=(10, 9, 5), oc=6, k=3, dil=(2, 2), pad=(1, 1, 0, 1), extra=1)
 
 
@@ -283,7 +285,7 @@ def test_conv_fast_weight_decoder_stream(macs):
     conv_case(d, h, ishape=(4, 5, 9), oc=20, k=3, pad=(1, 1, 1, 1), seed=5, fwd=True)
 
 
-#: digest 10.2, word for word
+#: C§10.2, word for word
 CONV_EXAMPLE_WORDS = [int(w, 16) for w in """
 00010105 00020109 0001010f 00004000 00000000 0001010a 0000010b 0000010c 00004004 00000002
 00004005 00000004 00004006 00000001 00010104 00000107 00000100 00000101 00000103 00000102
@@ -305,7 +307,7 @@ def test_conv_1x1_is_the_digests_worked_example(dev, host):
     run_to_irq(dev)
     assert dev.read(BUF + 0x20, 4) == bytes.fromhex("398016d8")
     assert dev.counters()["macs"] == 1 * 2 * 2 * 2
-    # the same through this file's builders (checks the builders against the digest)
+    # the same through this file's builders (checks the builders against C§10.2)
     o = out(zp=-3, rnd=0, scale=0, per_channel=True)
     x = np.array([[[10, -20], [-5, 7]]])
     v = ref.values(x, 2, 8, True)
@@ -336,7 +338,7 @@ def test_conv_touched_ranges_and_watchpoint(dev, host):
 
 
 def test_matmul_weights_from_ifm2(dev, host):
-    """IFM2 holds the second matrix transposed, [1][OFM depth][IFM depth] (TRM L12794, the
+    """IFM2 holds the second matrix transposed, [1][OFM depth][IFM depth] ([U85-TRM: §4.1], the
     layout Vela programs)."""
     IC, D, Wd = 7, 5, 4
     a = RNG.integers(-128, 128, (1, Wd, IC))
@@ -419,7 +421,7 @@ def test_pool_modes(dev, host, mode):
             + [("NPU_OP_POOL", dict(pooling_mode=mode))])
     run(dev, host, cmds)
     v = ref.values(x, zp, 8, True)
-    ih = (H - 1) * stride[0] + kh - pad[0] - pad[2]  # the derived IFM extent (L8831-8832)
+    ih = (H - 1) * stride[0] + kh - pad[0] - pad[2]  # the derived IFM extent [U85-TRM: §3.10.10]
     iw = (Wd - 1) * stride[1] + kw - pad[1] - pad[3]
     exp = ref.pool(v[:ih, :iw], es.E_POOL.index(mode), H, Wd, (kh, kw), stride, pad[:2], o, LUT0)
     check(read_ofm(dev, (H, Wd, D), 0x400, o), exp)
@@ -431,7 +433,7 @@ def test_pool_modes(dev, host, mode):
 
 def test_pool_sum_to_accumulators_then_none_with_keep(dev, host):
     """acc_output disable stores raw accumulators; pooling none + acc_input keep rescales them
-    (L6800-6854)."""
+    [U85-TRM: §3.6.5]."""
     x = RNG.integers(-128, 128, (4, 4, 3))
     dev.write(BUF, tensor_bytes(x, 8, True))
     o1 = out(bits=16)
@@ -560,7 +562,7 @@ def test_elementwise_uint8(dev, host):
 @pytest.mark.parametrize("func", [1, 4, 5, 8])
 def test_lut_activation_loaded_by_dma(dev, host, func):
     """The LUT RAM is filled by NPU_OP_DMA_START (internal destination), then an elementwise op
-    looks its results up (activation(), L7075-7173)."""
+    looks its results up (activation(), [U85-TRM: §3.6.7])."""
     lut = RNG.integers(0, 256, 2048).astype(np.uint8).tobytes()
     o = out(scale=5, shift=2, rnd=0, zp=5)
     if func == 5:
@@ -571,7 +573,7 @@ def test_lut_activation_loaded_by_dma(dev, host, func):
 
 
 def test_ifm_tiles_2x2(dev, host):
-    """IFM stored as four tiles (L6448-6498): width0 2, height0 1, height1 2."""
+    """IFM stored as four tiles [U85-TRM: §3.6.5]: width0 2, height0 1, height1 2."""
     H, W, D = 3, 4, 2
     a = RNG.integers(-100, 100, (H, W, D))
     b = RNG.integers(-100, 100, (H, W, D))
@@ -621,7 +623,7 @@ def test_ofm_reverse_and_transpose(dev, host, reverse, transpose):
 
 def test_chained_conv_into_elementwise(dev, host):
     """CONV with a chained OFM (FIFO 0) feeding an ELEMENTWISE add with a memory IFM2
-    (chaining L6280-6436): one head + one elementwise, the OFM written once."""
+    (chaining [U85-TRM: §3.6.4]): one head + one elementwise, the OFM written once."""
     x = RNG.integers(-128, 128, (3, 3, 4))
     y = RNG.integers(-128, 128, (3, 3, 2))
     W = RNG.integers(-20, 21, (2, 1, 1, 4))
@@ -709,8 +711,9 @@ def test_bad_weight_stream_is_unpredictable(dev, host):
 
 
 def test_sparse_weights(dev, host):
-    """sparse_2_4 (WEIGHT_FORMAT, L10853): the same convolution as dense weights, in the sparse
-    order; weights breaking the 2:4 rule are UNPREDICTABLE (cmd_parse_error, nothing written)."""
+    """sparse_2_4 (WEIGHT_FORMAT, [U85-TRM: Table 3-157]): the same convolution as dense weights, in
+    the sparse order; weights breaking the 2:4 rule are UNPREDICTABLE (cmd_parse_error, nothing
+    written)."""
     x = RNG.integers(-128, 128, (3, 3, 6))
     W = RNG.integers(-127, 128, (3, 1, 2, 6))
     W[..., [1, 2, 4]] = 0          # ic 0-3 keep two values, ic 4-5 (a partial group) one
@@ -744,12 +747,13 @@ def test_sparse_weights(dev, host):
 
 
 @pytest.mark.parametrize("region, message", [
-    (0, r"assert\(g_fifo_valid\[IFM_REGION.region\]\) fails \(L6337\)"),  # FIFO 0 unwritten
-    (3, r"assert\(IFM_REGION.region < 3\) fails \(L6336\)"),
+    # FIFO 0 unwritten
+    (0, r"assert\(g_fifo_valid\[IFM_REGION.region\]\) fails \[U85-TRM: §3\.6\.4\]"),
+    (3, r"assert\(IFM_REGION.region < 3\) fails \[U85-TRM: §3\.6\.4\]"),
 ])
 def test_chained_ifm_without_its_fifo_is_unpredictable(dev, host, region, message):
     """read of a chained IFM whose FIFO no chained OFM filled, or a FIFO that does not exist:
-    the chaining asserts (L6336-6337) name the register."""
+    the chaining asserts [U85-TRM: §3.6.4] name the register."""
     y = RNG.integers(-128, 128, (2, 2, 2))
     dev.write(BUF + 0x100, tensor_bytes(y, 8, True))
     cmds = (ifm("IFM", None, 0, storage="chained", region=region) + ifm("IFM2", (2, 2, 2), 0x100)

@@ -1,5 +1,5 @@
 """The Ethos-U85 command-stream codec (devices/ethos_u85/stream.py) against the TRM's encoding
-(shared/devices/ethos-u85-command-stream.md sections 1, 9 and 10; "Lnnnn" cites seed 001)."""
+(C§1, C§9, C§10; "[U85-TRM: ...]" cites the TRM)."""
 from __future__ import annotations
 
 import numpy as np
@@ -19,13 +19,14 @@ def words_of(text: str) -> list[int]:
 # the opcode table
 
 def test_opcode_counts():
-    """63 cmd0 (11 OPs + 52 SETs, L7997-8069) + 48 cmd1 (47 SETs + NPU_OP_BRANCH, L10893-10947)."""
+    """63 cmd0 (11 OPs + 52 SETs, [U85-TRM: Table 3-94]) + 48 cmd1 (47 SETs + NPU_OP_BRANCH,
+    [U85-TRM: Table 3-159])."""
     cmd0 = [s for s in OPCODES.values() if s.kind == "cmd0"]
     cmd1 = [s for s in OPCODES.values() if s.kind == "cmd1"]
     assert len(cmd0) == 63 and len(cmd1) == 48 and len(OPCODES) == 111
     assert len([s for s in cmd0 if s.is_operation]) == 11
     assert [s.name for s in cmd1 if s.is_operation] == ["NPU_OP_BRANCH"]
-    # numbering rule: cmd0 OPs have bit 8 clear, SETs set; cmd1 the reverse (digest 1.3)
+    # numbering rule: cmd0 OPs have bit 8 clear, SETs set; cmd1 the reverse [U85-TRM: §3.5.5]
     for s in OPCODES.values():
         want = s.is_operation if s.kind == "cmd1" else not s.is_operation
         assert bool(s.opcode & 0x100) == want
@@ -33,22 +34,27 @@ def test_opcode_counts():
 
 
 @pytest.mark.parametrize("name,key", [
-    # L8081, L8325, L8472
+    # [U85-TRM: §3.10.1, §3.10.3, §3.10.5]
     ("NPU_OP_STOP", 0x0000), ("NPU_OP_DEPTHWISE", 3), ("NPU_OP_DMA_WAIT", 17),
-    ("NPU_SET_IFM_PAD_TOP", 256), ("NPU_SET_IFM_PAD_BOTTOM", 259),  # L9986, L9898
+    ("NPU_SET_IFM_PAD_TOP", 256), ("NPU_SET_IFM_PAD_BOTTOM", 259),  # [U85-TRM: §3.10.37, §3.10.34]
     ("NPU_SET_IFM_REGION", 271), ("NPU_SET_OFM_REGION", 287), ("NPU_SET_IFM2_REGION", 399),
-    ("NPU_SET_WEIGHT_REGION", 296),  # L10061, L10556, L9673, L10875
-    ("NPU_SET_ACC_FORMAT", 292), ("NPU_SET_ACTIVATION", 293),  # L9206, L9245
-    ("NPU_SET_ACTIVATION_MIN", 294), ("NPU_SET_ACTIVATION_MAX", 295),  # L9312, L9282
-    ("NPU_SET_KERNEL_STRIDE", 290), ("NPU_SET_RESIZE_X_SCALE_N_M1", 298),  # L10218, L10719
-    ("NPU_SET_RESIZE_X_OFFSET", 300), ("NPU_SET_RESIZE_Y_OFFSET", 301),  # L10684, L10754
-    ("NPU_SET_IFM_BASE0", 0x4000), ("NPU_SET_IFM_STRIDE_C", 0x4006),  # L10959-10965
-    ("NPU_SET_IFM2_SCALE", 0x4026), ("NPU_SET_OFM_STRIDE_C", 0x4016),  # L11521, L12091
-    ("NPU_SET_IFM2_BASE0", 0x4080), ("NPU_SET_RESIZE_X_STEP", 0x4096),  # L11387, L11004
-    ("NPU_SET_RESIZE_Y_STEP", 0x4097), ("NPU_OP_BRANCH", 0x4100),  # L11005, L11006
+    ("NPU_SET_WEIGHT_REGION", 296),  # [U85-TRM: §3.10.39, §3.10.54, §3.10.27, §3.10.64]
+    ("NPU_SET_ACC_FORMAT", 292), ("NPU_SET_ACTIVATION", 293),  # [U85-TRM: §3.10.13, §3.10.14]
+    # [U85-TRM: §3.10.16, §3.10.15]
+    ("NPU_SET_ACTIVATION_MIN", 294), ("NPU_SET_ACTIVATION_MAX", 295),
+    # [U85-TRM: §3.10.44, §3.10.59]
+    ("NPU_SET_KERNEL_STRIDE", 290), ("NPU_SET_RESIZE_X_SCALE_N_M1", 298),
+    # [U85-TRM: §3.10.58, §3.10.60]
+    ("NPU_SET_RESIZE_X_OFFSET", 300), ("NPU_SET_RESIZE_Y_OFFSET", 301),
+    ("NPU_SET_IFM_BASE0", 0x4000), ("NPU_SET_IFM_STRIDE_C", 0x4006),  # [U85-TRM: §3.11.1]
+    # [U85-TRM: §3.11.17, §3.11.34]
+    ("NPU_SET_IFM2_SCALE", 0x4026), ("NPU_SET_OFM_STRIDE_C", 0x4016),
+    # [U85-TRM: §3.11.13, §3.11.1]
+    ("NPU_SET_IFM2_BASE0", 0x4080), ("NPU_SET_RESIZE_X_STEP", 0x4096),
+    ("NPU_SET_RESIZE_Y_STEP", 0x4097), ("NPU_OP_BRANCH", 0x4100),  # [U85-TRM: §3.11.1]
 ])
 def test_opcode_numbers(name, key):
-    """Facts 4-9, 12, 15-17 of digest section 9 (opcode digits readable in the seed)."""
+    """Facts 4-9, 12, 15-17 of C§9 (opcode digits readable in the seed)."""
     assert OPCODES[name].key == key
 
 
@@ -59,13 +65,13 @@ def _bits(name: str, field: str) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("name,field,msb,lsb", [
-    ("NPU_OP_ELEMENTWISE", "elementwise_mode", 21, 16),  # L8667
-    ("NPU_OP_DMA_WAIT", "k", 17, 16),  # L8481
+    ("NPU_OP_ELEMENTWISE", "elementwise_mode", 21, 16),  # [U85-TRM: Table 3-99]
+    ("NPU_OP_DMA_WAIT", "k", 17, 16),  # [U85-TRM: Table 3-98]
     ("NPU_SET_ACC_FORMAT", "acc_format", 17, 16), ("NPU_SET_ACC_FORMAT", "acc_input", 21, 20),
     ("NPU_SET_ACC_FORMAT", "acc_output", 22, 22),
-    ("NPU_SET_ACC_FORMAT", "microblock", 26, 24),  # L9215-9223
+    ("NPU_SET_ACC_FORMAT", "microblock", 26, 24),  # [U85-TRM: Table 3-107]
     ("NPU_SET_ACTIVATION", "activation_function", 20, 16), ("NPU_SET_ACTIVATION", "table", 23, 21),
-    ("NPU_SET_ACTIVATION", "activation_clip_range", 28, 28),  # L9257-9260
+    ("NPU_SET_ACTIVATION", "activation_clip_range", 28, 28),  # [U85-TRM: Table 3-108]
     ("NPU_SET_KERNEL_STRIDE", "stride_x_lsb", 16, 16),
     ("NPU_SET_KERNEL_STRIDE", "stride_y_lsb", 17, 17),
     ("NPU_SET_KERNEL_STRIDE", "weight_order", 18, 18),
@@ -73,48 +79,49 @@ def _bits(name: str, field: str) -> tuple[int, int]:
     ("NPU_SET_KERNEL_STRIDE", "dilation_y", 20, 20),
     ("NPU_SET_KERNEL_STRIDE", "decomposition", 21, 21),
     ("NPU_SET_KERNEL_STRIDE", "stride_x_msb", 22, 22),
-    ("NPU_SET_KERNEL_STRIDE", "stride_y_msb", 25, 25),  # L10227-10238
+    ("NPU_SET_KERNEL_STRIDE", "stride_y_msb", 25, 25),  # [U85-TRM: Table 3-138]
     ("NPU_SET_IFM_PAD_TOP", "pad", 22, 16),
-    ("NPU_SET_IFM_PAD_BOTTOM", "pad", 23, 16),  # L9995, L9907
+    ("NPU_SET_IFM_PAD_BOTTOM", "pad", 23, 16),  # [U85-TRM: Table 3-131, Table 3-128]
     ("NPU_SET_IFM_PAD_LEFT", "pad", 22, 16),
-    ("NPU_SET_IFM_PAD_RIGHT", "pad", 23, 16),  # L9934, L9964
+    ("NPU_SET_IFM_PAD_RIGHT", "pad", 23, 16),  # [U85-TRM: Table 3-129, Table 3-130]
     ("NPU_SET_IFM_REGION", "region", 18, 16),
-    ("NPU_SET_WEIGHT_REGION", "region", 18, 16),  # L10070, L10884
-    ("NPU_SET_IFM_PRECISION", "activation_precision", 19, 18),  # L10026
-    ("NPU_SET_IFM2_PRECISION", "activation_precision", 19, 18),  # L9638
-    ("NPU_SET_OFM_PRECISION", "activation_precision", 18, 17),  # L10521
+    ("NPU_SET_WEIGHT_REGION", "region", 18, 16),  # [U85-TRM: Table 3-133, Table 3-158]
+    ("NPU_SET_IFM_PRECISION", "activation_precision", 19, 18),  # [U85-TRM: Table 3-132]
+    ("NPU_SET_IFM2_PRECISION", "activation_precision", 19, 18),  # [U85-TRM: Table 3-120]
+    ("NPU_SET_OFM_PRECISION", "activation_precision", 18, 17),  # [U85-TRM: Table 3-147]
     ("NPU_SET_OFM_PRECISION", "scale_mode", 24, 24),
     ("NPU_SET_OFM_PRECISION", "activation_reverse", 26, 25),
     ("NPU_SET_OFM_PRECISION", "activation_transpose", 29, 27),
-    ("NPU_SET_OFM_PRECISION", "activation_storage", 31, 30),  # L10527-10533
-    ("NPU_SET_RESIZE_X_SCALE_N_M1", "resize_x_scale_n_m1", 26, 16),  # L10728
-    ("NPU_SET_RESIZE_X_OFFSET", "resize_x_offset", 27, 16),  # L10693
+    ("NPU_SET_OFM_PRECISION", "activation_storage", 31, 30),  # [U85-TRM: Table 3-147]
+    ("NPU_SET_RESIZE_X_SCALE_N_M1", "resize_x_scale_n_m1", 26, 16),  # [U85-TRM: Table 3-153]
+    ("NPU_SET_RESIZE_X_OFFSET", "resize_x_offset", 27, 16),  # [U85-TRM: Table 3-152]
     ("NPU_SET_OFM_BLK_DEPTH_M1", "depth_m1", 25, 16),
     ("NPU_SET_OFM_BLK_HEIGHT_M1", "height_m1", 22, 16),
-    ("NPU_SET_OFM_BLK_WIDTH_M1", "width_m1", 22, 16),  # L10311, L10342, L10373
+    # [U85-TRM: §3.10.46, Table 3-141, Table 3-142]
+    ("NPU_SET_OFM_BLK_WIDTH_M1", "width_m1", 22, 16),
     ("NPU_SET_OFM_SCALE", "shift", 21, 16), ("NPU_SET_OFM_SCALE", "dbl_rnd", 26, 22),
     ("NPU_SET_OFM_SCALE", "round_mode", 31, 29),
-    ("NPU_SET_OFM_SCALE", "scale", 62, 32),  # L12061-12068
+    ("NPU_SET_OFM_SCALE", "scale", 62, 32),  # [U85-TRM: Table 3-191]
     ("NPU_SET_IFM_SCALE", "round_mode", 29, 29),
-    ("NPU_SET_IFM2_SCALE", "round_mode", 29, 29),  # L11814, L11537
+    ("NPU_SET_IFM2_SCALE", "round_mode", 29, 29),  # [U85-TRM: Table 3-183, Table 3-175]
     ("NPU_SET_RESIZE_X_STEP", "one_step_int", 19, 16),
     ("NPU_SET_RESIZE_X_STEP", "blk_step_int", 30, 20),
     ("NPU_SET_RESIZE_X_STEP", "one_step_mod", 42, 32),
-    ("NPU_SET_RESIZE_X_STEP", "blk_step_mod", 58, 48),  # L12218-12223
+    ("NPU_SET_RESIZE_X_STEP", "blk_step_mod", 58, 48),  # [U85-TRM: Table 3-196]
     ("NPU_OP_BRANCH", "branch_cond", 16, 16),
-    ("NPU_OP_BRANCH", "branch_target", 63, 32),  # L11046-11048
+    ("NPU_OP_BRANCH", "branch_target", 63, 32),  # [U85-TRM: Table 3-160]
     ("NPU_SET_SCALE_LENGTH", "length", 51, 32),
-    ("NPU_SET_WEIGHT_LENGTH", "length", 63, 32),  # L12322, L12522
+    ("NPU_SET_WEIGHT_LENGTH", "length", 63, 32),  # [U85-TRM: §3.11.41, Table 3-207]
     ("NPU_SET_DMA0_IDX_MAX", "idx_max", 62, 32),
-    ("NPU_SET_OP_SCALAR", "scalar", 63, 32),  # L11200, L12183
+    ("NPU_SET_OP_SCALAR", "scalar", 63, 32),  # [U85-TRM: §3.11.7, Table 3-195]
     ("NPU_SET_DMA0_SRC_REGION", "region_mode", 24, 24),
     ("NPU_SET_DMA0_SRC_REGION", "stride_mode", 26, 25),
-    ("NPU_SET_DMA0_SRC_REGION", "idx_mode", 27, 27),  # L9504-9508
+    ("NPU_SET_DMA0_SRC_REGION", "idx_mode", 27, 27),  # [U85-TRM: Table 3-116]
     ("NPU_SET_WEIGHT_FORMAT", "weight_format", 16, 16),
-    ("NPU_SET_WEIGHT_FORMAT", "weight_sparsity", 20, 20),  # L10851-10853
+    ("NPU_SET_WEIGHT_FORMAT", "weight_sparsity", 20, 20),  # [U85-TRM: Table 3-157]
 ])
 def test_field_positions(name, field, msb, lsb):
-    """Facts 5-22 of digest section 9."""
+    """Facts 5-22 of C§9."""
     assert _bits(name, field) == (msb, lsb)
 
 
@@ -124,7 +131,9 @@ def _enum(name: str, field: str) -> dict[int, str]:
 
 
 def test_enumerations():
-    """Fact 20 (L8685-8697, L9011, L9140, L9257, L12067, L9538, L9223) and facts 11, 21, 22."""
+    """Fact 20
+    [U85-TRM: Table 3-100, Table 3-104, Table 3-105, Table 3-108, Table 3-191, Table 3-117,
+    Table 3-107] and facts 11, 21, 22."""
     ew = _enum("NPU_OP_ELEMENTWISE", "elementwise_mode")
     assert (ew[33], ew[36], ew[42], ew[16], ew[11], ew[1]) == \
         ("and", "not", "and_not", "cmp_eq", "div", "add")
@@ -193,7 +202,7 @@ def test_encode_examples_and_errors():
         encode("NPU_SET_RESIZE_X_STEP", one_step_int=1)
     assert encode("NPU_OP_DEPTHWISE") == [0x00000003]
     with pytest.raises(ValueError):
-        encode("NPU_SET_IFM_PAD_TOP", pad=128)  # 7-bit field (L9995)
+        encode("NPU_SET_IFM_PAD_TOP", pad=128)  # 7-bit field [U85-TRM: Table 3-131]
     with pytest.raises(ValueError):
         encode("NPU_SET_IFM_REGION", regin=1)
     with pytest.raises(ValueError):
@@ -203,8 +212,8 @@ def test_encode_examples_and_errors():
 
 
 def test_signed_and_address_fields_decode():
-    """Fact 18: 40-bit addresses, DMA strides signed (L11326); resize offsets signed 12-bit
-    (L10693); OP_SCALAR signed 32-bit (L12183)."""
+    """Fact 18: 40-bit addresses, DMA strides signed [U85-TRM: Table 3-169]; resize offsets signed
+    12-bit [U85-TRM: Table 3-152]; OP_SCALAR signed 32-bit [U85-TRM: Table 3-195]."""
     (c,) = decode([0x00FF4033, 0xFFFFFFF0])
     assert c.name == "NPU_SET_DMA0_SRC_STRIDE0" and c.fields == {"addr": -16}
     (c,) = decode([0x00AB4010, 0x00000020])
@@ -216,9 +225,9 @@ def test_signed_and_address_fields_decode():
 
 
 # ---------------------------------------------------------------------------------------------
-# the digest's worked examples (section 10)
+# the worked examples of C§10
 
-EX_10_1 = [  # elementwise ADD, int8, OFM 1x2x4 (digest 10.1)
+EX_10_1 = [  # elementwise ADD, int8, OFM 1x2x4 (C§10.1)
     (0x0000, "00010105", "NPU_SET_IFM_PRECISION", dict(activation_type=1, activation_precision=0,
                                                        activation_format=0, activation_storage=0)),
     (0x0004, "00030109", "NPU_SET_IFM_ZERO_POINT", dict(zero_point=3)),
@@ -279,7 +288,7 @@ EX_10_1 = [  # elementwise ADD, int8, OFM 1x2x4 (digest 10.1)
     (0x00f8, "ffff0000", "NPU_OP_STOP", dict(mask=0xFFFF)),
 ]
 
-EX_10_2 = [  # 1x1 CONV, int8 (digest 10.2): (offset, words, name, fields)
+EX_10_2 = [  # 1x1 CONV, int8 (C§10.2): (offset, words, name, fields)
     (0x0000, "00010105", "NPU_SET_IFM_PRECISION", dict(activation_type=1, activation_precision=0,
                                                        activation_format=0, activation_storage=0)),
     (0x0004, "00020109", "NPU_SET_IFM_ZERO_POINT", dict(zero_point=2)),
@@ -435,7 +444,7 @@ LISTING = """\
 0x0018: 00000122           NPU_SET_KERNEL_STRIDE       stride_x_lsb=0 stride_y_lsb=0 weight_order=depth_first dilation_x=none dilation_y=none decomposition=d8x8 stride_x_msb=0 stride_y_msb=0
 0x001c: 00010006           NPU_OP_ELEMENTWISE          elementwise_mode=add
 0x0020: 00014100 00000028  NPU_OP_BRANCH               branch_cond=rf_true branch_target=0x28
-0x0028: 0000c123           UNKNOWN                     raw=0x0000c123 (reserved control 11 (L6002))
+0x0028: 0000c123           UNKNOWN                     raw=0x0000c123 (reserved control 11 [U85-TRM: §3.5.3])
 0x002c: ffff0000           NPU_OP_STOP                 mask=0xffff
 """  # noqa: E501 (the listing's lines are as long as the disassembler writes them)
 

@@ -214,7 +214,7 @@ def test_no_program_declares_nothing():
 
 
 def _seed_address(t, y: int, x: int, c: int) -> int:
-    """element_address_in_region (TRM L6448-6498), written out per element: tile2x2 picks the
+    """element_address_in_region [U85-TRM: §3.6.5], written out per element: tile2x2 picks the
     right tiles at x >= width0, then the lower tiles at y >= height of that column."""
     tile = 0
     if x >= t.width0:

@@ -1,8 +1,7 @@
-"""The MAX78000 description (configs/max78000.toml) against the digest's checkable facts
-(shared/devices/max78000-registers.md section 6); "Lnnnn" cites a line of seed 000."""
+"""The MAX78000 description (configs/max78000.toml) against checkable facts
+(numbered "Fact n" as in the project's notes, each with its user-guide citation); "[UG-CNN: ...]"
+cites the user guide."""
 from __future__ import annotations
-
-import re
 
 import pytest
 
@@ -11,7 +10,7 @@ from accelstub.devices.description import Description, Field, Register, load_des
 from tests.helpers import source_docs
 
 GLOBAL = 0x5000_0000
-QB = [0x5010_0000, 0x5050_0000, 0x5090_0000, 0x50D0_0000]  # quadrant bases (L1863-1878)
+QB = [0x5010_0000, 0x5050_0000, 0x5090_0000, 0x50D0_0000]  # quadrant bases [UG-CNN: Table 27-17]
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +58,7 @@ def wr32(dev, addr: int, value: int) -> None:
 # counts
 
 def test_register_count_is_2303_architected_plus_8_emu(desc):
-    """7 global (incl. CNN_AOD_CTRL) + 4 x 574 quadrant registers (digest section 2)."""
+    """7 global (incl. CNN_AOD_CTRL) + 4 x 574 quadrant registers (R§2)."""
     arch = [r for r in desc.registers if r.block != "emu"]
     assert len(arch) == 2303
     assert len([r for r in desc.registers if r.block == "emu"]) == 8
@@ -67,13 +66,13 @@ def test_register_count_is_2303_architected_plus_8_emu(desc):
 
 
 def test_each_quadrant_has_574_registers(desc):
-    """6 singles + 16 per-layer arrays x 32 + LCTRL1 x 32 + 3 stream arrays x 8 (digest
-    section 2)."""
+    """6 singles + 16 per-layer arrays x 32 + LCTRL1 x 32 + 3 stream arrays x 8
+    (R§2)."""
     for q in range(4):
         assert len([r for r in desc.registers if r.block == f"q{q}"]) == 574
 
 
-def test_every_register_and_field_cites_a_seed_line_in_the_description_file(desc):
+def test_every_register_and_field_cites_the_user_guide_in_the_description_file(desc):
     """Provenance stays in configs/max78000.toml; what users see (SVD, describe, the TUI) is
     the text without the citations."""
     src = source_docs("max78000")
@@ -81,16 +80,16 @@ def test_every_register_and_field_cites_a_seed_line_in_the_description_file(desc
         if r.block == "emu":
             continue
         doc, fields = src[r.definition.name]
-        assert "(L" in doc, r.name
-        assert r.doc and not re.search(r"\(L\d", r.doc), r.name
+        assert "[UG-CNN: " in doc, r.name
+        assert r.doc and "[UG-CNN" not in r.doc, r.name
         for f in r.fields:
-            assert "L" in fields[f.name] and any(ch.isdigit() for ch in fields[f.name]), \
-                (r.name, f.name)
-            assert not re.search(r"\(L\d", f.doc), (r.name, f.name)
+            assert "[UG-CNN: " in fields[f.name], (r.name, f.name)
+            assert "[UG-CNN" not in f.doc, (r.name, f.name)
 
 
 def test_32_layers_and_8_streams_per_quadrant(desc):
-    """Up to 8 streams for the first 8 layers, up to 32 layers (L4248, L3027)."""
+    """Up to 8 streams for the first 8 layers, up to 32 layers
+    [UG-CNN: CNNx16_n Processor Stream Registers, CNNx16_n Per Layer Registers (CNNx16_n_Ly)]."""
     assert desc.find_register("CNNx16_0_L31_RCNT") is not None
     assert desc.find_register("CNNx16_0_L32_RCNT") is None
     assert desc.find_register("CNNx16_3_S7_FBUF") is not None
@@ -101,22 +100,22 @@ def test_32_layers_and_8_streams_per_quadrant(desc):
 # global registers
 
 def test_fifo_ctrl_at_global_0x0000_rdy_sel_1_0_reset_0x3(desc):
-    """Fact 1 (L1371, L1512)."""
+    """Fact 1 [UG-CNN: Table 27-9, Table 27-10]."""
     r = reg(desc, "CNN_FIF0_CTRL")
     assert r.address == GLOBAL
     assert bits(desc, "CNN_FIF0_CTRL", "rdy_sel") == (1, 0)
     assert fld(desc, "CNN_FIF0_CTRL", "rdy_sel").reset == 3
     assert r.reset == 0x3
-    assert desc.register("CNN_FIFO_CTRL") is r  # alias with letter O (digest 7 #6)
+    assert desc.register("CNN_FIFO_CTRL") is r  # alias with letter O (R7#6)
 
 
 def test_fifo_ctrl_fifo_en_bits_15_12(desc):
-    """Fact 2 (L1460)."""
+    """Fact 2 [UG-CNN: Table 27-10]."""
     assert bits(desc, "CNN_FIF0_CTRL", "fifo_en") == (15, 12)
 
 
 def test_fifo_ctrl_fifo_cpl_bit_11_and_bits_10_6_5_reserved(desc):
-    """Fact 3 (L1468, L1480, L1495)."""
+    """Fact 3 [UG-CNN: Table 27-10]."""
     assert bits(desc, "CNN_FIF0_CTRL", "fifo_cpl") == (11, 11)
     m = used_mask(reg(desc, "CNN_FIF0_CTRL"))
     assert m & ((1 << 10) | (3 << 5)) == 0
@@ -124,13 +123,13 @@ def test_fifo_ctrl_fifo_cpl_bit_11_and_bits_10_6_5_reserved(desc):
 
 
 def test_fifo_ctrl_thresholds_empty_9_7_full_4_2(desc):
-    """Fact 4 (L1487, L1502)."""
+    """Fact 4 [UG-CNN: Table 27-10]."""
     assert bits(desc, "CNN_FIF0_CTRL", "empty_thresh") == (9, 7)
     assert bits(desc, "CNN_FIF0_CTRL", "full_thresh") == (4, 2)
 
 
 def test_fifo_ctrl_interrupt_enables(desc):
-    """Fact 5 (L1431-L1452)."""
+    """Fact 5 [UG-CNN: Table 27-10]."""
     assert bits(desc, "CNN_FIF0_CTRL", "almost_empty_int_en") == (31, 28)
     assert bits(desc, "CNN_FIF0_CTRL", "almost_full_int_en") == (27, 24)
     assert bits(desc, "CNN_FIF0_CTRL", "empty_int_en") == (23, 20)
@@ -138,7 +137,7 @@ def test_fifo_ctrl_interrupt_enables(desc):
 
 
 def test_fifo_stat_at_0x0004_rptr_eq_21_wptr_eq_20_bits_31_22_reserved(desc):
-    """Fact 6 (L1376, L1549-L1564)."""
+    """Fact 6 [UG-CNN: Table 27-9, Table 27-11]."""
     r = reg(desc, "CNN_FIF0_STAT")
     assert r.address == GLOBAL + 4
     assert desc.register("CNN_FIFO_STAT") is r
@@ -148,7 +147,7 @@ def test_fifo_stat_at_0x0004_rptr_eq_21_wptr_eq_20_bits_31_22_reserved(desc):
 
 
 def test_fifo_stat_per_fifo_and_aggregate_fields(desc):
-    """Facts 7 and 8 (L1572-L1626)."""
+    """Facts 7 and 8 [UG-CNN: Table 27-11]."""
     assert bits(desc, "CNN_FIF0_STAT", "almost_empty") == (15, 12)
     assert bits(desc, "CNN_FIF0_STAT", "almost_full") == (11, 8)
     assert bits(desc, "CNN_FIF0_STAT", "empty") == (7, 4)
@@ -160,12 +159,12 @@ def test_fifo_stat_per_fifo_and_aggregate_fields(desc):
 
 
 def test_fifo_stat_all_fields_read_only(desc):
-    """Table 27-11 "All fields read-only" (L1549-L1626; digest 7)."""
+    """Table 27-11 "All fields read-only" ([UG-CNN: Table 27-11]; R§7)."""
     assert {f.access for f in reg(desc, "CNN_FIF0_STAT").fields} == {"ro"}
 
 
 def test_fifo_wr0_3_at_0x8_0xc_0x10_0x14_32_bit_data(desc):
-    """Fact 9 (L1381-L1396, L1655)."""
+    """Fact 9 [UG-CNN: Table 27-9, Table 27-12]."""
     for n in range(4):
         r = reg(desc, f"CNN_FIFO_WR{n}")
         assert r.address == GLOBAL + 8 + 4 * n
@@ -174,7 +173,7 @@ def test_fifo_wr0_3_at_0x8_0xc_0x10_0x14_32_bit_data(desc):
 
 
 def test_aod_ctrl_at_0x50001000_reset_0x3_rm_pd_dsleep(desc):
-    """Fact 10 (L1401, L1781-L1832)."""
+    """Fact 10 [UG-CNN: Table 27-9, Table 27-16]."""
     r = reg(desc, "CNN_AOD_CTRL")
     assert r.address == 0x5000_1000 and r.block == "aod" and r.group == "cnn_global"
     assert r.reset == 0x3
@@ -188,7 +187,7 @@ def test_aod_ctrl_at_0x50001000_reset_0x3_rm_pd_dsleep(desc):
 # quadrant registers
 
 def test_quadrant_bases_0x10_0000_0x50_0000_0x90_0000_0xD0_0000(desc):
-    """Fact 11 (L1863-L1878): offsets from the CNN base 0x5000_0000."""
+    """Fact 11 [UG-CNN: Table 27-17]: offsets from the CNN base 0x5000_0000."""
     for q in range(4):
         assert reg(desc, f"CNNx16_{q}_CTRL").address == GLOBAL + [0x10_0000, 0x50_0000, 0x90_0000,
                                                                     0xD0_0000][q]
@@ -197,7 +196,7 @@ def test_quadrant_bases_0x10_0000_0x50_0000_0x90_0000_0xD0_0000(desc):
 
 
 def test_ctrl_at_0x0000_resets_to_0x6(desc):
-    """Fact 12 (L1902, L2285): rdy_sel bits 2:1 reset 0b11."""
+    """Fact 12 [UG-CNN: Table 27-18, Table 27-19]: rdy_sel bits 2:1 reset 0b11."""
     for q in range(4):
         r = reg(desc, f"CNNx16_{q}_CTRL")
         assert r.address == QB[q] and r.reset == 0x6
@@ -205,7 +204,7 @@ def test_ctrl_at_0x0000_resets_to_0x6(desc):
 
 
 def test_ctrl_cnn_en_bit_0_oneshot_bit_8_cnn_irq_bit_12_rw(desc):
-    """Facts 13-15 (L2299, L2209, L2182)."""
+    """Facts 13-15 [UG-CNN: Table 27-19]."""
     assert bits(desc, "CNNx16_0_CTRL", "cnn_en") == (0, 0)
     assert bits(desc, "CNNx16_0_CTRL", "oneshot") == (8, 8)
     assert bits(desc, "CNNx16_0_CTRL", "cnn_irq") == (12, 12)
@@ -213,7 +212,7 @@ def test_ctrl_cnn_en_bit_0_oneshot_bit_8_cnn_irq_bit_12_rw(desc):
 
 
 def test_ctrl_ext_sync_to_mexpress_positions(desc):
-    """Fact 16 (L2193, L2158, L2149, L2138, L2125, L2117, L2109)."""
+    """Fact 16 [UG-CNN: Table 27-19]."""
     exp = {"ext_sync": (11, 9), "stream_en": (14, 14), "fifo_en": (15, 15), "mlat_ld": (16, 16),
            "mlatch_sel": (18, 17), "lilbuf": (19, 19), "mexpress": (20, 20)}
     for name, b in exp.items():
@@ -221,7 +220,7 @@ def test_ctrl_ext_sync_to_mexpress_positions(desc):
 
 
 def test_ctrl_simple1b_to_qupac_positions(desc):
-    """Fact 17 (L2101, L2093, L2085, L2077, L2069, L2058)."""
+    """Fact 17 [UG-CNN: Table 27-19]."""
     exp = {"simple1b": (21, 21), "ffifo_en": (22, 22), "fifogrp": (23, 23),
            "fclk_dly": (29, 24), "timeshft": (30, 30), "qupac": (31, 31)}
     for name, b in exp.items():
@@ -229,7 +228,7 @@ def test_ctrl_simple1b_to_qupac_positions(desc):
 
 
 def test_ctrl_clk_en_to_poolrnd_positions(desc):
-    """Fact 18 (L2272, L2264, L2252, L2240, L2226, L2171)."""
+    """Fact 18 [UG-CNN: Table 27-19]."""
     exp = {"clk_en": (3, 3), "calcmax": (4, 4), "pool_en": (5, 5), "bigdata": (6, 6),
            "apbclk_en": (7, 7), "poolrnd": (13, 13)}
     for name, b in exp.items():
@@ -237,13 +236,13 @@ def test_ctrl_clk_en_to_poolrnd_positions(desc):
 
 
 def test_ctrl_mlatch_sel_enumeration(desc):
-    """mlatch_sel 0..3 selects SRAM bits 7:0 .. 31:24 (L2125-L2134)."""
+    """mlatch_sel 0..3 selects SRAM bits 7:0 .. 31:24 [UG-CNN: Table 27-19]."""
     f = fld(desc, "CNNx16_0_CTRL", "mlatch_sel")
     assert [e.value for e in f.enums] == [0, 1, 2, 3]
 
 
 def test_sram_at_0x0004_rmargin_5_2_reset_3_rmargin_en_reset_1_reset_0xE(desc):
-    """Fact 19 (L1907, L2497, L2516)."""
+    """Fact 19 [UG-CNN: Table 27-18, Table 27-20]."""
     r = reg(desc, "CNNx16_0_SRAM")
     assert r.address == QB[0] + 4
     assert bits(desc, "CNNx16_0_SRAM", "rmargin") == (5, 2)
@@ -253,14 +252,14 @@ def test_sram_at_0x0004_rmargin_5_2_reset_3_rmargin_en_reset_1_reset_0xE(desc):
 
 
 def test_sram_pd_bit_16_ds_bit_15(desc):
-    """Fact 20 (L2388, L2404)."""
+    """Fact 20 [UG-CNN: Table 27-20]."""
     assert bits(desc, "CNNx16_0_SRAM", "pd") == (16, 16)
     assert bits(desc, "CNNx16_0_SRAM", "ds") == (15, 15)
 
 
 def test_sram_light_sleep_wpulse_wneg_ra_extacc(desc):
-    """Fact 21 (L2337-L2370, L2429, L2445, L2461, L2478, L2531); wneg_en R/W reset 0 and bits
-    31:23 unlisted per digest 7 #18."""
+    """Fact 21 [UG-CNN: Table 27-20]; wneg_en R/W reset 0 and bits
+    31:23 unlisted per R7#18."""
     exp = {"lsdram": (19, 19), "lsmram": (20, 20), "lstram": (21, 21), "lsbram": (22, 22),
            "wpulse": (13, 11), "wneg_en": (10, 10), "wneg_vol": (9, 8), "ra": (7, 6),
            "extacc": (0, 0)}
@@ -274,7 +273,7 @@ def test_sram_light_sleep_wpulse_wneg_ra_extacc(desc):
 
 
 def test_lcnt_max_at_0x0008_lcnt_4_0_bits_31_5_reserved(desc):
-    """Fact 22 (L1912, L2570, L2577)."""
+    """Fact 22 [UG-CNN: Table 27-18, Table 27-21]."""
     r = reg(desc, "CNNx16_0_LCNT_MAX")
     assert r.address == QB[0] + 8
     assert bits(desc, "CNNx16_0_LCNT_MAX", "lcnt") == (4, 0)
@@ -282,7 +281,7 @@ def test_lcnt_max_at_0x0008_lcnt_4_0_bits_31_5_reserved(desc):
 
 
 def test_test_at_0x000c_run_and_zeroize_bits(desc):
-    """Fact 23 (L1917, L2884-L3006)."""
+    """Fact 23 [UG-CNN: Table 27-18, Table 27-22]."""
     assert reg(desc, "CNNx16_0_TEST").address == QB[0] + 0xC
     for i, name in enumerate(["sbistrun", "sramz", "mbistrun", "mramz", "tbistrun", "tramz",
                               "bbistrun", "bramz"]):
@@ -291,7 +290,7 @@ def test_test_at_0x000c_run_and_zeroize_bits(desc):
 
 
 def test_test_bistsel_and_bist_status_bits(desc):
-    """Fact 24 (L2713-L2857)."""
+    """Fact 24 [UG-CNN: Table 27-22]."""
     assert bits(desc, "CNNx16_0_TEST", "bistsel") == (13, 8)
     for i, name in enumerate(["sallbfail", "mallbfail", "tallbfail", "ballbfail", "sallbdone",
                               "mallbdone", "tallbdone", "ballbdone"], start=14):
@@ -299,7 +298,7 @@ def test_test_bistsel_and_bist_status_bits(desc):
 
 
 def test_test_zeroize_done_bits_and_status_read_only(desc):
-    """Fact 25 (L2614-L2698); status bits 14..28 read-only per digest 7 #19."""
+    """Fact 25 [UG-CNN: Table 27-22]; status bits 14..28 read-only per R7#19."""
     for i, name in enumerate(["sallzdone", "mallzdone", "tallzdone", "ballzdone", "bistfail",
                               "bistdone", "zerodone"], start=22):
         assert bits(desc, "CNNx16_0_TEST", name) == (i, i), name
@@ -309,13 +308,13 @@ def test_test_zeroize_done_bits_and_status_read_only(desc):
 
 
 def test_l21_rcnt_at_quadrant_offset_0x64(desc):
-    """Fact 27 (L3027)."""
+    """Fact 27 [UG-CNN: CNNx16_n Per Layer Registers (CNNx16_n_Ly)]."""
     for q in range(4):
         assert reg(desc, f"CNNx16_{q}_L21_RCNT").address == QB[q] + 0x64
 
 
 def test_s5_strm0_at_quadrant_offset_0x824(desc):
-    """Fact 28 (L4248)."""
+    """Fact 28 [UG-CNN: CNNx16_n Processor Stream Registers]."""
     for q in range(4):
         assert reg(desc, f"CNNx16_{q}_S5_STRM0").address == QB[q] + 0x824
 
@@ -327,7 +326,7 @@ ARRAYS = [("RCNT", 0x010), ("CCNT", 0x090), ("ONED", 0x110), ("PRCNT", 0x190), (
 
 
 def test_per_layer_arrays_at_base_plus_4y(desc):
-    """Table 27-18 ranges (L1932-L2013): Ly_X at base(X) + 4y, y = 0..31."""
+    """Table 27-18 ranges [UG-CNN: Table 27-18]: Ly_X at base(X) + 4y, y = 0..31."""
     for q in range(4):
         for name, base in ARRAYS:
             for y in range(32):
@@ -336,7 +335,7 @@ def test_per_layer_arrays_at_base_plus_4y(desc):
 
 
 def test_stream_arrays_at_base_plus_4z(desc):
-    """Table 27-18 (L2018-L2028): Sz_X at base(X) + 4z, z = 0..7."""
+    """Table 27-18 [UG-CNN: Table 27-18]: Sz_X at base(X) + 4z, z = 0..7."""
     for q in range(4):
         for name, base in [("STRM0", 0x810), ("STRM1", 0x890), ("FBUF", 0x910)]:
             for z in range(8):
@@ -344,13 +343,13 @@ def test_stream_arrays_at_base_plus_4z(desc):
 
 
 def test_rcnt_pad_17_16_max_9_0(desc):
-    """Fact 29 (L3056, L3074)."""
+    """Fact 29 [UG-CNN: Table 27-23]."""
     assert bits(desc, "CNNx16_0_L0_RCNT", "rcnt_pad") == (17, 16)
     assert bits(desc, "CNNx16_0_L0_RCNT", "rcnt_max") == (9, 0)
 
 
 def test_ccnt_pad_17_16_max_9_0_at_0x090(desc):
-    """Fact 30 (L1937, L3116, L3133)."""
+    """Fact 30 [UG-CNN: Table 27-18, Table 27-24]."""
     assert reg(desc, "CNNx16_0_L0_CCNT").address == QB[0] + 0x90
     assert reg(desc, "CNNx16_0_L31_CCNT").address == QB[0] + 0x10C
     assert bits(desc, "CNNx16_0_L0_CCNT", "ccnt_pad") == (17, 16)
@@ -358,7 +357,7 @@ def test_ccnt_pad_17_16_max_9_0_at_0x090(desc):
 
 
 def test_oned_fields_and_ewise_func_encoding(desc):
-    """Fact 31 (L3172-L3273); doc field '2d_conv' is named conv2d_en."""
+    """Fact 31 [UG-CNN: Table 27-25]; doc field '2d_conv' is named conv2d_en."""
     exp = {"ewise_cnt": (21, 18), "conv2d_en": (17, 17), "prepool": (16, 16),
            "ewise_func": (15, 14), "ewise_en": (13, 13), "oned_en": (12, 12),
            "oned_width": (11, 8), "oned_sad": (7, 4), "tscnt_max": (3, 0)}
@@ -370,7 +369,8 @@ def test_oned_fields_and_ewise_func_encoding(desc):
 
 
 def test_prcnt_pccnt_stride(desc):
-    """Fact 32 (L3312, L3352, L3392); STRIDE stored as 4 bits 3:0 per digest 7 #33."""
+    """Fact 32 [UG-CNN: Table 27-26, Table 27-27, Table 27-28]; STRIDE stored as 4 bits 3:0 per
+    R7#33."""
     assert reg(desc, "CNNx16_0_L0_PRCNT").address == QB[0] + 0x190
     assert reg(desc, "CNNx16_0_L0_PCCNT").address == QB[0] + 0x210
     assert reg(desc, "CNNx16_0_L0_STRIDE").address == QB[0] + 0x290
@@ -381,14 +381,14 @@ def test_prcnt_pccnt_stride(desc):
 
 
 def test_pointer_registers_are_single_17_bit_fields(desc):
-    """Fact 33 (L3431, L3470, L3513, L3559, L3612)."""
+    """Fact 33 [UG-CNN: Table 27-29, Table 27-30, Table 27-31, Table 27-32, Table 27-33]."""
     for name in ["WPTR_BASE", "WPTR_TOFF", "WPTR_MOFF", "WPTR_CHOFF", "RPTR_BASE"]:
         r = reg(desc, f"CNNx16_2_L7_{name}")
         assert len(r.fields) == 1 and (r.fields[0].msb, r.fields[0].lsb) == (16, 0)
 
 
 def test_lctrl0_fields_at_0x590(desc):
-    """Fact 34 (L3657-L3799)."""
+    """Fact 34 [UG-CNN: Table 27-34]."""
     assert reg(desc, "CNNx16_0_L0_LCTRL0").address == QB[0] + 0x590
     exp = {"bigdwrt": (16, 16), "cnnsi_en": (15, 12), "sramlsrc": (11, 11),
            "cpad_only": (10, 10), "act_en": (9, 9), "maxpl_en": (8, 8), "pool_en": (7, 7),
@@ -398,14 +398,14 @@ def test_lctrl0_fields_at_0x590(desc):
 
 
 def test_mcnt_sad_31_16_max_15_0_at_0x610(desc):
-    """Fact 35 (L3838, L3849)."""
+    """Fact 35 [UG-CNN: Table 27-35]."""
     assert reg(desc, "CNNx16_0_L0_MCNT").address == QB[0] + 0x610
     assert bits(desc, "CNNx16_0_L0_MCNT", "mcnt_sad") == (31, 16)
     assert bits(desc, "CNNx16_0_L0_MCNT", "mcnt_max") == (15, 0)
 
 
 def test_tptr_sad_26_16_max_10_0_reserved_31_27_15_11(desc):
-    """Fact 36 (L3882-L3904)."""
+    """Fact 36 [UG-CNN: Table 27-36]."""
     assert reg(desc, "CNNx16_0_L0_TPTR").address == QB[0] + 0x690
     assert bits(desc, "CNNx16_0_L0_TPTR", "tptr_sad") == (26, 16)
     assert bits(desc, "CNNx16_0_L0_TPTR", "tptr_max") == (10, 0)
@@ -413,14 +413,14 @@ def test_tptr_sad_26_16_max_10_0_reserved_31_27_15_11(desc):
 
 
 def test_en_mask_en_31_16_pro_en_15_0(desc):
-    """Fact 37 (L3934, L3942)."""
+    """Fact 37 [UG-CNN: Table 27-37]."""
     assert reg(desc, "CNNx16_0_L0_EN").address == QB[0] + 0x710
     assert bits(desc, "CNNx16_0_L0_EN", "mask_en") == (31, 16)
     assert bits(desc, "CNNx16_0_L0_EN", "pro_en") == (15, 0)
 
 
 def test_post_fields_at_0x790(desc):
-    """Fact 38 (L3979-L4122)."""
+    """Fact 38 [UG-CNN: Table 27-38]."""
     assert reg(desc, "CNNx16_0_L0_POST").address == QB[0] + 0x790
     assert reg(desc, "CNNx16_0_L31_POST").address == QB[0] + 0x80C
     exp = {"deconv_en": (28, 28), "flatten_en": (27, 27), "out_abs": (26, 26),
@@ -432,13 +432,13 @@ def test_post_fields_at_0x790(desc):
 
 
 def test_post_mask_size_encoding(desc):
-    """Fact 39 (L4051-L4065): 00 = 8-bit, 01 = 1-bit, 10 = 2-bit, 11 = 4-bit."""
+    """Fact 39 [UG-CNN: Table 27-38]: 00 = 8-bit, 01 = 1-bit, 10 = 2-bit, 11 = 4-bit."""
     enums = {e.value: e.name for e in fld(desc, "CNNx16_0_L0_POST", "mask_size").enums}
     assert enums == {0: "bits8", 1: "bits1", 2: "bits2", 3: "bits4"}
 
 
 def test_post_scale_shft_encoding_and_onexone(desc):
-    """Fact 40 (L4082-L4094) and onexone_en (L4026-L4027)."""
+    """Fact 40 [UG-CNN: Table 27-38] and onexone_en [UG-CNN: Table 27-38]."""
     enums = {e.value: e.name for e in fld(desc, "CNNx16_0_L0_POST", "scale_shft").enums}
     assert enums == {0: "left", 1: "right"}
     enums = {e.value: e.name for e in fld(desc, "CNNx16_0_L0_POST", "onexone_en").enums}
@@ -446,7 +446,7 @@ def test_post_scale_shft_encoding_and_onexone(desc):
 
 
 def test_lctrl1_at_0xa10_xpch_max_wptr_inc_inpchexp(desc):
-    """Fact 43 (L2013, L4159-L4192)."""
+    """Fact 43 [UG-CNN: Table 27-18, Table 27-39]."""
     assert reg(desc, "CNNx16_0_L0_LCTRL1").address == QB[0] + 0xA10
     assert reg(desc, "CNNx16_0_L31_LCTRL1").address == QB[0] + 0xA8C
     assert bits(desc, "CNNx16_0_L0_LCTRL1", "xpch_max") == (16, 8)
@@ -455,7 +455,7 @@ def test_lctrl1_at_0xa10_xpch_max_wptr_inc_inpchexp(desc):
 
 
 def test_stream_register_fields(desc):
-    """Fact 44 (L4277, L4314, L4336, L4353, L4399)."""
+    """Fact 44 [UG-CNN: Table 27-41, Table 27-42, Table 27-43]."""
     assert bits(desc, "CNNx16_0_S0_STRM0", "strm_isval") == (13, 0)
     assert bits(desc, "CNNx16_0_S0_STRM1", "strm_dsval2") == (27, 16)
     assert bits(desc, "CNNx16_0_S0_STRM1", "strm_dsval1") == (8, 4)
@@ -464,7 +464,7 @@ def test_stream_register_fields(desc):
 
 
 def test_ifrm_at_0x990_and_mlat_at_0x1000_read_only(desc):
-    """Fact 45 (L1922, L1927, L4444, L4226)."""
+    """Fact 45 [UG-CNN: Table 27-18, Table 27-44, Table 27-40]."""
     assert reg(desc, "CNNx16_0_IFRM").address == QB[0] + 0x990
     assert bits(desc, "CNNx16_0_IFRM", "ifrm_reg") == (16, 0)
     m = reg(desc, "CNNx16_0_MLAT")
@@ -481,7 +481,7 @@ def region(desc: Description, name: str):
 
 
 def test_mram_q0_block_0_valid_to_0x50182fff_end_0x50183fff(desc):
-    """Fact 46 (L779-L790)."""
+    """Fact 46 [UG-CNN: Table 27-5]."""
     r = region(desc, "mram_q0_p0")
     assert r.kind == "weights" and r.base == 0x5018_0000
     assert r.populated == ((0x5018_0000, 0x5018_3000),)
@@ -489,7 +489,7 @@ def test_mram_q0_block_0_valid_to_0x50182fff_end_0x50183fff(desc):
 
 
 def test_mram_q3_block_15_starts_at_0x50dbc000(desc):
-    """Fact 46 (L1344)."""
+    """Fact 46 [UG-CNN: Table 27-8]."""
     r = region(desc, "mram_q3_p15")
     assert r.base == 0x50DB_C000
     assert r.populated[0][1] - 1 == 0x50DB_EFFF  # valid end
@@ -497,7 +497,7 @@ def test_mram_q3_block_15_starts_at_0x50dbc000(desc):
 
 
 def test_mram_word_mask_keeps_72_of_128_bits(desc):
-    """Fact 47 (L759): 768 x 72 bits = 6912 B in 12 KB of a 16 KB block."""
+    """Fact 47 [UG-CNN: CNNx16_n MRAM Details]: 768 x 72 bits = 6912 B in 12 KB of a 16 KB block."""
     r = region(desc, "mram_q1_p3")
     assert r.word_mask == (0xFF, 0xFFFF_FFFF, 0xFFFF_FFFF, 0x0)
     bits_per_16b = sum(bin(m).count("1") for m in r.word_mask)
@@ -508,7 +508,8 @@ def test_mram_word_mask_keeps_72_of_128_bits(desc):
 
 
 def test_tram_3072_x_16_bits_16_blocks_per_quadrant(desc):
-    """Fact 48 (L157-L162): 6144 B per block, 16 x 16 KB = 256 KB per quadrant."""
+    """Fact 48 [UG-CNN: CNNx16_n TRAM Details]: 6144 B per block, 16 x 16 KB = 256 KB per
+    quadrant."""
     for q in range(4):
         blocks = [r for r in desc.regions if r.kind == "tram" and r.group == f"q{q}"]
         assert len(blocks) == 16
@@ -520,8 +521,8 @@ def test_tram_3072_x_16_bits_16_blocks_per_quadrant(desc):
 
 
 def test_per_quadrant_memory_sizes(desc):
-    """Fact 49 (L145-L147): 128 KB SRAM, 6912 B x 16 MRAM (110 kB), 512 B BRAM, 6144 B x 16 TRAM
-    (98 kB) per quadrant."""
+    """Fact 49 [UG-CNN: Memory Configuration]: 128 KB SRAM, 6912 B x 16 MRAM (110 kB), 512 B BRAM,
+    6144 B x 16 TRAM (98 kB) per quadrant."""
     def stored(r):
         per_word = sum(bin(m).count("1") for m in r.word_mask) // 8
         return sum(e - s for s, e in r.populated) // (4 * len(r.word_mask)) * per_word
@@ -536,7 +537,8 @@ def test_per_quadrant_memory_sizes(desc):
 
 
 def test_bram_at_0x50108000_512_bytes_one_per_word(desc):
-    """BRAM 512 x 8-bit (L147); address and layout S3:L2561-2569 (digest 7 #4)."""
+    """BRAM 512 x 8-bit [UG-CNN: Memory Configuration]; address and layout [AI8X: Bias memory]
+    (R7#4)."""
     for q in range(4):
         r = region(desc, f"bram_q{q}")
         assert r.kind == "bias" and r.base == 0x5010_8000 + q * 0x40_0000
@@ -545,7 +547,8 @@ def test_bram_at_0x50108000_512_bytes_one_per_word(desc):
 
 
 def test_data_sram_4_groups_per_quadrant(desc):
-    """Data SRAM 4 x 8192 x 32-bit per quadrant (L146; S3:L2391-2411)."""
+    """Data SRAM 4 x 8192 x 32-bit per quadrant [UG-CNN: Memory Configuration],
+    [AI8X: Data memory]."""
     assert region(desc, "sram_q0_g0").base == 0x5040_0000
     assert region(desc, "sram_q3_g3").base == 0x5101_8000
     assert region(desc, "sram_q2_g1").size == 0x8000
@@ -553,7 +556,7 @@ def test_data_sram_4_groups_per_quadrant(desc):
 
 def test_register_windows_populated_vs_addressable(desc):
     """Quadrant window 0x8000 addressable, registers only where Table 27-18 puts them
-    (L1890-L2033); global window 0x1000 with 0x18 populated (L1359-L1406)."""
+    [UG-CNN: Table 27-18]; global window 0x1000 with 0x18 populated [UG-CNN: Table 27-9]."""
     r = region(desc, "cnn_q2_regs")
     assert r.kind == "registers" and r.base == QB[2] and r.size == 0x8000 and r.block == "q2"
     spans = [(s - r.base, e - r.base) for s, e in r.populated]
@@ -566,7 +569,7 @@ def test_register_windows_populated_vs_addressable(desc):
 
 
 def test_emu_block_and_region_unchanged(desc):
-    """Emulator-only state at 0xF000_0000 (DESIGN.md, docs/description-format.md)."""
+    """Emulator-only state at 0xF000_0000 (docs/description-format.md)."""
     e = region(desc, "emu")
     assert e.kind == "pseudo" and e.base == 0xF000_0000 and e.block == "emu"
     names = [r.name for r in desc.registers if r.block == "emu"]
@@ -578,7 +581,8 @@ def test_emu_block_and_region_unchanged(desc):
 # through the device
 
 def test_device_reset_values_read_back(dev):
-    """CTRL 0x6 (L2285), SRAM 0xE (L2497, L2516), FIFO_CTRL 0x3 (L1512), AOD 0x3 (L1832)."""
+    """CTRL 0x6 [UG-CNN: Table 27-19], SRAM 0xE [UG-CNN: Table 27-20], FIFO_CTRL 0x3
+    [UG-CNN: Table 27-10], AOD 0x3 [UG-CNN: Table 27-16]."""
     assert rd32(dev, GLOBAL) == 0x3
     assert rd32(dev, GLOBAL + 4) == 0
     assert rd32(dev, 0x5000_1000) == 0x3
@@ -591,7 +595,8 @@ def test_device_reset_values_read_back(dev):
 
 
 def test_device_read_only_bits_ignore_writes(dev):
-    """TEST status bits 14..28 (digest 7 #19), FIFO_STAT (L1549-L1626), MLAT (L4226)."""
+    """TEST status bits 14..28 (R7#19), FIFO_STAT [UG-CNN: Table 27-11], MLAT
+    [UG-CNN: Table 27-40]."""
     # only the status bits: a write of the run/zeroize bits would start BIST/zeroization
     # and set them (tests/test_max78000_device_features.py)
     wr32(dev, QB[1] + 0xC, 0xFFFF_C000)
@@ -603,8 +608,9 @@ def test_device_read_only_bits_ignore_writes(dev):
 
 
 def test_device_reserved_bits_read_zero(dev):
-    """Reserved bits read 0: LCNT_MAX 31:5 (L2570), FIFO_CTRL 10 and 6:5 (L1480, L1495),
-    SRAM 31:23, 18:17, 14 (L2381, L2422), TPTR 31:27/15:11 (L3882, L3897)."""
+    """Reserved bits read 0: LCNT_MAX 31:5 [UG-CNN: Table 27-21], FIFO_CTRL 10 and 6:5
+    [UG-CNN: Table 27-10], SRAM 31:23, 18:17, 14 [UG-CNN: Table 27-20], TPTR 31:27/15:11
+    [UG-CNN: Table 27-36]."""
     wr32(dev, QB[0] + 8, 0xFFFF_FFFF)
     assert rd32(dev, QB[0] + 8) == 0x1F
     wr32(dev, GLOBAL, 0xFFFF_FFFF)
@@ -620,9 +626,9 @@ def test_device_reserved_bits_read_zero(dev):
 
 
 @pytest.mark.parametrize("addr", [
-    0x5018_3000,  # MRAM block tail (L761)
-    0x50DB_F000,  # MRAM q3 block 15 tail (L1344)
-    0x5011_3000,  # TRAM block tail (L164)
+    0x5018_3000,  # MRAM block tail [UG-CNN: CNNx16_n MRAM Details]
+    0x50DB_F000,  # MRAM q3 block 15 tail [UG-CNN: Table 27-8]
+    0x5011_3000,  # TRAM block tail [UG-CNN: CNNx16_n TRAM Details]
     0x5010_0830,  # quadrant register hole after S7_STRM0
     0x5010_0A90,  # after L31_LCTRL1
     0x5010_1004,  # after MLAT
@@ -631,7 +637,7 @@ def test_device_reserved_bits_read_zero(dev):
     0x5010_8800,  # BRAM past 512 entries
 ])
 def test_device_unpopulated_gap_raises_bus_error(dev, addr):
-    """Unpopulated parts of a window fault (DESIGN.md: never silent zeros; digest 7 #5)."""
+    """Unpopulated parts of a window fault (docs/design-notes.md: never silent zeros; R7#5)."""
     with pytest.raises(BusError):
         dev.read(addr, 4)
     with pytest.raises(BusError):
@@ -640,11 +646,11 @@ def test_device_unpopulated_gap_raises_bus_error(dev, addr):
 
 def test_device_unmapped_address_raises_bus_error(dev):
     with pytest.raises(BusError):
-        dev.read(0x5015_0000, 4)  # between TRAM and MRAM windows (digest 1.3 gaps)
+        dev.read(0x5015_0000, 4)  # between TRAM and MRAM windows (R§1.3 gaps)
 
 
 def test_device_bram_keeps_bits_7_0_of_each_word(dev):
-    """BRAM holds one byte per 32-bit word, bits 7:0 (digest 1.3, [EXT] write_bias)."""
+    """BRAM holds one byte per 32-bit word, bits 7:0 (R§1.3, [EXT] write_bias)."""
     base = 0x5010_8000
     dev.write(base, bytes([0x44, 0x33, 0x22, 0x11, 0xAA, 0xBB, 0xCC, 0xDD]))
     assert rd32(dev, base) == 0x44
@@ -656,7 +662,8 @@ def test_device_bram_keeps_bits_7_0_of_each_word(dev):
 
 
 def test_device_tram_and_mram_word_masks(dev):
-    """TRAM 16 bits per word (L157-L162); MRAM 72 of 128 bits (L759)."""
+    """TRAM 16 bits per word [UG-CNN: CNNx16_n TRAM Details]; MRAM 72 of 128 bits
+    [UG-CNN: CNNx16_n MRAM Details]."""
     wr32(dev, 0x5011_0000, 0xFFFF_FFFF)
     assert rd32(dev, 0x5011_0000) == 0xFFFF
     dev.write(0x5018_0000, b"\xFF" * 16)

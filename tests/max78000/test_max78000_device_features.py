@@ -1,7 +1,8 @@
 """MAX78000 device-level features, each driven through bus writes as a driver does it: input
 FIFOs, streaming (frame-at-once), the Mlator, BIST / zeroization, memory power and clocks, and
-the `monitor layers` listing. "Lnnnn" = line of seed 000 (shared/seeds/000_1c275a1c02640bee.txt);
-"R7#n" = decision n of shared/devices/max78000-registers.md section 7; "4.1 X" = its sequence X.
+the `monitor layers` listing. "[UG-CNN: ...]" = a table or heading of the
+user guide's CNN chapter; "R7#n" = a MAX78000 implementer decision (docs/citations.md); "4.1 X" = a
+programming sequence of the project's notes (R§4.1).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from . import programs
 
 G = 0x5000_0000  # global registers (R7#1)
 FIFO_CTRL, FIFO_STAT = G, G + 4
-WR = [G + 8 + 4 * n for n in range(4)]  # CNN_FIFO_WR0-3 (L1381-1396)
+WR = [G + 8 + 4 * n for n in range(4)]  # CNN_FIFO_WR0-3 [UG-CNN: Table 27-9]
 AOD = 0x5000_1000
 QB = [0x5010_0000 + q * 0x40_0000 for q in range(4)]
 SRAM = 0x5040_0000
@@ -45,8 +46,9 @@ def stat(dev, field):
 
 # == 1. input FIFOs ============================================================================
 def test_fifo_status_follows_sequence_k(dev):
-    """4.1 K (L1431-1626): enable FIFO 0 with thresholds 2/2, push words and watch empty,
-    almost_empty, almost_full, full; disabling clears the status (L1604, R7#15)."""
+    """4.1 K [UG-CNN: Global CNN Register Details]: enable FIFO 0 with thresholds 2/2, push words
+    and watch empty, almost_empty, almost_full, full; disabling clears the status
+    ([UG-CNN: Table 27-11], R7#15)."""
     assert rd(dev, FIFO_STAT) == 0  # reset 0 although empty: disabled FIFOs report 0 (R7#15)
     wr(dev, FIFO_CTRL, 1 << 12 | 2 << 7 | 2 << 2 | 3)
     assert stat(dev, "empty") == 1 and stat(dev, "almost_empty") == 1
@@ -69,7 +71,8 @@ def test_fifo_status_follows_sequence_k(dev):
 
 def test_fifo_aggregates_and_pointer_equality(dev):
     """fifos_full/almost_full are AND, fifos_empty/almost_empty OR of the enabled FIFOs
-    (L1572-1596); wptr_eq / rptr_eq compare the enabled FIFOs' pointers (L1556, L1564)."""
+    [UG-CNN: Table 27-11]; wptr_eq / rptr_eq compare the enabled FIFOs' pointers
+    [UG-CNN: Table 27-11]."""
     wr(dev, FIFO_CTRL, 0b0011 << 12 | 3)
     assert stat(dev, "wptr_eq") == 1 and stat(dev, "rptr_eq") == 1
     for _ in range(FIFO_DEPTH):
@@ -82,7 +85,7 @@ def test_fifo_aggregates_and_pointer_equality(dev):
 
 
 def test_fifo_interrupt_enables(dev):
-    """FIFO_CTRL interrupt enables (L1431-1452) drive the FIFO interrupt line."""
+    """FIFO_CTRL interrupt enables [UG-CNN: Table 27-10] drive the FIFO interrupt line."""
     rc = RunControl(dev)
     wr(dev, FIFO_CTRL, 1 << 12 | 1 << 16 | 3)  # full_int_en[0]
     assert dev.interrupts()["CNN_FIFO"] is False
@@ -96,7 +99,7 @@ def test_fifo_interrupt_enables(dev):
 
 def fifo_chain(dev, layers=2, push=True):
     """tests/programs.py chain with CTRL.fifo_en: the 4 input words go to CNN_FIFO_WR0 after
-    the start edge, as the generated load_input() does (L2149)."""
+    the start edge, as the generated load_input() does [UG-CNN: Table 27-19]."""
     writes = programs.chain_writes(layers)
     inputs = [v for a, v, _ in writes if SRAM <= a < SRAM + 0x10]
     wr(dev, FIFO_CTRL, 1 << 12 | 2 << 7 | 2 << 2 | 3)
@@ -119,8 +122,9 @@ def chain_result(dev, layers):
 
 
 def test_fifo_input_equals_memory_input(dev):
-    """CTRL.fifo_en: layer 0 takes HWC input from FIFO 0, byte b -> processor b (L2149-2156,
-    S3:L721); the outputs equal those of the same program with the input in data memory."""
+    """CTRL.fifo_en: layer 0 takes HWC input from FIFO 0, byte b -> processor b
+    ([UG-CNN: Table 27-19], [AI8X: Standard FIFOs]); the outputs equal those of the same program
+    with the input in data memory."""
     fifo_chain(dev, 2)
     assert rd(dev, FIFO_STAT) & 0xF0 == 0x10  # the armed engine drained FIFO 0: empty
     while not dev.finished():
@@ -132,7 +136,7 @@ def test_fifo_input_equals_memory_input(dev):
 
 def test_fifo_layer_waits_for_missing_data(dev):
     """A debugger-driven layer runs at once: without enough FIFO data it stops with a clear
-    fault and runs when the data has been pushed (S3:L715 "stalls")."""
+    fault and runs when the data has been pushed ([AI8X: FIFOs] "stalls")."""
     rc = RunControl(dev)
     inputs = fifo_chain(dev, 1, push=False)
     wr(dev, WR[0], inputs[0])
@@ -149,7 +153,7 @@ def test_fifo_layer_waits_for_missing_data(dev):
 
 def test_fifo_chw_routing_goes_to_the_first_processor_of_each_quadrant(dev):
     """CHW (LCTRL0.parallel): FIFO n carries one channel, 4 pixels per word, to processor 16n;
-    with fifogrp = 1 to processor n (L2085-2091, L3756)."""
+    with fifogrp = 1 to processor n [UG-CNN: Table 27-19, Table 27-34]."""
     from accelstub.devices.max78000.fifo import Fifos
 
     f = dev.fifos
@@ -162,7 +166,8 @@ def test_fifo_chw_routing_goes_to_the_first_processor_of_each_quadrant(dev):
 # == 2. streaming ===============================================================================
 def stream_chain(dev, fbuf=2, q1_ctrl=None):
     """The 2-layer chain as stream layers 0-1 (CTRL.stream_en | lilbuf, S0/S1 start counts,
-    S1 delta 1, S1_FBUF = circular buffer of ``fbuf`` words, L4277-4399)."""
+    S1 delta 1, S1_FBUF = circular buffer of ``fbuf`` words,
+    [UG-CNN: CNNx16_n Processor Stream Registers])."""
     for a, v, _ in programs.chain_writes(2):
         if a == QB[0]:
             v |= 1 << 14 | 1 << 19
@@ -196,14 +201,16 @@ def test_streaming_results_equal_whole_frame_processing(dev):
 
 
 def test_streaming_warns_on_quadrants_configured_differently(dev):
-    """All quadrants must be configured identically (L2164, R7#38): a warning message."""
+    """All quadrants must be configured identically ([UG-CNN: Table 27-19], R7#38): a warning
+    message."""
     stream_chain(dev, q1_ctrl=0x9)  # quadrant 1 enabled without stream_en
     step(dev)
     assert any("CNNx16_1_CTRL" in w and "identically" in w for w in dev.warnings)
 
 
 def test_streaming_without_circular_buffer_length_faults(dev):
-    """CTRL.lilbuf with S1_FBUF = 0: no buffer (L2117, L4399) -> fault, not a wrong result."""
+    """CTRL.lilbuf with S1_FBUF = 0: no buffer [UG-CNN: Table 27-19, Table 27-43] -> fault, not a
+    wrong result."""
     rc = RunControl(dev)
     stream_chain(dev, fbuf=0)
     stop = rc.step()
@@ -216,12 +223,13 @@ def mlat_setup(dev, sel=2):
         wr(dev, SRAM + 4 * w, int.from_bytes(bytes([w, 0x10 + w, 0x20 + w, 0x30 + w]), "little"))
     wr(dev, QB[0] + 0x310, 0x0)  # L0_WPTR_BASE: memory 0, word 0 (R7#20)
     wr(dev, QB[0], sel << 17 | 1 << 3)
-    wr(dev, QB[0], sel << 17 | 1 << 16 | 1 << 3)  # mlat_ld 0->1 (L2138)
+    wr(dev, QB[0], sel << 17 | 1 << 16 | 1 << 3)  # mlat_ld 0->1 [UG-CNN: Table 27-19]
 
 
 def test_mlator_sequence_e_cpu_reads_advance_debugger_reads_do_not(dev):
-    """4.1 E (L2138-2147, L4226-4244): MLAT packs byte mlatch_sel of 4 words, first-fetched
-    byte in bits 7:0 (R7#20); a CPU read advances, a debugger read never does (DESIGN.md)."""
+    """4.1 E [UG-CNN: Table 27-19, Table 27-40]: MLAT packs byte mlatch_sel of 4 words,
+    first-fetched byte in bits 7:0 (R7#20); a CPU read advances, a debugger read never does
+    (devices/device.py)."""
     mlat_setup(dev, sel=2)
     a = QB[0] + 0x1000
     assert rd(dev, a) == 0x23222120 and rd(dev, a) == 0x23222120
@@ -258,8 +266,8 @@ TEST = QB[0] + 0xC
 
 
 def test_bist_sequence_f(dev):
-    """4.1 F (L2902-3023): sbistrun 0->1 -> sallbdone, bistdone, pass; writing 1 again does not
-    rerun; run bit back to 0 clears done bits; bistdone clears when all run bits are 0."""
+    """4.1 F [UG-CNN: Table 27-22]: sbistrun 0->1 -> sallbdone, bistdone, pass; writing 1 again does
+    not rerun; run bit back to 0 clears done bits; bistdone clears when all run bits are 0."""
     wr(dev, TEST, 1 << 0)
     v = rd(dev, TEST)
     assert v >> 18 & 1 and v >> 27 & 1 and not v >> 14 & 1 and not v >> 26 & 1
@@ -289,8 +297,8 @@ def test_bist_run_leaves_that_memory_of_the_quadrant_zeroed(dev):
 
 
 def test_zeroize_sequence_g_clears_that_memory_of_the_quadrant(dev):
-    """4.1 G (L2884-3003): a pattern in data SRAM, MRAM, TRAM, BRAM; sramz 0->1 clears only the
-    quadrant's data SRAM; sallzdone and zerodone set; sramz = 0 clears them."""
+    """4.1 G [UG-CNN: Table 27-22]: a pattern in data SRAM, MRAM, TRAM, BRAM; sramz 0->1 clears only
+    the quadrant's data SRAM; sallzdone and zerodone set; sramz = 0 clears them."""
     wr(dev, SRAM + 0x7FFC, 0xDEADBEEF)
     wr(dev, SRAM + 0x40_0000, 0x12345678)  # quadrant 1: untouched
     wr(dev, MRAM + 4, 0x01020304)
@@ -316,7 +324,7 @@ def test_bistsel_reports_the_selected_controller(dev):
 
 # == 5. power, clocks ===========================================================================
 def test_sram_pd_loses_contents(dev):
-    """4.1 H, SRAM.pd (L2388): all four memory types of the quadrant are lost."""
+    """4.1 H, SRAM.pd [UG-CNN: Table 27-20]: all four memory types of the quadrant are lost."""
     wr(dev, SRAM, 0x55)
     wr(dev, MRAM, 0x66)
     wr(dev, QB[0] + 4, 0xE | 1 << 16)
@@ -325,8 +333,8 @@ def test_sram_pd_loses_contents(dev):
 
 
 def test_sram_ds_reads_zero_for_the_cpu_and_keeps_contents(dev):
-    """SRAM.ds (L2404-2419): the CPU reads 0, contents retained; the debugger's read shows the
-    retained contents (R7#41); CPU writes are dropped."""
+    """SRAM.ds [UG-CNN: Table 27-20]: the CPU reads 0, contents retained; the debugger's read shows
+    the retained contents (R7#41); CPU writes are dropped."""
     wr(dev, SRAM, 0x1234)
     wr(dev, QB[0] + 4, 0xE | 1 << 15)
     assert dev.host_read(SRAM, 4) == bytes(4)
@@ -338,7 +346,7 @@ def test_sram_ds_reads_zero_for_the_cpu_and_keeps_contents(dev):
 
 def test_aod_pd_and_dsleep_act_on_mram_only(dev):
     """CNN_AOD_CTRL.pd bit n loses quadrant n's MRAM; dsleep keeps it, CPU reads 0
-    (L1789-1822)."""
+    [UG-CNN: Table 27-16]."""
     wr(dev, MRAM, 0x11)
     wr(dev, SRAM, 0x22)
     wr(dev, AOD, 1 << 8)  # dsleep q0
@@ -357,7 +365,7 @@ def test_layer_on_a_sleeping_quadrant_faults(dev):
 
 
 def test_cnn_en_edge_without_clk_en_is_ignored_with_a_message(dev):
-    """CTRL.clk_en (L2272) off: the start edge is ignored (R7#36), with a message."""
+    """CTRL.clk_en [UG-CNN: Table 27-19] off: the start edge is ignored (R7#36), with a message."""
     for a, v, _ in programs.chain_writes(1):
         wr(dev, a, v & ~0x8 if a == QB[0] else v)
     assert dev.finished()

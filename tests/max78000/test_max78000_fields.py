@@ -2,9 +2,9 @@
 
 The decoder reads fields by name from the description, so a disagreement shows as: a field it
 reads that the description lacks or gives another width than the decoder relies on (``ASSUMED``,
-widths from seed 000's register tables), or a decoded value that does not come from the field
+widths from [UG-CNN]'s register tables), or a decoded value that does not come from the field
 written. Programs are the project's own (testkit/max78000_build.py writes the registers from
-seed 000's bit positions, independently of the description).
+[UG-CNN]'s bit positions, independently of the description).
 """
 from __future__ import annotations
 
@@ -19,37 +19,43 @@ from accelstub.devices.max78000.layer import WEIGHT_BITS, decode_layer
 from accelstub.testkit.max78000_build import ELTWISE_FN, Layer, Network, build, demo_network
 from tests.helpers import FieldReads
 
-#: (register definition, field) -> width the decoder relies on (seed 000 lines)
+#: (register definition, field) -> width the decoder relies on ([UG-CNN] lines)
 ASSUMED = {
-    ("CTRL", "qupac"): 1, ("CTRL", "ffifo_en"): 1, ("CTRL", "simple1b"): 1,  # L2058-2101
-    ("CTRL", "fifo_en"): 1, ("CTRL", "stream_en"): 1, ("CTRL", "poolrnd"): 1,  # L2149-2171
-    ("CTRL", "bigdata"): 1, ("CTRL", "pool_en"): 1, ("CTRL", "calcmax"): 1,  # L2240-2264
-    ("Sn_STRM0", "strm_isval"): 14,  # L4277
-    ("Ln_RCNT", "rcnt_max"): 10, ("Ln_RCNT", "rcnt_pad"): 2,  # L3056-3082
-    ("Ln_CCNT", "ccnt_max"): 10, ("Ln_CCNT", "ccnt_pad"): 2,  # L3116-3133
+    ("CTRL", "qupac"): 1, ("CTRL", "ffifo_en"): 1, ("CTRL", "simple1b"): 1,  # [UG-CNN: Table 27-19]
+    # [UG-CNN: Table 27-19]
+    ("CTRL", "fifo_en"): 1, ("CTRL", "stream_en"): 1, ("CTRL", "poolrnd"): 1,
+    ("CTRL", "bigdata"): 1, ("CTRL", "pool_en"): 1, ("CTRL", "calcmax"): 1,  # [UG-CNN: Table 27-19]
+    ("Sn_STRM0", "strm_isval"): 14,  # [UG-CNN: Table 27-41]
+    ("Ln_RCNT", "rcnt_max"): 10, ("Ln_RCNT", "rcnt_pad"): 2,  # [UG-CNN: Table 27-23]
+    ("Ln_CCNT", "ccnt_max"): 10, ("Ln_CCNT", "ccnt_pad"): 2,  # [UG-CNN: Table 27-24]
     ("Ln_ONED", "ewise_cnt"): 4, ("Ln_ONED", "conv2d_en"): 1, ("Ln_ONED", "prepool"): 1,
     ("Ln_ONED", "ewise_func"): 2, ("Ln_ONED", "ewise_en"): 1, ("Ln_ONED", "oned_en"): 1,
     ("Ln_ONED", "oned_width"): 4, ("Ln_ONED", "oned_sad"): 4,
-    ("Ln_ONED", "tscnt_max"): 4,  # L3172-3273
-    ("Ln_PRCNT", "prcnt_max"): 4, ("Ln_PCCNT", "pccnt_max"): 4,  # L3312, L3352
-    ("Ln_STRIDE", "stride"): 4,  # L3392, digest 7 #33
-    ("Ln_WPTR_BASE", "wptr_base"): 17, ("Ln_WPTR_TOFF", "wptr_toff"): 17,  # L3431, L3470
-    ("Ln_WPTR_MOFF", "wptr_moff"): 17, ("Ln_WPTR_CHOFF", "wptr_choff"): 17,  # L3513, L3559
-    ("Ln_RPTR_BASE", "rptr_base"): 17,  # L3612
-    ("Ln_LCTRL0", "bigdwrt"): 1, ("Ln_LCTRL0", "cnnsi_en"): 4,  # one bit per quadrant, L3669
+    ("Ln_ONED", "tscnt_max"): 4,  # [UG-CNN: Table 27-25]
+    # [UG-CNN: Table 27-26, Table 27-27]
+    ("Ln_PRCNT", "prcnt_max"): 4, ("Ln_PCCNT", "pccnt_max"): 4,
+    ("Ln_STRIDE", "stride"): 4,  # [UG-CNN: Table 27-28], R7#33
+    # [UG-CNN: Table 27-29, Table 27-30]
+    ("Ln_WPTR_BASE", "wptr_base"): 17, ("Ln_WPTR_TOFF", "wptr_toff"): 17,
+    # [UG-CNN: Table 27-31, Table 27-32]
+    ("Ln_WPTR_MOFF", "wptr_moff"): 17, ("Ln_WPTR_CHOFF", "wptr_choff"): 17,
+    ("Ln_RPTR_BASE", "rptr_base"): 17,  # [UG-CNN: Table 27-33]
+    # one bit per quadrant, [UG-CNN: Table 27-34]
+    ("Ln_LCTRL0", "bigdwrt"): 1, ("Ln_LCTRL0", "cnnsi_en"): 4,
     ("Ln_LCTRL0", "sramlsrc"): 1, ("Ln_LCTRL0", "cpad_only"): 1, ("Ln_LCTRL0", "act_en"): 1,
     ("Ln_LCTRL0", "maxpl_en"): 1, ("Ln_LCTRL0", "pool_en"): 1, ("Ln_LCTRL0", "parallel"): 1,
-    ("Ln_LCTRL0", "mslave"): 1, ("Ln_LCTRL0", "sslave"): 4,  # L3657-3799
-    ("Ln_MCNT", "mcnt_sad"): 16, ("Ln_MCNT", "mcnt_max"): 16,  # L3838-3849
-    ("Ln_TPTR", "tptr_sad"): 11, ("Ln_TPTR", "tptr_max"): 11,  # L3889-3904
-    ("Ln_EN", "mask_en"): 16, ("Ln_EN", "pro_en"): 16,  # one bit per processor, L3934-3942
+    ("Ln_LCTRL0", "mslave"): 1, ("Ln_LCTRL0", "sslave"): 4,  # [UG-CNN: Table 27-34]
+    ("Ln_MCNT", "mcnt_sad"): 16, ("Ln_MCNT", "mcnt_max"): 16,  # [UG-CNN: Table 27-35]
+    ("Ln_TPTR", "tptr_sad"): 11, ("Ln_TPTR", "tptr_max"): 11,  # [UG-CNN: Table 27-36]
+    # one bit per processor, [UG-CNN: Table 27-37]
+    ("Ln_EN", "mask_en"): 16, ("Ln_EN", "pro_en"): 16,
     ("Ln_POST", "deconv_en"): 1, ("Ln_POST", "flatten_en"): 1, ("Ln_POST", "out_abs"): 1,
     ("Ln_POST", "onexone_en"): 1, ("Ln_POST", "ts_en"): 1,
-    ("Ln_POST", "mask_size"): 2,  # WEIGHT_BITS has 4 entries, L4051
+    ("Ln_POST", "mask_size"): 2,  # WEIGHT_BITS has 4 entries, [UG-CNN: Table 27-38]
     ("Ln_POST", "xpmp_cnt"): 4, ("Ln_POST", "scale_shft"): 1, ("Ln_POST", "scale_reg"): 4,
-    ("Ln_POST", "bptr_en"): 1, ("Ln_POST", "bptr_sad"): 12,  # L3979-4122
+    ("Ln_POST", "bptr_en"): 1, ("Ln_POST", "bptr_sad"): 12,  # [UG-CNN: Table 27-38]
     ("Ln_LCTRL1", "xpch_max"): 9, ("Ln_LCTRL1", "wptr_inc"): 4,
-    ("Ln_LCTRL1", "inpchexp"): 4,  # L4159-4192
+    ("Ln_LCTRL1", "inpchexp"): 4,  # [UG-CNN: Table 27-39]
 }
 
 NETWORKS = [
@@ -76,7 +82,7 @@ def _armed(net: Network, tmp_path: Path):
 
 @pytest.mark.parametrize("net", NETWORKS, ids=lambda n: n.name)
 def test_decoded_layers_match_the_builders_fields(net, tmp_path):
-    """Round trip: the builder writes each layer's registers from seed 000's fields, the
+    """Round trip: the builder writes each layer's registers from [UG-CNN]'s fields, the
     decoder reads them by name; the decoded layer is the one the builder was asked for, and
     every field read is in the description with the width the decoder relies on."""
     dev = _armed(net, tmp_path)

@@ -1,7 +1,7 @@
 """MAX78000 kernels (accelstub.emu.{conv,pool,eltwise,numeric}.max78000) against hand-computed
 numbers and against
 the independent plain-numpy reference (tests/max78000_reference.py). Test vectors T1-T14 are
-from shared/devices/max78000-ai8x.md section 5."""
+the worked examples A5#T1..A5#T14 (docs/citations.md)."""
 from __future__ import annotations
 
 import numpy as np
@@ -36,7 +36,7 @@ def test_ones_3x3_pad1_on_4x4_counts_taps():
 
 
 def test_rounding_table_T1():
-    # x*128 with s = 0 gives floor(x + 1/2) (S3:L770-782)
+    # x*128 with s = 0 gives floor(x + 1/2) [AI8X: Rounding]
     xs = [3.5, 3.25, 2.5, 1.5, 0.5, 0.25, 0, -0.25, -0.5, -0.75, -1.5, -1.75, -2.5, -2.75, -3.5]
     want = [4, 3, 3, 2, 1, 0, 0, 0, 0, -1, -1, -2, -2, -3, -3]
     acc = np.array([int(v * 128) for v in xs], np.int64)

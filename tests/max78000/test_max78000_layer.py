@@ -1,6 +1,7 @@
 """MAX78000 layer datapath driven only through bus writes, as a driver would: registers from the
-seed's field definitions (seed 000 lines cited), data/weights/bias in the layouts the ai8x tools
-use (digest max78000-registers.md 1.3 "MRAM, plain write", max78000-ai8x.md 1.2-1.4), then
+seed's field definitions ([UG-CNN] cited), data/weights/bias in the layouts the ai8x tools
+use (R§1.3,
+A§1.2, A§1.3, A§1.4), then
 decode_layer + run_layer, and data SRAM compared with the independent reference."""
 from __future__ import annotations
 
@@ -16,14 +17,15 @@ from accelstub.devices.max78000.datapath import run_layer
 from accelstub.devices.max78000.layer import decode_layer
 from accelstub.testkit import max78000_reference as ref
 
-QB = [0x5010_0000 + q * 0x40_0000 for q in range(4)]  # quadrant register bases (S0:L1863-1878)
-# per-layer register offsets, Table 27-18 (S0:L1890-2033): addr = QB + off + 4*layer
+# quadrant register bases [UG-CNN: Table 27-17]
+QB = [0x5010_0000 + q * 0x40_0000 for q in range(4)]
+# per-layer register offsets, Table 27-18 [UG-CNN: Table 27-18]: addr = QB + off + 4*layer
 OFF = dict(RCNT=0x010, CCNT=0x090, ONED=0x110, PRCNT=0x190, PCCNT=0x210, STRIDE=0x290,
            WPTR_BASE=0x310, WPTR_TOFF=0x390, WPTR_MOFF=0x410, WPTR_CHOFF=0x490,
            RPTR_BASE=0x510, LCTRL0=0x590, MCNT=0x610, TPTR=0x690, EN=0x710, POST=0x790,
            LCTRL1=0xA10)
-SRAM = 0x5040_0000  # data memory m = q*4+g at SRAM + q*0x40_0000 + g*0x8000 (S3:L2391-2411)
-MRAM = 0x5018_0000  # processor block at MRAM + q*0x40_0000 + l*0x4000 (S0:L779)
+SRAM = 0x5040_0000  # data memory m = q*4+g at SRAM + q*0x40_0000 + g*0x8000 [AI8X: Data memory]
+MRAM = 0x5018_0000  # processor block at MRAM + q*0x40_0000 + l*0x4000 [UG-CNN: Table 27-5]
 BRAM = 0x5010_8000  # + q*0x40_0000, one byte per 32-bit word
 
 
@@ -56,7 +58,7 @@ class Spec:
     bias_offset: int = 0
     in_offset: int = 0
     out_offset: int = 0x400
-    kern_col: int = 4  # first MRAM column (multiple of 4, S3:L938)
+    kern_col: int = 4  # first MRAM column (multiple of 4, [AI8X: Layers and Weight Memory])
     layer: int = 0
     seed: int = 0
     chw: bool = False  # LCTRL0.parallel: channel c on in_procs[c] (first of a quad), 4 px/word
@@ -86,14 +88,15 @@ def program(dev, s: Spec) -> None:
     s.tensors.update(x=x, w=wt, bias=bias)
 
     # ---- input data, HWC: channel c on processor in_procs[c % n], pass c // n; one word per
-    # pixel per pass, byte lane = processor % 4 (S3:L689, L898)
+    # pixel per pass, byte lane = processor % 4 [AI8X: Multi-Pass, HWC]
     words: dict[int, int] = {}
     for c in range(cin):
         p, e = s.in_procs[c % n], c // n
         base = mem_addr(p // 4) + s.in_offset
         for r in range(s.rows):
             for col in range(s.cols):
-                if s.chw:  # CHW: pixel i in byte i%4 of word i//4 (izer load.py, S0:L3756)
+                # CHW: pixel i in byte i%4 of word i//4 (izer load.py, [UG-CNN: Table 27-34])
+                if s.chw:
                     i = r * s.cols + col
                     a = base + 4 * (i // 4)
                     words[a] = words.get(a, 0) | (int(x[c, r, col]) & 0xFF) << 8 * (i % 4)
@@ -152,7 +155,7 @@ def program(dev, s: Spec) -> None:
             w32(dev, BRAM + s.bias_quadrant * 0x40_0000 + 4 * (s.bias_offset + slot_of[k]),
                 int(bias[k]) & 0xFF)
 
-    # ---- registers, fields per seed 000
+    # ---- registers, fields per [UG-CNN]
     quads = sorted({p // 16 for p in s.in_procs})
     used_quads = sorted(set(quads) | ({s.bias_quadrant} if s.bias_quadrant is not None else set())
                         | ({s.sum_quadrant} if s.sum_quadrant is not None else set()))
@@ -161,64 +164,68 @@ def program(dev, s: Spec) -> None:
     for q in used_quads:
         def lreg(name, v, q=q):
             w32(dev, QB[q] + OFF[name] + 4 * s.layer, v)
-        # CTRL: clk_en bit 3 (L2272), poolrnd bit 13 (L2171)
+        # CTRL: clk_en bit 3 [UG-CNN: Table 27-19], poolrnd bit 13 [UG-CNN: Table 27-19]
         w32(dev, QB[q], 1 << 3 | (1 << 13 if s.pool_round else 0))
         f = 2 if s.deconv else 1  # [izer] in_row = stride*H for ConvTranspose2d
-        lreg("RCNT", s.pad << 16 | (2 * s.pad + f * s.rows - 1))  # L3056, L3082
+        lreg("RCNT", s.pad << 16 | (2 * s.pad + f * s.rows - 1))  # [UG-CNN: Table 27-23]
         if s.oned:  # 1-D along the rows: CCNT 0 (one column, no pad) as the izer writes it
             assert s.cols == 1
             lreg("CCNT", 0)
-            lreg("ONED", 1 << 12 | s.oned << 8 | oned_sad << 4)  # oned_en/width/sad (L3243-63)
+            # oned_en/width/sad [UG-CNN: Table 27-25]
+            lreg("ONED", 1 << 12 | s.oned << 8 | oned_sad << 4)
         else:
-            lreg("CCNT", s.pad << 16 | (2 * s.pad + f * s.cols - 1))  # L3116
-            lreg("ONED", (1 << 8) if s.kernel == 1 else 0)  # oned_width 11:8 (L3253)
-        lreg("PRCNT", s.pool[0] - 1)  # L3312
-        lreg("PCCNT", s.pool[1] - 1)  # L3352
-        lreg("STRIDE", s.pool_stride - 1)  # L3392
-        lreg("WPTR_BASE", out_mem << 13 | s.out_offset // 4)  # L3431 (bits 16:13 memory)
+            lreg("CCNT", s.pad << 16 | (2 * s.pad + f * s.cols - 1))  # [UG-CNN: Table 27-24]
+            lreg("ONED", (1 << 8) if s.kernel == 1 else 0)  # oned_width 11:8 [UG-CNN: Table 27-25]
+        lreg("PRCNT", s.pool[0] - 1)  # [UG-CNN: Table 27-26]
+        lreg("PCCNT", s.pool[1] - 1)  # [UG-CNN: Table 27-27]
+        lreg("STRIDE", s.pool_stride - 1)  # [UG-CNN: Table 27-28]
+        # [UG-CNN: Table 27-29] (bits 16:13 memory)
+        lreg("WPTR_BASE", out_mem << 13 | s.out_offset // 4)
         lreg("WPTR_TOFF", 0)
-        lreg("WPTR_MOFF", 1 << 13)  # next data memory per 4 output channels (L3513)
-        lreg("WPTR_CHOFF", (4 if s.wide else 1) if s.out_passes > 1 else 0)  # L3559
-        lreg("RPTR_BASE", s.in_offset // 4)  # L3612
-        lctrl0 = 1 << 11 | 1 << 5  # sramlsrc, master (L3691, L3772)
+        lreg("WPTR_MOFF", 1 << 13)  # next data memory per 4 output channels [UG-CNN: Table 27-31]
+        lreg("WPTR_CHOFF", (4 if s.wide else 1) if s.out_passes > 1 else 0)  # [UG-CNN: Table 27-32]
+        lreg("RPTR_BASE", s.in_offset // 4)  # [UG-CNN: Table 27-33]
+        lctrl0 = 1 << 11 | 1 << 5  # sramlsrc, master [UG-CNN: Table 27-34]
         if s.act == "relu":
-            lctrl0 |= 1 << 9  # act_en (L3714)
+            lctrl0 |= 1 << 9  # act_en [UG-CNN: Table 27-34]
         if s.pool_kind != "none":
-            lctrl0 |= 1 << 7  # pool_en (L3739)
+            lctrl0 |= 1 << 7  # pool_en [UG-CNN: Table 27-34]
         if s.pool_kind == "max":
-            lctrl0 |= 1 << 8  # maxpl_en (L3725)
+            lctrl0 |= 1 << 8  # maxpl_en [UG-CNN: Table 27-34]
         if s.wide:
-            lctrl0 |= 1 << 16  # bigdwrt (L3657)
+            lctrl0 |= 1 << 16  # bigdwrt [UG-CNN: Table 27-34]
         if s.chw:
-            lctrl0 |= 1 << 6  # parallel (L3756)
+            lctrl0 |= 1 << 6  # parallel [UG-CNN: Table 27-34]
         if q == master:
             for t in used_quads:
                 if t != master:
-                    lctrl0 |= 1 << (12 + t)  # cnnsi_en (L3669)
+                    lctrl0 |= 1 << (12 + t)  # cnnsi_en [UG-CNN: Table 27-34]
         lreg("LCTRL0", lctrl0)
-        # LCTRL1: xpch_max 16:8, wptr_inc 7:4, inpchexp 3:0 (L4159-4192)
+        # LCTRL1: xpch_max 16:8, wptr_inc 7:4, inpchexp 3:0 [UG-CNN: Table 27-39]
         lreg("LCTRL1", ((per_pass - 1) * s.bits) << 8 | (s.out_passes - 1) << 4
              | ((s.in_passes - 1) & 15))
-        lreg("MCNT", sad << 16 | mmax)  # L3838, L3849
+        lreg("MCNT", sad << 16 | mmax)  # [UG-CNN: Table 27-35]
         lreg("TPTR", 0)
         pro = sum(1 << (p % 16) for p in s.in_procs if p // 16 == q)
-        lreg("EN", pro << 16 | pro)  # mask_en 31:16, pro_en 15:0 (L3934, L3942)
+        lreg("EN", pro << 16 | pro)  # mask_en 31:16, pro_en 15:0 [UG-CNN: Table 27-37]
         if s.flatten:
-            post_f = 1 << 27 | ((s.in_passes - 1) >> 4) << 18  # flatten_en, xpmp_cnt (L3990)
+            # flatten_en, xpmp_cnt [UG-CNN: Table 27-38]
+            post_f = 1 << 27 | ((s.in_passes - 1) >> 4) << 18
         else:
             post_f = 0
-        post = {8: 0, 1: 1, 2: 2, 4: 3}[s.bits] << 22  # mask_size (L4051)
-        post |= (abs(s.shift) << 13) | ((1 << 17) if s.shift < 0 else 0)  # L4082-4097
+        post = {8: 0, 1: 1, 2: 2, 4: 3}[s.bits] << 22  # mask_size [UG-CNN: Table 27-38]
+        post |= (abs(s.shift) << 13) | ((1 << 17) if s.shift < 0 else 0)  # [UG-CNN: Table 27-38]
         if s.act == "abs":
-            post |= 1 << 26  # out_abs (L3998)
+            post |= 1 << 26  # out_abs [UG-CNN: Table 27-38]
         if q == s.bias_quadrant:
-            post |= 1 << 12 | s.bias_offset  # bptr_en, bptr_sad (L4110, L4122)
-        lreg("POST", post | post_f | (1 << 28 if s.deconv else 0))  # deconv_en (L3979)
+            post |= 1 << 12 | s.bias_offset  # bptr_en, bptr_sad [UG-CNN: Table 27-38]
+        # deconv_en [UG-CNN: Table 27-38]
+        lreg("POST", post | post_f | (1 << 28 if s.deconv else 0))
 
 
 def expected(s: Spec) -> np.ndarray:
     t = s.tensors
-    if s.deconv:  # zero after every byte and a zero row after every row (S0:L3979-3988)
+    if s.deconv:  # zero after every byte and a zero row after every row [UG-CNN: Table 27-38]
         x = t["x"]
         st = np.zeros((x.shape[0], 2 * x.shape[1], 2 * x.shape[2]), dtype=np.int64)
         st[:, ::2, ::2] = x
@@ -406,7 +413,7 @@ def test_transposed_convolution(pad):
 
 
 def _ewise_ref(xs, fn):
-    """Left fold over operands at full resolution, then clip (digest 1.10), plain numpy."""
+    """Left fold over operands at full resolution, then clip (A§1.10), plain numpy."""
     v = xs[0].astype(np.int64)
     for b in xs[1:]:
         if fn == "add":
@@ -433,7 +440,8 @@ def test_passthrough_and_elementwise(procs, ops, fn, pool, prepool, passes):
     rng = np.random.default_rng(len(procs) * ops)
     n, rows, cols = len(procs), 6, 5
     x = rng.integers(-128, 128, size=(ops, n * passes, rows, cols))
-    # input: word ((pixel*passes + e)*ops + o), lane p%4 (operands interleaved, S3:L2041)
+    # input: word ((pixel*passes + e)*ops + o), lane p%4 (operands interleaved,
+    # [AI8X: Residual Connections])
     words: dict[int, int] = {}
     for o in range(ops):
         for c in range(n * passes):
@@ -456,7 +464,7 @@ def test_passthrough_and_elementwise(procs, ops, fn, pool, prepool, passes):
         lreg("PCCNT", psz[1] - 1)
         lreg("STRIDE", pstride - 1)
         lreg("WPTR_BASE", (4 * q + 2) << 13 | 0x100)  # this quadrant's memory 2 (R7#26)
-        lreg("WPTR_TOFF", 1 << 13)  # timeslot -> next data memory (L3470)
+        lreg("WPTR_TOFF", 1 << 13)  # timeslot -> next data memory [UG-CNN: Table 27-30]
         lreg("WPTR_CHOFF", 1)
         lctrl0 = 1 << 11 | 1 << 5 | (1 << 7 if pool != "none" else 0) \
             | (1 << 8 if pool == "max" else 0)
@@ -464,10 +472,10 @@ def test_passthrough_and_elementwise(procs, ops, fn, pool, prepool, passes):
         lreg("LCTRL1", passes - 1)
         lreg("MCNT", (passes - 1) * 8)  # [izer] (out_expand-1)*8 for operation None
         tsc = (len(mine) - 1) // 4
-        if ops == 1:  # tscnt_max, 1x1; POST ts_en|onexone_en (L3273, L4014-4048)
+        if ops == 1:  # tscnt_max, 1x1; POST ts_en|onexone_en [UG-CNN: Table 27-25, Table 27-38]
             lreg("ONED", tsc | 1 << 8)
             lreg("POST", 3 << 24)
-        else:  # ewise_en, func, prepool, count (L3172-3240); POST ts_en
+        else:  # ewise_en, func, prepool, count [UG-CNN: Table 27-25]; POST ts_en
             lreg("ONED", tsc | 1 << 13 | fcode << 14 | (1 << 16 if prepool else 0)
                  | (ops - 1) << 18)
             lreg("POST", 1 << 24)
@@ -497,7 +505,8 @@ def test_unsupported_raises_device_error_naming_register():
     dev = open_device("max78000")
     s = Spec(in_procs=[0], in_passes=1, rows=3, cols=3, out_channels=1, out_first_proc=0)
     program(dev, s)
-    w32(dev, QB[0] + OFF["ONED"], 1 << 13 | 1 << 12 | 3 << 8)  # ewise_en with oned_en (S3:L620)
+    # ewise_en with oned_en [AI8X: MAX78000 Hardware and Resources / Overview]
+    w32(dev, QB[0] + OFF["ONED"], 1 << 13 | 1 << 12 | 3 << 8)
     with pytest.raises(DeviceError, match=r"layer 0: CNNx16_0_L0_ONED"):
         decode_layer(dev.regs.view, range(4), 0)
     w32(dev, QB[0] + OFF["ONED"], 0)

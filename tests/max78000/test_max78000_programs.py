@@ -461,7 +461,7 @@ def _reg(proj, offset: int, layer: int, q: int = 0) -> int:
 def test_chw_input_pass(tmp_path, net):
     proj = _pass(tmp_path, net, seed=7)
     assert "// Input data: CHW" in proj.files["cnn.c"]
-    assert _reg(proj, 0x590, 0) & 0x40  # LCTRL0.parallel (S0:L3756)
+    assert _reg(proj, 0x590, 0) & 0x40  # LCTRL0.parallel [UG-CNN: Table 27-34]
     assert "// CHW " in proj.files["main.c"]
     # channel c alone on processor 4c: EN of quadrant 0 = processors 0, 4, 8, 12
     want = sum(1 << (4 * c) for c in range(min(4, net.in_channels)))
@@ -477,7 +477,7 @@ def test_conv1d_pass(tmp_path, k):
               activation="abs" if k % 3 == 0 else "none")])
     proj = _pass(tmp_path, net, seed=k)
     oned = _reg(proj, 0x110, 1)
-    assert oned >> 12 & 1 and oned >> 8 & 15 == k  # oned_en, oned_width (S0:L3243-3253)
+    assert oned >> 12 & 1 and oned >> 8 & 15 == k  # oned_en, oned_width [UG-CNN: Table 27-25]
     # layer 0 takes 9 outputs x 2 passes = 18 columns, so layer 1 starts at column 20:
     # mask byte 9*20 = kernel (180 // k) + oned_sad (180 % k)
     assert oned >> 4 & 15 == 180 % k
@@ -492,7 +492,7 @@ def test_transposed_convolution_pass(tmp_path, pad):
                             Layer(3, kernel=1, pad=0, wide=True)])
     proj = _pass(tmp_path, net, seed=pad)
     assert proj.outputs[0].shape == (6, 8 + 2 * pad - 2, 10 + 2 * pad - 2)
-    assert _reg(proj, 0x790, 0) >> 28 & 1  # POST.deconv_en (S0:L3979)
+    assert _reg(proj, 0x790, 0) >> 28 & 1  # POST.deconv_en [UG-CNN: Table 27-38]
     assert _reg(proj, 0x010, 0) & 0x3FF == 8 - 1 + 2 * pad  # RCNT counts the stuffed rows
 
 
@@ -508,7 +508,7 @@ def test_transposed_convolution_pass(tmp_path, pad):
 def test_passthrough_pass(tmp_path, net):
     proj = _pass(tmp_path, net, seed=3)
     y = [i for i, lay in enumerate(net.layers) if lay.op == "passthrough"][0]
-    assert _reg(proj, 0x790, y) == 3 << 24  # ts_en | onexone_en (S0:L4014-4048)
+    assert _reg(proj, 0x790, y) == 3 << 24  # ts_en | onexone_en [UG-CNN: Table 27-38]
     assert _reg(proj, 0x710, y) >> 16 == 0  # no mask_en: pass-through processors
 
 
@@ -531,7 +531,8 @@ def test_elementwise_pass(tmp_path, ops, fn, conv, pool, pool_first, c):
     net = Network(c, 6, 6, [first, Layer(3, kernel=1, pad=0, shift=-5, wide=True)])
     proj = _pass(tmp_path, net, seed=ops)
     oned = _reg(proj, 0x110, 0)
-    assert oned >> 13 & 1 and oned >> 18 & 15 == ops - 1  # ewise_en, ewise_cnt (S0:L3172)
+    # ewise_en, ewise_cnt [UG-CNN: Table 27-25]
+    assert oned >> 13 & 1 and oned >> 18 & 15 == ops - 1
     assert oned >> 14 & 3 == {"sub": 0, "add": 1, "or": 2, "xor": 3}[fn]
     assert oned >> 17 & 1 == conv and oned >> 16 & 1 == (pool != "none" and pool_first)
     assert (_reg(proj, 0x790, 0) >> 24 & 1) == (not conv)  # ts_en without convolution
@@ -554,7 +555,7 @@ def test_flatten_linear_pass(tmp_path, net, passes):
     proj = _pass(tmp_path, net, seed=passes)
     y = len(net.layers) - 1
     post, lctrl1 = _reg(proj, 0x790, y), _reg(proj, 0xA10, y)
-    # pass count = (xpmp_cnt << 4 | inpchexp) + 1 with flatten_en (S0:L3990)
+    # pass count = (xpmp_cnt << 4 | inpchexp) + 1 with flatten_en [UG-CNN: Table 27-38]
     assert ((post >> 18 & 15) << 4 | (lctrl1 & 15)) + 1 == passes
     assert (post >> 27 & 1) == (passes > 16)
     assert proj.outputs[-1].shape[1:] == (1, 1)

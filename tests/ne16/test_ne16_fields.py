@@ -2,8 +2,8 @@
 
 The decoder reads the job registers' fields by name from the description; these tests fail when
 it reads a field the description lacks or gives another width than the decoder relies on
-(``ASSUMED``, widths from seed 002's register tables, L501-620), or when a decoded value does
-not come from the field written (round trip over every decoded field).
+(``ASSUMED``, widths from [NE16]'s register tables, [NE16: Register map]), or when a decoded value
+does not come from the field written (round trip over every decoded field).
 """
 from __future__ import annotations
 
@@ -21,17 +21,18 @@ ASSUMED = {
     ("CONFIG0", "filter_mode"): 2, ("CONFIG0", "linear"): 1, ("CONFIG0", "strided_2x2"): 1,
     ("CONFIG0", "norm_bits"): 2, ("CONFIG0", "streamin"): 1, ("CONFIG0", "weight_offs"): 1,
     ("CONFIG0", "right_shift"): 5, ("CONFIG0", "quant_bits"): 2, ("CONFIG0", "quant_rect"): 1,
-    ("CONFIG0", "norm_shift"): 1, ("CONFIG0", "norm_bias"): 1,  # L596-620
+    ("CONFIG0", "norm_shift"): 1, ("CONFIG0", "norm_bias"): 1,  # [NE16: CONFIG0]
     ("SUBTILE_REM0", "ko"): 16, ("SUBTILE_REM0", "ki"): 16,
     ("SUBTILE_REM1", "ho"): 16, ("SUBTILE_REM1", "wo"): 16,
     ("SUBTILE_REM2", "hi"): 16, ("SUBTILE_REM2", "wi"): 16,
     ("SUBTILE_NB0", "ko"): 16, ("SUBTILE_NB0", "ki"): 16,
-    ("SUBTILE_NB1", "ho"): 16, ("SUBTILE_NB1", "wo"): 16,  # L61-69
+    ("SUBTILE_NB1", "ho"): 16, ("SUBTILE_NB1", "wo"): 16,  # [NE16: Overview]
     ("PADDING", "value"): 16, ("PADDING", "left"): 4, ("PADDING", "bottom"): 4,
-    ("PADDING", "right"): 4, ("PADDING", "top"): 4,  # L531-539
-    ("WEIGHT_OFFSET", "value"): 8, ("WEIGHT_OFFSET", "sign"): 1,  # L556; 9-bit signed, digest 3.4
+    ("PADDING", "right"): 4, ("PADDING", "top"): 4,  # [NE16: PADDING]
+    # [NE16: WEIGHT_OFFSET]; 9-bit signed, N§3.4
+    ("WEIGHT_OFFSET", "value"): 8, ("WEIGHT_OFFSET", "sign"): 1,
     ("FILTER_MASK", "left"): 8, ("FILTER_MASK", "bottom"): 8, ("FILTER_MASK", "right"): 8,
-    ("FILTER_MASK", "top"): 8,  # L573-579
+    ("FILTER_MASK", "top"): 8,  # [NE16: FILTER_MASK]
 }
 
 
@@ -99,7 +100,7 @@ def test_every_decoded_field_round_trips(seed):
 
 def test_weight_offset_keeps_every_bit_the_driver_writes():
     """The fields added to WEIGHT_OFFSET (value, sign, and the undocumented bits between) keep
-    the int32 the driver writes (0xFFFFFF80 = -128, digest 3.4) readable as written."""
+    the int32 the driver writes (0xFFFFFF80 = -128, N§3.4) readable as written."""
     dev = open_device("ne16")
     reg = dev.description.register("WEIGHT_OFFSET_C0")
     dev.regs.write(reg, 0xFFFFFF80)
@@ -110,7 +111,7 @@ def test_weight_offset_keeps_every_bit_the_driver_writes():
 
 def test_decoder_tables_follow_the_enums():
     """NORM_BYTES / QUANT_BITS (the decoder's tables) and CONFIG0's enums name the same sizes
-    (norm_bits: 8/16/32-bit scales, quant_bits: 8/16/32-bit outputs, L608, L616)."""
+    (norm_bits: 8/16/32-bit scales, quant_bits: 8/16/32-bit outputs, [NE16: CONFIG0])."""
     fields = load_description("ne16").register("CONFIG0_C0").definition.view.fields
     for name, table, unit in (("norm_bits", J.NORM_BYTES, 8), ("quant_bits", J.QUANT_BITS, 1)):
         enum = {e.value: e.name for e in fields[name].enums if e.name != "reserved"}

@@ -1,5 +1,6 @@
 """NE16 jobs against the independent reference (testkit/ne16_reference.py, written from the seed
-and the digest, subtile by subtile, bit by bit) and the digest's worked examples (section 5)."""
+and the project's notes on it, subtile by subtile, bit by bit) and the worked examples N§5.2, N§5.3,
+N§5.4, N§5.5, N§5.6."""
 from __future__ import annotations
 
 import numpy as np
@@ -70,7 +71,7 @@ def test_subtiles_that_disagree_about_padding_are_computed_window_by_window():
     assert l1(dev) == want
 
 
-# -- the digest's examples (section 5) ------------------------------------------------------------
+# -- the worked examples (N§5.2-N§5.6) -------------------------------------------------------
 A_REGS = {"WEIGHTS_PTR": 0x10001000, "INFEAT_PTR": 0x10000000, "OUTFEAT_PTR": 0x10003000,
           "SCALE_PTR": 0x10004000, "SCALE_BIAS_PTR": 0x10004100, "INFEAT_D0_STRIDE": 16,
           "INFEAT_D1_STRIDE": 80, "OUTFEAT_D0_STRIDE": 32, "OUTFEAT_D1_STRIDE": 32,
@@ -171,9 +172,9 @@ def test_examples_b_and_c_1x1_and_depthwise():
 
 # -- reserved and unmodelled encodings ------------------------------------------------------------
 @pytest.mark.parametrize("config0, message", [
-    (0x00008077, r"CONFIG0.filter_mode 3 is reserved \(L602\)"),
-    (0x0000B017, r"CONFIG0.norm_bits 3 is reserved \(L608\)"),
-    (0x00608017, r"CONFIG0.quant_bits 3 is reserved \(L616\)"),
+    (0x00008077, r"CONFIG0.filter_mode 3 is reserved \[NE16: CONFIG0\]"),
+    (0x0000B017, r"CONFIG0.norm_bits 3 is reserved \[NE16: CONFIG0\]"),
+    (0x00608017, r"CONFIG0.quant_bits 3 is reserved \[NE16: CONFIG0\]"),
     (0x00008007, r"CONFIG0.streamout 0 writes 32-bit sums, but CONFIG0.quant_bits selects "
                  r"8-bit output"),
     (0x0000801F, r"CONFIG0.mode16 .* is not modelled yet"),

@@ -52,7 +52,7 @@ def test_a_wrong_output_names_the_position_the_job_and_the_subtile(tmp_path, cap
 
 
 def test_driver_registers_of_the_digests_same_padding_example():
-    """Example D of the digest: 3x3 'same' padding, Ki 16, Ko 32, 3x3 -> 3x3: PADDING
+    """Worked example N§5.5: 3x3 'same' padding, Ki 16, Ko 32, 3x3 -> 3x3: PADDING
     0x11110000, REM2 0x00040004 (3 + 2 - 1), INFEAT_PTR = data - (1*3 + 1)*16, D0/D1 16/48,
     output strides 32/32/96, weights 18/144."""
     d = {"INPUT_HEIGHT": 3, "INPUT_WIDTH": 3, "INPUT_CHANNEL": 16, "OUTPUT_HEIGHT": 3,
@@ -72,7 +72,7 @@ def test_driver_registers_of_the_digests_same_padding_example():
     assert r["SUBTILE_NB0"] == r["SUBTILE_NB1"] == 0x00010001
     assert r["SUBTILE_REM0"] == 0x00200010 and r["SUBTILE_REM1"] == 0x00030003
     assert r["WEIGHT_OFFSET"] == 0xFFFFFF80
-    assert r["CONFIG0"] == 0x00008017  # the digest's "ReLU, shift 0, no bias"
+    assert r["CONFIG0"] == 0x00008017  # "ReLU, shift 0, no bias" (N§5.5)
 
 
 def test_import_errors_name_the_file_and_line(tmp_path):

@@ -1,5 +1,6 @@
 """The NE16 job queue as the seed's TRIGGER/ACQUIRE/STATUS/RUNNING_JOB/SOFT_CLEAR describe it
-(L94-164, digest 2.4 and the digest's protocol tests 5.1), driven by bus reads and writes."""
+([NE16: Register map] and the protocol tests [NE16: Register map]), driven by
+bus reads and writes."""
 from __future__ import annotations
 
 import pytest
@@ -87,7 +88,7 @@ def test_job_registers_reach_the_acquired_context(dev):
 
 def test_deferred_start(dev):
     """TRIGGER != 0 commits without starting; the job runs once the next one is committed with
-    TRIGGER = 0, and both run in order (L94)."""
+    TRIGGER = 0, and both run in order [NE16: TRIGGER]."""
     assert submit(dev, A_REGS, trigger=1) == 0
     assert r32(dev, STATUS) == 0x1 and dev.finished()
     stop = RunControl(dev).step(30)
@@ -99,7 +100,8 @@ def test_deferred_start(dev):
 
 
 def test_soft_clear(dev):
-    """0 clears the status and the register file; non-0 keeps the register file (L164)."""
+    """0 clears the status and the register file; non-0 keeps the register file
+    [NE16: SOFT_CLEAR]."""
     submit(dev, A_REGS)
     w32(dev, SOFT_CLEAR, 1)
     assert r32(dev, STATUS) == 0 and dev.read_register(CONFIG0_C0) == A_REGS["CONFIG0"]
@@ -114,7 +116,7 @@ def test_trigger_without_acquire_is_ignored_with_a_warning(dev):
     w32(dev, TRIGGER, 0)
     assert r32(dev, STATUS) == 0 and dev.finished()
     ctx = CommandContext([RunControl(dev)])
-    assert "TRIGGER written (0x0) with no job acquired: ignored (L94)" in \
+    assert "TRIGGER written (0x0) with no job acquired: ignored [NE16: TRIGGER]" in \
         execute(ctx, "ne16 warnings")
 
 

@@ -4,7 +4,7 @@ field (issue 33 #1).
 The decoders read fields by name from the description. These tests run traces the project
 writes itself (testkit/nvdla_build.py encodes every register from its own bit positions) and
 fail when a decoder reads a field the description lacks or gives another width than the
-decoder relies on (``ASSUMED``: sizes, paddings and strides from seed 004's tables, the other
+decoder relies on (``ASSUMED``: sizes, paddings and strides from [NVDLA-CONV]'s tables, the other
 units from the hardware repository's register manual [EXT]), or when a decoded layer differs
 from the one the trace was written for (round trip), or when a CRC check fails.
 """
@@ -22,7 +22,8 @@ from accelstub.testkit.nvdla_build import Cdp, Conv, Pdp, Pixel, Sdp, Stage, bui
 from tests.helpers import FieldReads
 
 #: (register definition, field) -> width the decoders rely on: the "n - 1" sizes are 13 bits
-#: (L230-250), a 64-bit address is HIGH << 32 | a 32-bit LOW, sign extensions take the width
+#: [NVDLA-CONV: CDMA data-group registers], a 64-bit address is HIGH << 32 | a 32-bit LOW, sign
+#: extensions take the width
 _SIZE = 13
 ASSUMED = {
     **{("D_MISC_CFG", f): w for f, w in (("conv_mode", 1), ("proc_precision", 2),

@@ -1,6 +1,6 @@
 """NVDLA's producer/consumer register groups, S_STATUS/S_POINTER, dropped writes to an armed
-group, and GLB's interrupt mask/set/status: the digest's ping-pong scenario (digest 5.3) on the
-SDP unit, driven by bus writes as a driver would."""
+group, and GLB's interrupt mask/set/status: the ping-pong scenario
+[NVDLA-CONV: Programming order summary] on the SDP unit, driven by bus writes as a driver would."""
 from __future__ import annotations
 
 import pytest

@@ -102,11 +102,14 @@ def test_the_byte_order_of_the_format_matters(tmp_path, capsys):
      "CSC_D_WEIGHT_SIZE_EXT_1 gives 12"),
     ("CDMA.D_PIXEL_OFFSET", 2, "CDMA_D_PIXEL_OFFSET.pixel_x_offset is 2"),
     ("CDMA.D_LINE_STRIDE", 16, "CDMA_D_LINE_STRIDE (0x10) is shorter than a line"),
-    ("CSC.D_BANK", 0x3, "CSC_D_BANK differs from CDMA_D_BANK (L741, L1160)"),
+    ("CSC.D_BANK", 0x3,
+        "CSC_D_BANK differs from CDMA_D_BANK [NVDLA-CONV: CDMA_D_BANK, CSC_D_BANK]"),
     ("CSC.D_ENTRY_PER_SLICE", 0x3,
-     "CSC_D_ENTRY_PER_SLICE differs from CDMA_D_ENTRY_PER_SLICE (L433, L963)"),
+     "CSC_D_ENTRY_PER_SLICE differs from CDMA_D_ENTRY_PER_SLICE "
+     "[NVDLA-CONV: CDMA_D_ENTRY_PER_SLICE, CSC_D_ENTRY_PER_SLICE]"),
     ("CSC.D_ZERO_PADDING_VALUE", 0x7,
-     "CSC_D_ZERO_PADDING_VALUE differs from CDMA_D_ZERO_PADDING_VALUE (L719)"),
+     "CSC_D_ZERO_PADDING_VALUE differs from CDMA_D_ZERO_PADDING_VALUE "
+     "[NVDLA-CONV: CDMA_D_ZERO_PADDING_VALUE]"),
 ])
 def test_settings_nv_small_cannot_run_name_the_register(register, value, message, tmp_path,
                                                          capsys):

@@ -20,7 +20,7 @@ REG = "GLB_S_NVDLA_HW_VERSION"
 
 
 def test_hw_version_fields_are_ascii_in_the_description_describe_and_the_tui():
-    """Reset 0x00303031 (shared/devices/nvdla.md 4.3): bytes "1", "0", "0" in address order."""
+    """Reset 0x00303031 (V§4.3): bytes "1", "0", "0" in address order."""
     desc = open_device("nvdla").description
     reg = desc.register(REG)
     assert reg.reset == 0x00303031

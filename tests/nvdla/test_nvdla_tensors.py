@@ -50,7 +50,7 @@ def expected(trace, k: int, shape: tuple[int, int, int]) -> np.ndarray:
 
 def loaded(tmp_path, name: str, layers, seed: int = 3):
     """(device, trace): the trace written by the builder (the demo: the bundled directory,
-    which the builder writes from DEMO with seed 1) and loaded as `accelstub` loads it."""
+    which the builder writes from DEMO with [U85-TRM]) and loaded as `accelstub` loads it."""
     if name == "demo":
         trace = build(DEMO, "nvdla_demo", 1)
         path = ROOT / "configs" / "demo" / "nvdla_demo"

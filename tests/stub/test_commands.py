@@ -1,7 +1,7 @@
-"""Golden-output tests of the OpenOCD-compatible command table (stub/commands.py).
+"""Golden-output tests of the OpenOCD-compatible command table (stub/commands/).
 
-Expected strings are written from OpenOCD's formats (shared/reference/gdb-stub-anchors.md §3,
-OpenOCD src/target/target.c), not from running the code.
+Expected strings are written from OpenOCD's formats (the OpenOCD User's Guide, chapter "General
+Commands", and OpenOCD's src/target/target.c), not from running the code.
 """
 from __future__ import annotations
 
@@ -480,7 +480,8 @@ def test_status_reports_state_pc_interrupts_and_counters():
     from accelstub.stub.commands import CommandContext, execute
 
     rc = RunControl(open_device("max78000"))
-    rc.device.write_register("CNNx16_0_CTRL", 0x1000)  # writing 1 to cnn_irq forces it (L2186)
+    # writing 1 to cnn_irq forces it [UG-CNN: Table 27-19]
+    rc.device.write_register("CNNx16_0_CTRL", 0x1000)
     out = execute(CommandContext([rc]), "status").splitlines()
     assert out[:2] == ["state: halted", "pc: 0x50100010"]
     assert "irq.CNN: 1" in out and "units: 0" in out

@@ -32,7 +32,7 @@ def test_print_and_set_registers_reach_the_device(stub):
                    "p/x $CNNx16_0_L5_RCNT", "set $CNNx16_2_LCNT_MAX = 0xffffffff",
                    "p/x $CNNx16_2_LCNT_MAX"], stub.gdb[0].port)
     assert "$1 = 0x3" in out and "$2 = 0x2001d" in out
-    assert "$3 = 0x1f" in out, out  # bits 31:5 are reserved (L2570)
+    assert "$3 = 0x1f" in out, out  # bits 31:5 are reserved [UG-CNN: Table 27-21]
     dev = stub.targets[0].device
     assert dev.read_register("CNNx16_0_L5_RCNT") == 0x2001D
 
@@ -72,7 +72,7 @@ def test_stepi_break_watch_continue(stub):
 def test_continue_runs_to_completion_and_reports_it(stub):
     out = run_gdb(["continue", "p/x $CNNx16_0_CTRL"], stub.gdb[0].port)
     assert "CNN complete after 4 layers, cnn_irq raised" in out
-    assert "$1 = 0x1009" in out  # cnn_irq (bit 12) set (L2182)
+    assert "$1 = 0x1009" in out  # cnn_irq (bit 12) set [UG-CNN: Table 27-19]
     assert re.search(r"0x50400000:\s+0x40302010", run_gdb(["x/1wx 0x50400000"],
                                                          stub.gdb[0].port))
 

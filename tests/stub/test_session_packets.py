@@ -1,4 +1,4 @@
-"""Packet transcripts against a running stub over raw sockets: every packet of DESIGN.md's list,
+"""Packet transcripts against a running stub over raw sockets: every packet the stub serves,
 error replies for bad input, Ctrl-C, several clients, and a fuzzed stream that must not crash it."""
 import socket
 import time

@@ -98,16 +98,18 @@ def test_svd_known_values(device):
     q3 = next(p for p in device.peripherals if p.name == "CNN_Q3")
     regs = {r.name: r for r in q3.registers}
     assert q3.base_address == 0x50D0_0000
-    assert regs["CNNx16_3_L21_RCNT"].address_offset == 0x64  # L3027
-    assert regs["CNNx16_3_S5_STRM0"].address_offset == 0x824  # L4248
-    assert regs["CNNx16_3_CTRL"].reset_value == 0x6  # L2285
-    assert regs["CNNx16_3_SRAM"].reset_value == 0xE  # L2497, L2516
-    assert regs["CNNx16_3_MLAT"].access.value == "read-only"  # L4226
+    # [UG-CNN: CNNx16_n Per Layer Registers (CNNx16_n_Ly)]
+    assert regs["CNNx16_3_L21_RCNT"].address_offset == 0x64
+    # [UG-CNN: CNNx16_n Processor Stream Registers]
+    assert regs["CNNx16_3_S5_STRM0"].address_offset == 0x824
+    assert regs["CNNx16_3_CTRL"].reset_value == 0x6  # [UG-CNN: Table 27-19]
+    assert regs["CNNx16_3_SRAM"].reset_value == 0xE  # [UG-CNN: Table 27-20]
+    assert regs["CNNx16_3_MLAT"].access.value == "read-only"  # [UG-CNN: Table 27-40]
     oned = {f.name: f for f in regs["CNNx16_3_L0_ONED"].fields}
-    assert oned["conv2d_en"].bit_offset == 17  # doc "2d_conv" (L3189)
+    assert oned["conv2d_en"].bit_offset == 17  # doc "2d_conv" [UG-CNN: Table 27-25]
     mask = {f.name: f for f in regs["CNNx16_3_L0_POST"].fields}["mask_size"]
     assert [e.name for e in mask.enumerated_values[0].enumerated_values] == \
-        ["bits8", "bits1", "bits2", "bits4"]  # L4051
+        ["bits8", "bits1", "bits2", "bits4"]  # [UG-CNN: Table 27-38]
 
 
 def test_svd_write_one_to_clear_mapping(svd_lib):
