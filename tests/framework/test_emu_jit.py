@@ -4,6 +4,7 @@ accelstub.emu is made with it."""
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 import subprocess
 import sys
@@ -54,17 +55,24 @@ def test_every_kernel_of_emu_is_made_with_emu_jit():
     assert [f for f in found if not f[2]] == []
 
 
-def test_a_run_loads_numba_without_scipy_and_scipy_still_imports_after():
+def test_a_run_loads_numba_without_scipy_and_scipy_still_imports_after(tmp_path):
     """`accelstub run` has numba's implementations loaded with SciPy hidden from its BLAS
-    probe (a quarter of a warm run's start-up); SciPy itself still imports afterwards."""
+    probe (a quarter of a warm run's start-up); SciPy itself still imports afterwards. A
+    stand-in ``scipy`` package first on the path takes the real one's place (CI's fresh venv
+    has none), so the test sees the probe's import whether SciPy is installed or not."""
+    (tmp_path / "scipy" / "linalg").mkdir(parents=True)
+    (tmp_path / "scipy" / "__init__.py").write_text("__version__ = \"1.14.1\"\n")
+    (tmp_path / "scipy" / "linalg" / "__init__.py").write_text("STAND_IN = True\n")
     code = ("import sys\n"
             "from accelstub.stub.cli import main\n"
             "code = main(['run', 'ne16'])\n"
             "print('scipy.linalg loaded:', 'scipy.linalg' in sys.modules)\n"
             "import scipy.linalg\n"
-            "print('exit', code, scipy.linalg.__name__)\n")
+            "print('exit', code, scipy.linalg.__name__, scipy.linalg.STAND_IN)\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(tmp_path)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=300)
+                         timeout=300, env=env)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
-    assert "scipy.linalg loaded: False" in lines and lines[-1] == "exit 0 scipy.linalg"
+    assert "scipy.linalg loaded: False" in lines and lines[-1] == "exit 0 scipy.linalg True"
