@@ -32,6 +32,7 @@ writes; those writes are counted (``ro_writes``): the trace tests write every re
 """
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -79,6 +80,11 @@ class Layer:
 class Nvdla(Device):
     name = "nvdla"
     unit_name = "layer"
+    #: _state copies what changes in place (the event counts, the LUT tables); the listing's
+    #: strings, the layers' frozen TensorSpecs and the frozen convolution-buffer record (a new
+    #: one per convolution, its arrays never written) are shared: the history's boundary then
+    #: needs no deepcopy (~0.15 ms of a demo continue)
+    state_is_copy = True
     DONE_EVENTS = {f"{n}_{g}": b + g for n, b in DONE_BITS.items() for g in (0, 1)}
     INTR_STATUS = 0x100C  # GLB S_INTR_STATUS
 
@@ -166,7 +172,8 @@ class Nvdla(Device):
         self.layer_specs = []
 
     def _state(self) -> dict:
-        return {"events": Counter(self.events), "luts": self.luts, "cbuf": self.cbuf,
+        luts = dataclasses.replace(self.luts, le=self.luts.le.copy(), lo=self.luts.lo.copy())
+        return {"events": Counter(self.events), "luts": luts, "cbuf": self.cbuf,
                 "listing": list(self.listing), "layer_specs": list(self.layer_specs)}
 
     def _set_state(self, state: dict) -> None:
