@@ -78,5 +78,7 @@ def _run(ctx: CommandContext, words: list[str]) -> str:
         raise CommandError(f"{name}: {e}") from None
     except UsageError as e:  # already the whole reply, ``usage: NAME USAGE``
         raise CommandError(str(e)) from None
-    except DeviceError as e:
-        raise CommandError(f"{name}: {e}") from None
+    except DeviceError as e:  # named once: a device's message may start with its command
+        text = str(e)
+        raise CommandError(text if text.startswith((f"{name}:", f"{name} ")) else
+                           f"{name}: {text}") from None

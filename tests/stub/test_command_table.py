@@ -86,3 +86,16 @@ def test_device_commands_answer_a_bad_argument_list_with_their_declared_usage(de
             execute(ctx, f"{name} {words}")
         assert str(e.value) == f"usage: {name} {c.usage}".rstrip(), name
     assert ctx.target.device.pc == context(device).target.device.pc  # nothing ran
+
+
+def test_a_device_error_names_its_command_once():
+    """A device's message that already starts with its command (``nvdla csb: ...``) is not
+    prefixed again; one that does not gets ``NAME: `` before it."""
+    ctx = context("nvdla")
+    with pytest.raises(CommandError) as e:
+        execute(ctx, "nvdla csb 0x7fffffff")
+    assert str(e.value).startswith("nvdla csb: no register at CSB word"), str(e.value)
+    ctx = context("max78000")
+    with pytest.raises(CommandError) as e:
+        execute(ctx, "mlat 0 1")
+    assert str(e.value).startswith("mlat: the Mlator of quadrant 0 is not loaded"), str(e.value)
