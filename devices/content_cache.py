@@ -28,12 +28,13 @@ class ContentCache:
         self._lock = threading.Lock()
 
     def get(self, key: Hashable, data: np.ndarray, compute: Callable[[np.ndarray], Any]) -> Any:
-        """The value derived from ``data`` (any array; its bytes and shape are compared)."""
+        """The value derived from ``data`` (any array; its dtype, shape and values are compared)."""
         with self._lock:
             hit = self._entries.get(key)
             if hit is not None:
                 self._entries.move_to_end(key)
-        if hit is not None and hit[0].shape == data.shape and np.array_equal(hit[0], data):
+        if hit is not None and hit[0].dtype == data.dtype and hit[0].shape == data.shape \
+                and np.array_equal(hit[0], data):
             return hit[1]
         value = compute(data)
         with self._lock:

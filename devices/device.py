@@ -38,6 +38,7 @@ control's (:mod:`.runcontrol`); a device only executes one unit when asked, thro
 from __future__ import annotations
 
 import copy
+import importlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -209,10 +210,7 @@ class DeviceTool:
     run: str
 
     def __call__(self, value: str) -> int:
-        import importlib
-
-        module, fn = self.run.split(":")
-        return getattr(importlib.import_module(module), fn)(value)
+        return _resolve(self.run)(value)
 
 
 @dataclass(frozen=True)
@@ -235,19 +233,20 @@ class DeviceSpec:
     tools: tuple[DeviceTool, ...] = ()
 
     def create(self, **options: object) -> Device:
-        import importlib
-
-        module, cls = self.factory.split(":")
-        return getattr(importlib.import_module(module), cls)(**options)
+        return _resolve(self.factory)(**options)
 
     def program_device_options(self, path: str | Path) -> dict[str, object]:
         """The options ``path`` names (options_from_program), {} for a device without them."""
-        import importlib
-
         if not self.options_from_program:
             return {}
-        module, fn = self.options_from_program.split(":")
-        return getattr(importlib.import_module(module), fn)(Path(path))
+        return _resolve(self.options_from_program)(Path(path))
+
+
+def _resolve(ref: str) -> Any:
+    """The object a "module:name" reference of the registry names, imported only now: the
+    registry must stay importable without the models (DeviceSpec)."""
+    module, name = ref.split(":")
+    return getattr(importlib.import_module(module), name)
 
 
 class Device:
@@ -409,8 +408,7 @@ class Device:
         raise DeviceError(f"{self.name}: {reg.name} is banked by device state, but the model "
                           "does not select banks")
 
-    # -- the end of a program and the program window (docs/design-notes.md "One pc per unit")
-    # --------------------------
+    # -- the end of a program and the program window (docs/design-notes.md "One pc per unit") -
     @property
     def end_address(self) -> int:
         """pc once the program has ended: the EMU_END word of the emulator block, the one rule of

@@ -256,9 +256,9 @@ class History:
         self.units, self.reads, self.partial = [], None, False
         log = self.bus.write_log or []
         self.bus.write_log = []
-        undo = self._take([r for _, ws in units for r in ws] + log)
         regs, self.regs.log = self.regs.log or {}, {}
-        entry = Entry(self.pending, regs, undo, units, reads, partial)
+        entry = Entry(self.pending, regs, [], units, reads, partial)
+        entry.undo = undo = self._take(entry.writes + log)
         entry.size = ENTRY_OVERHEAD + REG_BYTES * len(regs) + sum(s.nbytes for s in undo)
         self.entries.append(entry)
         self.size += entry.size
@@ -332,8 +332,8 @@ class History:
         """Back to the current boundary exactly: what changed since it without a transition
         recorded (the debugger's writes while halted, a host step at the start of a run that
         ran no unit) is undone, as stepping back over the next unit would undo it too."""
-        self._put_back(self._take(self.bus.write_log or []), self.regs.log or {})
         assert self.pending is not None, "settle() before begin()"
+        self._put_back(self._take(self.bus.write_log or []), self.regs.log or {})
         apply_state(self.pending)
 
     def undo_last(self, apply_state: Callable[[State], None]) -> Entry:

@@ -114,11 +114,11 @@ class RegisterFile:
         if found is not None:
             return found
         found = tuple(r for r in self.description.registers if r.definition.name == definition)
-        self._instances[definition] = found
-        if not found:
+        if not found:  # not kept: a second lookup of the name raises as well
             names = {r.definition.name for r in self.description.registers}
             raise RegisterNotFound.among(definition, f"{self.description.source} (register "
                                          "definitions)", names)
+        self._instances[definition] = found
         return found
 
     def _reg(self, reg: Register | str) -> Register:

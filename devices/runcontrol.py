@@ -189,7 +189,7 @@ class RunControl:
             if host is not None:
                 keep |= {id(host.steps): host.steps, id(host.isr): host.isr}
             self.host = copy.deepcopy(host, keep)
-            dev.core = dict(snap.get("core", dev.core))
+            dev.core = dict(snap["core"])  # every checkpoint keeps it
             self.history.clear()  # memory changed outside any recorded transition
             self._start_history()
             self.last_stop = Stop("halt", SIGTRAP, message="rewound")
@@ -289,6 +289,11 @@ class RunControl:
         self.breakpoints.clear()
         self._bp_owners.clear()
 
+    def _breakpoint_pcs(self) -> frozenset[int]:
+        """The breakpoints as the run loops compare them with a unit's pc (32-bit: gdb may
+        send a sign-extended address), going forward and back alike."""
+        return frozenset(b & 0xFFFFFFFF for b in self.breakpoints)
+
     @property
     def watchpoints(self) -> list[Watchpoint]:
         return list(self._watch)
@@ -379,7 +384,7 @@ class RunControl:
         the next one, ``pc`` names it ("who wrote this tensor"). A block of the fast path is
         first replayed unit by unit (:meth:`_refine`) where a stop could fall inside it."""
         h, dev, halt = self.history, self.device, self._halt
-        bps = frozenset(b & 0xFFFFFFFF for b in self.breakpoints)
+        bps = self._breakpoint_pcs()
         wps = list(self._watch)
         if not (h.enabled and h.started):
             return Stop("step", replaylog="begin", message=self._begin_message())
@@ -509,7 +514,7 @@ class RunControl:
     def _run_loop(self, single: bool, granularity: str | None = None) -> Stop:
         """Run one unit (``single``) or until a stop; see the module docstring."""
         dev, host, halt = self.device, self.host, self._halt
-        bps = frozenset() if single else frozenset(b & 0xFFFFFFFF for b in self.breakpoints)
+        bps = frozenset() if single else self._breakpoint_pcs()
         wps = list(self._watch)
         grain = granularity or dev.granularities[0]
         # whole blocks of units where no one looks at single ones (Device.run_block); a host

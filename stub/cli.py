@@ -411,8 +411,7 @@ def main(argv: list[str] | None = None) -> int:
                    ".npz of arrays keyed by unit index or label (an entry 'layout', e.g. "
                    "NCHW, states their layout; default each unit tensor's own); max78000: "
                    "ai8xize's log.txt (--verbose --log); ethos-u85: the model before Vela "
-                   "(.tflite, "
-                   "run by LiteRT); ne16: the pulp-nnx test application (golden output); "
+                   "(.tflite, run by LiteRT); ne16: the pulp-nnx test application (golden output); "
                    "nvdla: the trace .cfg (per-layer check_crc)")
     f.add_argument("--all", action="store_true", help="compare every layer, do not stop at "
                    "the first divergence")
@@ -468,20 +467,14 @@ def _dispatch(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         from accelstub.tui.app import run_tui  # the one upward import: the CLI is the top
 
         return run_tui(connect=args.connect, device=args.device, program=args.program)
-    if args.cmd == "run":
+    if args.cmd in ("run", "diff"):
         if args.program is None:
             args.program = demo_program(args.device)
             if args.program is None:
                 raise CliError(f"{args.device} has no bundled demo: give --program")
-        return _run(args)
+        return _run(args) if args.cmd == "run" else _diff(args)
     if args.cmd == "eval":
         return _eval(args)
-    if args.cmd == "diff":
-        if args.program is None:
-            args.program = demo_program(args.device)
-            if args.program is None:
-                raise CliError(f"{args.device} has no bundled demo: give --program")
-        return _diff(args)
     if args.cmd == "compile":
         unknown = [d for d in args.device if d not in DEVICES]
         if unknown:

@@ -177,3 +177,20 @@ class _RecordedView:
         if f is not None:
             self._seen.setdefault((view.register, name), set()).add(f.width)
         return getattr(view, name)
+
+
+def emu_kernels():
+    """Every numba dispatcher defined in accelstub.emu, as (module name, name, dispatcher): the
+    kernel checks (tests/framework/test_emu_jit.py, test_kernel_twins.py) walk the same set."""
+    import importlib
+    import pkgutil
+
+    from numba.core.registry import CPUDispatcher
+
+    import accelstub.emu
+
+    for info in pkgutil.walk_packages(accelstub.emu.__path__, "accelstub.emu."):
+        module = importlib.import_module(info.name)
+        for name, obj in vars(module).items():
+            if isinstance(obj, CPUDispatcher) and obj.py_func.__module__ == module.__name__:
+                yield info.name, name, obj

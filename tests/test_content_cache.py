@@ -28,6 +28,9 @@ def test_a_value_is_kept_while_the_bytes_are_the_same_and_computed_again_after()
     assert len(calls) == 3
     assert cache.get("other key", data.reshape(8, 8), compute) == data.sum()
     assert len(calls) == 4
+    signed = data.reshape(8, 8).astype(np.int8)  # equal values for these bytes, another dtype
+    assert cache.get("other key", signed, compute) == signed.sum()
+    assert len(calls) == 5
 
 
 def test_only_the_most_recently_used_keys_are_kept():

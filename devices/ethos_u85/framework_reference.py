@@ -43,7 +43,7 @@ from ..files import read_program_file
 from ..layer_diff import LayerReference, ReferenceFileError
 from ..tensors import TensorSpec
 from . import ops
-from . import stream as es
+from .listing import unit_ends
 from .litert import open_litert
 from .vela import (
     MAX_VELA_FILE,
@@ -139,15 +139,10 @@ def read_debug_db(path: Path) -> tuple[dict[tuple[int, int], str], int]:
 
 
 def _kernel_offsets(words: np.ndarray) -> dict[int, int]:
-    """{byte offset of a kernel operation's NPU_OP_* command: its unit index}, units counted as
-    EthosU85.units() counts them (every operation or undecodable command ends one)."""
-    out, k = {}, 0
-    for c in es.decode(words.tobytes()):
-        if c.name == es.UNKNOWN or c.is_operation:
-            if c.name in ops.OPERATIONS:
-                out[c.offset] = k
-            k += 1
-    return out
+    """{byte offset of a kernel operation's NPU_OP_* command: its unit index}, units counted by
+    the listing's own :func:`~.listing.unit_ends`."""
+    return {c.offset: k for k, (_, c, _) in enumerate(unit_ends(words))
+            if c is not None and c.name in ops.OPERATIONS}
 
 
 def run_litert(path: Path, inputs: list[np.ndarray]) -> Interpreter:

@@ -6,7 +6,7 @@ label, and the ``npu state`` / ``npu disasm`` texts. Read-only views over the mo
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -270,25 +270,36 @@ class Listing:
         return "\n".join(lines)
 
 
-def stream_units(words: np.ndarray, qbase: int, out: list[Unit]) -> None:
-    """Append the units of the stream ``words`` at ``qbase`` to ``out`` (labels count on)."""
+def unit_ends(words: np.ndarray) -> Iterator[tuple[int, es.Command | None, SetState]]:
+    """Each unit of the stream ``words`` in order: (byte offset of its first command, the
+    command that ends it — an operation or an undecodable command — or None for NPU_SET_*
+    commands left at the end, the NPU_SET_* state before that command). The one place units
+    are counted, so the listing (:func:`stream_units`) and the framework reference's pairing
+    of operations with units (framework_reference.py) cannot disagree."""
     state = SetState()
     start = None
     for c in es.decode(words.tobytes()):
         if start is None:
             start = c.offset
-        if c.name == es.UNKNOWN:
-            out.append(Unit(qbase + start, f"cmd {len(out)}",
-                            f"UNKNOWN at offset {c.offset:#06x}: {c.field_text()}"))
-            start = None
-        elif not c.is_operation:
+        if c.name != es.UNKNOWN and not c.is_operation:
             state.set(c)
-        else:
-            out.append(Unit(qbase + start, f"cmd {len(out)}", ops.summarize(c, state)))
-            start = None
+            continue
+        yield start, c, state
+        start = None
     if start is not None:
-        out.append(Unit(qbase + start, f"cmd {len(out)}",
-                        "end of stream (NPU_SET_* commands, no operation)"))
+        yield start, None, state
+
+
+def stream_units(words: np.ndarray, qbase: int, out: list[Unit]) -> None:
+    """Append the units of the stream ``words`` at ``qbase`` to ``out`` (labels count on)."""
+    for start, c, state in unit_ends(words):
+        if c is None:
+            summary = "end of stream (NPU_SET_* commands, no operation)"
+        elif c.name == es.UNKNOWN:
+            summary = f"UNKNOWN at offset {c.offset:#06x}: {c.field_text()}"
+        else:
+            summary = ops.summarize(c, state)
+        out.append(Unit(qbase + start, f"cmd {len(out)}", summary))
 
 
 def slot_spec(name: str, t: TensorSlot) -> TensorSpec:

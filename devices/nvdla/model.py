@@ -126,16 +126,10 @@ class Nvdla(Device):
     def _intr_set(self, reg, old: int, new: int) -> None:
         self._raise(self.regs.peek("GLB_S_INTR_SET"))
 
-    def value(self, unit: str, name: str, group: int | None = None) -> int:
-        """A register of ``unit``: of group ``group`` (default: the consumer group) when it is
-        banked."""
-        g = self.consumer_group(unit) if group is None else group
-        banked = f"{unit}_{name}_G{g}"
-        return self.regs.peek(banked if banked in self._names else f"{unit}_{name}")
-
     def view(self, unit: str, name: str, group: int | None = None) -> FieldView:
-        """:meth:`value` read by field name (``view("CDMA", "D_BANK").data_bank``): what the
-        decoders take, so they hold no bit positions of their own (issue 33 #1)."""
+        """A register of ``unit`` (of group ``group``, default the consumer group, when it is
+        banked) read by field name (``view("CDMA", "D_BANK").data_bank``): what the decoders
+        take, so they hold no bit positions of their own (issue 33 #1)."""
         g = self.consumer_group(unit) if group is None else group
         banked = f"{unit}_{name}_G{g}"
         return self.regs.view(banked if banked in self._names else f"{unit}_{name}")

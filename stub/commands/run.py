@@ -44,7 +44,7 @@ def report_stop(ctx: CommandContext, rc: RunControl, stop: Stop) -> None:
     ctx.log(halted_message(rc, stop))
 
 
-def _wait_ms(cmd: str, args: list[str]) -> float | None:
+def _wait_ms(cmd: str, args: list[str]) -> float:
     if len(args) > 1:
         raise usage_error(cmd)
     ms = parse_number(cmd, "timeout", args[0]) if args else DEFAULT_WAIT_MS
@@ -77,12 +77,8 @@ def cmd_halt(ctx: CommandContext, args: list[str]) -> str:
     if not rc.running:
         return ""
     rc.halt()
-    if timeout == 0:
-        return ""
-    stop = rc.wait(timeout)
-    if stop is None:
-        raise CommandError("timed out while waiting for target halted")
-    report_stop(ctx, rc, stop)
+    if timeout:
+        _wait_and_report(ctx, rc, timeout)
     return ""
 
 
@@ -90,13 +86,18 @@ def cmd_halt(ctx: CommandContext, args: list[str]) -> str:
 def cmd_wait_halt(ctx: CommandContext, args: list[str]) -> str:
     timeout = _wait_ms("wait_halt", args)
     rc = ctx.target
-    if not rc.running:
-        return ""
+    if rc.running:
+        _wait_and_report(ctx, rc, timeout)
+    return ""
+
+
+def _wait_and_report(ctx: CommandContext, rc: RunControl, timeout: float) -> None:
+    """The tail halt and wait_halt share: OpenOCD's ``halt`` is a request plus ``wait_halt``,
+    so both wait the same way and report the stop to the client the same way."""
     stop = rc.wait(timeout)
     if stop is None:
         raise CommandError("timed out while waiting for target halted")
     report_stop(ctx, rc, stop)
-    return ""
 
 
 def _set_pc(ctx: CommandContext, cmd: str, text: str) -> None:

@@ -6,6 +6,9 @@ from __future__ import annotations
 from .table import CommandError
 
 _ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "a": "\a", "b": "\b", "f": "\f", "v": "\v"}
+_SEPARATORS = " \t\r\n;"  # what ends a word
+
+
 def _backslash(s: str, i: int) -> tuple[str, int]:
     """Decode the escape starting at s[i] == '\\'; returns (text, next index)."""
     if i + 1 >= len(s):
@@ -59,11 +62,9 @@ def split_script(text: str) -> list[list[str]]:
             while j < n:
                 ch = text[j]
                 if ch == "\\" and j + 1 < n:
-                    if text[j + 1] == "\n":
-                        buf.append(" ")
-                        j += 2
-                        while j < n and text[j] in " \t":
-                            j += 1
+                    if text[j + 1] == "\n":  # the one substitution inside braces
+                        piece, j = _backslash(text, j)
+                        buf.append(piece)
                         continue
                     buf.append(text[j:j + 2])
                     j += 2
@@ -78,11 +79,8 @@ def split_script(text: str) -> list[list[str]]:
                 j += 1
             if depth:
                 raise CommandError("missing close-brace")
-            j += 1
-            if j < n and text[j] not in " \t\r\n;":
-                raise CommandError("extra characters after close-brace")
             words.append("".join(buf))
-            i = j
+            i = _after_close(text, j, "brace")
             continue
         if c == '"':
             j, buf = i + 1, []
@@ -97,15 +95,12 @@ def split_script(text: str) -> list[list[str]]:
                 j += 1
             if j >= n:
                 raise CommandError('missing "')
-            j += 1
-            if j < n and text[j] not in " \t\r\n;":
-                raise CommandError("extra characters after close-quote")
             words.append("".join(buf))
-            i = j
+            i = _after_close(text, j, "quote")
             continue
         # bare word
         j, buf = i, []
-        while j < n and text[j] not in " \t\r\n;":
+        while j < n and text[j] not in _SEPARATORS:
             ch = text[j]
             if ch == "\\":
                 if j + 1 < n and text[j + 1] == "\n":
@@ -121,6 +116,15 @@ def split_script(text: str) -> list[list[str]]:
     if words:
         commands.append(words)
     return commands
+
+
+def _after_close(text: str, j: int, closer: str) -> int:
+    """The index after the closing quote or brace at ``text[j]``: Tcl ends the word there, so
+    anything but a separator right after it is an error."""
+    j += 1
+    if j < len(text) and text[j] not in _SEPARATORS:
+        raise CommandError(f"extra characters after close-{closer}")
+    return j
 
 
 def _check_substitution(text: str, j: int) -> None:

@@ -11,6 +11,7 @@ import pickle
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from accelstub.devices import DEVICES, open_device
@@ -244,8 +245,10 @@ def test_a_long_continue_records_boundaries_on_the_way(tmp_path, monkeypatch):
 def test_merge_ranges_numpy_path_equals_its_loop():
     """merge_ranges' numpy path (for thousands of ranges) against its Python loop on random
     ranges, touching and overlapping ones included (each path called directly: merge_ranges
-    picks one by size). The history joins its ranges in a kernel of its own, checked against
-    a byte mask in tests/framework/test_history_undo.py."""
+    picks one by size), and both against a byte mask for the ranges that cover bytes (an
+    empty range is kept as it is by both paths, so the mask cannot name it). The history
+    joins its ranges in a kernel of its own, checked against a byte mask
+    in tests/framework/test_history_undo.py."""
     import random
 
     from accelstub.devices.ranges import _merge_loop, _merge_numpy
@@ -254,3 +257,11 @@ def test_merge_ranges_numpy_path_equals_its_loop():
     for n in (0, 1, 63, 64, 65, 500, 3000):
         ranges = [(s, s + rng.randint(0, 40)) for s in (rng.randint(0, 4000) for _ in range(n))]
         assert _merge_numpy(ranges) == _merge_loop(ranges)
+        # the reference for the ranges that cover bytes: each maximal run of covered bytes
+        covered = np.zeros(4100, bool)
+        for s, e in ranges:
+            covered[s:e] = True
+        edges = np.flatnonzero(np.diff(np.r_[0, covered.view(np.int8), 0]))
+        want = list(zip(edges[::2].tolist(), edges[1::2].tolist()))
+        nonempty = [(s, e) for s, e in ranges if e > s]
+        assert _merge_numpy(nonempty) == _merge_loop(nonempty) == want

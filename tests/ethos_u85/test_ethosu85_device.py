@@ -419,6 +419,23 @@ def test_unknown_opcode_is_a_parse_error_naming_the_offset(dev, host):
     assert dev.units()[0].summary.startswith("UNKNOWN at offset 0x0004")
 
 
+def test_framework_reference_pairs_operations_with_the_listings_units(dev, host):
+    """framework_reference pairs Vela's debug-database offsets with units: each kernel
+    operation's byte offset must name the listing's unit that ends at it, also when an
+    undecodable command and a DMA operation end units of their own."""
+    from accelstub.devices.ethos_u85.framework_reference import _kernel_offsets
+    words = (stream([("NPU_SET_IFM_REGION", dict(region=1)), ("NPU_OP_CONV", {})])  # 0x0, 0x4
+             + [0x0000_0004]  # 0x8: UNKNOWN, unit 1
+             + stream([("NPU_OP_DMA_START", {}),  # 0xc: unit 2, no kernel
+                       ("NPU_OP_POOL", dict(pooling_mode=0)),  # 0x10: unit 3
+                       ("NPU_SET_IFM_REGION", dict(region=2))]))  # 0x14: trailing, unit 4
+    host.start(words)
+    units = dev.units()
+    assert [u.label for u in units] == [f"cmd {k}" for k in range(5)]
+    assert _kernel_offsets(np.array(words, "<u4")) == {0x4: 0, 0x10: 3}
+    assert "CONV" in units[0].summary and "POOL" in units[3].summary
+
+
 def test_cmd1_header_without_its_data_word_is_a_parse_error(dev, host):
     host.start(stream(STOP)[:0] + [0x0000_4000])  # NPU_SET_IFM_BASE0 header, QSIZE ends
     with pytest.raises(DeviceError, match="offset 0x0000.*data word"):

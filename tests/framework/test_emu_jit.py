@@ -3,18 +3,15 @@ arguments compiles once, for the arguments' types, not once per constant; every 
 accelstub.emu is made with it."""
 from __future__ import annotations
 
-import importlib
 import os
-import pkgutil
 import subprocess
 import sys
 
 import numba
 from numba.core import types
-from numba.core.registry import CPUDispatcher
 
-import accelstub.emu
 from accelstub.emu.jit import is_nonliteral, njit
+from tests.helpers import emu_kernels
 
 
 def _callee_and_caller(decorator):
@@ -45,12 +42,7 @@ def test_numbas_own_njit_compiles_one_version_per_constant():
 
 
 def test_every_kernel_of_emu_is_made_with_emu_jit():
-    found = []
-    for info in pkgutil.walk_packages(accelstub.emu.__path__, "accelstub.emu."):
-        module = importlib.import_module(info.name)
-        for name, obj in vars(module).items():
-            if isinstance(obj, CPUDispatcher) and obj.py_func.__module__ == module.__name__:
-                found.append((info.name, name, is_nonliteral(obj)))
+    found = [(module, name, is_nonliteral(obj)) for module, name, obj in emu_kernels()]
     assert len(found) > 50
     assert [f for f in found if not f[2]] == []
 

@@ -3,34 +3,23 @@ the kernel compiled without numba's parfor passes (half the compile time of a fi
 larger one the parallel kernel; both give the same results, and they never share a cache entry."""
 from __future__ import annotations
 
-import importlib
 import os
-import pkgutil
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-from numba.core.registry import CPUDispatcher
 
-import accelstub.emu
 from accelstub.emu.conv import ethosu85 as E
 from accelstub.emu.conv import int_conv as IC
 from accelstub.emu.conv.vnni import HAVE_VNNI
 from accelstub.emu.numeric import ethosu85 as P
-
-
-def _emu_dispatchers():
-    for info in pkgutil.walk_packages(accelstub.emu.__path__, "accelstub.emu."):
-        module = importlib.import_module(info.name)
-        for name, obj in vars(module).items():
-            if isinstance(obj, CPUDispatcher) and obj.__module__ == module.__name__:
-                yield name, obj
+from tests.helpers import emu_kernels
 
 
 def test_every_parallel_kernel_has_a_serial_twin():
     """A parallel kernel without one would make every first run pay its parfor compile."""
-    parallel = {name: d for name, d in _emu_dispatchers() if d.targetoptions.get("parallel")}
+    parallel = {name: d for _, name, d in emu_kernels() if d.targetoptions.get("parallel")}
     assert parallel
     twinned = {id(t.parallel): t for t in IC.TWINS}
     for name, d in parallel.items():

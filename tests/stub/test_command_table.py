@@ -3,12 +3,22 @@ once, next to its handler (stub/commands/table.py ``@command``), and ``help``, `
 the usage errors all print that one declaration, for every device's table."""
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from accelstub.devices import DEVICES, open_device
 from accelstub.devices.device import MonitorCommand
 from accelstub.devices.runcontrol import RunControl
-from accelstub.stub.commands import COMMANDS, CommandContext, CommandError, command, execute
+from accelstub.stub.commands import (
+    COMMANDS,
+    CommandContext,
+    CommandError,
+    command,
+    execute,
+    split_script,
+    split_words,
+)
 
 #: commands that take any words (echo prints them, help names one, init ignores them) or
 #: refuse for another reason than their words (shutdown, tcl): no usage error for extra words
@@ -99,3 +109,42 @@ def test_a_device_error_names_its_command_once():
     with pytest.raises(CommandError) as e:
         execute(ctx, "mlat 0 1")
     assert str(e.value).startswith("mlat: the Mlator of quadrant 0 is not loaded"), str(e.value)
+
+
+def test_halt_and_wait_halt_share_the_wait_their_timeout_and_their_report():
+    """``halt`` is a request plus ``wait_halt``'s wait (stub/commands/run.py _wait_and_report):
+    a target that stays running times both out with OpenOCD's message, ``halt 0`` only asks,
+    and a halt that arrives in time reports the stop once. The run is simulated by holding the
+    run control's idle event clear (no worker thread), so no timing race decides the result."""
+    logs: list[str] = []
+    rc = RunControl(open_device("max78000"))
+    ctx = CommandContext([rc], log=logs.append)
+    rc._idle.clear()  # "running" with no worker: nothing will halt it
+    try:
+        for line in ("wait_halt 20", "halt 20"):
+            with pytest.raises(CommandError) as e:
+                execute(ctx, line)
+            assert str(e.value) == "timed out while waiting for target halted", line
+        assert execute(ctx, "halt 0") == "" and logs == [] and ctx.reported_stops == []
+        threading.Timer(0.05, rc._idle.set).start()  # the worker stops a moment later
+        assert execute(ctx, "halt 5000") == ""
+        assert ctx.reported_stops == [rc.last_stop]
+        assert logs == ["[max78000.cnn] halted due to " + rc.last_stop.debug_reason
+                        + ", layer: none\npc: 0x%08x" % rc.device.pc]
+    finally:
+        rc._idle.set()
+        rc._halt.clear()
+
+
+def test_words_end_at_a_closing_quote_or_brace_and_braces_keep_their_backslashes():
+    """Tcl's word rules (the Tcl manual, "Tcl" rules 4-6 and 9): a word that starts with a quote
+    or a brace ends at its close, and anything but a separator right after it is an error; in
+    braces backslashes stay as written, except backslash-newline and the blanks after it, which
+    become one space."""
+    assert split_script('a "b c";d {e}\nf') == [["a", "b c"], ["d", "e"], ["f"]]
+    assert split_words("x {a\\n\\\n   b}") == ["x", "a\\n b"]
+    assert split_words('x "a\\\n   b"') == ["x", "a b"]
+    for line, closer in (('x "a"b', "quote"), ("x {a}b", "brace"), ("x {a}{b}", "brace")):
+        with pytest.raises(CommandError) as e:
+            split_words(line)
+        assert str(e.value) == f"extra characters after close-{closer}", line

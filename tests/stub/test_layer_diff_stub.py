@@ -65,6 +65,20 @@ def test_cli_bad_reference_exit_2_one_line(net, tmp_path, capsys):
     assert err.count("\n") == 0 and "x.npz" in err and "key '7'" in err
 
 
+@pytest.mark.parametrize("cmd", ["run", "diff"])
+def test_cli_without_program_and_without_a_demo_exit_2_one_line(cmd, net, monkeypatch, capsys):
+    """run and diff take the bundled demo when no --program is given (stub/cli.py
+    _dispatch); a device without one is one line naming the device, exit 2, nothing run."""
+    from accelstub.stub import cli
+
+    monkeypatch.setattr(cli, "demo_program", lambda device: None)
+    extra = ["--reference", str(net / "ref.npz")] if cmd == "diff" else []
+    assert main([cmd, "max78000", *extra]) == 2
+    out = capsys.readouterr()
+    assert out.err == "accelstub: error: max78000 has no bundled demo: give --program\n"
+    assert out.out == ""
+
+
 def test_monitor_diff_load_continue_stops_at_divergence_and_table(net):
     server = StubServer([open_device("max78000")], gdb_port=None, telnet_port=None,
                         tcl_port=None)

@@ -27,7 +27,7 @@ def test_snapshot_commands_save_list_restore_delete(ctx):
     ctx.target.device.write_core("r5", 0xBEEF)  # scratch core registers come back too
     execute(ctx, "step")
     execute(ctx, "snapshot save one")
-    ctx.target.device.write_core("r5", 0)
+    ctx.target.device.write_core("r5", 0x1111)  # neither snapshot's value
     assert execute(ctx, "snapshot list").splitlines() == [
         f"start: pc 0x{pc0:08x} (layer 0), 0 layers done",
         f"one: pc 0x{ctx.target.device.pc:08x} (layer 1), 1 layers done"]
