@@ -1,11 +1,12 @@
 """What the Python API costs (issue 26 #7; figures for the closing note, nothing asserts).
 
-    python benchmarks/bench_api.py [--repeat N]
+    python benchmarks/bench_api.py [--repeat N] [--devices a,b] [--history-off] [--no-remote]
 
 1. In-process: a whole program by ``Session.cont()`` against the same program one unit at a
    time by ``Session.step()``, per unit, on every device's bundled demo and a MAX78000
    project with the shapes of the ai8x MNIST example (the goal: step costs at most 5 % more
-   than run's per-unit time). Best and median of N, after one warm-up run.
+   than run's per-unit time). Best and median of N, after one warm-up run. With
+   ``--history-off`` each is timed again with the reverse-execution history off.
 2. Remote: register reads per second through ``Session.connect(...).read_register`` (one by
    one) and ``read_registers`` (16 at a time, one round trip) against gdb-multiarch reading
    the same register with ``p`` packets (``maint packet``) through the same stub (the goal: at
@@ -45,8 +46,15 @@ def per_unit(session: Session, stepping: bool) -> float:
     return (time.perf_counter() - t0) / n
 
 
-def in_process(label: str, device: str, program: Path | None, repeat: int) -> None:
+def in_process(label: str, device: str, program: Path | None, repeat: int,
+               history: bool = True) -> None:
+    """``history``: recording on, as Session.open has it (the reverse-execution history,
+    devices/history.py: each step journals one boundary); off (``monitor history 0``) shows
+    what recording adds."""
     with Session.open(device, program) as s:
+        if not history:
+            s.monitor("history 0")
+            label += ", history off"
         per_unit(s, False), per_unit(s, True)  # warm: kernels compiled and loaded
         runs, steps = [], []
         for _ in range(repeat):  # alternating, so both see the same load
@@ -112,12 +120,18 @@ def remote_reads() -> None:
 
 def main() -> int:
     repeat = int(sys.argv[sys.argv.index("--repeat") + 1]) if "--repeat" in sys.argv else 7
+    devices = sys.argv[sys.argv.index("--devices") + 1].split(",") if "--devices" in sys.argv \
+        else list(DEVICES)
     with tempfile.TemporaryDirectory() as tmp:
         mnist = build(mnist_shapes_network(), seed=1).write(Path(tmp) / "mnist")
-        for device in DEVICES:
-            in_process(f"in-process {device} demo", device, None, repeat)
-        in_process("in-process max78000 MNIST-shaped", "max78000", mnist, repeat)
-    remote_reads()
+        for history in (True, False) if "--history-off" in sys.argv else (True,):
+            for device in devices:
+                in_process(f"in-process {device} demo", device, None, repeat, history)
+            if "max78000" in devices:
+                in_process("in-process max78000 MNIST-shaped", "max78000", mnist, repeat,
+                           history)
+    if "--no-remote" not in sys.argv:
+        remote_reads()
     return 0
 
 

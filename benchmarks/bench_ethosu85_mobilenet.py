@@ -5,12 +5,14 @@ LiteRT's optimized kernels (the interpreter's default OpResolverType) on the sam
 input in the same run, alternating one device inference with one LiteRT inference.
 
     python benchmarks/bench_ethosu85_mobilenet.py [--repeat N] [--macs M] [--profile] [--kernels]
+        [--no-executor]
 
 Timed per device inference: CMD.transition_to_running_state to the IRQ (run control's loop in
 this thread); the driver's setup before it (soft reset, payload, weights, arena cleared, input
 written) is not timed, as LiteRT's set_tensor is not. Two device runs alternate: with blocks
 (a continue with no breakpoint, watchpoint or host program: the units replayed at once,
-Device.run_block), and unit by unit (blocks off: as `accelstub run` and a debugger session with
+Device.run_block; their kept runs through the compiled executor, issue 32 #1, unless
+--no-executor), and unit by unit (blocks off: as `accelstub run` and a debugger session with
 a host program run it).
 Ratio = LiteRT time / device time (1.0: as fast as LiteRT; the goal is >= 0.5). The device's
 output is checked against LiteRT's reference kernels (BUILTIN_REF, bit-exact) and compared with
@@ -61,10 +63,12 @@ class Device:
     """The device with the program's parts read once; each inference re-places it (untimed)
     and runs it to the IRQ (timed)."""
 
-    def __init__(self, path: Path, macs: int, x: np.ndarray, blocks: bool = True) -> None:
+    def __init__(self, path: Path, macs: int, x: np.ndarray, blocks: bool = True,
+                 executor: bool = True) -> None:
         self.dev = open_device("ethos-u85", macs=macs)
         if not blocks:
             self.dev.blocks.stored = None
+        self.dev.blocks.executor = executor
         self.rc = RunControl(self.dev)
         self.prog = read_vela(path)
         self.x = x
@@ -179,13 +183,17 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--macs", type=int, default=256)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--no-executor", action="store_true",
+                    help="replay blocks through the steps' closures (the compiled executor off: "
+                         "the figure before issue 32 #1)")
     ap.add_argument("--kernels", action="store_true",
                     help="also time the numba kernels alone (the floor of faster glue)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         src, out = compile_network(Path(tmp), args.macs)
         (x,) = sample_inputs(src.read_bytes())
-        device, lite = Device(out, args.macs, x), LiteRT(src, x)
+        device = Device(out, args.macs, x, executor=not args.no_executor)
+        lite = LiteRT(src, x)
         units = Device(out, args.macs, x, blocks=False)
         first = device.infer()
         for _ in range(3):  # warm all

@@ -1,15 +1,22 @@
-"""GDB-facing throughput of the stub, measured through gdb-multiarch, with QEMU's gdbstub as the
-reference on the same machine when qemu-system-arm is installed.
+"""GDB-facing throughput of the stub, measured through gdb-multiarch, against gdb's floor (a
+stub answering from constant buffers) and QEMU's gdbstub on the same machine (issue 31 #6).
 
-    python benchmarks/bench_gdb.py
+    python benchmarks/bench_gdb.py                 # 3 rounds: ~20 s, 35-50 s loaded
 
     python benchmarks/bench_gdb.py --rounds 5 --baseline /tmp/before   # before/after
 
-Prints: `dump binary memory` of 512 KiB of MAX78000 data SRAM (MB/s), 4-byte reads per second from
-GDB's Python API, register reads (`p` packets through `maint packet`) per second, time from
-`accelstub serve` to an accepted gdb connection, and the server's RSS idle and its peak (VmHWM)
-after the dump; each against gdb's floor (FLOOR_STUB: what gdb costs per request) and QEMU's
-gdbstub. Not a test: nothing here asserts a speed.
+Each round runs every server in turn (ours, the floors, QEMU), so a noisy minute on a shared
+machine hits them alike; each figure is printed as the median over the rounds and the best.
+Figures: `dump binary memory` of 512 KiB of MAX78000 data SRAM (MB/s), once as it is (mostly
+zero: the demo's data) and once after gdb `restore`d random bytes into it (no runs: every byte
+goes as two hex digits); 4-byte reads per second from GDB's Python API; register reads (`p`
+packets through `maint packet`) per second; time from `accelstub serve` to an accepted gdb
+connection; the server's RSS idle and its peak (VmHWM) after the dumps.
+
+The floor: FLOOR_C, compiled with the system's C compiler when there is one (what gdb itself
+costs per request: the stub's share is a read and a write system call), and FLOOR_PY, the
+same in Python (a Python stub's floor: the interpreter's share of a request). Their replies
+are plain hex (no run-length codes), as QEMU's. Not a test: nothing here asserts a speed.
 """
 from __future__ import annotations
 
@@ -17,6 +24,7 @@ import json
 import os
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,14 +39,26 @@ QEMU = shutil.which("qemu-system-arm")
 SRAM_WINDOWS = [(0x5040_0000 + q * 0x40_0000, 0x20000) for q in range(4)]
 
 GDB_SCRIPT = r'''
-import gdb, time, json
+import gdb, time, json, os
 out = {}
 windows = WINDOWS
-t0 = time.perf_counter()
-for i, (a, n) in enumerate(windows):
-    gdb.execute("dump binary memory %s.%d 0x%x 0x%x" % (DUMPFILE, i, a, a + n), to_string=True)
-out["dump_s"] = time.perf_counter() - t0
+
+
+def dump():
+    t0 = time.perf_counter()
+    for i, (a, n) in enumerate(windows):
+        gdb.execute("dump binary memory %s.%d 0x%x 0x%x" % (DUMPFILE, i, a, a + n),
+                    to_string=True)
+    return time.perf_counter() - t0
+
+
+out["dump_s"] = dump()
 out["dump_bytes"] = sum(n for _, n in windows)
+for i, (a, n) in enumerate(windows):
+    with open("%s.rnd%d" % (DUMPFILE, i), "wb") as f:
+        f.write(os.urandom(n))
+    gdb.execute("restore %s.rnd%d binary 0x%x" % (DUMPFILE, i, a), to_string=True)
+out["dump_random_s"] = dump()
 inf = gdb.selected_inferior()
 base, span = windows[0]
 N = 3000
@@ -74,11 +94,12 @@ def rss_kib(pid: int) -> tuple[int, int]:
     return vals.get("VmRSS", 0), vals.get("VmHWM", 0)
 
 
-#: gdb's floor: a stub that answers every request from constant buffers (no device, no
-#: parsing beyond the packet's kind), in a process of its own as ours and QEMU's are. What gdb
-#: itself costs per request; a stub can only approach it.
-FLOOR_STUB = r'''
-import socket, sys
+#: gdb's floor in Python: every request answered from constant buffers (no device, no parsing
+#: beyond the packet's kind), in a process of its own as ours and QEMU's are. The socket is read
+#: into one buffer (a fresh 1 MiB recv() per request is an mmap/munmap pair: it had made this
+#: floor slower than the stub it measures).
+FLOOR_PY = r"""
+import socket
 ls = socket.socket()
 ls.bind(("127.0.0.1", 0))
 ls.listen(1)
@@ -86,32 +107,115 @@ print(ls.getsockname()[1], flush=True)
 c, _ = ls.accept()
 c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 frame = lambda p: b"$" + p + b"#%02x" % (sum(p) & 0xFF)
-fixed = {b"QStartNoAckMode": b"OK", b"?": b"S05", b"qAttached": b"1", b"g": b"00" * 64}
-zeros, buf, ack = {}, b"", b"+"
+fixed = {b"QStartNoAckMode": b"OK", b"?": b"S05", b"qAttached": b"1", b"g": b"00" * 64,
+         b"qSupported": b"PacketSize=20000;QStartNoAckMode+", b"m": None, b"p": b"00000000",
+         b"M": b"OK", b"X": b"OK"}
+zeros, rbuf, ack = {}, bytearray(1 << 18), b"+"
+view = memoryview(rbuf)
+buf = b""
 while True:
-    data = c.recv(1 << 20)
-    if not data:
+    n = c.recv_into(rbuf)
+    if not n:
         break
-    buf += data
+    buf += view[:n]
     while True:
         i = buf.find(b"$")
         j = buf.find(b"#", i)
         if i < 0 or j < 0 or len(buf) < j + 3:
             break
         p, buf = buf[i + 1:j], buf[j + 3:]
-        if p[:1] == b"m":
+        r = fixed.get(p, fixed.get(p[:1], fixed.get(p[:10], b"")))
+        if r is None:
             n = int(p.split(b",")[1], 16)
-            r = zeros.get(n) or zeros.setdefault(n, b"00" * n)
-        elif p[:1] == b"p":
-            r = b"00000000"
-        elif p.startswith(b"qSupported"):
-            r = b"PacketSize=20000;QStartNoAckMode+"
+            r = zeros.get(n) or zeros.setdefault(n, frame(b"00" * n))
         else:
-            r = fixed.get(p, b"")
-        c.sendall(ack + frame(r))
+            r = frame(r)
+        c.sendall(ack + r)
         if p == b"QStartNoAckMode":
             ack = b""
-'''
+"""
+
+#: gdb's floor in C: the same replies, a read() and a write() per request
+FLOOR_C = r"""
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static char in[1 << 18], out[(1 << 18) + 8], zeros[1 << 18];
+
+static void reply(int c, const char *p, size_t n, int ack) {
+    size_t k = 0;
+    unsigned s = 0;
+    if (ack) out[k++] = '+';
+    out[k++] = '$';
+    for (size_t i = 0; i < n; i++) s += (unsigned char)(out[k++] = p[i]);
+    k += sprintf(out + k, "#%02x", s & 0xff);
+    for (size_t d = 0; d < k;) {
+        ssize_t w = write(c, out + d, k - d);
+        if (w <= 0) exit(0);
+        d += w;
+    }
+}
+
+int main(void) {
+    int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1, ack = 1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    if (bind(ls, (struct sockaddr *)&a, sizeof a) || listen(ls, 1)) return 1;
+    getsockname(ls, (struct sockaddr *)&a, &al);
+    printf("%d\n", ntohs(a.sin_port));
+    fflush(stdout);
+    int c = accept(ls, 0, 0);
+    setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    memset(zeros, '0', sizeof zeros);
+    size_t have = 0;
+    for (;;) {
+        ssize_t r = read(c, in + have, sizeof in - 1 - have);
+        if (r <= 0) return 0;
+        have += r;
+        for (;;) {
+            char *d = memchr(in, '$', have), *h;
+            if (!d) { have = 0; break; }
+            h = memchr(d, '#', have - (d - in));
+            if (!h || h + 3 > in + have) break;
+            *h = 0;
+            const char *p = d + 1, *comma = strchr(p, ',');
+            if (p[0] == 'm' && comma) {
+                size_t n = 2 * strtoul(comma + 1, 0, 16);
+                reply(c, zeros, n < sizeof zeros ? n : sizeof zeros, ack);
+            } else if (p[0] == 'p') reply(c, "00000000", 8, ack);
+            else if (p[0] == 'g') reply(c, zeros, 128, ack);
+            else if (p[0] == 'M' || p[0] == 'X') reply(c, "OK", 2, ack);
+            else if (!strncmp(p, "qSupported", 10))
+                reply(c, "PacketSize=20000;QStartNoAckMode+", 33, ack);
+            else if (!strcmp(p, "QStartNoAckMode")) { reply(c, "OK", 2, ack); ack = 0; }
+            else if (!strcmp(p, "?")) reply(c, "S05", 3, ack);
+            else if (!strcmp(p, "qAttached")) reply(c, "1", 1, ack);
+            else reply(c, "", 0, ack);
+            size_t used = h + 3 - in;
+            memmove(in, h + 3, have - used);
+            have -= used;
+        }
+    }
+}
+"""
+
+
+def build_floor_c(tmp: str) -> str | None:
+    """FLOOR_C compiled into ``tmp``; None without a working C compiler."""
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if cc is None:
+        return None
+    src, exe = os.path.join(tmp, "floor.c"), os.path.join(tmp, "floor")
+    with open(src, "w") as f:
+        f.write(FLOOR_C)
+    done = subprocess.run([cc, "-O2", "-o", exe, src], capture_output=True, text=True)
+    return exe if done.returncode == 0 else None
 
 
 def run_gdb_bench(port: int, windows, regnum: int, arch: str | None = None) -> dict:
@@ -132,15 +236,21 @@ def run_gdb_bench(port: int, windows, regnum: int, arch: str | None = None) -> d
 
 def source_env(tree: str | None, tmp: str) -> dict | None:
     """Environment that imports ``accelstub`` from the source tree ``tree`` (a checkout of an
-    earlier commit, for before/after figures taken in the same minutes); None: this one."""
+    earlier commit, for before/after figures taken in the same minutes); None: this one. The
+    shim lays the tree out as setup.py installs it: api/'s modules are the package root, each
+    other top-level folder a subpackage."""
     if tree is None:
         return None
-    shim = os.path.join(tmp, "shim")
-    os.makedirs(shim, exist_ok=True)
-    link = os.path.join(shim, "accelstub")
-    if not os.path.islink(link):
-        os.symlink(os.path.abspath(tree), link)
-    return dict(os.environ, PYTHONPATH=shim + os.pathsep + os.path.abspath(tree))
+    tree = os.path.abspath(tree)
+    pkg = os.path.join(tmp, "shim", "accelstub")
+    os.makedirs(pkg, exist_ok=True)
+    for name in os.listdir(os.path.join(tree, "api")):
+        if name.endswith(".py") and not os.path.lexists(os.path.join(pkg, name)):
+            os.symlink(os.path.join(tree, "api", name), os.path.join(pkg, name))
+    for top in ("stub", "devices", "tui", "emu", "configs", "testkit"):
+        if os.path.isdir(os.path.join(tree, top)) and not os.path.lexists(os.path.join(pkg, top)):
+            os.symlink(os.path.join(tree, top), os.path.join(pkg, top))
+    return dict(os.environ, PYTHONPATH=os.path.dirname(pkg) + os.pathsep + tree)
 
 
 def bench_accelstub(env: dict | None = None) -> dict:
@@ -150,6 +260,8 @@ def bench_accelstub(env: dict | None = None) -> dict:
     try:
         line = proc.stdout.readline()
         while not line.startswith("accelstub ready"):
+            if not line:  # the server ended before it was ready (its error is on stderr)
+                raise RuntimeError("accelstub serve ended before its ready line")
             line = proc.stdout.readline()
         port = json.loads(line.split(" ", 2)[2])["gdb"][0]
         with socket.create_connection(("127.0.0.1", port)):
@@ -196,9 +308,9 @@ def bench_qemu() -> dict | None:
         proc.wait(5)
 
 
-def bench_floor() -> dict:
-    proc = subprocess.Popen([sys.executable, "-c", FLOOR_STUB], stdout=subprocess.PIPE,
-                            text=True)
+def bench_floor(cmd: list[str]) -> dict:
+    """A floor stub (FLOOR_PY or FLOOR_C) run by ``cmd``, through the same gdb script."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     try:
         port = int(proc.stdout.readline())
         return run_gdb_bench(port, [(0x2000_0000, 0x80000)], 0, arch="arm")
@@ -207,36 +319,55 @@ def bench_floor() -> dict:
         proc.wait(5)
 
 
-def best_of(runs: list[dict]) -> dict:
-    """Each figure's best over the rounds (the machine is shared: a slow round is someone
-    else's load, not the stub's)."""
-    out = dict(runs[0])
-    for k in out:
-        vals = [r[k] for r in runs]
-        if k.endswith("_per_s"):
-            out[k] = max(vals)
-        elif k.endswith("_s") or k.endswith("_mib"):
-            out[k] = min(vals)
-    return out
+def mb_s(r: dict, key: str) -> float:
+    return r["dump_bytes"] / r[key] / 1e6
 
 
-def report(name: str, r: dict) -> None:
-    mb_s = r["dump_bytes"] / r["dump_s"] / 1e6
-    print(f"{name:10s} dump 512 KiB SRAM: {mb_s:8.1f} MB/s")
-    print(f"{name:10s} 4-byte reads:      {r['reads_per_s']:8.0f} /s")
-    print(f"{name:10s} register round trips (`maint packet p..`, a device register): "
-          f"{r['reg_round_trips_per_s']:8.0f} /s; core r0: "
-          f"{r['core_reg_round_trips_per_s']:.0f} /s")
-    print(f"{name:10s} serve -> accepted connection: {r['serve_to_connect_s'] * 1000:.0f} ms")
-    print(f"{name:10s} RSS idle {r['idle_rss_mib']:.1f} MiB, peak {r['peak_rss_mib']:.1f} "
-          f"MiB (VmHWM after the dump)")
+#: the figures compared between servers: label, decimals, the figure of a run (higher is better)
+FIGURES = [
+    ("dump 512 KiB as it is (MB/s)", 1, lambda r: mb_s(r, "dump_s")),
+    ("dump 512 KiB random (MB/s)", 1, lambda r: mb_s(r, "dump_random_s")),
+    ("4-byte reads (/s)", 0, lambda r: r["reads_per_s"]),
+    ("register round trips (/s)", 0, lambda r: r["reg_round_trips_per_s"]),
+]
+
+
+def med_best(runs: list[dict], figure) -> tuple[float, float]:
+    vals = [figure(r) for r in runs]
+    return statistics.median(vals), max(vals)
+
+
+def report_servers(servers: dict[str, list[dict]], ours: str = "accelstub") -> None:
+    """One line per figure and server: median and best over the rounds, and ours over it
+    (median over median, best over best)."""
+    print(f"{'':31s} {'server':12s} {'median':>10s} {'best':>10s}   accelstub / it")
+    for label, places, figure in FIGURES:
+        om, ob = med_best(servers[ours], figure)
+        for name, runs in servers.items():
+            m, b = med_best(runs, figure)
+            ratio = "" if name == ours else f"   {om / m:.2f}x median, {ob / b:.2f}x best"
+            print(f"{label:31s} {name:12s} {m:10.{places}f} {b:10.{places}f}{ratio}")
+
+
+def report_ours(name: str, runs: list[dict]) -> None:
+    best = {k: (min if k.endswith(("_s", "_mib")) and not k.endswith("per_s") else max)(
+        r[k] for r in runs) for k in runs[0] if isinstance(runs[0][k], (int, float))}
+    print(f"{name}: device register round trips {best['reg_round_trips_per_s']:.0f} /s, core r0 "
+          f"{best['core_reg_round_trips_per_s']:.0f} /s (best); serve -> accepted connection "
+          f"{best['serve_to_connect_s'] * 1000:.0f} ms; RSS idle {best['idle_rss_mib']:.1f} MiB, "
+          f"peak {best['peak_rss_mib']:.1f} MiB (VmHWM after the dumps)")
+
+
+def version(exe: str) -> str:
+    return subprocess.run([exe, "--version"], capture_output=True, text=True).stdout.split("\n")[0]
 
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=3, help="rounds; each figure is the best")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds, each running every server once (median and best)")
     ap.add_argument("--baseline", metavar="TREE",
                     help="also run accelstub from this source tree (e.g. `git archive` of an "
                          "earlier commit), rounds interleaved with this one")
@@ -246,36 +377,31 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     with tempfile.TemporaryDirectory() as tmp:
         base_env = source_env(args.baseline, tmp)
-        ours_runs, base_runs, ref_runs, floor_runs = [], [], [], []
+        floor_c = build_floor_c(tmp)
+        runners = {"accelstub": bench_accelstub}
+        if args.baseline:
+            runners["baseline"] = lambda: bench_accelstub(base_env)
+        if floor_c:
+            runners["floor C"] = lambda: bench_floor([floor_c])
+        runners["floor Python"] = lambda: bench_floor([sys.executable, "-c", FLOOR_PY])
+        if QEMU is not None:
+            runners["QEMU"] = bench_qemu
+        servers: dict[str, list[dict]] = {name: [] for name in runners}
+        t0 = time.perf_counter()
         for _ in range(args.rounds):
-            if args.baseline:
-                base_runs.append(bench_accelstub(base_env))
-            ours_runs.append(bench_accelstub())
-            floor_runs.append(bench_floor())
-            if QEMU is not None:
-                ref_runs.append(bench_qemu())
-    ours = best_of(ours_runs)
-    if base_runs:
-        report("baseline", best_of(base_runs))
-    report("accelstub", ours)
-    floor = best_of(floor_runs)
-    for what, key in (("dump 512 KiB", "dump_s"), ("4-byte reads", "reads_per_s"),
-                      ("register round trips", "reg_round_trips_per_s")):
-        ratio = (floor[key] / ours[key]) if key.endswith("_s") and not key.endswith("per_s") \
-            else ours[key] / floor[key]
-        print(f"floor      {what}: accelstub at {ratio:.2f}x gdb's floor (a stub answering "
-              "from constant buffers)")
-    if not ref_runs:
+            for name, run in runners.items():
+                servers[name].append(run())
+    print(f"{args.rounds} rounds in {time.perf_counter() - t0:.0f} s; {version(GDB)}")
+    if QEMU is None:
         print("qemu-system-arm not installed: no reference run (apt-get install qemu-system-arm)")
-        return 0
-    ref = best_of(ref_runs)
-    mb_s = ours["dump_bytes"] / ours["dump_s"] / 1e6
-    qmb = ref["dump_bytes"] / ref["dump_s"] / 1e6
-    print(f"qemu       dump 512 KiB:      {qmb:8.1f} MB/s   ratio accelstub/qemu {mb_s / qmb:.2f}")
-    print(f"qemu       4-byte reads:      {ref['reads_per_s']:8.0f} /s  ratio "
-          f"{ours['reads_per_s'] / ref['reads_per_s']:.2f}")
-    print(f"qemu       register round trips (r0): {ref['reg_round_trips_per_s']:8.0f} /s  ratio "
-          f"{ours['reg_round_trips_per_s'] / ref['reg_round_trips_per_s']:.2f} (device register)")
+    else:
+        print(f"{version(QEMU)}: mps2-an386, 512 KiB at 0x20000000 (PacketSize 0x1000, acks on)")
+    if floor_c is None:
+        print("no C compiler: no C floor (the Python floor stands in)")
+    report_servers(servers)
+    report_ours("accelstub", servers["accelstub"])
+    if args.baseline:
+        report_ours("baseline", servers["baseline"])
     return 0
 
 

@@ -8,32 +8,64 @@ import os
 import platform
 from collections.abc import Callable
 
-#: the vector extensions the kernels choose between, as LLVM names them: what each is called here
+#: the vector extensions the kernels choose between or LLVM vectorises with, as LLVM names them:
+#: what each is called here
 EXTENSIONS = {"avx2": "AVX2", "avx512f": "AVX-512", "avx512vnni": "AVX-512 VNNI",
-              "avxvnni": "AVX-VNNI", "dotprod": "NEON dot product"}
+              "avxvnni": "AVX-VNNI", "neon": "NEON", "dotprod": "NEON dot product",
+              "sve": "SVE"}
+
+#: Linux's /proc/cpuinfo names of EXTENSIONS where they differ from LLVM's (arm64 "Features",
+#: x86 "flags")
+CPUINFO_NAMES = {"asimd": "neon", "asimddp": "dotprod", "avx512_vnni": "avx512vnni",
+                 "avx_vnni": "avxvnni"}
+
+#: read by cpu_model and vector_extensions (a test points it at an arm64 machine's)
+CPUINFO = "/proc/cpuinfo"
+
+ARM64 = ("aarch64", "arm64")
+
+
+def _cpuinfo() -> dict[str, str]:
+    """The first value of each field of :data:`CPUINFO` (no file: none)."""
+    fields: dict[str, str] = {}
+    try:
+        with open(CPUINFO) as f:
+            for line in f:
+                key, sep, value = line.partition(":")
+                if sep:
+                    fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    return fields
 
 
 def cpu_model() -> str:
-    """The CPU's marketing name (/proc/cpuinfo's "model name"), or what platform knows."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    """The CPU's marketing name (/proc/cpuinfo's "model name"); an arm64 Linux names none, only
+    the implementer and part codes, printed as they are (LLVM's CPU name beside them in
+    :func:`machine_line` says which core they are); else what platform knows."""
+    info = _cpuinfo()
+    if "model name" in info:
+        return info["model name"]
+    if platform.machine().lower() in ARM64 and "CPU part" in info:
+        return (f"{platform.machine()} implementer {info.get('CPU implementer', '?')} "
+                f"part {info['CPU part']}")
     return platform.processor() or platform.machine()
 
 
 def vector_extensions() -> list[str]:
-    """Which of EXTENSIONS the host CPU has, as LLVM (so numba) sees it."""
+    """Which of EXTENSIONS the host CPU has, as LLVM (so numba) sees it; where LLVM knows none
+    (it raises, or answers nothing as under qemu-user), /proc/cpuinfo's list of the machine's
+    own kind ("Features" on arm64, "flags" on x86: under qemu-user the file is the host's)."""
     import llvmlite.binding as llvm
 
     try:
-        features = llvm.get_host_cpu_features()
+        have = {k for k, v in llvm.get_host_cpu_features().items() if v}
     except RuntimeError:
-        return []
-    return [label for key, label in EXTENSIONS.items() if features.get(key)]
+        have = set()
+    if not have:
+        field = "Features" if platform.machine().lower() in ARM64 else "flags"
+        have = {CPUINFO_NAMES.get(f, f) for f in _cpuinfo().get(field, "").split()}
+    return [label for key, label in EXTENSIONS.items() if key in have]
 
 
 def machine_line() -> str:
@@ -55,6 +87,18 @@ CONV_KERNELS = {
     ("ethosu85", "_conv_kernel"): "int64 loop (Ethos-U85 sums past float64)",
 }
 
+#: the int16-pair kernel's instructions where they are not vpmaddwd: on arm64 LLVM lowers its
+#: pair multiply-add (emu/conv/simd.py vmadd) to NEON smull + addp + add
+#: (benchmarks/arm64_codegen.py; design notes "arm64 (issue 31 #3)")
+ARM64_LABELS = {("int_conv", "_conv_blocks"): "int16 NEON smull (int16-pair kernel)"}
+
+
+def kernel_labels() -> dict[tuple[str, str], str]:
+    """:data:`CONV_KERNELS` as named on this machine's kind (x86 or arm64)."""
+    if platform.machine().lower() in ARM64:
+        return CONV_KERNELS | ARM64_LABELS
+    return CONV_KERNELS
+
 
 def kernel_choice() -> str:
     """Which convolution kernel this machine's emulators pick (int_conv.conv_sums), for a
@@ -64,8 +108,14 @@ def kernel_choice() -> str:
     if HAVE_VNNI:
         return ("conv kernel: int8 vpdpbusd (byte kernel) for 8-bit data with int8 weights, "
                 "int16 vpmaddwd otherwise")
-    why = "ACCELSTUB_VNNI=0" if os.environ.get("ACCELSTUB_VNNI") == "0" else "no AVX-512 VNNI"
-    return f"conv kernel: int16 vpmaddwd (int16-pair kernel) for all ({why})"
+    if os.environ.get("ACCELSTUB_VNNI") == "0":
+        why = "ACCELSTUB_VNNI=0"
+    elif platform.machine().lower() in ARM64:  # the byte kernel is AVX-512 VNNI code
+        why = "no AVX-512 VNNI on arm64; NEON dot product unused"
+    else:
+        why = "no AVX-512 VNNI"
+    int16 = kernel_labels()[("int_conv", "_conv_blocks")]
+    return f"conv kernel: {int16} for all ({why})"
 
 
 def kernels_ran() -> list[str]:
@@ -78,7 +128,7 @@ def kernels_ran() -> list[str]:
     modules = {"int_conv": int_conv, "ethosu85": ethosu85}
     serial = {id(t.parallel): t.serial for t in int_conv.TWINS}
     ran = []
-    for (mod, name), label in CONV_KERNELS.items():
+    for (mod, name), label in kernel_labels().items():
         kernel = getattr(modules[mod], name)
         if kernel.overloads or (id(kernel) in serial and serial[id(kernel)].overloads):
             ran.append(label)

@@ -87,6 +87,11 @@ class Bus:
         #: (devices/history.py): the host program's and the debugger's writes between units,
         #: which no unit's Touched names; None while nothing records
         self.write_log: list[tuple[int, int]] | None = None
+        #: how many stores bus writes made through Memory.write (each moves its memory's
+        #: change counter once): the history compares it with the counters' sum, so a change
+        #: made another way while halted (a write hook, a command storing into an array) is
+        #: seen and recorded whole (devices/history.py History.hidden)
+        self.write_touches = 0
         #: (start, end) ranges flattened and sorted, with their region, for fast decoding
         pops = sorted((s, e, r) for r in self.regions for s, e in r.populated)
         self._pop_starts = [p[0] for p in pops]
@@ -199,6 +204,7 @@ class Bus:
                 hook = self._write_hooks.get(r.name)
                 if hook is None or not hook(r, a, piece):
                     self.memories[r.name].write(a - r.base, piece)
+                    self.write_touches += 1
 
     def memory_at(self, addr: int) -> tuple[Memory, int]:
         """The memory holding ``addr`` and the offset in it (for device models and kernels)."""

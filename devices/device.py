@@ -213,6 +213,17 @@ class DeviceTool:
         return _resolve(self.run)(value)
 
 
+def numba_array(dtype: str, ndim: int, readonly: bool = False, layout: str = "C") -> str:
+    """An array type as numba prints it, for a kernel plan's signatures (DeviceSpec.kernel_plan;
+    numba parses the same spelling back, emu/kernel_plan.py)."""
+    return f"Array({dtype}, {ndim}, '{layout}', {readonly}, aligned=True)"
+
+
+def numba_signature(*args: str) -> str:
+    """The argument types of a kernel plan's entry as numba prints them."""
+    return "(" + ", ".join(args) + ")"
+
+
 @dataclass(frozen=True)
 class DeviceSpec:
     """The registry entry of a device, importable without the model (the CLI builds its flags
@@ -231,6 +242,11 @@ class DeviceSpec:
     options_from_program: str = ""
     #: commands this device adds to the CLI
     tools: tuple[DeviceTool, ...] = ()
+    #: the kernels a run of the bundled demo calls, as (module, function, numba signature, CPU
+    #: seconds to compile, the machines that use it: emu/kernel_plan.py NEEDS): `accelstub run`
+    #: has the uncached ones compiled in two processes at once before it starts
+    #: (emu/kernel_plan.py); tests/contract/test_kernel_plan.py checks it against a demo run
+    kernel_plan: tuple[tuple[str, str, str, float, str], ...] = ()
 
     def create(self, **options: object) -> Device:
         return _resolve(self.factory)(**options)

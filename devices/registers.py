@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import operator
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 from .description import BlockInstance, Description, Field, FieldView, Register
@@ -260,6 +260,19 @@ class RegisterFile:
     def put_back(self, old: dict[int, int]) -> None:
         """Values of :attr:`log` back (going back in the history; not itself logged)."""
         self._values.update(old)
+
+    def values(self, keys: Iterable[int]) -> dict[int, int]:
+        """The stored values of the registers ``keys`` (a history's journal keeps what the
+        debugger wrote while halted as the values after, devices/history.py)."""
+        return {key: self._values[key] for key in keys}
+
+    def redo(self, values: dict[int, int]) -> None:
+        """Stored values of :meth:`values` set again (a journaled change replayed forward),
+        their old values logged like any write's."""
+        if self.log is not None:
+            for key in values:
+                self.log.setdefault(key, self._values[key])
+        self._values.update(values)
 
     def _log_all(self) -> None:
         if self.log is not None:

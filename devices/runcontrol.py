@@ -84,6 +84,8 @@ class RunControl:
         #: reverse execution (devices/history.py): every unit boundary of the runs since the
         #: last reset, load or rewind, within ``history.budget`` bytes
         self.history = History(device.bus, device.regs)
+        #: the scratch core registers and pc at the history's current boundary (_moved)
+        self._at: tuple[dict, int] | None = None
         #: named whole-state snapshots (`monitor snapshot save NAME`), as :meth:`checkpoint`s
         self.snapshots: dict[str, dict] = {}
 
@@ -234,6 +236,16 @@ class RunControl:
         first continue (whose timeout it would eat)."""
         if self.history.enabled:
             self.history.begin(self._boundary_state())
+            self._at = self._mark()
+
+    def _mark(self) -> tuple[dict, int]:
+        return dict(self.device.core), self.device.pc
+
+    def _record(self, host: bool = False) -> None:
+        """Close the history's transition at this boundary (History.record: a journaled leg,
+        or a checkpoint that takes the small state)."""
+        self.history.record(self._boundary_state, host)
+        self._at = self._mark()
 
     def _sync_history(self) -> None:
         """At the start of a run: start the history, or record what changed while halted (the
@@ -242,16 +254,17 @@ class RunControl:
         h = self.history
         if not h.started:
             h.begin(self._boundary_state())
-        elif h.bus.write_log or self._moved():
-            h.record(self._boundary_state())
+            self._at = self._mark()
+        elif h.bus.write_log or self._moved() or h.hidden():
+            self._record(host=True)
         else:  # CHECKPOINT_S counts run time, not the time halted since the last stop
             h.t_mark = time.perf_counter()
 
     def _moved(self) -> bool:
         """Whether registers, the scratch core registers or pc changed since the history's
         current boundary (memory writes are in Bus.write_log)."""
-        b, dev = self.history.pending, self.device
-        return bool(dev.regs.log) or dev.core != b["core"] or dev.pc != b["pc"]
+        dev = self.device
+        return bool(dev.regs.log) or self._at != (dev.core, dev.pc)
 
     def _apply_boundary(self, b: dict) -> None:
         dev = self.device
@@ -261,6 +274,7 @@ class RunControl:
         self.host = b["host"]
         if self.host is not None:
             self.host.back_to(b["mark"])
+        self._at = self._mark()
 
     # -- breakpoints and watchpoints (unlimited, O(1) insert and remove) -----------------------
     # Each point remembers who set it: TARGET_OWNER for OpenOCD's target-level `bp`/`wp`
@@ -388,21 +402,24 @@ class RunControl:
         wps = list(self._watch)
         if not (h.enabled and h.started):
             return Stop("step", replaylog="begin", message=self._begin_message())
-        h.settle(self._apply_boundary)
+        h.settle(self._boundary_state, self._apply_boundary)
         while True:
             if halt.is_set():
                 return Stop("halt", SIGINT)
             if not h.entries:
                 return Stop("step", replaylog="begin", message=self._begin_message())
             e = h.entries[-1]
-            if len(e.units) > 1 and not e.partial and \
-                    (single or wps or bps & {pc for pc, _ in e.units[1:]}):
-                self._refine()
-                continue
-            h.undo_last(self._apply_boundary)
-            if not e.units:
-                continue  # what changed while halted: not a unit, go on to the one before
-            self.last_touched = Touched(e.reads or [], e.writes)
+            if e.steps > 1 and (single or wps or bps & e.inner_pcs()):
+                gone = self._refine()
+                if gone is None:
+                    continue  # a host change at its end, if any, is gone back over
+                reads, writes = [], gone[1]  # a unit cut part-way at its end
+            else:
+                h.undo_last(self._apply_boundary)
+                if not e.units:
+                    continue  # what changed while halted: not a unit, go on to the one before
+                reads, writes = e.reads or [], e.writes
+            self.last_touched = Touched(reads, writes)
             hit = watch_hit(wps, self.last_touched) if wps else None
             if hit is not None:
                 return hit
@@ -411,15 +428,35 @@ class RunControl:
             if dev.pc in bps:
                 return Stop("breakpoint")
 
-    def _refine(self) -> None:
-        """Replace the newest entry, a block of units, by one entry per unit: back to the
-        block's start, then forward again one unit at a time (the same end state: run_block's
-        contract), so going back can stop between its units."""
-        n = len(self.history.entries[-1].units)
-        self.history.undo_last(self._apply_boundary)
-        for _ in range(n):
-            self._loop(single=True)
+    def _refine(self) -> tuple[int, list[tuple[int, int]]] | None:
+        """Replace the newest entry (legs of several units or host changes: journaled, a
+        block of the fast path) by one entry per unit and per host change: back to its
+        checkpoint, then forward again, each host change's redo applied and each unit run
+        alone (the same end state: run_block's contract, and a run is deterministic), every
+        boundary recorded whole, so going back can stop between them. A last leg that cannot
+        be replayed is left out: a change made outside the bus's logs (going back passes
+        it), or a unit cut part-way, returned as (pc, ranges written): going back has just
+        passed it."""
+        h = self.history
+        e = h.undo_last(self._apply_boundary)
+        legs = e.legs if e.legs[-1].replayable else e.legs[:-1]
+        h.prepare(legs)
+        h.fine = True
+        try:
+            for leg in legs:
+                if leg.redo is not None:
+                    h.apply_redo(leg, self._apply_boundary)
+                    self._record(host=True)
+                for _ in leg.units:
+                    self._loop(single=True)
+            if e.partial:
+                last = e.legs[-1].units
+                for _ in last[:-1]:
+                    self._loop(single=True)
+        finally:
+            h.fine = False
         self._unit_stop = None
+        return e.units[-1] if e.partial else None
 
     def _begin_message(self) -> str:
         h = self.history
@@ -508,7 +545,7 @@ class RunControl:
         history's transition at the stop, a boundary a client may come back to."""
         stop = self._run_loop(single, granularity)
         if self.history.units:
-            self.history.record(self._boundary_state())
+            self._record()
         return stop
 
     def _run_loop(self, single: bool, granularity: str | None = None) -> Stop:
@@ -551,7 +588,7 @@ class RunControl:
                     if rec and units:
                         self.history.note_block(units)
                         if self.history.due():
-                            self.history.record(self._boundary_state())
+                            self._record()
                     continue
                 blocks = False
             unit_pc = dev.pc if rec else 0
@@ -570,7 +607,7 @@ class RunControl:
             if rec:
                 self.history.note(unit_pc, touched)
                 if self.history.due():
-                    self.history.record(self._boundary_state())
+                    self._record()
             if hit is not None:
                 return hit
             if single:

@@ -31,10 +31,21 @@ def _nonliteral(dispatcher):
     return dispatcher
 
 
+#: every kernel made by :func:`njit`, by (module, function name): what a compile plan names
+#: (emu/kernel_plan.py; a parallel kernel's serial twin is ``<name>_serial``, int_conv.twin)
+KERNELS: dict[tuple[str, str], object] = {}
+
+
 def njit(**options) -> Callable:
     """``@njit(nogil=True, cache=True)`` as numba's, for functions of accelstub.emu."""
     compile_ = _numba_njit(**options)
-    return lambda func: _nonliteral(compile_(func))
+
+    def make(func):
+        dispatcher = _nonliteral(compile_(func))
+        KERNELS[func.__module__, func.__name__] = dispatcher
+        return dispatcher
+
+    return make
 
 
 def is_nonliteral(dispatcher) -> bool:

@@ -154,7 +154,19 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         stream=sys.stderr, format="accelstub: %(message)s")
     with CompileNotice():  # the first step compiles kernels: the server's terminal says so
+        _compile_plan(args.device)  # before the server's threads: its worker is forked
         return _serve_until_stopped(args)
+
+
+def _compile_plan(device: str) -> None:
+    """Have the kernels ``device``'s runs call (its DeviceSpec.kernel_plan) compiled, two at a
+    time, or loaded if cached (emu/kernel_plan.py): a first `run`, or a first step of `serve`,
+    then compiles none of them one after the other."""
+    plan = device_spec(device).kernel_plan
+    if plan:
+        from accelstub.emu.kernel_plan import compile_plan
+
+        compile_plan(plan)
 
 
 def _serve_until_stopped(args: argparse.Namespace) -> int:
@@ -217,6 +229,7 @@ def _run(args: argparse.Namespace) -> int:
     from .compile_notice import CompileNotice
 
     with CompileNotice():  # a first run compiles kernels: say so
+        _compile_plan(args.device)
         return _run_program(args)
 
 

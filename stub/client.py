@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from .rsp_codec import INTERRUPT, PacketReader, escape, frame
+from .rsp_codec import INTERRUPT, PacketReader, escape, frame, rle_decode
 
 
 class RspError(Exception):
@@ -85,16 +85,17 @@ class RspClient:
                 if ev.payload.startswith(b"Stop:") and self.on_stop is not None:
                     self.on_stop(ev.payload[5:].decode())
             elif ev.kind == "packet":
+                payload = rle_decode(ev.payload)  # the stub's m replies: rsp_codec.hex_rle
                 if not self._noack:
                     try:
                         self.sock.sendall(b"+")
                     except OSError:  # the next recv sees the end and says so
                         pass
-                if ev.payload.startswith(b"O") and ev.payload != b"OK" and \
-                        re.fullmatch(rb"O([0-9a-fA-F]{2})+", ev.payload):
-                    self.console.append(bytes.fromhex(ev.payload[1:].decode()).decode())
+                if payload.startswith(b"O") and payload != b"OK" and \
+                        re.fullmatch(rb"O([0-9a-fA-F]{2})+", payload):
+                    self.console.append(bytes.fromhex(payload[1:].decode()).decode())
                 else:
-                    self._replies.put(ev.payload)
+                    self._replies.put(payload)
         return True
 
     def _read_until_reply(self, timeout: float) -> None:

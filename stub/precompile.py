@@ -3,7 +3,8 @@
 numba compiles a kernel on its first call and caches it on disk (emu/kernel_cache.py says
 where), which made a first run after install take 3-25 s. Running each bundled demo once
 compiles the kernels the demos need. The devices run as separate processes, as many at a time
-as there are cores (numba compiles one function at a time per process); after its demo, each
+as there are cores (numba compiles one function at a time per process; a device with a kernel
+plan compiles it first, in two processes, emu/kernel_plan.py); after its demo, each
 child compiles the parallel kernels of the types the demo's serial launches had (emu/conv/
 int_conv.py Twin). Each child reports each kernel it starts and finishes compiling on its output
 (``KERNEL_MARK start|end module function [seconds]``), so the parent prints one line per kernel
@@ -28,6 +29,15 @@ from typing import IO
 PROGRESS_EVERY_S = 2.0
 #: the start of a child's line that names a kernel it finished compiling
 KERNEL_MARK = "accelstub-kernel:"
+
+
+#: kernels a device's demo does not call that `accelstub compile` compiles with its plan, each
+#: by whichever of its two processes is free first (emu/kernel_plan.py compile_plan ``then``):
+#: the Ethos-U85 block replays' executor (issue 32 #1; a demo run replays no block), compiled
+#: by its module's compile_ahead for the argument types only that module knows
+AHEAD = {"ethos-u85": tuple(
+    ("accelstub.emu.executor.ethosu85", name, "call compile_ahead", 4.5, needs)  # kernel_plan.CALL
+    for name, needs in (("run_rows", "vnni"), ("run_rows_int16", "int16")))}
 
 
 def family(module: str) -> str:
@@ -69,18 +79,29 @@ class _Child:
         return done
 
 
+def work(device: str) -> float:
+    """The CPU seconds ``device``'s kernels are known to take to compile (its plan and AHEAD's
+    entries; 0 for a device without a plan): what :func:`compile_devices` starts first."""
+    from accelstub.devices import device_spec
+
+    return sum(e[3] for e in device_spec(device).kernel_plan + AHEAD.get(device, ()))
+
+
 def _kernels(n: int) -> str:
     return f"{n} kernel" + ("" if n == 1 else "s")
 
 
 def compile_devices(devices: list[str], python: str | None = None,
                     say: Callable[[str], None] | None = None) -> int:
-    """Run each device's demo in a child process, printing progress; 0 if all ran, else 1."""
+    """Run each device's demo in a child process, printing progress; 0 if all ran, else 1.
+    The device with the most to compile starts first (:func:`work`), the others in the order
+    given: a long one started last ran alone on one core at the end (ethos-u85: 15.5 s alone
+    after 6.5 s, issue 31 #5)."""
     say = say or (lambda s: print(s, flush=True))
     python = python or sys.executable
     cores = os.cpu_count() or 1
     t0 = last_progress = time.perf_counter()
-    waiting = list(enumerate(devices, 1))
+    waiting = sorted(enumerate(devices, 1), key=lambda d: -work(d[1]))
     running: list[_Child] = []
     failed = 0
     say(f"accelstub: compiling kernels for {', '.join(devices)} "
@@ -126,10 +147,14 @@ def compile_devices(devices: list[str], python: str | None = None,
 
 
 def _child(device: str) -> int:
-    """Run ``device``'s bundled demo, then compile the parallel kernels of its types (the demo's
+    """Compile ``device``'s kernel plan, AHEAD's kernels and the plan's parallel twins in two
+    processes, run its bundled demo, then compile the parallel kernels of its types (the demo's
     small layers ran the serial twins, emu/conv/int_conv.py Twin), printing a KERNEL_MARK line
     as each kernel starts and ends compiling (``end MODULE FUNCTION SECONDS``)."""
-    from accelstub.emu.conv.int_conv import compile_parallel_twins
+    from accelstub.devices import device_spec
+    from accelstub.emu.conv.int_conv import parallel_twin_plan, parallel_twins_of
+    from accelstub.emu.jit import load_numba_without_scipy
+    from accelstub.emu.kernel_plan import compile_plan
 
     from .cli import main
     from .compile_notice import CompileNotice
@@ -144,10 +169,20 @@ def _child(device: str) -> int:
             took = f" {time.perf_counter() - started.pop(name, time.perf_counter()):.2f}"
         print(f"{KERNEL_MARK} {phase} {module} {name}{took}", file=sys.stderr, flush=True)
 
+    load_numba_without_scipy()  # as `run` has it
     with CompileNotice(on_kernel=report):
+        # the device's plan first (what the run does itself), with the parallel twins of
+        # its serial kernels: each function to whichever process is free (a queue), the
+        # longest first; the worker's lines come from the CompileNotice it inherits, as it
+        # compiles (worker_output). AHEAD's kernels (the executor, the longest) start at
+        # once in this process; the worker meanwhile takes the plan's, whose small kernels
+        # the executor calls come last and so are mostly in the disk cache by then
+        plan = device_spec(device).kernel_plan
+        queue = sorted(plan, key=lambda e: -e[3]) + parallel_twins_of(plan)
+        compile_plan(AHEAD.get(device, ()), then=queue, worker_output=True)
         code = main(["run", device])
         if code == 0:
-            compile_parallel_twins()
+            compile_plan(parallel_twin_plan(), worker_output=True)
     return code
 
 

@@ -6,8 +6,8 @@ protocol-correct reply (``Exx`` or empty), so no client input can crash or hang 
 """
 from __future__ import annotations
 
-import binascii
 import logging
+import re
 import struct
 import threading
 from collections.abc import Callable
@@ -20,7 +20,7 @@ from accelstub.devices.runcontrol import watch_hit
 from .commands import CommandError, execute
 from .compile_notice import CompileNotice
 from .listener import OutputQueue
-from .rsp_codec import PacketReader, escape, frame, unescape
+from .rsp_codec import PacketReader, escape, frame, hex_rle, unescape
 
 if TYPE_CHECKING:
     from .server import GdbServer
@@ -51,8 +51,9 @@ def hex_bytes(text: bytes) -> bytes:
     return bytes.fromhex(text.decode("ascii"))
 
 
-#: requests _fast_packet answers (reads: no state change, always a reply), by first byte
-FAST_REQUESTS = frozenset(b"mpxg")
+#: a whole request _fast_packet answers (reads: no state change, always a reply): the payload
+#: (group 1; ``m`` with hex numbers only also splits into address 2 and length 3), checksum 4
+_FAST_READ = re.compile(rb"\$(m([0-9a-fA-F]+),([0-9a-fA-F]+)|[mpxg][^#$]*)#([0-9a-fA-F]{2})")
 
 
 def o_packet(text: str) -> bytes:
@@ -122,16 +123,17 @@ class GdbSession:
     def _fast_packet(self, data: bytes) -> bool:
         """The common case in no-ack mode: exactly one whole read request arrived (``m``,
         ``p``, ``x``, ``g``). Answer it straight from its handler, in one write; False if it is
-        anything else, which the general parser then takes (it also reports bad checksums)."""
-        if len(data) < 5 or data[0] != 0x24 or data[-3] != 0x23 or self.reader.pending:
+        anything else, which the general parser then takes (it also reports bad checksums).
+        One regular expression checks the frame and splits an ``m`` request's numbers: a
+        4-byte read's Python went from ~3.0 to ~2.6 us (issue 31 #6)."""
+        m = _FAST_READ.fullmatch(data)
+        if m is None or self.reader.pending or _CHECKSUMS[m[4]] != sum(m[1]) & 0xFF:
             return False
-        if data[1] not in FAST_REQUESTS:
-            return False
-        payload = data[1:-3]
-        if 0x23 in payload or 0x24 in payload or \
-                _CHECKSUMS.get(data[-2:]) != sum(payload) & 0xFF:
-            return False
-        self.send(self._dispatch_safely(payload))
+        try:
+            reply = self._mem_hex(int(m[2], 16), int(m[3], 16)) if m[2] else self.dispatch(m[1])
+        except Exception as e:  # as _dispatch_safely
+            reply = self._failed(m[1], e)
+        self.send(reply)
         return True
 
     def send(self, payload: bytes, ack: bool = False, notification: bool = False) -> None:
@@ -197,8 +199,12 @@ class GdbSession:
         try:
             return self.dispatch(payload)
         except Exception as e:  # never let one request kill the session
-            log.exception("error handling packet %r: %s", payload[:64], e)
-            return E_PERM
+            return self._failed(payload, e)
+
+    @staticmethod
+    def _failed(payload: bytes, e: Exception) -> bytes:
+        log.exception("error handling packet %r: %s", payload[:64], e)
+        return E_PERM
 
     def dispatch(self, payload: bytes) -> bytes | None:
         if not payload:
@@ -437,8 +443,11 @@ class GdbSession:
             addr, n = self._addr_len(p[1:])
         except ValueError:
             return E_INVAL
+        return self._mem_hex(addr, n)
+
+    def _mem_hex(self, addr: int, n: int) -> bytes:
         data = self._read_bytes(addr, n)
-        return E_FAULT if data is None else binascii.hexlify(data)  # bytes at once: 1.6x .hex()
+        return E_FAULT if data is None else hex_rle(data)
 
     def _read_bin(self, p: bytes) -> bytes:
         try:

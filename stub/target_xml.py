@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from xml.sax.saxutils import quoteattr
 
 from accelstub.devices.description import Description, Register, RegisterDef
 from accelstub.devices.device import CORE_REGS
@@ -39,6 +38,10 @@ def _ident(s: str) -> str:
 
 def _type_for(desc: Description, rdef: RegisterDef, kind: str, out: list[str]) -> str | None:
     """Emit <enum>/<flags> for a register definition; return its type id (None = plain uint)."""
+    # imported here: xml.sax.saxutils imports urllib.request and ssl (~40 ms), which a command
+    # that never serves target.xml (`accelstub run`, issue 31 #5) would pay at start
+    from xml.sax.saxutils import quoteattr
+
     f0 = rdef.fields[0]
     if len(rdef.fields) == 1 and f0.width == rdef.bits and not f0.enums and not f0.text:
         return None

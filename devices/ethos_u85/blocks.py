@@ -16,6 +16,7 @@ from ..device import Touched, UnitContext
 from ..registers import RegisterFile
 from . import ops
 from .cmdstream import CommandStream
+from .executor import Table
 from .memport import NpuPort
 from .ops import NpuBusFault, NpuInternal, SetState
 
@@ -91,6 +92,11 @@ class BlockReplay:
         #: blocks by start state (None: that state is not replayed); None: no blocks at all
         self.stored: dict[tuple[Any, ...], tuple[Any, Block | None]] | None = {}
         self.unreplayed = 0
+        #: replays run the blocks' operation tables (False: every step its closure)
+        self.executor = True
+        self._tables: dict[int, tuple[Block, Table]] = {}  # by id of the block
+        #: table rows run so far (tests see the executor ran)
+        self.rows_run = 0
 
     def run(self, halt: threading.Event) -> list[RanUnit] | None:
         """Device.run_block. From a state (every register but COND_STATUS, the SET state, the
@@ -192,17 +198,47 @@ class BlockReplay:
         self.unreplayed += 1
         return units
 
+    def _table(self, blk: Block) -> Table | None:
+        """The block's operation table (executor.py), made on its first replay and kept while
+        the block's steps are the ones it was made from (a replay replaces a step whose kept
+        run no longer applied; a test may too)."""
+        if not self.executor:
+            return None
+        hit = self._tables.get(id(blk))
+        if hit is not None and hit[0] is blk and hit[1].steps == blk.steps:
+            return hit[1]
+        if len(self._tables) >= self.BLOCKS_MAX:
+            self._tables.clear()
+        table = Table(blk.steps, NO_DATA, self.dev.port.lut)
+        self._tables[id(blk)] = (blk, table)
+        return table
+
     def replay(self, blk: Block, halt: threading.Event) -> list[RanUnit]:
+        """The block's steps in order: runs of steps the operation table holds through its
+        compiled calls (executor.py; a halt is seen between calls), the others through their
+        closures or the general path."""
         d = self.dev
         base = (dict(d.stats), d.cycles)
         u0 = d.units_done
         port = d.port
-        for k, step in enumerate(blk.steps):
+        table = self._table(blk)
+        k, n = 0, len(blk.steps)
+        while k < n:
+            step = blk.steps[k]
             if halt.is_set():
                 self._materialize(blk, k, base)
                 d.units_done = u0 + k
                 return blk.units[:k]
+            stop = None if table is None or k not in table.runs else \
+                table.run(k, port, halt)
+            if stop is not None:  # at the run's end, a halt, or a step whose streams changed
+                assert table is not None  # (it ran)     (its closure finds out)
+                self.rows_run += table.rows_run
+                if stop != k:
+                    k = stop
+                    continue
             if step is NO_DATA or (step is not GENERAL and step(port)):
+                k += 1
                 continue
             # through the general path from the state after the units before it
             self._materialize(blk, k, base)
@@ -214,6 +250,7 @@ class BlockReplay:
                 t = self._execute(halt)
                 if callable(step_of(trace)):
                     blk.steps[k] = trace[0]  # a kept run now: the next replay takes it
+                    table = None  # (and makes the block's table anew)
             finally:
                 port.trace = None
             if t.partial:
@@ -221,6 +258,7 @@ class BlockReplay:
             d.units_done = u0 + k + 1
             if self._regs_but_flag() != blk.states[k + 1][0]:  # another path than recorded
                 return blk.units[:k] + [(pc, t.writes)]         # (a branch)
+            k += 1
         n = len(blk.steps)
         self._materialize(blk, n, base)
         d.units_done = u0 + n

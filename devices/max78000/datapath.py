@@ -104,8 +104,11 @@ def _inputs(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
         memory, read_word, lane = (np.array([getattr(p, f) for p in cfg.processors],
                                             dtype=np.int64)
                                    for f in ("memory", "read_word", "lane"))
-        cfg.extra["inputs"] = (memory, read_word, lane, _word_groups(lane, memory, read_word))
-    memory, read_word, lane, words = cfg.extra["inputs"]
+        words = _word_groups(lane, memory, read_word)
+        index = None if cfg.chw or words is not None else \
+            M.hwc_index(memory, lane, read_word, h, w_, cfg.in_passes, cfg.operands)
+        cfg.extra["inputs"] = (memory, read_word, lane, words, index)
+    memory, read_word, lane, words, index = cfg.extra["inputs"]
     if cfg.chw:
         x, bad = M.gather_chw(bus.stacks["sram"], memory, read_word, h, w_)
         n_words = -(-h * w_ // 4)
@@ -114,10 +117,11 @@ def _inputs(bus, cfg: LayerConfig) -> tuple[np.ndarray, list[tuple[int, int]]]:
         if words is not None:
             x, bad = M.gather_hwc_words(sram, *words, h, w_, cfg.in_passes, cfg.operands,
                                         len(memory))
-        else:
-            x, bad = M.gather_hwc(sram, memory, lane, read_word, h, w_, cfg.in_passes,
-                                  cfg.operands)
-        x = x.transpose(2, 0, 1)  # [C, H, W] order over channels-last memory
+        else:  # the general layout: a fancy index kept with the layer
+            at, bad = index
+            x = M.take_hwc(sram, at, h, w_) if bad < 0 else None
+        if bad < 0:
+            x = x.transpose(2, 0, 1)  # [C, H, W] order over channels-last memory
         n_words = h * w_ * cfg.in_passes * cfg.operands
     if bad >= 0:
         p = cfg.processors[bad]
@@ -189,14 +193,17 @@ def scatter_output(bus, cfg: LayerConfig, out: np.ndarray) -> list[tuple[int, in
     out = np.ascontiguousarray(out.reshape(out.shape[0], -1), dtype=np.int32)
     if "scatter" not in cfg.extra:
         base, lanes = _write_pointers(cfg)
-        cfg.extra["scatter"] = (base, lanes, _word_groups(lanes, base),
-                                _written(base, lanes, out.shape[1], cfg.pixel_step, cfg.wide))
-    base, lanes, words, (writes, memories) = cfg.extra["scatter"]
+        words = _word_groups(lanes, base)
+        at = None if words is not None else \
+            M.scatter_index(base, lanes, out.shape[1], cfg.pixel_step)
+        cfg.extra["scatter"] = (words, at, _written(base, lanes, out.shape[1], cfg.pixel_step,
+                                                    cfg.wide))
+    words, at, (writes, memories) = cfg.extra["scatter"]
     sram = bus.stacks["sram"]
     if words is not None:
         M.scatter_words(sram.view(np.uint32), out, words[0], cfg.pixel_step)
-    else:
-        M.scatter(sram, out, base, lanes, cfg.pixel_step)
+    else:  # the general layout: a fancy index kept with the layer
+        M.scatter_at(sram, out, at, cfg.wide)
     bus.touch_rows("sram", memories)
     return list(writes)
 
@@ -255,11 +262,15 @@ def compute_layer(bus, cfg: LayerConfig, x: np.ndarray | None = None
         return out.astype(np.int32), Touched(reads=_merged_reads(cfg, from_memory, r_in))
     w, packed, r_w = _weights(bus, cfg)
     b, r_b = _bias(bus, cfg)
+    launches = cfg.extra.get("launches")  # the kernel's call, kept with these weights
+    if launches is None or launches[0] is not packed:
+        launches = cfg.extra["launches"] = (packed, {})
     out = conv_k.run_layer_kernel(
         x, w, b, pool=pool, pool_stride=pool_stride,
         pool_mode=pool_mode, avg_policy=cfg.avg_policy,
         pad=(cfg.pad_rows, cfg.pad_cols), conv_stride=cfg.conv_stride, shift=cfg.shift,
-        act=_ACT[cfg.activation], wide=cfg.wide, deconv=cfg.deconv, packed=packed)
+        act=_ACT[cfg.activation], wide=cfg.wide, deconv=cfg.deconv, packed=packed,
+        launches=launches[1])
     return out, Touched(reads=_merged_reads(cfg, from_memory, r_in, r_w, r_b))
 
 

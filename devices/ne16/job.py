@@ -120,12 +120,17 @@ class JobConfig:
         return self.nb[0] * self.nb[1] * self.nb[2]
 
     def summary(self) -> str:
-        h, w = self.out_hw
-        kind = MODES[self.mode] + (" stride 2" if self.strided else "")
-        out = (f"{'u' if self.relu else 'int'}{self.out_bits}" if self.normquant
-               else "int32 sums")
-        return (f"{kind}, {self.k_in} -> {self.k_out} channels, {h}x{w} output, {self.qw}-bit "
-                f"weights, {out}, {self.subtiles} subtiles")
+        """The listing's line (kept per configuration: every job writes it, ~6 us to build)."""
+        return _summary(self)
+
+
+@functools.lru_cache(maxsize=64)
+def _summary(cfg: JobConfig) -> str:
+    h, w = cfg.out_hw
+    kind = MODES[cfg.mode] + (" stride 2" if cfg.strided else "")
+    out = f"{'u' if cfg.relu else 'int'}{cfg.out_bits}" if cfg.normquant else "int32 sums"
+    return (f"{kind}, {cfg.k_in} -> {cfg.k_out} channels, {h}x{w} output, {cfg.qw}-bit "
+            f"weights, {out}, {cfg.subtiles} subtiles")
 
 
 def decode(regs: tuple[int, ...], where: str = "") -> JobConfig:
@@ -324,33 +329,43 @@ def _effective(raw: np.ndarray, cfg: JobConfig, taps: int) -> np.ndarray:
     return w
 
 
-def _box(read: Reader, need: np.ndarray, k_in: int, x_ptr: int, d0: int, d1: int
-         ) -> tuple[int, int, np.ndarray, tuple[int, int]] | None:
-    """(first row, first column, the pixels [rows, columns, Ki] as a strided view of L1, the
-    range read) where the needed pixels form one rectangle (the usual case), else None."""
-    if not need.any():
+def _rectangle(need: np.ndarray, d0: int, d1: int) -> tuple[int, int, int, int] | None:
+    """(first row, end row, first column, end column) where the needed pixels form one
+    rectangle and the strides are not negative (the usual case), else None."""
+    if not need.any() or d0 < 0 or d1 < 0:
         return None
     rows, cols = np.flatnonzero(need.any(axis=1)), np.flatnonzero(need.any(axis=0))
     y0, y1, x0, x1 = int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1
-    if d0 < 0 or d1 < 0 or not need[y0:y1, x0:x1].all():
+    return (y0, y1, x0, x1) if need[y0:y1, x0:x1].all() else None
+
+
+def _box(read: Reader, rect: tuple[int, int, int, int] | None, k_in: int, x_ptr: int, d0: int,
+         d1: int) -> tuple[int, int, np.ndarray, tuple[int, int]] | None:
+    """(first row, first column, the pixels [rows, columns, Ki] of the rectangle ``rect``
+    (:func:`_rectangle`, kept per configuration) as a strided view of L1, the range read),
+    or None without a rectangle."""
+    if rect is None:
         return None
+    y0, y1, x0, x1 = rect
     lo = x_ptr + y0 * d1 + x0 * d0
     hi = x_ptr + (y1 - 1) * d1 + (x1 - 1) * d0 + k_in
-    view = np.lib.stride_tricks.as_strided(read(lo, hi - lo, "input features"),
-                                           shape=(y1 - y0, x1 - x0, k_in),
-                                           strides=(d1, d0, 1), writeable=False)
+    view = np.ndarray((y1 - y0, x1 - x0, k_in), np.uint8, read(lo, hi - lo, "input features"),
+                      0, (d1, d0, 1))
+    view.flags.writeable = False
     return y0, x0, view, (lo, hi)
 
 
-def _gather(read: Reader, need: np.ndarray, shape: tuple[int, int, int], x_ptr: int, d0: int,
-            d1: int, pad_value: int) -> tuple[np.ndarray, list[tuple[int, int]]]:
+def _gather(read: Reader, need: np.ndarray, rect: tuple[int, int, int, int] | None,
+            shape: tuple[int, int, int], x_ptr: int, d0: int, d1: int, pad_value: int
+            ) -> tuple[np.ndarray, list[tuple[int, int]]]:
     """The job's input image [Y, X, Ki]: memory where ``need``, padding elsewhere. A rectangle
-    of needed pixels is one strided view of L1 (the usual case); anything else element-wise."""
+    of needed pixels (``rect``) is one strided view of L1 (the usual case); anything else
+    element-wise."""
     img = np.full(shape, pad_value, np.uint8)
     if not need.any():
         return img, []
     k_in = shape[2]
-    box = _box(read, need, k_in, x_ptr, d0, d1)
+    box = _box(read, rect, k_in, x_ptr, d0, d1)
     if box is not None:
         y0, x0, view, span = box
         img[y0:y0 + view.shape[0], x0:x0 + view.shape[1]] = view
@@ -371,6 +386,7 @@ class _Geometry:
     rows_pad: np.ndarray
     cols_pad: np.ndarray
     need: np.ndarray
+    rect: tuple[int, int, int, int] | None  # _rectangle of need
     agree: bool
     addresses: np.ndarray
     in32: np.ndarray  # the 32-bit layout's addresses (streamin)
@@ -415,7 +431,8 @@ def _geometry(cfg: JobConfig) -> _Geometry:
     addresses = out[3]
     whole = (int(addresses.min()), int(addresses.max()) + elem) \
         if dense and addresses.size and written.all() else None
-    return _Geometry(*out[:3], rows_agree and cols_agree, *out[3:], dense, whole)
+    rect = _rectangle(out[2], cfg.reg("INFEAT_D0_STRIDE"), cfg.reg("INFEAT_D1_STRIDE"))
+    return _Geometry(*out[:3], rect, rows_agree and cols_agree, *out[3:], dense, whole)
 
 
 def execute(cfg: JobConfig, read: Reader) -> JobResult:
@@ -428,49 +445,50 @@ def execute(cfg: JobConfig, read: Reader) -> JobResult:
     w, wreads = weights(cfg, read)
     # padding 0 around one rectangle of memory (a 'same' layer): the kernel reads L1 where it
     # is and positions outside it as 0, so the input is not copied (issue 31 #2)
-    box = _box(read, g.need, cfg.k_in, x_ptr, d0, d1) \
+    box = _box(read, g.rect, cfg.k_in, x_ptr, d0, d1) \
         if g.agree and cfg.mode != 1 and cfg.pad_value == 0 else None
     if box is not None:
         y0, x0, view, span = box
         reads = [span, *wreads]
         acc = IC.conv_sums(view.transpose(2, 0, 1), IC.packed_weights(w), (ho_n, wo_n),
-                           pad=(y0, x0), hwc=True)
+                           pad=(y0, x0), hwc=True, padded=True)
     else:
-        img, reads = _gather(read, g.need, shape, x_ptr, d0, d1, cfg.pad_value)
+        img, reads = _gather(read, g.need, g.rect, shape, x_ptr, d0, d1, cfg.pad_value)
         reads += wreads
         if g.agree and cfg.mode != 1:  # one virtual image, its padding rows and columns set once
             acc = IC.conv_sums(img.transpose(2, 0, 1), IC.packed_weights(w), (ho_n, wo_n),
-                               hwc=True)
+                               hwc=True, padded=True)
         else:  # depthwise always: its sums are a small part of the job
             sums = K.window_sums_depthwise if cfg.mode == 1 else K.window_sums
             acc = sums(img, w, g.rows_pad, g.cols_pad, np.uint8(cfg.pad_value), ho_n, wo_n)
+    # acc: int32 [Ho, >= Wo, >= K], C-contiguous (the shared kernel's whole work array)
     if cfg.streamin:  # int32 arithmetic wraps as the accumulators do
         a = g.in32[g.written]
         lo, hi = int(a.min()), int(a.max()) + 4
         raw = read(lo, hi - lo, "streamin partial sums")
-        part = np.zeros(acc.shape, np.int32)
+        part = np.zeros((ho_n, wo_n, cfg.k_out), np.int32)
         idx = (a - lo)[:, None] + np.arange(4)
         part[g.written] = raw[idx].view("<i4")[:, 0]
-        acc = acc + part
+        acc = acc[:, :wo_n, :cfg.k_out] + part
         reads.append((lo, hi))
     if cfg.normquant:
         values, nreads = normquant(cfg, acc, read)
         reads += nreads
         elem = cfg.out_bits // 8
     else:
-        values, elem = np.ascontiguousarray(acc, np.int32), 4
+        values, elem = np.ascontiguousarray(acc[:, :wo_n, :cfg.k_out], np.int32), 4
     return JobResult(values, g.addresses, g.subtile, g.written, elem, reads, g.dense, g.ranges,
                      g.whole)
 
 
 def normquant(cfg: JobConfig, acc: np.ndarray, read: Reader
               ) -> tuple[np.ndarray, list[tuple[int, int]]]:
-    """N§3.5 over [Ho, Wo, K] int32 sums."""
+    """N§3.5 over int32 sums ``acc`` [Ho, >= Wo, >= K] (C-contiguous): the outputs [Ho, Wo, K],
+    int64."""
     k = cfg.k_out
     sb = cfg.norm_bytes
     lo = cfg.reg("SCALE_PTR")
-    raw = read(lo, k * sb, "scale").reshape(k, sb).astype(np.uint64)
-    scale = sum(raw[:, i] << np.uint64(8 * i) for i in range(sb)).astype(np.int64)
+    scale = read(lo, k * sb, "scale").view(f"<u{sb}").astype(np.int64)  # unsigned, little-endian
     reads = [(lo, lo + k * sb)]
     bias = shift = None
     if cfg.norm_bias:
@@ -481,7 +499,10 @@ def normquant(cfg: JobConfig, acc: np.ndarray, read: Reader
         s0 = cfg.reg("SCALE_SHIFT_PTR")
         shift = (read(s0, k, "shift") & 0x3F).astype(np.int64)
         reads.append((s0, s0 + k))
-    out = K.normquant(acc, scale, bias if bias is not None else np.zeros(k, np.int64),
-                      shift if shift is not None else np.full(k, cfg.right_shift, np.int64),
-                      cfg.norm_bias, cfg.relu, cfg.out_bits)
+    ho, wo = cfg.out_hw
+    out = np.empty((ho, wo, k), np.int64)
+    K.normquant(np.ascontiguousarray(acc), scale,
+                bias if bias is not None else np.zeros(k, np.int64),
+                shift if shift is not None else np.full(k, cfg.right_shift, np.int64),
+                cfg.norm_bias, cfg.relu, cfg.out_bits, out)
     return out, reads

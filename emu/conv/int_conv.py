@@ -46,10 +46,12 @@ same thread's next call.
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 import threading
 import types
 import weakref
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numba
@@ -97,7 +99,10 @@ class parallel:
     inference on a loaded 2-core machine with 2 threads, 37 ms with 1). A class rather than a
     generator: it is entered for every layer (~1 us instead of ~4). Every launch of the
     project's parallel kernels goes through it, so the calling thread's numba thread count is
-    set only when it must change (numba keeps it per thread; 1 us per set_num_threads call)."""
+    set only when it must change (numba keeps it per thread; 1 us per set_num_threads call).
+    A launch on one thread runs the serial twins, which have no parfor: it takes neither the
+    lock nor a thread count, so a run whose launches are all small (the bundled demos) never
+    starts numba's thread pool (15-60 ms and an import of multiprocessing, issue 31 #5)."""
 
     __slots__ = ("threads",)
     _local = threading.local()
@@ -111,6 +116,8 @@ class parallel:
         return twin.serial if self.threads == 1 else twin.parallel
 
     def __enter__(self) -> parallel:
+        if self.threads == 1:
+            return self
         PARALLEL.acquire()
         local = parallel._local
         if getattr(local, "threads", None) != self.threads:
@@ -123,7 +130,8 @@ class parallel:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        PARALLEL.release()
+        if self.threads != 1:
+            PARALLEL.release()
 
 
 class Twin(NamedTuple):
@@ -143,16 +151,32 @@ class Twin(NamedTuple):
 TWINS: list[Twin] = []
 
 
-def compile_parallel_twins() -> None:
-    """Compile each twin's parallel kernel for every argument type its serial one has in this
-    process (loaded or compiled): `accelstub compile` runs the demos, whose launches are all
-    serial, then this, so that a larger program's first run finds both in the cache. Nothing
-    where numba has one thread (every launch is serial there)."""
+def parallel_twin_plan() -> list[tuple[str, str, str, float, str]]:
+    """Each twin's parallel kernel for every argument type its serial one has in this process
+    (loaded or compiled), as emu/kernel_plan.py entries: `accelstub compile` runs the demos,
+    whose launches are all serial, then compiles these (in two processes, kernel_plan), so
+    that a larger program's first run finds both in the cache. None where numba has one
+    thread (every launch is serial there)."""
     if numba.config.NUMBA_NUM_THREADS == 1:
-        return
-    for t in TWINS:
-        for sig in t.serial.signatures:
-            t.parallel.compile(sig)
+        return []
+    return [(t.parallel.py_func.__module__, t.parallel.py_func.__name__, str(tuple(sig)), 1.0,
+             "") for t in TWINS for sig in t.serial.signatures]
+
+
+def parallel_twins_of(plan: Sequence[tuple[str, str, str, float, str]]
+                      ) -> list[tuple[str, str, str, float, str]]:
+    """The parallel kernel of each serial twin a kernel plan names, for the same argument types
+    and machines, as plan entries: known before anything is compiled (parallel_twin_plan asks
+    the process), so `accelstub compile` can queue them beside a device's plan. None where
+    numba has one thread."""
+    if numba.config.NUMBA_NUM_THREADS == 1:
+        return []
+    for module in {e[0] for e in plan}:  # a module's twins are made as it is imported
+        importlib.import_module(module)
+    parallel = {(t.serial.py_func.__module__, t.serial.py_func.__name__): t.parallel.py_func
+                for t in TWINS}
+    return [(m, parallel[m, n].__name__, sig, 1.0, needs) for m, n, sig, _, needs in plan
+            if (m, n) in parallel]
 
 
 def twin(kernel) -> Twin:

@@ -5,7 +5,8 @@ reduction; with the several accumulators a register-blocked convolution needs it
 widening multiplies (``vpmulld``, a quarter of the throughput). These intrinsics state the
 operation directly: :func:`vmadd` is "multiply int16 pairs, add each pair into one int32 lane",
 written as sign-extend, multiply, even/odd shuffle and add, which LLVM's x86 backend selects as
-one ``vpmaddwd`` on AVX2 (and lowers to ordinary vector code elsewhere). Every product of two
+one ``vpmaddwd`` on AVX2 (and lowers to ordinary vector code elsewhere: on arm64 NEON ``smull``
+and ``addp``, see :data:`NEON_PAIRS`). Every product of two
 int16 values and every pair sum is exact in int32 unless both pairs are (-32768)*(-32768), which
 callers exclude by keeping one operand above -32768.
 
@@ -24,6 +25,27 @@ _V16_I16 = ir.VectorType(ir.IntType(16), 16)
 _V16_I32 = ir.VectorType(_I32, 16)
 _EVEN = ir.Constant(_V8, list(range(0, 16, 2)))
 _ODD = ir.Constant(_V8, list(range(1, 16, 2)))
+_V4 = ir.VectorType(_I32, 4)
+_QUARTERS = [ir.Constant(_V4, list(range(q, q + 4))) for q in range(0, 16, 4)]
+_V4_EVEN, _V4_ODD = ir.Constant(_V4, [0, 2, 4, 6]), ir.Constant(_V4, [1, 3, 5, 7])
+
+
+def _compiles_for_arm64() -> bool:
+    """numba compiles for this process's target (its triple: ``aarch64-...``, ``arm64-...``)."""
+    import llvmlite.binding as llvm
+
+    return llvm.get_process_triple().startswith(("aarch64", "arm64"))
+
+
+#: :func:`vmadd` sums its pairs per 128-bit quarter (read when a kernel compiles). Why: on arm64
+#: the whole-vector even/odd shuffles of the x86 form, once LLVM's combiner has seen the
+#: broadcast weight word, became NEON ``smull`` + ``uzp1``/``uzp2`` + two ``add`` per 8 products
+#: and spilled registers in the int16-pair kernel's inner loop (137 instructions per 128
+#: multiply-adds); pairs of 4-lane shuffles stay NEON ``addp`` (pairwise add): 96 instructions,
+#: no spill (benchmarks/arm64_codegen.py). Plain LLVM IR, not the ``addp`` intrinsic, so the
+#: arm64 form compiles and runs on x86 too (CI checks it there); x86 keeps the whole-vector
+#: form, which its backend selects as one ``vpmaddwd`` (the quarter form would not be).
+NEON_PAIRS = _compiles_for_arm64()
 
 
 class I32x8Type(types.Type):
@@ -98,8 +120,15 @@ def vmadd(typingctx, acc, x, w):
         w32 = builder.sext(builder.bitcast(wv, _V16_I16), _V16_I32)
         m = builder.mul(x32, w32)
         undef = ir.Constant(_V16_I32, ir.Undefined)
-        pairs = builder.add(builder.shuffle_vector(m, undef, _EVEN),
-                            builder.shuffle_vector(m, undef, _ODD))
+        if NEON_PAIRS:  # words 4h..4h+3 from the products of quarters 2h and 2h+1
+            q = [builder.shuffle_vector(m, undef, mask) for mask in _QUARTERS]
+            half = [builder.add(builder.shuffle_vector(q[2 * h], q[2 * h + 1], _V4_EVEN),
+                                builder.shuffle_vector(q[2 * h], q[2 * h + 1], _V4_ODD))
+                    for h in range(2)]
+            pairs = builder.shuffle_vector(half[0], half[1], ir.Constant(_V8, list(range(8))))
+        else:
+            pairs = builder.add(builder.shuffle_vector(m, undef, _EVEN),
+                                builder.shuffle_vector(m, undef, _ODD))
         return builder.add(a, pairs)
     return i32x8(acc, x, w), codegen
 

@@ -1,6 +1,7 @@
-"""MAX78000 memory traffic of one layer as numba loops: gather the input channels from data SRAM,
-the kernels from MRAM, scatter the outputs back, and turn a mask of used MRAM words into address
-ranges.
+"""MAX78000 memory traffic of one layer: gather the input channels from data SRAM, the kernels
+from MRAM, scatter the outputs back, and turn a mask of used MRAM words into address ranges.
+numba loops for the usual layouts, numpy for what runs rarely or once per weight load (each
+numba kernel costs 0.3-0.5 s of a first run to compile, issue 31 #5).
 
 Pure kernels on 2-D uint8 arrays (one row per memory: ``sram[16, 0x8000]`` for the 16 data
 memories, ``mram[64, 0x4000]`` for the 64 processors' MRAM blocks); the address formulas and
@@ -13,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..jit import njit
-from ..numeric.max78000 import field_value
+from ..numeric.max78000 import sign_extend
 
 #: MRAM byte positions of k0..k8 inside one 16-byte word (devices/max78000/datapath.py)
 K_BYTES = np.array([0, 7, 6, 5, 4, 11, 10, 9, 8], dtype=np.int64)
@@ -22,63 +23,72 @@ SRAM_WORDS = 8192
 MRAM_WORDS = 768
 
 
+def hwc_index(memory: np.ndarray, lane: np.ndarray, read_word: np.ndarray, h: int, w: int,
+              passes: int, ops: int) -> tuple[np.ndarray, int]:
+    """Where :func:`gather_hwc` reads: (int32 ``[h*w, ops*passes*n]`` byte offsets into the
+    data memories as one flat array, -1 or the first processor index j whose words run past
+    its memory). Channel ``(o*passes + e)*n + j`` of pixel ``pix`` is byte ``lane[j]`` of word
+    ``read_word[j] + (pix*passes + e)*ops + o`` of data memory ``memory[j]`` (a memory is
+    ``4*SRAM_WORDS`` bytes of the flat array)."""
+    n = memory.shape[0]
+    over = np.flatnonzero(read_word + h * w * passes * ops > SRAM_WORDS)
+    if over.size:
+        return np.zeros((0, 0), np.int32), int(over[0])
+    o, e, j = np.unravel_index(np.arange(ops * passes * n), (ops, passes, n))
+    first = 4 * (memory[j] * SRAM_WORDS + read_word[j] + e * ops + o) + lane[j]
+    pixel = 4 * passes * ops * np.arange(h * w)
+    return (pixel[:, None] + first[None, :]).astype(np.int32), -1
+
+
+def take_hwc(sram: np.ndarray, index: np.ndarray, h: int, w: int) -> np.ndarray:
+    """The int8 ``[h, w, C]`` input at :func:`hwc_index`'s ``index`` of the data memories
+    ``sram`` (uint8 ``[16, 4*SRAM_WORDS]``).
+
+    Why numpy and not a numba loop: this general layout (processors not in groups of four on
+    lanes 0-3, e.g. a 1- or 3-channel first layer) is the rare one and small; its kernel cost
+    ~0.5 s of a first run to compile (issue 31 #5), the one fancy index ~2 us on MNIST's first
+    layer. The usual layout keeps its kernel (:func:`gather_hwc_words`)."""
+    return sram.reshape(-1).view(np.int8)[index].reshape(h, w, index.shape[1])
+
+
 def gather_hwc(sram: np.ndarray, memory: np.ndarray, lane: np.ndarray, read_word: np.ndarray,
                h: int, w: int, passes: int, ops: int) -> tuple[np.ndarray, int]:
-    """:func:`_gather_hwc` of the data memories ``sram`` (uint8). The int8 view is taken here:
-    inside numba, ``view`` costs a second of compilation."""
-    return _gather_hwc(sram.view(np.int8), memory, lane, read_word, h, w, passes, ops)
+    """HWC input of the data memories ``sram`` (uint8): (int8 ``[h, w, ops*passes*n]``, -1 or
+    the first processor index j whose words run past the memory), read at :func:`hwc_index`:
+    the channels of a pixel side by side, as the memories hold them, so pooling and the
+    convolution's input packing run along contiguous channels. (The datapath keeps the index
+    per layer and calls :func:`take_hwc`.)"""
+    index, bad = hwc_index(memory, lane, read_word, h, w, passes, ops)
+    if bad >= 0:
+        return np.zeros((h, w, ops * passes * memory.shape[0]), np.int8), bad
+    return take_hwc(sram, index, h, w), -1
 
 
 def gather_hwc_words(sram: np.ndarray, memory: np.ndarray, read_word: np.ndarray, h: int,
                      w: int, passes: int, ops: int, n: int) -> tuple[np.ndarray, int]:
-    """:func:`_gather_hwc_words` of the data memories ``sram`` (uint8), as int8 [h, w, C]."""
-    x32, bad = _gather_hwc_words(sram.view(np.uint32), memory, read_word, h, w, passes, ops, n)
+    """:func:`_gather_hwc_words` of the data memories ``sram`` (uint8), as int8 [h, w, C].
+    The output is allocated here: an allocation inside the kernel costs ~0.1 s more to compile
+    (numba compiles its np.zeros for each type)."""
+    x32 = np.empty((h * w, ops * passes * n // 4), np.uint32)
+    bad = _gather_hwc_words(sram.view(np.uint32), memory, read_word, h, w, passes, ops, x32)
     return x32.view(np.int8).reshape(h, w, 4 * x32.shape[1]), bad
 
 
 @njit(nogil=True, cache=True)
-def _gather_hwc(s8, memory, lane, read_word, h, w, passes, ops):
-    """HWC input: channel ``(o*passes + e)*n + j`` pixel (r, c) is byte ``lane[j]`` of word
-    ``read_word[j] + ((r*w + c)*passes + e)*ops + o`` of data memory ``memory[j]``. Returns
-    (int8 ``[h, w, ops*passes*n]``, -1 or the first processor index j whose words run past the
-    memory): the channels of a pixel side by side, as the memories hold them, so pooling and
-    the convolution's input packing run along contiguous channels."""
-    n = memory.shape[0]
-    c_n = ops * passes * n
-    x = np.zeros((h, w, c_n), dtype=np.int8)
-    n_words = h * w * passes * ops
-    for j in range(n):
-        if read_word[j] + n_words > SRAM_WORDS:
-            return x, j
-    hw = h * w
-    flat = x.reshape(hw, c_n)
-    step = 4 * passes * ops
-    for j in range(n):
-        m = memory[j]
-        for e in range(passes):
-            for o in range(ops):
-                src = 4 * (read_word[j] + e * ops + o) + lane[j]
-                c = (o * passes + e) * n + j
-                for pix in range(hw):  # one constant stride: the loop numba compiles best
-                    flat[pix, c] = s8[m, src + pix * step]
-    return x, -1
-
-
-@njit(nogil=True, cache=True)
-def _gather_hwc_words(sram32, memory, read_word, h, w, passes, ops, n):
+def _gather_hwc_words(sram32, memory, read_word, h, w, passes, ops, x32):
     """:func:`gather_hwc` when the ``n`` processors come in groups of four that share a data
     memory and a read pointer and take lanes 0-3 in order (the usual layout: processor p reads
     lane p % 4 of memory p // 4): then the four channels of a group are one 32-bit word of the
     memory and one aligned word of the output row. ``sram32`` is the data memories as uint32
-    words; ``memory``, ``read_word`` per group. Returns (uint32 ``[h*w, ops*passes*n/4]``, -1
-    or the first processor index whose words run past the memory)."""
+    words; ``memory``, ``read_word`` per group; fills ``x32`` (uint32 ``[h*w,
+    ops*passes*n/4]``). Returns -1, or the first processor index whose words run past the
+    memory (``x32`` then unfilled)."""
     g_n = memory.shape[0]
-    c4 = ops * passes * n // 4
-    x32 = np.zeros((h * w, c4), dtype=np.uint32)
+    n = 4 * g_n
     n_words = h * w * passes * ops
     for g in range(g_n):
         if read_word[g] + n_words > SRAM_WORDS:
-            return x32, 4 * g
+            return 4 * g
     step = passes * ops
     for g in range(g_n):
         m = memory[g]
@@ -88,7 +98,7 @@ def _gather_hwc_words(sram32, memory, read_word, h, w, passes, ops, n):
                 dst = (o * passes + e) * n // 4 + g
                 for pix in range(h * w):
                     x32[pix, dst] = sram32[m, src + pix * step]
-    return x32, -1
+    return -1
 
 
 @njit(nogil=True, cache=True)
@@ -111,66 +121,75 @@ def gather_chw(sram, memory, read_word, h, w):
     return x, -1
 
 
-@njit(nogil=True, cache=True)
-def gather_weights(mram, proc, mcnt_sad, slots, passes, bits, ks, oned_sad):
+def gather_weights(mram: np.ndarray, proc: np.ndarray, mcnt_sad: np.ndarray, slots: int,
+                   passes: int, bits: int, ks: int, oned_sad: int
+                   ) -> tuple[np.ndarray, np.ndarray, int]:
     """Kernels of every (output slot t, input pass e, processor j): mask counter
     ``cnt = mcnt_sad[j] + (t*passes + e)*bits`` (a bit address), kernel start byte
     ``(cnt >> 3)*ks + oned_sad`` of processor ``proc[j]``'s stream, element i at stream byte
     ``start + ks-1-i`` = word ``B//9``, k-position ``8 - B%9``, field at bit ``cnt & 7``,
     sign-extended from ``bits``. Returns (int8 ``[slots, passes*n, ks]``, uint8 ``[n, 768]``
-    words used, -1 or the first j whose counter runs past MRAM word 767)."""
+    words used, -1 or the first j whose counter runs past MRAM word 767).
+
+    Why numpy and not a numba loop: it runs once per weight load (the datapath keeps the
+    result until MRAM changes), ~0.3 ms for 64 processors x 64 slots; its kernel cost ~0.5 s
+    of every first run to compile (issue 31 #5)."""
     n = proc.shape[0]
-    w = np.zeros((slots, passes * n, ks), dtype=np.int8)
-    used = np.zeros((n, MRAM_WORDS), dtype=np.uint8)
-    for j in range(n):
-        row = mram[proc[j]]
-        for t in range(slots):
-            for e in range(passes):
-                cnt = mcnt_sad[j] + (t * passes + e) * bits
-                shift = cnt & 7
-                start = (cnt >> 3) * ks + oned_sad
-                for i in range(ks):
-                    byte = start + ks - 1 - i
-                    col = byte // 9
-                    if col >= MRAM_WORDS or byte < 0:
-                        return w, used, j
-                    used[j, col] = 1
-                    w[t, e * n + j, i] = field_value(row[16 * col + K_BYTES[8 - byte % 9]],
-                                                     shift, bits)
-    return w, used, -1
+    cnt = mcnt_sad[:, None] + np.arange(slots * passes) * bits  # [j, t*passes + e]
+    byte = ((cnt >> 3) * ks + oned_sad)[:, :, None] + (ks - 1 - np.arange(ks))  # [j, te, i]
+    col = byte // 9
+    outside = ((col >= MRAM_WORDS) | (byte < 0)).reshape(n, -1).any(axis=1)
+    if outside.any():
+        return (np.zeros((slots, passes * n, ks), np.int8), np.zeros((n, MRAM_WORDS), np.uint8),
+                int(np.flatnonzero(outside)[0]))
+    rows = np.asarray(proc)[:, None, None]
+    w = sign_extend(mram[rows, 16 * col + K_BYTES[8 - byte % 9]], (cnt & 7)[:, :, None], bits)
+    used = np.zeros((n, MRAM_WORDS), np.uint8)
+    used[np.arange(n)[:, None, None], col] = 1
+    # [j, t, e, i] -> [t, e*n + j, i], C-contiguous (with one pass the reshape is a strided
+    # view, which every later use of the weights would copy)
+    w = w.reshape(n, slots, passes, ks).transpose(1, 2, 0, 3).reshape(slots, passes * n, ks)
+    return np.ascontiguousarray(w), used, -1
 
 
-@njit(nogil=True, cache=True)
-def scatter(sram, out, slot_word, slot_lane, pixel_step):
-    """Write ``out[slot, pixel]`` at global word ``slot_word[slot] + pixel*pixel_step`` (bits
-    16:13 = data memory, 12:0 = word): byte lane ``slot_lane[slot]`` of the low byte (8-bit
-    output), or the whole little-endian word when the lane is -1 (32-bit output). The caller
-    checks the pointers' range (and knows which bytes this writes: they depend only on the
-    arguments, devices/max78000/datapath.py keeps them per layer)."""
-    s_n, p_n = out.shape
-    for s in range(s_n):
-        lane, g0 = slot_lane[s], slot_word[s]
-        if p_n and pixel_step >= 0 and (g0 + (p_n - 1) * pixel_step) >> 13 == g0 >> 13:
-            # the slot stays in one data memory: a constant byte stride (half the time of the
-            # per-pixel address split below)
-            row, b0 = sram[g0 >> 13], 4 * (g0 & 0x1FFF)
-            for p in range(p_n):
-                _store(row, b0 + 4 * p * pixel_step, out[s, p], lane)
-            continue
-        for p in range(p_n):
-            g = g0 + p * pixel_step
-            _store(sram[g >> 13], 4 * (g & 0x1FFF), out[s, p], lane)
+def scatter_index(slot_word: np.ndarray, slot_lane: np.ndarray, pixels: int,
+                  pixel_step: int) -> np.ndarray:
+    """Where :func:`scatter` writes ``out[slot, pixel]``: int64 ``[slots, pixels]`` byte offsets
+    into the data memories as one flat array, ``4*g + lane`` (8-bit output) or ``4*g`` (lane
+    -1: a whole word, 32-bit output) for global word ``g = slot_word[slot] + pixel*pixel_step``
+    (bits 16:13 = data memory, 12:0 = word; a memory is ``4*SRAM_WORDS`` bytes)."""
+    words = slot_word[:, None] + np.arange(pixels) * pixel_step
+    return 4 * words + np.maximum(slot_lane, 0)[:, None]
 
 
-@njit(nogil=True, cache=True)
-def _store(row, b, v, lane):
-    """Byte ``lane`` of the word at byte ``b`` of ``row`` = the low byte of v, or (lane -1) the
-    whole little-endian word = v."""
-    if lane < 0:
-        for i in range(4):
-            row[b + i] = (v >> (8 * i)) & 0xFF
+def scatter_at(sram: np.ndarray, out: np.ndarray, at: np.ndarray, wide: bool) -> None:
+    """Write int32 ``out[slot, pixel]`` at the flat byte offsets ``at`` (:func:`scatter_index`)
+    of the data memories ``sram`` (uint8, C-contiguous): its low byte, or if ``wide`` the whole
+    little-endian word (``at`` then word aligned). Where two outputs share a byte the later one
+    (slot-major order) stays, as numpy assigns a 1-D fancy index in order.
+
+    Why numpy and not a numba loop: this general layout (32-bit output, or slots not in groups
+    of four on lanes 0-3) is the rare one, usually a network's small last layer; its kernel
+    cost ~0.4 s of a first run to compile (issue 31 #5). The usual layout keeps its kernel
+    (:func:`scatter_words`)."""
+    flat = sram.reshape(-1)
+    if wide:
+        flat.view(np.uint32)[at >> 2] = out.view(np.uint32)
     else:
-        row[b + lane] = v & 0xFF
+        flat[at] = out.astype(np.uint8)  # the low byte: integer casts wrap
+
+
+def scatter(sram: np.ndarray, out: np.ndarray, slot_word: np.ndarray, slot_lane: np.ndarray,
+            pixel_step: int) -> None:
+    """Write int32 ``out[slot, pixel]`` at global word ``slot_word[slot] + pixel*pixel_step``:
+    byte lane ``slot_lane[slot]`` of the low byte (8-bit output), or the whole little-endian
+    word when every lane is -1 (32-bit output); :func:`scatter_index`, :func:`scatter_at`. The
+    caller checks the pointers' range (and knows which bytes this writes: they depend only on
+    the arguments, devices/max78000/datapath.py keeps them per layer)."""
+    wide = bool(len(slot_lane)) and bool(slot_lane[0] < 0)
+    if len(slot_lane) and bool((slot_lane < 0).any()) != bool((slot_lane < 0).all()):
+        raise ValueError("scatter: 8-bit and 32-bit slots mixed")
+    scatter_at(sram, out, scatter_index(slot_word, slot_lane, out.shape[1], pixel_step), wide)
 
 
 @njit(nogil=True, cache=True)

@@ -69,18 +69,9 @@ def _differs(a, b):
 
 
 @njit(nogil=True, cache=True)
-def swap_out(data, shadow, segs, offs, lens):
-    """For each piece (segment ``segs[j]``, ``offs[j]``, ``lens[j]``) of the flat arrays, cut
-    into BLOCK-byte blocks from its start: the runs of blocks where ``data`` and ``shadow``
-    differ. Returns the shadow's bytes of those runs (concatenated in order) and the runs,
-    int64 [3, R] (segment, offset, length); then ``shadow`` takes ``data``'s bytes there.
-
-    Why only what differs: the other bytes are the same in both, so nothing is lost, and a
-    write that stores what was mostly there already costs a comparison, not a copy kept in
-    the history. Measured on the MAX78000 MNIST-shaped network: its input reload, 512 KiB
-    saved whole before, differs from the memory in 62 KiB (the bytes the layers wrote); the
-    copies of the whole left the caches cold for the next continue (its first layer ~60 us
-    slower, docs/design-notes.md "Reverse execution")."""
+def _differing_runs(data, shadow, segs, offs, lens):
+    """The runs of BLOCK-byte blocks (cut from each piece's start) where ``data`` and
+    ``shadow`` differ, int64 [3, R] (segment, offset, length), and their total length."""
     blocks = 0
     for j in range(offs.shape[0]):
         blocks += (lens[j] + BLOCK - 1) // BLOCK
@@ -103,9 +94,26 @@ def swap_out(data, shadow, segs, offs, lens):
             else:
                 extend = False
             b = e
+    return runs[:, :r].copy(), total
+
+
+@njit(nogil=True, cache=True)
+def swap_out(data, shadow, segs, offs, lens):
+    """For each piece (segment ``segs[j]``, ``offs[j]``, ``lens[j]``) of the flat arrays, cut
+    into BLOCK-byte blocks from its start: the runs of blocks where ``data`` and ``shadow``
+    differ. Returns the shadow's bytes of those runs (concatenated in order) and the runs,
+    int64 [3, R] (segment, offset, length); then ``shadow`` takes ``data``'s bytes there.
+
+    Why only what differs: the other bytes are the same in both, so nothing is lost, and a
+    write that stores what was mostly there already costs a comparison, not a copy kept in
+    the history. Measured on the MAX78000 MNIST-shaped network: its input reload, 512 KiB
+    saved whole before, differs from the memory in 62 KiB (the bytes the layers wrote); the
+    copies of the whole left the caches cold for the next continue (its first layer ~60 us
+    slower, docs/design-notes.md "Reverse execution")."""
+    runs, total = _differing_runs(data, shadow, segs, offs, lens)
     saved = np.empty(total, np.uint8)
     p = 0
-    for j in range(r):
+    for j in range(runs.shape[1]):
         o, n = runs[1, j], runs[2, j]
         a, s, d = saved[p:p + n], shadow[o:o + n], data[o:o + n]
         for t in range(n):
@@ -113,13 +121,31 @@ def swap_out(data, shadow, segs, offs, lens):
         for t in range(n):
             s[t] = d[t]
         p += n
-    return saved, runs[:, :r].copy()
+    return saved, runs
+
+
+@njit(nogil=True, cache=True)
+def diff_out(data, shadow, segs, offs, lens):
+    """:func:`swap_out` that leaves ``shadow`` as it is and returns ``data``'s bytes of the
+    runs where they differ: a host change journaled between two checkpoints of the history
+    (devices/history.py), kept as the bytes *after* that differ from the checkpoint's."""
+    runs, total = _differing_runs(data, shadow, segs, offs, lens)
+    saved = np.empty(total, np.uint8)
+    p = 0
+    for j in range(runs.shape[1]):
+        o, n = runs[1, j], runs[2, j]
+        a, d = saved[p:p + n], data[o:o + n]
+        for t in range(n):
+            a[t] = d[t]
+        p += n
+    return saved, runs
 
 
 @njit(nogil=True, cache=True)
 def put_back(data, shadow, offs, lens, saved):
     """The inverse of :func:`swap_out`: its ``saved`` bytes into ``data`` and ``shadow`` at its
-    runs (``offs``, ``lens``: rows 1 and 2 of the runs it returned)."""
+    runs (``offs``, ``lens``: rows 1 and 2 of the runs it returned). ``shadow`` may be
+    ``data`` itself: the bytes into one array (a journaled host change replayed)."""
     p = 0
     for j in range(offs.shape[0]):
         o, n = offs[j], lens[j]

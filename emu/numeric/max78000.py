@@ -34,28 +34,14 @@ ACT_RELU = 1
 ACT_ABS = 2
 
 
-@njit(nogil=True, cache=True)
-def field_value(raw, shift, bits):
-    """The weight field ``bits`` wide at bit ``shift`` of the byte ``raw``, two's complement
-    (A§1.3, public fact: izer kernels.py ``& (2**bits-1)``); ranges 8-bit [-128,127], 4-bit
-    [-8,7], 2-bit [-2,1], 1-bit [-1,0] [AI8X: Number Format]."""
-    mask = (1 << bits) - 1
-    v = (np.int64(raw) >> shift) & mask
-    if v & (1 << (bits - 1)):
-        v -= mask + 1
-    return v
-
-
-@njit(nogil=True, cache=True)
-def sign_extend(raw, shift, bits):
-    """:func:`field_value` of each byte of ``raw`` (uint8), as int8."""
-    out = np.empty(raw.shape, dtype=np.int8)
-    flat_in = raw.ravel()
-    flat_out = out.ravel()
-    for i in range(flat_in.size):
-        flat_out[i] = field_value(flat_in[i], shift, bits)
-    return out
-
+def sign_extend(raw: np.ndarray, shift: np.ndarray | int, bits: int) -> np.ndarray:
+    """The weight field ``bits`` wide at bit ``shift`` (per element, or one for all) of each
+    byte of ``raw`` (uint8), two's complement, as int8 (A§1.3, public fact: izer kernels.py
+    ``& (2**bits-1)``); ranges 8-bit [-128,127], 4-bit [-8,7], 2-bit [-2,1], 1-bit [-1,0]
+    [AI8X: Number Format]. Plain numpy: it runs once per weight load
+    (emu/memory/max78000.py gather_weights), not per inference."""
+    v = (np.asarray(raw).astype(np.int16) >> shift) & ((1 << bits) - 1)
+    return (v - ((v >> (bits - 1)) << bits)).astype(np.int8)
 
 
 @njit(nogil=True, cache=True)

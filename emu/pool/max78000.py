@@ -35,23 +35,29 @@ def _avg(total, n, policy):
     return (2 * total + n) // (2 * n)  # floor(total/n + 1/2)
 
 
-@njit(nogil=True, cache=True)
-def pool_hwc(x, pool_h, pool_w, stride, mode, avg_policy):
+def pool_hwc(x: np.ndarray, pool_h: int, pool_w: int, stride: int, mode: int,
+             avg_policy: int) -> np.ndarray:
     """In-flight pooling before the convolution, no padding
     [AI8X: Limitations of MAX78000 Networks]: output size ``(H - pool)//stride + 1`` per dimension;
     max = window maximum; average = window sum / N rounded per ``avg_policy`` (default AVG_TRUNC, or
     AVG_ROUND_AWAY when CTRL.poolrnd=1; A§1.9, A7#A3), clamped to int8 (A7#A20). ``mode ==
     POOL_NONE`` decimates (1x1 window). ``x`` int8 ``[H, W, C]`` (channels last, as the data
     memories hold them: the loops run along contiguous channels, which numba vectorises); returns
-    int8 ``[Ho, Wo, C]``."""
+    int8 ``[Ho, Wo, C]``. The arrays are allocated here, the loops are :func:`_pool_into`'s: an
+    allocation inside the kernel costs ~0.1 s more of a first run to compile."""
     h, w, c_n = x.shape
-    if mode == POOL_NONE:
-        pool_h = 1
-        pool_w = 1
-    ho = max((h - pool_h) // stride + 1, 0)
-    wo = max((w - pool_w) // stride + 1, 0)
-    out = np.empty((ho, wo, c_n), dtype=np.int8)
-    acc = np.empty(c_n, dtype=np.int32)  # a 16x16 window of -128 sums to -32768: fits
+    ph, pw = (1, 1) if mode == POOL_NONE else (pool_h, pool_w)
+    out = np.empty((max((h - ph) // stride + 1, 0), max((w - pw) // stride + 1, 0), c_n), np.int8)
+    _pool_into(x, ph, pw, stride, mode, avg_policy, out, np.empty(c_n, np.int32))
+    return out
+
+
+@njit(nogil=True, cache=True)
+def _pool_into(x, pool_h, pool_w, stride, mode, avg_policy, out, acc):
+    """:func:`pool_hwc` into ``out`` int8 ``[Ho, Wo, C]`` (its size decides Ho and Wo; a window
+    of ``pool_h`` x ``pool_w``, 1x1 for POOL_NONE), with ``acc`` int32 ``[C]`` as the running
+    sums (a 16x16 window of -128 sums to -32768: fits)."""
+    ho, wo, c_n = out.shape
     n = pool_h * pool_w
     for oy in range(ho):
         for ox in range(wo):
@@ -72,7 +78,6 @@ def pool_hwc(x, pool_h, pool_w, stride, mode, avg_policy):
             else:
                 for c in range(c_n):
                     out[oy, ox, c] = acc[c]
-    return out
 
 
 @njit(nogil=True, cache=True)
@@ -81,11 +86,13 @@ def pool2d(x, pool_h, pool_w, stride, mode, avg_policy):
     ``[C, Ho, Wo]`` (the element-wise and pass-through stages, which hold CHW)."""
     c_n, h, w = x.shape
     ph, pw = (1, 1) if mode == POOL_NONE else (pool_h, pool_w)
-    out = np.empty((c_n, max((h - ph) // stride + 1, 0), max((w - pw) // stride + 1, 0)),
-                   dtype=np.int64)
+    ho, wo = max((h - ph) // stride + 1, 0), max((w - pw) // stride + 1, 0)
+    out = np.empty((c_n, ho, wo), dtype=np.int64)
+    one = np.empty((ho, wo, 1), dtype=np.int8)
+    acc = np.empty(1, dtype=np.int32)
     for c in range(c_n):
-        out[c] = pool_hwc(x[c].reshape(h, w, 1), pool_h, pool_w, stride, mode,
-                          avg_policy)[:, :, 0]
+        _pool_into(x[c].reshape(h, w, 1), ph, pw, stride, mode, avg_policy, one, acc)
+        out[c] = one[:, :, 0]
     return out
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from accelstub.devices import open_device
 from accelstub.devices.device import Touched
 from accelstub.devices.history import PIECES_KEPT, History
-from accelstub.emu.memory.ranges import BLOCK, put_back, range_pieces, swap_out
+from accelstub.emu.memory.ranges import BLOCK, diff_out, put_back, range_pieces, swap_out
 
 SPACE = 512
 
@@ -81,6 +81,24 @@ def differing_runs(a: np.ndarray, b: np.ndarray, pieces) -> list[tuple[int, int,
     return runs
 
 
+def _pieces_and_arrays(cuts: set[int], seed: int, share: float, changed: str):
+    """Disjoint pieces from ``cuts`` (every other interval between the cut points, last first,
+    each named by a segment of its own), their (segment, offset, length) columns, and a
+    memory and shadow of 600 random bytes that differ at a ``share`` of them, the ``changed``
+    one ("shadow" or "data") carrying the differences."""
+    edges = sorted(cuts)
+    pieces = [(i, a, b - a) for i, (a, b) in enumerate(zip(edges[::2], edges[1::2]))
+              if b > a][::-1]
+    rng = np.random.default_rng(seed)
+    segs, offs, lens = (np.array([p[i] for p in pieces], np.int64) for i in range(3))
+    data = rng.integers(0, 256, 600, dtype=np.uint8)
+    shadow = data.copy()
+    flip = rng.random(600) < share
+    target = shadow if changed == "shadow" else data
+    target[flip] ^= rng.integers(1, 256, int(flip.sum()), dtype=np.uint8)
+    return pieces, segs, offs, lens, data, shadow
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.sets(st.integers(0, 600), max_size=16), st.integers(0, 2**32 - 1),
        st.sampled_from([0.0, 0.002, 0.02, 1.0]))
@@ -92,15 +110,7 @@ def test_swap_out_then_put_back_restores_memory_and_shadow(cuts, seed, share):
     them: every other interval between the cut points, taken last first (the kernels need no
     order), each named by a segment of its own; memory and shadow differ at a ``share`` of
     the bytes (none, a few, many, all), so blocks with and without a change mix."""
-    edges = sorted(cuts)
-    pieces = [(i, a, b - a) for i, (a, b) in enumerate(zip(edges[::2], edges[1::2]))
-              if b > a][::-1]
-    rng = np.random.default_rng(seed)
-    segs, offs, lens = (np.array([p[i] for p in pieces], np.int64) for i in range(3))
-    data = rng.integers(0, 256, 600, dtype=np.uint8)
-    shadow = data.copy()
-    flip = rng.random(600) < share
-    shadow[flip] ^= rng.integers(1, 256, int(flip.sum()), dtype=np.uint8)
+    pieces, segs, offs, lens, data, shadow = _pieces_and_arrays(cuts, seed, share, "shadow")
     data0, shadow0 = data.copy(), shadow.copy()
     want = differing_runs(data0, shadow0, pieces)
     saved, runs = swap_out(data, shadow, segs, offs, lens)
@@ -114,6 +124,31 @@ def test_swap_out_then_put_back_restores_memory_and_shadow(cuts, seed, share):
     put_back(data, shadow, runs[1], runs[2], saved)  # memory equals the shadow, as after settle
     assert np.array_equal(data, np.where(inside, shadow0, data0))
     assert np.array_equal(shadow, shadow0)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.sets(st.integers(0, 600), max_size=16), st.integers(0, 2**32 - 1),
+       st.sampled_from([0.0, 0.002, 0.02, 1.0]))
+def test_diff_out_keeps_the_bytes_after_and_put_back_into_one_array_replays_them(cuts, seed,
+                                                                                  share):
+    """diff_out (a journaled host change: the bytes after) finds swap_out's runs but returns
+    the memory's bytes there and leaves both arrays as they were; put_back with one array for
+    both writes them back into a copy of the shadow (the checkpoint's bytes), which then
+    equals the memory in every piece (a replay from the checkpoint, History.prepare and
+    apply_redo)."""
+    pieces, segs, offs, lens, data, shadow = _pieces_and_arrays(cuts, seed, share, "data")
+    data0, shadow0 = data.copy(), shadow.copy()
+    want = differing_runs(data0, shadow0, pieces)
+    after, runs = diff_out(data, shadow, segs, offs, lens)
+    assert [tuple(int(x) for x in col) for col in runs.T] == want
+    assert after.tobytes() == b"".join(data0[o:o + n].tobytes() for _, o, n in want)
+    assert np.array_equal(data, data0) and np.array_equal(shadow, shadow0)
+    replay = shadow0.copy()
+    put_back(replay, replay, runs[1], runs[2], after)
+    inside = np.zeros(600, bool)
+    for _, o, n in pieces:
+        inside[o:o + n] = True
+    assert np.array_equal(replay, np.where(inside, data0, shadow0))
 
 
 def memories(dev) -> dict[str, bytes]:
@@ -131,7 +166,7 @@ def test_one_boundary_over_two_stacks_and_loose_memories_is_undone_exactly():
     sram, mram = bus.stack_members["sram"], bus.stack_members["mram"]
     tram0, tram1 = bus.memories["tram_q0_p0"], bus.memories["tram_q0_p1"]
     assert sram[0].region.end == sram[1].region.base
-    h = History(bus, dev.regs, budget=1 << 30)
+    h = History(bus, dev.regs, budget=1 << 30, every=1)  # every boundary a checkpoint
     bus.write(sram[0].region.base + 100, bytes(range(1, 9)))  # before the history: kept
     h.begin({"at": 0})
     before = memories(dev)
@@ -165,7 +200,7 @@ def test_a_write_of_what_memory_holds_saves_only_the_blocks_that_differ():
     mem = bus.stack_members["sram"][3]
     rng = np.random.default_rng(7)
     bus.write(mem.region.base, rng.integers(0, 256, mem.data.size, dtype=np.uint8).tobytes())
-    h = History(bus, dev.regs, budget=1 << 30)
+    h = History(bus, dev.regs, budget=1 << 30, every=1)  # every boundary a checkpoint
     h.begin({"at": 0})
     before = memories(dev)
     image = mem.data.copy()
@@ -180,13 +215,17 @@ def test_a_write_of_what_memory_holds_saves_only_the_blocks_that_differ():
     assert memories(dev) == before
 
 
-def test_a_continue_long_after_the_last_stop_is_one_boundary(tmp_path):
+def test_a_continue_long_after_the_last_stop_is_one_boundary(tmp_path, monkeypatch):
     """CHECKPOINT_S counts run time: a continue started long after the last boundary (a user
-    looking at the stop for minutes, here the boundary's clock set back an hour) still
-    records one boundary for all its units at its stop, not one after its first unit and
-    one for the rest."""
+    looking at the stop for minutes, here the boundary's clock set back an hour, CHECKPOINT_S
+    ten minutes, so that a slow machine's run time cannot reach it) still journals one
+    boundary for all its units at its stop, not a checkpoint after its first unit and a leg
+    for the rest."""
+    from accelstub.devices import history
     from accelstub.stub.server import StubServer
     from accelstub.testkit import max78000_build as M
+
+    monkeypatch.setattr(history, "CHECKPOINT_S", 600.0)
 
     net = M.Network(3, 8, 8, [M.Layer(8, kernel=3, pad=1, activation="relu", shift=-1)
                               for _ in range(5)], name="five")
@@ -197,7 +236,8 @@ def test_a_continue_long_after_the_last_stop_is_one_boundary(tmp_path):
     assert rc.step(300).reason == "step"
     rc.history.t_mark -= 3600.0
     assert rc.run(300).reason == "done"
-    assert [len(e.units) for e in rc.history.entries] == [1, 4]
+    assert not rc.history.entries
+    assert [len(leg.units) for leg in rc.history.legs] == [1, 4]
 
 
 def test_the_same_range_tuples_reuse_their_pieces_and_other_ranges_do_not():
@@ -208,7 +248,7 @@ def test_the_same_range_tuples_reuse_their_pieces_and_other_ranges_do_not():
     kept, and a new history over the same memories keeps them."""
     dev = open_device("max78000")
     sram = dev.bus.stack_members["sram"]
-    h = History(dev.bus, dev.regs, budget=1 << 30)
+    h = History(dev.bus, dev.regs, budget=1 << 30, every=1)  # every boundary a checkpoint
     h.begin({"at": 0})
     a = [(sram[0].region.base + 10, sram[0].region.base + 20)]
     b = [(sram[1].region.base + 30, sram[1].region.base + 45)]

@@ -140,17 +140,44 @@ def test_packed_weights_kept_for_read_only_arrays_while_they_live():
 
 
 def test_parallel_runs_small_work_on_one_thread_and_large_work_on_all():
-    """The calling thread's numba thread count follows each launch's work (set only when it
-    changes, so it must be right after any sequence of launches)."""
+    """The calling thread's numba thread count follows each parallel launch's work (set only
+    when it changes, so it must be right after any sequence of launches); a launch on one
+    thread runs the serial twin and touches neither the lock nor the thread count."""
     import numba
 
     every = numba.config.NUMBA_NUM_THREADS
+    twin = IC.TWINS[0]
     for work, threads in ((1, 1), (IC.SERIAL_WORK, every), (IC.SERIAL_WORK - 1, 1),
                           (IC.SERIAL_WORK - 1, 1), (1 << 30, every)):
-        with IC.parallel(work):
-            assert numba.get_num_threads() == threads
-            assert IC.PARALLEL.locked()
+        before = numba.get_num_threads()
+        with IC.parallel(work) as par:
+            if threads == 1:
+                assert par.kernel(twin) is twin.serial
+                assert numba.get_num_threads() == before
+                assert not IC.PARALLEL.locked()
+            else:
+                assert par.kernel(twin) is (twin.parallel if every > 1 else twin.serial)
+                assert numba.get_num_threads() == threads
+                assert IC.PARALLEL.locked()
     assert not IC.PARALLEL.locked()
+
+
+def test_a_run_of_small_launches_never_starts_numbas_thread_pool():
+    """The bundled MAX78000 demo's layers are all below SERIAL_WORK: its run launches only
+    serial twins, so numba's threading layer is never started (issue 31 #5)."""
+    import subprocess
+    import sys
+
+    code = ("import contextlib, io\n"
+            "from accelstub.stub.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    code = main(['run', 'max78000'])\n"
+            "from numba.np.ufunc import parallel\n"
+            "print(code, parallel._is_initialized)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0", "False"]
 
 
 def depthwise_reference(v, w, zp, out_hw, in_hw, pad, stride, dilation):

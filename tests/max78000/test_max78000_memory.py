@@ -76,6 +76,7 @@ def test_gather_weights_matches_mask_counter_formula(n, slots, passes, bits, ks,
     mcnt = rng.integers(0, 4000, n)
     w, used, bad = M.gather_weights(mram, proc, mcnt, slots, passes, bits, ks, oned)
     assert bad == -1
+    assert w.flags.c_contiguous  # a strided view would be copied by every use of the layer
     words = set()
     for j in range(n):
         for t in range(slots):

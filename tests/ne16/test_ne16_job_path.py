@@ -73,3 +73,57 @@ def test_the_same_bad_registers_name_each_job():
         with pytest.raises(DeviceError, match="^" + re.escape(where + "CONFIG0.filter_mode 3")):
             J.decode(bad, where)
     assert J.decode(values) is J.decode(values)
+
+
+class _Bytes:
+    """A memory for the reference's reads: ``read(addr, n)`` of a byte string."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def read(self, addr: int, n: int) -> bytes:
+        return self.data[addr:addr + n]
+
+
+_INT32 = st.one_of(st.sampled_from([-2**31, -2**31 + 1, -1, 0, 1, 2**31 - 1]),
+                   st.integers(-2**31, 2**31 - 1))
+
+
+@settings(max_examples=150, deadline=None)
+@given(k=st.integers(1, 20), norm_bits=st.sampled_from([8, 16, 32]), out_bits=st.sampled_from(
+    [8, 16, 32]), has_bias=st.booleans(), norm_shift=st.booleans(), relu=st.booleans(),
+       right_shift=st.integers(0, 31), data=st.data())
+def test_normquant_from_the_work_array_matches_the_reference(k, norm_bits, out_bits, has_bias,
+                                                             norm_shift, relu, right_shift, data):
+    """The normalisation kernel over the shared kernel's padded work array (columns and
+    channels past the job's hold other values) gives, for every output, the value of the
+    reference's N§3.5 (testkit/ne16_reference.py), at the edges of every range: int32 sums and
+    biases from -2**31 to 2**31 - 1, scales up to 2**norm_bits - 1, shifts up to 63 (the
+    per-channel field's 6 bits), each output type's signed and unsigned limits."""
+    from accelstub.emu.conv import ne16 as K
+    from accelstub.testkit.ne16_reference import _normquant
+
+    ho, wo = 2, 3
+    acc = np.array(data.draw(st.lists(_INT32, min_size=ho * (wo + 2) * (k + 3),
+                                      max_size=ho * (wo + 2) * (k + 3))),
+                   np.int32).reshape(ho, wo + 2, k + 3)
+    scale_max = (1 << norm_bits) - 1
+    scale = data.draw(st.lists(st.one_of(st.just(scale_max), st.integers(0, scale_max)),
+                               min_size=k, max_size=k))
+    bias = data.draw(st.lists(_INT32, min_size=k, max_size=k))
+    shift = data.draw(st.lists(st.integers(0, 63), min_size=k, max_size=k))
+    nb = norm_bits // 8
+    mem = _Bytes(b"".join(v.to_bytes(nb, "little") for v in scale).ljust(0x100, b"\0")
+                 + bytes(shift).ljust(0x100, b"\0")
+                 + b"".join(v.to_bytes(4, "little", signed=True) for v in bias))
+    regs = {"SCALE_PTR": 0, "SCALE_SHIFT_PTR": 0x100, "SCALE_BIAS_PTR": 0x200}
+    out = np.empty((ho, wo, k), np.int64)
+    K.normquant(acc, np.array(scale, np.int64), np.array(bias, np.int64),
+                np.array(shift if norm_shift else [right_shift] * k, np.int64), has_bias, relu,
+                out_bits, out)
+    for y in range(ho):
+        for x in range(wo):
+            for c in range(k):
+                want = _normquant(mem, regs, int(acc[y, x, c]), c, norm_bits, has_bias,
+                                  norm_shift, right_shift, relu, out_bits)
+                assert int(out[y, x, c]) == want, (y, x, c)

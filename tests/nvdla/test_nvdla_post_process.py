@@ -3,7 +3,7 @@
 cacc and sdp), over random sums, stage settings, operand kinds and shifts up to the fields'
 widths; feature cubes read and written through strided views as the reference packs them;
 and the layer path around the kernel: weights packed once while their bytes stay the same, each
-layer's registers decoded once while it runs, and afresh after."""
+layer's registers decoded once while they keep their values, and afresh when they change."""
 from __future__ import annotations
 
 import tempfile
@@ -156,7 +156,7 @@ def test_feature_cubes_read_and_write_as_the_reference_packs_them(c, h, w, pad_l
 
 
 def test_a_layer_decodes_its_registers_once_and_the_next_layer_afresh(monkeypatch):
-    """The listing, the tensors and the run share one decode per layer (Nvdla._decoded); the
+    """The listing, the tensors and the run share one decode per layer (Nvdla._memoised); the
     next layer, with other registers, is decoded again (its output still passes the CRC)."""
     from accelstub.devices import open_device
     from accelstub.devices.runcontrol import RunControl
@@ -179,3 +179,45 @@ def test_a_layer_decodes_its_registers_once_and_the_next_layer_afresh(monkeypatc
     summaries = [u.summary for u in rc.device.units()]
     assert "16x7x9 -> 16x7x9" in summaries[0] and "(x-0)*1>>0" in summaries[0]
     assert "8x5x6 -> 9x5x6" in summaries[1] and "(x-1)*2>>1" in summaries[1]
+
+
+def test_decodes_are_kept_on_register_values_over_runs_and_programs(monkeypatch):
+    """Nvdla._memoised keeps a decode while the registers it read keep their values: a program
+    rewound and run again (as `accelstub eval` does per sample) decodes nothing; another
+    trace loaded on the same device after a reset (other register values) is decoded afresh
+    and passes its CRC; the first trace loaded again finds its decode kept and passes its CRC
+    too."""
+    from accelstub.devices import open_device
+    from accelstub.devices.runcontrol import RunControl
+    from accelstub.stub.commands import CommandContext
+    from accelstub.stub.program import load_program
+    from accelstub.testkit.nvdla_build import Conv, build
+
+    tmp = Path(tempfile.mkdtemp())
+    first = build([Conv(9, 7, 16, 16, clip=3)], "memo_a", seed=4).write(tmp / "a")
+    second = build([Conv(9, 7, 16, 16, clip=2, cvt=(1, 2, 1))], "memo_b", seed=5).write(tmp / "b")
+    rc = RunControl(open_device("nvdla"))
+    ctx = CommandContext([rc])
+    decoded = []
+    conv_decode = C.decode
+    monkeypatch.setattr(C, "decode", lambda reg: decoded.append(conv_decode(reg)) or decoded[-1])
+
+    def run() -> list[C.ConvConfig]:
+        """The decodes of the run (loading a trace also decodes: on the planner's device)."""
+        before = len(decoded)
+        stop = rc.run_here()
+        assert stop.reason == "done" and rc.host.ok
+        assert any("PASS" in r.line for r in rc.host.results)
+        return decoded[before:]
+
+    load_program(ctx, first)
+    armed = rc.checkpoint()
+    assert [d.clip for d in run()] == [3]
+    rc.rewind(armed)
+    assert run() == []  # the same register values: nothing decoded again
+    rc.device.reset("halt")  # a trace starts from reset
+    load_program(ctx, second)
+    assert [d.clip for d in run()] == [2]
+    rc.device.reset("halt")
+    load_program(ctx, first)
+    assert run() == []

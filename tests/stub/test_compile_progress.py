@@ -48,3 +48,47 @@ def test_compile_compiles_the_serial_kernels_the_demo_runs_and_their_parallel_tw
     assert f"conv.int_conv.{kernel}" in compiled
     assert compiled.index(f"conv.int_conv.{kernel}_serial") < \
         compiled.index(f"conv.int_conv.{kernel}")
+
+
+def test_the_device_with_most_to_compile_starts_first(tmp_path, monkeypatch):
+    """compile_devices starts the devices in the order of their known compile work (plan and
+    AHEAD seconds): ethos-u85 (its plan and the executor) before max78000 before the devices
+    without a plan, which keep the order given."""
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\necho PASS\n")
+    fake.chmod(0o755)
+    started = []
+    popen = subprocess.Popen
+
+    def recording(args, **kwargs):
+        started.append(args[-1])
+        return popen(args, **kwargs)
+
+    monkeypatch.setattr(precompile.subprocess, "Popen", recording)
+    devices = ["nvdla", "max78000", "ne16", "ethos-u85"]
+    assert precompile.work("ethos-u85") > precompile.work("max78000") > 0
+    assert precompile.work("ne16") == precompile.work("nvdla") == 0
+    assert precompile.compile_devices(devices, python=str(fake), say=lambda s: None) == 0
+    assert started == ["ethos-u85", "max78000", "nvdla", "ne16"]
+
+
+@pytest.mark.slow
+def test_compile_compiles_the_ethos_u85_executor_once_and_names_it(tmp_path):
+    """`accelstub compile`'s Ethos-U85 child in an empty cache: the block executor (run_rows,
+    which its demo never calls) is compiled once, by one of its two processes, with its line;
+    so is each kernel of the plan that nothing compiled inside another one first."""
+    from accelstub.devices import device_spec
+    from accelstub.emu.kernel_plan import for_this_machine
+
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-m", "accelstub.stub.precompile", "ethos-u85"],
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.startswith("PASS")
+    ended = [tuple(line.split()[2:4]) for line in out.stderr.splitlines()
+             if line.startswith(f"{precompile.KERNEL_MARK} end ")]
+    executor = "run_rows" if HAVE_VNNI else "run_rows_int16"
+    assert ended.count(("accelstub.emu.executor.ethosu85", executor)) == 1
+    # the largest kernels of the plan call none of the others: each has its line
+    assert {(e[0], e[1]) for e in for_this_machine(device_spec("ethos-u85").kernel_plan)
+            if e[3] >= 1.0 and e[4] != "vnni"} <= set(ended)

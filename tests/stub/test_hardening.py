@@ -3,6 +3,7 @@ breakpoint/watchpoint removal and clean errors for bad user input (every test he
 before its fix)."""
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -499,7 +500,10 @@ def test_gdb_session_stops_reading_a_client_that_reads_no_replies(stub, monkeypa
     from accelstub.stub import session
     from accelstub.stub.rsp_codec import frame
 
-    calls = _count_calls(monkeypatch, session.GdbSession, "dispatch")
+    # random data: zero memory goes as run-length codes (rsp_codec.hex_rle), 64 KiB of hex
+    # would be ~2 KiB; every m request is counted, by the fast path or the parser's
+    stub.targets[0].device.write(0x50400000, os.urandom(0x8000))
+    calls = _count_calls(monkeypatch, session.GdbSession, "_mem_hex")
     with _small_receiver(stub.gdb[0].port) as s:
         s.sendall(frame(b"QStartNoAckMode"))
         time.sleep(0.1)

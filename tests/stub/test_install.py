@@ -29,7 +29,7 @@ def test_kernels_are_cached_in_the_users_cache_folder_not_the_package(tmp_path):
     """With no NUMBA_CACHE_DIR, numba's cache goes to $XDG_CACHE_HOME/accelstub/numba: a cache
     file beside an installed module survived `pip uninstall` and hid the next install."""
     out = _python("from accelstub.emu.pool import max78000 as m; "
-                  "print(m.pool_hwc._cache._cache_path)", XDG_CACHE_HOME=str(tmp_path))
+                  "print(m._pool_into._cache._cache_path)", XDG_CACHE_HOME=str(tmp_path))
     assert out.returncode == 0, out.stderr
     path = Path(out.stdout.strip()).resolve()
     assert path.is_relative_to((tmp_path / "accelstub" / "numba").resolve())
@@ -38,7 +38,7 @@ def test_kernels_are_cached_in_the_users_cache_folder_not_the_package(tmp_path):
 
 def test_a_users_numba_cache_dir_is_kept(tmp_path):
     out = _python("from accelstub.emu.pool import max78000 as m; "
-                  "print(m.pool_hwc._cache._cache_path)", NUMBA_CACHE_DIR=str(tmp_path / "mine"))
+                  "print(m._pool_into._cache._cache_path)", NUMBA_CACHE_DIR=str(tmp_path / "mine"))
     assert out.returncode == 0, out.stderr
     assert Path(out.stdout.strip()).resolve().is_relative_to((tmp_path / "mine").resolve())
 
@@ -46,7 +46,7 @@ def test_a_users_numba_cache_dir_is_kept(tmp_path):
 def test_this_process_caches_outside_the_package_tree():
     from accelstub.emu.pool import max78000 as m
 
-    path = Path(m.pool_hwc._cache._cache_path).resolve()
+    path = Path(m._pool_into._cache._cache_path).resolve()
     assert not any(path.is_relative_to(root) for root in PACKAGE_ROOTS)
 
 

@@ -1,0 +1,387 @@
+"""One compiled call for a run of Ethos-U85 operations replayed from a block (issue 32 #1).
+
+No device knowledge: the caller hands an operation table (int64 rows, layout below), the
+strided boxes of the tensors (:data:`BOX_COLUMNS`), the stream checks, the memories as byte
+arrays and the constants in concatenated buffers; :func:`run_rows` reads the IFMs from and
+writes the OFMs into the memories directly and calls the existing kernels (the byte kernel
+and the pointwise byte kernel (serial), the depthwise kernel, the fast output stage (serial),
+the add/sub body), the same calls with the same arguments the Python path makes, so the bytes
+written are the same (a serial twin computes what its parallel kernel does).
+
+A tensor is a list of boxes of one byte per element (int8/uint8): element (y, x, c) of a box
+holding channels [c0, c0 + n) is at ``offset + y*sy + x*sx + ((c-c0)//16)*sc + (c-c0)%16``
+of its memory (NHWC: sc = 16; an NHCWB16 brick box: sx the brick's 16, sc the brick stride),
+element_address_in_region's addresses [U85-TRM: §3.6.5] as the device's box views have them.
+"""
+from __future__ import annotations
+
+import types as pytypes
+
+import numpy as np
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+
+from ..conv import ethosu85 as CE
+from ..conv import int_conv as IC
+from ..conv.vnni import HAVE_VNNI
+from ..eltwise import ethosu85 as EE
+from ..jit import njit
+from ..pool import ethosu85 as PK
+
+
+@njit(nogil=True, cache=True)
+def _no_pointwise(x, mask, w, init, acc, n, q4, kv):
+    """Where the CPU has no byte kernel (no pointwise rows are made there)."""
+    raise AssertionError("no byte kernel on this CPU")
+
+
+@njit(nogil=True, cache=True)
+def _no_conv(src, off, zb, rows, top, dst_col, x4, w4, wsum, acc, ho, wob, q4, kh, kw, kn, sy,
+             row_words, plane, row_off, col_off, hwc):
+    """Where the CPU has no byte kernel (no conv rows are made there)."""
+    raise AssertionError("no byte kernel on this CPU")
+
+
+# the kernels the rows call (globals: numba resolves them when it compiles run_rows; the byte
+# kernels are bound per variant in :func:`_compiled`)
+_pointwise, _conv = _no_pointwise, _no_conv
+_depthwise = IC._depthwise_pixels
+_finish_fast = CE._FINISH_FAST_TWIN.serial
+_addsub = EE._addsub_fast
+_eltwise = EE._ew_kernel
+_pool = PK._pool_kernel
+
+# row kinds
+COPY, POINTWISE, DEPTHWISE, ADDSUB, CONV, ELEMENTWISE, POOL = 1, 2, 3, 4, 5, 6, 7
+
+# row columns
+K_KIND, K_STEP, K_H, K_W, K_C, K_K = 0, 1, 2, 3, 4, 5
+K_IFM, K_IFM_N, K_OFM, K_OFM_N, K_IFM2, K_IFM2_N, K_CHECK, K_CHECK_N = range(6, 14)
+# COPY: source memory, offset, destination memory, offset, bytes, overlap step
+K_SRC_MEM, K_SRC_OFF, K_DST_MEM, K_DST_OFF, K_BYTES, K_OVERLAP = range(14, 20)
+# POINTWISE / DEPTHWISE: the output stage's tap masks and terms (c64 offsets, terms width)
+K_ROWS, K_COLS, K_TERMS, K_TERMS_W = range(14, 18)
+# POINTWISE: q4, kv, mask, columns and init (c32 offsets), the columns' length
+K_Q4, K_KV, K_MASK, K_COLUMNS, K_INIT, K_COLUMNS_N = range(18, 24)
+# DEPTHWISE: input rows and columns read, zero point, weights (c32), kh, kw, pads, strides,
+# dilations
+K_IN_H, K_IN_W, K_ZP, K_WEIGHTS, K_KH, K_KW, K_PT, K_PL, K_SY, K_SX, K_DY, K_DX = range(18, 30)
+# ADDSUB: sub, the zero points and signedness of both inputs, ew and cfg (c64w offsets)
+K_SUB, K_ZP1, K_ZP2, K_SIGNED1, K_SIGNED2, K_EW, K_CFG = range(18, 25)
+# any row: where its OFM goes into the chaining FIFO (an offset in ``chain`` + 1; 0: memory);
+# ADDSUB: where each operand comes from the FIFO (the same offset + 1 as the row that pushed it)
+K_CHAIN_OUT, K_CHAIN_IN1, K_CHAIN_IN2 = 30, 31, 32
+# ELEMENTWISE (also K_ZP1, K_ZP2, K_SIGNED1, K_SIGNED2, K_EW, K_CFG; each pair: IFM, IFM2):
+# the operands' bits and broadcast modes, the OFM's bytes per element, then per operand where
+# it comes from (OPERAND_*) and a scalar's value
+K_BITS1, K_BITS2, K_BC1, K_BC2, K_OE = range(25, 30)
+K_SRC1, K_SRC2, K_SCALAR1, K_SCALAR2 = range(33, 37)
+# ELEMENTWISE: the LUT memory's memory and offset (rows without a LUT function: 0, 0, unread)
+K_LUT_MEM, K_LUT_OFF = 37, 38
+# POOL (also K_ZP1, K_SIGNED1, K_BITS1: the IFM's; K_OE, K_CFG, K_LUT_MEM, K_LUT_OFF): the
+# kernel's geo and K zeros (c64w offsets), the IFM rows and columns read (K_C: its channels)
+K_GEO, K_ZEROS, K_PIN_H, K_PIN_W = 39, 40, 41, 42
+#: an ELEMENTWISE operand: a tensor (boxes or the chaining FIFO), a scalar, zeros (unary)
+OPERAND_TENSOR, OPERAND_SCALAR, OPERAND_NONE = 0, 1, 2
+# CONV (the byte kernel's launch, emu/conv/int_conv.py ByteLaunch): the input's rows, columns
+# and words per pixel, its byte offset and padding byte, rows read, top padding, dst_col,
+# weight quads and sums (offsets and lengths), output columns computed, kh, kw, channel
+# blocks, stride, row words, plane, row_off and col_off (c64w offsets), channels computed,
+# packed input words
+(K_CV_H, K_CV_W, K_CV_Q4, K_CV_OFF, K_CV_ZB, K_CV_ROWS, K_CV_TOP, K_CV_DST, K_CV_DST_N,
+ K_CV_W4, K_CV_W4_N, K_CV_WSUM, K_CV_WSUM_N, K_CV_WOB, K_CV_KH, K_CV_KW, K_CV_KN, K_CV_SY,
+ K_CV_ROW_WORDS, K_CV_PLANE, K_CV_ROW_OFF, K_CV_COL_OFF, K_CV_KP, K_CV_X4) = range(33, 57)
+# POINTWISE / DEPTHWISE / CONV: 1 where the OFM is int32 (the output stage into ``out32``)
+K_OUT32 = 57
+COLUMNS = 58
+
+#: a box: memory, offset, first channel, channels, sy, sx, sc
+BOX_COLUMNS = 7
+#: a stream check: memory, offset, length, offset of the bytes it must hold in c8
+CHECK_COLUMNS = 4
+
+
+@intrinsic
+def _move(typingctx, dst, d, src, s, n):
+    """dst[d:d+n] = src[s:s+n] of two byte arrays as one llvm.memmove (the caller keeps both
+    in bounds). Why: numba's byte loops (any form: element by element, 16 at a time,
+    unsigned indices, slices) moved 0.3-1.7 ns a byte, 10-70x numpy's copy; the memory's
+    tensors are a few 16-byte runs per pixel."""
+    def codegen(context, builder, sig, args):
+        da, do, sa, so, nn = args
+        dp = builder.gep(context.make_array(sig.args[0])(context, builder, da).data, [do])
+        sp = builder.gep(context.make_array(sig.args[2])(context, builder, sa).data, [so])
+        cgutils.raw_memmove(builder, dp, sp, nn, 1)
+        return context.get_dummy_value()
+    return types.void(dst, types.int64, src, types.int64, types.int64), codegen
+
+
+@intrinsic
+def _same(typingctx, a, i, b, j, n):
+    """a[i:i+n] == b[j:j+n] of two byte arrays, through the C library's memcmp (as
+    :func:`_move`: a byte loop compared a 140 KiB weight stream in ~140 us)."""
+    def codegen(context, builder, sig, args):
+        aa, ai, ba, bj, nn = args
+        ap = builder.gep(context.make_array(sig.args[0])(context, builder, aa).data, [ai])
+        bp = builder.gep(context.make_array(sig.args[2])(context, builder, ba).data, [bj])
+        vp = cgutils.voidptr_t
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.IntType(32), [vp, vp, nn.type]), "memcmp")
+        r = builder.call(fn, [builder.bitcast(ap, vp), builder.bitcast(bp, vp), nn])
+        return builder.icmp_signed("==", r, ir.Constant(ir.IntType(32), 0))
+    return types.boolean(a, types.int64, b, types.int64, types.int64), codegen
+
+
+@njit(nogil=True, cache=True)
+def _tensor(mems, boxes, b0, nb, rows, cols, cmax, buf, pix, store):
+    """Between a tensor's boxes ``b0`` .. ``b0+nb`` and ``buf`` (byte (y, x, c) at
+    ``(y*cols + x)*pix + c``), for y < rows, x < cols, c < cmax: read into ``buf``, or
+    (``store``) written from it. One function for both ways: each compiled function costs
+    ~0.3 s of a first compile."""
+    for b in range(b0, b0 + nb):
+        mem = mems[boxes[b, 0]]
+        off, c0, n = boxes[b, 1], boxes[b, 2], boxes[b, 3]
+        sy, sx, sc = boxes[b, 4], boxes[b, 5], boxes[b, 6]
+        n = min(n, cmax - c0)
+        if n <= 0:
+            continue
+        whole_rows = sc == 16 and sx == n and pix == n  # NHWC rows as they are
+        for y in range(rows):
+            for j in range(0, n if not whole_rows else 1, 16):
+                m = cols * n if whole_rows else min(16, n - j)
+                at = off + y * sy + (j // 16) * sc
+                d = y * cols * pix + c0 + j
+                for x in range(1 if whole_rows else cols):
+                    if store:
+                        _move(mem, at + x * sx, buf, d + x * pix, m)
+                    else:
+                        _move(buf, d + x * pix, mem, at + x * sx, m)
+
+
+@njit(nogil=True, cache=True)
+def _values(xw, rh, rw, rc, size, signed, zp, v, H, W, K):
+    """read_ifm's values [U85-TRM: §3.6.5] as values_minus gives them, from the [rh, rw, rc]
+    tensor of ``size``-byte little-endian integers in ``xw``: as the type reads them, minus
+    the zero point, into ``v`` as [H, W, K]; an axis of extent 1 read at coordinate 0 (a
+    broadcast axis, eltwise _broadcast)."""
+    top = 8 * size
+    for y in range(H):
+        for x in range(W):
+            for c in range(K):
+                j = (((0 if rh == 1 else y) * rw + (0 if rw == 1 else x)) * rc
+                     + (0 if rc == 1 else c)) * size
+                e = np.int64(0)
+                for b in range(size):
+                    e |= np.int64(xw[j + b]) << (8 * b)
+                if signed and e >= np.int64(1) << (top - 1):
+                    e -= np.int64(1) << top
+                v[(y * W + x) * K + c] = e - zp
+
+
+def _run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8, acc, out8,
+              outu, out32, ea, eb, eo, chain, x4, flag):
+    """Rows ``r0`` .. ``r1`` of the table ``ops``, in order; the row it stopped at (``r1``:
+    all ran; an earlier one: that row's streams no longer hold the bytes it was kept from,
+    nothing of it done). Scratch: ``xw`` bytes, ``x32``/``x8`` read-only int32/int8 views of
+    the same memory (the kernels' input types), ``acc`` int32 sums, ``out8``/``outu``/``out32``
+    an OFM's bytes (int8 for the output stage, uint8 for the stores, int32 for an int32 OFM's
+    output stage: one memory), ``ea``/``eb``/``eo`` int64 operands and result, ``chain`` the
+    OFMs pushed into the chaining FIFO (each popped by the next row that reads it), ``x4`` the
+    byte kernel's packed input, ``flag[0]`` the result flag the last 1x1x1 OFM set (bit 0 of
+    a single-element OFM [U85-TRM: Table 3-14]; rows without one leave it)."""
+    for r in range(r0, r1):
+        kind = ops[r, K_KIND]
+        H, W, C, K = ops[r, K_H], ops[r, K_W], ops[r, K_C], ops[r, K_K]
+        kb = K  # the OFM's bytes per pixel
+        if kind == COPY:  # copy_bytes [U85-TRM: §3.6.3]: the source as it was, then upwards
+            src, dst = mems[ops[r, K_SRC_MEM]], mems[ops[r, K_DST_MEM]]
+            so, do, n, step = ops[r, K_SRC_OFF], ops[r, K_DST_OFF], ops[r, K_BYTES], \
+                ops[r, K_OVERLAP]
+            _move(xw, 0, src, so, n)
+            if step == 0:
+                step = n
+            for i in range(0, n, step):
+                _move(dst, do + i, xw, 0, min(step, n - i))
+            continue
+        for k in range(ops[r, K_CHECK], ops[r, K_CHECK] + ops[r, K_CHECK_N]):
+            # its streams still hold the bytes its kept run was worked out from
+            if not _same(mems[checks[k, 0]], checks[k, 1], c8, checks[k, 3], checks[k, 2]):
+                return r
+        if kind == POINTWISE or kind == DEPTHWISE or kind == CONV:
+            tw = ops[r, K_TERMS_W]
+            rows = c64[ops[r, K_ROWS]:ops[r, K_ROWS] + H]
+            cols = c64[ops[r, K_COLS]:ops[r, K_COLS] + W]
+            terms = c64w[ops[r, K_TERMS]:ops[r, K_TERMS] + 6 * tw].reshape((6, tw))
+            o = out8[:H * W * K].reshape((H, W, K))
+            if kind == POINTWISE:
+                q4, kv, n = ops[r, K_Q4], ops[r, K_KV], H * W
+                _tensor(mems, boxes, ops[r, K_IFM], ops[r, K_IFM_N], H, W, C, xw, 4 * q4, False)
+                a = acc[:n * kv * 16]
+                _pointwise(x32[:n * q4], np.int32(ops[r, K_MASK]),
+                               c32[ops[r, K_COLUMNS]:ops[r, K_COLUMNS] + ops[r, K_COLUMNS_N]],
+                               c32[ops[r, K_INIT]:ops[r, K_INIT] + kv * 16], a, n, q4, kv)
+                tot = a.reshape((H, W, kv * 16))
+            elif kind == CONV:  # run_byte_launch's call, its serial kernel
+                h, w, q4, kp = ops[r, K_CV_H], ops[r, K_CV_W], ops[r, K_CV_Q4], ops[r, K_CV_KP]
+                wob, kh, kw = ops[r, K_CV_WOB], ops[r, K_CV_KH], ops[r, K_CV_KW]
+                _tensor(mems, boxes, ops[r, K_IFM], ops[r, K_IFM_N], h, w, C, xw, 4 * q4, False)
+                a = acc[:H * wob * kp]
+                _conv(x32[:h * w * q4].reshape((h, w, q4)), ops[r, K_CV_OFF], ops[r, K_CV_ZB],
+                      ops[r, K_CV_ROWS], ops[r, K_CV_TOP],
+                      c64w[ops[r, K_CV_DST]:ops[r, K_CV_DST] + ops[r, K_CV_DST_N]],
+                      x4[:ops[r, K_CV_X4]],
+                      c32[ops[r, K_CV_W4]:ops[r, K_CV_W4] + ops[r, K_CV_W4_N]],
+                      c64w[ops[r, K_CV_WSUM]:ops[r, K_CV_WSUM] + ops[r, K_CV_WSUM_N]], a, H,
+                      wob, q4, kh, kw, ops[r, K_CV_KN], ops[r, K_CV_SY], ops[r, K_CV_ROW_WORDS],
+                      ops[r, K_CV_PLANE], c64w[ops[r, K_CV_ROW_OFF]:ops[r, K_CV_ROW_OFF] + kh],
+                      c64w[ops[r, K_CV_COL_OFF]:ops[r, K_CV_COL_OFF] + kw], True)
+                tot = a.reshape((H, wob, kp))
+            else:
+                ih, iw = ops[r, K_IN_H], ops[r, K_IN_W]
+                _tensor(mems, boxes, ops[r, K_IFM], ops[r, K_IFM_N], ih, iw, C, xw, C, False)
+                kh, kw = ops[r, K_KH], ops[r, K_KW]
+                w = c32[ops[r, K_WEIGHTS]:ops[r, K_WEIGHTS] + kh * kw * C].reshape((kh, kw, C))
+                tot = acc[:H * W * C].reshape((H, W, C))
+                _depthwise(x8[:ih * iw * C].reshape((ih, iw, C)),
+                                     np.int32(ops[r, K_ZP]), w, tot, ops[r, K_PT],
+                                     ops[r, K_PL], ops[r, K_SY], ops[r, K_SX], ops[r, K_DY],
+                                     ops[r, K_DX])
+            if ops[r, K_OUT32] != 0:
+                _finish_fast(tot, rows, cols, terms, out32[:H * W * K].reshape((H, W, K)))
+                kb = 4 * K
+            else:
+                _finish_fast(tot, rows, cols, terms, o)
+        elif kind == ADDSUB:
+            n = H * W * K
+            a3 = ea[:n].reshape((H, W, K))
+            b3 = eb[:n].reshape((H, W, K))
+            o3 = eo[:n].reshape((H, W, K))
+            for q in range(2):
+                v = ea if q == 0 else eb
+                slot, sg = (K_IFM, K_SIGNED1) if q == 0 else (K_IFM2, K_SIGNED2)
+                zp, fifo = (K_ZP1, K_CHAIN_IN1) if q == 0 else (K_ZP2, K_CHAIN_IN2)
+                # read_ifm's values [U85-TRM: §3.10.6]: the stored byte as the tensor's type
+                # reads it, minus the zero point (values_minus); from its boxes or from the
+                # bytes the row before pushed into the chaining FIFO, in (y, x, c) order
+                # [U85-TRM: §3.6.4]
+                if ops[r, fifo] > 0:
+                    _move(xw, 0, chain, ops[r, fifo] - 1, n)
+                else:
+                    _tensor(mems, boxes, ops[r, slot], ops[r, slot + 1], H, W, K, xw, K, False)
+                signed, z = ops[r, sg] != 0, ops[r, zp]
+                for i in range(n):
+                    e = np.int64(xw[i])
+                    if signed and e >= 128:
+                        e -= 256
+                    v[i] = e - z
+            _addsub(a3, b3, ops[r, K_SUB] != 0, c64w[ops[r, K_EW]:ops[r, K_EW] + 14],
+                            c64w[ops[r, K_CFG]:ops[r, K_CFG] + 15], o3)
+            for i in range(n):
+                outu[i] = eo[i]  # the store truncates to the OFM's byte
+        elif kind == ELEMENTWISE:  # run_elementwise's operands, _ew_kernel, the store
+            n = H * W * K
+            for q in range(2):
+                v = ea if q == 0 else eb
+                src = ops[r, K_SRC1 + q]
+                if src != OPERAND_TENSOR:  # a scalar's value (zero point subtracted), or 0
+                    v[:n] = ops[r, K_SCALAR1 + q] if src == OPERAND_SCALAR else 0
+                    continue
+                # read_ifm's values [U85-TRM: §3.10.6] as values_minus gives them: the
+                # stored little-endian integer as the operand's type reads it, minus the
+                # zero point; a broadcast axis read at coordinate 0 (_broadcast)
+                bc, eb_ = ops[r, K_BC1 + q], ops[r, K_BITS1 + q] // 8
+                rh = 1 if bc & EE.BC_H else H
+                rw = 1 if bc & EE.BC_W else W
+                rc = 1 if bc & EE.BC_C else K
+                if ops[r, K_CHAIN_IN1 + q] > 0:
+                    _move(xw, 0, chain, ops[r, K_CHAIN_IN1 + q] - 1, rh * rw * rc * eb_)
+                else:
+                    slot = K_IFM if q == 0 else K_IFM2
+                    _tensor(mems, boxes, ops[r, slot], ops[r, slot + 1], rh, rw, rc * eb_, xw,
+                            rc * eb_, False)
+                _values(xw, rh, rw, rc, eb_, ops[r, K_SIGNED1 + q] != 0, ops[r, K_ZP1 + q],
+                        v, H, W, K)
+            out = _eltwise(ea[:n].reshape((H, W, K)), eb[:n].reshape((H, W, K)),
+                           c64w[ops[r, K_EW]:ops[r, K_EW] + 14],
+                           c64w[ops[r, K_CFG]:ops[r, K_CFG] + 15],
+                           mems[ops[r, K_LUT_MEM]][ops[r, K_LUT_OFF]:ops[r, K_LUT_OFF]
+                                                   + EE.P.LUT_BYTES]).ravel()
+        elif kind == POOL:  # _pool_one's values (no upscale, none fitted), _pool_kernel, store
+            ih, iw, ic, eb_ = ops[r, K_PIN_H], ops[r, K_PIN_W], ops[r, K_C], ops[r, K_BITS1] // 8
+            _tensor(mems, boxes, ops[r, K_IFM], ops[r, K_IFM_N], ih, iw, ic * eb_, xw, ic * eb_,
+                    False)
+            _values(xw, ih, iw, ic, eb_, ops[r, K_SIGNED1] != 0, ops[r, K_ZP1], ea, ih, iw, ic)
+            zeros = c64w[ops[r, K_ZEROS]:ops[r, K_ZEROS] + K]  # no bias, scales, shifts
+            out = _pool(ea[:ih * iw * ic].reshape((ih, iw, ic)), eb[:H * W * K].reshape((H, W, K)),
+                        c64w[ops[r, K_GEO]:ops[r, K_GEO] + 11],
+                        c64w[ops[r, K_CFG]:ops[r, K_CFG] + 15], zeros, zeros, zeros,
+                        mems[ops[r, K_LUT_MEM]][ops[r, K_LUT_OFF]:ops[r, K_LUT_OFF]
+                                                + EE.P.LUT_BYTES]).ravel()
+        else:
+            return r
+        if kind == ELEMENTWISE or kind == POOL:
+            # the OFM values as stored: each one's low bytes, little-endian (the OFM type's
+            # astype, then the store)
+            oe = ops[r, K_OE]
+            kb = K * oe
+            for i in range(H * W * K):
+                for b in range(oe):
+                    outu[i * oe + b] = (out[i] >> (8 * b)) & 0xFF
+        if H * W * K == 1:  # result_flag: the low bit of a 1x1x1 OFM
+            flag[0] = outu[0] & 1
+        if ops[r, K_CHAIN_OUT] > 0:
+            _move(chain, ops[r, K_CHAIN_OUT] - 1, outu, 0, H * W * kb)
+        else:
+            _tensor(mems, boxes, ops[r, K_OFM], ops[r, K_OFM_N], H, W, kb, outu, kb, True)
+    return r1
+
+
+
+def _compiled(vnni: bool):
+    """:func:`_run_rows` compiled with the byte kernels (``vnni``) or with stubs for them,
+    under its own name: numba files its disk cache by name and argument types, not by the
+    globals a function was compiled with, and ACCELSTUB_VNNI=0 switches the byte kernels off
+    on a machine that has them (emu/conv/vnni.py), so one name for both would load the other's
+    code (as int_conv.twin's serial copies have their own name)."""
+    g = dict(globals())
+    g["_pointwise"], g["_conv"] = ((IC._pointwise8, IC._VNNI_CONV_TWIN.serial) if vnni
+                                   else (_no_pointwise, _no_conv))
+    name = "run_rows" if vnni else "run_rows_int16"
+    f = pytypes.FunctionType(_run_rows.__code__, g, name, _run_rows.__defaults__)
+    f.__qualname__, f.__module__, f.__doc__ = name, __name__, _run_rows.__doc__
+    return njit(nogil=True, cache=True)(f)
+
+
+#: the executor this machine runs
+run_rows = _compiled(HAVE_VNNI)
+
+#: memories a table may refer to (:func:`memories`)
+MEMORIES = 8
+
+
+def memories(arrays: list) -> tuple | None:
+    """The memories (uint8 byte arrays) as the tuple :func:`run_rows` takes: always
+    MEMORIES of them (padded with a 1-byte array: one type for every device, and a tuple
+    compiles in a fraction of a typed list's time), or None where there are more."""
+    if len(arrays) > MEMORIES:
+        return None
+    pad = np.zeros(1, np.uint8)
+    return tuple(arrays) + (pad,) * (MEMORIES - len(arrays))
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
+def compile_ahead() -> None:
+    """Compile (or load from the cache) :func:`run_rows` for the one set of argument types a
+    table passes (devices/ethos_u85/executor.py), running no row: `accelstub compile` calls
+    it, so that the first replay of a program does not wait for it (a few seconds)."""
+    i64, i32, u8 = np.zeros(1, np.int64), np.zeros(1, np.int32), np.zeros(4, np.uint8)
+    run_rows(np.zeros((0, COLUMNS), np.int64), 0, 0, np.zeros((0, BOX_COLUMNS), np.int64),
+             np.zeros((0, CHECK_COLUMNS), np.int64), memories([u8]), _read_only(i64), i64, i32,
+             u8, u8, _read_only(u8.view(np.int32)), _read_only(u8.view(np.int8)), i32,
+             u8.view(np.int8), u8, u8.view(np.int32), i64, i64, i64, u8, i32, i64)

@@ -1,0 +1,255 @@
+"""Compile a known list of kernels before a program needs them, in two processes at once.
+
+Why: numba compiles a kernel on its first call, one function at a time per process (its
+compiler lock), so a first run on a 2-core machine used one core: the MAX78000 demo's
+kernels took ~2 s of CPU one after the other (issue 31 #5). When the kernels and their
+argument types are known before the run (a *plan*: (module, function, numba signature)
+entries, e.g. a device's DeviceSpec.kernel_plan, checked by a test against a run of its
+demo), the ones not in the disk cache are split between this process and one worker forked
+for it. The worker writes numba's on-disk cache (emu/kernel_cache.py: the same folder, keyed by
+function and argument types), from which this process then loads them, as a later run would.
+Nothing is started when everything is cached (a warm run pays a cache lookup per entry, which
+its first calls would have paid anyway), where one core is all there is, or where a fork is
+not safe (can_fork): there this process compiles them all, as before.
+"""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+from numba.core import sigutils
+from numba.core.compiler_lock import global_compiler_lock
+
+from .jit import KERNELS
+
+#: (module, function, signature as numba prints it, CPU seconds it took to compile on the
+#: reference machine (used only to share the work out), the machines that call it: a key of
+#: NEEDS)
+Entry = tuple[str, str, str, float, str]
+
+
+#: the signature of an entry compiled by calling a function of its module, with no arguments,
+#: named after it (``call compile_ahead``): for a kernel whose argument types its module
+#: builds itself and may change (emu/executor/ethosu85.py run_rows), so no copy of them here
+#: can go stale. Such an entry is never known to be cached: it is called (a cached kernel
+#: loads in ~0.2 s)
+CALL = "call "
+
+
+def _vnni() -> bool:
+    from .conv.vnni import HAVE_VNNI
+
+    return HAVE_VNNI
+
+
+#: which machines call a kernel: every one (""), those where the 8-bit convolutions run the
+#: byte kernel ("vnni": AVX-512 VNNI, emu/conv/int_conv.py), the others ("int16")
+NEEDS = {"": lambda: True, "vnni": _vnni, "int16": lambda: not _vnni()}
+
+
+def for_this_machine(plan: Sequence[Entry]) -> list[Entry]:
+    """The entries of ``plan`` this machine's runs call."""
+    return [e for e in plan if NEEDS[e[4]]()]
+
+
+#: seconds the forked worker starts behind this process (the fork, and set-up its first
+#: compile repeats); its share is made that much smaller (a rough figure: it only shares out
+#: the work)
+WORKER_START_S = 0.1
+
+
+def kernel(module: str, name: str):
+    """The dispatcher ``name`` of ``module`` (importing it), as emu/jit.py recorded it."""
+    importlib.import_module(module)
+    try:
+        return KERNELS[module, name]
+    except KeyError:
+        raise KeyError(f"kernel plan: no kernel {module}.{name}") from None
+
+
+def _args(signature: str) -> tuple:
+    """The argument types of a signature as numba prints it (``(int64, Array(...))``): numba
+    parses its own spelling. A tuple of types is also the key numba files a call under."""
+    return tuple(sigutils.normalize_signature(signature)[0])
+
+
+def load_cached(dispatcher, signature: str) -> bool:
+    """Give ``dispatcher`` its compiled ``signature`` from numba's disk cache, if it is there,
+    never compiling; whether it has it now. The steps are those of numba's own
+    ``Dispatcher.compile`` on a cache hit (numba offers no public call that loads without
+    compiling on a miss); tests/framework/test_kernel_plan.py checks them."""
+    args = _args(signature)
+    if args in dispatcher.overloads:
+        return True
+    with global_compiler_lock:
+        cres = dispatcher._cache.load_overload(args, dispatcher.targetctx)
+        if cres is None:
+            return False
+        dispatcher._cache_hits[args] += 1  # as numba counts it (Dispatcher.stats)
+        dispatcher.targetctx.insert_user_function(cres.entry_point, cres.fndesc, [cres.library])
+        dispatcher.add_overload(cres)
+    return True
+
+
+def compile_entries(entries: Sequence[Sequence],
+                    done: Callable[[str, str, float], None] | None = None) -> None:
+    """Compile (or load from the cache) each entry in this process; ``done(module, function,
+    seconds)`` after each."""
+    for module, name, signature, *_ in entries:
+        t0 = time.perf_counter()
+        if signature.startswith(CALL):
+            getattr(importlib.import_module(module), signature.removeprefix(CALL))()
+        else:
+            kernel(module, name).compile(_args(signature))
+        if done is not None:
+            done(module, name, time.perf_counter() - t0)
+
+
+def share(entries: Sequence[Entry]) -> tuple[list[Entry], list[Entry]]:
+    """(this process's, the worker's): the longest first, each to the side that finishes it
+    sooner, the worker starting :data:`WORKER_START_S` late. The entries of one function stay
+    on one side: two processes adding to one function's cache index could lose an entry."""
+    by_function: dict[tuple[str, str], list[Entry]] = {}
+    for e in entries:
+        by_function.setdefault((e[0], e[1]), []).append(e)
+    here: list[Entry] = []
+    there: list[Entry] = []
+    load = [0.0, WORKER_START_S]
+    for group in sorted(by_function.values(), key=lambda g: -sum(e[3] for e in g)):
+        side = 0 if load[0] <= load[1] else 1
+        (here, there)[side].extend(group)
+        load[side] += sum(e[3] for e in group)
+    return here, there
+
+
+def cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def can_fork() -> bool:
+    """Whether this process may start a worker by fork: a POSIX system other than macOS (whose
+    system libraries are not fork-safe) and no thread but this one (a forked child has only
+    the forking thread; a lock another thread held, numba's compiler lock for one, would stay
+    held in it)."""
+    return hasattr(os, "fork") and sys.platform != "darwin" and threading.active_count() == 1
+
+
+def _queue(then: Sequence[Entry]) -> tuple[int, list[list[Entry]]]:
+    """A job queue for the entries of ``then``: the read end of a pipe holding one byte per
+    function, an index into the groups returned (a function's entries, in the order of
+    ``then``), the write end closed (so a read of the emptied pipe returns nothing). Each
+    process that has finished its share reads the next byte and compiles that group: it goes
+    to whichever process is free first (a pipe's one-byte read is atomic); one function's
+    entries stay in one process, as in :func:`share`."""
+    groups: dict[tuple[str, str], list[Entry]] = {}
+    for e in then:
+        groups.setdefault((e[0], e[1]), []).append(e)
+    assert len(groups) < 256, "a kernel plan's queue holds at most 255 functions"
+    read, write = os.pipe()
+    os.write(write, bytes(range(len(groups))))
+    os.close(write)
+    return read, list(groups.values())
+
+
+def _compile_queued(queue: tuple[int, list[list[Entry]]],
+                    done: Callable[[str, str, float], None] | None = None) -> None:
+    """Compile the groups of ``queue`` this process takes from it, one at a time; an entry
+    the other process has put in the disk cache meanwhile (a kernel another one calls,
+    compiled inside it) is loaded, and not reported to ``done`` as compiled."""
+    read, groups = queue
+    while byte := os.read(read, 1):
+        compile_entries([e for e in groups[byte[0]]
+                         if e[2].startswith(CALL) or not load_cached(kernel(e[0], e[1]), e[2])],
+                        done)
+
+
+def _start_worker(entries: list[Entry], queue: tuple[int, list[list[Entry]]] | None,
+                  quiet: bool = True) -> tuple[int, int]:
+    """Fork a worker that compiles ``entries`` into the disk cache, then what it takes from
+    ``queue`` (:func:`_queue`), writing a JSON line [module, function, seconds] after
+    each to a pipe, and exits (0 if all compiled); its pid and the pipe's read end.
+    ``quiet``: its output goes nowhere.
+
+    Why fork: a forked worker has numba, its registry and our modules loaded already; a
+    worker started as a new Python process spent ~0.8 s CPU on that before compiling anything,
+    as much as it then compiled (issue 31 #5)."""
+    read, write = os.pipe()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with global_compiler_lock:  # no compile half done in the child
+        pid = os.fork()
+    if pid:
+        os.close(write)
+        return pid, read
+    code = 1
+    try:  # the worker: when quiet, nothing it prints reaches the user's terminal
+        os.close(read)
+        if quiet:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, 1)
+            os.dup2(null, 2)
+        with os.fdopen(write, "w") as report:
+            def done(*kernel) -> None:
+                print(json.dumps(kernel), file=report, flush=True)
+
+            compile_entries(entries, done)
+            if queue is not None:
+                _compile_queued(queue, done)
+        code = 0
+    finally:
+        os._exit(code)  # no atexit handlers, no flush of the parent's buffers
+
+
+def compile_plan(plan: Sequence[Entry],
+                 on_worker: Callable[[str, str, float], None] | None = None,
+                 then: Sequence[Entry] = (), worker_output: bool = False) -> list[Entry]:
+    """Have every entry of ``plan`` and ``then`` compiled and loaded in this process: the
+    cached ones loaded, the others compiled here and, on a machine with more than one core
+    where :func:`can_fork`, in one worker process at the same time; entries for other
+    machines (NEEDS) are left out. ``plan`` is shared out before the start (:func:`share`);
+    ``then`` comes after it, each function's entries to whichever process is free first (a
+    queue, in the order given): a kernel that calls kernels of ``plan`` (`accelstub
+    compile`'s Ethos-U85 executor, run_rows) then finds most of them in the disk cache
+    instead of compiling them a second time, and the longest need not wait for the end of
+    one process's share. Returns the
+    entries that were not cached. ``on_worker(module, function, seconds)``: called, once the
+    worker has finished, for each kernel it compiled (`accelstub compile`'s progress lines;
+    this process's own compiles are numba's compile events as usual). ``worker_output``: the
+    worker's output goes where this process's goes, not nowhere (`accelstub compile`'s
+    children: the worker's compile events are printed as they happen, by the listener it
+    inherits, to the file the parent reads as it grows, rather than at its end)."""
+    def uncached(entries: Sequence[Entry]) -> list[Entry]:
+        return [e for e in for_this_machine(entries)
+                if e[2].startswith(CALL) or not load_cached(kernel(e[0], e[1]), e[2])]
+
+    missing, later = uncached(plan), uncached(then)
+    parallel = len(missing) + len(later) > 1 and cores() > 1 and can_fork()
+    here, there = share(missing) if parallel else (missing, [])
+    queue = _queue(later) if parallel and later else None
+    worker = (_start_worker(there, queue, quiet=not worker_output)
+              if there or queue is not None else None)
+    compile_entries(here)
+    if queue is not None:
+        _compile_queued(queue)
+        os.close(queue[0])
+    else:
+        compile_entries(later)
+    if worker is not None:
+        pid, read = worker
+        with os.fdopen(read) as reports:
+            lines = reports.read().splitlines()  # until the worker exits
+        os.waitpid(pid, 0)
+        for line in lines if on_worker is not None else ():
+            on_worker(*json.loads(line))
+    # loaded from the cache the worker wrote (compiled here if it failed)
+    compile_entries(there + (later if queue is not None else []))
+    return missing + later

@@ -1,0 +1,270 @@
+"""accelstub.emu.kernel_plan (issue 31 #5): the kernels of a plan not in numba's disk cache are
+compiled half here, half in one forked worker, and then loaded from the cache the worker wrote;
+with everything cached nothing is compiled and no worker starts. Each case runs in a fresh
+process with a numba cache of its own (NUMBA_CACHE_DIR in tmp_path), never the shared one."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+from accelstub.emu import kernel_plan as KP
+
+#: a module of four small kernels, written to tmp_path (numba caches only functions of a file)
+KERNELS_SOURCE = '''
+import numpy as np
+from accelstub.emu.jit import njit
+
+@njit(nogil=True, cache=True)
+def add(a, b):
+    return a + b
+
+@njit(nogil=True, cache=True)
+def total(x):
+    s = 0
+    for v in x:
+        s += v
+    return s
+
+@njit(nogil=True, cache=True)
+def scale(x, k):
+    for i in range(x.size):
+        x[i] *= k
+
+@njit(nogil=True, cache=True)
+def largest(x):
+    m = x[0]
+    for v in x:
+        m = max(m, v)
+    return m
+
+@njit(nogil=True, cache=True)
+def negate(x):
+    return -x
+
+def compile_negate():
+    """The module's own way to compile negate (a kernel_plan.CALL entry)."""
+    negate(np.zeros(3, np.int16))
+'''
+
+PLAN = [
+    ("plan_kernels", "add", "(int64, int64)", 0.2, ""),
+    ("plan_kernels", "total", "(Array(int64, 1, 'C', False, aligned=True),)", 0.4, ""),
+    ("plan_kernels", "scale", "(Array(int64, 1, 'C', False, aligned=True), int64)", 0.3, ""),
+    ("plan_kernels", "largest", "(Array(int32, 1, 'C', False, aligned=True),)", 0.3, ""),
+]
+
+#: the child: compile_plan(PLAN) (with a worker that fails at once if asked), then each
+#: kernel's cache hits and misses in this process (a miss: compiled here; a hit: loaded from
+#: the disk cache) and the kernels' results
+CHILD = textwrap.dedent('''
+    import json, os, sys
+    import numpy as np
+    from accelstub.emu import kernel_plan as KP
+    import plan_kernels as K
+    plan, failing = json.loads(sys.argv[1]), sys.argv[2] == "failing"
+    then = [tuple(e) for e in json.loads(sys.argv[3])]
+    if failing:  # the forked worker dies before compiling anything
+        parent, compile_entries = os.getpid(), KP.compile_entries
+        def entries_or_die(*args, **kwargs):
+            if os.getpid() != parent:
+                os._exit(3)
+            compile_entries(*args, **kwargs)
+        KP.compile_entries = entries_or_die
+    reported = []
+    missing = KP.compile_plan([tuple(e) for e in plan],
+                              on_worker=lambda m, n, s: reported.append([m, n, s > 0]),
+                              then=then)
+    x = np.arange(5, dtype=np.int64)
+    K.scale(x, 3)
+    stats = {n: (sum(K.__dict__[n].stats.cache_hits.values()),
+                 sum(K.__dict__[n].stats.cache_misses.values()))
+             for n in ["add", "total", "scale", "largest"] + [e[1] for e in then
+                                                              if e[1] == "negate"]}
+    print(json.dumps(dict(missing=[e[1] for e in missing], stats=stats, reported=reported,
+                          results=[int(K.add(2, 3)), int(K.total(x)), x.tolist(),
+                                   int(K.largest(np.array([4, -2, 9], np.int32)))])))
+''')
+
+
+def run_plan(tmp_path, worker: str = "", plan=PLAN, then=()) -> dict:
+    (tmp_path / "plan_kernels.py").write_text(KERNELS_SOURCE)
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=os.pathsep.join([str(tmp_path)] + [
+                   p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    out = subprocess.run([sys.executable, "-c", CHILD, json.dumps(plan), worker,
+                          json.dumps(then)],
+                         capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def parallel() -> bool:
+    """Whether a plan's child process forks a worker on this machine."""
+    return KP.cores() > 1 and hasattr(os, "fork") and sys.platform != "darwin"
+
+
+RESULTS = [5, 30, [0, 3, 6, 9, 12], 9]
+
+
+def test_uncached_kernels_are_compiled_half_here_half_in_a_worker_then_all_cached(tmp_path):
+    here, there = KP.share([tuple(e) for e in PLAN]) if parallel() else (PLAN, [])
+    assert here and (there or not parallel())  # one core, or no fork: no worker
+    first = run_plan(tmp_path)
+    assert first["results"] == RESULTS
+    assert sorted(first["missing"]) == sorted(e[1] for e in PLAN)
+    # compiled here: one miss; compiled by the worker: one hit, loaded from what it wrote
+    assert {n for n, (hits, misses) in first["stats"].items() if misses == 1 and not hits} \
+        == {e[1] for e in here}
+    assert {n for n, (hits, misses) in first["stats"].items() if hits == 1 and not misses} \
+        == {e[1] for e in there}
+    # the worker's kernels, each with its time, for `accelstub compile`'s lines
+    assert first["reported"] == [["plan_kernels", e[1], True] for e in there]
+    second = run_plan(tmp_path)  # a warm run: every kernel loaded, nothing compiled
+    assert second["results"] == RESULTS
+    assert second["missing"] == [] and second["reported"] == []
+    assert all(stats == [1, 0] for stats in second["stats"].values())
+
+
+#: negate, compiled by calling its module's compile_negate
+CALLED = ("plan_kernels", "negate", KP.CALL + "compile_negate", 0.3, "")
+
+
+def test_queued_kernels_are_each_compiled_once_by_whichever_process_is_free(tmp_path):
+    """compile_plan's ``then``: each function goes to the first process to ask (a pipe the two
+    read), so each is compiled exactly once, here or in the worker (then loaded here from
+    the cache it wrote, and reported); a CALL entry is compiled by its module's function."""
+    plan, then = PLAN[:1], PLAN[1:] + [CALLED]
+    first = run_plan(tmp_path, plan=plan, then=then)
+    assert first["results"] == RESULTS
+    assert sorted(first["missing"]) == sorted(e[1] for e in plan + then)
+    assert first["stats"]["add"] == [0, 1]  # the plan's one entry: here
+    queued = {e[1]: first["stats"][e[1]] for e in then}
+    assert all(stats in ([0, 1], [1, 0]) for stats in queued.values()), queued
+    by_worker = sorted(n for n, (hits, _) in queued.items() if hits)
+    assert sorted(n for _, n, _ in first["reported"]) == by_worker
+    assert all(took for *_, took in first["reported"])
+    second = run_plan(tmp_path, plan=plan, then=then)  # warm: nothing compiled, no report
+    assert second["missing"] == ["negate"]  # a CALL entry is never known to be cached ...
+    assert second["reported"] == []
+    assert all(stats == [1, 0] for stats in second["stats"].values())  # ... yet loads
+
+
+def test_the_queue_hands_each_function_to_one_reader_once(monkeypatch):
+    """The queue (a pipe both processes read a byte at a time from): a function's entries are
+    one job, in the order given, and a job one reader took is not there for the other."""
+    b1, b2 = ("m", "b", "()", 0.8, ""), ("m", "b", "(int64,)", 0.3, "")
+    a, c = ("m", "a", "()", 1.0, ""), ("m", "c", "()", 0.5, "")
+    queue = KP._queue([b1, a, b2, c])
+    assert queue[1] == [[b1, b2], [a], [c]]
+    assert os.read(queue[0], 1) == bytes([0])  # the other process takes b's two entries
+    compiled = []
+    monkeypatch.setattr(KP, "compile_entries", lambda entries, done=None: compiled.append(
+        [e[1] for e in entries]))
+    monkeypatch.setattr(KP, "load_cached", lambda dispatcher, signature: False)
+    monkeypatch.setattr(KP, "kernel", lambda module, name: None)
+    KP._compile_queued(queue)  # this one: the rest, one job at a time, until it is empty
+    os.close(queue[0])
+    assert compiled == [["a"], ["c"]]
+
+
+def test_a_worker_that_fails_leaves_its_share_to_this_process(tmp_path):
+    # the worker exits 3 at once, compiling nothing (its share, nor anything queued)
+    got = run_plan(tmp_path, worker="failing", plan=PLAN[:3], then=PLAN[3:] + [CALLED])
+    assert got["results"] == RESULTS
+    assert got["reported"] == []
+    assert all(misses == 1 and not hits for hits, misses in got["stats"].values())
+
+
+def test_no_worker_is_forked_beside_other_threads():
+    """A forked child has only the forking thread: a lock another thread holds (numba's
+    compiler lock, while it compiles) would never be released in it."""
+    import threading
+
+    alone = subprocess.run([sys.executable, "-c", "from accelstub.emu import kernel_plan as KP;"
+                            " print(KP.can_fork())"], capture_output=True, text=True, timeout=120)
+    assert alone.stdout.split() == [str(hasattr(os, "fork") and sys.platform != "darwin")]
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert not KP.can_fork()
+    finally:
+        stop.set()
+        other.join()
+
+
+def test_share_gives_the_longest_first_to_the_side_that_finishes_sooner():
+    assert KP.WORKER_START_S == 0.1  # the figures below assume it
+    b1, b2 = ("m", "b", "()", 0.8, ""), ("m", "b", "(int64,)", 0.3, "")
+    a, c, d = ("m", "a", "()", 1.0, ""), ("m", "c", "()", 0.5, ""), ("m", "d", "()", 0.2, "")
+    here, there = KP.share([a, b1, c, d, b2])
+    # b's two signatures together (1.1: one function's entries stay on one side) here, at 0;
+    # a (1.0) to the worker, which starts at 0.1 and is ahead (0.1 < 1.1): both at 1.1; c
+    # here (a tie goes here): 1.6; d to the worker (1.1 < 1.6)
+    assert here == [b1, b2, c]
+    assert there == [a, d]
+
+
+def test_entries_for_other_machines_are_left_out():
+    plan = [("m", "v", "()", 1.0, "vnni"), ("m", "i", "()", 1.0, "int16"),
+            ("m", "x", "()", 1.0, "")]
+    names = [e[1] for e in KP.for_this_machine(plan)]
+    assert names == (["v", "x"] if KP.NEEDS["vnni"]() else ["i", "x"])
+
+
+def test_the_first_demo_run_compiles_the_device_plan_in_two_processes(tmp_path):
+    """`accelstub run max78000` with nothing cached: the demo passes, and each kernel of the
+    plan was compiled by this process or the worker (loaded from what it wrote), as share()
+    divided them; a second run compiles nothing."""
+    code = textwrap.dedent('''
+        import contextlib, io, json
+        from accelstub.devices import device_spec
+        from accelstub.emu import kernel_plan as KP
+        from accelstub.stub.cli import main
+        with contextlib.redirect_stdout(io.StringIO()):
+            code = main(["run", "max78000"])
+        stats = {e[1]: (sum(KP.kernel(e[0], e[1]).stats.cache_hits.values()),
+                        sum(KP.kernel(e[0], e[1]).stats.cache_misses.values()))
+                 for e in KP.for_this_machine(device_spec("max78000").kernel_plan)}
+        print(json.dumps(dict(code=code, stats=stats)))
+    ''')
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    runs = []
+    for _ in range(2):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=600, env=env)
+        assert out.returncode == 0, out.stderr
+        runs.append(json.loads(out.stdout.splitlines()[-1]))
+    from accelstub.devices import device_spec
+
+    plan = KP.for_this_machine(device_spec("max78000").kernel_plan)
+    here, there = KP.share(plan) if parallel() else (plan, [])  # one core or no fork: none
+    first, second = runs
+    assert first["code"] == 0 and second["code"] == 0
+    assert first["stats"] == {**{e[1]: [0, 1] for e in here}, **{e[1]: [1, 0] for e in there}}
+    assert second["stats"] == {e[1]: [1, 0] for e in here + there}
+
+
+def test_accelstub_compile_names_every_kernel_of_the_plan(tmp_path):
+    """`accelstub compile`'s child for max78000 in an empty cache prints a line for each kernel
+    of the plan, those its worker process compiled too (KERNEL_MARK, stub/precompile.py), and
+    of the parallel kernels it compiles after the demo."""
+    from accelstub.devices import device_spec
+    from accelstub.stub.precompile import KERNEL_MARK
+
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    out = subprocess.run([sys.executable, "-m", "accelstub.stub.precompile", "max78000"],
+                         capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stderr
+    ended = {tuple(line.split()[2:4]) for line in out.stderr.splitlines()
+             if line.startswith(f"{KERNEL_MARK} end ")}
+    plan = KP.for_this_machine(device_spec("max78000").kernel_plan)
+    assert {(e[0], e[1]) for e in plan} <= ended
+    # then the parallel kernels of the serial twins it ran (int_conv.parallel_twin_plan)
+    import numba
+
+    twins = {(e[0], e[1].removesuffix("_serial")) for e in plan if e[1].endswith("_serial")}
+    assert twins and (twins <= ended) == (numba.config.NUMBA_NUM_THREADS > 1)
