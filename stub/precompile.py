@@ -36,7 +36,7 @@ KERNEL_MARK = "accelstub-kernel:"
 #: the Ethos-U85 block replays' executor (issue 32 #1; a demo run replays no block), compiled
 #: by its module's compile_ahead for the argument types only that module knows
 AHEAD = {"ethos-u85": tuple(
-    ("accelstub.emu.executor.ethosu85", name, "call compile_ahead", 4.5, needs)  # kernel_plan.CALL
+    ("accelstub.emu.executor.ethosu85", name, "call compile_ahead", 9.5, needs)  # kernel_plan.CALL
     for name, needs in (("run_rows", "vnni"), ("run_rows_int16", "int16")))}
 
 

@@ -5,7 +5,8 @@ concatenated buffers) whose runs of consecutive rows go through one compiled cal
 
 What converts (each exactly as its kept run computes it; anything else stays the step's
 closure, and breaks the run of rows): a DMA's kept copies; a convolution on the byte kernels
-(the general one or the pointwise one; VNNI machines) or a depthwise convolution on the
+(the general one or the pointwise one; VNNI machines), on the int16-pair kernel where the CPU
+has no byte kernel (issue 32 #3: int8 IFMs), or a depthwise convolution on the
 depthwise kernel, each with the fast output stage and 8-bit tensors (an int8 IFM for
 depthwise; an int32 OFM too); an element-wise ADD/SUB of two 8-bit tensors without broadcast
 on the fast add/sub body; since issue 32 #1/#3 the other element-wise operations but DIV
@@ -184,6 +185,11 @@ def _conv_rows(pools: _Pools, step: functools.partial[Any]) -> Rows | None:
                     X.K_WEIGHTS: pools.const("c32", p.weights), X.K_KH: kh, X.K_KW: kw,
                     X.K_PT: p.pad[0], X.K_PL: p.pad[1], X.K_SY: p.stride[0],
                     X.K_SX: p.stride[1], X.K_DY: p.dilation[0], X.K_DX: p.dilation[1]})
+    elif not X.BYTE_KERNELS:
+        cv16 = _conv16_columns(pools, p, acc.views[0].dtype, raw_shape)
+        if cv16 is None:
+            return None
+        row.update(cv16)
     elif (b := _byte_launch(p)) is not None:
         (off, zb, rows_read, top, dst_col), (quads, wsum) = b.args, b.mid
         ho, wob, q4, kh, kw, kn, sy, row_words, plane, row_off, col_off, hwc = b.tail
@@ -214,6 +220,38 @@ def _conv_rows(pools: _Pools, step: functools.partial[Any]) -> Rows | None:
                     X.K_COLUMNS: pools.const("c32", b.columns), X.K_COLUMNS_N: b.columns.size,
                     X.K_INIT: pools.const("c32", b.init)})
     return [(row, {X.K_IFM: ifm, **out[0]}, checks, out[1])]
+
+
+def _conv16_columns(pools: _Pools, p: Any, dtype: np.dtype[Any], raw_shape: tuple[int, ...]
+                    ) -> dict[int, int] | None:
+    """A CONV16 row's columns: a general or pointwise convolution where the CPU has no byte
+    kernel, as run_int_conv's conv_sums call runs it there (the int16-pair kernel: its weight
+    words, p.weights.words, packed when the layer was planned, into the table's c32; the
+    geometry IC._geometry works out for the input as run_int_conv shapes it, a 1x1 layer's
+    H*W pixels as one row where p.flat), or None: an IFM other than int8 (the ones the test
+    networks have, so the equality tests cover what converts)."""
+    c, w = p.channels, p.weights
+    if dtype != np.int8 or raw_shape[2] < c or w.quads is not None:
+        return None
+    if p.flat is not None:  # run_int_conv's v[:H, :W] as one row of H*W pixels
+        (h, wd), (vh, vw), tw = p.flat, (1, p.flat[0] * p.flat[1]), p.flat[1]
+        if raw_shape[0] < h or raw_shape[1] < wd:
+            return None
+    else:
+        (h, wd), (vh, vw) = raw_shape[:2], raw_shape[:2]
+    g, plane, rows = IC._geometry((c, vh, vw), w, p.out_hw, p.in_hw, p.pad, p.stride,
+                                  p.dilation)
+    return {X.K_KIND: X.CONV16, X.K_CV_H: h, X.K_CV_W: wd, X.K_CV_ROWS: rows,
+            X.K_CV_TOP: p.pad[0], X.K_CV_DST: pools.const("c64", g.dst_col),
+            X.K_CV_DST_N: g.dst_col.size, X.K_CV_W4: pools.const("c32", w.words),
+            X.K_CV_W4_N: w.words.size, X.K_CV_WOB: g.wob, X.K_CV_KH: w.kh, X.K_CV_KW: w.kw,
+            X.K_CV_KN: w.kp // IC.KB, X.K_CV_SY: p.stride[0], X.K_CV_ROW_WORDS: g.c2 * plane,
+            X.K_CV_PLANE: plane, X.K_CV_ROW_OFF: pools.const("c64", g.row_off),
+            X.K_CV_COL_OFF: pools.const("c64", g.col_off), X.K_CV_KP: w.kp,
+            X.K_CV_X4: g.hp * g.c2 * plane, X.K_C16_VH: vh, X.K_C16_VW: vw,
+            X.K_C16_ZP: p.zero_point,
+            X.K_C16_HO: p.out_hw[0], X.K_C16_C2: g.c2, X.K_C16_HP: g.hp,
+            X.K_C16_TW: g.wob if p.flat is None else tw}
 
 
 def _values_rows(pools: _Pools, step: functools.partial[Any]) -> Rows | None:
@@ -482,7 +520,8 @@ class Table:
         x = np.concatenate([[16], hw * 4 * o[:, X.K_Q4], np.where(ew, hw * o[:, X.K_K] * 4, 0),
                             pin * 4, o[:, X.K_IN_H] * o[:, X.K_IN_W]
                             * o[:, X.K_C], hw * o[:, X.K_K], o[:, X.K_BYTES],
-                            o[:, X.K_CV_H] * o[:, X.K_CV_W] * 4 * o[:, X.K_CV_Q4]])
+                            o[:, X.K_CV_H] * o[:, X.K_CV_W] * 4 * o[:, X.K_CV_Q4],
+                            o[:, X.K_CV_H] * o[:, X.K_CV_W] * o[:, X.K_C]])
         words = int(x.max()) // 4 + 1
         buf = np.zeros(words, np.int32)
         self.xw = buf.view(np.uint8)
@@ -494,7 +533,7 @@ class Table:
                                                 o[:, X.K_H] * o[:, X.K_CV_WOB] * o[:, X.K_CV_KP]
                                                 ]).max()), np.int32)
         self.x4 = np.zeros(int(np.concatenate([[16], o[:, X.K_CV_X4]]).max()), np.int32)
-        conv = np.isin(o[:, X.K_KIND], (X.POINTWISE, X.DEPTHWISE, X.CONV))
+        conv = np.isin(o[:, X.K_KIND], (X.POINTWISE, X.DEPTHWISE, X.CONV, X.CONV16))
         size = np.where(ew, o[:, X.K_OE], np.where(conv & (o[:, X.K_OUT32] != 0), 4, 1))
         out = np.zeros(int(np.concatenate([[16], hw * o[:, X.K_K] * size]).max()) // 4 + 1,
                        np.int32)

@@ -4,7 +4,8 @@ No device knowledge: the caller hands an operation table (int64 rows, layout bel
 strided boxes of the tensors (:data:`BOX_COLUMNS`), the stream checks, the memories as byte
 arrays and the constants in concatenated buffers; :func:`run_rows` reads the IFMs from and
 writes the OFMs into the memories directly and calls the existing kernels (the byte kernel
-and the pointwise byte kernel (serial), the depthwise kernel, the fast output stage (serial),
+and the pointwise byte kernel (serial), or where the CPU has none the int16-pair kernel
+(serial), the depthwise kernel, the fast output stage (serial),
 the add/sub body), the same calls with the same arguments the Python path makes, so the bytes
 written are the same (a serial twin computes what its parallel kernel does).
 
@@ -43,9 +44,23 @@ def _no_conv(src, off, zb, rows, top, dst_col, x4, w4, wsum, acc, ho, wob, q4, k
     raise AssertionError("no byte kernel on this CPU")
 
 
+@njit(nogil=True, cache=True)
+def _no_pack16(v, zp, rows, top, dst_col, channels_last, x16):
+    """Where the CPU has the byte kernels (no CONV16 rows are made there)."""
+    raise AssertionError("the byte kernels' variant makes no CONV16 rows")
+
+
+@njit(nogil=True, cache=True)
+def _no_conv16(x2, w2, acc, ho, wob, c2, kh, kw, kn, sy, row_words, plane, row_off, col_off,
+               hwc):
+    """Where the CPU has the byte kernels (no CONV16 rows are made there)."""
+    raise AssertionError("the byte kernels' variant makes no CONV16 rows")
+
+
 # the kernels the rows call (globals: numba resolves them when it compiles run_rows; the byte
-# kernels are bound per variant in :func:`_compiled`)
+# kernels and the int16-pair kernel are bound per variant in :func:`_compiled`)
 _pointwise, _conv = _no_pointwise, _no_conv
+_pack16, _conv16 = _no_pack16, _no_conv16
 _depthwise = IC._depthwise_pixels
 _finish_fast = CE._FINISH_FAST_TWIN.serial
 _addsub = EE._addsub_fast
@@ -53,7 +68,7 @@ _eltwise = EE._ew_kernel
 _pool = PK._pool_kernel
 
 # row kinds
-COPY, POINTWISE, DEPTHWISE, ADDSUB, CONV, ELEMENTWISE, POOL = 1, 2, 3, 4, 5, 6, 7
+COPY, POINTWISE, DEPTHWISE, ADDSUB, CONV, ELEMENTWISE, POOL, CONV16 = 1, 2, 3, 4, 5, 6, 7, 8
 
 # row columns
 K_KIND, K_STEP, K_H, K_W, K_C, K_K = 0, 1, 2, 3, 4, 5
@@ -92,9 +107,24 @@ OPERAND_TENSOR, OPERAND_SCALAR, OPERAND_NONE = 0, 1, 2
 (K_CV_H, K_CV_W, K_CV_Q4, K_CV_OFF, K_CV_ZB, K_CV_ROWS, K_CV_TOP, K_CV_DST, K_CV_DST_N,
  K_CV_W4, K_CV_W4_N, K_CV_WSUM, K_CV_WSUM_N, K_CV_WOB, K_CV_KH, K_CV_KW, K_CV_KN, K_CV_SY,
  K_CV_ROW_WORDS, K_CV_PLANE, K_CV_ROW_OFF, K_CV_COL_OFF, K_CV_KP, K_CV_X4) = range(33, 57)
-# POINTWISE / DEPTHWISE / CONV: 1 where the OFM is int32 (the output stage into ``out32``)
+# POINTWISE / DEPTHWISE / CONV / CONV16: 1 where the OFM is int32 (the output stage into
+# ``out32``)
 K_OUT32 = 57
-COLUMNS = 58
+# CONV16 (conv_sums' int16-pair call, emu/conv/int_conv.py: _pack_input, _conv_blocks; a
+# general or pointwise convolution where the CPU has no byte kernel): K_CV_H, K_CV_W the IFM's
+# rows and columns read (K_C channels, packed), K_CV_ROWS, K_CV_TOP, K_CV_DST(_N),
+# K_CV_W4(_N) the int16-pair weight words (c32), K_CV_WOB, K_CV_KH, K_CV_KW, K_CV_KN,
+# K_CV_SY, K_CV_ROW_WORDS, K_CV_PLANE, K_CV_ROW_OFF, K_CV_COL_OFF, K_CV_KP and K_CV_X4 (the
+# packed input's words) as for CONV; then the input's shape as the kernel reads it (a 1x1
+# layer's H*W pixels as one row: IntConv.flat), its zero point (an int8 IFM), the sums' rows,
+# channel pairs, padded rows and the sums' columns per OFM row (``wob``, or W where the H*W
+# pixels are one row)
+K_C16_VH, K_C16_VW, K_C16_ZP, K_C16_HO, K_C16_C2, K_C16_HP, K_C16_TW = range(58, 65)
+COLUMNS = 65
+
+#: the convolution rows this machine's :func:`run_rows` runs: those of the byte kernels (CONV,
+#: POINTWISE; AVX-512 VNNI), else those of the int16-pair kernel (CONV16)
+BYTE_KERNELS = HAVE_VNNI
 
 #: a box: memory, offset, first channel, channels, sy, sx, sc
 BOX_COLUMNS = 7
@@ -188,8 +218,9 @@ def _run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8,
     an OFM's bytes (int8 for the output stage, uint8 for the stores, int32 for an int32 OFM's
     output stage: one memory), ``ea``/``eb``/``eo`` int64 operands and result, ``chain`` the
     OFMs pushed into the chaining FIFO (each popped by the next row that reads it), ``x4`` the
-    byte kernel's packed input, ``flag[0]`` the result flag the last 1x1x1 OFM set (bit 0 of
-    a single-element OFM [U85-TRM: Table 3-14]; rows without one leave it)."""
+    byte kernel's (CONV16: the int16-pair kernel's) packed input, ``flag[0]`` the result flag
+    the last 1x1x1 OFM set (bit 0 of a single-element OFM [U85-TRM: Table 3-14]; rows without
+    one leave it)."""
     for r in range(r0, r1):
         kind = ops[r, K_KIND]
         H, W, C, K = ops[r, K_H], ops[r, K_W], ops[r, K_C], ops[r, K_K]
@@ -208,7 +239,7 @@ def _run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8,
             # its streams still hold the bytes its kept run was worked out from
             if not _same(mems[checks[k, 0]], checks[k, 1], c8, checks[k, 3], checks[k, 2]):
                 return r
-        if kind == POINTWISE or kind == DEPTHWISE or kind == CONV:
+        if kind == POINTWISE or kind == DEPTHWISE or kind == CONV or kind == CONV16:
             tw = ops[r, K_TERMS_W]
             rows = c64[ops[r, K_ROWS]:ops[r, K_ROWS] + H]
             cols = c64[ops[r, K_COLS]:ops[r, K_COLS] + W]
@@ -237,6 +268,24 @@ def _run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8,
                       ops[r, K_CV_PLANE], c64w[ops[r, K_CV_ROW_OFF]:ops[r, K_CV_ROW_OFF] + kh],
                       c64w[ops[r, K_CV_COL_OFF]:ops[r, K_CV_COL_OFF] + kw], True)
                 tot = a.reshape((H, wob, kp))
+            elif kind == CONV16:  # run_int_conv's conv_sums without byte kernel, serial
+                h, wd, vh, vw = ops[r, K_CV_H], ops[r, K_CV_W], ops[r, K_C16_VH], ops[r, K_C16_VW]
+                ho, wob, kp, tw = ops[r, K_C16_HO], ops[r, K_CV_WOB], ops[r, K_CV_KP], \
+                    ops[r, K_C16_TW]
+                c2, plane, kh = ops[r, K_C16_C2], ops[r, K_CV_PLANE], ops[r, K_CV_KH]
+                _tensor(mems, boxes, ops[r, K_IFM], ops[r, K_IFM_N], h, wd, C, xw, C, False)
+                x2 = x4[:ops[r, K_CV_X4]]
+                x16 = x2.view(np.int16).reshape((ops[r, K_C16_HP], c2, plane, 2))
+                dst = c64w[ops[r, K_CV_DST]:ops[r, K_CV_DST] + ops[r, K_CV_DST_N]]
+                _pack16(x8[:vh * vw * C].reshape((vh, vw, C)).transpose((2, 0, 1)),
+                        ops[r, K_C16_ZP], ops[r, K_CV_ROWS], ops[r, K_CV_TOP], dst, True, x16)
+                a = acc[:ho * wob * kp]
+                _conv16(x2, c32[ops[r, K_CV_W4]:ops[r, K_CV_W4] + ops[r, K_CV_W4_N]], a, ho,
+                        wob, c2, kh, ops[r, K_CV_KW], ops[r, K_CV_KN], ops[r, K_CV_SY],
+                        ops[r, K_CV_ROW_WORDS], plane,
+                        c64w[ops[r, K_CV_ROW_OFF]:ops[r, K_CV_ROW_OFF] + kh],
+                        c64w[ops[r, K_CV_COL_OFF]:ops[r, K_CV_COL_OFF] + ops[r, K_CV_KW]], True)
+                tot = a[:H * tw * kp].reshape((H, tw, kp))
             else:
                 ih, iw = ops[r, K_IN_H], ops[r, K_IN_W]
                 _tensor(mems, boxes, ops[r, K_IFM], ops[r, K_IFM_N], ih, iw, C, xw, C, False)
@@ -347,6 +396,8 @@ def _compiled(vnni: bool):
     g = dict(globals())
     g["_pointwise"], g["_conv"] = ((IC._pointwise8, IC._VNNI_CONV_TWIN.serial) if vnni
                                    else (_no_pointwise, _no_conv))
+    g["_pack16"], g["_conv16"] = ((_no_pack16, _no_conv16) if vnni
+                                  else (IC._PACK_INPUT_TWIN.serial, IC._CONV_BLOCKS_TWIN.serial))
     name = "run_rows" if vnni else "run_rows_int16"
     f = pytypes.FunctionType(_run_rows.__code__, g, name, _run_rows.__defaults__)
     f.__qualname__, f.__module__, f.__doc__ = name, __name__, _run_rows.__doc__

@@ -93,12 +93,13 @@ def test_executor_equals_closures_and_units(compiled, name):
 
 @needs_vela
 def test_executor_rows_cover_mobilenet(compiled):
-    """MobileNet v2's replay runs every data step as a row on a VNNI machine (146 with Vela
-    4.x: DMAs, convolutions, the adds, the convolutions into the chaining FIFO with the adds
-    that read it, and since issue 32 #1/#3 its tail too: the global average pool's depthwise
-    with an int32 OFM into the FIFO, the poolings, the softmax's element-wise operations).
-    Without the byte kernels (ACCELSTUB_VNNI=0, an AVX2-only CPU) the other convolutions
-    stay closures (design notes)."""
+    """MobileNet v2's replay runs every data step as a row (146 with Vela 4.x: DMAs,
+    convolutions, the adds, the convolutions into the chaining FIFO with the adds that read
+    it, and since issue 32 #1/#3 its tail too: the global average pool's depthwise with an
+    int32 OFM into the FIFO, the poolings, the softmax's element-wise operations). On a VNNI
+    machine the general and pointwise convolutions are byte-kernel rows (CONV, POINTWISE);
+    without the byte kernels (ACCELSTUB_VNNI=0, an AVX2-only CPU) int16-pair kernel rows
+    (CONV16: the 3x3 stem as it is, the 1x1 layers' H*W pixels as one row)."""
     import collections
 
     from accelstub.emu.conv.vnni import HAVE_VNNI
@@ -114,11 +115,16 @@ def test_executor_rows_cover_mobilenet(compiled):
     assert kinds[X.ELEMENTWISE] >= 20 and kinds[X.POOL] == 2
     depthwise = table.ops[table.ops[:, X.K_KIND] == X.DEPTHWISE]
     assert (depthwise[:, X.K_OUT32] == 1).any()  # the global average pool's int32 OFM
+    assert kinds[X.ADDSUB] >= 10
+    assert table.rows == data_steps and len(table.runs) == 1
     if HAVE_VNNI:
-        assert kinds[X.POINTWISE] >= 40 and kinds[X.CONV] >= 1 and kinds[X.ADDSUB] >= 10
-        assert table.rows == data_steps and len(table.runs) == 1
+        assert kinds[X.POINTWISE] >= 40 and kinds[X.CONV] >= 1 and not kinds[X.CONV16]
     else:
-        assert set(kinds) == {X.COPY, X.DEPTHWISE, X.ELEMENTWISE, X.POOL}
+        assert kinds[X.CONV16] >= 41 and not kinds[X.CONV] and not kinds[X.POINTWISE]
+        c16 = table.ops[table.ops[:, X.K_KIND] == X.CONV16]
+        assert (c16[:, X.K_CV_KH] == 3).any()  # the stem, a general convolution
+        flat = c16[(c16[:, X.K_C16_VH] == 1) & (c16[:, X.K_H] > 1)]
+        assert len(flat) >= 30 and (flat[:, X.K_C16_TW] == flat[:, X.K_W]).all()
 
 
 @needs_vela
@@ -127,8 +133,9 @@ def test_the_tails_kinds_are_rows(compiled, name):
     """The kinds issue 32 #1/#3 converts appear as rows in the networks the equality test
     runs (so that test compares them with the closures and the units): element-wise
     operations on 8- and 32-bit tensors, unary, with a scalar, a broadcast operand, a LUT
-    function, from and into the chaining FIFO, 1x1x1 OFMs (the result flag); poolings; on a
-    VNNI machine every data step of the block is a row."""
+    function, from and into the chaining FIFO, 1x1x1 OFMs (the result flag); poolings; every
+    data step of the block is a row (the convolutions: byte-kernel rows on a VNNI machine,
+    int16-pair kernel rows without, ACCELSTUB_VNNI=0)."""
     from accelstub.emu.conv.vnni import HAVE_VNNI
     from accelstub.emu.executor import ethosu85 as X
     from accelstub.emu.numeric import ethosu85 as P
@@ -150,8 +157,9 @@ def test_the_tails_kinds_are_rows(compiled, name):
     one = o[o[:, X.K_H] * o[:, X.K_W] * o[:, X.K_K] == 1]
     assert {X.ELEMENTWISE, X.POOL} <= set(one[:, X.K_KIND].tolist())
     assert (o[:, X.K_KIND] == X.POOL).sum() >= 2
-    if HAVE_VNNI:
-        assert table.rows == sum(type(s).__name__ == "partial" for s in blk.steps)
+    assert table.rows == sum(type(s).__name__ == "partial" for s in blk.steps)
+    conv = {X.CONV, X.POINTWISE} if HAVE_VNNI else {X.CONV16}
+    assert conv & set(o[:, X.K_KIND].tolist())
 
 
 @needs_vela
