@@ -82,12 +82,17 @@ def load_cached(dispatcher, signature: str) -> bool:
     """Give ``dispatcher`` its compiled ``signature`` from numba's disk cache, if it is there,
     never compiling; whether it has it now. The steps are those of numba's own
     ``Dispatcher.compile`` on a cache hit (numba offers no public call that loads without
-    compiling on a miss); tests/framework/test_kernel_plan.py checks them."""
+    compiling on a miss); tests/framework/test_kernel_plan.py checks them. A numba whose
+    internals differ (no such steps) gives False: the entry is then compiled, or loaded by
+    numba's own first call, as without a plan."""
     args = _args(signature)
     if args in dispatcher.overloads:
         return True
+    load = getattr(getattr(dispatcher, "_cache", None), "load_overload", None)
+    if load is None or not hasattr(dispatcher, "_cache_hits"):
+        return False
     with global_compiler_lock:
-        cres = dispatcher._cache.load_overload(args, dispatcher.targetctx)
+        cres = load(args, dispatcher.targetctx)
         if cres is None:
             return False
         dispatcher._cache_hits[args] += 1  # as numba counts it (Dispatcher.stats)

@@ -268,3 +268,15 @@ def test_accelstub_compile_names_every_kernel_of_the_plan(tmp_path):
 
     twins = {(e[0], e[1].removesuffix("_serial")) for e in plan if e[1].endswith("_serial")}
     assert twins and (twins <= ended) == (numba.config.NUMBA_NUM_THREADS > 1)
+
+
+def test_a_numba_without_the_cache_hit_steps_loads_nothing_and_compiles_as_without_a_plan():
+    """load_cached uses numba's private cache-hit steps; a dispatcher without them (another
+    numba) is a miss, never an error, so the entry is compiled as it would be without a plan."""
+    import types
+
+    changed = types.SimpleNamespace(overloads={}, _cache=types.SimpleNamespace(),
+                                    targetctx=None)
+    assert KP.load_cached(changed, "(int64, int64)") is False
+    changed._cache = types.SimpleNamespace(load_overload=lambda args, ctx: None)
+    assert KP.load_cached(changed, "(int64, int64)") is False  # no _cache_hits either
