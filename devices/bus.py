@@ -206,6 +206,13 @@ class Bus:
                     self.memories[r.name].write(a - r.base, piece)
                     self.write_touches += 1
 
+    def stored_into(self, mem: Memory) -> None:
+        """Count a store into ``mem`` made outside :meth:`write` (History.apply_redo replaying
+        a host write) as a bus write's: its change counter and :attr:`write_touches` move
+        together, so History.hidden does not take it for a change made another way."""
+        mem.touch()
+        self.write_touches += 1
+
     def memory_at(self, addr: int) -> tuple[Memory, int]:
         """The memory holding ``addr`` and the offset in it (for device models and kernels)."""
         _, _, r = self._populated(addr)

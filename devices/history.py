@@ -429,9 +429,10 @@ class History:
                     seen.add(id(ws))
                     ranges += ws
         entry = Entry(self.pending, regs, self._take(ranges, written, logs), legs)
+        sizes = [leg.size for leg in legs]
         entry.size = ENTRY_OVERHEAD + REG_BYTES * len(regs) + \
-            sum(s.nbytes for s in entry.undo) + sum(leg.size for leg in legs)
-        self.size += entry.size - sum(leg.size for leg in legs[:-1])  # those were counted
+            sum(s.nbytes for s in entry.undo) + sum(sizes)
+        self.size += entry.size - sum(sizes[:-1])  # those legs were counted
         self.entries.append(entry)
         self.pending = state
         self.run_s = 0.0
@@ -608,8 +609,7 @@ class History:
             data = self.stores[store][0]
             put_back(data, data, offs, lens, full)
             for k in sorted(set(segs.tolist())):
-                self.seg_mems[k].touch()
-                self.bus.write_touches += 1  # as a bus write's store: not a hidden change
+                self.bus.stored_into(self.seg_mems[k])
         redo.full = None
         assert self.bus.write_log is not None
         self.bus.write_log += leg.log

@@ -115,17 +115,29 @@ def compile_entries(entries: Sequence[Sequence],
             done(module, name, time.perf_counter() - t0)
 
 
+def _loaded(entry: Entry) -> bool:
+    """Whether ``entry``'s kernel is compiled in this process now, loading it from the disk
+    cache if it is there; a :data:`CALL` entry never is (it is always called)."""
+    return not entry[2].startswith(CALL) and load_cached(kernel(entry[0], entry[1]), entry[2])
+
+
+def _by_function(entries: Sequence[Entry]) -> list[list[Entry]]:
+    """``entries`` grouped by (module, function), groups and entries in the order given: one
+    function's entries must stay in one process (:func:`share`, :func:`_queue`)."""
+    groups: dict[tuple[str, str], list[Entry]] = {}
+    for e in entries:
+        groups.setdefault((e[0], e[1]), []).append(e)
+    return list(groups.values())
+
+
 def share(entries: Sequence[Entry]) -> tuple[list[Entry], list[Entry]]:
     """(this process's, the worker's): the longest first, each to the side that finishes it
     sooner, the worker starting :data:`WORKER_START_S` late. The entries of one function stay
     on one side: two processes adding to one function's cache index could lose an entry."""
-    by_function: dict[tuple[str, str], list[Entry]] = {}
-    for e in entries:
-        by_function.setdefault((e[0], e[1]), []).append(e)
     here: list[Entry] = []
     there: list[Entry] = []
     load = [0.0, WORKER_START_S]
-    for group in sorted(by_function.values(), key=lambda g: -sum(e[3] for e in g)):
+    for group in sorted(_by_function(entries), key=lambda g: -sum(e[3] for e in g)):
         side = 0 if load[0] <= load[1] else 1
         (here, there)[side].extend(group)
         load[side] += sum(e[3] for e in group)
@@ -155,14 +167,12 @@ def _queue(then: Sequence[Entry]) -> tuple[int, list[list[Entry]]]:
     process that has finished its share reads the next byte and compiles that group: it goes
     to whichever process is free first (a pipe's one-byte read is atomic); one function's
     entries stay in one process, as in :func:`share`."""
-    groups: dict[tuple[str, str], list[Entry]] = {}
-    for e in then:
-        groups.setdefault((e[0], e[1]), []).append(e)
+    groups = _by_function(then)
     assert len(groups) < 256, "a kernel plan's queue holds at most 255 functions"
     read, write = os.pipe()
     os.write(write, bytes(range(len(groups))))
     os.close(write)
-    return read, list(groups.values())
+    return read, groups
 
 
 def _compile_queued(queue: tuple[int, list[list[Entry]]],
@@ -172,9 +182,7 @@ def _compile_queued(queue: tuple[int, list[list[Entry]]],
     compiled inside it) is loaded, and not reported to ``done`` as compiled."""
     read, groups = queue
     while byte := os.read(read, 1):
-        compile_entries([e for e in groups[byte[0]]
-                         if e[2].startswith(CALL) or not load_cached(kernel(e[0], e[1]), e[2])],
-                        done)
+        compile_entries([e for e in groups[byte[0]] if not _loaded(e)], done)
 
 
 def _start_worker(entries: list[Entry], queue: tuple[int, list[list[Entry]]] | None,
@@ -233,8 +241,7 @@ def compile_plan(plan: Sequence[Entry],
     children: the worker's compile events are printed as they happen, by the listener it
     inherits, to the file the parent reads as it grows, rather than at its end)."""
     def uncached(entries: Sequence[Entry]) -> list[Entry]:
-        return [e for e in for_this_machine(entries)
-                if e[2].startswith(CALL) or not load_cached(kernel(e[0], e[1]), e[2])]
+        return [e for e in for_this_machine(entries) if not _loaded(e)]
 
     missing, later = uncached(plan), uncached(then)
     parallel = len(missing) + len(later) > 1 and cores() > 1 and can_fork()

@@ -248,8 +248,16 @@ def _operand(op, c: int, y: int, x: int) -> int:
 
 def sdp(values: np.ndarray, ref: SdpRef) -> np.ndarray:
     """int [C, H, W] -> int8 [C, H, W] through the X stages and the converter."""
+    return sdp_counted(values, ref)[0]
+
+
+def sdp_counted(values: np.ndarray, ref: SdpRef) -> tuple[np.ndarray, int]:
+    """:func:`sdp`, and how many values SDP_D_PERF_OUT_SATURATION counts: those the
+    converter's 17-bit saturation moved by more than its rounding does (the floor shift of
+    the scaled value and the saturated one differ by more than 1)."""
     c, h, w = values.shape
     out = np.zeros((c, h, w), np.int64)
+    saturations = 0
     off, scale, shift = ref.cvt
     for ci in range(c):
         for y in range(h):
@@ -268,8 +276,11 @@ def sdp(values: np.ndarray, ref: SdpRef) -> np.ndarray:
                         v = sat(rshift_round(v, st.mul_shift), 32)
                     if st.relu:
                         v = max(v, 0)
-                out[ci, y, x] = sat(sat(rshift_round((v - off) * scale, shift), 17), 8)
-    return out
+                scaled = (v - off) * scale
+                t17 = sat(rshift_round(scaled, shift), 17)
+                saturations += abs((scaled >> shift) - t17) > 1
+                out[ci, y, x] = sat(t17, 8)
+    return out, saturations
 
 
 def _i16(v: int) -> int:

@@ -331,8 +331,7 @@ def _eltwise_rows(pools: _Pools, r: Any, plan: Any) -> Rows | None:
             row[X.K_SCALAR1 + q] = operand or 0
             continue
         zp, bits, signed, bc = operand
-        shape = (1 if bc & eltwise_k.BC_H else H, 1 if bc & eltwise_k.BC_W else W,
-                 1 if bc & eltwise_k.BC_C else D)
+        shape = eltwise_k.operand_shape(bc, plan.shape)
         if read is None or bits not in (8, 32) or bc & ~7 or tuple(read[2]) != shape:
             return None
         row.update({X.K_SRC1 + q: X.OPERAND_TENSOR, X.K_ZP1 + q: zp,
@@ -361,13 +360,8 @@ def _pool_rows(pools: _Pools, r: Any, d: Any) -> Rows | None:
     if t is None or d.mode == pool_k.POOL_NONE or d.upscale != 0 or d.scaled or lut is None \
             or len(kcfg) != 15 or dtype.itemsize not in (1, 4) or t.bits not in (8, 32):
         return None
-    (H, W, D), (kh, kw), (sy, sx), (pt, pl, pb, pr) = d.ofm, d.kernel, d.stride, d.pad
-    ih, iw, ic = d.ifm_shape
-    if d.mode == pool_k.POOL_REDUCE_SUM:
-        if (ih, iw) != (H, W) or D != 1:
-            return None
-    elif (ih, iw, ic) != ((H - 1) * sy + kh - (pt + pb), (W - 1) * sx + kw - (pl + pr), D):
-        return None
+    (H, W, D), (kh, kw), (sy, sx), (pt, pl, _, _) = d.ofm, d.kernel, d.stride, d.pad
+    ih, iw, ic = d.ifm_shape  # (pool_decode derived it: no upscale, [ih, iw, D] or [H, W, C])
     read, out = r.reads[0], _ofm(pools, r.ofm, d.ofm, dtype.kind == "i", dtype.itemsize)
     if out is None or read is None or read[0] is None or tuple(read[2]) != (ih, iw, ic) \
             or read[0].views[0].itemsize != t.bits // 8:
@@ -499,10 +493,8 @@ class Table:
         self.mems = X.memories(pools.mems)
         if self.mems is None:  # more memories than a table refers to: no rows
             self.runs.clear()
-        c64 = pools.buffer("c64", np.int64)
-        self.c64w = c64
-        self.c64 = c64.view()
-        self.c64.flags.writeable = False
+        self.c64w = pools.buffer("c64", np.int64)
+        self.c64 = X.read_only(self.c64w)
         self.c32 = pools.buffer("c32", np.int32)
         self.c8 = pools.buffer("c8", np.uint8)
         self.chain = np.zeros(max(chain_size, 1), np.uint8)
@@ -525,10 +517,8 @@ class Table:
         words = int(x.max()) // 4 + 1
         buf = np.zeros(words, np.int32)
         self.xw = buf.view(np.uint8)
-        self.x32 = buf.view()
-        self.x32.flags.writeable = False
-        self.x8 = buf.view(np.int8)
-        self.x8.flags.writeable = False
+        self.x32 = X.read_only(buf)
+        self.x8 = X.read_only(buf.view(np.int8))
         self.acc = np.zeros(int(np.concatenate([[16], hw * o[:, X.K_KV] * 16, hw * o[:, X.K_C],
                                                 o[:, X.K_H] * o[:, X.K_CV_WOB] * o[:, X.K_CV_KP]
                                                 ]).max()), np.int32)

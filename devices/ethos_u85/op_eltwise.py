@@ -23,11 +23,6 @@ from .setstate import (
 from .stream import Command
 
 
-def _operand_shape(bm: int, shape: tuple[int, int, int]) -> tuple[int, int, int]:
-    H, W, D = shape
-    return (1 if bm & 1 else H, 1 if bm & 2 else W, 1 if bm & 4 else D)
-
-
 def _in_scale(s: SetState, which: str, needed: bool) -> tuple[int, int, int, int]:
     if not needed:
         return (1, 0, 1, 0)
@@ -126,7 +121,7 @@ def _eltwise_operands(s: SetState, cfg: NpuConfig, mode: int, unary: bool, ifm: 
                 "[U85-TRM: Table 3-117]")
             if t.storage == 2:
                 require(bm == 0, "no broadcast from a chaining FIFO", "[U85-TRM: §3.6.4]")
-            reads.append((t, _operand_shape(bm, shape)))
+            reads.append((t, eltwise_k.operand_shape(bm, shape)))
     if bm1 == eltwise_k.BC_SCALAR and bm2 == eltwise_k.BC_SCALAR:
         require(False, "IFM_BROADCAST != scalar when IFM2 is scalar", "[U85-TRM: §3.10.6]")
     # scale_a / scale_b read IFM_SCALE / IFM2_SCALE for b8 and signed b16 inputs [U85-TRM: §3.6.6];

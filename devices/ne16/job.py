@@ -148,25 +148,23 @@ def _decode(regs: tuple[int, ...]) -> JobConfig:
     r = {name: view(v) for (name, view), v in zip(job_views().items(), regs[15:])}
     c0 = r["CONFIG0"]
 
-    def bad(what: str) -> DeviceError:
-        return DeviceError(what)
-
     mode = c0.filter_mode
     if mode == 3:
-        raise bad("CONFIG0.filter_mode 3 is reserved [NE16: CONFIG0]")
+        raise DeviceError("CONFIG0.filter_mode 3 is reserved [NE16: CONFIG0]")
     if c0.mode16:
-        raise bad("CONFIG0.mode16 (16-bit input activations, [NE16: CONFIG0]) is not modelled yet")
+        raise DeviceError("CONFIG0.mode16 (16-bit input activations, [NE16: CONFIG0]) is not "
+                          "modelled yet")
     if c0.linear:
-        raise bad("CONFIG0.linear (linear mode, [NE16: CONFIG0]) is not modelled yet")
+        raise DeviceError("CONFIG0.linear (linear mode, [NE16: CONFIG0]) is not modelled yet")
     if c0.norm_bits == 3:
-        raise bad("CONFIG0.norm_bits 3 is reserved [NE16: CONFIG0]")
+        raise DeviceError("CONFIG0.norm_bits 3 is reserved [NE16: CONFIG0]")
     if c0.quant_bits == 3:
-        raise bad("CONFIG0.quant_bits 3 is reserved [NE16: CONFIG0]")
+        raise DeviceError("CONFIG0.quant_bits 3 is reserved [NE16: CONFIG0]")
     normquant = bool(c0.streamout)
     out_bits = QUANT_BITS[c0.quant_bits]
     if not normquant and out_bits != 32:
-        raise bad(f"CONFIG0.streamout 0 writes 32-bit sums, but CONFIG0.quant_bits selects "
-                  f"{out_bits}-bit output [NE16: CONFIG0]")
+        raise DeviceError(f"CONFIG0.streamout 0 writes 32-bit sums, but CONFIG0.quant_bits "
+                          f"selects {out_bits}-bit output [NE16: CONFIG0]")
     ko_size = 16 if mode == 1 else 32
     win = 3 if mode == 2 else 5
     nb0, nb1 = r["SUBTILE_NB0"], r["SUBTILE_NB1"]
@@ -174,7 +172,7 @@ def _decode(regs: tuple[int, ...]) -> JobConfig:
     for n, name in zip(nb, ("SUBTILE_NB0.ko", "SUBTILE_NB1.ho", "SUBTILE_NB1.wo",
                             "SUBTILE_NB0.ki")):
         if n == 0 and not (name.endswith("ki") and mode == 1):
-            raise bad(f"{name} is 0: a job has at least one subtile [NE16: Overview]")
+            raise DeviceError(f"{name} is 0: a job has at least one subtile [NE16: Overview]")
     sizes = (ko_size, 3, 3, 16)
     rem0, rem1 = r["SUBTILE_REM0"], r["SUBTILE_REM1"]
     raw = (rem0.ko, rem1.ho, rem1.wo, rem0.ki)
@@ -182,7 +180,7 @@ def _decode(regs: tuple[int, ...]) -> JobConfig:
     for v, full, name in zip(rem, sizes, ("SUBTILE_REM0.ko", "SUBTILE_REM1.ho",
                                           "SUBTILE_REM1.wo", "SUBTILE_REM0.ki")):
         if v > full and not (name.endswith("ki") and mode == 1):
-            raise bad(f"{name} is {v}, more than a subtile's {full} [NE16: Overview]")
+            raise DeviceError(f"{name} is {v}, more than a subtile's {full} [NE16: Overview]")
     rem2 = r["SUBTILE_REM2"]
     rem_in = (rem2.hi or win, rem2.wi or win)
     p = r["PADDING"]

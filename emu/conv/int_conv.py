@@ -52,7 +52,7 @@ import threading
 import types
 import weakref
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numba
 import numpy as np
@@ -74,6 +74,9 @@ from .vnni import (
     zstore_t8,
     zsub,
 )
+
+if TYPE_CHECKING:  # annotations only: kernel_plan imports this module's VNNI probe
+    from ..kernel_plan import Entry
 
 KB = 4   # output channels per block (4 x 2 accumulator registers)
 XB = 16  # output columns per block (two 8-lane vectors)
@@ -151,7 +154,7 @@ class Twin(NamedTuple):
 TWINS: list[Twin] = []
 
 
-def parallel_twin_plan() -> list[tuple[str, str, str, float, str]]:
+def parallel_twin_plan() -> list[Entry]:
     """Each twin's parallel kernel for every argument type its serial one has in this process
     (loaded or compiled), as emu/kernel_plan.py entries: `accelstub compile` runs the demos,
     whose launches are all serial, then compiles these (in two processes, kernel_plan), so
@@ -163,8 +166,7 @@ def parallel_twin_plan() -> list[tuple[str, str, str, float, str]]:
              "") for t in TWINS for sig in t.serial.signatures]
 
 
-def parallel_twins_of(plan: Sequence[tuple[str, str, str, float, str]]
-                      ) -> list[tuple[str, str, str, float, str]]:
+def parallel_twins_of(plan: Sequence[Entry]) -> list[Entry]:
     """The parallel kernel of each serial twin a kernel plan names, for the same argument types
     and machines, as plan entries: known before anything is compiled (parallel_twin_plan asks
     the process), so `accelstub compile` can queue them beside a device's plan. None where

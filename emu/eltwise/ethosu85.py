@@ -235,6 +235,14 @@ def _scalar_value(scalar: int, zero_point: int, bits: int, signed: bool, diag, n
                                                                name)
 
 
+def operand_shape(mode: int, shape: tuple[int, int, int]) -> tuple[int, int, int]:
+    """The extent an operand is read with for the OFM ``shape``: 1 on each axis its
+    broadcast_mode bits name (that axis reads coordinate 0 [U85-TRM: Table 3-117]), the OFM's
+    on the others. One rule for the model's reads, the kernel and the executor's rows."""
+    H, W, D = shape
+    return (1 if mode & BC_H else H, 1 if mode & BC_W else W, 1 if mode & BC_C else D)
+
+
 def _covers(vshape: tuple, mode: int, shape: tuple) -> bool:
     """Whether an operand of ``vshape`` covers the OFM ``shape`` on its non-broadcast axes
     (plan_elementwise reports it where not: UNPREDICTABLE)."""
@@ -254,7 +262,8 @@ def _broadcast(v, mode, shape):
         if v.shape[2] < D:
             v = np.concatenate([v, np.zeros(v.shape[:2] + (D - v.shape[2],), np.int64)], axis=2)
     # a broadcast axis reads coordinate 0, the others the OFM's extent
-    cut = v[:1 if mode & BC_H else H, :1 if mode & BC_W else W, :1 if mode & BC_C else D]
+    h, w, d = operand_shape(mode, shape)
+    cut = v[:h, :w, :d]
     return np.ascontiguousarray(np.broadcast_to(cut, shape))
 
 

@@ -421,7 +421,10 @@ def memories(arrays: list) -> tuple | None:
     return tuple(arrays) + (pad,) * (MEMORIES - len(arrays))
 
 
-def _read_only(a: np.ndarray) -> np.ndarray:
+def read_only(a: np.ndarray) -> np.ndarray:
+    """A read-only view of ``a``: the arrays :func:`run_rows` only reads are passed so (numba
+    types them apart from writeable ones), by a table and by :func:`compile_ahead` alike, so
+    both make the one signature."""
     v = a.view()
     v.flags.writeable = False
     return v
@@ -433,6 +436,6 @@ def compile_ahead() -> None:
     it, so that the first replay of a program does not wait for it (a few seconds)."""
     i64, i32, u8 = np.zeros(1, np.int64), np.zeros(1, np.int32), np.zeros(4, np.uint8)
     run_rows(np.zeros((0, COLUMNS), np.int64), 0, 0, np.zeros((0, BOX_COLUMNS), np.int64),
-             np.zeros((0, CHECK_COLUMNS), np.int64), memories([u8]), _read_only(i64), i64, i32,
-             u8, u8, _read_only(u8.view(np.int32)), _read_only(u8.view(np.int8)), i32,
+             np.zeros((0, CHECK_COLUMNS), np.int64), memories([u8]), read_only(i64), i64, i32,
+             u8, u8, read_only(u8.view(np.int32)), read_only(u8.view(np.int8)), i32,
              u8.view(np.int8), u8, u8.view(np.int32), i64, i64, i64, u8, i32, i64)

@@ -98,6 +98,21 @@ def _differing_runs(data, shadow, segs, offs, lens):
 
 
 @njit(nogil=True, cache=True)
+def _gather(src, runs, total):
+    """The bytes of ``src`` at ``runs`` (rows 1 and 2: offset, length; ``total`` bytes in all)
+    concatenated in order: what swap_out and diff_out keep, of the shadow or of the data."""
+    saved = np.empty(total, np.uint8)
+    p = 0
+    for j in range(runs.shape[1]):
+        o, n = runs[1, j], runs[2, j]
+        a, s = saved[p:p + n], src[o:o + n]
+        for t in range(n):
+            a[t] = s[t]
+        p += n
+    return saved
+
+
+@njit(nogil=True, cache=True)
 def swap_out(data, shadow, segs, offs, lens):
     """For each piece (segment ``segs[j]``, ``offs[j]``, ``lens[j]``) of the flat arrays, cut
     into BLOCK-byte blocks from its start: the runs of blocks where ``data`` and ``shadow``
@@ -111,16 +126,12 @@ def swap_out(data, shadow, segs, offs, lens):
     copies of the whole left the caches cold for the next continue (its first layer ~60 us
     slower, docs/design-notes.md "Reverse execution")."""
     runs, total = _differing_runs(data, shadow, segs, offs, lens)
-    saved = np.empty(total, np.uint8)
-    p = 0
+    saved = _gather(shadow, runs, total)
     for j in range(runs.shape[1]):
         o, n = runs[1, j], runs[2, j]
-        a, s, d = saved[p:p + n], shadow[o:o + n], data[o:o + n]
-        for t in range(n):
-            a[t] = s[t]
+        s, d = shadow[o:o + n], data[o:o + n]
         for t in range(n):
             s[t] = d[t]
-        p += n
     return saved, runs
 
 
@@ -130,15 +141,7 @@ def diff_out(data, shadow, segs, offs, lens):
     runs where they differ: a host change journaled between two checkpoints of the history
     (devices/history.py), kept as the bytes *after* that differ from the checkpoint's."""
     runs, total = _differing_runs(data, shadow, segs, offs, lens)
-    saved = np.empty(total, np.uint8)
-    p = 0
-    for j in range(runs.shape[1]):
-        o, n = runs[1, j], runs[2, j]
-        a, d = saved[p:p + n], data[o:o + n]
-        for t in range(n):
-            a[t] = d[t]
-        p += n
-    return saved, runs
+    return _gather(data, runs, total), runs
 
 
 @njit(nogil=True, cache=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from accelstub.devices import BusError, DeviceError, TargetRunning
+from accelstub.devices import BusError
 from accelstub.devices.runcontrol import RunControl
 
 from .args import fit, parse_address, parse_number
@@ -30,15 +30,13 @@ def mem_read(cmd: str, rc: RunControl, addr: int, size: int) -> bytes:
 
 
 def mem_write(cmd: str, rc: RunControl, addr: int, data: bytes) -> None:
+    """Write ``data`` with the target halted. Only the bus error is worded here; TargetRunning
+    and DeviceError reach the dispatcher, which words them for every command alike."""
     try:
         with rc.halted_access(cmd):
             rc.device.write(addr, data)
-    except TargetRunning as e:
-        raise CommandError(str(e)) from None
     except BusError as e:
         raise CommandError(f"{cmd}: cannot write memory: {e}") from None
-    except DeviceError as e:
-        raise CommandError(f"{cmd}: {e}") from None
 
 
 _WIDTH = {"d": 8, "w": 4, "h": 2, "b": 1}
@@ -117,6 +115,14 @@ def _listed(cmd: str, count: int) -> None:
                            f"{MAX_LISTED}; dump_image writes memory to a file)")
 
 
+def _address_count(cmd: str, args: list[str]) -> tuple[int, int]:
+    """``address [count]`` of md* and host md* (count 1 if left out), checked by _listed."""
+    addr = parse_address(cmd, args[0])
+    count = parse_number(cmd, "count", args[1]) if len(args) == 2 else 1
+    _listed(cmd, count)
+    return addr, count
+
+
 def _phys(args: list[str]) -> list[str]:
     return args[1:] if args and args[0] == "phys" else args
 
@@ -128,9 +134,7 @@ def _md(name: str) -> Handler:
         args = _phys(args)
         if not 1 <= len(args) <= 2:
             raise usage_error(name)
-        addr = parse_address(name, args[0])
-        count = parse_number(name, "count", args[1]) if len(args) == 2 else 1
-        _listed(name, count)
+        addr, count = _address_count(name, args)
         data = mem_read(name, ctx.target, addr, count * size)
         return md_output(addr, size, data)
 
@@ -147,9 +151,7 @@ def cmd_host(ctx: CommandContext, args: list[str]) -> str:
         raise usage_error("host")
     name, rc = args[0], ctx.target
     size = _WIDTH[name[2]]
-    addr = parse_address("host", args[1])
-    count = parse_number("host", "count", args[2]) if len(args) == 3 else 1
-    _listed("host", count)
+    addr, count = _address_count("host", args[1:])
     try:
         with rc.halted_access(f"host {name}"):
             data = rc.device.host_read(addr, count * size)

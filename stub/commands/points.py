@@ -30,16 +30,20 @@ def cmd_bp(ctx: CommandContext, args: list[str]) -> str:
     return "breakpoint set at 0x%08x" % addr
 
 
+def _removal(name: str, args: list[str]) -> int | None:
+    """The address ``rbp``/``rwp`` remove, None for ``all``: OpenOCD's one grammar for both."""
+    if len(args) != 1:
+        raise usage_error(name)
+    return None if args[0] == "all" else parse_address(name, args[0])
+
+
 @command("rbp", "'all' | address", "remove breakpoints")
 def cmd_rbp(ctx: CommandContext, args: list[str]) -> str:
-    if len(args) != 1:
-        raise usage_error("rbp")
-    rc = ctx.target
-    if args[0] == "all":
+    addr, rc = _removal("rbp", args), ctx.target
+    if addr is None:
         rc.clear_breakpoints()
         _BP_LEN.pop(rc, None)
         return ""
-    addr = parse_address("rbp", args[0])
     if not rc.remove_breakpoint(addr):
         raise CommandError("no breakpoint at address 0x%08x found" % addr)
     _BP_LEN.get(rc, {}).pop(addr, None)
@@ -76,13 +80,10 @@ def cmd_wp(ctx: CommandContext, args: list[str]) -> str:
 
 @command("rwp", "'all' | address", "remove watchpoints")
 def cmd_rwp(ctx: CommandContext, args: list[str]) -> str:
-    if len(args) != 1:
-        raise usage_error("rwp")
-    rc = ctx.target
-    if args[0] == "all":
+    addr, rc = _removal("rwp", args), ctx.target
+    if addr is None:
         rc.clear_watchpoints()
         return ""
-    addr = parse_address("rwp", args[0])
     if not rc.remove_watchpoint(None, addr):
         raise CommandError("no watchpoint at address 0x%08x found" % addr)
     return ""

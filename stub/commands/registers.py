@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from accelstub.devices import BusError, DeviceError, TargetRunning
+from accelstub.devices import BusError
 from accelstub.devices.device import CORE_REGS
 from accelstub.devices.runcontrol import RunControl
 
@@ -99,12 +99,8 @@ def cmd_reg(ctx: CommandContext, args: list[str]) -> str:
                     rc.device.write_core(e.name, value)
                 else:
                     rc.device.write_register(e.name, value)
-        except TargetRunning as err:
-            raise CommandError(str(err)) from None
-        except BusError as err:
+        except BusError as err:  # TargetRunning and DeviceError: dispatch's wording
             raise CommandError(f"reg: cannot write {e.name}: {err}") from None
-        except DeviceError as err:
-            raise CommandError(f"reg: {err}") from None
     return "%s (/%i): 0x%s" % (e.name, e.bits, _hex(_reg_value(rc, e), e.bits))
 
 

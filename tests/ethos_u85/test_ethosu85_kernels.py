@@ -773,6 +773,18 @@ def test_nhwc_batch_and_dtype():
     assert conv_k.conv2d(x, w, cfg=cfg).dtype == np.int64
 
 
+@pytest.mark.parametrize("bc, want", [
+    (0, (2, 3, 5)), (eltwise_k.BC_H, (1, 3, 5)), (eltwise_k.BC_W, (2, 1, 5)),
+    (eltwise_k.BC_C, (2, 3, 1)), (eltwise_k.BC_H | eltwise_k.BC_C, (1, 3, 1)),
+    (eltwise_k.BC_H | eltwise_k.BC_W | eltwise_k.BC_C, (1, 1, 1)),
+])
+def test_operand_shape_reads_one_element_along_each_broadcast_axis(bc, want):
+    """operand_shape, the one rule the model's operand reads, the kernel's broadcast and the
+    executor's rows share: broadcast_mode bit 0/1/2 (H/W/C) reads extent 1 on that axis, the
+    OFM's [2, 3, 5] elsewhere [U85-TRM: Table 3-117] (the values written out by hand)."""
+    assert eltwise_k.operand_shape(bc, (2, 3, 5)) == want
+
+
 @pytest.mark.parametrize("shape2, bc, short", [
     ((2, 3, 5), 0, False), ((2, 3, 4), 0, True), ((2, 2, 5), 0, True), ((1, 3, 5), 0, True),
     ((1, 3, 5), eltwise_k.BC_H, False), ((2, 3, 1), eltwise_k.BC_C, False),

@@ -99,6 +99,14 @@ def _pieces_and_arrays(cuts: set[int], seed: int, share: float, changed: str):
     return pieces, segs, offs, lens, data, shadow
 
 
+def _inside(pieces) -> np.ndarray:
+    """The mask of the 600 bytes that lie in one of ``pieces`` (segment, offset, length)."""
+    inside = np.zeros(600, bool)
+    for _, o, n in pieces:
+        inside[o:o + n] = True
+    return inside
+
+
 @settings(max_examples=150, deadline=None)
 @given(st.sets(st.integers(0, 600), max_size=16), st.integers(0, 2**32 - 1),
        st.sampled_from([0.0, 0.002, 0.02, 1.0]))
@@ -116,9 +124,7 @@ def test_swap_out_then_put_back_restores_memory_and_shadow(cuts, seed, share):
     saved, runs = swap_out(data, shadow, segs, offs, lens)
     assert [tuple(int(x) for x in col) for col in runs.T] == want
     assert saved.tobytes() == b"".join(shadow0[o:o + n].tobytes() for _, o, n in want)
-    inside = np.zeros(600, bool)
-    for _, o, n in pieces:
-        inside[o:o + n] = True
+    inside = _inside(pieces)
     assert np.array_equal(shadow, np.where(inside, data0, shadow0))
     assert np.array_equal(data, data0)
     put_back(data, shadow, runs[1], runs[2], saved)  # memory equals the shadow, as after settle
@@ -145,9 +151,7 @@ def test_diff_out_keeps_the_bytes_after_and_put_back_into_one_array_replays_them
     assert np.array_equal(data, data0) and np.array_equal(shadow, shadow0)
     replay = shadow0.copy()
     put_back(replay, replay, runs[1], runs[2], after)
-    inside = np.zeros(600, bool)
-    for _, o, n in pieces:
-        inside[o:o + n] = True
+    inside = _inside(pieces)
     assert np.array_equal(replay, np.where(inside, data0, shadow0))
 
 

@@ -9,9 +9,10 @@ import re
 
 import pytest
 
-from accelstub.devices import open_device
+from accelstub.devices import DeviceError, open_device
 from accelstub.devices.runcontrol import RunControl
 from accelstub.stub.commands import CommandContext, CommandError, execute, split_words
+from accelstub.stub.commands.registers import register_list
 from tests.max78000 import programs
 
 SRAM = 0x50400000
@@ -158,12 +159,37 @@ def test_running_target_refuses_writes_and_step(ctx, rc, logs):
     assert rc.running
     assert execute(ctx, "poll") == "target state: running"
     assert err(ctx, "mww 0x50400000 1").startswith("target running")
+    assert err(ctx, "reg r0 1").startswith("target running")  # worded once, by dispatch
     assert err(ctx, "step").startswith("target running")
     assert err(ctx, "resume").startswith("target running")
     assert execute(ctx, "halt") == ""
     assert not rc.running
     assert re.fullmatch(r"\[max78000\.cnn\] halted due to debug-request, layer: Layer \d\n"
                         r"pc: 0x501000[0-9a-f]{2}", logs[-1])
+
+
+def test_host_md_lists_as_md_does(ctx):
+    """``host mdw`` reads as the driver's CPU does; plain SRAM has no read side effects, so it
+    lists what mdw lists, in OpenOCD's md format."""
+    execute(ctx, f"mww {SRAM:#x} 0x11223344 2")
+    assert execute(ctx, f"host mdw {SRAM:#x} 2") == "0x50400000: 11223344 11223344 "
+    assert execute(ctx, f"host mdb {SRAM:#x}") == "0x50400000: 44 "
+    assert err(ctx, "host mdw") == err(ctx, "host mdx 0") == \
+        "usage: host mdw|mdh|mdb address [count]"
+
+
+def test_device_errors_of_writes_name_the_command(ctx, rc, monkeypatch):
+    """mw*, write_memory and reg word only their bus errors; a model's DeviceError
+    (say an unselectable bank) reaches the dispatcher, which prefixes the command once."""
+    def refuse(*args):
+        raise DeviceError("no bank selected")
+
+    monkeypatch.setattr(rc.device, "write", refuse)
+    monkeypatch.setattr(rc.device, "write_register", refuse)
+    assert err(ctx, "mww 0x50400000 1") == "mww: no bank selected"
+    assert err(ctx, "write_memory 0x50400000 32 {1}") == "write_memory: no bank selected"
+    name = next(e.name for e in register_list(rc) if not e.core)
+    assert err(ctx, f"reg {name} 1") == "reg: no bank selected"
 
 
 # -- run control ----------------------------------------------------------------------------------
@@ -324,6 +350,7 @@ def test_bp_list_and_remove(ctx, rc):
     assert err(ctx, "rbp 0x50100014") == "no breakpoint at address 0x50100014 found"
     assert execute(ctx, "rbp all") == ""
     assert execute(ctx, "bp") == "" and rc.breakpoints == set()
+    assert err(ctx, "rbp") == err(ctx, "rbp 1 2") == "usage: rbp 'all' | address"
 
 
 def test_wp_list_and_remove(ctx, rc):
@@ -340,6 +367,7 @@ def test_wp_list_and_remove(ctx, rc):
     assert execute(ctx, "rwp all") == ""
     assert execute(ctx, "wp") == ""
     assert err(ctx, "wp 0x50400000 4 x") == "usage: wp [address length [('r'|'w'|'a')]]"
+    assert err(ctx, "rwp") == "usage: rwp 'all' | address"
 
 
 def test_watchpoint_stops_run(ctx, rc, logs):

@@ -67,24 +67,6 @@ def test_rle_decode_keeps_a_star_without_character_or_count():
     assert rle_decode(b"ab* c") == b"abbbbc"
 
 
-@pytest.fixture
-def session(stub):
-    from accelstub.stub.session import GdbSession
-
-    class Sink:
-        peer = "test"
-
-        def __init__(self) -> None:
-            self.sent: list[bytes] = []
-
-        def send(self, data: bytes) -> None:
-            self.sent.append(data)
-
-    s = GdbSession(stub.gdb[0], Sink())
-    s.noack = True
-    return s
-
-
 @pytest.mark.parametrize("payload", [
     b"m5040000A,4", b"m5040000a,10", b"m0050400000,4", b"m50400000,10000", b"m50400000,30000",
     b"m5041fff0,20", b"m50400000,", b"m,4", b"x50400000,100",

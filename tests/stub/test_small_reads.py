@@ -15,27 +15,6 @@ from accelstub.stub.transports import PipeConnection, SocketConnection
 SRAM = 0x50400000
 
 
-class _Sink:
-    """A transport that keeps what the session sends."""
-
-    peer = "test"
-
-    def __init__(self) -> None:
-        self.sent: list[bytes] = []
-
-    def send(self, data: bytes) -> None:
-        self.sent.append(data)
-
-
-@pytest.fixture
-def session(stub):
-    from accelstub.stub.session import GdbSession
-
-    s = GdbSession(stub.gdb[0], _Sink())
-    s.noack = True
-    return s
-
-
 @pytest.mark.parametrize("payload", [
     b"m50400000,4", b"m50400001,3", b"m5041fffe,4", b"m60000000,4", b"m50400000,-1",
     b"m5040_0000,4", b"m,", b"m", b"p0", b"p1a", b"p19", b"pzz", b"p-1", b"p99999", b"g",
