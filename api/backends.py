@@ -97,7 +97,8 @@ class InProcess:
         with self._deadline_lock:
             self._halted = False
             self._deadline = time.monotonic() + timeout
-        self._watch()
+        if self._watchdog is None:
+            self._watch()
         try:
             if reverse:
                 self.rc.reverse_here(step)
@@ -203,13 +204,17 @@ class Remote:
         RspError, so callers' ``except RspError`` turn only the stub's refusals into theirs)."""
         try:
             return fn(*args)
-        except ConnectionClosed as e:
-            raise ConnectionLost(f"lost the connection to the stub at {self.address}: {e}") \
-                from None
-        except NoReply:
+        except (ConnectionClosed, NoReply) as e:
+            raise self._lost(e) from None
+
+    def _lost(self, e: ConnectionClosed | NoReply) -> ConnectionLost:
+        """The API's error for a connection that ended (``e``: ConnectionClosed) or stopped
+        answering (NoReply: the reply stream is out of step, so the connection is closed)."""
+        if isinstance(e, NoReply):
             self.client.close()
-            raise ConnectionLost(f"the stub at {self.address} stopped answering; the "
-                                 "connection was closed") from None
+            return ConnectionLost(f"the stub at {self.address} stopped answering; the "
+                                  "connection was closed")
+        return ConnectionLost(f"lost the connection to the stub at {self.address}: {e}")
 
     # -- programs and commands ----------------------------------------------------------------
     def load(self, program: str | Path, input: str | None) -> str:
@@ -301,8 +306,10 @@ class Remote:
     def read_register(self, name: str) -> int:
         if name not in self._regs:  # an alias, or no such register: the stub says which
             return self._register(name)["value"]
-        try:
-            return self._call(self.client.read_register, name)
+        try:  # _call's handling written out: a loop of reads pays no extra call per read
+            return self.client.read_register(name)
+        except (ConnectionClosed, NoReply) as e:
+            raise self._lost(e) from None
         except RspError as e:
             raise TargetError(str(e)) from None
 

@@ -177,12 +177,13 @@ class Session:
     def step(self, granularity: str | None = None, *, timeout: float = 60.0) -> StopInfo:
         """Run one unit (or one part of it: ``granularity`` is one of :meth:`granularities`,
         e.g. NE16's "subtile") and halt."""
-        grains = self.granularities()
-        if granularity is not None and granularity not in grains:
-            raise DeviceError(f"{self.device} steps by {', '.join(grains)}, not "
-                              f"{granularity!r}")
-        if granularity == grains[0]:
-            granularity = None
+        if granularity is not None:  # (a whole unit, the usual step, needs no check)
+            grains = self.granularities()
+            if granularity not in grains:
+                raise DeviceError(f"{self.device} steps by {', '.join(grains)}, not "
+                                  f"{granularity!r}")
+            if granularity == grains[0]:
+                granularity = None
         return self._run("step", True, granularity, timeout)
 
     def cont(self, *, timeout: float = 60.0) -> StopInfo:

@@ -1,8 +1,10 @@
 """What a user waits for from the command line (figures for the closing note; nothing asserts).
 
-    python benchmarks/bench_first_run.py [--runs N] [--breakdown-only] [--device DEV]...
+    python benchmarks/bench_first_run.py [--runs N] [--breakdown-only | --compile-only]
+                                         [--device DEV]...
 
-(``--device``: only these devices' demos, and `accelstub compile DEV...` of them.)
+(``--device``: only these devices' demos, and `accelstub compile DEV...` of them;
+``--compile-only``: only 2., `accelstub compile` in an empty cache, ``--runs`` times.)
 
 All in an empty numba cache (NUMBA_CACHE_DIR in a temporary directory), each command a fresh
 process as a user starts it, each with its wall time and its CPU time (user + sys of the child,
@@ -129,11 +131,19 @@ def main() -> int:
     chosen = [sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--device"]
     devices = chosen or list(DEVICES)
     with tempfile.TemporaryDirectory() as tmp:
-        for dev in devices:
+        for dev in devices if "--compile-only" not in sys.argv else ():
             cold = Path(tmp, "cold-" + dev)
             cold.mkdir()
             breakdown(dev, str(cold))
         if "--breakdown-only" in sys.argv:
+            return 0
+        if "--compile-only" in sys.argv:
+            for i in range(runs):
+                compiled = Path(tmp, f"compiled-{i}")
+                compiled.mkdir()
+                dt, cpu, _, _ = timed(accelstub("compile", *chosen), str(compiled))
+                print(f"accelstub compile ({', '.join(chosen) or 'all devices'}, empty cache): "
+                      f"{dt:.2f} s wall, {cpu:.2f} s CPU")
             return 0
         mnist = build(MNIST, seed=1).write(Path(tmp) / MNIST.name)
         compiled = Path(tmp, "compiled")

@@ -2,7 +2,8 @@
 a forward run (`continue`), its memory per unit, and the time of one reverse step, on the
 MAX78000 MNIST-shaped network and on Ethos-U85 MobileNet v2 (Vela, ethos-u85-256).
 
-    python benchmarks/bench_history.py [--repeat N] [--skip-mobilenet] [--every K ...]
+    python benchmarks/bench_history.py [--repeat N] [--network {max78000,mobilenet}]
+                                       [--every K ...]
 
 Each inference is run twice in alternation, history off and history on, in this thread
 (RunControl.run_here), warm; the start of a history (one copy of every memory, the shadow) is
@@ -291,13 +292,17 @@ def session(out: Path, x: np.ndarray, repeat: int) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeat", type=int, default=10)
-    ap.add_argument("--skip-mobilenet", action="store_true")
+    ap.add_argument("--network", choices=["max78000", "mobilenet"], action="append",
+                    help="run only this network (repeatable; default: both)")
+    ap.add_argument("--skip-mobilenet", action="store_true", help="as --network max78000")
     ap.add_argument("--every", type=int, nargs="+", default=[CHECKPOINT_EVERY],
                     help="CHECKPOINT_EVERY values for the one-history figure")
     args = ap.parse_args()
+    nets = args.network or (["max78000"] if args.skip_mobilenet else ["max78000", "mobilenet"])
     with tempfile.TemporaryDirectory() as tmp:
-        bench_max78000(tmp, args.repeat, args.every)
-        if not args.skip_mobilenet:
+        if "max78000" in nets:
+            bench_max78000(tmp, args.repeat, args.every)
+        if "mobilenet" in nets:
             bench_mobilenet(Path(tmp), args.repeat)
     return 0
 

@@ -43,3 +43,17 @@ class ContentCache:
             while len(self._entries) > self.size:
                 self._entries.popitem(last=False)
         return value
+
+
+def kept_for(table: dict, key: Hashable, owner: object, size: int = 8) -> dict:
+    """A dict kept in ``table`` under ``key`` while it is asked for with the same ``owner``
+    object (held, so a freed object's reused id cannot pick another's dict): for values worked
+    out from an object that is itself kept by content, e.g. int_conv.conv_sums' ``launches``
+    of one layer's weights array (its call, worked out once: ~8 us a layer, issue 31 #2). At
+    most ``size`` keys (all dropped at once beyond)."""
+    hit = table.get(key)
+    if hit is None or hit[0] is not owner:
+        if len(table) >= size:
+            table.clear()
+        hit = table[key] = (owner, {})
+    return hit[1]

@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import bisect
 import functools
+import hashlib
+import os
+import pickle
 import re
-import tomllib
+import sys
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import resources
@@ -629,8 +633,80 @@ def _bundled(name: str) -> Description:
 
 
 def _parse(text: str, source: str) -> Description:
+    cached = _cache_path(source)
+    key = _cache_key(text, source) if cached is not None else b""
+    if cached is not None:
+        desc = _cache_read(cached, key)
+        if desc is not None:
+            return desc
+    import tomllib  # here: a run whose descriptions are all kept never imports the parser
+
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise DescriptionError(source, "TOML syntax", str(e)) from None
-    return parse_description(data, source)
+    desc = parse_description(data, source)
+    if cached is not None:
+        _cache_write(cached, key, desc)
+    return desc
+
+
+# -- the parsed descriptions kept on disk ---------------------------------------------------------
+# Why: parsing a description (TOML, then the checks and the expansion of repeats) cost 4-35 ms
+# of each `accelstub run`'s ~0.1 s above Python's and numba's start (NVDLA's 118 KB map the
+# most; issue 31 #5), and unpickling the result costs a tenth of that. The cache lives in
+# accelstub's per-user kernel cache folder (NUMBA_CACHE_DIR, which emu/kernel_cache.py sets in
+# every process that runs kernels), so a process that runs none (describe, svd) parses as
+# before and writes nothing. One file per description source, keyed on the TOML text itself,
+# the source name, this module's file (the classes pickled are defined here) and Python's
+# version: an edited TOML or a changed parser is parsed again and the file replaced. Nothing in
+# the cache is trusted beyond that key: a file that does not read back is a miss.
+_CACHE_FOLDER = "accelstub-descriptions"
+
+
+def _cache_path(source: str) -> Path | None:
+    """Where the parsed description of ``source`` is kept, or None (no kernel cache folder)."""
+    folder = os.environ.get("NUMBA_CACHE_DIR")
+    if not folder:
+        return None
+    name = hashlib.blake2b(source.encode(), digest_size=12).hexdigest()
+    return Path(folder) / _CACHE_FOLDER / f"{name}.pickle"
+
+
+@functools.cache
+def _module_stamp() -> bytes:
+    st = os.stat(__file__)
+    return f"{st.st_mtime_ns}:{st.st_size}:{sys.version}:{pickle.HIGHEST_PROTOCOL}".encode()
+
+
+def _cache_key(text: str, source: str) -> bytes:
+    """A hex digest of everything the parsed result depends on, one line (the file's first)."""
+    h = hashlib.blake2b(digest_size=20)
+    for part in (_module_stamp(), source.encode(), text.encode()):
+        h.update(len(part).to_bytes(8, "little") + part)
+    return h.hexdigest().encode() + b"\n"
+
+
+def _cache_read(path: Path, key: bytes) -> Description | None:
+    try:
+        with open(path, "rb") as f:
+            if f.read(len(key)) != key:
+                return None
+            desc = pickle.load(f)
+    except Exception:  # missing, half-written by a crash, unreadable: a miss, parsed again
+        return None
+    return desc if isinstance(desc, Description) else None
+
+
+def _cache_write(path: Path, key: bytes, desc: Description) -> None:
+    """Write atomically (a process that reads at the same time sees the old file or the new
+    one; each writing thread its own temporary file); a folder that cannot be written leaves
+    the description uncached."""
+    try:
+        blob = key + pickle.dumps(desc, protocol=pickle.HIGHEST_PROTOCOL)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_bytes(blob)
+        os.replace(tmp, path)
+    except (OSError, pickle.PicklingError, TypeError, AttributeError):
+        pass  # read-only cache folder, or a description holding something unpicklable

@@ -139,6 +139,8 @@ class Redo:
     pieces: np.ndarray
     mem: list[Saved]
     full: list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] | None = None
+    #: the segments of ``pieces`` (what the checkpoint closing it needs, not worked out again)
+    segs: Set[int] = frozenset()
 
     @property
     def nbytes(self) -> int:
@@ -274,6 +276,10 @@ class History:
     #: the sum of the memories' change counters and Bus.write_touches at the current boundary
     #: (hidden)
     counters: tuple[int, int] = (0, 0)
+    #: units and redo bytes of the legs journaled since the last checkpoint, kept as the legs
+    #: are added (record's checks at every stop: no sum over the journal)
+    journal_units: int = 0
+    journal_redo: int = 0
 
     @property
     def enabled(self) -> bool:
@@ -288,6 +294,7 @@ class History:
         device changed in a way no entry records); the next run starts a new history."""
         self.entries.clear()
         self.legs = []
+        self._new_journal()
         self.units, self.reads, self.partial = [], None, False
         self.pending, self.stores = None, []
         self.groups, self.seen_versions = [], []
@@ -303,8 +310,7 @@ class History:
         self._shadow_stores()
         self._see_versions()
         self.pending = state
-        self.bus.write_log = []
-        self.regs.log = {}
+        self._fresh_logs()
         self.t_mark = time.perf_counter()
         self.counters = self._counters()
 
@@ -379,31 +385,56 @@ class History:
         leg = Leg(self.units, self.reads, self.partial, self.bus.write_log or [],
                   self.regs.log or {})
         self.units, self.reads, self.partial = [], None, False
-        self.bus.write_log, self.regs.log = [], {}
+        self._fresh_logs()
         if host and not (self.fine or self.every <= 1 or self.hidden()):
             leg.redo = self._redo(state, leg)  # else this leg is a checkpoint's last
         self.legs.append(leg)
+        self.journal_units += len(leg.units)
+        if leg.redo is not None:
+            self.journal_redo += leg.redo.nbytes
+        size = leg.size
         if self.fine or not leg.replayable or len(self.legs) >= self.every \
-                or self.run_s >= CHECKPOINT_S or self._redo_bytes() >= REDO_BYTES \
-                or sum(len(g.units) for g in self.legs) >= CHECKPOINT_UNITS \
-                or self.size + leg.size > self.budget:
+                or self.run_s >= CHECKPOINT_S or self.journal_redo >= REDO_BYTES \
+                or self.journal_units >= CHECKPOINT_UNITS or self.size + size > self.budget:
             self._checkpoint(state() if callable(state) else state)
         else:
-            self.size += leg.size
+            self.size += size
         self.counters = self._counters()
 
-    def _redo_bytes(self) -> int:
-        return sum(leg.redo.nbytes for leg in self.legs if leg.redo is not None)
+    def _new_journal(self) -> None:
+        """The journal's running totals for no legs."""
+        self.journal_units = self.journal_redo = 0
+
+    def _fresh_logs(self) -> None:
+        """Empty logs of bus writes and registers from here."""
+        self.bus.write_log, self.regs.log = [], {}
 
     def _redo(self, state: State | Callable[[], State], leg: Leg) -> Redo:
         """The redo of a change made while halted (``leg``'s bus writes and registers): its
         small state and registers after, and of the memory it wrote the blocks that differ
         from the shadow."""
-        table, _ = self._pieces(leg.log)
+        table, written = self._pieces(leg.log, keep=False)
         mem = [Saved(store, runs, saved) for store, segs, offs, lens in self._by_store(table)
                for saved, runs in [diff_out(*self.stores[store], segs, offs, lens)]]
         return Redo(state() if callable(state) else state, self.regs.values(leg.regs), table,
-                    [m for m in mem if m.data.size])
+                    [m for m in mem if m.data.size], segs=written)
+
+    def _journal(self, legs: list[Leg]) -> tuple[list[tuple[int, int]],
+                                                 list[tuple[int, int]], set[int]]:
+        """What ``legs`` wrote: the units' ranges (a device's kept lists, the MAX78000's
+        layers' tuples run after run, each list once), the logs (the bus's, and of a host
+        change the blocks its redo keeps: new tuples each time), and the segments the host
+        changes wrote."""
+        logs: list[tuple[int, int]] = []
+        written: set[int] = set()
+        for leg in legs:
+            if leg.redo is None:
+                logs += leg.log
+            else:
+                logs += self._redo_ranges(leg.redo)
+                written |= leg.redo.segs
+        lists = {id(ws): ws for leg in legs for _, ws in leg.units}  # in order of first use
+        return list(itertools.chain.from_iterable(lists.values())), logs, written
 
     def _checkpoint(self, state: State) -> None:
         """Close the journal: one entry from the last checkpoint over every leg since, its
@@ -411,23 +442,11 @@ class History:
         value of every register they wrote."""
         assert self.pending is not None, "a checkpoint before begin()"
         legs, self.legs = self.legs, []
+        self._new_journal()
         regs: dict[int, int] = {}
-        ranges: list[tuple[int, int]] = []  # the units': the same tuples run after run
-        logs: list[tuple[int, int]] = []  # the bus's and the host changes': new ones
-        seen: set[int] = set()
-        written: set[int] = set()  # the memories the journaled host changes wrote
-        for leg in legs:
-            for k, v in leg.regs.items():
-                regs.setdefault(k, v)
-            if leg.redo is None:
-                logs += leg.log
-            else:
-                logs += self._redo_ranges(leg.redo)
-                written.update(leg.redo.pieces[0].tolist())
-            for _, ws in leg.units:  # a device's kept lists (the MAX78000's layers) once
-                if id(ws) not in seen:
-                    seen.add(id(ws))
-                    ranges += ws
+        for leg in reversed(legs):  # the first old value of each register: the earliest leg's
+            regs.update(leg.regs)
+        ranges, logs, written = self._journal(legs)
         entry = Entry(self.pending, regs, self._take(ranges, written, logs), legs)
         sizes = [leg.size for leg in legs]
         entry.size = ENTRY_OVERHEAD + REG_BYTES * len(regs) + \
@@ -482,7 +501,7 @@ class History:
         table, seen = self._pieces(ranges)
         out = [self._swap(*piece) for piece in self._by_store(table)]
         if logs:
-            table, more = self._pieces(logs)
+            table, more = self._pieces(logs, keep=False)
             out += [self._swap(*piece) for piece in self._by_store(table)]
             seen = seen | more
         moved = self._changed()
@@ -493,18 +512,25 @@ class History:
                                       self.segments[1, k:k + 1] - self.segments[0, k]))
         return [saved for saved in out if saved.data.size]
 
-    def _pieces(self, ranges: list[tuple[int, int]]) -> tuple[np.ndarray, set[int]]:
+    def _pieces(self, ranges: list[tuple[int, int]], keep: bool = True
+                ) -> tuple[np.ndarray, set[int]]:
         """range_pieces of ``ranges`` and the segments its pieces lie in: those kept from a
-        recent call when ``ranges`` are the same tuples (last_pieces)."""
+        recent call when ``ranges`` are the same tuples (last_pieces). ``keep``: False for
+        logs (new tuples each run, never met again), so that an input reload's record
+        between two continues does not push the units' pieces out of last_pieces (the
+        MAX78000's eight reloads per checkpoint did: its checkpoint then joined the units'
+        ranges anew, ~50 us of ~140)."""
         if not ranges:
             return NO_PIECES, set()
-        last = self.last_pieces.get(id(ranges[0]))
+        last = self.last_pieces.get(id(ranges[0])) if keep else None
         if last is not None and len(last[0]) == len(ranges) and \
                 all(map(operator.is_, ranges, last[0])):
             return last[1], last[2]
         flat = np.fromiter(itertools.chain.from_iterable(ranges), np.int64, 2 * len(ranges))
         table = range_pieces(flat.reshape(-1, 2), self.segments)
         segs = set(table[0].tolist())
+        if not keep:
+            return table, segs
         if len(self.last_pieces) >= PIECES_KEPT:
             del self.last_pieces[next(iter(self.last_pieces))]  # the oldest
         self.last_pieces[id(ranges[0])] = (ranges, table, segs)
@@ -542,7 +568,7 @@ class History:
             if self.bus.write_log or self.regs.log or self.hidden():
                 self.legs.append(Leg([], None, False, self.bus.write_log or [],
                                      self.regs.log or {}))
-                self.bus.write_log, self.regs.log = [], {}
+                self._fresh_logs()
             else:
                 self.size -= self.legs[-1].size  # _checkpoint counts the last leg anew
             self._checkpoint(state())
@@ -573,9 +599,8 @@ class History:
             for k in sorted(set(saved.runs[0].tolist())):
                 self.seg_mems[k].touch()
         self._see_versions()
-        self.bus.write_log = []
         self.regs.put_back(regs)
-        self.regs.log = {}
+        self._fresh_logs()
         self.counters = self._counters()
 
     def prepare(self, legs: list[Leg]) -> None:

@@ -11,10 +11,12 @@ run: 14.1 s -> 12.5 s CPU. No kernel of ours asks numba for literal types (``lit
 """
 from __future__ import annotations
 
+import types as types_
 from collections.abc import Callable
 
 from numba import njit as _numba_njit
 from numba.core import types
+from numba.core.dispatcher import Dispatcher
 
 
 def _nonliteral(dispatcher):
@@ -46,6 +48,29 @@ def njit(**options) -> Callable:
         return dispatcher
 
     return make
+
+
+_INTERPRETED: dict = {}
+
+
+def interpreted(dispatcher) -> Callable:
+    """``dispatcher``'s Python function run by the interpreter, the kernels it calls by a
+    global name interpreted too: the same code, nothing compiled. Why: where a program gives a
+    kernel little work, interpreting it costs less than numba's compile on a first run (the
+    Ethos-U85 weight decoder: ~1 s to compile, ~0.1 s to interpret the demo's weights; issue 31
+    #5). Its integers are numpy's int64 scalars and arrays, which wrap as the kernel's do. A
+    kernel reached through a module attribute (``P.finish``) would run compiled: for kernels
+    whose callees are globals of their module."""
+    func = dispatcher.py_func
+    got = _INTERPRETED.get(func)
+    if got is None:
+        names = dict(func.__globals__)
+        got = _INTERPRETED[func] = types_.FunctionType(func.__code__, names, func.__name__,
+                                                       func.__defaults__, func.__closure__)
+        for name in func.__code__.co_names:
+            if isinstance(names.get(name), Dispatcher):
+                names[name] = interpreted(names[name])
+    return got
 
 
 def is_nonliteral(dispatcher) -> bool:

@@ -22,10 +22,11 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+import numba
 from numba.core import sigutils
 from numba.core.compiler_lock import global_compiler_lock
 
-from .jit import KERNELS
+from .jit import KERNELS, interpreted
 
 #: (module, function, signature as numba prints it, CPU seconds it took to compile on the
 #: reference machine (used only to share the work out), the machines that call it: a key of
@@ -48,8 +49,12 @@ def _vnni() -> bool:
 
 
 #: which machines call a kernel: every one (""), those where the 8-bit convolutions run the
-#: byte kernel ("vnni": AVX-512 VNNI, emu/conv/int_conv.py), the others ("int16")
-NEEDS = {"": lambda: True, "vnni": _vnni, "int16": lambda: not _vnni()}
+#: byte kernel ("vnni": AVX-512 VNNI, emu/conv/int_conv.py), the others ("int16"); "ahead":
+#: every one, but compiled only ahead of a run (`accelstub compile`, :func:`compile_plan`'s
+#: ``then``), never by a run's own plan: a kernel the demo runs interpreted while its work is
+#: small (:func:`tiered`), which a larger program finds compiled
+AHEAD = "ahead"
+NEEDS = {"": lambda: True, "vnni": _vnni, "int16": lambda: not _vnni(), AHEAD: lambda: True}
 
 
 def for_this_machine(plan: Sequence[Entry]) -> list[Entry]:
@@ -85,7 +90,13 @@ def load_cached(dispatcher, signature: str) -> bool:
     compiling on a miss); tests/framework/test_kernel_plan.py checks them. A numba whose
     internals differ (no such steps) gives False: the entry is then compiled, or loaded by
     numba's own first call, as without a plan."""
-    args = _args(signature)
+    return load_types(dispatcher, _args(signature))
+
+
+def load_types(dispatcher, args: tuple) -> bool:
+    """:func:`load_cached` for the argument types ``args`` (numba types, as numba keys its
+    overloads): also for a caller that has the arguments, not a plan's signature
+    (:func:`tiered`)."""
     if args in dispatcher.overloads:
         return True
     load = getattr(getattr(dispatcher, "_cache", None), "load_overload", None)
@@ -99,6 +110,34 @@ def load_cached(dispatcher, signature: str) -> bool:
         dispatcher.targetctx.insert_user_function(cres.entry_point, cres.fndesc, [cres.library])
         dispatcher.add_overload(cres)
     return True
+
+
+#: seconds of interpreted kernel work (:func:`tiered`) one process may spend on kernels that
+#: are neither compiled nor cached, before it compiles them as it otherwise would: the
+#: Ethos-U85 demo's weight decoding and AXI accounting take ~0.1 s that way, their compiles
+#: ~3 s of CPU (issue 31 #5)
+INTERPRET_BUDGET_S = 0.15
+_budget_left = [INTERPRET_BUDGET_S]
+_NOT_CACHED: set = set()  # kernels whose disk cache had no version for their arguments
+
+
+def tiered(kernel, cost_s: float, *args) -> Callable:
+    """``kernel``, or its interpreted form (emu/jit.py ``interpreted``: the same code) while
+    it is neither compiled in this process nor in numba's disk cache for the types of
+    ``args`` (looked up once per process) and the call's estimated ``cost_s`` fits what is
+    left of the process's :data:`INTERPRET_BUDGET_S`. Why: a program that gives a kernel
+    little work (the bundled Ethos-U85 demo: 4640 weights) is done interpreting it before
+    numba would have compiled it; a larger program interprets at most the budget, then
+    compiles as before; after `accelstub compile` (such kernels' plan entries are
+    :data:`AHEAD`) every run loads them."""
+    if kernel.overloads or cost_s > _budget_left[0]:
+        return kernel
+    if kernel not in _NOT_CACHED:
+        if load_types(kernel, tuple(numba.typeof(a) for a in args)):
+            return kernel
+        _NOT_CACHED.add(kernel)
+    _budget_left[0] -= cost_s
+    return interpreted(kernel)
 
 
 def compile_entries(entries: Sequence[Sequence],
@@ -228,12 +267,14 @@ def compile_plan(plan: Sequence[Entry],
     """Have every entry of ``plan`` and ``then`` compiled and loaded in this process: the
     cached ones loaded, the others compiled here and, on a machine with more than one core
     where :func:`can_fork`, in one worker process at the same time; entries for other
-    machines (NEEDS) are left out. ``plan`` is shared out before the start (:func:`share`);
+    machines (NEEDS) are left out, and so are ``plan``'s :data:`AHEAD` entries (a run's plan
+    does not compile them). ``plan`` is shared out before the start (:func:`share`);
     ``then`` comes after it, each function's entries to whichever process is free first (a
-    queue, in the order given): a kernel that calls kernels of ``plan`` (`accelstub
-    compile`'s Ethos-U85 executor, run_rows) then finds most of them in the disk cache
-    instead of compiling them a second time, and the longest need not wait for the end of
-    one process's share. Returns the
+    queue, in the order given): a kernel that calls kernels of ``plan`` then finds most of
+    them in the disk cache instead of compiling them a second time, and the longest need not
+    wait for the end of one process's share (`accelstub compile` gives the Ethos-U85
+    executor, which reaches its kernels through their addresses, as ``plan`` and its kernels
+    in ``then``). Returns the
     entries that were not cached. ``on_worker(module, function, seconds)``: called, once the
     worker has finished, for each kernel it compiled (`accelstub compile`'s progress lines;
     this process's own compiles are numba's compile events as usual). ``worker_output``: the
@@ -243,7 +284,7 @@ def compile_plan(plan: Sequence[Entry],
     def uncached(entries: Sequence[Entry]) -> list[Entry]:
         return [e for e in for_this_machine(entries) if not _loaded(e)]
 
-    missing, later = uncached(plan), uncached(then)
+    missing, later = uncached([e for e in plan if e[4] != AHEAD]), uncached(then)
     parallel = len(missing) + len(later) > 1 and cores() > 1 and can_fork()
     here, there = share(missing) if parallel else (missing, [])
     queue = _queue(later) if parallel and later else None

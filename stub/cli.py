@@ -28,6 +28,22 @@ def version() -> str:
         return "0+unknown"
 
 
+class _VersionAction(argparse.Action):
+    """``--version``, the version looked up only when asked: finding the installed package's
+    metadata searched every folder of sys.path, a few ms of each command's start (issue 31
+    #5: the warm `run`)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS,
+                 help: str = "show the version and exit") -> None:
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0,
+                         help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        print(f"accelstub {version()}")
+        parser.exit()
+
+
 def demo_program(device: str) -> Path | None:
     """The bundled demo program of ``device``: configs/demo/<device>_demo (a directory in the
     format the vendor tools generate) or configs/demo/<device>_demo.cfg (a command script)."""
@@ -353,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     ap = argparse.ArgumentParser(prog="accelstub", description="GDB stub for AI accelerator "
                                  "emulators, compatible with OpenOCD's ports and commands")
-    ap.add_argument("--version", action="version", version=f"accelstub {version()}")
+    ap.add_argument("--version", action=_VersionAction)
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("serve", help="serve a device to gdb, telnet and Tcl RPC clients")
     s.add_argument("device", choices=DEVICES)

@@ -6,6 +6,7 @@ splits large memory accesses by the stub's PacketSize.
 """
 from __future__ import annotations
 
+import binascii
 import queue
 import re
 import socket
@@ -13,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from .rsp_codec import INTERRUPT, PacketReader, escape, frame, rle_decode
+from .rsp_codec import INTERRUPT, PacketReader, checksum, escape, frame, rle_decode
 
 
 class RspError(Exception):
@@ -27,6 +28,32 @@ class NoReply(RspError):
 class ConnectionClosed(RspError):
     """The stub closed the connection (or the socket failed): every later request raises this
     at once instead of waiting for a reply that cannot come."""
+
+
+def lone_reply(data: bytes) -> bytes | None:
+    """The decoded payload of ``data`` when it is exactly one whole reply packet
+    (``$payload#xx``, a good checksum, not console output ``O...``), else None. What one recv
+    brings back for one request almost always: taken here in a few slices instead of a pass of
+    the general parser and a queue hand-off (issue 26 #7: the client's own Python per register
+    read). Anything else (a notification, two packets, a part, a bad checksum) is None, for
+    the general parser (PacketReader), which then treats it exactly as before."""
+    end = len(data) - 3
+    if end < 1 or data[0] != 0x24 or data.find(b"#") != end or data[1:2] == b"O":
+        return None
+    payload = data[1:end]
+    try:
+        if int(data[end + 1:], 16) != checksum(payload):
+            return None
+    except ValueError:
+        return None
+    return rle_decode(payload)
+
+
+def _register_value(name: str, reply: bytes) -> int:
+    """The value of a ``p`` reply (little-endian hex), or RspError for an ``Exx`` refusal."""
+    if reply[:1] == b"E":
+        raise RspError(f"cannot read register {name} ({reply.decode()})")
+    return int.from_bytes(binascii.unhexlify(reply), "little")
 
 
 class RspClient:
@@ -62,6 +89,7 @@ class RspClient:
             if self.request("QStartNoAckMode") == b"OK":
                 self._noack = True
         self._regs: dict[str, tuple[int, int]] | None = None
+        self._p_frames: dict[str, bytes] = {}  # register name -> its framed ``p`` request
 
     # -- plumbing ----------------------------------------------------------------------------
     def _read_loop(self) -> None:
@@ -98,9 +126,11 @@ class RspClient:
                     self._replies.put(payload)
         return True
 
-    def _read_until_reply(self, timeout: float) -> None:
+    def _read_until_reply(self, timeout: float) -> bytes | None:
         """Without a reader thread: read the socket in this thread until a reply (or the end)
-        is queued; queue.Empty when none came within ``timeout`` seconds."""
+        is queued; queue.Empty when none came within ``timeout`` seconds. In no-ack mode, with
+        nothing queued or half-read, a recv that is exactly one reply packet (:func:`lone_reply`)
+        is returned as it is, without the queue; otherwise None (the reply is queued)."""
         deadline = time.monotonic() + timeout
         self._socket_timeout(timeout)  # each recv waits at most that; the loop counts the rest
         while self._replies.empty():
@@ -112,7 +142,12 @@ class RspClient:
                 raise queue.Empty from None
             except OSError:
                 data = b""
+            if self._noack and not self._reader.pending:
+                reply = lone_reply(data)
+                if reply is not None:
+                    return reply
             self._feed(data)
+        return None
 
     def _socket_timeout(self, seconds: float) -> None:
         """Set the socket's timeout, only when it changes (each change is a system call)."""
@@ -140,7 +175,9 @@ class RspClient:
     def _wait(self, timeout: float | None) -> bytes:
         try:
             if self._thread is None:
-                self._read_until_reply(timeout or self.timeout)
+                reply = self._read_until_reply(timeout or self.timeout)
+                if reply is not None:
+                    return reply
             reply = self._replies.get(timeout=timeout or self.timeout)
         except queue.Empty:
             raise NoReply("no reply from the stub") from None
@@ -211,22 +248,33 @@ class RspClient:
                 r'<reg name="([^"]+)" bitsize="(\d+)" regnum="(\d+)"', self.target_xml())}
         return self._regs
 
+    def _p_frame(self, name: str) -> bytes:
+        """The framed ``p`` request of register ``name``, built once (KeyError: no such
+        register in target.xml)."""
+        packet = self._p_frames.get(name)
+        if packet is None:
+            packet = self._p_frames[name] = frame(b"p%x" % self.registers()[name][0])
+        return packet
+
     def read_register(self, name: str) -> int:
-        return self.read_registers([name])[0]
+        """One register by its target.xml name: one ``p`` request. The path a script's loop of
+        reads takes, so it does no more than it must: the request is built once per register
+        (:meth:`_p_frame`) and the reply usually taken as one recv (:func:`lone_reply`)."""
+        packet = self._p_frame(name)
+        with self._lock:
+            self.send_raw(packet)
+            reply = self._wait(None)
+        return _register_value(name, reply)
 
     def read_registers(self, names: list[str]) -> list[int]:
         """Several registers in one round trip: the ``p`` requests go out in one write and the
         replies come back in order (the stub answers packets in the order they arrive), so a
         block of registers costs about one request's latency, not one per register."""
-        regs = self.registers()
-        nums = [regs[n][0] for n in names]
+        packets = b"".join([self._p_frame(n) for n in names])
         with self._lock:
-            self.send_raw(b"".join(frame(b"p%x" % r) for r in nums))
-            replies = [self._wait(None) for _ in nums]
-        for name, reply in zip(names, replies):
-            if reply.startswith(b"E"):
-                raise RspError(f"cannot read register {name} ({reply.decode()})")
-        return [int.from_bytes(bytes.fromhex(r.decode()), "little") for r in replies]
+            self.send_raw(packets)
+            replies = [self._wait(None) for _ in names]
+        return [_register_value(n, r) for n, r in zip(names, replies)]
 
     def write_register(self, name: str, value: int) -> None:
         regnum, bits = self.registers()[name]

@@ -16,6 +16,7 @@ machine max78000's kernels alone took 48 s, which a silent command cannot explai
 """
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -34,10 +35,13 @@ KERNEL_MARK = "accelstub-kernel:"
 #: kernels a device's demo does not call that `accelstub compile` compiles with its plan, each
 #: by whichever of its two processes is free first (emu/kernel_plan.py compile_plan ``then``):
 #: the Ethos-U85 block replays' executor (issue 32 #1; a demo run replays no block), compiled
-#: by its module's compile_ahead for the argument types only that module knows
-AHEAD = {"ethos-u85": tuple(
-    ("accelstub.emu.executor.ethosu85", name, "call compile_ahead", 9.5, needs)  # kernel_plan.CALL
-    for name, needs in (("run_rows", "vnni"), ("run_rows_int16", "int16")))}
+#: by its module's compile_ahead for the argument types only that module knows (one function
+#: for both kernel variants: it calls the kernels through their addresses)
+AHEAD = {"ethos-u85": (
+    ("accelstub.emu.executor.ethosu85", "run_rows", "call compile_ahead", 4.5, ""),)}  # CALL
+#: where the kernels that AHEAD's call through their addresses are listed (module, function
+#: returning kernel-plan entries): compiled by the queue beside the plan, not inside AHEAD's
+AHEAD_KERNELS = {"ethos-u85": ("accelstub.emu.executor.ethosu85", "kernel_entries")}
 
 
 def family(module: str) -> str:
@@ -175,9 +179,14 @@ def _child(device: str) -> int:
         # its serial kernels: each function to whichever process is free (a queue), the
         # longest first; the worker's lines come from the CompileNotice it inherits, as it
         # compiles (worker_output). AHEAD's kernels (the executor, the longest) start at
-        # once in this process; the worker meanwhile takes the plan's, whose small kernels
-        # the executor calls come last and so are mostly in the disk cache by then
+        # once in this process; the worker meanwhile takes the plan's and the kernels the
+        # executor calls through their addresses (AHEAD_KERNELS; those not in the plan)
         plan = device_spec(device).kernel_plan
+        if device in AHEAD_KERNELS:
+            module, function = AHEAD_KERNELS[device]
+            known = {e[:3] for e in plan}
+            plan = plan + tuple(e for e in getattr(importlib.import_module(module), function)()
+                                if e[:3] not in known)
         queue = sorted(plan, key=lambda e: -e[3]) + parallel_twins_of(plan)
         compile_plan(AHEAD.get(device, ()), then=queue, worker_output=True)
         code = main(["run", device])

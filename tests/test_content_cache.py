@@ -7,7 +7,7 @@ import threading
 
 import numpy as np
 
-from accelstub.devices.content_cache import ContentCache
+from accelstub.devices.content_cache import ContentCache, kept_for
 
 
 def test_a_value_is_kept_while_the_bytes_are_the_same_and_computed_again_after():
@@ -66,3 +66,20 @@ def test_threads_sharing_a_cache_get_the_value_of_their_bytes():
     for t in threads:
         t.join()
     assert not errors, errors
+
+
+def test_kept_for_keeps_a_dict_while_its_owner_is_the_same_object():
+    """kept_for (conv_sums' launches per weights array): the same dict for the same key and
+    owner; a new, empty one when the owner is another object (weights decoded again after a
+    byte changed), even an equal one; all dropped past ``size`` keys."""
+    table: dict = {}
+    w = np.arange(8)
+    first = kept_for(table, "layer", w)
+    first["launch"] = 1
+    assert kept_for(table, "layer", w) is first
+    other = kept_for(table, "layer", w.copy())
+    assert other is not first and other == {}
+    assert kept_for(table, "layer", w) is not first  # the key now holds the copy's dict
+    for i in range(3):
+        kept_for(table, i, w, size=3)
+    assert len(table) == 1

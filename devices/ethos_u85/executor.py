@@ -241,10 +241,15 @@ def _conv16_columns(pools: _Pools, p: Any, dtype: np.dtype[Any], raw_shape: tupl
         (h, wd), (vh, vw) = raw_shape[:2], raw_shape[:2]
     g, plane, rows = IC._geometry((c, vh, vw), w, p.out_hw, p.in_hw, p.pad, p.stride,
                                   p.dilation)
-    return {X.K_KIND: X.CONV16, X.K_CV_H: h, X.K_CV_W: wd, X.K_CV_ROWS: rows,
+    # the pointwise kernel wherever it applies (conv_sums takes it below SERIAL_WORK only,
+    # where it would not run on one thread: rows are serial, and the sums are the same)
+    pw = w.pairs is not None and IC.pixelwise((c, vh, vw), p.out_hw, p.in_hw, p.pad, p.stride)
+    words = w.pairs if pw else w.words
+    return {X.K_KIND: X.CONV16, X.K_C16_PW: int(pw), X.K_CV_H: h, X.K_CV_W: wd,
+            X.K_CV_ROWS: rows,
             X.K_CV_TOP: p.pad[0], X.K_CV_DST: pools.const("c64", g.dst_col),
-            X.K_CV_DST_N: g.dst_col.size, X.K_CV_W4: pools.const("c32", w.words),
-            X.K_CV_W4_N: w.words.size, X.K_CV_WOB: g.wob, X.K_CV_KH: w.kh, X.K_CV_KW: w.kw,
+            X.K_CV_DST_N: g.dst_col.size, X.K_CV_W4: pools.const("c32", words),
+            X.K_CV_W4_N: words.size, X.K_CV_WOB: g.wob, X.K_CV_KH: w.kh, X.K_CV_KW: w.kw,
             X.K_CV_KN: w.kp // IC.KB, X.K_CV_SY: p.stride[0], X.K_CV_ROW_WORDS: g.c2 * plane,
             X.K_CV_PLANE: plane, X.K_CV_ROW_OFF: pools.const("c64", g.row_off),
             X.K_CV_COL_OFF: pools.const("c64", g.col_off), X.K_CV_KP: w.kp,
@@ -532,6 +537,7 @@ class Table:
                                                    hw * o[:, X.K_K], 0)]).max())
         self.ea, self.eb, self.eo = (np.zeros(n, np.int64) for _ in range(3))
         self.flag = np.zeros(1, np.int64)
+        self.fps = X.addresses()  # the kernels the rows call, this machine's
 
     def run(self, start: int, port: Any, halt: threading.Event) -> int | None:
         """The run of rows from step ``start``, :data:`CHUNK_ROWS` rows (whole steps) per
@@ -554,7 +560,8 @@ class Table:
             done = int(X.run_rows(self.ops, r, upto, self.boxes, self.checks, self.mems,
                                   self.c64, self.c64w, self.c32, self.c8, self.xw, self.x32,
                                   self.x8, self.acc, self.out8, self.outu, self.out32,
-                                  self.ea, self.eb, self.eo, self.chain, self.x4, self.flag))
+                                  self.ea, self.eb, self.eo, self.chain, self.x4, self.flag,
+                                  self.fps))
             r = done
             if done < upto or halt.is_set():
                 break

@@ -39,7 +39,7 @@ import numpy as np
 from ...emu.conv import int_conv as IC
 from ...emu.conv import ne16 as K
 from ..bits import sign_extend
-from ..content_cache import ContentCache
+from ..content_cache import ContentCache, kept_for
 from ..description import FieldView, load_description
 from ..errors import DeviceError
 from ..ranges import address_ranges
@@ -210,11 +210,12 @@ Reader = Callable[[int, int, str], np.ndarray]  # (address, bytes, what) -> uint
 
 @dataclass
 class JobResult:
-    """What a job writes: ``values`` [Ho, Wo, K] (int32 sums or int64 outputs) at the byte
+    """What a job writes: ``values`` uint8 [Ho, Wo, K, elem] (each element's little-endian
+    bytes; None when the job was stored as it was computed: execute's ``l1``) at the byte
     ``addresses`` of each element (``elem`` bytes each), ``subtile`` (Ko, Ho, Wo index) of each
     element; and the address ranges it read."""
 
-    values: np.ndarray
+    values: np.ndarray | None
     addresses: np.ndarray
     subtile: np.ndarray
     written: np.ndarray  # bool [Ho, Wo, K]: positions the job writes (strided mode skips some)
@@ -393,6 +394,8 @@ class _Geometry:
     dense: tuple[int, int, int] | None
     whole: tuple[int, int] | None  # JobResult.whole
     ranges: dict = field(default_factory=dict, repr=False, compare=False)  # JobResult's cache
+    #: id(weights) -> (the weights, conv_sums' ``launches`` for them: kept_for)
+    launches: dict = field(default_factory=dict, repr=False, compare=False)
 
 
 @functools.lru_cache(maxsize=64)
@@ -433,14 +436,19 @@ def _geometry(cfg: JobConfig) -> _Geometry:
     return _Geometry(*out[:3], rect, rows_agree and cols_agree, *out[3:], dense, whole)
 
 
-def execute(cfg: JobConfig, read: Reader) -> JobResult:
-    """The job's output, computed from memory as it is now (see the module docstring)."""
+def execute(cfg: JobConfig, read: Reader, l1: tuple[np.ndarray, int] | None = None
+            ) -> JobResult:
+    """The job's output, computed from memory as it is now (see the module docstring).
+    ``l1`` (L1's bytes, its base address): where the whole job is one strided store
+    (``JobResult.whole``), the outputs are written there as they are computed (``values``
+    None; :func:`check_output` first), not kept and stored in another pass (issue 31 #2)."""
     g = _geometry(cfg)
     ho_n, wo_n = cfg.out_hw
     win = cfg.win
     x_ptr, d0, d1 = cfg.reg("INFEAT_PTR"), cfg.reg("INFEAT_D0_STRIDE"), cfg.reg("INFEAT_D1_STRIDE")
     shape = ((cfg.nb[1] - 1) * 3 + win, (cfg.nb[2] - 1) * 3 + win, cfg.k_in)
     w, wreads = weights(cfg, read)
+    launches = kept_for(g.launches, id(w), w)  # the kernel's call, per weights array
     # padding 0 around one rectangle of memory (a 'same' layer): the kernel reads L1 where it
     # is and positions outside it as 0, so the input is not copied (issue 31 #2)
     box = _box(read, g.rect, cfg.k_in, x_ptr, d0, d1) \
@@ -449,13 +457,13 @@ def execute(cfg: JobConfig, read: Reader) -> JobResult:
         y0, x0, view, span = box
         reads = [span, *wreads]
         acc = IC.conv_sums(view.transpose(2, 0, 1), IC.packed_weights(w), (ho_n, wo_n),
-                           pad=(y0, x0), hwc=True, padded=True)
+                           pad=(y0, x0), hwc=True, padded=True, launches=launches)
     else:
         img, reads = _gather(read, g.need, g.rect, shape, x_ptr, d0, d1, cfg.pad_value)
         reads += wreads
         if g.agree and cfg.mode != 1:  # one virtual image, its padding rows and columns set once
             acc = IC.conv_sums(img.transpose(2, 0, 1), IC.packed_weights(w), (ho_n, wo_n),
-                               hwc=True, padded=True)
+                               hwc=True, padded=True, launches=launches)
         else:  # depthwise always: its sums are a small part of the job
             sums = K.window_sums_depthwise if cfg.mode == 1 else K.window_sums
             acc = sums(img, w, g.rows_pad, g.cols_pad, np.uint8(cfg.pad_value), ho_n, wo_n)
@@ -469,20 +477,38 @@ def execute(cfg: JobConfig, read: Reader) -> JobResult:
         part[g.written] = raw[idx].view("<i4")[:, 0]
         acc = acc[:, :wo_n, :cfg.k_out] + part
         reads.append((lo, hi))
-    if cfg.normquant:
-        values, nreads = normquant(cfg, acc, read)
-        reads += nreads
-        elem = cfg.out_bits // 8
+    elem = cfg.out_bits // 8 if cfg.normquant else 4
+    if not cfg.normquant:  # the raw sums, as little-endian bytes
+        values = np.ascontiguousarray(acc[:, :wo_n, :cfg.k_out]).astype("<i4") \
+            .view(np.uint8).reshape(ho_n, wo_n, cfg.k_out, 4)
+    elif l1 is not None and g.whole is not None:
+        data, base = l1
+        check_output(g.whole[0], g.whole[1], elem, base, data.size)
+        origin, d2, d1 = g.dense
+        reads += normquant(cfg, acc, read, data, origin - base, d2, d1)
+        values = None
     else:
-        values, elem = np.ascontiguousarray(acc[:, :wo_n, :cfg.k_out], np.int32), 4
+        values = np.empty((ho_n, wo_n, cfg.k_out, elem), np.uint8)
+        reads += normquant(cfg, acc, read, values.reshape(-1), 0, wo_n * cfg.k_out * elem,
+                           cfg.k_out * elem)
     return JobResult(values, g.addresses, g.subtile, g.written, elem, reads, g.dense, g.ranges,
                      g.whole)
 
 
-def normquant(cfg: JobConfig, acc: np.ndarray, read: Reader
-              ) -> tuple[np.ndarray, list[tuple[int, int]]]:
-    """N§3.5 over int32 sums ``acc`` [Ho, >= Wo, >= K] (C-contiguous): the outputs [Ho, Wo, K],
-    int64."""
+def check_output(lo: int, hi: int, elem: int, base: int, size: int) -> None:
+    """DeviceError unless the output bytes [lo, hi) (elements of ``elem`` bytes) lie in L1
+    (``size`` bytes at ``base``)."""
+    if lo < base or hi > base + size:
+        bad = lo if lo < base else hi - elem
+        raise DeviceError(f"job output at {bad:#010x} is outside L1 ({base:#010x}-"
+                          f"{base + size - 1:#010x})")
+
+
+def normquant(cfg: JobConfig, acc: np.ndarray, read: Reader, mem: np.ndarray, origin: int,
+              d2: int, d1: int) -> list[tuple[int, int]]:
+    """N§3.5 over int32 sums ``acc`` [Ho, >= Wo, >= K] (C-contiguous): output (y, x, k) as
+    little-endian bytes at ``origin + y*d2 + x*d1 + k*bytes`` of the flat uint8 ``mem``
+    (emu/conv/ne16.py normquant); the ranges of the scales, biases and shifts read."""
     k = cfg.k_out
     sb = cfg.norm_bytes
     lo = cfg.reg("SCALE_PTR")
@@ -498,9 +524,8 @@ def normquant(cfg: JobConfig, acc: np.ndarray, read: Reader
         shift = (read(s0, k, "shift") & 0x3F).astype(np.int64)
         reads.append((s0, s0 + k))
     ho, wo = cfg.out_hw
-    out = np.empty((ho, wo, k), np.int64)
     K.normquant(np.ascontiguousarray(acc), scale,
                 bias if bias is not None else np.zeros(k, np.int64),
                 shift if shift is not None else np.full(k, cfg.right_shift, np.int64),
-                cfg.norm_bias, cfg.relu, cfg.out_bits, out)
-    return out, reads
+                cfg.norm_bias, cfg.relu, cfg.out_bits, ho, wo, k, mem, origin, d2, d1)
+    return reads

@@ -310,8 +310,11 @@ class Ne16(Device):
         where = f"job {j.job_id} (context {j.context}): "
         if j.result is None:
             cfg = J.decode(j.regs, where)
+            # the whole job at once: stored in L1 as it is computed (J.execute's l1)
+            l1 = (self.l1.data, self.l1.region.base) if ctx.granularity != "subtile" else None
             try:
-                j.result = J.execute(cfg, lambda a, n, what: self._read_l1(a, n, where + what))
+                j.result = J.execute(cfg, lambda a, n, what: self._read_l1(a, n, where + what),
+                                     l1)
             except BusError as e:
                 raise DeviceError(f"{where}{e}") from None
             j.cfg = cfg
@@ -334,9 +337,13 @@ class Ne16(Device):
         return ctx.touched
 
     def _write(self, res: J.JobResult, first: int, last: int, subtiles: int) -> None:
-        """Store the outputs of subtiles first..last-1 of ``subtiles`` (two's complement bytes,
-        little-endian); a whole job with contiguous channels is one strided store."""
+        """Store the outputs of subtiles first..last-1 of ``subtiles`` (their little-endian
+        bytes); a whole job with contiguous channels is one strided store, or was stored as it
+        was computed (``values`` None)."""
         base, size = self.l1.region.base, self.l1.region.size
+        if res.values is None:
+            self.l1.touch()
+            return
         whole = first == 0 and last == subtiles and res.whole is not None
         if whole:  # bounds kept per configuration: no pass over the job's elements
             sel, (lo, hi) = None, res.whole
@@ -346,19 +353,15 @@ class Ne16(Device):
             if not addr.size:
                 return
             lo, hi = int(addr.min()), int(addr.max()) + res.elem
-        if lo < base or hi > base + size:
-            bad = lo if lo < base else hi - res.elem
-            raise DeviceError(f"job output at {bad:#010x} is outside L1 ({base:#010x}-"
-                              f"{base + size - 1:#010x})")
-        dt = np.dtype(f"<u{res.elem}") if res.elem > 1 else np.dtype(np.uint8)
+        J.check_output(lo, hi, res.elem, base, size)
         if whole:
             origin, d2, d1 = res.dense
-            view = np.ndarray(res.values.shape, dt, self.l1.data, origin - base,
-                              (d2, d1, res.elem))
-            np.copyto(view, res.values, casting="unsafe")  # casts wrap: two's complement
+            h, w, k, elem = res.values.shape
+            view = np.ndarray((h, w, k * elem), np.uint8, self.l1.data, origin - base,
+                              (d2, d1, 1))
+            view[...] = res.values.reshape(h, w, k * elem)
         else:
-            raw = res.values[sel].astype(dt).view(np.uint8).reshape(-1, res.elem)
-            self.l1.data[(addr - base)[:, None] + np.arange(res.elem)] = raw
+            self.l1.data[(addr - base)[:, None] + np.arange(res.elem)] = res.values[sel]
         self.l1.touch()
 
     def _job_done(self, j: Job) -> None:

@@ -45,7 +45,7 @@ import numpy as np
 from ...emu.conv import int_conv as IC
 from ...emu.numeric.nvdla import cdma_convert
 from ..bits import sign_extend
-from ..content_cache import ContentCache
+from ..content_cache import ContentCache, kept_for
 from ..description import FieldView
 from ..errors import DeviceError
 from . import feature as F
@@ -282,6 +282,8 @@ def _decode_weights(cfg: ConvConfig, data: np.ndarray) -> np.ndarray:
 
 
 _WEIGHTS = ContentCache()
+#: a layer's configuration -> (its weights array, conv_sums' launches for both)
+_LAUNCHES: dict = {}
 
 
 def convert_input(cfg: ConvConfig, image: np.ndarray) -> np.ndarray:
@@ -305,7 +307,8 @@ def convolve(cfg: ConvConfig, image: np.ndarray, weights: np.ndarray
     top, _, left, _ = cfg.pad
     sums = IC.conv_sums(image, IC.packed_weights(weights), (cfg.out_h, cfg.out_w),
                         zero_point=cfg.pad_value, pad=(top, left), stride=cfg.stride,
-                        dilation=cfg.dilation, padded=True)
+                        dilation=cfg.dilation, padded=True,
+                        launches=kept_for(_LAUNCHES, cfg, weights, 32))
     add = np.zeros(cfg.k, np.int64)
     if cfg.pad_value:
         add += weights.reshape(cfg.k, -1).sum(axis=1, dtype=np.int64) * cfg.pad_value

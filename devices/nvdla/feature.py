@@ -104,7 +104,7 @@ def write_feature(data: np.ndarray, offset: int, cube: np.ndarray, line: int, su
     Through strided views where no two elements share a byte (the usual layouts); else through
     the index array, whose order decides which element a shared byte keeps."""
     c, h, w = cube.shape
-    if not _unique(c, h, w, line, surf):
+    if not unique_bytes(c, h, w, line, surf):
         idx = _feature_index(c, h, w, line, surf)
         data[offset:offset + feature_span(c, h, w, line, surf)][idx] = cube.view(np.uint8)
         return
@@ -117,8 +117,9 @@ def write_feature(data: np.ndarray, offset: int, cube: np.ndarray, line: int, su
 
 
 @functools.lru_cache(maxsize=32)
-def _unique(c: int, h: int, w: int, line: int, surf: int) -> bool:
-    """Whether every element of the cube has a byte of its own."""
+def unique_bytes(c: int, h: int, w: int, line: int, surf: int) -> bool:
+    """Whether every element of the cube has a byte of its own (then the order of its stores
+    does not matter: sdp.process stores in place)."""
     idx = _feature_index(c, h, w, line, surf)
     return bool(np.unique(idx).size == idx.size)
 

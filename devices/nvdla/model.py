@@ -432,6 +432,10 @@ class Nvdla(Device):
             return self._cdp(layer, ctx.touched)
         sdp = self._sdp_config(layer)
         touched = ctx.touched
+        # SDP's output stored as it is computed (S.process ``dst``), where its memory place is
+        # known first and no two elements share a byte; else stored from the cube
+        store = None if sdp.to_pdp else self._out_place(sdp.dst, sdp.c, sdp.h, sdp.w,
+                                                        "SDP output")
         # SDP works on whole 8-channel atoms and writes them whole: the channels past the cube's
         # last one in its last surface are processed and stored too (the hardware's lanes:
         # S.process)
@@ -447,21 +451,23 @@ class Nvdla(Device):
             sums, add = C.convolve(cfg, image, weights)
             # CACC and SDP in one pass; the lanes of the last atom without a kernel carry 0
             out, sat, cacc_sat = S.process(sdp, sums, self._read, k=cfg.k, add=add,
-                                           clip=cfg.clip)
+                                           clip=cfg.clip, dst=store)
             self.regs.poke(f"CACC_D_OUT_SATURATION_G{self.consumer_group('CACC')}", cacc_sat)
             self.cycles += cfg.k * cfg.out_h * cfg.out_w * cfg.r * cfg.s * cfg.c // 64
         else:
             values = self._cube_in(sdp.src, sdp.c, sdp.h, sdp.w, "SDP input", touched)
             self.cycles += sdp.c * sdp.h * sdp.w // 8
-            out, sat, _ = S.process(sdp, values, self._read)
+            out, sat, _ = S.process(sdp, values, self._read, dst=store)
         if sdp.to_pdp:  # pooled on the fly, written by PDP
             pdp = self._pdp_config(flying=True)
             if (pdp.c, pdp.h, pdp.w) != (sdp.c, sdp.h, sdp.w):
                 raise DeviceError(f"PDP_D_DATA_CUBE_IN_* ({pdp.c}x{pdp.h}x{pdp.w}) differ "
                                   f"from SDP's output ({sdp.c}x{sdp.h}x{sdp.w})")
             self._cube_out(pdp.dst, P.pool(pdp, out), "PDP output", touched)
-        else:
+        elif out is not None:
             self._cube_out(sdp.dst, out, "SDP output", touched)  # every lane
+        else:
+            self._stored(sdp.dst, -(-sdp.c // F.ATOM) * F.ATOM, sdp.h, sdp.w, touched)
         if self.view("SDP", "D_PERF_ENABLE").perf_sat_en:
             self.regs.poke(f"SDP_D_PERF_OUT_SATURATION_G{self.consumer_group('SDP')}", sat)
         self._done(layer)
@@ -537,6 +543,27 @@ class Nvdla(Device):
         span = F.feature_span(c, h, w, line, surf)
         mem, off = self.memory(base, span, what)
         F.write_feature(mem.data, off, cube, line, surf)
+        self._stored(dst, c, h, w, touched)
+
+    def _out_place(self, dst: tuple[int, int, int], c: int, h: int, w: int, what: str
+                   ) -> tuple[np.ndarray, int, int, int] | None:
+        """(memory bytes, offset, line, surface stride) of the cube [c rounded up to atoms, h,
+        w] at ``dst`` (base, line, surface) for S.process to store into; None where two of its
+        elements share a byte (F.write_feature's order decides then). DeviceError, naming
+        ``what``, where it leaves memory."""
+        base, line, surf = dst
+        c = -(-c // F.ATOM) * F.ATOM
+        if not F.unique_bytes(c, h, w, line, surf):
+            return None
+        mem, off = self.memory(base, F.feature_span(c, h, w, line, surf), what)
+        return mem.data, off, line, surf
+
+    def _stored(self, dst: tuple[int, int, int], c: int, h: int, w: int,
+                touched: Touched) -> None:
+        """After a cube [c, h, w] was stored at ``dst``: its memory's change counter and the
+        ranges the unit wrote."""
+        base, line, surf = dst
+        mem, _ = self.memory(base, F.feature_span(c, h, w, line, surf), "")
         mem.touch()
         touched.writes += F.written_ranges(base, c, h, w, line, surf)
 

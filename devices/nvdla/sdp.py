@@ -239,13 +239,18 @@ def operands(st: Stage, shape: tuple[int, int, int], read: Read
 
 
 def process(cfg: SdpConfig, acc: np.ndarray, read: Read, *, k: int | None = None,
-            add: np.ndarray | None = None, clip: int = 0) -> tuple[np.ndarray, int, int]:
+            add: np.ndarray | None = None, clip: int = 0,
+            dst: tuple[np.ndarray, int, int, int] | None = None
+            ) -> tuple[np.ndarray | None, int, int]:
     """int8 [C, H, W] out of SDP (C the cube's channels rounded up to whole atoms, the
     hardware's lanes), its converter's 17-bit saturations and CACC's saturations, all in one
     pass (emu/numeric/nvdla.py post_process: CACC, X stages, converter). The input ``acc``:
     an INT8 cube [C, H, W] read by SDP_RDMA (offline), or CACC's (flying): the convolution's
     int32 work array [>= k, H, >= W] plus ``add`` [k], shifted right by ``clip`` (CACC's
-    CLIP_TRUNCATE), channels from ``k`` on 0."""
+    CLIP_TRUNCATE), channels from ``k`` on 0. ``dst`` (memory bytes, offset, line stride,
+    surface stride; a layout where no two elements share a byte, F.unique_bytes): the cube
+    is stored there as it is computed, as F.write_feature would store it, and None returned
+    (issue 31 #2: the store's own pass cost as much as the computation)."""
     c = -(-cfg.c // F.ATOM) * F.ATOM
     if k is None:  # offline: the cube itself, every lane
         acc, k = np.ascontiguousarray(acc, np.int32), acc.shape[0]
@@ -257,9 +262,25 @@ def process(cfg: SdpConfig, acc: np.ndarray, read: Read, *, k: int | None = None
         stages[i] = (1, ALU_CODES[st.alu], st.alu_shift, st.mul, st.mul_shift, st.prelu,
                      st.relu)
         ops[2 * i:2 * i + 2] = _operand_rows(alu, shape), _operand_rows(mul, shape)
-    out = np.empty(shape, np.int8)
     add = np.zeros(k, np.int64) if add is None else add
-    cacc_sat, sat = post_process(acc, k, add, clip, stages, *ops, *cfg.cvt, out)
+    # the kernel stores whole aligned 8-byte atoms: into memory where they are aligned, else
+    # into a packed cube [C/8, H, W, 8] that is returned (as a [C, H, W] view) or stored
+    aligned = dst is not None and dst[0].size % 8 == 0 and (dst[1] | dst[2] | dst[3]) % 8 == 0
+    if dst is not None and aligned:
+        mem, base, line, surf = dst
+        words = mem.view(np.uint64)
+    else:
+        packed = np.empty((c // F.ATOM, cfg.h, cfg.w, F.ATOM), np.uint8)
+        words = packed.reshape(-1).view(np.uint64)
+        base, line, surf = 0, F.ATOM * cfg.w, F.ATOM * cfg.h * cfg.w
+    cacc_sat, sat = post_process(acc, k, add, clip, stages, *ops, *cfg.cvt, *shape, words,
+                                 base // 8, line // 8, surf // 8)
+    out = None
+    if not aligned:
+        out = packed.view(np.int8).transpose(0, 3, 1, 2).reshape(shape)
+        if dst is not None:
+            F.write_feature(dst[0], dst[1], out, dst[2], dst[3])
+            out = None
     return out, int(sat), int(cacc_sat)
 
 

@@ -29,7 +29,6 @@ from ..numeric.ethosu85 import (
     C_OFM_SIGNED,
     C_SCALE,
     C_SHIFT,
-    C_ZP,
     RESCALE_NORMAL,
 )
 from ..numeric.ethosu85_values import (
@@ -188,49 +187,30 @@ def _tap_mask(n: int, stride: int, dil: int, k: int, pad: int, extent: int) -> n
     return mask
 
 
-@njit(nogil=True, cache=True)
-def _finish_terms(cfg, bias, scales, shifts, oc_n):
+def _finish_terms(cfg, bias, scales, shifts, oc_n: int) -> tuple:
     """Per output channel: scale, shift, bias and the rounding addends of the output stage
     (global scale_mode: cfg's scale and shift, bias 0), and whether the fast output stage
     applies: no LUT function, OFM narrower than 64 bits, shifts 0..62, |scale| < 2**31, so
     acc * scale + R of a 32-bit accumulator cannot overflow and needs no halving. Last, the
     OFM zero point and the clip bounds as the fast stage takes them (+-2**62 without
-    clipping)."""
-    per_ch = cfg[P.C_SCALE_MODE] == 0
-    sc = np.empty(oc_n, np.int64)
-    sh = np.empty(oc_n, np.int64)
-    bi = np.zeros(oc_n, np.int64)
-    rp = np.zeros(oc_n, np.int64)
-    rn = np.zeros(oc_n, np.int64)
-    fast = cfg[P.C_FUNC] == P.LUT_NONE and cfg[C_OFM_BITS] != 64
-    for oc in range(oc_n):
-        if per_ch:
-            sc[oc], sh[oc], bi[oc] = scales[oc], shifts[oc], bias[oc]
-        else:
-            sc[oc], sh[oc] = cfg[C_SCALE], cfg[C_SHIFT]
-        if sh[oc] < 0 or sh[oc] > 62 or abs(sc[oc]) >= np.int64(1) << 31:
-            fast = False
-        else:
-            rp[oc], rn[oc] = P.round_terms(sh[oc], cfg[P.C_ROUND], cfg[P.C_DBL_RND])
-    zp, lo, hi, clip = _output_limits(cfg)
+    clipping). numpy, not a kernel: it runs once per layer (kept by _stage_terms) and its
+    compile was 0.5 s of every first run (issue 31 #5); the rounding addends are
+    P.round_terms' own Python function, once per distinct shift."""
+    if cfg[P.C_SCALE_MODE] == 0:
+        sc, sh, bi = (np.array(a[:oc_n], np.int64) for a in (scales, shifts, bias))
+    else:
+        sc, sh = np.full(oc_n, cfg[C_SCALE], np.int64), np.full(oc_n, cfg[C_SHIFT], np.int64)
+        bi = np.zeros(oc_n, np.int64)
+    ok = (sh >= 0) & (sh <= 62) & (np.abs(sc) < np.int64(1) << 31)
+    rp, rn = np.zeros(oc_n, np.int64), np.zeros(oc_n, np.int64)
+    for s in np.unique(sh[ok]):
+        rp[ok & (sh == s)], rn[ok & (sh == s)] = P.round_terms.py_func(
+            s, cfg[P.C_ROUND], cfg[P.C_DBL_RND])
+    fast = bool(cfg[P.C_FUNC] == P.LUT_NONE and cfg[C_OFM_BITS] != 64 and ok.all())
+    zp, lo, hi, clip = P.output_limits.py_func(cfg)
     if not clip:
         lo, hi = -(np.int64(1) << 62), np.int64(1) << 62
     return sc, sh, bi, rp, rn, fast, zp, lo, hi
-
-
-@njit(nogil=True, cache=True)
-def _output_limits(cfg):
-    """OFM zero point and activation min/max as the OFM's signedness reads them (16-bit
-    registers), and whether clipping applies."""
-    if cfg[C_OFM_SIGNED] != 0:
-        zp = P.sign_extend(cfg[C_ZP], 16)
-        lo = P.sign_extend(cfg[P.C_ACT_MIN], 16)
-        hi = P.sign_extend(cfg[P.C_ACT_MAX], 16)
-    else:
-        zp = cfg[C_ZP] & 0xFFFF
-        lo = cfg[P.C_ACT_MIN] & 0xFFFF
-        hi = cfg[P.C_ACT_MAX] & 0xFFFF
-    return zp, lo, hi, cfg[P.C_CLIP] == 0
 
 
 @njit(parallel=True, cache=True)
@@ -268,7 +248,7 @@ def _finish_general(tot, acc_in, rows, cols, use_acc, cfg, bias, scales, shifts,
     per_ch = cfg[P.C_SCALE_MODE] == 0
     raw_out = cfg[C_ACC_OUTPUT] != 0
     obits = cfg[C_OFM_BITS]
-    zp, lo, hi, clip = _output_limits(cfg)
+    zp, lo, hi, clip = P.output_limits(cfg)
     # branch-free forms of sign_extend/truncate (x + h) & m - h
     ah, am = np.int64(1) << (bits - 1), (np.int64(1) << bits) - 1
     oh = (np.int64(1) << (obits - 1)) if cfg[C_OFM_SIGNED] != 0 else np.int64(0)

@@ -16,7 +16,9 @@ the 2-core machine. Two integer kernels, chosen per call by :func:`conv_sums`:
   broadcast against 16 output channels' weights, so neither input packing nor transpose);
 * the int16-pair kernel (:func:`_conv_blocks`, ``vpmaddwd`` through ``emu/conv/simd.py``, plain
   LLVM vector IR: AVX2 where present, ordinary vector code elsewhere) for everything else
-  (int16 data, int9 Ethos-U85 weights, CPUs without VNNI).
+  (int16 data, int9 Ethos-U85 weights, CPUs without VNNI); hwc 1x1 sums where every output
+  pixel reads its own input pixel run its pointwise form (:func:`_pointwise16`, as the byte
+  kernel has :func:`_pointwise8`).
 
 Both compute every sum exactly modulo 2**32 (int32 accumulators that wrap): vpdpbusd adds a
 lane's four products (together below 2**17 in magnitude) with wrap-around, vpmaddwd's pair sums
@@ -33,6 +35,8 @@ Layouts (chosen so the innermost loop reads contiguous memory):
   so the inputs of 8 consecutive outputs for one kernel column are 8 consecutive words with any
   stride), one int32 word per position holding channels (2p, 2p+1);
 * weights, packed by :func:`pack_weights`: ``[K rounded up to 4, kh, kw, channel pairs]`` words;
+  the pointwise form's input (:func:`_pack_pixels`): NHWC pixels of int16 pair words, its
+  weights ``PackedWeights.pairs``: ``[channel pairs, K rounded up to 8]`` words;
 * the byte kernel's input, packed by :func:`_pack_input8`, and weights (``PackedWeights.quads``):
   the same with one word per 4 channels (4 bytes), ``K`` rounded up to 8; the pointwise kernel
   reads NHWC words as they are and weights per input word (``PackedWeights.columns``), ``K``
@@ -60,7 +64,7 @@ from numba import prange
 
 from ..jit import njit
 from ..scratch import scratch
-from .simd import vbcast, vget, vload, vmadd, vstore, vzero
+from .simd import vbcast, vload, vmadd, vstore, vstore4, vstore_t4, vzero
 from .vnni import (
     HAVE_VNNI,
     zadd,
@@ -82,6 +86,7 @@ KB = 4   # output channels per block (4 x 2 accumulator registers)
 XB = 16  # output columns per block (two 8-lane vectors)
 KB8 = 8  # output channels per block of the byte kernel (8 x one 16-lane accumulator register)
 KV = 16  # output channels per register of the pointwise kernel (16 int32 lanes)
+KV8 = 8  # output channels per register of the int16-pair pointwise kernel (8 int32 lanes)
 
 #: numba's parallel kernels may not be entered by two threads at once under every threading
 #: layer (workqueue aborts); a device's run thread and a test's thread could do that
@@ -206,6 +211,7 @@ class PackedWeights(NamedTuple):
     quads: np.ndarray | None = None  # int32 [kp8 * kh * kw * q4]: int8 quads (byte kernel)
     wsum: np.ndarray | None = None   # int64 [kp8]: sum of each output channel's weights
     columns: np.ndarray | None = None  # int32 [q4 * kv16]: 1x1 quads, quad-major (pointwise)
+    pairs: np.ndarray | None = None  # int32 [c2 * kv8]: 1x1 int16 pairs, pair-major (_pointwise16)
 
     @property
     def kp(self) -> int:
@@ -224,12 +230,18 @@ def pack_weights(w: np.ndarray) -> PackedWeights:
     (:data:`HAVE_VNNI`) and every weight fits int8, also its layout (int8 quads, zero-filled to
     a multiple of 8 output channels and of 4 input channels) and the per-channel sums, and for
     a 1x1 kernel the pointwise kernel's layout of the same quads (``columns``: per input quad,
-    the output channels rounded up to 16)."""
+    the output channels rounded up to 16); for a 1x1 kernel also the int16-pair pointwise
+    kernel's layout of the words (``pairs``: per input pair, the output channels rounded up to
+    8)."""
     k, kh, kw, c = w.shape
     kp, c2 = -(-k // KB) * KB, (c + 1) // 2
     half = np.zeros((kp, kh, kw, 2 * c2), np.int16)
     half[:k, :, :, :c] = w
-    quads = wsum = columns = None
+    quads = wsum = columns = pairs = None
+    if kh == kw == 1:
+        p = np.zeros((-(-k // KV8) * KV8, c2), np.int32)
+        p[:kp] = half.view(np.int32).reshape(kp, c2)
+        pairs = np.ascontiguousarray(p.T).reshape(-1)
     if HAVE_VNNI and (w.size == 0 or (w.min() >= -128 and w.max() <= 127)):
         kp8, q4 = -(-k // KB8) * KB8, (c + 3) // 4
         b = np.zeros((kp8, kh, kw, 4 * q4), np.int8)
@@ -240,7 +252,8 @@ def pack_weights(w: np.ndarray) -> PackedWeights:
             cols = np.zeros((-(-k // KV) * KV, q4), np.int32)
             cols[:kp8] = quads.reshape(kp8, q4)
             columns = np.ascontiguousarray(cols.T).reshape(-1)
-    return PackedWeights(half.view(np.int32).reshape(-1), k, c, kh, kw, quads, wsum, columns)
+    return PackedWeights(half.view(np.int32).reshape(-1), k, c, kh, kw, quads, wsum, columns,
+                         pairs)
 
 
 def fits_int32(lo: int, hi: int, w: np.ndarray) -> bool:
@@ -294,7 +307,12 @@ def _pack_input(v, zp, rows, top, dst_col, channels_last, x16):
     """x16[padded row, pair, dst_col[col], half] = v[c, row, col] - zp at padded row
     ``row + top``; zero elsewhere (padding reads 0). ``v`` is indexed [C, H, W] (any strides;
     ``channels_last``: C varies fastest in memory, as in an NHWC tensor); rows >= ``rows`` and
-    columns with dst_col < 0 are not used. Padded rows in parallel."""
+    columns with dst_col < 0 are not used. Padded rows in parallel. A channels-last input of
+    fewer than 8 channels is read channel by channel too: its pixel loop of a few channels
+    cost ~3.5 cycles an element (MobileNet v2's 96x96x3 stem 30 -> 17 us in the AVX2
+    approximation; from 8 channels on the pixel loop is faster: 48x48x8 10.8 against 11.8
+    us, x16 16.6 against 23.0). (Loops over whole pairs without ``//`` and ``%`` measured no
+    faster: the stores through dst_col cost, not the arithmetic.)"""
     c_n = v.shape[0]
     for pr in prange(x16.shape[0]):
         x16[pr] = 0
@@ -302,7 +320,7 @@ def _pack_input(v, zp, rows, top, dst_col, channels_last, x16):
         if r < 0 or r >= rows:
             continue
         dst = x16[pr]
-        if channels_last:
+        if channels_last and c_n >= 8:
             for col in range(dst_col.shape[0]):
                 d = dst_col[col]
                 if d >= 0:
@@ -362,18 +380,10 @@ def _conv_blocks(x2, w2, acc, ho, wob, c2, kh, kw, kn, sy, row_words, plane, row
                         d1 = vmadd(d1, hi, wv)
                         xi += plane
                         wi += 1
-            if hwc:  # acc[y, x, k]: lane by lane (64 stores against 2304 multiply-adds)
-                for p in range(8):
-                    o = (y * wob + x0 + p) * kp + k0
-                    acc[o] = vget(a0, p)
-                    acc[o + 1] = vget(b0, p)
-                    acc[o + 2] = vget(c0, p)
-                    acc[o + 3] = vget(d0, p)
-                    o += 8 * kp
-                    acc[o] = vget(a1, p)
-                    acc[o + 1] = vget(b1, p)
-                    acc[o + 2] = vget(c1, p)
-                    acc[o + 3] = vget(d1, p)
+            if hwc:  # acc[y, x, k]: each 4 x 8 half transposed
+                o = (y * wob + x0) * kp + k0
+                vstore_t4(acc, o, kp, a0, b0, c0, d0)
+                vstore_t4(acc, o + 8 * kp, kp, a1, b1, c1, d1)
             else:  # acc[k, y, x]
                 o = (k0 * ho + y) * wob + x0
                 vstore(acc, o, a0)
@@ -387,6 +397,152 @@ def _conv_blocks(x2, w2, acc, ho, wob, c2, kh, kw, kn, sy, row_words, plane, row
 
 
 _CONV_BLOCKS_TWIN = twin(_conv_blocks)
+
+
+@njit(nogil=True, cache=True)
+def _pack_pixels(src, zp, n, c, x16):
+    """x16[p * 2 * c2 + ch] = src[p * c + ch] - zp for ``n`` pixels of ``c`` channels (``src``
+    a pixel-major, channels-last tensor), a pair-aligned pixel's last half 0 where ``c`` is
+    odd: :func:`_pointwise16`'s input words (c2 = (c + 1) // 2 per pixel). An even ``c`` is
+    one contiguous loop that LLVM vectorises (int8 -> int16, 16 lanes a turn); ``zp`` an int32
+    (int64 arithmetic would halve the lanes). The sum's low 16 bits are the same whatever the
+    width, and callers keep the difference inside int16."""
+    if c % 2 == 0:
+        for j in range(n * c):
+            x16[j] = src[j] - zp
+        return
+    ce = c + 1
+    for p in range(n):
+        for ch in range(c):
+            x16[p * ce + ch] = src[p * c + ch] - zp
+        x16[p * ce + c] = 0
+
+
+@njit(nogil=True, cache=True)
+def _pointwise16(x, w, acc, ho, wo, wob, c2, kp):
+    """acc[(y * wob + p) * kp + k] = sum over pairs q of vpmaddwd(x[(y * wo + p) * c2 + q],
+    w[q * kw8 + k]) modulo 2**32 for output rows y < ``ho``, pixels p < ``wo`` and channels
+    k < ``kp`` (``x``: :func:`_pack_pixels`' words; ``w``: PackedWeights.pairs, kw8 = ``kp``
+    rounded up to 8; ``acc``: :func:`_conv_blocks`' hwc work array [ho, wob, kp]): the
+    int16-pair kernel for 1x1 convolutions with stride 1 and no padding, where every output
+    pixel reads one input pixel. One pixel's input word is broadcast against 8 output
+    channels' weights, so a register holds 8 channels of one pixel and is stored channels last
+    as it is: neither :func:`_pack_input`'s transposing pack nor the lane-by-lane hwc stores
+    of :func:`_conv_blocks`, which for few input channels (MobileNet v2's 48x48 8 -> 48 layer:
+    4 pairs, 32 multiply-adds per 64 scalar stores) cost more than the multiply-adds.
+    Block widths by shape (8 accumulators, as :func:`_conv_blocks`): 4 pixels x 2 registers
+    (2 weight loads and 4 broadcasts per 8 vpmaddwd) while 2 registers are left, else 8
+    pixels x 1 register (a layer of 8 or 4 output channels: 4 x 1 ran at ~55 GMAC/s), then
+    the last pixels one at a time (4 at a time, the missing ones read again, was slower:
+    18.5 -> 21.7 us on the 9-pixel 112 -> 1280 layer); a register of which only 4 channels
+    exist stores 4 lanes
+    (:func:`vstore4`). Channel blocks outermost, so a block's weights stay in L1 over all
+    pixels (the 9-pixel 112 -> 1280 layer streams 287 KB of weights). One thread, as
+    :func:`_pointwise8`."""
+    kw8 = -(-kp // KV8) * KV8
+    for y in range(ho):
+        xb, ob = y * wo, y * wob
+        k0 = 0
+        while k0 < kp:
+            two = k0 + KV8 < kp  # a second register (maybe half)
+            p = 0
+            if two:
+                while p + 4 <= wo:
+                    xi = (xb + p) * c2
+                    o = (ob + p) * kp + k0
+                    a0 = vzero()
+                    a1 = a0
+                    a2 = a0
+                    a3 = a0
+                    b0 = a0
+                    b1 = a0
+                    b2 = a0
+                    b3 = a0
+                    for wi in range(k0, k0 + c2 * kw8, kw8):
+                        w0 = vload(w, wi)
+                        w1 = vload(w, wi + KV8)
+                        s = vbcast(x, xi)
+                        a0 = vmadd(a0, s, w0)
+                        b0 = vmadd(b0, s, w1)
+                        s = vbcast(x, xi + c2)
+                        a1 = vmadd(a1, s, w0)
+                        b1 = vmadd(b1, s, w1)
+                        s = vbcast(x, xi + 2 * c2)
+                        a2 = vmadd(a2, s, w0)
+                        b2 = vmadd(b2, s, w1)
+                        s = vbcast(x, xi + 3 * c2)
+                        a3 = vmadd(a3, s, w0)
+                        b3 = vmadd(b3, s, w1)
+                        xi += 1
+                    vstore(acc, o, a0)
+                    vstore(acc, o + kp, a1)
+                    vstore(acc, o + 2 * kp, a2)
+                    vstore(acc, o + 3 * kp, a3)
+                    if k0 + 2 * KV8 <= kp:
+                        vstore(acc, o + KV8, b0)
+                        vstore(acc, o + KV8 + kp, b1)
+                        vstore(acc, o + KV8 + 2 * kp, b2)
+                        vstore(acc, o + KV8 + 3 * kp, b3)
+                    else:
+                        vstore4(acc, o + KV8, b0)
+                        vstore4(acc, o + KV8 + kp, b1)
+                        vstore4(acc, o + KV8 + 2 * kp, b2)
+                        vstore4(acc, o + KV8 + 3 * kp, b3)
+                    p += 4
+            else:
+                while p + 8 <= wo:
+                    xi = (xb + p) * c2
+                    a0 = vzero()
+                    a1 = a0
+                    a2 = a0
+                    a3 = a0
+                    a4 = a0
+                    a5 = a0
+                    a6 = a0
+                    a7 = a0
+                    for wi in range(k0, k0 + c2 * kw8, kw8):
+                        w0 = vload(w, wi)
+                        a0 = vmadd(a0, vbcast(x, xi), w0)
+                        a1 = vmadd(a1, vbcast(x, xi + c2), w0)
+                        a2 = vmadd(a2, vbcast(x, xi + 2 * c2), w0)
+                        a3 = vmadd(a3, vbcast(x, xi + 3 * c2), w0)
+                        a4 = vmadd(a4, vbcast(x, xi + 4 * c2), w0)
+                        a5 = vmadd(a5, vbcast(x, xi + 5 * c2), w0)
+                        a6 = vmadd(a6, vbcast(x, xi + 6 * c2), w0)
+                        a7 = vmadd(a7, vbcast(x, xi + 7 * c2), w0)
+                        xi += 1
+                    o = (ob + p) * kp + k0
+                    if k0 + KV8 <= kp:
+                        vstore(acc, o, a0)
+                        vstore(acc, o + kp, a1)
+                        vstore(acc, o + 2 * kp, a2)
+                        vstore(acc, o + 3 * kp, a3)
+                        vstore(acc, o + 4 * kp, a4)
+                        vstore(acc, o + 5 * kp, a5)
+                        vstore(acc, o + 6 * kp, a6)
+                        vstore(acc, o + 7 * kp, a7)
+                    else:
+                        vstore4(acc, o, a0)
+                        vstore4(acc, o + kp, a1)
+                        vstore4(acc, o + 2 * kp, a2)
+                        vstore4(acc, o + 3 * kp, a3)
+                        vstore4(acc, o + 4 * kp, a4)
+                        vstore4(acc, o + 5 * kp, a5)
+                        vstore4(acc, o + 6 * kp, a6)
+                        vstore4(acc, o + 7 * kp, a7)
+                    p += 8
+            k1 = min(k0 + (2 * KV8 if two else KV8), kp)
+            for r in range(p, wo):  # the last pixels, one at a time
+                xi = (xb + r) * c2
+                for kk in range(k0, k1, KV8):
+                    a0 = vzero()
+                    for q in range(c2):
+                        a0 = vmadd(a0, vbcast(x, xi + q), vload(w, q * kw8 + kk))
+                    if kk + KV8 <= kp:
+                        vstore(acc, (ob + r) * kp + kk, a0)
+                    else:
+                        vstore4(acc, (ob + r) * kp + kk, a0)
+            k0 = k1
 
 
 @njit(nogil=True, cache=True)
@@ -635,6 +791,9 @@ def conv_sums(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_
     if launch is not None:
         return _sums_view(run_byte_launch(launch, v), out_hw, w.k, hwc, padded)
     ho, wo = out_hw
+    if hwc and w.pairs is not None and pixelwise(v.shape, out_hw, in_hw, pad, stride) \
+            and parallel(ho * wo * w.k * c).threads == 1:
+        return _sums_view(_run_pointwise16(v, w, out_hw, zero_point), out_hw, w.k, hwc, padded)
     p, plane, rows = _geometry(v.shape, w, out_hw, in_hw, pad, stride, dilation)
     acc = scratch("int_conv.acc", (w.kp * ho * p.wob,), np.int32)
     buf = scratch("int_conv.x", (p.hp * p.c2 * plane,), np.int32)
@@ -647,6 +806,32 @@ def conv_sums(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_
                                       p.col_off, hwc)
     acc = acc.reshape((ho, p.wob, w.kp) if hwc else (w.kp, ho, p.wob))
     return _sums_view(acc, out_hw, w.k, hwc, padded)
+
+
+def pixelwise(v_shape: tuple, out_hw: tuple, in_hw: tuple | None, pad: tuple,
+              stride: tuple) -> bool:
+    """Every output pixel of a 1x1 convolution of an input [C, H, W] reads its own input
+    pixel (stride 1, no padding, the whole input): where the pointwise kernels apply."""
+    h, wd = v_shape[1:]
+    return (tuple(stride) == (1, 1) and tuple(pad) == (0, 0) and tuple(out_hw) == (h, wd)
+            and (in_hw is None or (in_hw[0] >= h and in_hw[1] >= wd)))
+
+
+def _run_pointwise16(v: np.ndarray, w: PackedWeights, out_hw: tuple, zero_point: int
+                     ) -> np.ndarray:
+    """:func:`_pointwise16`'s hwc work array [Ho, Wo rounded up to XB, K rounded up to KB]
+    for ``v`` [C, H, W] where :func:`pixelwise` holds (the same shape as :func:`_conv_blocks`'
+    hwc array; its columns past Wo are not written)."""
+    c, h, wd = v.shape
+    nhwc = v.transpose(1, 2, 0)
+    if not nhwc.flags.c_contiguous:
+        nhwc = np.ascontiguousarray(nhwc)
+    n, c2, wob = h * wd, (c + 1) // 2, -(-wd // XB) * XB
+    x = scratch("int_conv.x", (n * c2,), np.int32)
+    _pack_pixels(read_only(nhwc.reshape(-1)), np.int32(zero_point), n, c, x.view(np.int16))
+    acc = scratch("int_conv.acc", (h * wob * w.kp,), np.int32)
+    _pointwise16(x, w.pairs, acc, h, wd, wob, c2, w.kp)
+    return acc.reshape(h, wob, w.kp)
 
 
 def _geometry(v_shape: tuple, w: PackedWeights, out_hw: tuple, in_hw: tuple | None, pad: tuple,
@@ -714,8 +899,7 @@ def byte_launch(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zer
     # as NHWC words of 4 channels: a copy unless it is one (the bytes of channels >= c are
     # left as they were: their weights are 0)
     copy = (h, wd, 4 * q4) if c % 4 or not v.transpose(1, 2, 0).flags.c_contiguous else None
-    if (hwc and w.columns is not None and stride == (1, 1) and tuple(pad) == (0, 0)
-            and (ho, wo) == (h, wd) and (in_hw is None or (in_hw[0] >= h and in_hw[1] >= wd))):
+    if hwc and w.columns is not None and pixelwise(v.shape, out_hw, in_hw, pad, stride):
         kv = -(-w.k // KV)
         init = np.zeros(kv * KV, np.int64)
         init[:w.kp8] = -(zero_point + off) * w.wsum

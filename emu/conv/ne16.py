@@ -60,34 +60,47 @@ def window_sums_depthwise(img, w, rows_pad, cols_pad, pad_value, ho, wo):
 
 
 @njit(nogil=True, cache=True)
-def normquant(acc, scale, bias, shift, has_bias, relu, out_bits, out):
+def normquant(acc, scale, bias, shift, has_bias, relu, out_bits, h, w, k_n, mem, origin, d2,
+              d1):
     """N§3.5 over int32 sums ``acc`` [Ho, >= Wo, >= K] (wrapped as the accumulators wrap;
-    C-contiguous: the shared kernel's whole work array, conv_sums ``padded``) into ``out``
-    [Ho, Wo, K] int64 (one type for every output width: one compilation, and no slower than
-    int16): p = acc * scale[k] in 64 bits; with a bias (``has_bias``),
-    p wrapped to 32 bits plus bias[k] wrapped again; ReLU (``relu``, QUANT_RECT = 0);
-    arithmetic shift right by shift[k]; saturation to ``out_bits``, unsigned under ReLU.
-    The innermost loop runs over contiguous channels without calls or data-dependent branches
-    (bias and ReLU are the job's), so LLVM vectorises it, variable 64-bit shifts included:
-    the loop it replaced, over the work array's strided view into int64, took 0.2 ms of a
-    64->64 3x3 job on 32x32, as long as its convolution (issue 31 #2)."""
-    h, w, k_n = out.shape
+    C-contiguous: the shared kernel's whole work array, conv_sums ``padded``), each output
+    stored as ``out_bits // 8`` little-endian two's complement bytes (N§3.1) into the flat
+    uint8 ``mem``: output (y, x, k) at ``origin + y*d2 + x*d1 + k*bytes``: p = acc * scale[k]
+    in 64 bits; with a bias (``has_bias``), p wrapped to 32 bits plus bias[k] wrapped again;
+    ReLU (``relu``, QUANT_RECT = 0); arithmetic shift right by shift[k]; saturation to
+    ``out_bits``, unsigned under ReLU.
+    Why bytes into a flat array: the job's store is this pass (``mem`` is L1 itself where
+    the job's channels are contiguous bytes, else a buffer the device scatters), with one
+    argument type for every output width and layout (one compilation, ~0.8 s CPU); the int64
+    array it replaced, and the store's pass over it, took ~0.04 ms of a 64->64 3x3 job on
+    32x32 (issue 31 #2). The channel loop runs without calls or data-dependent branches (bias
+    and ReLU are the job's), so LLVM vectorises it, variable 64-bit shifts included."""
     if relu:
         lo, hi = 0, (1 << out_bits) - 1
     else:
         lo, hi = -(1 << (out_bits - 1)), (1 << (out_bits - 1)) - 1
     floor = 0 if relu else np.iinfo(np.int64).min  # max(p, floor): ReLU or nothing
     half = np.int64(1) << 31
+    nb = out_bits // 8
+    row = np.empty(k_n, np.int64)  # one pixel's outputs, before their bytes are stored
     for y in range(h):
         for x in range(w):
             a = acc[y, x]
-            o = out[y, x]
+            o = origin + y * d2 + x * d1
+            dst = mem[o:o + k_n * nb]  # a view: indices from a range vectorise, o + k did not
             if has_bias:
                 for k in range(k_n):
                     p = ((np.int64(a[k]) * scale[k] + half) & 0xFFFFFFFF) - half
                     p = ((p + bias[k] + half) & 0xFFFFFFFF) - half
-                    o[k] = min(max(max(p, floor) >> shift[k], lo), hi)
+                    row[k] = min(max(max(p, floor) >> shift[k], lo), hi)
             else:
                 for k in range(k_n):
                     p = np.int64(a[k]) * scale[k]
-                    o[k] = min(max(max(p, floor) >> shift[k], lo), hi)
+                    row[k] = min(max(max(p, floor) >> shift[k], lo), hi)
+            if nb == 1:
+                for k in range(k_n):
+                    dst[k] = np.uint8(row[k] & 0xFF)
+            else:
+                for k in range(k_n):
+                    for b in range(nb):
+                        dst[k * nb + b] = np.uint8((row[k] >> (8 * b)) & 0xFF)

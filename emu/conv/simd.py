@@ -147,6 +147,56 @@ def vstore(typingctx, arr, idx, v):
 
 
 @intrinsic
+def vstore4(typingctx, arr, idx, v):
+    """arr[idx:idx+4] = lanes 0..3 of ``v``. Why: a channels-last row of sums whose channel
+    count is 4 more than a multiple of 8 ends in half a register; its lanes 4..7 would
+    overwrite the next pixel's first channels."""
+    if not (_is_words(arr) and isinstance(idx, types.Integer) and v == i32x8):
+        return None
+
+    def codegen(context, builder, signature, args):
+        p = _address(context, builder, signature.args[0], args[0], args[1])
+        low = builder.shuffle_vector(args[2], ir.Constant(_V8, ir.Undefined), _QUARTERS[0])
+        builder.store(low, builder.bitcast(p, _V4.as_pointer()), align=4)
+        return context.get_dummy_value()
+    return types.void(arr, idx, v), codegen
+
+
+_LO_PAIRS = ir.Constant(_V8, [0, 8, 1, 9, 4, 12, 5, 13])   # unpacklo per 128-bit half
+_HI_PAIRS = ir.Constant(_V8, [2, 10, 3, 11, 6, 14, 7, 15])
+#: lane p of a, b, c, d as 4 words, from the pair-interleaved (lo or hi) vectors of (a, b)
+#: and (c, d): lanes p = 0, 1, 4, 5 from the lo ones, 2, 3, 6, 7 from the hi ones
+_COLUMN = {p: ([0, 1, 8, 9], [2, 3, 10, 11], [4, 5, 12, 13], [6, 7, 14, 15])[
+    (p % 2) + 2 * (p // 4)] for p in range(8)}
+
+
+@intrinsic
+def vstore_t4(typingctx, arr, idx, stride, a, b, c, d):
+    """arr[idx + p*stride : idx + p*stride + 4] = (a[p], b[p], c[p], d[p]) for lanes p = 0..7:
+    a block of 4 channels x 8 columns stored channels last (the transpose as pair and quad
+    interleaves, 8 shuffles and 8 4-word stores). Why: lane by lane it took 32 extracts and
+    scalar stores per block, as many as a 3-channel 3x3 layer's multiply-adds."""
+    if not (_is_words(arr) and isinstance(idx, types.Integer)
+            and isinstance(stride, types.Integer) and a == b == c == d == i32x8):
+        return None
+
+    def codegen(context, builder, signature, args):
+        va, vb, vc, vd = args[3:]
+        ab = (builder.shuffle_vector(va, vb, _LO_PAIRS), builder.shuffle_vector(va, vb, _HI_PAIRS))
+        cd = (builder.shuffle_vector(vc, vd, _LO_PAIRS), builder.shuffle_vector(vc, vd, _HI_PAIRS))
+        step = context.cast(builder, args[2], signature.args[2], types.intp)
+        at = context.cast(builder, args[1], signature.args[1], types.intp)
+        for p in range(8):
+            half = (p // 2) % 2  # lanes 2, 3, 6, 7 are in the hi interleaves
+            col = builder.shuffle_vector(ab[half], cd[half], ir.Constant(_V4, _COLUMN[p]))
+            i = builder.add(at, builder.mul(step, ir.Constant(step.type, p)))
+            ptr = _address(context, builder, signature.args[0], args[0], i)
+            builder.store(col, builder.bitcast(ptr, _V4.as_pointer()), align=4)
+        return context.get_dummy_value()
+    return types.void(arr, idx, stride, a, b, c, d), codegen
+
+
+@intrinsic
 def vget(typingctx, v, i):
     """Lane ``i`` of ``v`` (int32)."""
     if not (v == i32x8 and isinstance(i, types.Integer)):

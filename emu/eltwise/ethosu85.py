@@ -230,9 +230,10 @@ def _scalar_value(scalar: int, zero_point: int, bits: int, signed: bool, diag, n
     GenerateIFM) and Mesa's ethosu driver emit the stored value in OP_SCALAR and the tensor's
     zero point in IFM2_ZERO_POINT (x * 0.37 becomes scalar 127 with zero point -128), and the
     results match LiteRT only with the zero point subtracted, as read_ifm does [U85-TRM: §3.6.5].
-    The zero point is interpreted and checked as for a tensor of the operand's type."""
-    return int(P.sign_extend(scalar, 32)) - checked_zero_point(zero_point, bits, signed, diag,
-                                                               name)
+    The zero point is interpreted and checked as for a tensor of the operand's type.
+    sign_extend's Python function: a compile for one scalar cost more than it (issue 31 #5)."""
+    return int(P.sign_extend.py_func(scalar, 32)) - checked_zero_point(zero_point, bits, signed,
+                                                                       diag, name)
 
 
 def operand_shape(mode: int, shape: tuple[int, int, int]) -> tuple[int, int, int]:
@@ -385,9 +386,50 @@ def _operand_values(p: Eltwise, ifm, ifm2) -> tuple[np.ndarray, np.ndarray]:
     return out[0], out[1]
 
 
+def _mul_applies(ew: np.ndarray, cfg: np.ndarray) -> bool:
+    """Whether :func:`_mul` computes the operation as :func:`_ew_kernel` does: MUL without a
+    LUT function, accumulators not output raw, an OFM narrower than 64 bits."""
+    return bool(ew[0] == EW_MUL and cfg[P.C_FUNC] == P.LUT_NONE and cfg[P.C_OFM_BITS] != 64
+                and cfg[P.C_ACC_OUTPUT] == 0)
+
+
+def _mul(a: np.ndarray, b: np.ndarray, ew: np.ndarray, cfg: np.ndarray) -> np.ndarray:
+    """MUL where :func:`_mul_applies`, in numpy: the arithmetic of :func:`_ew_kernel`'s mul
+    [U85-TRM: §3.10.6, §3.6.6, §3.6.7] on whole arrays: acc = a * b (the whole product),
+    rescale global (b32 inputs: shift_only, no multiply), rounded_shift_right in its exact
+    halving form with P.round_terms' addends, activation's 32-bit wrap of acc + zero point and
+    clamp; the caller's cast to the OFM type truncates as write_ofm does. int64 arrays wrap
+    as the kernel's int64 does. Why not the kernel: its compile (the general loop and every
+    LUT mode, ~2.5 s) was a third of the Ethos-U85 demo's first run for a 4-element MUL
+    (issue 31 #5)."""
+    acc = a * b
+    if ew[1] == 8 or ew[1] == 16:
+        acc = acc * cfg[C_SCALE]
+    shift = int(cfg[C_SHIFT])
+    if shift > 0:
+        rp, rn = P.round_terms.py_func(shift, cfg[P.C_ROUND], cfg[P.C_DBL_RND])
+        r = np.where(acc >= 0, rp, rn)
+        acc = ((acc >> 1) + (r >> 1) + (((acc & 1) + (r & 1)) >> 1)) >> (shift - 1)
+    zp, lo, hi, clip = P.output_limits.py_func(cfg)
+    acc = ((acc + zp + 0x80000000) & 0xFFFFFFFF) - 0x80000000
+    return np.clip(acc, lo, hi) if clip else acc
+
+
 def _run(p: Eltwise, a: np.ndarray, b: np.ndarray, lut) -> np.ndarray:
-    out = _ew_kernel(np.ascontiguousarray(a), np.ascontiguousarray(b), p.ew, p.cfg,
-                     lut_bytes(lut))
+    """The kernel's result for the operands ``a``, ``b``: add/sub on :func:`_addsub_fast`
+    where it applies (what _ew_kernel would take), MUL in numpy where :func:`_mul_applies`,
+    else :func:`_ew_kernel`. Why: a first run compiles only the kernel its operations take
+    (the general kernel with every mode and LUT function took ~2.5 s to compile; issue 31 #5);
+    _addsub_fast_applies runs as Python (its Python function: the same code, no compile)."""
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    if (p.ew[0] == EW_ADD or p.ew[0] == EW_SUB) and p.ew[13] == 0 \
+            and _addsub_fast_applies.py_func(p.ew, p.cfg):
+        out = np.zeros(p.shape, np.int64)
+        _addsub_fast(a, b, bool(p.ew[0] == EW_SUB), p.ew, p.cfg, out)
+    elif _mul_applies(p.ew, p.cfg):
+        out = _mul(a, b, p.ew, p.cfg)
+    else:
+        out = _ew_kernel(a, b, p.ew, p.cfg, lut_bytes(lut))
     return out.astype(p.dtype)
 
 

@@ -7,7 +7,8 @@ writes the OFMs into the memories directly and calls the existing kernels (the b
 and the pointwise byte kernel (serial), or where the CPU has none the int16-pair kernel
 (serial), the depthwise kernel, the fast output stage (serial),
 the add/sub body), the same calls with the same arguments the Python path makes, so the bytes
-written are the same (a serial twin computes what its parallel kernel does).
+written are the same (a serial twin computes what its parallel kernel does). It reaches them
+through their addresses (:data:`SLOTS`), an argument, rather than linking their code.
 
 A tensor is a list of boxes of one byte per element (int8/uint8): element (y, x, c) of a box
 holding channels [c0, c0 + n) is at ``offset + y*sy + x*sx + ((c-c0)//16)*sc + (c-c0)%16``
@@ -16,12 +17,13 @@ element_address_in_region's addresses [U85-TRM: §3.6.5] as the device's box vie
 """
 from __future__ import annotations
 
-import types as pytypes
-
 import numpy as np
 from llvmlite import ir
 from numba.core import cgutils, types
+from numba.core.errors import TypingError
+from numba.core.imputils import impl_ret_borrowed
 from numba.extending import intrinsic
+from numba.np.arrayobj import populate_array
 
 from ..conv import ethosu85 as CE
 from ..conv import int_conv as IC
@@ -31,41 +33,115 @@ from ..jit import njit
 from ..pool import ethosu85 as PK
 
 
-@njit(nogil=True, cache=True)
-def _no_pointwise(x, mask, w, init, acc, n, q4, kv):
-    """Where the CPU has no byte kernel (no pointwise rows are made there)."""
-    raise AssertionError("no byte kernel on this CPU")
+def _a(dtype, ndim: int, readonly: bool = False, layout: str = "C") -> types.Array:
+    return types.Array(dtype, ndim, layout, readonly=readonly)
 
 
-@njit(nogil=True, cache=True)
-def _no_conv(src, off, zb, rows, top, dst_col, x4, w4, wsum, acc, ho, wob, q4, kh, kw, kn, sy,
-             row_words, plane, row_off, col_off, hwc):
-    """Where the CPU has no byte kernel (no conv rows are made there)."""
-    raise AssertionError("no byte kernel on this CPU")
+_I, _I32, _B = types.int64, types.int32, types.boolean
+_FINISH = (_a(_I32, 3), _a(_I, 1, True), _a(_I, 1, True), _a(_I, 2))
+
+#: the kernels the rows call, each through its address (:func:`_call`), by slot: the
+#: signature :func:`run_rows` calls it with, then the kernel of each variant (byte kernels
+#: (VNNI), int16-pair kernel; None: that variant makes no such rows, its address is 0 and a
+#: call raises AssertionError). Why not a plain call: numba links a callee's code into its
+#: caller and has LLVM optimise and emit it all again with the caller; with these kernels
+#: linked, run_rows took ~2.6 s more CPU to compile (issue 32 #3), for calls that cost a few
+#: ns each at run time (a row takes 1-80 us). The signatures are checked where they are used:
+#: the typing of a call whose argument types differ fails (:func:`_call`), and
+#: :func:`addresses` compiles each kernel for exactly its signature and checks its result type.
+SLOTS = (
+    (types.none(_a(_I32, 1, True), _I32, *[_a(_I32, 1)] * 3, _I, _I, _I),
+     IC._pointwise8, None),
+    (types.none(_a(_I32, 3, True), _I, _I, _I, _I, _a(_I, 1), _a(_I32, 1), _a(_I32, 1),
+                _a(_I, 1), _a(_I32, 1), *[_I] * 9, _a(_I, 1), _a(_I, 1), _B),
+     IC._VNNI_CONV_TWIN.serial, None),
+    (types.none(_a(types.int8, 3, True, "A"), _I, _I, _I, _a(_I, 1), _B, _a(types.int16, 4)),
+     None, IC._PACK_INPUT_TWIN.serial),
+    (types.none(*[_a(_I32, 1)] * 3, *[_I] * 9, _a(_I, 1), _a(_I, 1), _B),
+     None, IC._CONV_BLOCKS_TWIN.serial),
+    (types.none(_a(types.int8, 3, True), _I32, _a(_I32, 3), _a(_I32, 3), *[_I] * 6),
+     IC._depthwise_pixels, IC._depthwise_pixels),
+    (types.none(*_FINISH, _a(_I32, 3)), CE._FINISH_FAST_TWIN.serial, CE._FINISH_FAST_TWIN.serial),
+    (types.none(*_FINISH, _a(types.int8, 3)), CE._FINISH_FAST_TWIN.serial,
+     CE._FINISH_FAST_TWIN.serial),
+    (types.none(*[_a(_I, 3)] * 2, _B, _a(_I, 1), _a(_I, 1), _a(_I, 3)), EE._addsub_fast,
+     EE._addsub_fast),
+    (_a(_I, 3)(*[_a(_I, 3)] * 2, _a(_I, 1), _a(_I, 1), _a(types.uint8, 1)), EE._ew_kernel,
+     EE._ew_kernel),
+    (_a(_I, 3)(*[_a(_I, 3)] * 2, *[_a(_I, 1)] * 5, _a(types.uint8, 1)), PK._pool_kernel,
+     PK._pool_kernel),
+    (types.none(_a(types.int8, 1, True), _I32, _I, _I, _a(types.int16, 1)),
+     None, IC._pack_pixels),
+    (types.none(*[_a(_I32, 1)] * 3, *[_I] * 5), None, IC._pointwise16),
+)
+(F_POINTWISE, F_CONV, F_PACK16, F_CONV16, F_DEPTHWISE, F_FINISH32, F_FINISH8, F_ADDSUB, F_EW,
+ F_POOL, F_PACK_PIXELS, F_POINTWISE16) = range(len(SLOTS))
 
 
-@njit(nogil=True, cache=True)
-def _no_pack16(v, zp, rows, top, dst_col, channels_last, x16):
-    """Where the CPU has the byte kernels (no CONV16 rows are made there)."""
-    raise AssertionError("the byte kernels' variant makes no CONV16 rows")
+@intrinsic(prefer_literal=True)
+def _call(typingctx, fps, slot, args):
+    """The kernel of slot ``slot`` (a constant, :data:`SLOTS`) called with the tuple ``args``
+    through its address ``fps[slot]``, in numba's own calling convention (an exception it
+    raises propagates as from a plain call); address 0 (no such kernel in this machine's
+    variant) raises AssertionError."""
+    if not isinstance(slot, types.IntegerLiteral):
+        return None  # (numba tries the literal first: the slot must be a constant)
+    sig = SLOTS[slot.literal_value][0]
+    got = tuple(types.unliteral(t) for t in args)
+    if got != sig.args:
+        raise TypingError(f"_call: slot {slot.literal_value} takes {sig.args}, not {got}")
+
+    def codegen(context, builder, call_sig, values):
+        cc = context.call_conv
+        table = context.make_array(call_sig.args[0])(context, builder, values[0])
+        fnty = cc.get_function_type(sig.return_type, sig.args)
+        addr = builder.load(builder.gep(table.data, [context.get_constant(types.intp,
+                                                                          slot.literal_value)]))
+        with cgutils.if_unlikely(builder, cgutils.is_null(builder, addr)):
+            cc.return_user_exc(builder, AssertionError,
+                               (f"executor: slot {slot.literal_value} has no kernel here",))
+        fn = builder.inttoptr(addr, fnty.as_pointer())
+        items = [context.cast(builder, v, t0, t1) for v, t0, t1 in zip(
+            cgutils.unpack_tuple(builder, values[2], len(sig.args)), args, sig.args)]
+        retty = cc.get_return_type(sig.return_type).pointee
+        ret = cgutils.alloca_once_value(builder, cgutils.get_null_value(retty))
+        exc = cgutils.alloca_once(builder, fnty.args[1].pointee, name="excinfo")
+        code = builder.call(fn, [ret, exc] + list(cc._get_arg_packer(sig.args)
+                                                  .as_arguments(builder, items)))
+        status = cc._get_return_status(builder, code, builder.load(exc))
+        with cgutils.if_unlikely(builder, status.is_error):
+            cc.return_status_propagate(builder, status)
+        return context.get_returned_value(builder, sig.return_type, builder.load(ret))
+    return sig.return_type(fps, slot, args), codegen
 
 
-@njit(nogil=True, cache=True)
-def _no_conv16(x2, w2, acc, ho, wob, c2, kh, kw, kn, sy, row_words, plane, row_off, col_off,
-               hwc):
-    """Where the CPU has the byte kernels (no CONV16 rows are made there)."""
-    raise AssertionError("the byte kernels' variant makes no CONV16 rows")
+def address(kernel, sig) -> int:
+    """The address of ``kernel`` compiled (or loaded from the disk cache) for the argument
+    types of ``sig``, in numba's calling convention: what :func:`_call` calls. Raises
+    TypeError where its result type is not ``sig``'s (a stale slot: a call through it would
+    not be sound)."""
+    kernel.compile(sig.args)
+    cres = kernel.overloads[sig.args]
+    if cres.signature.return_type != sig.return_type:
+        raise TypeError(f"executor: {kernel.py_func.__name__} returns "
+                        f"{cres.signature.return_type}, not {sig.return_type}")
+    return cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
 
 
-# the kernels the rows call (globals: numba resolves them when it compiles run_rows; the byte
-# kernels and the int16-pair kernel are bound per variant in :func:`_compiled`)
-_pointwise, _conv = _no_pointwise, _no_conv
-_pack16, _conv16 = _no_pack16, _no_conv16
-_depthwise = IC._depthwise_pixels
-_finish_fast = CE._FINISH_FAST_TWIN.serial
-_addsub = EE._addsub_fast
-_eltwise = EE._ew_kernel
-_pool = PK._pool_kernel
+_ADDRESSES: dict[bool, np.ndarray] = {}
+
+
+def addresses(byte_kernels: bool | None = None) -> np.ndarray:
+    """The address of each slot's kernel (:data:`SLOTS`, :func:`address`) for the byte
+    kernels' variant or the int16-pair one (default: this machine's, :data:`BYTE_KERNELS`):
+    :func:`run_rows`'s ``fps``."""
+    byte_kernels = BYTE_KERNELS if byte_kernels is None else byte_kernels
+    if byte_kernels not in _ADDRESSES:
+        _ADDRESSES[byte_kernels] = np.array(
+            [0 if (k := kernels[0 if byte_kernels else 1]) is None else address(k, sig)
+             for sig, *kernels in SLOTS], np.int64)
+    return _ADDRESSES[byte_kernels]
+
 
 # row kinds
 COPY, POINTWISE, DEPTHWISE, ADDSUB, CONV, ELEMENTWISE, POOL, CONV16 = 1, 2, 3, 4, 5, 6, 7, 8
@@ -120,7 +196,10 @@ K_OUT32 = 57
 # channel pairs, padded rows and the sums' columns per OFM row (``wob``, or W where the H*W
 # pixels are one row)
 K_C16_VH, K_C16_VW, K_C16_ZP, K_C16_HO, K_C16_C2, K_C16_HP, K_C16_TW = range(58, 65)
-COLUMNS = 65
+# CONV16: 1 where every output pixel reads its own input pixel (int_conv.pixelwise): the
+# pointwise int16-pair kernel, conv_sums' _run_pointwise16 (K_CV_W4: PackedWeights.pairs)
+K_C16_PW = 65
+COLUMNS = 66
 
 #: the convolution rows this machine's :func:`run_rows` runs: those of the byte kernels (CONV,
 #: POINTWISE; AVX-512 VNNI), else those of the int16-pair kernel (CONV16)
@@ -161,6 +240,25 @@ def _same(typingctx, a, i, b, j, n):
         r = builder.call(fn, [builder.bitcast(ap, vp), builder.bitcast(bp, vp), nn])
         return builder.icmp_signed("==", r, ir.Constant(ir.IntType(32), 0))
     return types.boolean(a, types.int64, b, types.int64, types.int64), codegen
+
+
+@intrinsic
+def _channels_first(typingctx, a):
+    """``a.transpose((2, 0, 1))`` of a 3-D array: a view, its shape and strides permuted.
+    Why not numba's transpose with axes: it compiles its axis checks with their error message
+    formatting (str, repr, join), ~2 s of CPU in every process that compiles a caller."""
+    view = a.copy(layout="A")
+
+    def codegen(context, builder, sig, args):
+        src = context.make_array(sig.args[0])(context, builder, args[0])
+        out = context.make_array(view)(context, builder)
+        shape = cgutils.unpack_tuple(builder, src.shape, 3)
+        strides = cgutils.unpack_tuple(builder, src.strides, 3)
+        populate_array(out, data=src.data, shape=[shape[i] for i in (2, 0, 1)],
+                       strides=[strides[i] for i in (2, 0, 1)], itemsize=src.itemsize,
+                       meminfo=src.meminfo, parent=src.parent)
+        return impl_ret_borrowed(context, builder, view, out._getvalue())
+    return view(a), codegen
 
 
 @njit(nogil=True, cache=True)
@@ -209,8 +307,9 @@ def _values(xw, rh, rw, rc, size, signed, zp, v, H, W, K):
                 v[(y * W + x) * K + c] = e - zp
 
 
-def _run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8, acc, out8,
-              outu, out32, ea, eb, eo, chain, x4, flag):
+@njit(nogil=True, cache=True)
+def run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8, acc, out8,
+             outu, out32, ea, eb, eo, chain, x4, flag, fps):
     """Rows ``r0`` .. ``r1`` of the table ``ops``, in order; the row it stopped at (``r1``:
     all ran; an earlier one: that row's streams no longer hold the bytes it was kept from,
     nothing of it done). Scratch: ``xw`` bytes, ``x32``/``x8`` read-only int32/int8 views of
@@ -220,7 +319,8 @@ def _run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8,
     OFMs pushed into the chaining FIFO (each popped by the next row that reads it), ``x4`` the
     byte kernel's (CONV16: the int16-pair kernel's) packed input, ``flag[0]`` the result flag
     the last 1x1x1 OFM set (bit 0 of a single-element OFM [U85-TRM: Table 3-14]; rows without
-    one leave it)."""
+    one leave it); ``fps`` the kernels' addresses (:func:`addresses`: this machine's variant).
+    One compiled function for both variants: the kernels are reached through ``fps``."""
     for r in range(r0, r1):
         kind = ops[r, K_KIND]
         H, W, C, K = ops[r, K_H], ops[r, K_W], ops[r, K_C], ops[r, K_K]
@@ -249,16 +349,18 @@ def _run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8,
                 q4, kv, n = ops[r, K_Q4], ops[r, K_KV], H * W
                 _tensor(mems, boxes, ops[r, K_IFM], ops[r, K_IFM_N], H, W, C, xw, 4 * q4, False)
                 a = acc[:n * kv * 16]
-                _pointwise(x32[:n * q4], np.int32(ops[r, K_MASK]),
-                               c32[ops[r, K_COLUMNS]:ops[r, K_COLUMNS] + ops[r, K_COLUMNS_N]],
-                               c32[ops[r, K_INIT]:ops[r, K_INIT] + kv * 16], a, n, q4, kv)
+                _call(fps, F_POINTWISE, (
+                    x32[:n * q4], np.int32(ops[r, K_MASK]),
+                    c32[ops[r, K_COLUMNS]:ops[r, K_COLUMNS] + ops[r, K_COLUMNS_N]],
+                    c32[ops[r, K_INIT]:ops[r, K_INIT] + kv * 16], a, n, q4, kv))
                 tot = a.reshape((H, W, kv * 16))
             elif kind == CONV:  # run_byte_launch's call, its serial kernel
                 h, w, q4, kp = ops[r, K_CV_H], ops[r, K_CV_W], ops[r, K_CV_Q4], ops[r, K_CV_KP]
                 wob, kh, kw = ops[r, K_CV_WOB], ops[r, K_CV_KH], ops[r, K_CV_KW]
                 _tensor(mems, boxes, ops[r, K_IFM], ops[r, K_IFM_N], h, w, C, xw, 4 * q4, False)
                 a = acc[:H * wob * kp]
-                _conv(x32[:h * w * q4].reshape((h, w, q4)), ops[r, K_CV_OFF], ops[r, K_CV_ZB],
+                _call(fps, F_CONV, (
+                      x32[:h * w * q4].reshape((h, w, q4)), ops[r, K_CV_OFF], ops[r, K_CV_ZB],
                       ops[r, K_CV_ROWS], ops[r, K_CV_TOP],
                       c64w[ops[r, K_CV_DST]:ops[r, K_CV_DST] + ops[r, K_CV_DST_N]],
                       x4[:ops[r, K_CV_X4]],
@@ -266,7 +368,7 @@ def _run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8,
                       c64w[ops[r, K_CV_WSUM]:ops[r, K_CV_WSUM] + ops[r, K_CV_WSUM_N]], a, H,
                       wob, q4, kh, kw, ops[r, K_CV_KN], ops[r, K_CV_SY], ops[r, K_CV_ROW_WORDS],
                       ops[r, K_CV_PLANE], c64w[ops[r, K_CV_ROW_OFF]:ops[r, K_CV_ROW_OFF] + kh],
-                      c64w[ops[r, K_CV_COL_OFF]:ops[r, K_CV_COL_OFF] + kw], True)
+                      c64w[ops[r, K_CV_COL_OFF]:ops[r, K_CV_COL_OFF] + kw], True))
                 tot = a.reshape((H, wob, kp))
             elif kind == CONV16:  # run_int_conv's conv_sums without byte kernel, serial
                 h, wd, vh, vw = ops[r, K_CV_H], ops[r, K_CV_W], ops[r, K_C16_VH], ops[r, K_C16_VW]
@@ -274,17 +376,24 @@ def _run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8,
                     ops[r, K_C16_TW]
                 c2, plane, kh = ops[r, K_C16_C2], ops[r, K_CV_PLANE], ops[r, K_CV_KH]
                 _tensor(mems, boxes, ops[r, K_IFM], ops[r, K_IFM_N], h, wd, C, xw, C, False)
-                x2 = x4[:ops[r, K_CV_X4]]
-                x16 = x2.view(np.int16).reshape((ops[r, K_C16_HP], c2, plane, 2))
-                dst = c64w[ops[r, K_CV_DST]:ops[r, K_CV_DST] + ops[r, K_CV_DST_N]]
-                _pack16(x8[:vh * vw * C].reshape((vh, vw, C)).transpose((2, 0, 1)),
-                        ops[r, K_C16_ZP], ops[r, K_CV_ROWS], ops[r, K_CV_TOP], dst, True, x16)
+                w4 = c32[ops[r, K_CV_W4]:ops[r, K_CV_W4] + ops[r, K_CV_W4_N]]
                 a = acc[:ho * wob * kp]
-                _conv16(x2, c32[ops[r, K_CV_W4]:ops[r, K_CV_W4] + ops[r, K_CV_W4_N]], a, ho,
-                        wob, c2, kh, ops[r, K_CV_KW], ops[r, K_CV_KN], ops[r, K_CV_SY],
-                        ops[r, K_CV_ROW_WORDS], plane,
+                if ops[r, K_C16_PW] != 0:  # _run_pointwise16's calls (ho = vh)
+                    _call(fps, F_PACK_PIXELS, (x8[:vh * vw * C], np.int32(ops[r, K_C16_ZP]),
+                                               vh * vw, C, x4[:vh * vw * c2].view(np.int16)))
+                    _call(fps, F_POINTWISE16, (x4[:vh * vw * c2], w4, a, vh, vw, wob, c2, kp))
+                else:
+                    x2 = x4[:ops[r, K_CV_X4]]
+                    x16 = x2.view(np.int16).reshape((ops[r, K_C16_HP], c2, plane, 2))
+                    dst = c64w[ops[r, K_CV_DST]:ops[r, K_CV_DST] + ops[r, K_CV_DST_N]]
+                    _call(fps, F_PACK16, (
+                        _channels_first(x8[:vh * vw * C].reshape((vh, vw, C))),
+                        ops[r, K_C16_ZP], ops[r, K_CV_ROWS], ops[r, K_CV_TOP], dst, True, x16))
+                    _call(fps, F_CONV16, (
+                        x2, w4, a, ho, wob, c2, kh, ops[r, K_CV_KW], ops[r, K_CV_KN],
+                        ops[r, K_CV_SY], ops[r, K_CV_ROW_WORDS], plane,
                         c64w[ops[r, K_CV_ROW_OFF]:ops[r, K_CV_ROW_OFF] + kh],
-                        c64w[ops[r, K_CV_COL_OFF]:ops[r, K_CV_COL_OFF] + ops[r, K_CV_KW]], True)
+                        c64w[ops[r, K_CV_COL_OFF]:ops[r, K_CV_COL_OFF] + ops[r, K_CV_KW]], True))
                 tot = a[:H * tw * kp].reshape((H, tw, kp))
             else:
                 ih, iw = ops[r, K_IN_H], ops[r, K_IN_W]
@@ -292,15 +401,16 @@ def _run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8,
                 kh, kw = ops[r, K_KH], ops[r, K_KW]
                 w = c32[ops[r, K_WEIGHTS]:ops[r, K_WEIGHTS] + kh * kw * C].reshape((kh, kw, C))
                 tot = acc[:H * W * C].reshape((H, W, C))
-                _depthwise(x8[:ih * iw * C].reshape((ih, iw, C)),
-                                     np.int32(ops[r, K_ZP]), w, tot, ops[r, K_PT],
-                                     ops[r, K_PL], ops[r, K_SY], ops[r, K_SX], ops[r, K_DY],
-                                     ops[r, K_DX])
+                _call(fps, F_DEPTHWISE, (x8[:ih * iw * C].reshape((ih, iw, C)),
+                                         np.int32(ops[r, K_ZP]), w, tot, ops[r, K_PT],
+                                         ops[r, K_PL], ops[r, K_SY], ops[r, K_SX],
+                                         ops[r, K_DY], ops[r, K_DX]))
             if ops[r, K_OUT32] != 0:
-                _finish_fast(tot, rows, cols, terms, out32[:H * W * K].reshape((H, W, K)))
+                _call(fps, F_FINISH32,
+                      (tot, rows, cols, terms, out32[:H * W * K].reshape((H, W, K))))
                 kb = 4 * K
             else:
-                _finish_fast(tot, rows, cols, terms, o)
+                _call(fps, F_FINISH8, (tot, rows, cols, terms, o))
         elif kind == ADDSUB:
             n = H * W * K
             a3 = ea[:n].reshape((H, W, K))
@@ -324,8 +434,9 @@ def _run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8,
                     if signed and e >= 128:
                         e -= 256
                     v[i] = e - z
-            _addsub(a3, b3, ops[r, K_SUB] != 0, c64w[ops[r, K_EW]:ops[r, K_EW] + 14],
-                            c64w[ops[r, K_CFG]:ops[r, K_CFG] + 15], o3)
+            _call(fps, F_ADDSUB, (a3, b3, ops[r, K_SUB] != 0,
+                                  c64w[ops[r, K_EW]:ops[r, K_EW] + 14],
+                                  c64w[ops[r, K_CFG]:ops[r, K_CFG] + 15], o3))
             for i in range(n):
                 outu[i] = eo[i]  # the store truncates to the OFM's byte
         elif kind == ELEMENTWISE:  # run_elementwise's operands, _ew_kernel, the store
@@ -351,22 +462,23 @@ def _run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8,
                             rc * eb_, False)
                 _values(xw, rh, rw, rc, eb_, ops[r, K_SIGNED1 + q] != 0, ops[r, K_ZP1 + q],
                         v, H, W, K)
-            out = _eltwise(ea[:n].reshape((H, W, K)), eb[:n].reshape((H, W, K)),
-                           c64w[ops[r, K_EW]:ops[r, K_EW] + 14],
-                           c64w[ops[r, K_CFG]:ops[r, K_CFG] + 15],
-                           mems[ops[r, K_LUT_MEM]][ops[r, K_LUT_OFF]:ops[r, K_LUT_OFF]
-                                                   + EE.P.LUT_BYTES]).ravel()
+            out = _call(fps, F_EW, (ea[:n].reshape((H, W, K)), eb[:n].reshape((H, W, K)),
+                                    c64w[ops[r, K_EW]:ops[r, K_EW] + 14],
+                                    c64w[ops[r, K_CFG]:ops[r, K_CFG] + 15],
+                                    mems[ops[r, K_LUT_MEM]][ops[r, K_LUT_OFF]:ops[r, K_LUT_OFF]
+                                                            + EE.P.LUT_BYTES])).ravel()
         elif kind == POOL:  # _pool_one's values (no upscale, none fitted), _pool_kernel, store
             ih, iw, ic, eb_ = ops[r, K_PIN_H], ops[r, K_PIN_W], ops[r, K_C], ops[r, K_BITS1] // 8
             _tensor(mems, boxes, ops[r, K_IFM], ops[r, K_IFM_N], ih, iw, ic * eb_, xw, ic * eb_,
                     False)
             _values(xw, ih, iw, ic, eb_, ops[r, K_SIGNED1] != 0, ops[r, K_ZP1], ea, ih, iw, ic)
             zeros = c64w[ops[r, K_ZEROS]:ops[r, K_ZEROS] + K]  # no bias, scales, shifts
-            out = _pool(ea[:ih * iw * ic].reshape((ih, iw, ic)), eb[:H * W * K].reshape((H, W, K)),
-                        c64w[ops[r, K_GEO]:ops[r, K_GEO] + 11],
-                        c64w[ops[r, K_CFG]:ops[r, K_CFG] + 15], zeros, zeros, zeros,
-                        mems[ops[r, K_LUT_MEM]][ops[r, K_LUT_OFF]:ops[r, K_LUT_OFF]
-                                                + EE.P.LUT_BYTES]).ravel()
+            out = _call(fps, F_POOL, (ea[:ih * iw * ic].reshape((ih, iw, ic)),
+                                      eb[:H * W * K].reshape((H, W, K)),
+                                      c64w[ops[r, K_GEO]:ops[r, K_GEO] + 11],
+                                      c64w[ops[r, K_CFG]:ops[r, K_CFG] + 15], zeros, zeros, zeros,
+                                      mems[ops[r, K_LUT_MEM]][ops[r, K_LUT_OFF]:ops[r, K_LUT_OFF]
+                                                              + EE.P.LUT_BYTES])).ravel()
         else:
             return r
         if kind == ELEMENTWISE or kind == POOL:
@@ -385,27 +497,6 @@ def _run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8,
             _tensor(mems, boxes, ops[r, K_OFM], ops[r, K_OFM_N], H, W, kb, outu, kb, True)
     return r1
 
-
-
-def _compiled(vnni: bool):
-    """:func:`_run_rows` compiled with the byte kernels (``vnni``) or with stubs for them,
-    under its own name: numba files its disk cache by name and argument types, not by the
-    globals a function was compiled with, and ACCELSTUB_VNNI=0 switches the byte kernels off
-    on a machine that has them (emu/conv/vnni.py), so one name for both would load the other's
-    code (as int_conv.twin's serial copies have their own name)."""
-    g = dict(globals())
-    g["_pointwise"], g["_conv"] = ((IC._pointwise8, IC._VNNI_CONV_TWIN.serial) if vnni
-                                   else (_no_pointwise, _no_conv))
-    g["_pack16"], g["_conv16"] = ((_no_pack16, _no_conv16) if vnni
-                                  else (IC._PACK_INPUT_TWIN.serial, IC._CONV_BLOCKS_TWIN.serial))
-    name = "run_rows" if vnni else "run_rows_int16"
-    f = pytypes.FunctionType(_run_rows.__code__, g, name, _run_rows.__defaults__)
-    f.__qualname__, f.__module__, f.__doc__ = name, __name__, _run_rows.__doc__
-    return njit(nogil=True, cache=True)(f)
-
-
-#: the executor this machine runs
-run_rows = _compiled(HAVE_VNNI)
 
 #: memories a table may refer to (:func:`memories`)
 MEMORIES = 8
@@ -430,12 +521,38 @@ def read_only(a: np.ndarray) -> np.ndarray:
     return v
 
 
+def kernel_entries(byte_kernels: bool | None = None) -> list[tuple[str, str, str, float, str]]:
+    """The kernels of :func:`addresses` (this machine's variant by default) as kernel-plan
+    entries (emu/kernel_plan.py Entry: module, function, signature as numba prints it, CPU
+    seconds (a rough share-out figure), for every machine): `accelstub compile` queues them
+    beside the device's plan, so the first replay finds them in the disk cache, compiled in
+    whichever of its two processes was free (:func:`compile_ahead` compiles run_rows alone)."""
+    byte_kernels = BYTE_KERNELS if byte_kernels is None else byte_kernels
+    out = []
+    for sig, *kernels in SLOTS:
+        if kernels[0 if byte_kernels else 1] is None:
+            continue
+        f = kernels[0 if byte_kernels else 1].py_func
+        out.append((f.__module__, f.__name__, "(" + ", ".join(map(repr, sig.args)) + ")", 0.3, ""))
+    return list(dict.fromkeys(out))
+
+
+def blank(n: int = 4) -> tuple:
+    """:func:`run_rows`'s arguments after ``r1`` for a table of no rows: ``n``-byte scratch
+    (read-only where a table's are), one memory; ``fps`` all zero (no kernel is called)."""
+    i64, i32, u8 = np.zeros(n, np.int64), np.zeros(n, np.int32), np.zeros(4 * n, np.uint8)
+    return (np.zeros((0, BOX_COLUMNS), np.int64), np.zeros((0, CHECK_COLUMNS), np.int64),
+            memories([u8.copy()]), read_only(i64), i64, i32, u8, u8.copy(),
+            read_only(u8.view(np.int32)), read_only(u8.view(np.int8)), i32.copy(),
+            np.zeros(4 * n, np.int8), np.zeros(4 * n, np.uint8), np.zeros(n, np.int32),
+            i64.copy(), i64.copy(), i64.copy(), np.zeros(4 * n, np.uint8), i32.copy(),
+            np.zeros(1, np.int64), np.zeros(len(SLOTS), np.int64))
+
+
 def compile_ahead() -> None:
     """Compile (or load from the cache) :func:`run_rows` for the one set of argument types a
     table passes (devices/ethos_u85/executor.py), running no row: `accelstub compile` calls
-    it, so that the first replay of a program does not wait for it (a few seconds)."""
-    i64, i32, u8 = np.zeros(1, np.int64), np.zeros(1, np.int32), np.zeros(4, np.uint8)
-    run_rows(np.zeros((0, COLUMNS), np.int64), 0, 0, np.zeros((0, BOX_COLUMNS), np.int64),
-             np.zeros((0, CHECK_COLUMNS), np.int64), memories([u8]), read_only(i64), i64, i32,
-             u8, u8, read_only(u8.view(np.int32)), read_only(u8.view(np.int8)), i32,
-             u8.view(np.int8), u8, u8.view(np.int32), i64, i64, i64, u8, i32, i64)
+    it, so that the first replay of a program does not wait for it (a few seconds). The
+    kernels it calls are not needed for that (their addresses are an argument; no row runs
+    here): :func:`kernel_entries` has them compiled meanwhile."""
+    run_rows(np.zeros((0, COLUMNS), np.int64), 0, 0, *blank())

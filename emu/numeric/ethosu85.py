@@ -370,6 +370,24 @@ def activation(acc64, cfg, lut):
 
 
 @njit(nogil=True, cache=True)
+def output_limits(cfg):
+    """The OFM zero point and ACTIVATION_MIN/MAX as activation reads them [U85-TRM: §3.6.7]
+    (16-bit registers: int16 for a signed OFM, (x ^ 0x8000) - 0x8000 = sign_extend(x, 16);
+    uint16 for an unsigned one), and whether clipping applies (clip_range b16). Plain
+    arithmetic, so its Python function (``output_limits.py_func``) gives the same values to
+    the Python-side output stages without a compile (issue 31 #5)."""
+    if cfg[C_OFM_SIGNED] != 0:
+        zp = ((cfg[C_ZP] & 0xFFFF) ^ 0x8000) - 0x8000
+        lo = ((cfg[C_ACT_MIN] & 0xFFFF) ^ 0x8000) - 0x8000
+        hi = ((cfg[C_ACT_MAX] & 0xFFFF) ^ 0x8000) - 0x8000
+    else:
+        zp = cfg[C_ZP] & 0xFFFF
+        lo = cfg[C_ACT_MIN] & 0xFFFF
+        hi = cfg[C_ACT_MAX] & 0xFFFF
+    return zp, lo, hi, cfg[C_CLIP] == 0
+
+
+@njit(nogil=True, cache=True)
 def write_value(v, cfg):
     """The arithmetic part of ``write_ofm`` [U85-TRM: §3.6.5]: truncate (wrap) to the OFM width and
     type."""

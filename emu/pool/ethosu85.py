@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..conv import ethosu85 as CE
 from ..jit import njit
 from ..numeric import ethosu85 as P
 from ..numeric.ethosu85 import C_ACC_BITS, RESCALE_AVPOOL, RESCALE_NORMAL
@@ -105,6 +106,50 @@ def _pool_kernel(v, acc_in, geo, cfg, bias, scales, shifts, lut):
     return out
 
 
+#: the pooling modes :func:`_pool_on_output_stage` takes, with the value a padding position
+#: reads [U85-TRM: §3.10.10]
+_WINDOW_IDENTITY = {POOL_MAX: INT32_MIN, POOL_MIN: INT32_MAX, POOL_SUM: 0}
+
+
+def _pool_on_output_stage(v, mode, geo_hw, D, cfg, bias, scales, shifts, lut):
+    """Max, min or sum pooling without accumulator input, or None where the conv output stage
+    cannot take it: the window's accumulators in numpy (one array operation per kernel
+    position: acc = max/min/accumulate(acc, read_ifm or the mode's identity at padding)
+    [U85-TRM: §3.10.10]), then write_accumulator with rescale_mode normal through the
+    convolution's fast output stage (conv.ethosu85._output_stage: the same arithmetic as
+    P.finish on a 32-bit accumulator, [U85-TRM: §3.6.5, §3.6.6, §3.6.7]) where it applies: no LUT
+    function, acc_format i32, shifts 0..62 and accumulators that fit int32 (a sum wraps to
+    32 bits as accumulate does at every step; a max or min of wider values is taken whole by
+    rescale, so it goes to the kernel). Why: the pooling kernel with P.finish's every mode
+    took ~2.2 s of a first run to compile (issue 31 #5), the fast stage is compiled for the
+    convolutions already."""
+    H, W, sy, sx, kh, kw, pt, pl = geo_hw
+    terms = CE._stage_terms(cfg, bias, scales, shifts, D)
+    if not terms[-1]:
+        return None
+    ident = _WINDOW_IDENTITY[mode]
+    ih, iw = v.shape[0], v.shape[1]
+    hp, wp = max((H - 1) * sy + kh, pt + ih), max((W - 1) * sx + kw, pl + iw)
+    padded = np.full((hp, wp, D), ident, np.int64)
+    padded[pt:pt + ih, pl:pl + iw] = v[:, :, :D]
+    acc = np.full((H, W, D), ident, np.int64)
+    for ky in range(kh):
+        for kx in range(kw):
+            win = padded[ky:ky + (H - 1) * sy + 1:sy, kx:kx + (W - 1) * sx + 1:sx]
+            if mode == POOL_MAX:
+                np.maximum(acc, win, out=acc)
+            elif mode == POOL_MIN:
+                np.minimum(acc, win, out=acc)
+            else:
+                acc += win
+    if mode != POOL_SUM and (acc.min() < INT32_MIN or acc.max() > INT32_MAX):
+        return None
+    ones = np.ones(max(H, W), np.int64)
+    ones.flags.writeable = False  # as the convolutions' tap masks: one kernel signature
+    return CE._output_stage(acc.astype(np.int32), None, ones, ones, cfg, terms, lut,
+                            np.empty((H, W, D), ofm_dtype(cfg)))
+
+
 def _pool_one(ifm, mode, kernel, ofm_hw, stride, pad, ifm_zp, ifm_bits, ifm_signed, upscale_mode,
               cfg, bias, scales, shifts, lut, acc_in, diag, depth):
     cfg = config_or_default(cfg)
@@ -140,6 +185,11 @@ def _pool_one(ifm, mode, kernel, ofm_hw, stride, pad, ifm_zp, ifm_bits, ifm_sign
     check(diag, mode in (POOL_SUM, POOL_REDUCE_SUM, POOL_NONE) or cfg[C_ACC_BITS] == 32,
           "pooling mode needs acc_format i32 [U85-TRM: §3.10.10]")
     use_acc = acc_in is not None
+    if not use_acc and mode in _WINDOW_IDENTITY:
+        out = _pool_on_output_stage(v, mode, geo_hw=(H, W, sy, sx, kh, kw, pt, pl), D=D,
+                                    cfg=cfg, bias=bias, scales=scales, shifts=shifts, lut=lut)
+        if out is not None:
+            return out
     acc = (np.zeros((H, W, D), np.int64) if acc_in is None
            else np.ascontiguousarray(acc_in, np.int64).reshape(H, W, D))
     geo = np.array([H, W, sy, sx, kh, kw, pt, pl, mode, 1 if use_acc else 0, D], np.int64)

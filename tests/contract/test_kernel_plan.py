@@ -57,6 +57,10 @@ def test_the_plan_is_what_a_warm_demo_run_calls(device, needs):
         pytest.skip("this CPU has no AVX-512 VNNI: the byte kernel's entries cannot run here")
     demo_kernels(device, env)  # compiles what the cache lacks (their callees then show too)
     warm = demo_kernels(device, env)
+    # an AHEAD entry is compiled by `accelstub compile` only: the demo interprets it, or loads
+    # it where this cache has it from elsewhere (emu/kernel_plan.py tiered)
+    ahead = {(e[0], e[1]) for e in device_spec(device).kernel_plan if e[4] == KP.AHEAD}
+    warm = [k for k in warm if (k[0], k[1]) not in ahead]
     plan = [e for e in device_spec(device).kernel_plan if e[4] in ("", needs)]
     assert sorted([m, n, s] for m, n, s, _, _ in plan) == warm, \
         "the plan's entries should be:\n" + "\n".join(map(repr, warm))

@@ -125,6 +125,11 @@ def test_executor_rows_cover_mobilenet(compiled):
         assert (c16[:, X.K_CV_KH] == 3).any()  # the stem, a general convolution
         flat = c16[(c16[:, X.K_C16_VH] == 1) & (c16[:, X.K_H] > 1)]
         assert len(flat) >= 30 and (flat[:, X.K_C16_TW] == flat[:, X.K_W]).all()
+        # the 1x1 layers on the pointwise int16-pair kernel (int_conv._pointwise16), the
+        # stem on the general one
+        pw = c16[c16[:, X.K_C16_PW] == 1]
+        assert len(pw) >= 41 and (pw[:, X.K_CV_KH] == 1).all() and (pw[:, X.K_CV_KW] == 1).all()
+        assert (c16[c16[:, X.K_CV_KH] == 3][:, X.K_C16_PW] == 0).all()
 
 
 @needs_vela
@@ -311,3 +316,33 @@ def test_compile_ahead_compiles_what_a_table_runs(compiled):
     src, path = compiled("mobilenet_v2_035", 256)
     _, _, d = runs(path, src, "executor", n=3)
     assert d.blocks.rows_run > 0 and list(X.run_rows.signatures) == sigs
+
+
+@needs_vela
+def test_the_arrays_kernels_return_through_their_addresses_are_freed(compiled, monkeypatch):
+    """The element-wise and pooling kernels return new (NRT) arrays to run_rows through their
+    addresses (emu/executor _call, issue 32 #3): each call of run_rows frees all it
+    allocated, and MobileNet v2's calls do allocate (its 26 element-wise rows and 2 pools)."""
+    from numba.core.runtime import _nrt_python, rtsys
+
+    from accelstub.emu.executor import ethosu85 as X
+
+    _nrt_python.memsys_enable_stats()
+    src, path = compiled("mobilenet_v2_035", 256)
+    d = open_device("ethos-u85", macs=256)
+    rc = RunControl(d)
+    prog = read_vela(path)
+    real, calls = X.run_rows, []
+
+    def counted(*args):
+        s0 = rtsys.get_allocation_stats()
+        done = real(*args)
+        s1 = rtsys.get_allocation_stats()
+        calls.append((s1.mi_alloc - s0.mi_alloc, s1.mi_free - s0.mi_free))
+        return done
+    monkeypatch.setattr(X, "run_rows", counted)
+    for seed in range(3):  # a walk, a recording, a replay
+        place_vela_program(d, prog, sample_inputs(src.read_bytes(), seed=seed))
+        assert rc.run_here().reason == "done"
+    assert calls and all(made == freed for made, freed in calls), calls
+    assert sum(made for made, _ in calls) >= 28

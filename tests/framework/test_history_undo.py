@@ -280,3 +280,134 @@ def test_the_same_range_tuples_reuse_their_pieces_and_other_ranges_do_not():
         h.note(0, Touched(writes=[(sram[2].region.base + n, sram[2].region.base + n + 1)]))
         h.record({"at": 2 + n})
     assert len(h.last_pieces) == PIECES_KEPT and id(a[0]) not in h.last_pieces
+
+
+def test_a_host_change_keeps_every_block_that_differs_from_the_checkpoint(monkeypatch):
+    """A journaled host change (a driver's input reload between continues) keeps as redo the
+    blocks of what it wrote that differ from the shadow (the checkpoint's bytes). Here a unit
+    wrote two places of a data memory, then the host rewrites the whole memory with what it
+    holds but two other blocks (one inside a place the unit wrote): the redo laid over the
+    shadow gives memory as it is after the change, byte for byte (the places the unit wrote
+    differ from the shadow though the host's store changed nothing there), and it holds
+    exactly the blocks that differ. (CHECKPOINT_S out of reach: a first kernel load must not
+    close the journal.)"""
+    from accelstub.devices import history
+
+    monkeypatch.setattr(history, "CHECKPOINT_S", 3600.0)
+    dev = open_device("max78000")
+    bus = dev.bus
+    mem = bus.stack_members["sram"][3]
+    base = mem.region.base
+    rng = np.random.default_rng(3)
+    bus.write(base, rng.integers(0, 256, mem.data.size, dtype=np.uint8).tobytes())
+    h = History(bus, dev.regs, budget=1 << 30)  # journaled: a checkpoint every 16 legs
+    h.begin({"at": 0})
+    mem.data[1000:1100] ^= 0x3C  # the unit's stores, noted with their ranges
+    mem.data[9000:9004] ^= 0x01
+    mem.touch()
+    h.note(base, Touched(writes=[(base + 1000, base + 1100), (base + 9000, base + 9004)]))
+    h.record({"at": 1})
+    image = mem.data.copy()
+    image[1050] ^= 0x80  # inside what the unit wrote
+    image[20000:20010] ^= 0xFF  # elsewhere
+    bus.write(base, image.tobytes())
+    h.record({"at": 2}, host=True)
+    (leg,) = [g for g in h.legs if g.redo is not None]
+    _, shadow = h.stores[h.segments[2, h.seg_of[mem.region.name]]]
+    k = h.seg_of[mem.region.name]
+    after = shadow.copy()
+    kept = 0
+    for saved in leg.redo.mem:
+        put_back(after, after, saved.runs[1], saved.runs[2], saved.data)
+        kept += saved.data.size
+    off = h.segments[3, k]
+    assert np.array_equal(after[off:off + mem.data.size], mem.data)
+    differ = mem.data != shadow[off:off + mem.data.size]
+    blocks = np.unique(np.flatnonzero(differ) // BLOCK)
+    assert kept == BLOCK * len(blocks)
+
+
+def test_units_and_redo_bytes_since_the_checkpoint_close_the_journal_and_count_anew(
+        monkeypatch):
+    """CHECKPOINT_UNITS and REDO_BYTES count what was journaled since the last checkpoint
+    (running totals, History.journal_units and journal_redo): with 5 units, legs of two units
+    close a checkpoint at their third leg, and the next two legs are journaled again (a total
+    carried over the checkpoint would close one at every leg); with five times the first
+    host change's redo (each change one more block off the checkpoint), one closes at the
+    third change, and the count begins anew. Every
+    boundary is undone exactly."""
+    from accelstub.devices import history
+
+    monkeypatch.setattr(history, "CHECKPOINT_S", 3600.0)
+    monkeypatch.setattr(history, "CHECKPOINT_UNITS", 5)
+    dev = open_device("max78000")
+    bus = dev.bus
+    mem = bus.stack_members["sram"][4]
+    base = mem.region.base
+    h = History(bus, dev.regs, budget=1 << 30)
+    h.begin({"at": 0})
+    states = [memories(dev)]
+    for i in range(5):  # two units a leg
+        for j in range(2):
+            at = 256 * (2 * i + j)
+            mem.data[at:at + 16] ^= 0x11
+            mem.touch()
+            h.note(base + at, Touched(writes=[(base + at, base + at + 16)]))
+        h.record({"at": i + 1})
+        states.append(memories(dev))
+    assert [len(e.legs) for e in h.entries] == [3] and len(h.legs) == 2
+    assert h.journal_units == 4
+    h.settle(lambda: {"at": "settled"}, lambda state: None)
+    for i in range(5):  # host changes of one more differing block each
+        image = mem.data.copy()
+        image[8192 + 640 * i] ^= 0xFF
+        bus.write(base, image.tobytes())
+        h.record({"at": 10 + i}, host=True)
+        states.append(memories(dev))
+        if i == 0:
+            size = h.legs[-1].redo.nbytes
+            monkeypatch.setattr(history, "REDO_BYTES", 5 * size)
+    assert [len(e.legs) for e in h.entries] == [3, 2, 3] and len(h.legs) == 2
+    assert h.journal_redo == sum(leg.redo.nbytes for leg in h.legs)
+    h.settle(lambda: {"at": "settled"}, lambda state: None)
+    while h.entries:
+        h.undo_last(lambda state: None)
+    assert memories(dev) == states[0]
+
+
+def test_a_host_change_between_continues_leaves_the_units_pieces_kept(monkeypatch):
+    """A host change's record joins its log's ranges without keeping them in last_pieces
+    (new tuples each time, never met again): after more host changes than PIECES_KEPT, the
+    next checkpoint over the same units' range tuples reuses the pieces the last one joined
+    (one inference is a reload and a continue; the MAX78000's eight reloads per checkpoint
+    used to push the units' pieces out). Every boundary is undone exactly."""
+    from accelstub.devices import history
+
+    monkeypatch.setattr(history, "CHECKPOINT_S", 3600.0)
+    dev = open_device("max78000")
+    bus = dev.bus
+    sram = bus.stack_members["sram"]
+    a = [(sram[0].region.base + 64, sram[0].region.base + 200),
+         (sram[1].region.base, sram[1].region.base + 100)]  # a layer's kept ranges
+    h = History(bus, dev.regs, budget=1 << 30)
+    h.begin({"at": 0})
+    before = memories(dev)
+    tables = []
+    for rnd in range(2):
+        for start, end in a:  # the unit
+            mem, off = bus.memory_at(start)
+            mem.data[off:off + end - start] ^= 0x21 + rnd
+            mem.touch()
+        h.note(a[0][0], Touched(writes=a))
+        h.record({"at": "unit"})
+        for i in range(PIECES_KEPT + 1):  # reloads: new log tuples each
+            bus.write(sram[2].region.base + 64 * i, bytes([rnd + 1, i + 1]))
+            h.record({"at": "host"}, host=True)
+        assert id(a[0]) not in h.last_pieces or rnd == 1
+        assert len(h.last_pieces) == rnd  # the logs' pieces are not kept
+        h.settle(lambda: {"at": "settled"}, lambda state: None)
+        tables.append(h.last_pieces[id(a[0])][1])
+    assert tables[1] is tables[0]
+    while h.entries:
+        h.undo_last(lambda state: None)
+    assert memories(dev) == before

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from numba import njit
 
 from accelstub.emu.conv import int_conv as IC
-from accelstub.emu.conv.simd import vbcast, vget, vload, vmadd, vstore, vzero
+from accelstub.emu.conv.simd import vbcast, vget, vload, vmadd, vstore, vstore4, vzero
 
 
 def reference(v, w, zp, out_hw, in_hw, pad, stride, dilation):
@@ -251,3 +251,82 @@ def test_depthwise_sums_wrap_past_int32(value, zp, weight):
     assert int(got[3, 3, 0]) == int(wrap32([centre])[0])
     np.testing.assert_array_equal(got, wrap32(depthwise_reference(v, w, zp, (7, 7), (7, 7),
                                                                   (2, 2), (1, 1), (1, 1))))
+
+
+#: output channels that reach each of _pointwise16's block widths: 4 pixels x 2 whole
+#: registers (16, 32), 4 x 2 with a half second register (12, 28), 8 pixels x 1 whole register
+#: (8, 24: after a pair), 8 x 1 half (1-4, 20)
+POINTWISE_K = [1, 3, 4, 8, 12, 16, 20, 24, 28, 32]
+
+
+@pytest.mark.parametrize("k", POINTWISE_K)
+@pytest.mark.parametrize("c", [1, 3, 8, 17])
+def test_pointwise16_matches_reference_for_every_block_width(k, c):
+    """The int16-pair pointwise kernel (1x1, stride 1, no padding) against plain numpy, on
+    odd and even channel counts, each block width its output channel count reaches, and pixel
+    counts that leave 0-7 pixels after the 4- and 8-pixel blocks, one and two rows, an int8
+    NHWC input and a channels-first uint8 one; only the sums' leading corner of the work
+    array counts (conv_sums' padded contract)."""
+    rng = np.random.default_rng(k * 100 + c)
+    for (h, wd), dtype, channels_last in [((1, 1), np.int8, True), ((1, 7), np.uint8, False),
+                                          ((2, 9), np.int8, True), ((1, 13), np.int8, False),
+                                          ((3, 5), np.uint8, True), ((1, 36), np.int8, True)]:
+        info = np.iinfo(dtype)
+        zp = int(rng.integers(-128, 128)) if dtype == np.int8 else int(rng.integers(0, 256))
+        if channels_last:
+            v = rng.integers(info.min, info.max + 1, (h, wd, c)).astype(dtype).transpose(2, 0, 1)
+        else:
+            v = rng.integers(info.min, info.max + 1, (c, h, wd)).astype(dtype)
+        w = rng.integers(-32767, 32768, (k, 1, 1, c))
+        pw = IC.pack_weights(w)
+        got = IC._run_pointwise16(v, pw, (h, wd), zp)
+        want = reference(v, w, zp, (h, wd), (h, wd), (0, 0), (1, 1), (1, 1)).transpose(1, 2, 0)
+        assert got.shape == (h, -(-wd // IC.XB) * IC.XB, pw.kp)
+        np.testing.assert_array_equal(got[:, :wd, :k], want.astype(np.int32))
+
+
+def test_conv_sums_runs_the_pointwise_kernel_exactly_where_every_pixel_reads_its_own():
+    """conv_sums takes the int16-pair pointwise kernel for hwc 1x1 sums with stride 1, no
+    padding and the whole input, below SERIAL_WORK (it runs on one thread), and the general
+    kernel elsewhere; both give the reference's sums."""
+    rng = np.random.default_rng(7)
+    v = rng.integers(-128, 128, (6, 5, 9)).astype(np.int8).transpose(2, 0, 1)  # C=9, 6x5
+    w1 = rng.integers(-256, 256, (12, 1, 1, 9))
+    w3 = rng.integers(-256, 256, (12, 3, 3, 9))
+    calls = []
+    real = IC._run_pointwise16
+
+    def spy(*args):
+        calls.append(args[2])
+        return real(*args)
+
+    cases = [(w1, {}, True), (w1, dict(hwc=False), False), (w1, dict(pad=(1, 1)), False),
+             (w1, dict(stride=(2, 1)), False), (w1, dict(in_hw=(5, 5)), False),
+             (w3, dict(pad=(1, 1)), False)]
+    for w, kw, taken in cases:
+        opts = dict(hwc=True, zero_point=-3) | kw
+        ho = (6 + 2 * opts.get("pad", (0, 0))[0] - w.shape[1]) // opts.get("stride", (1, 1))[0] + 1
+        wo = 5 + 2 * opts.get("pad", (0, 0))[1] - w.shape[2] + 1
+        calls.clear()
+        IC._run_pointwise16 = spy
+        try:
+            got = IC.conv_sums(v, IC.pack_weights(w), (ho, wo), kernel="int16", **opts)
+        finally:
+            IC._run_pointwise16 = real
+        assert bool(calls) is taken, (kw, calls)
+        want = reference(v, w, -3, (ho, wo), opts.get("in_hw", (6, 5)), opts.get("pad", (0, 0)),
+                         opts.get("stride", (1, 1)), (1, 1))
+        np.testing.assert_array_equal(got, want if kw.get("hwc") is False
+                                      else want.transpose(1, 2, 0))
+
+
+@njit
+def _store_low_half(v):
+    out = np.full(12, -1, np.int32)
+    vstore4(out, 2, vload(v, 0))
+    return out
+
+
+def test_vstore4_writes_the_low_four_lanes_only():
+    got = _store_low_half(np.arange(10, 18, dtype=np.int32))
+    assert got.tolist() == [-1, -1, 10, 11, 12, 13, -1, -1, -1, -1, -1, -1]

@@ -280,3 +280,16 @@ def test_a_numba_without_the_cache_hit_steps_loads_nothing_and_compiles_as_witho
     assert KP.load_cached(changed, "(int64, int64)") is False
     changed._cache = types.SimpleNamespace(load_overload=lambda args, ctx: None)
     assert KP.load_cached(changed, "(int64, int64)") is False  # no _cache_hits either
+
+
+def test_ahead_entries_are_compiled_by_the_queue_never_by_a_runs_plan(tmp_path):
+    """An entry whose need is AHEAD (a kernel a run interprets while its work is small,
+    KP.tiered) is left out of ``plan`` (what a run compiles), and compiled when
+    it comes in ``then`` (`accelstub compile`'s queue)."""
+    ahead = [e[:4] + (KP.AHEAD,) if e[1] == "largest" else e for e in PLAN]
+    run = run_plan(tmp_path, plan=ahead)
+    assert sorted(run["missing"]) == sorted(e[1] for e in PLAN if e[1] != "largest")
+    assert run["results"] == RESULTS  # (largest compiled by its call)
+    (tmp_path / "queued").mkdir()
+    queued = run_plan(tmp_path / "queued", plan=[], then=[e for e in ahead if e[1] == "largest"])
+    assert queued["missing"] == ["largest"]

@@ -99,7 +99,9 @@ def test_normquant_from_the_work_array_matches_the_reference(k, norm_bits, out_b
     channels past the job's hold other values) gives, for every output, the value of the
     reference's N§3.5 (testkit/ne16_reference.py), at the edges of every range: int32 sums and
     biases from -2**31 to 2**31 - 1, scales up to 2**norm_bits - 1, shifts up to 63 (the
-    per-channel field's 6 bits), each output type's signed and unsigned limits."""
+    per-channel field's 6 bits), each output type's signed and unsigned limits. The outputs
+    are stored as little-endian bytes at a strided place of a flat array (as into L1: a gap
+    after each pixel and row, an origin past 0), and the bytes between them keep theirs."""
     from accelstub.emu.conv import ne16 as K
     from accelstub.testkit.ne16_reference import _normquant
 
@@ -117,13 +119,19 @@ def test_normquant_from_the_work_array_matches_the_reference(k, norm_bits, out_b
                  + bytes(shift).ljust(0x100, b"\0")
                  + b"".join(v.to_bytes(4, "little", signed=True) for v in bias))
     regs = {"SCALE_PTR": 0, "SCALE_SHIFT_PTR": 0x100, "SCALE_BIAS_PTR": 0x200}
-    out = np.empty((ho, wo, k), np.int64)
+    nb = out_bits // 8
+    origin, d1 = 5, k * nb + 3
+    d2 = wo * d1 + 7
+    out = np.full(origin + ho * d2, 0xA5, np.uint8)
     K.normquant(acc, np.array(scale, np.int64), np.array(bias, np.int64),
                 np.array(shift if norm_shift else [right_shift] * k, np.int64), has_bias, relu,
-                out_bits, out)
+                out_bits, ho, wo, k, out, origin, d2, d1)
+    want = np.full_like(out, 0xA5)
     for y in range(ho):
         for x in range(wo):
             for c in range(k):
-                want = _normquant(mem, regs, int(acc[y, x, c]), c, norm_bits, has_bias,
-                                  norm_shift, right_shift, relu, out_bits)
-                assert int(out[y, x, c]) == want, (y, x, c)
+                v = _normquant(mem, regs, int(acc[y, x, c]), c, norm_bits, has_bias,
+                               norm_shift, right_shift, relu, out_bits)
+                at = origin + y * d2 + x * d1 + c * nb
+                want[at:at + nb] = list((v & ((1 << out_bits) - 1)).to_bytes(nb, "little"))
+    assert out.tobytes() == want.tobytes()

@@ -83,6 +83,36 @@ def test_fused_post_process_equals_the_reference_value_for_value(data, seed):
     assert isinstance(sat, int) and sat == want_sat
 
 
+@settings(max_examples=60, deadline=None)
+@given(k=st.integers(1, 19), h=st.integers(1, 4), w=st.integers(1, 5),
+       pad_line=st.integers(0, 24), pad_surf=st.integers(0, 40), offset=st.integers(0, 19),
+       aligned=st.booleans(), seed=st.integers(0, 2**32 - 1))
+def test_sdp_stores_in_place_as_write_feature_stores_its_cube(k, h, w, pad_line, pad_surf,
+                                                               offset, aligned, seed):
+    """S.process with ``dst`` stores the cube into memory as it computes it: the same bytes as
+    the cube it returns without ``dst``, stored by F.write_feature, and nothing between the
+    atoms changes; placements whose atoms are aligned 8-byte words (stored by the kernel as
+    words) and others (stored from the cube)."""
+    rng = np.random.default_rng(seed)
+    if aligned:
+        offset, pad_line, pad_surf = offset // 8 * 8, pad_line // 8 * 8, pad_surf // 8 * 8
+    lanes = -(-k // ATOM) * ATOM
+    line = w * ATOM + pad_line
+    surf = h * line + pad_surf
+    acc = rng.integers(-(1 << 20), 1 << 20, (k + 2, h, w + 3), dtype=np.int64).astype(np.int32)
+    cfg = S.SdpConfig(w, h, k, True, False, None, (0, 0, 0), (), (3, 5, 2))
+    add = rng.integers(-1000, 1000, k, dtype=np.int64)
+    cube, sat, cacc_sat = S.process(cfg, acc, None, k=k, add=add, clip=1)
+    size = offset + F.feature_span(lanes, h, w, line, surf) + 8
+    mem = rng.integers(0, 256, -(-size // 8) * 8 if aligned else size, dtype=np.uint8)
+    want = mem.copy()
+    F.write_feature(want, offset, cube, line, surf)
+    got, sat2, cacc_sat2 = S.process(cfg, acc, None, k=k, add=add, clip=1,
+                                     dst=(mem, offset, line, surf))
+    assert got is None and (sat2, cacc_sat2) == (sat, cacc_sat)
+    assert mem.tobytes() == want.tobytes()
+
+
 def test_converter_saturations_are_counted_against_the_floor_shift():
     """SDP_D_PERF_OUT_SATURATION counts values whose 17-bit saturation moved them by more than
     the rounding (|x >> shift - t17| > 1): with shift 0, 70000 and -70000 are, 65536 (moved by

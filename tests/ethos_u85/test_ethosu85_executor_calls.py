@@ -1,0 +1,127 @@
+"""How the compiled executor (emu/executor/ethosu85.py) reaches its kernels: through their
+addresses in numba's calling convention (``SLOTS``, ``_call``, ``addresses``), so that
+compiling run_rows does not compile, link and optimise the kernels' code again (issue 32 #3).
+Each slot's kernel is compiled for the very signature its call site passes; a call with
+other argument types does not compile; an exception a kernel raises reaches the caller; the
+CONV16 rows' channels-first view is numpy's transpose. (The whole-network equality of the
+executor with the per-operation path is tests/ethos_u85/test_ethosu85_executor.py.)"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from numba.core.errors import TypingError
+
+from accelstub.emu.executor import ethosu85 as X
+from accelstub.emu.jit import njit
+from accelstub.emu.kernel_plan import _args, kernel
+
+
+@pytest.mark.parametrize("byte_kernels", [True, False])
+def test_kernel_entries_name_each_slots_kernel_and_signature(byte_kernels):
+    """`accelstub compile` queues kernel_entries(): each names the slot's kernel of that
+    variant (as the kernel plan finds it) with the slot's argument types, in slot order."""
+    slots = [(sig, k[0 if byte_kernels else 1]) for sig, *k in X.SLOTS]
+    slots = [(sig, k) for sig, k in slots if k is not None]  # (rows this variant never makes)
+    entries = X.kernel_entries(byte_kernels)
+    assert len(entries) == len(slots)
+    for (module, name, signature, _, needs), (sig, k) in zip(entries, slots):
+        assert kernel(module, name) is k
+        assert _args(signature) == sig.args and needs == ""
+
+
+def test_addresses_are_the_slot_kernels_compiled_for_their_signatures():
+    """This machine's addresses: one per slot, each of its kernel compiled for exactly the
+    slot's argument types and result type; 0 where its variant has no kernel."""
+    fps = X.addresses()
+    assert fps.dtype == np.int64 and fps.shape == (len(X.SLOTS),)
+    for (sig, *kernels), fp in zip(X.SLOTS, fps):
+        k = kernels[0 if X.BYTE_KERNELS else 1]
+        if k is None:
+            assert fp == 0
+            continue
+        assert k.overloads[sig.args].signature == sig
+        assert X.address(k, sig) == fp != 0
+
+
+def test_a_slot_whose_result_type_differs_is_refused():
+    """address() checks the result type too: a call through a pointer to a kernel returning
+    something else would read a wrong value."""
+    sig = X.SLOTS[X.F_ADDSUB][0]
+    wrong = X.SLOTS[X.F_EW][0].return_type(*sig.args)
+    with pytest.raises(TypeError, match="_addsub_fast returns none"):
+        X.address(X.SLOTS[X.F_ADDSUB][1], wrong)
+
+
+_ADDSUB = X.F_ADDSUB  # a global: numba sees the constant, as in run_rows
+
+
+def test_a_call_with_other_argument_types_does_not_compile():
+    """_call checks the arguments against the slot's signature while typing (here a 2-D
+    array where the slot takes 1-D ones), and takes only a constant slot."""
+    @njit(nogil=True)
+    def wrong(fps, a):
+        X._call(fps, _ADDSUB, (a, a, True, a[0], a[0], a))
+
+    @njit(nogil=True)
+    def right(fps, a):
+        X._call(fps, _ADDSUB, (a, a, True, a[0, 0], a[0, 0], a))
+
+    @njit(nogil=True)
+    def variable(fps, a, slot):
+        X._call(fps, slot, (a, a, True, a[0, 0], a[0, 0], a))
+
+    a = np.zeros((1, 1, 1), np.int64)
+    with pytest.raises(TypingError, match=f"slot {X.F_ADDSUB} takes"):
+        wrong(X.addresses(), a)
+    with pytest.raises(TypingError, match="_call"):
+        variable(X.addresses(), a, X.F_ADDSUB)
+    right.compile((X.types.int64[::1], X.types.int64[:, :, ::1]))  # (compiles; not run)
+
+
+@njit(nogil=True)
+def _raising(x, mask, w, init, acc, n, q4, kv):
+    raise ValueError("a kernel's own error")
+
+
+def _pointwise_row() -> np.ndarray:
+    ops = np.zeros((1, X.COLUMNS), np.int64)
+    ops[0, [X.K_KIND, X.K_H, X.K_W, X.K_C, X.K_K, X.K_Q4, X.K_KV]] = X.POINTWISE, 1, 1, 1, 1, 1, 1
+    return ops
+
+
+def test_an_exception_a_kernel_raises_reaches_the_caller():
+    """A POINTWISE row whose slot holds a kernel that raises (as a kernel raises on a bad
+    argument) raises in run_rows' caller, with the kernel's message: the status goes back
+    through the call."""
+    args = X.blank(64)
+    args[-1][X.F_POINTWISE] = X.address(_raising, X.SLOTS[X.F_POINTWISE][0])
+    with pytest.raises(ValueError, match="a kernel's own error"):
+        X.run_rows(_pointwise_row(), 0, 1, *args)
+
+
+def test_a_row_whose_variant_has_no_kernel_raises_rather_than_calling_address_0():
+    """A slot whose address is 0 (a row kind this machine's variant never makes: the byte
+    kernels where the CPU has none, the int16-pair ones where it has them) raises
+    AssertionError naming the slot instead of jumping to address 0."""
+    args = X.blank(64)  # (all addresses 0)
+    with pytest.raises(AssertionError, match=f"slot {X.F_POINTWISE} has no kernel here"):
+        X.run_rows(_pointwise_row(), 0, 1, *args)
+
+
+@njit(nogil=True)
+def _first(x, h, w, c):
+    return X._channels_first(x.reshape((h, w, c)))
+
+
+@settings(max_examples=40, deadline=None)
+@given(h=st.integers(1, 5), w=st.integers(1, 5), c=st.integers(1, 5), skip=st.integers(0, 3))
+def test_channels_first_is_numpys_transpose(h, w, c, skip):
+    """The CONV16 rows' view of an (H, W, C) tensor as (C, H, W): numpy's transpose((2, 0, 1)),
+    the same elements without a copy (the x8 scratch read from an offset)."""
+    buf = np.arange(skip + h * w * c, dtype=np.int64).astype(np.int8)
+    got = _first(X.read_only(buf[skip:]), h, w, c)
+    want = buf[skip:].reshape((h, w, c)).transpose((2, 0, 1))
+    assert got.shape == want.shape and got.strides == want.strides
+    assert (got == want).all() and np.shares_memory(got, buf)
