@@ -21,6 +21,11 @@ REGISTRY = {
 }
 DEVICES = tuple(REGISTRY)
 
+#: the default memory budget of reverse-execution history (``--history-mib``, devices/history.py):
+#: here and not in history.py, which imports the numba kernels, so that building the CLI's parser
+#: (even ``accelstub --help``) needs no numba (issue 31 #5)
+DEFAULT_BUDGET_MIB = 256
+
 
 def device_spec(name: str) -> DeviceSpec:
     """The registry entry of ``name`` (imports only the package's light ``__init__``)."""
@@ -42,4 +47,5 @@ def open_device(name: str, **options: object) -> Device:
 
 
 __all__ = ["Device", "DeviceSpec", "open_device", "device_spec", "DEVICES", "REGISTRY",
+           "DEFAULT_BUDGET_MIB",
            "BusError", "DescriptionError", "DeviceError", "TargetRunning"]

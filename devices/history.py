@@ -44,14 +44,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from ..emu.memory.ranges import diff_out, put_back, range_pieces, swap_out
+from . import DEFAULT_BUDGET_MIB  # noqa: F401 (re-exported; defined in the light __init__)
 
 if TYPE_CHECKING:
     from .bus import Bus, Memory
     from .device import Touched
     from .registers import RegisterFile
 
-#: the default budget of ``--history-mib``
-DEFAULT_BUDGET_MIB = 256
 #: seconds of run time between two checkpoints: a run records each unit's pc and write ranges
 #: only (a list append), and a checkpoint (small state, undo bytes) after the first unit that
 #: ends this long after the last one. Going back into such a stretch replays it forward unit by

@@ -48,7 +48,10 @@ class RegisterFile:
                                   full & ~r.mask_of("wo", "rsvd"))
         #: banked slots: address -> (banks, selector, lock) with selector/lock resolved
         self._bank_index = bank_index
-        self._slots: dict[int, tuple[tuple[Register, ...], object, tuple | None]] = {}
+        self._slots: dict[int, tuple[tuple[Register, ...], str | tuple[int, int, int],
+                                     tuple | None]] = {}
+        #: addresses of the banked slots that have a lock field (the others skip locked())
+        self._lockable: set[int] = set()
         for blk in description.blocks:
             if blk.banks:
                 self._add_slots(blk)
@@ -74,13 +77,20 @@ class RegisterFile:
                 d.banks_at(d.slot_address(reg_name))[bank]
             return reg, next(f for f in reg.fields if f.name == fname)
 
-        select = "device" if blk.bank_select == "device" else field_of(blk.bank_select, None)
+        select: str | tuple[int, int, int]
+        if blk.bank_select == "device":
+            select = "device"
+        else:  # (register key, lsb, width mask): selected() runs on every bus access
+            sel_reg, f = field_of(blk.bank_select, None)
+            select = (sel_reg.key, f.lsb, (1 << f.width) - 1)
         for r in blk.registers:
             if r.bank == 0:
                 banks = d.banks_at(r.address)
                 lock = tuple(field_of(blk.bank_lock, b) for b in range(len(banks))) \
                     if blk.bank_lock else None
                 self._slots[r.address] = (banks, select, lock)
+                if lock is not None:
+                    self._lockable.add(r.address)
 
     def reset(self) -> None:
         self._log_all()
@@ -132,13 +142,13 @@ class RegisterFile:
         if slot is None:
             return reg
         banks, select, _ = slot
-        if select == "device":
+        if isinstance(select, str):  # "device"
             if self._bank_index is None:
                 raise DeviceError(f"{reg.slot} is banked by device state, and no device selects")
             i = self._bank_index(banks[0])
         else:
-            sel_reg, f = select
-            i = f.extract(self._values[sel_reg.key])
+            key, lsb, mask = select
+            i = (self._values[key] >> lsb) & mask
         if not 0 <= i < len(banks):
             raise DeviceError(f"{reg.slot}: the bank selector names bank {i}, which does not "
                               f"exist ({len(banks)} banks)")
@@ -168,8 +178,9 @@ class RegisterFile:
         rw/wo bits take the value, w1c bits clear where 1 is written, w1s bits set, ro and
         reserved bits keep their value. Then the write hooks run with (old, new). A write to a
         locked bank is ignored and counted."""
-        reg = self._reg(reg)
-        if reg.bank is not None and self.locked(reg):
+        if isinstance(reg, str):
+            reg = self.description.register(reg)
+        if reg.address in self._lockable and reg.bank is not None and self.locked(reg):
             self.ignored_writes[reg.name] += 1
             return
         key = reg.key
@@ -204,6 +215,12 @@ class RegisterFile:
         if len(addresses) == 1:
             return (self._values[addresses[0]],)
         return _getter(addresses)(self._values) if addresses else ()
+
+    def peek_keys(self, keys: tuple[int, ...]) -> tuple[int, ...]:
+        """Stored values of the registers whose storage keys (Register.key, banks included)
+        are ``keys``, in one C loop: a device model taking a whole register context at once
+        (NE16's 25 job registers at TRIGGER)."""
+        return self.peek_addresses(keys)
 
     def derived(self, names: tuple[str, ...], compute: Callable[[], T]) -> Callable[[], T]:
         """A function giving ``compute()``, worked out again only when one of the (unbanked)

@@ -38,7 +38,8 @@ Entry = tuple[str, str, str, float, str]
 #: named after it (``call compile_ahead``): for a kernel whose argument types its module
 #: builds itself and may change (emu/executor/ethosu85.py run_rows), so no copy of them here
 #: can go stale. Such an entry is never known to be cached: it is called (a cached kernel
-#: loads in ~0.2 s)
+#: loads in ~0.2 s). Words after the function's name are its string arguments (``call demo
+#: ne16``: stub/precompile.py queues each planless device's demo run beside the kernels)
 CALL = "call "
 
 
@@ -147,7 +148,8 @@ def compile_entries(entries: Sequence[Sequence],
     for module, name, signature, *_ in entries:
         t0 = time.perf_counter()
         if signature.startswith(CALL):
-            getattr(importlib.import_module(module), signature.removeprefix(CALL))()
+            function, *args = signature.removeprefix(CALL).split()
+            getattr(importlib.import_module(module), function)(*args)
         else:
             kernel(module, name).compile(_args(signature))
         if done is not None:

@@ -10,10 +10,9 @@ import threading
 from importlib import metadata, resources
 from pathlib import Path
 
-from accelstub.devices import DEVICES, device_spec, open_device
+from accelstub.devices import DEFAULT_BUDGET_MIB, DEVICES, device_spec, open_device
 from accelstub.devices.description import Description
 from accelstub.devices.device import ProgramOptions
-from accelstub.devices.history import DEFAULT_BUDGET_MIB
 
 #: every construction option some device declares (DeviceSpec.options), by name
 _ALL_OPTIONS = {o.name: o for d in DEVICES for o in device_spec(d).options}
@@ -254,7 +253,7 @@ def _run_program(args: argparse.Namespace) -> int:
 
     from accelstub.devices.runcontrol import RunControl
 
-    from .commands import CommandContext
+    from .commands.table import CommandContext  # not the whole table (stub/commands/__init__)
     from .program import ProgramError, load_program, run_to_end
 
     rc = RunControl(open_device(args.device, **_device_options(args, args.program)))
@@ -487,9 +486,9 @@ def _program_arguments(p: argparse.ArgumentParser, run: bool) -> None:
 
 def _dispatch(ap: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     if args.cmd in ("run", "serve", "eval", "diff"):  # commands that run kernels
-        from accelstub.emu.jit import load_numba_without_scipy
+        from .numba_start import start_numba_lean
 
-        load_numba_without_scipy()  # a quarter of the start-up, for nothing (emu/jit.py)
+        start_numba_lean()  # numba without SciPy, cffi, PyYAML: ~a third of its start, unused
     if args.cmd == "tui":
         if (args.device is None) == (args.connect is None):
             ap.error("tui: give either DEVICE or --connect HOST:PORT")

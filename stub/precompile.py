@@ -1,18 +1,20 @@
 """``accelstub compile``: compile the kernels of every device's bundled demo before a user waits.
 
 numba compiles a kernel on its first call and caches it on disk (emu/kernel_cache.py says
-where), which made a first run after install take 3-25 s. Running each bundled demo once
-compiles the kernels the demos need. The devices run as separate processes, as many at a time
-as there are cores (numba compiles one function at a time per process; a device with a kernel
-plan compiles it first, in two processes, emu/kernel_plan.py); after its demo, each
-child compiles the parallel kernels of the types the demo's serial launches had (emu/conv/
-int_conv.py Twin). Each child reports each kernel it starts and finishes compiling on its output
-(``KERNEL_MARK start|end module function [seconds]``), so the parent prints one line per kernel
-compiled, with its time, and says at least every :data:`PROGRESS_EVERY_S` seconds which device
-and which kernel family (the module under accelstub.emu) is being compiled: on a busy 2-core
-machine max78000's kernels alone took 48 s, which a silent command cannot explain.
+where), which made a first run after install take 3-25 s. One child process compiles every
+device's kernel plan, the Ethos-U85 executor and the parallel twins of the plans' serial
+kernels from one queue, longest first, shared with one worker it forks (emu/kernel_plan.py
+compile_plan ``then``: each job to whichever process is free), and runs the demos of the
+devices without a plan in that queue too; then it runs each device's demo (what no plan names
+compiles there) and compiles the parallel kernels of the types the demos' serial launches had
+(emu/conv/int_conv.py Twin). Both processes report each kernel they start and finish compiling
+on the child's output (``KERNEL_MARK start|end module function [seconds]``), so the parent
+prints one line per kernel compiled, with its time, and says at least every
+:data:`PROGRESS_EVERY_S` seconds which kernel family (the module under accelstub.emu) is being
+compiled: on a busy 2-core machine max78000's kernels alone took 48 s, which a silent command
+cannot explain.
 
-    python -m accelstub.stub.precompile DEVICE   # one child: the demo, with kernel lines
+    python -m accelstub.stub.precompile DEVICE...   # the child: kernels and demos, with lines
 """
 from __future__ import annotations
 
@@ -51,9 +53,9 @@ def family(module: str) -> str:
 
 @dataclass
 class _Child:
-    """One device's demo run: its process, its output file and what it has reported."""
-    device: str
-    number: int  # 1-based, in the order given
+    """The child that compiles (:func:`_child`): its process, its output file and what it has
+    reported."""
+    device: str  # what it compiles for: a device, "all devices" or a list
     proc: subprocess.Popen
     log: IO[str]
     start: float
@@ -83,84 +85,110 @@ class _Child:
         return done
 
 
-def work(device: str) -> float:
-    """The CPU seconds ``device``'s kernels are known to take to compile (its plan and AHEAD's
-    entries; 0 for a device without a plan): what :func:`compile_devices` starts first."""
-    from accelstub.devices import device_spec
-
-    return sum(e[3] for e in device_spec(device).kernel_plan + AHEAD.get(device, ()))
-
-
 def _kernels(n: int) -> str:
     return f"{n} kernel" + ("" if n == 1 else "s")
 
 
 def compile_devices(devices: list[str], python: str | None = None,
                     say: Callable[[str], None] | None = None) -> int:
-    """Run each device's demo in a child process, printing progress; 0 if all ran, else 1.
-    The device with the most to compile starts first (:func:`work`), the others in the order
-    given: a long one started last ran alone on one core at the end (ethos-u85: 15.5 s alone
-    after 6.5 s, issue 31 #5)."""
+    """Compile the kernels of ``devices`` in one child process (:func:`_child`), printing a
+    line per kernel and progress; 0 if every demo ran, else 1. One child for all devices, not
+    one per device: four children each started Python, numba and accelstub (~0.8 s CPU each)
+    and each compiled the kernels the devices share, while one process and its forked worker
+    take every device's kernels from one queue, so both cores stay busy to the end (issue 31
+    #5)."""
+    from accelstub.devices import DEVICES
+
     say = say or (lambda s: print(s, flush=True))
     python = python or sys.executable
-    cores = os.cpu_count() or 1
+    label = (devices[0] if len(devices) == 1 else
+             "all devices" if sorted(devices) == sorted(DEVICES) else ", ".join(devices))
     t0 = last_progress = time.perf_counter()
-    waiting = sorted(enumerate(devices, 1), key=lambda d: -work(d[1]))
-    running: list[_Child] = []
-    failed = 0
-    say(f"accelstub: compiling kernels for {', '.join(devices)} "
-        f"({min(len(devices), cores)} at a time)")
-    while waiting or running:
-        while waiting and len(running) < cores:
-            number, dev = waiting.pop(0)
-            log = tempfile.TemporaryFile("w+")  # a file, not a pipe: no child blocks on it
-            proc = subprocess.Popen([python, "-m", "accelstub.stub.precompile", dev],
-                                    stdout=log, stderr=subprocess.STDOUT)
-            running.append(_Child(dev, number, proc, log, time.perf_counter()))
-        for child in list(running):
-            exited = child.proc.poll() is not None
-            for line in child.poll_log():
-                say(line)
-            if not exited:
-                continue
-            running.remove(child)
-            child.log.close()
-            if child.proc.returncode == 0:
-                say(f"accelstub: {child.device}: done in "
-                    f"{time.perf_counter() - child.start:.1f} s ({_kernels(child.kernels)} "
-                    "compiled)")
-            else:
-                failed += 1
-                output = "\n".join(child.lines).rstrip()
-                print(f"accelstub: {child.device}: the bundled demo failed (exit "
-                      f"{child.proc.returncode}):\n{output}", file=sys.stderr, flush=True)
+    say(f"accelstub: compiling kernels for {', '.join(devices)} (one process and a worker)")
+    log = tempfile.TemporaryFile("w+")  # a file, not a pipe: no child blocks on it
+    proc = subprocess.Popen([python, "-m", "accelstub.stub.precompile", *devices],
+                            stdout=log, stderr=subprocess.STDOUT)
+    child = _Child(label, proc, log, t0)
+    while True:
+        exited = proc.poll() is not None
+        for line in child.poll_log():
+            say(line)
+        if exited:
+            break
         now = time.perf_counter()
-        if running and now - last_progress >= PROGRESS_EVERY_S:
+        if now - last_progress >= PROGRESS_EVERY_S:
             last_progress = now
-            parts = []
-            for child in running:
-                doing = f", compiling {child.now}" if child.now else ""
-                parts.append(f"{child.device} ({child.number} of {len(devices)}): "
-                             f"{_kernels(child.kernels)} compiled{doing}")
-            say(f"accelstub: {now - t0:.0f} s: " + "; ".join(parts))
+            doing = f", compiling {child.now}" if child.now else ""
+            say(f"accelstub: {now - t0:.0f} s: {label}: {_kernels(child.kernels)} "
+                f"compiled{doing}")
         time.sleep(0.05)
-    say(f"accelstub: kernels compiled in {time.perf_counter() - t0:.1f} s"
-        + (f"; {failed} device(s) failed" if failed else " (later runs load them from the "
-           "cache)"))
-    return 1 if failed else 0
+    log.close()
+    took = time.perf_counter() - t0
+    if proc.returncode != 0:
+        output = "\n".join(child.lines).rstrip()
+        print(f"accelstub: {label}: a bundled demo failed (exit {proc.returncode}):\n{output}",
+              file=sys.stderr, flush=True)
+        say(f"accelstub: kernels compiled in {took:.1f} s; a device failed")
+        return 1
+    say(f"accelstub: {label}: done in {took:.1f} s ({_kernels(child.kernels)} compiled)")
+    say(f"accelstub: kernels compiled in {took:.1f} s (later runs load them from the cache)")
+    return 0
 
 
-def _child(device: str) -> int:
-    """Compile ``device``'s kernel plan, AHEAD's kernels and the plan's parallel twins in two
-    processes, run its bundled demo, then compile the parallel kernels of its types (the demo's
-    small layers ran the serial twins, emu/conv/int_conv.py Twin), printing a KERNEL_MARK line
-    as each kernel starts and ends compiling (``end MODULE FUNCTION SECONDS``)."""
+#: what each device's demo run returned in this process (:func:`demo`)
+_DEMOS: dict[str, int] = {}
+
+
+def demo(device: str) -> None:
+    """Run ``device``'s bundled demo once in this process (its kernels compile or load as a
+    run's do): a queued job (kernel_plan CALL) for a device without a kernel plan, whose
+    kernels only its demo names, so they compile beside the other devices' queue in whichever
+    process is free. Once per process: compile_plan calls the queue's jobs in this process
+    again after the worker's (a demo the worker ran then loads its kernels from the cache),
+    and :func:`_child` takes the exit code from here."""
+    from .cli import main
+
+    if device not in _DEMOS:
+        _DEMOS[device] = main(["run", device])
+
+
+def queue_for(devices: list[str]) -> list[tuple[str, str, str, float, str]]:
+    """The one queue `accelstub compile` gives its two processes (emu/kernel_plan.py
+    compile_plan ``then``): AHEAD's (the Ethos-U85 executor, the longest single compile),
+    then every device's plan and AHEAD_KERNELS' entries, each (module, function, signature)
+    once, and their parallel twins, longest first, then the demo runs of devices without a plan
+    (last: their kernels include shared convolution kernels the plans compile first)."""
     from accelstub.devices import device_spec
-    from accelstub.emu.conv.int_conv import parallel_twin_plan, parallel_twins_of
+    from accelstub.emu.conv.int_conv import parallel_twins_of
+
+    ahead: list[tuple[str, str, str, float, str]] = []
+    entries: list[tuple[str, str, str, float, str]] = []
+    seen: set[tuple[str, str, str]] = set()
+    for device in devices:
+        ahead += AHEAD.get(device, ())
+        plan = device_spec(device).kernel_plan
+        if device in AHEAD_KERNELS:
+            module, function = AHEAD_KERNELS[device]
+            plan = plan + tuple(getattr(importlib.import_module(module), function)())
+        for e in plan:
+            if e[:3] not in seen:
+                seen.add(e[:3])
+                entries.append(e)
+    demos = [(__name__, f"demo {d}", f"call demo {d}", 2.0, "") for d in devices
+             if not device_spec(d).kernel_plan]
+    return ahead + sorted(entries + parallel_twins_of(entries), key=lambda e: -e[3]) + demos
+
+
+def _child(devices: list[str]) -> int:
+    """Compile the kernels of ``devices`` (:func:`queue_for`) in this process and one forked
+    worker, run each device's bundled demo (what the plans miss compiles there), then compile
+    the parallel kernels of the demos' types (the demos' small layers ran the serial twins,
+    emu/conv/int_conv.py Twin), printing a KERNEL_MARK line as each kernel starts and ends
+    compiling (``end MODULE FUNCTION SECONDS``), in either process."""
+    from accelstub.emu.conv.int_conv import parallel_twin_plan
     from accelstub.emu.jit import load_numba_without_scipy
     from accelstub.emu.kernel_plan import compile_plan
 
-    from .cli import main
     from .compile_notice import CompileNotice
 
     started: dict[str, float] = {}
@@ -175,25 +203,20 @@ def _child(device: str) -> int:
 
     load_numba_without_scipy()  # as `run` has it
     with CompileNotice(on_kernel=report):
-        # the device's plan first (what the run does itself), with the parallel twins of
-        # its serial kernels: each function to whichever process is free (a queue), the
-        # longest first; the worker's lines come from the CompileNotice it inherits, as it
-        # compiles (worker_output). AHEAD's kernels (the executor, the longest) start at
-        # once in this process; the worker meanwhile takes the plan's and the kernels the
-        # executor calls through their addresses (AHEAD_KERNELS; those not in the plan)
-        plan = device_spec(device).kernel_plan
-        if device in AHEAD_KERNELS:
-            module, function = AHEAD_KERNELS[device]
-            known = {e[:3] for e in plan}
-            plan = plan + tuple(e for e in getattr(importlib.import_module(module), function)()
-                                if e[:3] not in known)
-        queue = sorted(plan, key=lambda e: -e[3]) + parallel_twins_of(plan)
-        compile_plan(AHEAD.get(device, ()), then=queue, worker_output=True)
-        code = main(["run", device])
+        # the worker's lines come from the CompileNotice it inherits, as it compiles
+        # (worker_output); the queue's demos end up run here too (demo), the others now
+        compile_plan((), then=queue_for(devices), worker_output=True)
+        for device in devices:
+            demo(device)
+        for device in devices:
+            if _DEMOS[device]:  # the parent's message names the devices given, this one which
+                print(f"accelstub: {device}: the bundled demo failed (exit {_DEMOS[device]})",
+                      file=sys.stderr, flush=True)
+        code = 1 if any(_DEMOS[d] for d in devices) else 0
         if code == 0:
             compile_plan(parallel_twin_plan(), worker_output=True)
     return code
 
 
 if __name__ == "__main__":
-    sys.exit(_child(sys.argv[1]))
+    sys.exit(_child(sys.argv[1:]))

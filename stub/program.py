@@ -21,6 +21,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from accelstub.devices import DeviceError, device_spec
 
@@ -31,7 +32,9 @@ from accelstub.devices.files import FileRefused, file_kind, read_program_text
 from accelstub.devices.host import unit_output
 from accelstub.devices.runcontrol import RunControl
 
-from .commands import CommandContext, CommandError, execute
+if TYPE_CHECKING:  # the command table is imported where a command script runs (run_script):
+    # a program a device's importer takes never needs it (issue 31 #5, the warm `run`)
+    from .commands import CommandContext
 
 SCRIPT_COMMANDS = {"mww", "mwh", "mwb", "write_memory", "load_image", "reset", "reg"}
 #: largest command script read: a bring-up script is a few thousand lines (its images come
@@ -80,6 +83,8 @@ def load_for_reset(ctx: CommandContext, path: str | Path,
     summary = load_program(ctx, path, options)
 
     def reload() -> None:
+        from .commands import CommandError
+
         try:
             load_program(ctx, path, options)
         except ProgramError as e:
@@ -109,6 +114,8 @@ def check_program_path(path: Path) -> None:
 
 
 def run_script(ctx: CommandContext, path: Path) -> str:
+    from .commands import CommandContext, CommandError, execute
+
     n = 0
     script_ctx = CommandContext(targets=ctx.targets, current=ctx.current, log=lambda s: None,
                                 shutdown=None, cwd=path.parent)

@@ -85,6 +85,9 @@ class Ne16(Device):
         self._planned: tuple[HostProgram, list[tuple[int, ...]]] | None = None
         self._job_regs = {name: self.description.banks_at(JOB_BASE + 4 * i)
                           for i, name in enumerate(J.JOB_REGISTERS)}
+        #: the storage keys of context 0's and context 1's job registers, in job order
+        self._job_keys = tuple(tuple(banks[c].key for banks in self._job_regs.values())
+                               for c in (0, 1))
         r = self.regs
         r.on_write("TRIGGER", self._trigger)
         r.on_write("SOFT_CLEAR", self._soft_clear)
@@ -131,8 +134,7 @@ class Ne16(Device):
         if not self.locked:
             self.warn(f"TRIGGER written ({new:#x}) with no job acquired: ignored [NE16: TRIGGER]")
             return
-        regs = tuple(self.regs.peek(banks[self.pointer])
-                     for banks in self._job_regs.values())
+        regs = self.regs.peek_keys(self._job_keys[self.pointer])
         held = new != 0
         if held and self.queue:
             self.warn(f"TRIGGER {new:#x} (commit without start) for a job that is not the first "

@@ -280,6 +280,14 @@ def _tensor(mems, boxes, b0, nb, rows, cols, cmax, buf, pix, store):
                 m = cols * n if whole_rows else min(16, n - j)
                 at = off + y * sy + (j // 16) * sc
                 d = y * cols * pix + c0 + j
+                if not whole_rows and sx == m and pix == m:
+                    # a brick's pixels back to back in memory and in ``buf`` (16 channels of
+                    # NHCWB16 [U85-TRM: §3.6.5]): the row's pixels in one move, not one each
+                    if store:
+                        _move(mem, at, buf, d, cols * m)
+                    else:
+                        _move(buf, d, mem, at, cols * m)
+                    continue
                 for x in range(1 if whole_rows else cols):
                     if store:
                         _move(mem, at + x * sx, buf, d + x * pix, m)

@@ -11,29 +11,39 @@ modules hold one concern each: run control (run.py), memory (memory.py), images 
 registers (registers.py), break/watchpoints (points.py), snapshots and history (history.py),
 the program, state, memory map and SVD (target.py), machine-readable state (json_state.py), unit
 tensors (tensors.py), the per-layer diff (diff.py), the interpreter's own commands (shell.py) and
-the dispatcher (dispatch.py). Importing this package imports them all, which fills the table.
+the dispatcher (dispatch.py). The first use of a name of this package imports them all, which
+fills the table; importing the package alone does not, so a run of a program that is not a
+command script (`accelstub run`'s demos) never loads the table (~10 ms of a warm run's start,
+issue 31 #5), and `from .table import CommandContext` stays cheap.
 """
-from . import diff, history, images, memory, points, registers, run, shell, target, tensors
-from .args import parse_address, parse_number
-from .dispatch import execute, table_for
-from .images import MAX_IMAGE_FILE, parse_ihex
-from .json_state import (
-    JSON_DATA,
-    diff_data,
-    reference_data,
-    register_data,
-    stop_data,
-    tensor_data,
-    tensor_from_data,
-)
-from .memory import MAX_LISTED, MAX_TRANSFER, md_output, value_list
-from .registers import CORE_CACHE, RegEntry, register_list
-from .run import DEFAULT_WAIT_MS, MAX_WAIT_MS, STEP_TIMEOUT_S, halted_message, next_unit_label
-from .shell import VERSION
-from .table import COMMANDS, CommandContext, CommandError, Handler, command, context_for
-from .target import parse_unit, status_data, unit_at_pc, units_data
-from .tensors import channel_text
-from .words import split_script, split_words
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # at run time the first use of a name imports them (__getattr__ below)
+    from . import diff, history, images, memory, points, registers, run, shell, target, tensors
+    from .args import parse_address, parse_number
+    from .dispatch import execute, table_for
+    from .images import MAX_IMAGE_FILE, parse_ihex
+    from .json_state import (
+        JSON_DATA,
+        diff_data,
+        reference_data,
+        register_data,
+        stop_data,
+        tensor_data,
+        tensor_from_data,
+    )
+    from .memory import MAX_LISTED, MAX_TRANSFER, md_output, value_list
+    from .registers import CORE_CACHE, RegEntry, register_list
+    from .run import DEFAULT_WAIT_MS, MAX_WAIT_MS, STEP_TIMEOUT_S, halted_message, next_unit_label
+    from .shell import VERSION
+    from .table import COMMANDS, CommandContext, CommandError, Handler, command, context_for
+    from .target import parse_unit, status_data, unit_at_pc, units_data
+    from .tensors import channel_text
+    from .words import split_script, split_words
 
 __all__ = [
     "COMMANDS", "CORE_CACHE", "DEFAULT_WAIT_MS", "JSON_DATA", "MAX_IMAGE_FILE", "MAX_LISTED",
@@ -45,3 +55,17 @@ __all__ = [
     "split_words", "status_data", "stop_data", "table_for", "target", "tensor_data",
     "tensor_from_data", "tensors", "unit_at_pc", "units_data", "value_list",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """Every command module imported (their ``@command`` declarations fill the table), then
+    ``name`` from them: PEP 562's module ``__getattr__``, called only for a name not yet set."""
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    modules = [importlib.import_module(f"{__name__}.{m.name}")
+               for m in pkgutil.iter_modules(__path__)]
+    for names in (globals(), *map(vars, modules)):  # the submodules are set here by now
+        if name in names:
+            globals()[name] = names[name]
+            return names[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

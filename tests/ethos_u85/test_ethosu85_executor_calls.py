@@ -125,3 +125,53 @@ def test_channels_first_is_numpys_transpose(h, w, c, skip):
     want = buf[skip:].reshape((h, w, c)).transpose((2, 0, 1))
     assert got.shape == want.shape and got.strides == want.strides
     assert (got == want).all() and np.shares_memory(got, buf)
+
+
+def _plain_gather(mem, box, rows, cols, cmax, pix, buf):
+    """_tensor's mapping element by element: byte (y, x, c) of the box at
+    off + y*sy + (c // 16)*sc + x*sx + c % 16, at (y*cols + x)*pix + c0 + c in ``buf``."""
+    _, off, c0, n, sy, sx, sc = box
+    for y in range(rows):
+        for x in range(cols):
+            for c in range(min(n, cmax - c0)):
+                buf[(y * cols + x) * pix + c0 + c] = mem[off + y * sy + (c // 16) * sc
+                                                         + x * sx + c % 16]
+
+
+@pytest.mark.parametrize("layout", ["nhwc", "nhcwb16"])
+@pytest.mark.parametrize("c_n", [8, 16, 20, 32])
+@pytest.mark.parametrize("cmax_less", [0, 3])
+def test_tensor_reads_and_writes_boxes_as_the_plain_mapping(layout, c_n, cmax_less):
+    """_tensor both ways against the element-by-element mapping, on NHWC and NHCWB16 boxes;
+    16 channels of NHCWB16 (and 32: whole bricks) take the one-move-per-row path, 8 and 20
+    (a part brick) and NHWC the others; a ``cmax`` below the box's channels cuts it."""
+    rng = np.random.default_rng(c_n * 10 + cmax_less)
+    rows, cols = 5, 7
+    bricks = -(-c_n // 16)
+    if layout == "nhwc":
+        sy, sx, sc = cols * c_n, c_n, 16
+    else:
+        sy, sx, sc = bricks * cols * 16, 16, cols * 16
+    off = 5
+    mem = rng.integers(0, 256, off + rows * sy + 64).astype(np.uint8)
+    boxes = np.array([[0, off, 0, c_n, sy, sx, sc]], np.int64)
+    mems = X.memories([mem])
+    cmax = c_n - cmax_less
+    got = np.zeros(rows * cols * c_n, np.uint8)
+    X._tensor(mems, boxes, 0, 1, rows, cols, cmax, got, c_n, False)
+    want = np.zeros_like(got)
+    _plain_gather(mem, boxes[0], rows, cols, cmax, c_n, want)
+    np.testing.assert_array_equal(got, want)
+    # the store: the buffer's bytes go where the read took them from, nothing else changes
+    before = mem.copy()
+    src = rng.integers(0, 256, got.size).astype(np.uint8)
+    X._tensor(mems, boxes, 0, 1, rows, cols, cmax, src, c_n, True)
+    back = np.zeros_like(got)
+    _plain_gather(mem, boxes[0], rows, cols, cmax, c_n, back)
+    np.testing.assert_array_equal(back, np.where(np.arange(got.size) % c_n < cmax, src, 0))
+    touched = np.zeros(mem.size, bool)
+    for y in range(rows):
+        for x in range(cols):
+            for c in range(cmax):
+                touched[off + y * sy + (c // 16) * sc + x * sx + c % 16] = True
+    np.testing.assert_array_equal(mem[~touched], before[~touched])

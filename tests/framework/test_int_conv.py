@@ -253,6 +253,29 @@ def test_depthwise_sums_wrap_past_int32(value, zp, weight):
                                                                   (2, 2), (1, 1), (1, 1))))
 
 
+@pytest.mark.parametrize("c_n", [16, 17, 48, 63, 144])
+@pytest.mark.parametrize("stride, dilation, pad", [(1, 1, 1), (2, 1, 1), (1, 2, 2), (3, 1, 1),
+                                                   (1, 1, 3)])
+@pytest.mark.parametrize("wd", [1, 2, 5, 9])
+def test_depthwise_pixel_pairs_match_reference(c_n, stride, dilation, pad, wd):
+    """_depthwise_pixels' two-pixel step (channel counts with one 16-lane register left after
+    the pairs of registers: 16, 48, 144 as MobileNet v2's depthwise layers, plus tails): pixels
+    taken in pairs only where both read the same kernel columns; odd widths, a width of one,
+    the left and right padding edges (where a pair would read different columns), strides and
+    dilations, against the plain reference."""
+    rng = np.random.default_rng(c_n * 1000 + wd * 10 + stride)
+    h, kh, kw = 4, 3, 3
+    wo = (wd + 2 * pad - (kw - 1) * dilation - 1) // stride + 1
+    ho = (h + 2 * pad - (kh - 1) * dilation - 1) // stride + 1
+    assert wo >= 1 and ho >= 1
+    v = rng.integers(-128, 128, (h, wd, c_n)).astype(np.int8)
+    w = rng.integers(-255, 256, (c_n, kh, kw))
+    args = ((ho, wo), (h, wd), (pad, pad), (stride, stride), (dilation, dilation))
+    got = IC.depthwise_sums(v, w, (ho, wo), zero_point=-7, in_hw=(h, wd), pad=(pad, pad),
+                            stride=(stride, stride), dilation=(dilation, dilation))
+    np.testing.assert_array_equal(got, wrap32(depthwise_reference(v, w, -7, *args)))
+
+
 #: output channels that reach each of _pointwise16's block widths: 4 pixels x 2 whole
 #: registers (16, 32), 4 x 2 with a half second register (12, 28), 8 pixels x 1 whole register
 #: (8, 24: after a pair), 8 x 1 half (1-4, 20)

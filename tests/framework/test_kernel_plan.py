@@ -293,3 +293,17 @@ def test_ahead_entries_are_compiled_by_the_queue_never_by_a_runs_plan(tmp_path):
     (tmp_path / "queued").mkdir()
     queued = run_plan(tmp_path / "queued", plan=[], then=[e for e in ahead if e[1] == "largest"])
     assert queued["missing"] == ["largest"]
+
+
+def test_a_call_entry_passes_the_words_after_its_function_as_arguments(monkeypatch):
+    """`call demo ne16` (stub/precompile.py queue_for) calls the module's ``demo("ne16")``;
+    a call entry without words calls its function with none, as before."""
+    import types
+
+    calls = []
+    module = types.ModuleType("accelstub_test_call_entry")
+    module.demo = lambda *args: calls.append(args)
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    KP.compile_entries([(module.__name__, "demo ne16", f"{KP.CALL}demo ne16", 1.0, ""),
+                        (module.__name__, "demo", f"{KP.CALL}demo", 1.0, "")])
+    assert calls == [("ne16",), ()]

@@ -185,6 +185,30 @@ def test_feature_cubes_read_and_write_as_the_reference_packs_them(c, h, w, pad_l
             assert got.transpose(1, 2, 0).flags.c_contiguous
 
 
+@settings(max_examples=60, deadline=None)
+@given(atoms=st.integers(1, 5), h=st.integers(1, 5), w=st.integers(1, 6),
+       pad_line=st.integers(-2, 3), pad_surf=st.integers(-6, 6), offset=st.integers(0, 4),
+       lead=st.integers(0, 9), seed=st.integers(0, 2**32 - 1))
+def test_aligned_cubes_read_channels_last_as_the_reference_packs_them(atoms, h, w, pad_line,
+                                                                      pad_surf, offset, lead,
+                                                                      seed):
+    """The convolution input's path of F.read_feature (whole atoms, atom-aligned offset,
+    line and surface strides: one 8-byte move per atom, issue 31 #2) against the reference's
+    byte-by-byte unpacking, overlapping strides and memories that are views at any byte
+    (``lead``) included."""
+    rng = np.random.default_rng(seed)
+    c, off = atoms * ATOM, offset * ATOM
+    line = max(1, w + pad_line) * ATOM
+    surf = max(1, h * line // ATOM + pad_surf) * ATOM
+    mem = rng.integers(0, 256, lead + off + F.feature_span(c, h, w, line, surf), dtype=np.uint8)
+    data = mem[lead:]
+    got = F.read_feature(data, off, c, h, w, line, surf, channels_last=True)
+    expect = ref.unpack_feature(bytes(data[off:]), c, h, w, line, surf)
+    assert got.dtype == np.int8 and got.shape == (c, h, w)
+    assert np.array_equal(got.astype(np.int64), expect)
+    assert got.transpose(1, 2, 0).flags.c_contiguous
+
+
 def test_a_layer_decodes_its_registers_once_and_the_next_layer_afresh(monkeypatch):
     """The listing, the tensors and the run share one decode per layer (Nvdla._memoised); the
     next layer, with other registers, is decoded again (its output still passes the CRC)."""

@@ -50,10 +50,10 @@ def test_compile_compiles_the_serial_kernels_the_demo_runs_and_their_parallel_tw
         compiled.index(f"conv.int_conv.{kernel}")
 
 
-def test_the_device_with_most_to_compile_starts_first(tmp_path, monkeypatch):
-    """compile_devices starts the devices in the order of their known compile work (plan and
-    AHEAD seconds): ethos-u85 (its plan and the executor) before max78000 before the devices
-    without a plan, which keep the order given."""
+def test_one_child_compiles_for_every_device(tmp_path, monkeypatch):
+    """compile_devices starts one child process for all the devices given (not one per
+    device: each would start Python, numba and accelstub and compile the shared kernels
+    again), which it names in its lines."""
     fake = tmp_path / "python"
     fake.write_text("#!/bin/sh\necho PASS\n")
     fake.chmod(0o755)
@@ -61,15 +61,60 @@ def test_the_device_with_most_to_compile_starts_first(tmp_path, monkeypatch):
     popen = subprocess.Popen
 
     def recording(args, **kwargs):
-        started.append(args[-1])
+        started.append(args[args.index("accelstub.stub.precompile") + 1:])
         return popen(args, **kwargs)
 
     monkeypatch.setattr(precompile.subprocess, "Popen", recording)
     devices = ["nvdla", "max78000", "ne16", "ethos-u85"]
-    assert precompile.work("ethos-u85") > precompile.work("max78000") > 0
-    assert precompile.work("ne16") == precompile.work("nvdla") == 0
-    assert precompile.compile_devices(devices, python=str(fake), say=lambda s: None) == 0
-    assert started == ["ethos-u85", "max78000", "nvdla", "ne16"]
+    lines: list[str] = []
+    assert precompile.compile_devices(devices, python=str(fake), say=lines.append) == 0
+    assert started == [devices]
+    assert lines[-2].startswith("accelstub: all devices: done in ")
+
+
+def test_the_queue_holds_each_kernel_once_longest_first_then_the_planless_demos():
+    """queue_for: the executor (AHEAD) first, every device's plan, the executor's kernels and
+    the plans' parallel twins once each, longest first, then the demos of the devices
+    without a plan (whose kernels only a run names)."""
+    from accelstub.devices import device_spec
+    from accelstub.emu.kernel_plan import CALL
+
+    queue = precompile.queue_for(["max78000", "ethos-u85", "ne16", "nvdla"])
+    assert queue[0][:3] == precompile.AHEAD["ethos-u85"][0][:3]
+    kernels = queue[1:-2]
+    assert len({e[:3] for e in kernels}) == len(kernels)
+    assert [e[3] for e in kernels] == sorted((e[3] for e in kernels), reverse=True)
+    for device in ("max78000", "ethos-u85"):
+        assert {e[:3] for e in device_spec(device).kernel_plan} <= {e[:3] for e in kernels}
+    assert not any(e[2].startswith(CALL) for e in kernels)
+    assert [e[2] for e in queue[-2:]] == [f"{CALL}demo ne16", f"{CALL}demo nvdla"]
+
+
+@pytest.mark.slow
+def test_after_one_compile_of_all_devices_a_later_process_loads_every_kernel(tmp_path):
+    """`accelstub compile`'s child for every device in an empty cache, with its one worker:
+    every demo passes, and a later process finds every kernel of the queue (plans, the
+    executor's kernels, parallel twins) for this machine in the disk cache: no miss."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    devices = ["max78000", "ethos-u85", "ne16", "nvdla"]
+    out = subprocess.run([sys.executable, "-m", "accelstub.stub.precompile", *devices],
+                         env=env, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("PASS") >= len(devices)
+    later = subprocess.run([sys.executable, "-c", LOADS, *devices], env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert later.returncode == 0, later.stderr
+    assert later.stdout.splitlines()[-1] == "missing: []", later.stdout
+
+
+#: loads each non-CALL entry of the queue this machine calls from the cache; prints misses
+LOADS = """
+import sys
+from accelstub.emu.kernel_plan import CALL, for_this_machine, kernel, load_cached
+from accelstub.stub.precompile import queue_for
+print("missing:", [e[:2] for e in for_this_machine(queue_for(sys.argv[1:]))
+                   if not e[2].startswith(CALL) and not load_cached(kernel(e[0], e[1]), e[2])])
+"""
 
 
 @pytest.mark.slow

@@ -68,3 +68,107 @@ def test_the_version_is_looked_up_only_for_version(monkeypatch, capsys):
         cli.main(["--version"])
     assert ei.value.code == 0 and asked == [1]
     assert capsys.readouterr().out == "accelstub 9.9\n"
+
+
+LOADED = """
+import contextlib, io, json, sys
+import accelstub.stub.cli
+with contextlib.redirect_stdout(io.StringIO()):
+    code = accelstub.stub.cli.main(["run", sys.argv[1]])
+print(json.dumps([code, sorted(sys.modules),
+                  sorted(m for m in ("scipy", "cffi", "yaml") if m in sys.modules
+                         and sys.modules[m] is None)]))
+"""
+
+#: optional packages numba probes and the run's kernels never use (stub/numba_start.py)
+PROBED = ["scipy", "cffi", "pycparser", "yaml"]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_demo_run_imports_no_command_table_and_no_other_device(device):
+    """A run of a demo that is not a command script (issue 31 #5, the warm `run`) imports of the
+    stub's command table only CommandContext's module (stub/commands/__init__ imports the
+    command modules on first use of a name), of the other devices only their light registry
+    ``__init__`` (the parser's options), and no TUI, server, test kit or API layer; nor the
+    optional packages numba probes (SciPy, cffi, PyYAML: stub/numba_start.py), which stay
+    importable afterwards (not left hidden)."""
+    from accelstub.devices import REGISTRY
+
+    out = subprocess.run([sys.executable, "-c", LOADED, device], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    code, modules, left_hidden = json.loads(out.stdout.splitlines()[-1])
+    assert code == 0
+    assert [m for m in PROBED if m in modules] == [] and left_hidden == []
+    commands = [m for m in modules if m.startswith("accelstub.stub.commands.")]
+    assert commands == ["accelstub.stub.commands.table"]
+    others = [m for d, pkg in REGISTRY.items() if d != device
+              for m in modules if m.startswith(pkg + ".")]
+    assert others == []
+    assert any(m.startswith(REGISTRY[device] + ".") for m in modules)  # its own code did
+    unused = [m for m in modules if m.split(".")[:2] in (["accelstub", "tui"],
+              ["accelstub", "testkit"], ["accelstub", "evaluation"], ["textual"])
+              or m in ("accelstub.stub.server", "accelstub.stub.session", "accelstub.stub.svd")]
+    assert unused == []
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["run", "--help"], ["serve", "--help"]])
+def test_the_help_imports_no_numba(argv):
+    """Building the parser needs the devices' registry entries and the history budget only
+    (devices/__init__.py): ``--help`` (and every command's start before it runs) imports no
+    numba, no kernel and no device model."""
+    code = ("import contextlib, io, json, sys\n"
+            "from accelstub.stub.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()) as out:\n"
+            "    try:\n        main(sys.argv[1:])\n    except SystemExit as e:\n"
+            "        code = e.code\n"
+            "print(json.dumps([code, 'usage:' in out.getvalue(),\n"
+            "    sorted(m for m in sys.modules if m.split('.')[0] in ('numba', 'llvmlite')\n"
+            "           or m.startswith('accelstub.emu') or m.endswith('.model'))]))\n")
+    out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.splitlines()[-1]) == [0, True, []]
+
+
+def test_the_command_table_fills_on_the_first_use_of_a_name():
+    """stub/commands/__init__ imports its modules lazily: the package alone leaves the table
+    empty, any name of it (here ``execute``) imports every command module first, so a command
+    script or a server always sees the whole table; a name it does not have is an
+    AttributeError."""
+    code = ("import json, accelstub.stub.commands as c\n"
+            "from accelstub.stub.commands.table import COMMANDS\n"
+            "before = len(COMMANDS)\n"
+            "c.execute\n"
+            "try:\n    c.no_such_name\n    missing = False\n"
+            "except AttributeError:\n    missing = True\n"
+            "print(json.dumps([before, sorted(COMMANDS), missing, c.run.__name__]))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    before, names, missing, run = json.loads(out.stdout.splitlines()[-1])
+    assert before == 0
+    assert {"mww", "mdw", "reg", "load_image", "reset", "help", "version"} <= set(names)
+    assert missing and run == "accelstub.stub.commands.run"
+
+
+def test_numba_keeps_pyyaml_where_it_has_a_config_file_to_read(tmp_path):
+    """A ``.numba_config.yaml`` in the working folder is numba's to read (numba.core.config),
+    so PyYAML is not hidden there; elsewhere it is, and numba starts without it."""
+    code = ("import json, sys\n"
+            "from accelstub.stub.numba_start import start_numba_lean\n"
+            "start_numba_lean()\n"
+            "from numba.core import config\n"
+            "print(json.dumps(['yaml' in sys.modules, config._HAVE_YAML]))\n")
+    plain = tmp_path / "plain"
+    configured = tmp_path / "configured"
+    plain.mkdir()
+    configured.mkdir()
+    (configured / ".numba_config.yaml").write_text("{}\n")
+    got = []
+    for cwd in (plain, configured):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=120, cwd=cwd)
+        assert out.returncode == 0, out.stderr
+        got.append(json.loads(out.stdout.splitlines()[-1]))
+    assert got == [[False, False], [True, True]]
