@@ -110,11 +110,9 @@ class InProcess:
         return None if self._halted else commands.stop_data(self.rc)
 
     def _watch(self) -> None:
-        """Start the watchdog once: it looks at the deadline every WATCHDOG_S (a step pays
-        nothing to arm it) and halts a run past it."""
-        if self._watchdog is not None:
-            return
-
+        """Start the watchdog (the caller does, once: while ``_watchdog`` is None, which it
+        checks itself so a step pays no call): it looks at the deadline every WATCHDOG_S (a
+        step pays nothing to arm it) and halts a run past it."""
         def watch(ref: weakref.ref) -> None:
             while True:
                 time.sleep(WATCHDOG_S)

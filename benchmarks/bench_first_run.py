@@ -126,31 +126,33 @@ def breakdown(device: str, cache: str) -> None:
             print(f"    {s:5.2f} s  {name}")
 
 
+def compile_empty(folder: Path, chosen: list[str]) -> None:
+    """`accelstub compile` of ``chosen`` (all devices if none) in the empty cache ``folder``
+    (made here), its times printed."""
+    folder.mkdir()
+    dt, cpu, _, _ = timed(accelstub("compile", *chosen), str(folder))
+    print(f"accelstub compile ({', '.join(chosen) or 'all devices'}, empty cache): "
+          f"{dt:.2f} s wall, {cpu:.2f} s CPU")
+
+
 def main() -> int:
     runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 5
     chosen = [sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "--device"]
     devices = chosen or list(DEVICES)
     with tempfile.TemporaryDirectory() as tmp:
-        for dev in devices if "--compile-only" not in sys.argv else ():
+        if "--compile-only" in sys.argv:
+            for i in range(runs):
+                compile_empty(Path(tmp, f"compiled-{i}"), chosen)
+            return 0
+        for dev in devices:
             cold = Path(tmp, "cold-" + dev)
             cold.mkdir()
             breakdown(dev, str(cold))
         if "--breakdown-only" in sys.argv:
             return 0
-        if "--compile-only" in sys.argv:
-            for i in range(runs):
-                compiled = Path(tmp, f"compiled-{i}")
-                compiled.mkdir()
-                dt, cpu, _, _ = timed(accelstub("compile", *chosen), str(compiled))
-                print(f"accelstub compile ({', '.join(chosen) or 'all devices'}, empty cache): "
-                      f"{dt:.2f} s wall, {cpu:.2f} s CPU")
-            return 0
         mnist = build(MNIST, seed=1).write(Path(tmp) / MNIST.name)
         compiled = Path(tmp, "compiled")
-        compiled.mkdir()
-        dt, cpu, _, err = timed(accelstub("compile", *chosen), str(compiled))
-        print(f"accelstub compile ({', '.join(chosen) or 'all devices'}, empty cache): "
-              f"{dt:.2f} s wall, {cpu:.2f} s CPU")
+        compile_empty(compiled, chosen)
         for dev in devices:
             dt, cpu, verdict, _ = timed(accelstub("run", dev), str(compiled))
             print(f"first run after accelstub compile: accelstub run {dev}: {dt:.2f} s wall, "

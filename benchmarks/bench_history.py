@@ -33,7 +33,8 @@ from pathlib import Path
 import numpy as np
 from bench_max78000 import load, time_layers
 
-from accelstub.devices.history import CHECKPOINT_EVERY, DEFAULT_BUDGET_MIB, History
+from accelstub.devices import DEFAULT_BUDGET_MIB
+from accelstub.devices.history import CHECKPOINT_EVERY, History
 from accelstub.devices.host import apply_steps
 from accelstub.devices.max78000.datapath import sram_address
 from accelstub.testkit.max78000_build import mnist_shapes_network

@@ -99,7 +99,7 @@ class Bus:
         self._pop_memories = [self.memories.get(r.name) for _, _, r in pops]
         #: register address -> its register, for every whole word of a register window: the
         #: driver's usual store (one aligned word) decoded once per register, not per write
-        self._word_regs = {a: reg for a, reg in self._register_words()}
+        self._word_regs = dict(self._register_words())
 
     def _register_words(self) -> list[tuple[int, Register]]:
         """(address, register) of every register whose word lies whole in one populated range
@@ -109,11 +109,12 @@ class Bus:
             a = reg.address
             if self.description.register_at(a) is not reg:
                 continue  # a bank other than bank 0: the bus reaches it through bank 0
-            i = bisect.bisect_right(self._pop_starts, a) - 1
-            if i >= 0:
-                _, e, r = self._pops[i]
-                if a + 4 <= e and r.kind in ("registers", "pseudo"):
-                    out.append((a, reg))
+            try:
+                _, e, r = self._populated(a)
+            except BusError:
+                continue  # (the general path names the error)
+            if a + 4 <= e and r.kind in ("registers", "pseudo"):
+                out.append((a, reg))
         return out
 
     def stack(self, key: str, names: list[str]) -> np.ndarray:

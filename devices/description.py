@@ -634,21 +634,24 @@ def _bundled(name: str) -> Description:
 
 def _parse(text: str, source: str) -> Description:
     cached = _cache_path(source)
-    key = _cache_key(text, source) if cached is not None else b""
-    if cached is not None:
-        desc = _cache_read(cached, key)
-        if desc is not None:
-            return desc
+    if cached is None:
+        return _parse_toml(text, source)
+    key = _cache_key(text, source)
+    desc = _cache_read(cached, key)
+    if desc is None:
+        desc = _parse_toml(text, source)
+        _cache_write(cached, key, desc)
+    return desc
+
+
+def _parse_toml(text: str, source: str) -> Description:
     import tomllib  # here: a run whose descriptions are all kept never imports the parser
 
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise DescriptionError(source, "TOML syntax", str(e)) from None
-    desc = parse_description(data, source)
-    if cached is not None:
-        _cache_write(cached, key, desc)
-    return desc
+    return parse_description(data, source)
 
 
 # -- the parsed descriptions kept on disk ---------------------------------------------------------

@@ -216,11 +216,11 @@ class RegisterFile:
             return (self._values[addresses[0]],)
         return _getter(addresses)(self._values) if addresses else ()
 
-    def peek_keys(self, keys: tuple[int, ...]) -> tuple[int, ...]:
-        """Stored values of the registers whose storage keys (Register.key, banks included)
-        are ``keys``, in one C loop: a device model taking a whole register context at once
-        (NE16's 25 job registers at TRIGGER)."""
-        return self.peek_addresses(keys)
+    #: stored values of the registers whose storage keys (Register.key, banks included) are
+    #: the tuple given, in one C loop: a device model taking a whole register context at once
+    #: (NE16's 25 job registers at TRIGGER). An unbanked register's key is its address, so
+    #: this is :meth:`peek_addresses` itself (no second call on the way)
+    peek_keys = peek_addresses
 
     def derived(self, names: tuple[str, ...], compute: Callable[[], T]) -> Callable[[], T]:
         """A function giving ``compute()``, worked out again only when one of the (unbanked)

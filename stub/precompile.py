@@ -185,8 +185,11 @@ def _child(devices: list[str]) -> int:
     the parallel kernels of the demos' types (the demos' small layers ran the serial twins,
     emu/conv/int_conv.py Twin), printing a KERNEL_MARK line as each kernel starts and ends
     compiling (``end MODULE FUNCTION SECONDS``), in either process."""
+    from .numba_start import start_numba_lean
+
+    start_numba_lean()  # numba started as `run` starts it, before anything imports it
+
     from accelstub.emu.conv.int_conv import parallel_twin_plan
-    from accelstub.emu.jit import load_numba_without_scipy
     from accelstub.emu.kernel_plan import compile_plan
 
     from .compile_notice import CompileNotice
@@ -201,21 +204,19 @@ def _child(devices: list[str]) -> int:
             took = f" {time.perf_counter() - started.pop(name, time.perf_counter()):.2f}"
         print(f"{KERNEL_MARK} {phase} {module} {name}{took}", file=sys.stderr, flush=True)
 
-    load_numba_without_scipy()  # as `run` has it
     with CompileNotice(on_kernel=report):
         # the worker's lines come from the CompileNotice it inherits, as it compiles
         # (worker_output); the queue's demos end up run here too (demo), the others now
         compile_plan((), then=queue_for(devices), worker_output=True)
         for device in devices:
             demo(device)
-        for device in devices:
-            if _DEMOS[device]:  # the parent's message names the devices given, this one which
-                print(f"accelstub: {device}: the bundled demo failed (exit {_DEMOS[device]})",
-                      file=sys.stderr, flush=True)
-        code = 1 if any(_DEMOS[d] for d in devices) else 0
-        if code == 0:
+        failed = [d for d in devices if _DEMOS[d]]
+        for device in failed:  # the parent's message names the devices given, this one which
+            print(f"accelstub: {device}: the bundled demo failed (exit {_DEMOS[device]})",
+                  file=sys.stderr, flush=True)
+        if not failed:
             compile_plan(parallel_twin_plan(), worker_output=True)
-    return code
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -259,7 +259,6 @@ class BlockReplay:
             if self._regs_but_flag() != blk.states[k + 1][0]:  # another path than recorded
                 return blk.units[:k] + [(pc, t.writes)]         # (a branch)
             k += 1
-        n = len(blk.steps)
         self._materialize(blk, n, base)
         d.units_done = u0 + n
         return blk.units

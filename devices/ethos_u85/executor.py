@@ -269,12 +269,11 @@ def _values_rows(pools: _Pools, step: functools.partial[Any]) -> Rows | None:
     plan = f.args[0]
     ew, cfg = plan.ew, plan.cfg
     if ew[0] not in (eltwise_k.EW_ADD, eltwise_k.EW_SUB) or len(ew) != 14 or len(cfg) != 15 \
-            or not eltwise_k._addsub_fast_applies(ew, cfg) or np.dtype(plan.dtype).itemsize != 1 \
+            or not eltwise_k._addsub_fast_applies.py_func(ew, cfg) \
+            or np.dtype(plan.dtype).itemsize != 1 \
             or any(not isinstance(o, tuple) or o[1:] != (8, o[2], 0) for o in plan.operands):
         return _eltwise_rows(pools, r, plan)
-    if ew[0] not in (eltwise_k.EW_ADD, eltwise_k.EW_SUB) or ew[13] != 0 or len(ew) != 14 \
-            or len(cfg) != 15 or not eltwise_k._addsub_fast_applies(ew, cfg) \
-            or np.dtype(plan.dtype).itemsize != 1:
+    if ew[13] != 0:  # (the rest of the fast add/sub's conditions held above)
         return None
     H, W, D = plan.shape
     out = _ofm(pools, r.ofm, plan.shape, np.dtype(plan.dtype).kind == "i")
@@ -537,7 +536,7 @@ class Table:
                                                    hw * o[:, X.K_K], 0)]).max())
         self.ea, self.eb, self.eo = (np.zeros(n, np.int64) for _ in range(3))
         self.flag = np.zeros(1, np.int64)
-        self.fps = X.addresses()  # the kernels the rows call, this machine's
+        self.fps = X.addresses(kinds=np.unique(o[:, X.K_KIND]))  # the kernels its rows call
 
     def run(self, start: int, port: Any, halt: threading.Event) -> int | None:
         """The run of rows from step ``start``, :data:`CHUNK_ROWS` rows (whole steps) per

@@ -479,13 +479,14 @@ def execute(cfg: JobConfig, read: Reader, l1: tuple[np.ndarray, int] | None = No
         reads.append((lo, hi))
     elem = cfg.out_bits // 8 if cfg.normquant else 4
     if not cfg.normquant:  # the raw sums, as little-endian bytes
-        values = np.ascontiguousarray(acc[:, :wo_n, :cfg.k_out]).astype("<i4") \
-            .view(np.uint8).reshape(ho_n, wo_n, cfg.k_out, 4)
+        # one copy (np.array always copies: acc may be conv_sums' reused work array)
+        values = np.array(acc[:, :wo_n, :cfg.k_out], "<i4").view(np.uint8) \
+            .reshape(ho_n, wo_n, cfg.k_out, 4)
     elif l1 is not None and g.whole is not None:
         data, base = l1
         check_output(g.whole[0], g.whole[1], elem, base, data.size)
-        origin, d2, d1 = g.dense
-        reads += normquant(cfg, acc, read, data, origin - base, d2, d1)
+        origin, out_d2, out_d1 = g.dense
+        reads += normquant(cfg, acc, read, data, origin - base, out_d2, out_d1)
         values = None
     else:
         values = np.empty((ho_n, wo_n, cfg.k_out, elem), np.uint8)

@@ -204,8 +204,8 @@ def _finish_terms(cfg, bias, scales, shifts, oc_n: int) -> tuple:
     ok = (sh >= 0) & (sh <= 62) & (np.abs(sc) < np.int64(1) << 31)
     rp, rn = np.zeros(oc_n, np.int64), np.zeros(oc_n, np.int64)
     for s in np.unique(sh[ok]):
-        rp[ok & (sh == s)], rn[ok & (sh == s)] = P.round_terms.py_func(
-            s, cfg[P.C_ROUND], cfg[P.C_DBL_RND])
+        at = ok & (sh == s)
+        rp[at], rn[at] = P.round_terms.py_func(s, cfg[P.C_ROUND], cfg[P.C_DBL_RND])
     fast = bool(cfg[P.C_FUNC] == P.LUT_NONE and cfg[C_OFM_BITS] != 64 and ok.all())
     zp, lo, hi, clip = P.output_limits.py_func(cfg)
     if not clip:

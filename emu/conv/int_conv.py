@@ -419,6 +419,16 @@ def _pack_pixels(src, zp, n, c, x16):
 
 
 @njit(nogil=True, cache=True)
+def _vput(acc, o, v, whole):
+    """acc[o:o+8] = ``v``, or its low 4 lanes only where the register's upper 4 channels do not
+    exist (``whole`` False: :func:`vstore4`); :func:`_pointwise16`'s stores, inlined by LLVM."""
+    if whole:
+        vstore(acc, o, v)
+    else:
+        vstore4(acc, o, v)
+
+
+@njit(nogil=True, cache=True)
 def _pointwise16(x, w, acc, ho, wo, wob, c2, kp):
     """acc[(y * wob + p) * kp + k] = sum over pairs q of vpmaddwd(x[(y * wo + p) * c2 + q],
     w[q * kw8 + k]) modulo 2**32 for output rows y < ``ho``, pixels p < ``wo`` and channels
@@ -436,7 +446,7 @@ def _pointwise16(x, w, acc, ho, wo, wob, c2, kp):
     the last pixels one at a time (4 at a time, the missing ones read again, was slower:
     18.5 -> 21.7 us on the 9-pixel 112 -> 1280 layer); a register of which only 4 channels
     exist stores 4 lanes
-    (:func:`vstore4`). Channel blocks outermost, so a block's weights stay in L1 over all
+    (:func:`_vput`). Channel blocks outermost, so a block's weights stay in L1 over all
     pixels (the 9-pixel 112 -> 1280 layer streams 287 KB of weights). One thread, as
     :func:`_pointwise8`."""
     kw8 = -(-kp // KV8) * KV8
@@ -478,16 +488,11 @@ def _pointwise16(x, w, acc, ho, wo, wob, c2, kp):
                     vstore(acc, o + kp, a1)
                     vstore(acc, o + 2 * kp, a2)
                     vstore(acc, o + 3 * kp, a3)
-                    if k0 + 2 * KV8 <= kp:
-                        vstore(acc, o + KV8, b0)
-                        vstore(acc, o + KV8 + kp, b1)
-                        vstore(acc, o + KV8 + 2 * kp, b2)
-                        vstore(acc, o + KV8 + 3 * kp, b3)
-                    else:
-                        vstore4(acc, o + KV8, b0)
-                        vstore4(acc, o + KV8 + kp, b1)
-                        vstore4(acc, o + KV8 + 2 * kp, b2)
-                        vstore4(acc, o + KV8 + 3 * kp, b3)
+                    whole = k0 + 2 * KV8 <= kp
+                    _vput(acc, o + KV8, b0, whole)
+                    _vput(acc, o + KV8 + kp, b1, whole)
+                    _vput(acc, o + KV8 + 2 * kp, b2, whole)
+                    _vput(acc, o + KV8 + 3 * kp, b3, whole)
                     p += 4
             else:
                 while p + 8 <= wo:
@@ -512,24 +517,15 @@ def _pointwise16(x, w, acc, ho, wo, wob, c2, kp):
                         a7 = vmadd(a7, vbcast(x, xi + 7 * c2), w0)
                         xi += 1
                     o = (ob + p) * kp + k0
-                    if k0 + KV8 <= kp:
-                        vstore(acc, o, a0)
-                        vstore(acc, o + kp, a1)
-                        vstore(acc, o + 2 * kp, a2)
-                        vstore(acc, o + 3 * kp, a3)
-                        vstore(acc, o + 4 * kp, a4)
-                        vstore(acc, o + 5 * kp, a5)
-                        vstore(acc, o + 6 * kp, a6)
-                        vstore(acc, o + 7 * kp, a7)
-                    else:
-                        vstore4(acc, o, a0)
-                        vstore4(acc, o + kp, a1)
-                        vstore4(acc, o + 2 * kp, a2)
-                        vstore4(acc, o + 3 * kp, a3)
-                        vstore4(acc, o + 4 * kp, a4)
-                        vstore4(acc, o + 5 * kp, a5)
-                        vstore4(acc, o + 6 * kp, a6)
-                        vstore4(acc, o + 7 * kp, a7)
+                    whole = k0 + KV8 <= kp
+                    _vput(acc, o, a0, whole)
+                    _vput(acc, o + kp, a1, whole)
+                    _vput(acc, o + 2 * kp, a2, whole)
+                    _vput(acc, o + 3 * kp, a3, whole)
+                    _vput(acc, o + 4 * kp, a4, whole)
+                    _vput(acc, o + 5 * kp, a5, whole)
+                    _vput(acc, o + 6 * kp, a6, whole)
+                    _vput(acc, o + 7 * kp, a7, whole)
                     p += 8
             k1 = min(k0 + (2 * KV8 if two else KV8), kp)
             for r in range(p, wo):  # the last pixels, one at a time
@@ -538,10 +534,7 @@ def _pointwise16(x, w, acc, ho, wo, wob, c2, kp):
                     a0 = vzero()
                     for q in range(c2):
                         a0 = vmadd(a0, vbcast(x, xi + q), vload(w, q * kw8 + kk))
-                    if kk + KV8 <= kp:
-                        vstore(acc, (ob + r) * kp + kk, a0)
-                    else:
-                        vstore4(acc, (ob + r) * kp + kk, a0)
+                    _vput(acc, (ob + r) * kp + kk, a0, kk + KV8 <= kp)
             k0 = k1
 
 

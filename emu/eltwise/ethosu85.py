@@ -90,17 +90,9 @@ def _addsub_fast(a, b, sub, ew, cfg, out):
     p2, n2 = P.round_terms(h2, ew[11], ew[12])
     sc, sh = cfg[C_SCALE], cfg[C_SHIFT]
     rp, rn = P.round_terms(sh, cfg[P.C_ROUND], cfg[P.C_DBL_RND])
-    if cfg[P.C_OFM_SIGNED] != 0:
-        zp = P.sign_extend(cfg[C_ZP], 16)
-        lo = P.sign_extend(cfg[P.C_ACT_MIN], 16)
-        hi = P.sign_extend(cfg[P.C_ACT_MAX], 16)
-        oh = np.int64(1) << (cfg[P.C_OFM_BITS] - 1)
-    else:
-        zp = cfg[C_ZP] & 0xFFFF
-        lo = cfg[P.C_ACT_MIN] & 0xFFFF
-        hi = cfg[P.C_ACT_MAX] & 0xFFFF
-        oh = np.int64(0)
-    if cfg[P.C_CLIP] != 0:
+    zp, lo, hi, clip = P.output_limits(cfg)
+    oh = (np.int64(1) << (cfg[P.C_OFM_BITS] - 1)) if cfg[P.C_OFM_SIGNED] != 0 else np.int64(0)
+    if not clip:
         lo, hi = -(np.int64(1) << 62), np.int64(1) << 62
     om = (np.int64(1) << cfg[P.C_OFM_BITS]) - 1
     sign = np.int64(-1) if sub else np.int64(1)

@@ -128,23 +128,40 @@ def address(kernel, sig) -> int:
     return cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
 
 
-_ADDRESSES: dict[bool, np.ndarray] = {}
+_ADDRESS: dict[tuple[bool, int], int] = {}
 
 
-def addresses(byte_kernels: bool | None = None) -> np.ndarray:
+def addresses(byte_kernels: bool | None = None, kinds=None) -> np.ndarray:
     """The address of each slot's kernel (:data:`SLOTS`, :func:`address`) for the byte
     kernels' variant or the int16-pair one (default: this machine's, :data:`BYTE_KERNELS`):
-    :func:`run_rows`'s ``fps``."""
+    :func:`run_rows`'s ``fps``. ``kinds``: only the slots rows of these kinds call
+    (:data:`KIND_SLOTS`; default every kind), the others 0 (a call raises): a table without
+    element-wise or pooling rows compiles neither general kernel, which a first run of the
+    per-operation path avoids too (issue 31 #5)."""
     byte_kernels = BYTE_KERNELS if byte_kernels is None else byte_kernels
-    if byte_kernels not in _ADDRESSES:
-        _ADDRESSES[byte_kernels] = np.array(
-            [0 if (k := kernels[0 if byte_kernels else 1]) is None else address(k, sig)
-             for sig, *kernels in SLOTS], np.int64)
-    return _ADDRESSES[byte_kernels]
+    wanted = set(range(len(SLOTS))) if kinds is None else \
+        {s for k in kinds for s in KIND_SLOTS.get(int(k), ())}
+    out = np.zeros(len(SLOTS), np.int64)
+    for slot in wanted:
+        sig, *kernels = SLOTS[slot]
+        k = kernels[0 if byte_kernels else 1]
+        if k is not None:
+            key = (byte_kernels, slot)
+            if key not in _ADDRESS:
+                _ADDRESS[key] = address(k, sig)
+            out[slot] = _ADDRESS[key]
+    return out
 
 
 # row kinds
 COPY, POINTWISE, DEPTHWISE, ADDSUB, CONV, ELEMENTWISE, POOL, CONV16 = 1, 2, 3, 4, 5, 6, 7, 8
+#: the slots each row kind calls (:func:`run_rows`): a convolution's kernels and both output
+#: stages, the element-wise and pooling rows their general kernels
+_FINISH_SLOTS = (F_FINISH32, F_FINISH8)
+KIND_SLOTS = {POINTWISE: (F_POINTWISE, *_FINISH_SLOTS), CONV: (F_CONV, *_FINISH_SLOTS),
+              CONV16: (F_PACK16, F_CONV16, F_PACK_PIXELS, F_POINTWISE16, *_FINISH_SLOTS),
+              DEPTHWISE: (F_DEPTHWISE, *_FINISH_SLOTS), ADDSUB: (F_ADDSUB,),
+              ELEMENTWISE: (F_EW,), POOL: (F_POOL,)}
 
 # row columns
 K_KIND, K_STEP, K_H, K_W, K_C, K_K = 0, 1, 2, 3, 4, 5

@@ -321,21 +321,14 @@ def activation(acc64, cfg, lut):
     """
     if cfg[C_OFM_BITS] == 64:
         return np.int64(acc64)
-    if cfg[C_OFM_SIGNED] != 0:
-        zp = sign_extend(cfg[C_ZP], 16)
-        lo = sign_extend(cfg[C_ACT_MIN], 16)
-        hi = sign_extend(cfg[C_ACT_MAX], 16)
-    else:
-        zp = cfg[C_ZP] & 0xFFFF
-        lo = cfg[C_ACT_MIN] & 0xFFFF
-        hi = cfg[C_ACT_MAX] & 0xFFFF
+    zp, lo, hi, clip = output_limits(cfg)
     acc = sign_extend(np.int64(acc64) + zp, 32)
     f = cfg[C_FUNC]
     if f == LUT_TANH:
         acc = clamp(acc, -0x10000, 0xFFFF)
     elif f == LUT_SIGMOID:
         acc = clamp(acc, -0x1F000, 0x1EFFF)
-    elif cfg[C_CLIP] == 0:
+    elif clip:
         acc = clamp(acc, lo, hi)
     t = cfg[C_TABLE]
     if f == LUT_U8_U8:

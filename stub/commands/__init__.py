@@ -58,14 +58,16 @@ __all__ = [
 
 
 def __getattr__(name: str) -> object:
-    """Every command module imported (their ``@command`` declarations fill the table), then
-    ``name`` from them: PEP 562's module ``__getattr__``, called only for a name not yet set."""
+    """Every command module imported (their ``@command`` declarations fill the table) and every
+    name of ``__all__`` set from them, once: PEP 562's module ``__getattr__``, called only for
+    a name not yet set (so after the first call only for a name the package does not have)."""
     if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     modules = [importlib.import_module(f"{__name__}.{m.name}")
                for m in pkgutil.iter_modules(__path__)]
-    for names in (globals(), *map(vars, modules)):  # the submodules are set here by now
-        if name in names:
-            globals()[name] = names[name]
-            return names[name]
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    names = globals()  # the submodules are set here by now
+    for module in modules:
+        names.update({n: v for n, v in vars(module).items() if n in __all__ and n not in names})
+    if name not in names:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return names[name]

@@ -45,6 +45,27 @@ def test_addresses_are_the_slot_kernels_compiled_for_their_signatures():
         assert X.address(k, sig) == fp != 0
 
 
+def test_a_table_resolves_only_the_slots_its_row_kinds_call():
+    """addresses(kinds=...): the slots of those kinds' rows hold their kernels' addresses,
+    every other slot 0, so a table of convolutions and adds compiles neither the general
+    element-wise nor the pooling kernel. (A kind missing a slot it calls would raise in
+    run_rows: the whole-network tables of test_ethosu85_executor.py would fail.)"""
+    import inspect
+    import re
+
+    src = inspect.getsource(X.run_rows)
+    called = {name for name in re.findall(r"_call\(fps, (F_[A-Z0-9_]+)", src)}
+    assert {n for n in dir(X) if re.fullmatch(r"F_[A-Z0-9_]+", n)} == called  # each slot is called
+    fps = X.addresses(kinds=[X.POINTWISE, X.DEPTHWISE, X.ADDSUB, X.COPY])
+    full = X.addresses()
+    for slot in (X.F_EW, X.F_POOL, X.F_CONV16, X.F_PACK16):
+        assert fps[slot] == 0
+    for slot in (X.F_DEPTHWISE, X.F_ADDSUB, X.F_FINISH8, X.F_FINISH32):
+        assert fps[slot] == full[slot] != 0
+    assert fps[X.F_POINTWISE] == full[X.F_POINTWISE]  # (0 where the CPU has no byte kernel)
+    assert not X.addresses(kinds=[X.COPY]).any()
+
+
 def test_a_slot_whose_result_type_differs_is_refused():
     """address() checks the result type too: a call through a pointer to a kernel returning
     something else would read a wrong value."""

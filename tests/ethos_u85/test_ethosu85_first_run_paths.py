@@ -68,7 +68,7 @@ def test_max_min_sum_pooling_on_the_output_stage_equals_the_pool_kernel(seed):
     np.testing.assert_array_equal(got, want.astype(got.dtype))
 
 
-def test_pooling_leaves_to_the_kernel_what_the_fast_stage_cannot_take():
+def test_pooling_leaves_to_the_kernel_what_the_fast_stage_cannot_take(monkeypatch):
     """A LUT function, a 48-bit accumulator and a max wider than int32 go to the kernel
     (None), and pool2d then still gives the kernel's values."""
     v = np.arange(-8, 8, dtype=np.int64).reshape(2, 2, 4)
@@ -82,6 +82,16 @@ def test_pooling_leaves_to_the_kernel_what_the_fast_stage_cannot_take():
     assert PO._pool_on_output_stage(np.full((2, 2, 1), INT32_MIN, np.int64), PO.POOL_MIN,
                                     geo_hw, 1, P.out_config(), None, None, None, None) \
         is not None
+    lut = np.random.default_rng(1).integers(0, 256, P.LUT_BYTES).astype(np.uint8)
+    cfg = P.out_config(function=P.LUT_S8_S8)
+    geo = np.array([1, 1, 1, 1, 2, 2, 0, 0, PO.POOL_MAX, 0, 4], np.int64)
+    zeros = per_channel(None, 4)
+    want = PO._pool_kernel(v, np.zeros((1, 1, 4), np.int64), geo, cfg, zeros, zeros, zeros, lut)
+    kernel, calls = PO._pool_kernel, []
+    monkeypatch.setattr(PO, "_pool_kernel", lambda *a: calls.append(a) or kernel(*a))
+    got = PO.pool2d(v.astype(np.int8), PO.POOL_MAX, (2, 2), cfg=cfg, lut=lut)
+    assert len(calls) == 1
+    np.testing.assert_array_equal(np.asarray(got, np.int64), want)
 
 
 @pytest.mark.parametrize("seed", range(60))
@@ -166,11 +176,19 @@ def test_finish_terms_per_channel_rounding_and_which_channels_the_fast_stage_tak
 
 
 def test_output_limits_in_python_as_compiled():
-    """P.output_limits' Python function (the numpy stages) and its compiled form agree."""
-    for signed in (True, False):
-        cfg = P.out_config(ofm_signed=signed, zero_point=-5 if signed else 250,
-                           act_min=-100 if signed else 3, act_max=120)
-        assert tuple(P.output_limits.py_func(cfg)) == tuple(P.output_limits(cfg))
+    """P.output_limits' Python function (the numpy stages) and its compiled form agree, and
+    both give the registers' values as written: int16 for a signed OFM (0x8000 reads
+    -32768), uint16 for an unsigned one (a zero point of -1 reads 65535), clipping unless
+    clip_none [U85-TRM: §3.6.7]."""
+    for signed, zp, amin, amax, clip_none, want in (
+            (True, -5, -100, 120, False, (-5, -100, 120, True)),
+            (False, 250, 3, 120, False, (250, 3, 120, True)),
+            (True, 0x7FFF, -(1 << 15), 0x7FFF, True, (0x7FFF, -(1 << 15), 0x7FFF, False)),
+            (False, -1, 0, 0xFFFF, True, (0xFFFF, 0, 0xFFFF, False))):
+        cfg = P.out_config(ofm_bits=16, ofm_signed=signed, zero_point=zp, act_min=amin,
+                           act_max=amax, clip_none=clip_none)
+        assert tuple(P.output_limits.py_func(cfg)) == want
+        assert tuple(P.output_limits(cfg)) == want
 
 
 def swd_streams(rng):
@@ -287,3 +305,18 @@ def test_a_decoder_in_the_disk_cache_is_loaded_not_interpreted(tmp_path):
     assert run("decode") == [0, 0]  # interpreted: nothing compiled or loaded
     assert run("compile") == [1, 0]  # compiled here, written to the cache
     assert run("decode") == [1, 1]  # loaded from the cache
+
+
+@pytest.mark.parametrize("mode", [PO.POOL_MAX, PO.POOL_MIN, PO.POOL_SUM])
+def test_pool2d_without_accumulator_input_equals_a_numpy_window_reference(mode, monkeypatch):
+    """pool2d's max / min / sum (2x2 windows, stride 2, unit scale, int8 OFM) against the
+    windows' max / min / sum clipped to int8, worked out here, not by the emulator; the
+    numpy path takes them (the pooling kernel does not run)."""
+    rng = np.random.default_rng(mode)
+    ifm = rng.integers(-128, 128, (4, 6, 3)).astype(np.int8)
+    win = ifm.astype(np.int64).reshape(2, 2, 3, 2, 3).transpose(0, 2, 4, 1, 3).reshape(2, 3, 3, 4)
+    want = {PO.POOL_MAX: win.max(-1), PO.POOL_MIN: win.min(-1),
+            PO.POOL_SUM: win.sum(-1)}[mode].clip(-128, 127)
+    monkeypatch.setattr(PO, "_pool_kernel", lambda *a: pytest.fail("the pooling kernel ran"))
+    got = PO.pool2d(ifm, mode, (2, 2), stride=(2, 2))
+    np.testing.assert_array_equal(np.asarray(got, np.int64), want)

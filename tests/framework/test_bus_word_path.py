@@ -9,16 +9,16 @@ from accelstub.devices import DEVICES, BusError, open_device
 from accelstub.devices.errors import DeviceError
 
 
-def _outcome(dev, addr: int, value: int) -> tuple[str, dict[int, int], list]:
+def _outcome(dev, addr: int, value: int) -> tuple[str, dict[int, int], list, dict[str, int]]:
     """Write ``value`` to the word at ``addr``: (error text or "", every stored register value,
-    the write log)."""
+    the write log, the writes ignored by locked banks so far)."""
     dev.bus.write_log = []
     try:
         dev.write(addr, value.to_bytes(4, "little"))
         error = ""
     except (BusError, DeviceError) as e:
         error = f"{type(e).__name__}: {e}"
-    return error, dev.regs.snapshot(), dev.bus.write_log
+    return error, dev.regs.snapshot(), dev.bus.write_log, dict(dev.regs.ignored_writes)
 
 
 @pytest.mark.parametrize("name", DEVICES)

@@ -13,17 +13,15 @@ from accelstub.devices import DEVICES
 from accelstub.devices import description as desc_mod
 from accelstub.devices.description import load_description, parse_description
 
+from .test_description_loader import REGION, block
+
+#: a one-register description (the loader tests' block and region) with ``title`` and ``reset``
+#: to fill in
 TOY = """
 [device]
 name = "toy"
 title = "{title}"
-
-[[block]]
-name = "b"
-base = 0x1000
-size = 0x10
-group = "b"
-
+""" + block("""
   [[block.register]]
   name = "CTRL"
   offset = 0
@@ -32,14 +30,7 @@ group = "b"
     name = "en"
     bits = "0"
     reset = {reset}
-
-[[region]]
-name = "regs"
-kind = "registers"
-base = 0x1000
-size = 0x100
-block = "b"
-"""
+""") + REGION
 
 
 @pytest.fixture

@@ -308,7 +308,8 @@ def test_pointwise16_matches_reference_for_every_block_width(k, c):
         np.testing.assert_array_equal(got[:, :wd, :k], want.astype(np.int32))
 
 
-def test_conv_sums_runs_the_pointwise_kernel_exactly_where_every_pixel_reads_its_own():
+def test_conv_sums_runs_the_pointwise_kernel_exactly_where_every_pixel_reads_its_own(
+        monkeypatch):
     """conv_sums takes the int16-pair pointwise kernel for hwc 1x1 sums with stride 1, no
     padding and the whole input, below SERIAL_WORK (it runs on one thread), and the general
     kernel elsewhere; both give the reference's sums."""
@@ -323,6 +324,7 @@ def test_conv_sums_runs_the_pointwise_kernel_exactly_where_every_pixel_reads_its
         calls.append(args[2])
         return real(*args)
 
+    monkeypatch.setattr(IC, "_run_pointwise16", spy)
     cases = [(w1, {}, True), (w1, dict(hwc=False), False), (w1, dict(pad=(1, 1)), False),
              (w1, dict(stride=(2, 1)), False), (w1, dict(in_hw=(5, 5)), False),
              (w3, dict(pad=(1, 1)), False)]
@@ -331,11 +333,7 @@ def test_conv_sums_runs_the_pointwise_kernel_exactly_where_every_pixel_reads_its
         ho = (6 + 2 * opts.get("pad", (0, 0))[0] - w.shape[1]) // opts.get("stride", (1, 1))[0] + 1
         wo = 5 + 2 * opts.get("pad", (0, 0))[1] - w.shape[2] + 1
         calls.clear()
-        IC._run_pointwise16 = spy
-        try:
-            got = IC.conv_sums(v, IC.pack_weights(w), (ho, wo), kernel="int16", **opts)
-        finally:
-            IC._run_pointwise16 = real
+        got = IC.conv_sums(v, IC.pack_weights(w), (ho, wo), kernel="int16", **opts)
         assert bool(calls) is taken, (kw, calls)
         want = reference(v, w, -3, (ho, wo), opts.get("in_hw", (6, 5)), opts.get("pad", (0, 0)),
                          opts.get("stride", (1, 1)), (1, 1))

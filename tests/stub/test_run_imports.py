@@ -33,27 +33,6 @@ def test_the_cli_and_a_demo_run_import_nothing_they_do_not_use():
     assert json.loads(out.stdout.splitlines()[-1]) == [0, [], []]
 
 
-
-WARM = """
-import contextlib, io, json, sys
-import accelstub.stub.cli
-with contextlib.redirect_stdout(io.StringIO()):
-    code = accelstub.stub.cli.main(["run", sys.argv[1]])
-print(json.dumps([code, "tomllib" in sys.modules]))
-"""
-
-
-@pytest.mark.parametrize("device", DEVICES)
-def test_a_warm_run_takes_its_description_as_kept_without_the_toml_parser(device):
-    """The second run of a demo loads the description the first one parsed and kept
-    (devices/description.py, in the kernel cache folder): it does not even import tomllib."""
-    outs = [subprocess.run([sys.executable, "-c", WARM, device], capture_output=True,
-                           text=True, timeout=300) for _ in range(2)]
-    for out in outs:
-        assert out.returncode == 0, out.stderr
-    assert json.loads(outs[1].stdout.splitlines()[-1]) == [0, False]
-
-
 def test_the_version_is_looked_up_only_for_version(monkeypatch, capsys):
     """Building the parser does not ask the package metadata (a search of sys.path on every
     command's start); ``--version`` does, and prints it on stdout."""
@@ -91,21 +70,31 @@ def test_a_demo_run_imports_no_command_table_and_no_other_device(device):
     command modules on first use of a name), of the other devices only their light registry
     ``__init__`` (the parser's options), and no TUI, server, test kit or API layer; nor the
     optional packages numba probes (SciPy, cffi, PyYAML: stub/numba_start.py), which stay
-    importable afterwards (not left hidden)."""
+    importable afterwards (not left hidden). The second of two runs loads the description the
+    first one parsed and kept (devices/description.py, in the kernel cache folder): it does not
+    even import tomllib."""
     from accelstub.devices import REGISTRY
 
-    out = subprocess.run([sys.executable, "-c", LOADED, device], capture_output=True,
-                         text=True, timeout=300)
-    assert out.returncode == 0, out.stderr
-    code, modules, left_hidden = json.loads(out.stdout.splitlines()[-1])
+    outs = [subprocess.run([sys.executable, "-c", LOADED, device], capture_output=True,
+                           text=True, timeout=300) for _ in range(2)]
+    for out in outs:
+        assert out.returncode == 0, out.stderr
+        code, modules, left_hidden = json.loads(out.stdout.splitlines()[-1])
+        check_demo_run_modules(device, REGISTRY, code, modules, left_hidden)
+    assert "tomllib" not in modules  # the second run's
+
+
+def check_demo_run_modules(device: str, registry: dict, code: int, modules: list[str],
+                           left_hidden: list[str]) -> None:
+    """What one demo run of ``device`` may have imported (LOADED's output)."""
     assert code == 0
     assert [m for m in PROBED if m in modules] == [] and left_hidden == []
     commands = [m for m in modules if m.startswith("accelstub.stub.commands.")]
     assert commands == ["accelstub.stub.commands.table"]
-    others = [m for d, pkg in REGISTRY.items() if d != device
+    others = [m for d, pkg in registry.items() if d != device
               for m in modules if m.startswith(pkg + ".")]
     assert others == []
-    assert any(m.startswith(REGISTRY[device] + ".") for m in modules)  # its own code did
+    assert any(m.startswith(registry[device] + ".") for m in modules)  # its own code did
     unused = [m for m in modules if m.split(".")[:2] in (["accelstub", "tui"],
               ["accelstub", "testkit"], ["accelstub", "evaluation"], ["textual"])
               or m in ("accelstub.stub.server", "accelstub.stub.session", "accelstub.stub.svd")]
