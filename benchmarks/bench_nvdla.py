@@ -107,12 +107,12 @@ def main() -> int:
     mo, mr = float(np.median(ours)), float(np.median(ref))
     co, cr = float(np.median(ours_cpu)), float(np.median(ref_cpu))
     print(f"NVDLA conv layer {LAYER.c}x{LAYER.h}x{LAYER.w} * {LAYER.k}x{LAYER.r}x{LAYER.s} "
-          f"({macs / 1e6:.1f} M MACs), layer + CRC check: {mo * 1e3:.2f} ms median, "
-          f"{bo * 1e3:.2f} best ({macs / bo / 1e9:.1f} GMAC/s), CPU {co * 1e3:.2f} ms median; "
+          f"({macs / 1e6:.1f} M MACs), layer + CRC check: {mo * 1e3:.3f} ms median, "
+          f"{bo * 1e3:.3f} best ({macs / bo / 1e9:.1f} GMAC/s), CPU {co * 1e3:.3f} ms median; "
           f"first run incl. load, compile/cache load {t_first:.2f} s")
     print(f"torch {torch.__version__} float32 conv2d ({torch.get_num_threads()} threads): "
-          f"{mr * 1e3:.2f} ms median, {br * 1e3:.2f} best ({macs / br / 1e9:.1f} GMAC/s), CPU "
-          f"{cr * 1e3:.2f} ms median")
+          f"{mr * 1e3:.3f} ms median, {br * 1e3:.3f} best ({macs / br / 1e9:.1f} GMAC/s), CPU "
+          f"{cr * 1e3:.3f} ms median")
     print(f"ratio emulator/torch: {mr / mo:.2f} (medians), {br / bo:.2f} (best of each), "
           f"{cr / co:.2f} (CPU medians); every check_crc passed: {ok}")
     return 0 if ok else 1

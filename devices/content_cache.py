@@ -24,21 +24,25 @@ class ContentCache:
 
     def __init__(self, size: int = 32) -> None:
         self.size = size
-        self._entries: OrderedDict[Hashable, tuple[np.ndarray, Any]] = OrderedDict()
+        #: key -> (dtype, shape, the bytes, the value)
+        self._entries: OrderedDict[Hashable, tuple[Any, tuple[int, ...], bytes, Any]] = \
+            OrderedDict()
         self._lock = threading.Lock()
 
     def get(self, key: Hashable, data: np.ndarray, compute: Callable[[np.ndarray], Any]) -> Any:
-        """The value derived from ``data`` (any array; its dtype, shape and values are compared)."""
+        """The value derived from ``data`` (any array; its dtype, shape and bytes are compared:
+        a bytes comparison is a memcmp, ~0.1 us for 2 KB against ~3 us for np.array_equal,
+        and every Ethos-U85 step compares its command stream, issue 26 #7)."""
         with self._lock:
             hit = self._entries.get(key)
             if hit is not None:
                 self._entries.move_to_end(key)
-        if hit is not None and hit[0].dtype == data.dtype and hit[0].shape == data.shape \
-                and np.array_equal(hit[0], data):
-            return hit[1]
+        if hit is not None and hit[0] == data.dtype and hit[1] == data.shape \
+                and hit[2] == data.tobytes():
+            return hit[3]
         value = compute(data)
         with self._lock:
-            self._entries[key] = (data.copy(), value)
+            self._entries[key] = (data.dtype, data.shape, data.tobytes(), value)
             self._entries.move_to_end(key)
             while len(self._entries) > self.size:
                 self._entries.popitem(last=False)

@@ -591,8 +591,9 @@ class RunControl:
                             self._record()
                     continue
                 blocks = False
-            unit_pc = dev.pc if rec else 0
-            touched = self._unit(UnitContext(halt, bps, grain))
+            # (asked once: the history, the host program and unit listeners name the unit by it)
+            unit_pc = dev.pc if rec or host is not None or self._unit_listeners else 0
+            touched = self._unit(UnitContext(halt, bps, grain), unit_pc)
             progressed = True
             if touched.partial:
                 if rec:
@@ -613,11 +614,12 @@ class RunControl:
             if single:
                 return self._end(True) if dev.finished() else Stop("step")
 
-    def _unit(self, ctx: UnitContext) -> Touched:
+    def _unit(self, ctx: UnitContext, pc: int) -> Touched:
+        """Run one unit at ``pc`` (the device's pc, read by the caller where the history, a
+        host program or a unit listener needs it, else 0)."""
         dev, host = self.device, self.host
         throttle = dev.throttle_us
         t0 = time.perf_counter()
-        pc = dev.pc if host is not None or self._unit_listeners else 0  # who wrote what
         if self._unit_listeners:  # their lines name the unit as it was when it started
             self.last_unit_label = dev.unit_label(pc)
             self.last_unit_pc = pc

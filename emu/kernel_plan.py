@@ -20,6 +20,7 @@ import os
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 
 import numba
@@ -217,13 +218,28 @@ def _queue(then: Sequence[Entry]) -> tuple[int, list[list[Entry]]]:
 
 
 def _compile_queued(queue: tuple[int, list[list[Entry]]],
-                    done: Callable[[str, str, float], None] | None = None) -> None:
+                    done: Callable[[str, str, float], None] | None = None) -> list[Entry]:
     """Compile the groups of ``queue`` this process takes from it, one at a time; an entry
     the other process has put in the disk cache meanwhile (a kernel another one calls,
-    compiled inside it) is loaded, and not reported to ``done`` as compiled."""
+    compiled inside it) is loaded, and not reported to ``done`` as compiled. Returns the
+    entries taken."""
     read, groups = queue
+    taken = []
     while byte := os.read(read, 1):
+        taken += groups[byte[0]]
         compile_entries([e for e in groups[byte[0]] if not _loaded(e)], done)
+    return taken
+
+
+#: whether this process is a worker :func:`_start_worker` forked (a queued job that fails
+#: raises there, so the worker does not report it and the job is run again in the process
+#: that forked it, which says why: stub/precompile.py demo)
+_WORKER = [False]
+
+
+def in_worker() -> bool:
+    """Whether this process is a forked compile worker."""
+    return _WORKER[0]
 
 
 def _start_worker(entries: list[Entry], queue: tuple[int, list[list[Entry]]] | None,
@@ -246,6 +262,7 @@ def _start_worker(entries: list[Entry], queue: tuple[int, list[list[Entry]]] | N
         return pid, read
     code = 1
     try:  # the worker: when quiet, nothing it prints reaches the user's terminal
+        _WORKER[0] = True
         os.close(read)
         if quiet:
             null = os.open(os.devnull, os.O_WRONLY)
@@ -263,9 +280,18 @@ def _start_worker(entries: list[Entry], queue: tuple[int, list[list[Entry]]] | N
         os._exit(code)  # no atexit handlers, no flush of the parent's buffers
 
 
+def _count_off(counts: Counter, key: tuple[str, str]) -> bool:
+    """Take one off ``counts[key]`` if it is above 0; whether it was."""
+    if counts[key] <= 0:
+        return False
+    counts[key] -= 1
+    return True
+
+
 def compile_plan(plan: Sequence[Entry],
                  on_worker: Callable[[str, str, float], None] | None = None,
-                 then: Sequence[Entry] = (), worker_output: bool = False) -> list[Entry]:
+                 then: Sequence[Entry] = (), worker_output: bool = False,
+                 load: bool = True) -> list[Entry]:
     """Have every entry of ``plan`` and ``then`` compiled and loaded in this process: the
     cached ones loaded, the others compiled here and, on a machine with more than one core
     where :func:`can_fork`, in one worker process at the same time; entries for other
@@ -282,7 +308,12 @@ def compile_plan(plan: Sequence[Entry],
     this process's own compiles are numba's compile events as usual). ``worker_output``: the
     worker's output goes where this process's goes, not nowhere (`accelstub compile`'s
     children: the worker's compile events are printed as they happen, by the listener it
-    inherits, to the file the parent reads as it grows, rather than at its end)."""
+    inherits, to the file the parent reads as it grows, rather than at its end). ``load``
+    False: what the worker reported done is left in the disk cache, neither loaded nor
+    called again here (`accelstub compile`'s child needs the cache filled, not the kernels:
+    loading them again, calling the executor's compile_ahead and running queued demos a
+    second time took ~0.3-0.5 s of one core at its end, issue 31 #5); what it did not report
+    (it failed) is still done here."""
     def uncached(entries: Sequence[Entry]) -> list[Entry]:
         return [e for e in for_this_machine(entries) if not _loaded(e)]
 
@@ -293,8 +324,9 @@ def compile_plan(plan: Sequence[Entry],
     worker = (_start_worker(there, queue, quiet=not worker_output)
               if there or queue is not None else None)
     compile_entries(here)
+    taken: list[Entry] = []
     if queue is not None:
-        _compile_queued(queue)
+        taken = _compile_queued(queue)
         os.close(queue[0])
     else:
         compile_entries(later)
@@ -303,8 +335,13 @@ def compile_plan(plan: Sequence[Entry],
         with os.fdopen(read) as reports:
             lines = reports.read().splitlines()  # until the worker exits
         os.waitpid(pid, 0)
-        for line in lines if on_worker is not None else ():
-            on_worker(*json.loads(line))
-    # loaded from the cache the worker wrote (compiled here if it failed)
-    compile_entries(there + (later if queue is not None else []))
+        told = [json.loads(line) for line in lines]
+        for kernel_done in told if on_worker is not None else ():
+            on_worker(*kernel_done)
+        rest = there + (later if queue is not None else [])
+        if not load:  # only what neither process did (the worker reports each entry done)
+            done = Counter((m, n) for m, n, _ in told)
+            rest = [e for e in rest if e not in taken and not _count_off(done, (e[0], e[1]))]
+        # loaded from the cache the worker wrote (compiled here if it failed)
+        compile_entries(rest)
     return missing + later

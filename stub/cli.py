@@ -254,15 +254,17 @@ def _run_program(args: argparse.Namespace) -> int:
     from accelstub.devices.runcontrol import RunControl
 
     from .commands.table import CommandContext  # not the whole table (stub/commands/__init__)
+    from .numba_start import collector_paused
     from .program import ProgramError, load_program, run_to_end
 
-    rc = RunControl(open_device(args.device, **_device_options(args, args.program)))
-    options = _program_options(args)
-    try:
-        summary = load_program(CommandContext(targets=[rc]), args.program, options)
-    except ProgramError as e:
-        print(f"accelstub: error: {e}", file=sys.stderr)
-        return 2
+    with collector_paused():  # the device and its program live as long as the run
+        rc = RunControl(open_device(args.device, **_device_options(args, args.program)))
+        options = _program_options(args)
+        try:
+            summary = load_program(CommandContext(targets=[rc]), args.program, options)
+        except ProgramError as e:
+            print(f"accelstub: error: {e}", file=sys.stderr)
+            return 2
     if args.verbose:
         print(f"accelstub: loaded {summary}", file=sys.stderr)
     t0 = time.perf_counter()

@@ -143,13 +143,18 @@ def demo(device: str) -> None:
     """Run ``device``'s bundled demo once in this process (its kernels compile or load as a
     run's do): a queued job (kernel_plan CALL) for a device without a kernel plan, whose
     kernels only its demo names, so they compile beside the other devices' queue in whichever
-    process is free. Once per process: compile_plan calls the queue's jobs in this process
-    again after the worker's (a demo the worker ran then loads its kernels from the cache),
-    and :func:`_child` takes the exit code from here."""
+    process is free. Once per process, and :func:`_child` takes the exit code from here. In
+    the forked worker a failed demo raises: the worker then reports no such job and stops,
+    and compile_plan runs the job in the child, so the exit code it names is its own run's (a
+    demo the worker reported done passed)."""
+    from accelstub.emu.kernel_plan import in_worker
+
     from .cli import main
 
     if device not in _DEMOS:
         _DEMOS[device] = main(["run", device])
+    if _DEMOS[device] and in_worker():
+        raise RuntimeError(f"{device}: the bundled demo failed (exit {_DEMOS[device]})")
 
 
 def queue_for(devices: list[str]) -> list[tuple[str, str, str, float, str]]:
@@ -204,10 +209,16 @@ def _child(devices: list[str]) -> int:
             took = f" {time.perf_counter() - started.pop(name, time.perf_counter()):.2f}"
         print(f"{KERNEL_MARK} {phase} {module} {name}{took}", file=sys.stderr, flush=True)
 
+    def worker_did(module: str, name: str, seconds: float) -> None:
+        if name.startswith("demo "):  # (one that failed raised there: not reported)
+            _DEMOS.setdefault(name.removeprefix("demo "), 0)
+
     with CompileNotice(on_kernel=report):
         # the worker's lines come from the CompileNotice it inherits, as it compiles
-        # (worker_output); the queue's demos end up run here too (demo), the others now
-        compile_plan((), then=queue_for(devices), worker_output=True)
+        # (worker_output); what it did is left in the cache (load=False: not loaded or run
+        # again here); the devices whose demo no process ran yet run it now
+        compile_plan((), then=queue_for(devices), worker_output=True, load=False,
+                     on_worker=worker_did)
         for device in devices:
             demo(device)
         failed = [d for d in devices if _DEMOS[d]]

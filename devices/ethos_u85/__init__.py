@@ -40,11 +40,9 @@ KERNEL_PLAN = (
     (_A + "conv.int_conv", "_pointwise16", _sig(*[_a("int32", 1)] * 3, *[_I] * 5), 0.6, "int16"),
     (_A + "conv.int_conv", "_depthwise_pixels",
      _sig(_a("int8", 3, True), "int32", _a("int32", 3), _a("int32", 3), *[_I] * 6), 0.7, ""),
-    (_A + "conv.ethosu85", "_finish_fast_serial", _sig(*_FINISH_FAST, _a("int32", 3)), 0.3,
-     ""),
     (_A + "conv.ethosu85", "_finish_fast_serial", _sig(*_FINISH_FAST, _a("int8", 3)), 0.3,
-     ""),
-    (_A + "memory.ethosu85_axi", "_burst_counts", _sig(_a(_I, 2), _I, _a(_I, 1), _I), 0.5,
+     ""),  # every OFM type, as bytes
+    (_A + "memory.ethosu85_axi", "_burst_counts", _sig(_a(_I, 2), _I, _a(_I, 1), _a(_I, 2)), 0.3,
      "ahead"),
 )
 

@@ -12,6 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
+from ..content_cache import kept_for
 from ..device import Touched, UnitContext
 from ..registers import RegisterFile
 from . import ops
@@ -75,6 +76,11 @@ class Block(NamedTuple):
     steps: list[Any]         # per unit: NO_DATA, GENERAL or a kept run's data part
     states: list[tuple[Any, ...]]  # the state at each unit boundary (len(steps) + 1)
     units: list[RanUnit]     # per unit: (pc, the ranges it wrote)
+    #: per unit: (the ranges it read, the ranges it wrote), as its Touched had them (step)
+    touched: list[tuple[list[tuple[int, int]], list[tuple[int, int]]]]
+    #: per unit boundary: what of the start key ``states`` lacks (the SET state's ids, the
+    #: power mask) (step)
+    marks: list[tuple[Any, ...]]
 
 
 class BlockReplay:
@@ -97,6 +103,12 @@ class BlockReplay:
         self._tables: dict[int, tuple[Block, Table]] = {}  # by id of the block
         #: table rows run so far (tests see the executor ran)
         self.rows_run = 0
+        #: (block, unit index): where the last unit run one by one (:meth:`step`) left a
+        #: stored block's recording; checked against the state before it is used
+        self._at: tuple[Block, int] | None = None
+        #: units :meth:`step` ran as their table's rows (tests see it did)
+        self.units_stepped = 0
+        self._changed: dict[int, Any] = {}  # _changes, per block (kept_for)
 
     def run(self, halt: threading.Event) -> list[RanUnit] | None:
         """Device.run_block. From a state (every register but COND_STATUS, the SET state, the
@@ -157,6 +169,10 @@ class BlockReplay:
         return (self._regs_but_flag(), d.sets.copy(), self._chain_state(), dict(d.stats),
                 d.cycles, d.resumable, d.pmu_mask_enable, d.stop_reason)
 
+    def _mark(self) -> tuple[Any, ...]:
+        d = self.dev
+        return d.sets.held()[1], d.power_masked
+
     def _execute(self, halt: threading.Event) -> Touched:
         d = self.dev
         return d.execute_unit(UnitContext(halt, frozenset(), d.granularities[0]))
@@ -169,6 +185,8 @@ class BlockReplay:
         assert self.stored is not None
         states, steps = [self._state()], []
         units: list[RanUnit] = []
+        touched: list[tuple[list[tuple[int, int]], list[tuple[int, int]]]] = []
+        marks = [self._mark()]
         qbase = d.stream.qbase
         own_stream = interrupted = fresh = False
         lines = (d.interrupts(), d.interrupt_counts())
@@ -182,10 +200,12 @@ class BlockReplay:
                     return units
                 d.units_done += 1
                 units.append((pc, t.writes))
+                touched.append((list(t.reads), list(t.writes)))
                 fresh |= ops.KEPT_NOW in trace
                 steps.append(step_of(trace))
                 trace.clear()
                 states.append(self._state())
+                marks.append(self._mark())
                 own_stream |= any(s < qbase + len(words) and e > qbase for s, e in t.writes)
                 interrupted = (d.interrupts(), d.interrupt_counts()) != lines
         finally:
@@ -194,7 +214,8 @@ class BlockReplay:
             return units
         if len(self.stored) >= self.BLOCKS_MAX:
             self.stored.clear()
-        self.stored[key] = (held, None if own_stream else Block(words, steps, states, units))
+        self.stored[key] = (held, None if own_stream else
+                            Block(words, steps, states, units, touched, marks))
         self.unreplayed += 1
         return units
 
@@ -262,6 +283,112 @@ class BlockReplay:
         self._materialize(blk, n, base)
         d.units_done = u0 + n
         return blk.units
+
+    # -- one unit at a time (issue 26 #7) --------------------------------------------------------
+    def step(self, ctx: UnitContext) -> bool:
+        """Run the next unit as its rows of a stored block's operation table, where the state
+        before it is the state the block's recording had before that unit (every register
+        but COND_STATUS, the SET state, the chain bookkeeping, the stop and mask state, the
+        command stream: a block's start key, at that unit), and put the state the recording
+        had after it: registers, SET state, chain bookkeeping, the statistics and cycles it
+        added, and in ``ctx.touched`` the ranges it read and wrote. True: done so; False:
+        nothing done (the model's per-operation path runs the unit). Why it is the unit's
+        result: the rows are the same kernels with the same arguments as its kept run (the
+        table's stream checks fail, doing nothing, where the weights changed), and what the
+        commands decide does not depend on the data (:meth:`run`); a unit without data (a
+        wait, NPU_OP_PMU_MASK) is its state after, as a replay has it. Only whole units with
+        no breakpoint inside, outside a recording; never a block's last unit (the one that may
+        change the interrupt lines), a unit through the general path (no kept run, a
+        conditional branch), or one popping a chaining FIFO that does not hold what its pair
+        pushed (Table.run_step). Why: a step through the per-operation path cost ~4x a unit
+        of a continue (the bench_api demo: ~65 us against ~14 us)."""
+        d = self.dev
+        if (self.stored is None or not self.executor or d.port.trace is not None
+                or ctx.breakpoints or ctx.granularity != d.granularities[0] or not d.running):
+            self._at = None
+            return False
+        found = self._found()
+        self._at = None if found is None else (found[0], found[1] + 1)  # checked next time
+        if found is None:
+            return False
+        blk, k = found
+        if k + 1 >= len(blk.steps):
+            return False
+        if blk.steps[k] is not NO_DATA:  # (a wait, PMU mask: nothing but the state after)
+            table = self._table(blk)
+            if table is None or not table.run_step(k, d.port):
+                return False
+        self._advance(blk, k)
+        reads, writes = blk.touched[k]
+        ctx.touched.reads.extend(reads)
+        ctx.touched.writes.extend(writes)
+        self.units_stepped += 1
+        return True
+
+    def _found(self) -> tuple[Block, int] | None:
+        """(a stored block, the index of its unit the state is before), or None: the unit after
+        the last one run (checked), else a block whose start state this is. The cheap checks
+        first: a unit with no block to continue or start pays ~1 us."""
+        d = self.dev
+        assert self.stored is not None
+        at = self._at
+        if at is not None and at[1] < len(at[0].steps) and self._is_at(*at):
+            blk: Block | None = at[0]
+            k = at[1]
+        else:
+            pc = d.pc
+            if not any(e[1] is not None and e[1].units and e[1].units[0][0] == pc
+                       for e in self.stored.values()):
+                return None  # (no block starts here: the start key's ~7 us not spent)
+            entry = self.stored.get(self._key(d.sets.held()[1]))
+            blk, k = (None, 0) if entry is None else (entry[1], 0)
+        if blk is None:
+            return None
+        try:
+            words = d.stream.words()
+        except NpuBusFault:
+            return None
+        return (blk, k) if blk.words == words.tobytes() else None
+
+    def _is_at(self, blk: Block, k: int) -> bool:
+        """The state is the recording's before unit ``k`` (the block's key at that unit)."""
+        d = self.dev
+        regs, _, chain, _, _, resumable, pme, reason = blk.states[k]
+        return ((d.sets.held()[1], d.power_masked) == blk.marks[k]
+                and (d.resumable, d.pmu_mask_enable, d.stop_reason) == (resumable, pme, reason)
+                and self._chain_state() == chain and self._regs_but_flag() == regs)
+
+    def _advance(self, blk: Block, k: int) -> None:
+        """The state after unit ``k`` as the recording left it (registers but COND_STATUS, SET
+        state, chain bookkeeping, stop state), with the statistics and cycles that unit
+        added to the live ones. Only the registers the unit changed are stored (and logged
+        for the history, as the unit's own stores are): the state was checked to be the
+        recording's before it (:meth:`_found`)."""
+        d = self.dev
+        _, sets, (chain, num_ifm, valid), _, _, resumable, pme, reason = blk.states[k + 1]
+        regs, stats, cycles = self._changes(blk, k)
+        d.regs.redo(regs)
+        d.sets = sets.copy()
+        n = d.npu
+        n.chain_length, n.num_ifm, n.fifo_valid = chain, num_ifm, set(valid)
+        live = d.stats
+        for name, v in stats:
+            live[name] = live.get(name, 0) + v
+        d.cycles += cycles
+        d.resumable, d.pmu_mask_enable, d.stop_reason = resumable, pme, reason
+
+    def _changes(self, blk: Block, k: int) -> tuple[dict[int, int], list[tuple[str, int]], int]:
+        """What unit ``k`` of ``blk`` changed: (the registers it changed, their values after;
+        the statistics it added to or made; cycles), worked out once per block and unit
+        (kept with the block: ``kept_for``)."""
+        kept = kept_for(self._changed, id(blk), blk, self.BLOCKS_MAX)
+        hit = kept.get(k)
+        if hit is None:
+            (r0, _, _, s0, c0, *_), (r1, _, _, s1, c1, *_) = blk.states[k], blk.states[k + 1]
+            hit = kept[k] = ({a: v for a, v in r1.items() if r0.get(a) != v},
+                             [(n, v - s0.get(n, 0)) for n, v in s1.items()
+                              if n not in s0 or v != s0[n]], c1 - c0)
+        return hit
 
     def _materialize(self, blk: Block, k: int, base: tuple[dict[str, int], int]) -> None:
         """The state after the block's first ``k`` units: registers but COND_STATUS, SET

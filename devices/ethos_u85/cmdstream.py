@@ -31,6 +31,9 @@ class CommandStream:
         self.port = port
         #: (QBASE, QSIZE, the command stream's port family)
         self.place = regs.derived(self.REGS, self._place_now)
+        # (registers, not names: pc asks for QBASE several times a step, issue 26 #7)
+        self._qbase_lo, self._qbase_hi = (regs.description.register(n)
+                                          for n in ("QBASE_LO", "QBASE_HI"))
         self._words: tuple[Any, Any] = (None, None)  # ((QBASE, bytes), the words' view)
 
     def _place_now(self) -> tuple[int, int, int]:
@@ -39,7 +42,7 @@ class CommandStream:
 
     @property
     def qbase(self) -> int:
-        return (self.regs.peek("QBASE_HI") << 32 | self.regs.peek("QBASE_LO")) & ADDR_MASK
+        return (self.regs.peek(self._qbase_hi) << 32 | self.regs.peek(self._qbase_lo)) & ADDR_MASK
 
     def words(self) -> np.ndarray:
         """The words of [QBASE, QBASE+QSIZE) (a view; bus fault if not in system memory)."""

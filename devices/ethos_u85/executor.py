@@ -309,7 +309,8 @@ def _eltwise_rows(pools: _Pools, r: Any, plan: Any) -> Rows | None:
     """An element-wise operation that is not a fast add/sub as one ELEMENTWISE row: operands
     of 8 or 32 bits (NHWC boxes for 32, also NHCWB16 for 8), broadcast, scalar or none,
     from memory or the chaining FIFO; the general kernel (_ew_kernel; a LUT function reads
-    the device's LUT memory, live, as the closure's mem.lut is);
+    the device's LUT memory, live, as the closure's mem.lut is), or an add/sub that
+    _addsub_fast computes on it, as eltwise._run takes it (K_EW_FAST);
     OFM of 1 or 4 bytes per element."""
     ew, cfg, dtype = plan.ew, plan.cfg, np.dtype(plan.dtype)
     lut = (0, 0) if cfg[P.C_FUNC] == P.LUT_NONE or pools.lut is None else pools.place(pools.lut)
@@ -320,10 +321,12 @@ def _eltwise_rows(pools: _Pools, r: Any, plan: Any) -> Rows | None:
     out = _ofm(pools, r.ofm, plan.shape, dtype.kind == "i", dtype.itemsize)
     if out is None:
         return None
+    fast = ew[0] in (eltwise_k.EW_ADD, eltwise_k.EW_SUB) and ew[13] == 0 \
+        and eltwise_k._addsub_fast_applies.py_func(ew, cfg)  # as eltwise._run takes it
     row = {X.K_KIND: X.ELEMENTWISE, X.K_H: H, X.K_W: W, X.K_C: D, X.K_K: D,
            X.K_OE: dtype.itemsize, X.K_LUT_MEM: lut[0], X.K_LUT_OFF: lut[1],
-           X.K_EW: pools.const("c64", ew),
-           X.K_CFG: pools.const("c64", cfg)}
+           X.K_EW: pools.const("c64", ew), X.K_EW_FAST: int(fast),
+           X.K_SUB: int(ew[0] == eltwise_k.EW_SUB), X.K_CFG: pools.const("c64", cfg)}
     boxes, chain = dict(out[0]), dict(out[1])
     pops = []
     for q, slot, read, operand in ((0, X.K_IFM, r.reads[0], plan.operands[0]),
@@ -503,6 +506,7 @@ class Table:
         self.c8 = pools.buffer("c8", np.uint8)
         self.chain = np.zeros(max(chain_size, 1), np.uint8)
         self.rows_run = 0  # by the last run
+        self._single: dict[int, tuple[int, int, Any, list[Any]]] | None = None  # _step_rows
         self._scratch()
 
     def _scratch(self) -> None:
@@ -574,6 +578,70 @@ class Table:
                 values = self.chain[at:at + n * dtype.itemsize].view(dtype)
                 npu.fifo[fifo] = [values.astype(np.int64), n]
         return end if r == r1 else int(self.ops[r, X.K_STEP])
+
+    def run_step(self, k: int, port: Any) -> bool:
+        """Step ``k``'s rows alone (a unit run one by one, BlockReplay.step): True when they
+        ran; False, nothing done, where the step has no rows, its streams changed (a step's
+        later rows have no stream checks: only its first row can stop it), or the chaining
+        FIFO does not hold what its pair left there. A step popping the FIFO takes the
+        values the FIFO holds (pushed by its pair's step, as rows or not) into the ``chain``
+        buffer, and leaves them read; a step pushing leaves its values unread, as the
+        per-operation path's push and pop leave the FIFO (NpuInternal.push/pop)."""
+        found = self._step_rows().get(k)
+        if found is None:
+            return False
+        r0, r1, push, pops = found
+        fifos = port.npu.fifo
+        for fifo, _, n, _ in pops:  # exactly the pushed values, none read yet
+            buf = fifos.get(fifo)
+            if buf is None or buf[1] != 0 or len(buf[0]) != n:
+                return False
+        if push is not None:  # (a push onto unread values concatenates: the closures do it)
+            buf = fifos.get(push[0])
+            if buf is not None and buf[1] != len(buf[0]):
+                return False
+        for fifo, at, n, dtype in pops:
+            self.chain[at:at + n * dtype.itemsize] = fifos[fifo][0].astype(dtype).view(np.uint8)
+        self.flag[0] = -1
+        done = int(X.run_rows(self.ops, r0, r1, self.boxes, self.checks, self.mems, self.c64,
+                              self.c64w, self.c32, self.c8, self.xw, self.x32, self.x8,
+                              self.acc, self.out8, self.outu, self.out32, self.ea, self.eb,
+                              self.eo, self.chain, self.x4, self.flag, self.fps))
+        if done != r1:
+            return False
+        if self.flag[0] >= 0:
+            port.set_result_flag(int(self.flag[0]))
+        for fifo, _, n, _ in pops:
+            fifos[fifo][1] = n
+        if push is not None:
+            fifo, at, n, dtype = push
+            fifos[fifo] = [self.chain[at:at + n * dtype.itemsize].view(dtype).astype(np.int64),
+                           0]
+        return True
+
+    def _step_rows(self) -> dict[int, tuple[int, int, Any, list[Any]]]:
+        """Step -> (its rows [r0, r1), its push into the chaining FIFO or None, its pops), each
+        push or pop as (FIFO, chain offset, values, their type), for the steps :meth:`run_step`
+        runs (made once)."""
+        if self._single is None:
+            o = self._single = {}
+            if self.runs:  # (none: the table's memories could not be placed)
+                by_row = {p[0]: p[1:] for run in self.runs.values() for p in run[3]}
+                by_at = {p[1]: p for p in by_row.values()}
+                steps = self.ops[:, X.K_STEP]
+                for k in np.unique(steps).tolist():
+                    r0, r1 = np.searchsorted(steps, [k, k + 1]).tolist()
+                    rows = self.ops[r0:r1]
+                    if rows[1:, X.K_CHECK_N].any():
+                        continue
+                    pops = [by_at.get(int(at) - 1) for at in
+                            rows[:, X.K_CHAIN_IN1:X.K_CHAIN_IN2 + 1].ravel() if at > 0]
+                    chained = rows[:, X.K_CHAIN_OUT].any() or pops
+                    if chained and (r1 - r0 != 1 or None in pops
+                                    or (rows[0, X.K_CHAIN_OUT] and r0 not in by_row)):
+                        continue
+                    o[k] = (r0, r1, by_row.get(r0), pops)
+        return self._single
 
     def _chunk_end(self, r: int, r1: int) -> int:
         """The end of the chunk of rows from ``r``: CHUNK_ROWS rows, then on to the next

@@ -5,12 +5,12 @@ label, and the ``npu state`` / ``npu disasm`` texts. Read-only views over the mo
 """
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ..content_cache import ContentCache
 from ..device import Unit
 from ..errors import DeviceError
 from ..tensors import TensorSpec
@@ -29,33 +29,44 @@ ProgramUnit = tuple[Unit, Any, int]
 
 
 class Listing:
-    """The listing of one device, kept while the stream and program stay the same."""
+    """The listing of one device, kept while the stream and program stay the same.
+
+    Kept by content (devices/content_cache.py): the words at QBASE (placed by QBASE/QSIZE/
+    QCONFIG, ``CommandStream.place``, kept on those registers' values) are compared with the
+    words the listing was made from, so a write into the stream by anyone (a debugger, the
+    host program, a DMA, a reload) lists it again, and nothing else does. Why not the
+    memory's ``version``: NPU stores do not count in it, and a version key would miss after
+    every unit that writes an OFM beside the stream (issue 26 #7: every step asks for the
+    unit at pc)."""
 
     def __init__(self, dev: EthosU85) -> None:
         self.dev = dev
-        self._cache: tuple[Any, Any] | None = None
+        self._cache = ContentCache(size=4)
 
     def forget(self) -> None:
         """The stream or program may have changed: list it again when next asked."""
-        self._cache = None
+        self._cache = ContentCache(size=4)
 
     def units(self) -> list[Unit]:
+        """The program's units, the same list object while it stays the same (callers may
+        keep what they derive from it by that object: ``stub/commands/target.py``)."""
         dev = self.dev
         prog = self.with_cpu()
         if prog is not None:
-            return [u for u, _, _ in self.program_units(prog)]
+            cpu: list[Unit] = self._program(prog)[1]
+            return cpu
         try:
             words = dev.stream.words()
         except NpuBusFault:
             return []
-        key = (dev.qbase, len(words), hashlib.blake2b(words.tobytes(), digest_size=16).digest())
-        if self._cache is not None and self._cache[0] == key:
-            cached: list[Unit] = self._cache[1]
-            return cached
-        out: list[Unit] = []
-        stream_units(words, dev.qbase, out)
-        self._cache = (key, out)
-        return out
+        qbase = dev.qbase
+
+        def listed(w: np.ndarray) -> list[Unit]:
+            out: list[Unit] = []
+            stream_units(w, qbase, out)
+            return out
+        units: list[Unit] = self._cache.get(("stream", qbase), words, listed)
+        return units
 
     # -- a Vela model with CPU operators (cpu_ops.py) ------------------------------------------
     def with_cpu(self) -> VelaProgram | None:
@@ -71,14 +82,23 @@ class Listing:
     def program_units(self, prog: VelaProgram) -> list[ProgramUnit]:
         """The whole program in order, each (unit, its segment, index within the segment): every
         stream's operations and the CPU operators between them (labels "cmd N", "cpu k")."""
+        return self._program(prog)[0]
+
+    def _program(self, prog: VelaProgram) -> tuple[list[ProgramUnit], list[Unit], VelaProgram]:
+        """:meth:`program_units` and its units alone, kept while every stream's words stay the
+        same (the program object held: a new program's reused id cannot hit)."""
         words = [self.segment_words(s) if isinstance(s, NpuStream) else None
                  for s in prog.segments]
-        digest = hashlib.blake2b(b"".join(w.tobytes() for w in words if w is not None),
-                                 digest_size=16).digest()
-        key = ("cpu", id(prog), digest)
-        if self._cache is not None and self._cache[0] == key:
-            cached: list[ProgramUnit] = self._cache[1]
-            return cached
+        joined = np.concatenate([w for w in words if w is not None] or [np.zeros(0, "<u4")])
+        hit: tuple[list[ProgramUnit], list[Unit], VelaProgram] = self._cache.get(
+            ("cpu", id(prog)), joined, lambda _: self._program_units(prog, words))
+        if hit[2] is not prog:
+            self.forget()
+            return self._program(prog)
+        return hit
+
+    def _program_units(self, prog: VelaProgram, words: list[np.ndarray | None]
+                       ) -> tuple[list[ProgramUnit], list[Unit], VelaProgram]:
         out: list[ProgramUnit] = []
         k = 0
         for seg, w in zip(prog.segments, words):
@@ -91,8 +111,7 @@ class Listing:
             else:
                 out.append((Unit(self.dev.window_pc(k), f"cpu {k}", seg.summary()), seg, k))
                 k += 1
-        self._cache = (key, out)
-        return out
+        return out, [u for u, _, _ in out], prog
 
     def window_index(self, k: int | None, address: int) -> int | None:
         """The unit index of program-window word ``address`` (word ``k``): here word k is the

@@ -152,6 +152,12 @@ class EthosU85(Device):
         # RESET masks power control until the next CMD write [U85-TRM: §3.3.1.4]
         self.power_masked = False
         self._qread = self.description.register("QREAD")
+        # (pc and running are asked several times a unit, issue 26 #7: the registers are
+        # looked up once, not by name each time)
+        self._qsize = self.description.register("QSIZE")
+        self._status_reg = self.description.register("STATUS")
+        state = next(f for f in self._status_reg.fields if f.name == "state")
+        self._state_mask = ((1 << state.width) - 1) << state.lsb
         self.stop_reason = "not started"
         self.stats: dict[str, int] = {}
         r = self.regs
@@ -228,7 +234,7 @@ class EthosU85(Device):
     # -- host register side effects --------------------------------------------------------
     @property
     def running(self) -> bool:
-        return bool(self.regs.field("STATUS", "state"))
+        return bool(self.regs.peek(self._status_reg) & self._state_mask)
 
     def _status(self, **fields: int) -> None:
         for k, v in fields.items():
@@ -312,13 +318,14 @@ class EthosU85(Device):
         """QBASE + QREAD, the next command; the end address once the NPU stopped with the stream
         read to its end (end of stream, or Vela's closing NPU_OP_STOP): QBASE + QSIZE would be
         the address of whatever follows the stream."""
-        if self.cpu_pending is not None and not self.running:
+        running = self.running
+        if self.cpu_pending is not None and not running:
             return self.window_pc(self.cpu_pending[0])
-        q = self.regs.peek("QREAD")
-        if (not self.running and q >= self.regs.peek("QSIZE")
-                and self.stop_reason != "not started"):
+        r = self.regs
+        q = r.peek(self._qread)
+        if not running and q >= r.peek(self._qsize) and self.stop_reason != "not started":
             return self.end_address
-        return (self.qbase + q) & 0xFFFFFFFF
+        return (self.stream.qbase + q) & 0xFFFFFFFF
 
     def set_pc(self, address: int) -> None:
         off = address - self.qbase
@@ -379,6 +386,8 @@ class EthosU85(Device):
             (_, op), self.cpu_pending = self.cpu_pending, None
             op.run(self, ctx.read, ctx.wrote)
             self.stats["cpu_operations"] = self.stats.get("cpu_operations", 0) + 1
+            return touched
+        if self.blocks.step(ctx):  # a unit a stored block recorded: its table's rows (blocks.py)
             return touched
         port = self.port
         acct = port.account = UnitAccount(touched)

@@ -95,6 +95,7 @@ class Nvdla(Device):
     #: needs no deepcopy (~0.15 ms of a demo continue)
     state_is_copy = True
     DONE_EVENTS = {f"{n}_{g}": b + g for n, b in DONE_BITS.items() for g in (0, 1)}
+    _NO_EVENTS = dict.fromkeys(DONE_EVENTS, 0)
     INTR_STATUS = 0x100C  # GLB S_INTR_STATUS
 
     def __init__(self, description_path: str | None = None) -> None:
@@ -248,8 +249,9 @@ class Nvdla(Device):
         return {"NVDLA": bool(status & ~mask & 0xFFFFFFFF)}
 
     def interrupt_counts(self) -> dict[str, int]:
-        events = self.events  # get: a Counter's missing key costs a Python __missing__ call
-        return {name: events.get(name, 0) for name in self.DONE_EVENTS}
+        # every line at 0, then the counts (only _raise counts, DONE_EVENTS names only): one C
+        # merge, 2 -> 0.3 us, and the host program samples twice a layer (issue 31 #2)
+        return {**self._NO_EVENTS, **self.events}
 
     def counters(self) -> dict[str, int]:
         return {**super().counters(), "ro_writes": sum(self.ro_writes.values()),
@@ -596,27 +598,33 @@ class Nvdla(Device):
         if plan is None:
             plan = self._done_plans[layer.units] = self._done_plan(layer.units)
         regs = self.regs
-        enables, pointers, bits = plan
-        for reg in enables:
-            regs.poke(reg, 0)
-        for reg, g in pointers:
-            regs.set_field(reg, "consumer", g ^ 1)
+        cleared, pointers, bits = plan
+        values = dict(cleared)
+        for reg, lsb, mask, g in pointers:
+            values[reg.key] = regs.peek(reg) & ~(mask << lsb) | (g ^ 1) << lsb
+        regs.redo(values)  # stored as pokes are, in one call (issue 31 #2: 14 -> 5 us a layer)
         self._raise(bits)
 
     def _done_plan(self, units: tuple[tuple[str, int], ...]
-                   ) -> tuple[tuple[Register, ...], tuple[tuple[str, int], ...], int]:
+                   ) -> tuple[dict[int, int], tuple[tuple[Register, int, int, int], ...], int]:
         """What :meth:`_done` does for the units ``units``, worked out once per combination
         (15 us of name formatting and lookups per layer otherwise, issue 31 #2): the
-        D_OP_ENABLE registers to clear, the S_POINTER registers whose CONSUMER becomes the
-        other group, and the done bits to raise (CDMA raises its data and weight bits)."""
+        D_OP_ENABLE registers to clear (storage key -> 0), the S_POINTER registers whose
+        CONSUMER becomes the other group (register, the field's lsb and mask, the group), and
+        the done bits to raise (CDMA raises its data and weight bits)."""
         d = self.description
         bits = 0
         for unit, g in units:
             for n in {"CDMA": ("CDMA_DAT", "CDMA_WT")}.get(unit, (unit,)):
                 if n in DONE_BITS:
                     bits |= 1 << (DONE_BITS[n] + g)
-        return (tuple(d.register(f"{unit}_D_OP_ENABLE_G{g}") for unit, g in units),
-                tuple((f"{unit}_S_POINTER", g) for unit, g in units), bits)
+        pointers = []
+        for unit, g in units:
+            reg = d.register(f"{unit}_S_POINTER")
+            f = next(f for f in reg.fields if f.name == "consumer")
+            pointers.append((reg, f.lsb, (1 << f.width) - 1, g))
+        return ({d.register(f"{unit}_D_OP_ENABLE_G{g}").key: 0 for unit, g in units},
+                tuple(pointers), bits)
 
     # -- programs and commands --------------------------------------------------------------------
     def layer_references(self, path: Path, inputs: list) -> list:

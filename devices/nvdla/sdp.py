@@ -255,8 +255,9 @@ def process(cfg: SdpConfig, acc: np.ndarray, read: Read, *, k: int | None = None
     if k is None:  # offline: the cube itself, every lane
         acc, k = np.ascontiguousarray(acc, np.int32), acc.shape[0]
     shape = (c, cfg.h, cfg.w)
-    stages = np.zeros((2, 7), np.int64)
-    ops = [_operand_rows(0, shape)] * 4
+    stages, ops = _NO_STAGES, [_NO_OPERAND] * 4  # not written by post_process
+    if cfg.stages:
+        stages = np.zeros((2, 7), np.int64)
     for i, st in enumerate(cfg.stages):
         alu, mul = operands(st, shape, read)
         stages[i] = (1, ALU_CODES[st.alu], st.alu_shift, st.mul, st.mul_shift, st.prelu,
@@ -282,6 +283,12 @@ def process(cfg: SdpConfig, acc: np.ndarray, read: Read, *, k: int | None = None
             F.write_feature(dst[0], dst[1], out, dst[2], dst[3])
             out = None
     return out, int(sat), int(cacc_sat)
+
+
+#: post_process's arguments for a layer without X stages, made once (~4 us of a 64->64 3x3
+#: layer made them per layer, issue 31 #2); not read-only, which would be another numba type
+_NO_STAGES = np.zeros((2, 7), np.int64)
+_NO_OPERAND = np.zeros((1, 1), np.int64)
 
 
 def _operand_rows(op: np.ndarray | int, shape: tuple[int, int, int]) -> np.ndarray:

@@ -213,25 +213,48 @@ def _finish_terms(cfg, bias, scales, shifts, oc_n: int) -> tuple:
     return sc, sh, bi, rp, rn, fast, zp, lo, hi
 
 
+@njit(nogil=True, cache=True, inline="always")
+def _fast_value(t32, keep, sc, sh, bi, rp, dr, zp, lo, hi):
+    """One output of :func:`_finish_fast` (its arithmetic, written once for its two loops)."""
+    a = (((np.int64(t32) & keep) + bi + 0x80000000) & 0xFFFFFFFF) - 0x80000000
+    r = a * sc
+    r = (r + rp + (dr & (r >> 63))) >> sh
+    t = ((r + zp + 0x80000000) & 0xFFFFFFFF) - 0x80000000
+    return min(max(t, lo), hi)
+
+
 @njit(parallel=True, cache=True)
 def _finish_fast(tot, rows, cols, k, out):
     """The usual output stage (32-bit accumulator from reset, TFLite-style scales; ``k``: the
     terms array of _stage_terms): written without branches or a ternary, so numba vectorises
     the channel loop (2-4x faster); rows in parallel. Five arguments, not ten: numba unboxes
-    each one on every call (~60 ns an array), a third of a small layer's stage."""
-    H, W, oc_n = out.shape[0], out.shape[1], out.shape[2]
+    each one on every call (~60 ns an array), a third of a small layer's stage. ``out``: the
+    OFM's bytes (an int8 view of [H, W, OC] of its 8-, 16- or 32-bit type, ``k[5, 3]`` = OC),
+    each value's low bytes stored little-endian as numpy views them on the hosts we run (x86,
+    arm64): the store truncates to OFM bits [U85-TRM: §3.6.7]. One compiled signature for
+    every OFM type: an int8 and an int32 form of this kernel and of its serial twin took
+    ~2 s of `accelstub compile`'s CPU (issue 31 #5). The 8-bit loop is the hot one (the
+    16/32-bit one, stores a byte at a time, is ~1.7x slower)."""
+    H, W = out.shape[0], out.shape[1]
     sc, sh, bi, rp, dr = k[0], k[1], k[2], k[3], k[4]
-    zp, lo, hi = k[5, 0], k[5, 1], k[5, 2]
+    zp, lo, hi, oc_n = k[5, 0], k[5, 1], k[5, 2], k[5, 3]
+    nb = out.shape[2] // oc_n  # bytes per value: 1, 2 or 4
     for oy in prange(H):
         for ox in range(W):
             keep = -np.int64(rows[oy] != 0 and cols[ox] != 0)  # all ones, or 0: no tap
-            for oc in range(oc_n):
-                a = (((np.int64(tot[oy, ox, oc]) & keep) + bi[oc] + 0x80000000)
-                     & 0xFFFFFFFF) - 0x80000000
-                r = a * sc[oc]
-                r = (r + rp[oc] + (dr[oc] & (r >> 63))) >> sh[oc]
-                t = ((r + zp + 0x80000000) & 0xFFFFFFFF) - 0x80000000
-                out[oy, ox, oc] = min(max(t, lo), hi)  # the store truncates to OFM bits
+            if nb == 1:
+                for oc in range(oc_n):
+                    out[oy, ox, oc] = _fast_value(tot[oy, ox, oc], keep, sc[oc], sh[oc],
+                                                  bi[oc], rp[oc], dr[oc], zp, lo, hi)
+            else:
+                for oc in range(oc_n):
+                    v = _fast_value(tot[oy, ox, oc], keep, sc[oc], sh[oc], bi[oc], rp[oc],
+                                    dr[oc], zp, lo, hi)
+                    out[oy, ox, oc * nb] = v
+                    out[oy, ox, oc * nb + 1] = v >> 8
+                    if nb == 4:
+                        out[oy, ox, oc * nb + 2] = v >> 16
+                        out[oy, ox, oc * nb + 3] = v >> 24
 
 
 _FINISH_FAST_TWIN = IC.twin(_finish_fast)
@@ -397,7 +420,7 @@ def _output_stage(tot, acc_in, rows, cols, cfg, terms, lut, out):
     general one alone took ~5 s per type)."""
     bias, scales, shifts, sc, sh, bi, rp, rn, inline, k, fast = terms
     if fast and acc_in is None:
-        _launch_stage(_FINISH_FAST_TWIN, out.size, tot, rows, cols, k, out)
+        _launch_stage(_FINISH_FAST_TWIN, out.size, tot, rows, cols, k, out.view(np.int8))
         return out
     use_acc = acc_in is not None
     acc = np.ascontiguousarray(acc_in, np.int64) if use_acc else np.zeros((1, 1, 1), np.int64)
@@ -438,8 +461,9 @@ def _stage_terms(cfg, bias, scales, shifts, oc_n: int) -> tuple:
     applies without accumulator input), kept for read-only (decoded) scale arrays and the same
     cfg: a layer passes the same ones on every run, and working them out again cost ~15 us per
     operation. The entry holds the arrays, so their ids stay theirs while it lives. The array
-    (``k``): rows scale, shift, bias, rp, rn - rp per channel, then the OFM zero point and the
-    clip bounds (packed here, not in _finish_terms: array slices there compiled for 6 s)."""
+    (``k``): rows scale, shift, bias, rp, rn - rp per channel, then the OFM zero point, the
+    clip bounds and the channel count (packed here, not in _finish_terms: array slices there
+    compiled for 6 s)."""
     keep = all(a is None or (isinstance(a, np.ndarray) and not a.flags.writeable)
                for a in (bias, scales, shifts))
     key = (cfg.tobytes(), id(bias), id(scales), id(shifts), oc_n)
@@ -447,9 +471,9 @@ def _stage_terms(cfg, bias, scales, shifts, oc_n: int) -> tuple:
     if hit is None:
         pc = (per_channel(bias, oc_n), per_channel(scales, oc_n), per_channel(shifts, oc_n))
         sc, sh, bi, rp, rn, inline, *limits = _finish_terms(cfg, *pc, oc_n)
-        k = np.zeros((6, max(oc_n, 3)), np.int64)
+        k = np.zeros((6, max(oc_n, 4)), np.int64)
         k[:5, :oc_n] = sc, sh, bi, rp, rn - rp
-        k[5, :3] = limits
+        k[5, :4] = *limits, oc_n
         fast = bool(inline and cfg[C_ACC_OUTPUT] == 0 and cfg[C_ACC_BITS] == 32)
         hit = ((bias, scales, shifts), pc + (sc, sh, bi, rp, rn, inline, k, fast))
         if keep:

@@ -126,14 +126,14 @@ def _ew_kernel(a, b, ew, cfg, lut):
 
     a, b: [H, W, D] broadcast, zero-point-corrected (scalars too); ew: mode, ifm bits,
     ifm signed, ifm2 bits, ifm2 signed, ifm scale, shift, round, dbl_rnd, ifm2 scale, shift,
-    round, dbl_rnd, 1 to keep add/sub off :func:`_addsub_fast` (the tests' reference)."""
+    round, dbl_rnd, 1 to keep add/sub off :func:`_addsub_fast` in :func:`_run` (the tests'
+    reference). Every mode runs the loop here: the callers take :func:`_addsub_fast`
+    themselves where it applies (:func:`_run`, the executor's ELEMENTWISE rows), since
+    linking it in cost ~0.7 s of this kernel's ~3.4 s compile (issue 31 #5)."""
     mode, ab, asg, bb, bsg = ew[0], ew[1], ew[2] != 0, ew[3], ew[4] != 0
     s1, h1, r1, d1, s2, h2, r2, d2 = ew[5], ew[6], ew[7], ew[8], ew[9], ew[10], ew[11], ew[12]
     H, W, D = a.shape[0], a.shape[1], a.shape[2]
     out = np.zeros((H, W, D), np.int64)
-    if (mode == 1 or mode == 2) and ew[13] == 0 and _addsub_fast_applies(ew, cfg):
-        _addsub_fast(a, b, mode == 2, ew, cfg, out)
-        return out
     empty = np.zeros(0, np.int64)
     for y in range(H):
         for x in range(W):

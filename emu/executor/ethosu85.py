@@ -61,7 +61,8 @@ SLOTS = (
      None, IC._CONV_BLOCKS_TWIN.serial),
     (types.none(_a(types.int8, 3, True), _I32, _a(_I32, 3), _a(_I32, 3), *[_I] * 6),
      IC._depthwise_pixels, IC._depthwise_pixels),
-    (types.none(*_FINISH, _a(_I32, 3)), CE._FINISH_FAST_TWIN.serial, CE._FINISH_FAST_TWIN.serial),
+    (types.none(*_FINISH, _a(types.int8, 3)), CE._FINISH_FAST_TWIN.serial,
+     CE._FINISH_FAST_TWIN.serial),  # int32 OFM: its bytes (one stage signature, issue 31 #5)
     (types.none(*_FINISH, _a(types.int8, 3)), CE._FINISH_FAST_TWIN.serial,
      CE._FINISH_FAST_TWIN.serial),
     (types.none(*[_a(_I, 3)] * 2, _B, _a(_I, 1), _a(_I, 1), _a(_I, 3)), EE._addsub_fast,
@@ -161,7 +162,7 @@ _FINISH_SLOTS = (F_FINISH32, F_FINISH8)
 KIND_SLOTS = {POINTWISE: (F_POINTWISE, *_FINISH_SLOTS), CONV: (F_CONV, *_FINISH_SLOTS),
               CONV16: (F_PACK16, F_CONV16, F_PACK_PIXELS, F_POINTWISE16, *_FINISH_SLOTS),
               DEPTHWISE: (F_DEPTHWISE, *_FINISH_SLOTS), ADDSUB: (F_ADDSUB,),
-              ELEMENTWISE: (F_EW,), POOL: (F_POOL,)}
+              ELEMENTWISE: (F_EW, F_ADDSUB), POOL: (F_POOL,)}
 
 # row columns
 K_KIND, K_STEP, K_H, K_W, K_C, K_K = 0, 1, 2, 3, 4, 5
@@ -216,7 +217,10 @@ K_C16_VH, K_C16_VW, K_C16_ZP, K_C16_HO, K_C16_C2, K_C16_HP, K_C16_TW = range(58,
 # CONV16: 1 where every output pixel reads its own input pixel (int_conv.pixelwise): the
 # pointwise int16-pair kernel, conv_sums' _run_pointwise16 (K_CV_W4: PackedWeights.pairs)
 K_C16_PW = 65
-COLUMNS = 66
+# ELEMENTWISE: 1 where the operation is an add/sub that eltwise._addsub_fast computes
+# (_addsub_fast_applies, as eltwise._run takes it; K_SUB: sub): its slot, not _ew_kernel's
+K_EW_FAST = 66
+COLUMNS = 67
 
 #: the convolution rows this machine's :func:`run_rows` runs: those of the byte kernels (CONV,
 #: POINTWISE; AVX-512 VNNI), else those of the int16-pair kernel (CONV16)
@@ -278,6 +282,45 @@ def _channels_first(typingctx, a):
     return view(a), codegen
 
 
+@intrinsic
+def _view(typingctx, a, start, shape):
+    """``a[start:start + n].reshape(shape)`` of a 1-D C array (n the product of ``shape``, a
+    tuple): a C-contiguous view, raising ValueError where it would reach outside ``a``. Why
+    not numba's slice and reshape: each site compiles its slice fixing, reshape checks and
+    their error formatting; run_rows' 45 such sites took ~1.5 s of its ~6.4 s compile
+    (issue 31 #5)."""
+    if not (isinstance(a, types.Array) and a.ndim == 1 and a.layout == "C"
+            and isinstance(start, types.Integer) and isinstance(shape, types.BaseTuple)
+            and all(isinstance(t, types.Integer) for t in shape)):
+        return None
+    view = types.Array(a.dtype, len(shape), "C", readonly=not a.mutable)
+
+    def codegen(context, builder, sig, args):
+        src = context.make_array(sig.args[0])(context, builder, args[0])
+        at = context.cast(builder, args[1], sig.args[1], types.intp)
+        dims = [context.cast(builder, d, t, types.intp) for d, t in
+                zip(cgutils.unpack_tuple(builder, args[2], len(shape)), sig.args[2])]
+        zero = context.get_constant(types.intp, 0)
+        n, bad = context.get_constant(types.intp, 1), builder.icmp_signed("<", at, zero)
+        for d in dims:
+            n = builder.mul(n, d)
+            bad = builder.or_(bad, builder.icmp_signed("<", d, zero))
+        bad = builder.or_(bad, builder.icmp_signed(">", builder.add(at, n),
+                                                   builder.extract_value(src.shape, 0)))
+        with cgutils.if_unlikely(builder, bad):
+            context.call_conv.return_user_exc(builder, ValueError,
+                                              ("executor: a view outside its array",))
+        strides, step = [], src.itemsize
+        for d in reversed(dims):
+            strides.insert(0, step)
+            step = builder.mul(step, d)
+        out = context.make_array(view)(context, builder)
+        populate_array(out, data=builder.gep(src.data, [at]), shape=dims, strides=strides,
+                       itemsize=src.itemsize, meminfo=src.meminfo, parent=src.parent)
+        return impl_ret_borrowed(context, builder, view, out._getvalue())
+    return view(a, start, shape), codegen
+
+
 @njit(nogil=True, cache=True)
 def _tensor(mems, boxes, b0, nb, rows, cols, cmax, buf, pix, store):
     """Between a tensor's boxes ``b0`` .. ``b0+nb`` and ``buf`` (byte (y, x, c) at
@@ -317,19 +360,25 @@ def _values(xw, rh, rw, rc, size, signed, zp, v, H, W, K):
     """read_ifm's values [U85-TRM: §3.6.5] as values_minus gives them, from the [rh, rw, rc]
     tensor of ``size``-byte little-endian integers in ``xw``: as the type reads them, minus
     the zero point, into ``v`` as [H, W, K]; an axis of extent 1 read at coordinate 0 (a
-    broadcast axis, eltwise _broadcast)."""
-    top = 8 * size
+    broadcast axis, eltwise _broadcast). Strides of 0 for those axes and the sign by
+    ``(e ^ h) - h`` (h the top bit: two's complement of ``size`` bytes, size <= 4) rather than
+    per-element conditions: LLVM made ~4900 lines of IR of those, ~960 of this (0.79 -> 0.54 s
+    to compile, and less for run_rows to link; issue 31 #5)."""
+    sy = 0 if rh == 1 else rw * rc * size
+    sx = 0 if rw == 1 else rc * size
+    sc = 0 if rc == 1 else size
+    h = (np.int64(1) << (8 * size - 1)) if signed else np.int64(0)
+    i = 0
     for y in range(H):
         for x in range(W):
-            for c in range(K):
-                j = (((0 if rh == 1 else y) * rw + (0 if rw == 1 else x)) * rc
-                     + (0 if rc == 1 else c)) * size
+            j = y * sy + x * sx
+            for _ in range(K):
                 e = np.int64(0)
                 for b in range(size):
                     e |= np.int64(xw[j + b]) << (8 * b)
-                if signed and e >= np.int64(1) << (top - 1):
-                    e -= np.int64(1) << top
-                v[(y * W + x) * K + c] = e - zp
+                v[i] = ((e ^ h) - h) - zp
+                i += 1
+                j += sc
 
 
 @njit(nogil=True, cache=True)
@@ -366,81 +415,81 @@ def run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8, 
                 return r
         if kind == POINTWISE or kind == DEPTHWISE or kind == CONV or kind == CONV16:
             tw = ops[r, K_TERMS_W]
-            rows = c64[ops[r, K_ROWS]:ops[r, K_ROWS] + H]
-            cols = c64[ops[r, K_COLS]:ops[r, K_COLS] + W]
-            terms = c64w[ops[r, K_TERMS]:ops[r, K_TERMS] + 6 * tw].reshape((6, tw))
-            o = out8[:H * W * K].reshape((H, W, K))
+            rows = _view(c64, ops[r, K_ROWS], (H,))
+            cols = _view(c64, ops[r, K_COLS], (W,))
+            terms = _view(c64w, ops[r, K_TERMS], (6, tw))
+            o = _view(out8, 0, (H, W, K))
             if kind == POINTWISE:
                 q4, kv, n = ops[r, K_Q4], ops[r, K_KV], H * W
                 _tensor(mems, boxes, ops[r, K_IFM], ops[r, K_IFM_N], H, W, C, xw, 4 * q4, False)
-                a = acc[:n * kv * 16]
                 _call(fps, F_POINTWISE, (
-                    x32[:n * q4], np.int32(ops[r, K_MASK]),
-                    c32[ops[r, K_COLUMNS]:ops[r, K_COLUMNS] + ops[r, K_COLUMNS_N]],
-                    c32[ops[r, K_INIT]:ops[r, K_INIT] + kv * 16], a, n, q4, kv))
-                tot = a.reshape((H, W, kv * 16))
+                    _view(x32, 0, (n * q4,)), np.int32(ops[r, K_MASK]),
+                    _view(c32, ops[r, K_COLUMNS], (ops[r, K_COLUMNS_N],)),
+                    _view(c32, ops[r, K_INIT], (kv * 16,)), _view(acc, 0, (n * kv * 16,)),
+                    n, q4, kv))
+                tot = _view(acc, 0, (H, W, kv * 16))
             elif kind == CONV:  # run_byte_launch's call, its serial kernel
                 h, w, q4, kp = ops[r, K_CV_H], ops[r, K_CV_W], ops[r, K_CV_Q4], ops[r, K_CV_KP]
                 wob, kh, kw = ops[r, K_CV_WOB], ops[r, K_CV_KH], ops[r, K_CV_KW]
                 _tensor(mems, boxes, ops[r, K_IFM], ops[r, K_IFM_N], h, w, C, xw, 4 * q4, False)
-                a = acc[:H * wob * kp]
                 _call(fps, F_CONV, (
-                      x32[:h * w * q4].reshape((h, w, q4)), ops[r, K_CV_OFF], ops[r, K_CV_ZB],
+                      _view(x32, 0, (h, w, q4)), ops[r, K_CV_OFF], ops[r, K_CV_ZB],
                       ops[r, K_CV_ROWS], ops[r, K_CV_TOP],
-                      c64w[ops[r, K_CV_DST]:ops[r, K_CV_DST] + ops[r, K_CV_DST_N]],
-                      x4[:ops[r, K_CV_X4]],
-                      c32[ops[r, K_CV_W4]:ops[r, K_CV_W4] + ops[r, K_CV_W4_N]],
-                      c64w[ops[r, K_CV_WSUM]:ops[r, K_CV_WSUM] + ops[r, K_CV_WSUM_N]], a, H,
+                      _view(c64w, ops[r, K_CV_DST], (ops[r, K_CV_DST_N],)),
+                      _view(x4, 0, (ops[r, K_CV_X4],)),
+                      _view(c32, ops[r, K_CV_W4], (ops[r, K_CV_W4_N],)),
+                      _view(c64w, ops[r, K_CV_WSUM], (ops[r, K_CV_WSUM_N],)),
+                      _view(acc, 0, (H * wob * kp,)), H,
                       wob, q4, kh, kw, ops[r, K_CV_KN], ops[r, K_CV_SY], ops[r, K_CV_ROW_WORDS],
-                      ops[r, K_CV_PLANE], c64w[ops[r, K_CV_ROW_OFF]:ops[r, K_CV_ROW_OFF] + kh],
-                      c64w[ops[r, K_CV_COL_OFF]:ops[r, K_CV_COL_OFF] + kw], True))
-                tot = a.reshape((H, wob, kp))
+                      ops[r, K_CV_PLANE], _view(c64w, ops[r, K_CV_ROW_OFF], (kh,)),
+                      _view(c64w, ops[r, K_CV_COL_OFF], (kw,)), True))
+                tot = _view(acc, 0, (H, wob, kp))
             elif kind == CONV16:  # run_int_conv's conv_sums without byte kernel, serial
                 h, wd, vh, vw = ops[r, K_CV_H], ops[r, K_CV_W], ops[r, K_C16_VH], ops[r, K_C16_VW]
                 ho, wob, kp, tw = ops[r, K_C16_HO], ops[r, K_CV_WOB], ops[r, K_CV_KP], \
                     ops[r, K_C16_TW]
                 c2, plane, kh = ops[r, K_C16_C2], ops[r, K_CV_PLANE], ops[r, K_CV_KH]
                 _tensor(mems, boxes, ops[r, K_IFM], ops[r, K_IFM_N], h, wd, C, xw, C, False)
-                w4 = c32[ops[r, K_CV_W4]:ops[r, K_CV_W4] + ops[r, K_CV_W4_N]]
-                a = acc[:ho * wob * kp]
+                w4 = _view(c32, ops[r, K_CV_W4], (ops[r, K_CV_W4_N],))
+                a = _view(acc, 0, (ho * wob * kp,))
                 if ops[r, K_C16_PW] != 0:  # _run_pointwise16's calls (ho = vh)
-                    _call(fps, F_PACK_PIXELS, (x8[:vh * vw * C], np.int32(ops[r, K_C16_ZP]),
-                                               vh * vw, C, x4[:vh * vw * c2].view(np.int16)))
-                    _call(fps, F_POINTWISE16, (x4[:vh * vw * c2], w4, a, vh, vw, wob, c2, kp))
+                    x2 = _view(x4, 0, (vh * vw * c2,))
+                    _call(fps, F_PACK_PIXELS, (_view(x8, 0, (vh * vw * C,)),
+                                               np.int32(ops[r, K_C16_ZP]), vh * vw, C,
+                                               x2.view(np.int16)))
+                    _call(fps, F_POINTWISE16, (x2, w4, a, vh, vw, wob, c2, kp))
                 else:
-                    x2 = x4[:ops[r, K_CV_X4]]
-                    x16 = x2.view(np.int16).reshape((ops[r, K_C16_HP], c2, plane, 2))
-                    dst = c64w[ops[r, K_CV_DST]:ops[r, K_CV_DST] + ops[r, K_CV_DST_N]]
+                    x2 = _view(x4, 0, (ops[r, K_CV_X4],))
+                    x16 = _view(x2.view(np.int16), 0, (ops[r, K_C16_HP], c2, plane, 2))
+                    dst = _view(c64w, ops[r, K_CV_DST], (ops[r, K_CV_DST_N],))
                     _call(fps, F_PACK16, (
-                        _channels_first(x8[:vh * vw * C].reshape((vh, vw, C))),
+                        _channels_first(_view(x8, 0, (vh, vw, C))),
                         ops[r, K_C16_ZP], ops[r, K_CV_ROWS], ops[r, K_CV_TOP], dst, True, x16))
                     _call(fps, F_CONV16, (
                         x2, w4, a, ho, wob, c2, kh, ops[r, K_CV_KW], ops[r, K_CV_KN],
                         ops[r, K_CV_SY], ops[r, K_CV_ROW_WORDS], plane,
-                        c64w[ops[r, K_CV_ROW_OFF]:ops[r, K_CV_ROW_OFF] + kh],
-                        c64w[ops[r, K_CV_COL_OFF]:ops[r, K_CV_COL_OFF] + ops[r, K_CV_KW]], True))
-                tot = a[:H * tw * kp].reshape((H, tw, kp))
+                        _view(c64w, ops[r, K_CV_ROW_OFF], (kh,)),
+                        _view(c64w, ops[r, K_CV_COL_OFF], (ops[r, K_CV_KW],)), True))
+                tot = _view(acc, 0, (H, tw, kp))
             else:
                 ih, iw = ops[r, K_IN_H], ops[r, K_IN_W]
                 _tensor(mems, boxes, ops[r, K_IFM], ops[r, K_IFM_N], ih, iw, C, xw, C, False)
                 kh, kw = ops[r, K_KH], ops[r, K_KW]
-                w = c32[ops[r, K_WEIGHTS]:ops[r, K_WEIGHTS] + kh * kw * C].reshape((kh, kw, C))
-                tot = acc[:H * W * C].reshape((H, W, C))
-                _call(fps, F_DEPTHWISE, (x8[:ih * iw * C].reshape((ih, iw, C)),
+                w = _view(c32, ops[r, K_WEIGHTS], (kh, kw, C))
+                tot = _view(acc, 0, (H, W, C))
+                _call(fps, F_DEPTHWISE, (_view(x8, 0, (ih, iw, C)),
                                          np.int32(ops[r, K_ZP]), w, tot, ops[r, K_PT],
                                          ops[r, K_PL], ops[r, K_SY], ops[r, K_SX],
                                          ops[r, K_DY], ops[r, K_DX]))
             if ops[r, K_OUT32] != 0:
                 _call(fps, F_FINISH32,
-                      (tot, rows, cols, terms, out32[:H * W * K].reshape((H, W, K))))
+                      (tot, rows, cols, terms, _view(out8, 0, (H, W, 4 * K))))
                 kb = 4 * K
             else:
                 _call(fps, F_FINISH8, (tot, rows, cols, terms, o))
         elif kind == ADDSUB:
             n = H * W * K
-            a3 = ea[:n].reshape((H, W, K))
-            b3 = eb[:n].reshape((H, W, K))
-            o3 = eo[:n].reshape((H, W, K))
+            a3, b3, o3 = _view(ea, 0, (H, W, K)), _view(eb, 0, (H, W, K)), _view(eo, 0, (H, W, K))
             for q in range(2):
                 v = ea if q == 0 else eb
                 slot, sg = (K_IFM, K_SIGNED1) if q == 0 else (K_IFM2, K_SIGNED2)
@@ -459,9 +508,8 @@ def run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8, 
                     if signed and e >= 128:
                         e -= 256
                     v[i] = e - z
-            _call(fps, F_ADDSUB, (a3, b3, ops[r, K_SUB] != 0,
-                                  c64w[ops[r, K_EW]:ops[r, K_EW] + 14],
-                                  c64w[ops[r, K_CFG]:ops[r, K_CFG] + 15], o3))
+            _call(fps, F_ADDSUB, (a3, b3, ops[r, K_SUB] != 0, _view(c64w, ops[r, K_EW], (14,)),
+                                  _view(c64w, ops[r, K_CFG], (15,)), o3))
             for i in range(n):
                 outu[i] = eo[i]  # the store truncates to the OFM's byte
         elif kind == ELEMENTWISE:  # run_elementwise's operands, _ew_kernel, the store
@@ -487,21 +535,24 @@ def run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8, 
                             rc * eb_, False)
                 _values(xw, rh, rw, rc, eb_, ops[r, K_SIGNED1 + q] != 0, ops[r, K_ZP1 + q],
                         v, H, W, K)
-            out = _call(fps, F_EW, (ea[:n].reshape((H, W, K)), eb[:n].reshape((H, W, K)),
-                                    c64w[ops[r, K_EW]:ops[r, K_EW] + 14],
-                                    c64w[ops[r, K_CFG]:ops[r, K_CFG] + 15],
-                                    mems[ops[r, K_LUT_MEM]][ops[r, K_LUT_OFF]:ops[r, K_LUT_OFF]
-                                                            + EE.P.LUT_BYTES])).ravel()
+            a3, b3 = _view(ea, 0, (H, W, K)), _view(eb, 0, (H, W, K))
+            ew, cfg = _view(c64w, ops[r, K_EW], (14,)), _view(c64w, ops[r, K_CFG], (15,))
+            if ops[r, K_EW_FAST] != 0:  # _run's add/sub on _addsub_fast (_ew_kernel's values)
+                out = _view(eo, 0, (n,))
+                _call(fps, F_ADDSUB, (a3, b3, ops[r, K_SUB] != 0, ew, cfg, _view(eo, 0, (H, W, K))))
+            else:
+                out = _call(fps, F_EW, (a3, b3, ew, cfg,
+                                        mems[ops[r, K_LUT_MEM]][ops[r, K_LUT_OFF]:ops[r, K_LUT_OFF]
+                                                                + EE.P.LUT_BYTES])).ravel()
         elif kind == POOL:  # _pool_one's values (no upscale, none fitted), _pool_kernel, store
             ih, iw, ic, eb_ = ops[r, K_PIN_H], ops[r, K_PIN_W], ops[r, K_C], ops[r, K_BITS1] // 8
             _tensor(mems, boxes, ops[r, K_IFM], ops[r, K_IFM_N], ih, iw, ic * eb_, xw, ic * eb_,
                     False)
             _values(xw, ih, iw, ic, eb_, ops[r, K_SIGNED1] != 0, ops[r, K_ZP1], ea, ih, iw, ic)
-            zeros = c64w[ops[r, K_ZEROS]:ops[r, K_ZEROS] + K]  # no bias, scales, shifts
-            out = _call(fps, F_POOL, (ea[:ih * iw * ic].reshape((ih, iw, ic)),
-                                      eb[:H * W * K].reshape((H, W, K)),
-                                      c64w[ops[r, K_GEO]:ops[r, K_GEO] + 11],
-                                      c64w[ops[r, K_CFG]:ops[r, K_CFG] + 15], zeros, zeros, zeros,
+            zeros = _view(c64w, ops[r, K_ZEROS], (K,))  # no bias, scales, shifts
+            out = _call(fps, F_POOL, (_view(ea, 0, (ih, iw, ic)), _view(eb, 0, (H, W, K)),
+                                      _view(c64w, ops[r, K_GEO], (11,)),
+                                      _view(c64w, ops[r, K_CFG], (15,)), zeros, zeros, zeros,
                                       mems[ops[r, K_LUT_MEM]][ops[r, K_LUT_OFF]:ops[r, K_LUT_OFF]
                                                               + EE.P.LUT_BYTES])).ravel()
         else:

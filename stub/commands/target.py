@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from accelstub.devices.content_cache import kept_for
 from accelstub.devices.device import Device
 from accelstub.devices.runcontrol import RunControl
 
@@ -12,11 +13,29 @@ from ..files import FileRefused, write_regular
 from .args import resolve
 from .table import CommandContext, CommandError, command, usage_error
 
+#: id(device) -> (its listing, {"index": address -> unit index}) (unit_at_pc, kept_for)
+_AT_PC: dict[int, tuple[object, dict[str, Any]]] = {}
+
 
 def unit_at_pc(dev: Device) -> int | None:
-    """Index in ``dev.units()`` of the unit at pc (the next to run), None past the last."""
+    """Index in ``dev.units()`` of the unit at pc (the next to run), None past the last.
+    Every stop asks for it (a step's stop data, issue 26 #7): where the device hands out the
+    same listing object again (Ethos-U85 keeps it while the stream stays the same), the
+    address -> index table made from it the second time is kept with it (``kept_for``); a
+    listing made anew per call is scanned, as before."""
     pc = dev.pc
-    return next((i for i, u in enumerate(dev.units()) if u.address == pc), None)
+    units = dev.units()
+    kept = kept_for(_AT_PC, id(dev), units)
+    index = kept.get("index")
+    if index is None:
+        if not kept:  # the first time this listing is seen: it may be made anew per call
+            kept["seen"] = True
+            return next((i for i, u in enumerate(units) if u.address == pc), None)
+        index = kept["index"] = {}
+        for i, u in enumerate(units):
+            index.setdefault(u.address, i)
+    at: int | None = index.get(pc)
+    return at
 
 
 def parse_unit(cmd: str, dev: Device, text: str) -> int:

@@ -276,9 +276,11 @@ def test_a_halt_during_a_run_of_rows_stops_between_compiled_calls(compiled, monk
 
 
 @needs_vela
-def test_step_breakpoint_and_watchpoint_keep_the_per_operation_path(compiled):
-    """With a breakpoint, a watchpoint or a single step no block is replayed, so no row runs;
-    the runs end as unit by unit."""
+def test_step_breakpoint_and_watchpoint_replay_no_block(compiled):
+    """With a breakpoint, a watchpoint or a single step no block is replayed (no run of
+    rows); the runs end as unit by unit. Units run one by one take their own rows where the
+    state before them is the recording's (BlockReplay.step, issue 26 #7: single steps, a
+    watchpoint's run), never with a breakpoint set (one may lie inside a unit)."""
     src, path = compiled("mobilenet_v2_035", 256)
     xs = sample_inputs(src.read_bytes())
     setups = {"breakpoint": lambda rc: rc.add_breakpoint(0xFFFF_FFF0),
@@ -290,17 +292,18 @@ def test_step_breakpoint_and_watchpoint_keep_the_per_operation_path(compiled):
         for _ in range(3):  # a walk, a recording, a replay: the table exists
             place_vela_program(d, prog, xs)
             assert rc.run_here().reason == "done"
-        rows = d.blocks.rows_run
+        rows, stepped = d.blocks.rows_run, d.blocks.units_stepped
         assert rows > 0
         setup(rc)
         place_vela_program(d, prog, xs)
         assert rc.run_here().reason == "done"
         assert d.blocks.rows_run == rows, name
+        assert (d.blocks.units_stepped > stepped) == (name == "watchpoint"), name
     place_vela_program(d, prog, xs)
-    rows = d.blocks.rows_run
+    rows, stepped = d.blocks.rows_run, d.blocks.units_stepped
     for _ in range(5):
         assert rc.run_here(single=True).reason == "step"
-    assert d.blocks.rows_run == rows
+    assert d.blocks.rows_run == rows and d.blocks.units_stepped > stepped
 
 
 @needs_vela

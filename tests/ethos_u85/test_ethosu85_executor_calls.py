@@ -24,6 +24,7 @@ def test_kernel_entries_name_each_slots_kernel_and_signature(byte_kernels):
     variant (as the kernel plan finds it) with the slot's argument types, in slot order."""
     slots = [(sig, k[0 if byte_kernels else 1]) for sig, *k in X.SLOTS]
     slots = [(sig, k) for sig, k in slots if k is not None]  # (rows this variant never makes)
+    slots = list(dict.fromkeys(slots))  # once each: F_FINISH8 and F_FINISH32 share one
     entries = X.kernel_entries(byte_kernels)
     assert len(entries) == len(slots)
     for (module, name, signature, _, needs), (sig, k) in zip(entries, slots):
@@ -196,3 +197,91 @@ def test_tensor_reads_and_writes_boxes_as_the_plain_mapping(layout, c_n, cmax_le
             for c in range(cmax):
                 touched[off + y * sy + (c // 16) * sc + x * sx + c % 16] = True
     np.testing.assert_array_equal(mem[~touched], before[~touched])
+
+
+@pytest.mark.parametrize("mode", ["add", "sub"])
+def test_an_elementwise_add_sub_row_takes_the_fast_kernel_with_the_general_kernels_values(mode):
+    """An ELEMENTWISE row (here an 8-bit add/sub whose IFM2 is broadcast along W, which the
+    ADDSUB rows do not take) marked K_EW_FAST calls _addsub_fast and never _ew_kernel (its
+    address 0 would raise), unmarked the reverse; both store what eltwise.run_elementwise
+    gives (issue 31 #5: _ew_kernel no longer takes the fast body itself)."""
+    from accelstub.emu.eltwise import ethosu85 as E
+    from accelstub.emu.numeric import ethosu85 as P
+
+    rng = np.random.default_rng(7)
+    ifm = rng.integers(-128, 128, (2, 3, 5)).astype(np.int8)
+    ifm2 = rng.integers(-128, 128, (2, 1, 5)).astype(np.int8)
+    p = E.plan_elementwise(E.EW_ADD if mode == "add" else E.EW_SUB, ifm, ifm2, (2, 3, 5),
+                           ifm_zp=3, ifm2_zp=-9, ifm_scale=(1 << 30, 30, 0, 0),
+                           ifm2_scale=(3 << 28, 29, 1, 0), broadcast2=E.BC_W,
+                           cfg=P.out_config(scale=1 << 30, shift=33, zero_point=-3))
+    assert E._addsub_fast_applies.py_func(p.ew, p.cfg)
+    want = E.run_elementwise(p, ifm, ifm2).astype(np.int8)
+    ops = np.zeros((1, X.COLUMNS), np.int64)
+    cols = {X.K_KIND: X.ELEMENTWISE, X.K_H: 2, X.K_W: 3, X.K_C: 5, X.K_K: 5, X.K_IFM: 0,
+            X.K_IFM_N: 1, X.K_IFM2: 1, X.K_IFM2_N: 1, X.K_OFM: 2, X.K_OFM_N: 1,
+            X.K_ZP1: p.operands[0][0], X.K_ZP2: p.operands[1][0], X.K_SIGNED1: 1,
+            X.K_SIGNED2: 1, X.K_BITS1: 8, X.K_BITS2: 8, X.K_BC2: E.BC_W, X.K_OE: 1,
+            X.K_EW: 0, X.K_CFG: 14, X.K_SUB: int(mode == "sub")}
+    for k, v in cols.items():
+        ops[0, k] = v
+    # the memory: IFM at 0 (NHWC), IFM2 at 64, the OFM at 128
+    boxes = np.array([[0, 0, 0, 5, 15, 5, 16], [0, 64, 0, 5, 5, 5, 16],
+                      [0, 128, 0, 5, 15, 5, 16]], np.int64)
+    c64w = np.concatenate([p.ew, p.cfg]).astype(np.int64)
+    fps = X.addresses()
+    for fast, unused in ((1, X.F_EW), (0, X.F_ADDSUB)):
+        mem = np.zeros(4096, np.uint8)
+        mem[0:30] = ifm.view(np.uint8).ravel()
+        mem[64:74] = ifm2.view(np.uint8).ravel()
+        ops[0, X.K_EW_FAST] = fast
+        args = list(X.blank(64))
+        args[0], args[2], args[3], args[4] = boxes, X.memories([mem]), X.read_only(c64w), c64w
+        args[-1] = fps.copy()
+        args[-1][unused] = 0
+        assert X.run_rows(ops, 0, 1, *args) == 1
+        np.testing.assert_array_equal(mem[128:158].view(np.int8).reshape(2, 3, 5), want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(shape=st.tuples(*[st.integers(1, 4)] * 3), bc=st.integers(0, 7),
+       size=st.sampled_from([1, 2, 4]), signed=st.booleans(), zp=st.integers(-300, 300),
+       seed=st.integers(0, 2**32 - 1))
+def test_values_reads_what_values_minus_and_broadcast_give(shape, bc, size, signed, zp, seed):
+    """The rows' operand read (_values, issue 31 #5: strides and the sign by xor) gives
+    read_ifm's values as the model's wrappers give them: the stored little-endian integers as
+    the type reads them minus the zero point (values_minus), each broadcast axis read at
+    coordinate 0 (eltwise _broadcast)."""
+    from accelstub.emu.eltwise import ethosu85 as E
+    from accelstub.emu.numeric.ethosu85_values import values_minus
+
+    rshape = E.operand_shape(bc, shape)
+    raw = np.random.default_rng(seed).integers(0, 256, int(np.prod(rshape)) * size, np.uint8)
+    want = E._broadcast(values_minus(raw.view(f"<u{size}").reshape(rshape), zp, 8 * size,
+                                     signed), bc, shape)
+    got = np.zeros(int(np.prod(shape)), np.int64)
+    X._values(raw, *rshape, size, signed, zp, got, *shape)
+    np.testing.assert_array_equal(got.reshape(shape), want)
+
+
+@njit(nogil=True)
+def _viewed(a, start, h, w):
+    return X._view(a, start, (h, w))
+
+
+def test_a_view_is_the_slice_reshaped_and_refuses_to_reach_outside():
+    """_view(a, start, shape) (run_rows' views of its scratch and constants, issue 31 #5) is
+    a[start:start + n].reshape(shape), writes through to ``a``, keeps a read-only array
+    read-only, and raises ValueError where it would reach outside ``a`` rather than read
+    past it."""
+    a = np.arange(20, dtype=np.int64)
+    v = _viewed(a, 3, 4, 4)
+    np.testing.assert_array_equal(v, a[3:19].reshape(4, 4))
+    v[1, 2] = -1
+    assert a[3 + 6] == -1
+    ro = X.read_only(a)
+    assert not _viewed(ro, 0, 2, 10).flags.writeable
+    for start, h, w in ((5, 4, 4), (-1, 1, 1), (0, -2, -2), (20, 1, 1)):
+        with pytest.raises(ValueError, match="a view outside its array"):
+            _viewed(a, start, h, w)
+    assert _viewed(a, 20, 0, 3).shape == (0, 3)

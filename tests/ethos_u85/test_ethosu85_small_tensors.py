@@ -125,20 +125,55 @@ def test_the_fast_stage_terms_hold_what_the_stage_reads(signed, clip):
     """_stage_terms' packed array for the fast stage: per channel scale, shift, bias, the
     rounding addend and the negative one's difference; then the OFM zero point and the clip
     bounds as the OFM's signedness reads the 16-bit registers (+-2**62 with
-    activation_clip_range none)."""
+    activation_clip_range none), and the channel count (the stage's OFM is bytes)."""
     rng = np.random.default_rng(7)
-    oc = 2  # fewer channels than the three limits: the array is 3 wide
+    oc = 2  # fewer channels than the three limits and the count: the array is 4 wide
     cfg = P.out_config(ofm_bits=8, ofm_signed=signed, zero_point=-7 if signed else 200,
                        act_min=-50 if signed else 10, act_max=90, per_channel=True,
                        clip_none=not clip)
     bias, scales, shifts = (rng.integers(-999, 999, oc), rng.integers(1, 1 << 31, oc),
                             rng.integers(1, 60, oc))
     *_, sc, sh, bi, rp, rn, inline, k, fast = E._stage_terms(cfg, bias, scales, shifts, oc)
-    assert inline and fast and k.shape == (6, 3)
+    assert inline and fast and k.shape == (6, 4)
     for row, want in zip(k[:5, :oc], (scales, shifts, bias, rp, rn - rp)):
         np.testing.assert_array_equal(row, want)
     for i in range(oc):
         assert (rp[i], rn[i]) == P.round_terms(shifts[i], int(cfg[P.C_ROUND]),
                                                int(cfg[P.C_DBL_RND]))
     limits = ((-50, 90) if signed else (10, 90)) if clip else (-(1 << 62), 1 << 62)
-    assert tuple(k[5]) == (-7 if signed else 200, *limits)
+    assert tuple(k[5]) == (-7 if signed else 200, *limits, oc)
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+@pytest.mark.parametrize("ofm_bits, ofm_signed, clip_none",
+                         [(8, True, False), (8, False, True), (16, True, True),
+                          (16, False, False), (32, True, False), (32, True, True)])
+def test_the_fast_stage_writes_every_ofm_type_as_bytes(ofm_bits, ofm_signed, clip_none,
+                                                       parallel, monkeypatch):
+    """The fast output stage takes the OFM as its bytes (an int8 view): 8-, 16- and 32-bit
+    OFMs, clipped or wrapping (the store truncates to OFM bits [U85-TRM: §3.6.7]), serial and
+    parallel, equal the reference loop's, and the kernel is compiled for an int8 OFM only
+    (one signature for every OFM type, issue 31 #5)."""
+    from numba import types
+
+    monkeypatch.setattr(E, "STAGE_PARALLEL", 1 if parallel else 1 << 62)
+    rng = np.random.default_rng(ofm_bits + 3 * ofm_signed + 7 * clip_none)
+    x = rng.integers(-128, 128, (5, 7, 6)).astype(np.int8)
+    w = rng.integers(-127, 128, (9, 3, 3, 6))
+    shift = {8: 30, 16: 24, 32: 12 if clip_none else 26}[ofm_bits]  # values across the type
+    cfg = P.out_config(ofm_bits=ofm_bits, ofm_signed=ofm_signed, zero_point=3,
+                       per_channel=True, clip_none=clip_none)
+    kw = dict(pad=(1, 1, 1, 1), ifm_bits=8, ifm_signed=True, cfg=cfg,
+              bias=rng.integers(-999, 999, 9), scales=rng.integers(1 << 20, 1 << 21, 9),
+              shifts=rng.integers(-1, 2, 9) + shift)
+    twin = E._FINISH_FAST_TWIN
+    calls, _ = _spy(monkeypatch, "_FINISH_FAST_TWIN")
+    got = E.conv2d(x, w, **kw)
+    assert calls and calls[0][0] == ("parallel" if parallel and MULTI else "serial")
+    want = E.conv2d(x, w, method="loop", **kw)
+    assert got.dtype == want.dtype and got.dtype.itemsize * 8 == ofm_bits
+    assert len(np.unique(want)) > 20  # (values that use the OFM's bytes, not one clip bound)
+    np.testing.assert_array_equal(got, want)
+    for kernel in (twin.serial, twin.parallel):
+        assert {sig[-1] for sig in kernel.signatures} <= {types.Array(types.int8, 3, "C")}
+    assert twin.serial.signatures if calls[0][0] == "serial" else twin.parallel.signatures

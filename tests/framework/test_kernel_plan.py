@@ -47,6 +47,20 @@ def negate(x):
 def compile_negate():
     """The module's own way to compile negate (a kernel_plan.CALL entry)."""
     negate(np.zeros(3, np.int16))
+
+def mark(word):
+    """A CALL job that records which process ran it (calls.txt: word, pid)."""
+    import os, time
+    with open("calls.txt", "a") as f:
+        f.write(f"{word} {os.getpid()}\\n")
+    time.sleep(0.2)  # (so that both processes take jobs)
+
+def fails_in_worker():
+    """A CALL job that fails where a forked worker runs it (as a failed demo does)."""
+    from accelstub.emu import kernel_plan as KP
+    mark("fails")
+    if KP.in_worker():
+        raise RuntimeError("failed in the worker")
 '''
 
 PLAN = [
@@ -307,3 +321,45 @@ def test_a_call_entry_passes_the_words_after_its_function_as_arguments(monkeypat
     KP.compile_entries([(module.__name__, "demo ne16", f"{KP.CALL}demo ne16", 1.0, ""),
                         (module.__name__, "demo", f"{KP.CALL}demo", 1.0, "")])
     assert calls == [("ne16",), ()]
+
+
+#: the child: compile_plan of CALL jobs only (mark a..d, fails_in_worker), load given
+LOAD_CHILD = textwrap.dedent('''
+    import json, os, sys
+    from accelstub.emu import kernel_plan as KP
+    then = [("plan_kernels", f"mark {w}", f"{KP.CALL}mark {w}", 0.3, "") for w in "abcd"]
+    then.append(("plan_kernels", "fails_in_worker", KP.CALL + "fails_in_worker", 0.3, ""))
+    reported = []
+    KP.compile_plan([], then=then, load=sys.argv[1] == "load",
+                    on_worker=lambda m, n, s: reported.append(n))
+    print(json.dumps(dict(reported=reported, pid=os.getpid())))
+''')
+
+
+def test_without_load_what_the_worker_did_is_not_done_again_here(tmp_path):
+    """compile_plan(load=False) (`accelstub compile`'s child): a queued job is called once, in
+    one process (load=True calls every one here again, to load what it compiled); a job that
+    failed in the worker (not reported) is run here."""
+    (tmp_path / "plan_kernels.py").write_text(KERNELS_SOURCE)
+    for load in ("load", "noload"):
+        calls = tmp_path / "calls.txt"
+        calls.unlink(missing_ok=True)
+        env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"),
+                   PYTHONPATH=os.pathsep.join([str(tmp_path)] + [
+                       p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+        out = subprocess.run([sys.executable, "-c", LOAD_CHILD, load], capture_output=True,
+                             text=True, timeout=300, env=env, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        got = json.loads(out.stdout.splitlines()[-1])
+        runs = [line.split() for line in calls.read_text().splitlines()]
+        here = str(got["pid"])
+        by_worker = sorted(w for w, pid in runs if pid != here)
+        assert sorted("mark " + w for w in by_worker if w != "fails") == sorted(got["reported"])
+        if parallel():
+            assert by_worker  # (the worker took jobs)
+        # load: every queued job is called here again after the queue (to load its kernels)
+        again = load == "load" and parallel()
+        assert [w for w, pid in runs if pid == here].count("fails") == (1 + again
+                                                                        - ("fails" in by_worker))
+        for w in "abcd":
+            assert [r[0] for r in runs].count(w) == (2 if again else 1), (load, runs)

@@ -81,6 +81,51 @@ def test_max_pool_and_decimation():
     assert pool_k.pool2d(x, 1, 1, 2, pool_k.POOL_NONE, 0).tolist() == [[[-8, -6], [0, 2]]]
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 70), st.integers(1, 12), st.integers(1, 12), st.integers(1, 16),
+       st.integers(1, 16), st.integers(1, 3), st.sampled_from(list(POOLK)),
+       st.sampled_from(list(POLICY)), st.sampled_from(["random", "low", "high", "halves"]),
+       st.integers(0, 2**32 - 1))
+def test_pool_hwc_matches_reference(c, h, w, ph, pw, stride, mode, policy, values, seed):
+    """Channels last, any channel count (the MNIST-shaped network's 56 and 60 among them),
+    windows up to 16x16 (all -128: the largest negative sum), overlapping windows (stride
+    below the window), sums at half an integer (the rounding policies' edge), and the CHW form
+    (pool2d) on the same data: issue 31 #1's separable pooling and float averages."""
+    ph, pw = min(ph, h), min(pw, w)
+    rng = np.random.default_rng(seed)
+    if values == "random":
+        x = rng.integers(-128, 128, (c, h, w))
+    elif values == "halves":  # window sums k*n + n/2 or near it: every policy rounds apart
+        x = rng.choice([-128, -127, -1, 0, 1, 127], (c, h, w))
+    else:
+        x = np.full((c, h, w), -128 if values == "low" else 127)
+    x = x.astype(np.int8)
+    want = ref.pool(x, ph, pw, stride, POOLK[mode], POLICY[policy])
+    got = pool_k.pool_hwc(np.ascontiguousarray(x.transpose(1, 2, 0)), ph, pw, stride, mode,
+                          policy)
+    np.testing.assert_array_equal(got.transpose(2, 0, 1), want)
+    np.testing.assert_array_equal(pool_k.pool2d(x, ph, pw, stride, mode, policy), want)
+
+
+@pytest.mark.parametrize("policy", list(POLICY))
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_avg_pool_every_window_sum_and_policy(policy, n):
+    """A 1 x n average window over every sum from -128 n to 127 n, one channel each: every
+    quotient, the half-integers and values next to them among them, under each policy."""
+    sums = np.arange(-128 * n, 127 * n + 1)
+    x = np.zeros((len(sums), 1, n), np.int64)
+    rest = sums.copy()
+    for j in range(n):  # split each sum into n int8 values
+        x[:, 0, j] = np.clip(rest, -128, 127)
+        rest = rest - x[:, 0, j]
+    assert not rest.any()
+    x = x.astype(np.int8)
+    want = ref.pool(x, 1, n, 1, "avg", POLICY[policy])
+    got = pool_k.pool_hwc(np.ascontiguousarray(x.transpose(1, 2, 0)), 1, n, 1,
+                          pool_k.POOL_AVG, policy)
+    np.testing.assert_array_equal(got.transpose(2, 0, 1), want)
+
+
 def test_bias_is_shifted_by_7():
     x = np.zeros((1, 2, 2), np.int8)
     w = np.zeros((2, 1, 1, 1), np.int8)

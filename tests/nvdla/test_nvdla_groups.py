@@ -127,3 +127,26 @@ def test_registers_by_csb_word_address(dev):
         "CSB 0x2412 = byte 0x09048 SDP_D_DST_BASE_ADDR_LOW_G0: 0x90000040"
     assert dev.read_register("SDP_D_DST_BASE_ADDR_LOW_G0") == 0x9000_0040
     assert execute(ctx, "nvdla csb 0x0c00") == "CSB 0x0c00 = byte 0x03000 CDMA_S_STATUS: 0x00000000"
+
+
+def test_a_layers_end_stores_its_groups_as_pokes_do_with_their_old_values_logged(dev):
+    """The end of a layer (Nvdla._done, one RegisterFile.redo instead of a poke per register,
+    issue 31 #2): D_OP_ENABLE of its groups cleared, S_POINTER's CONSUMER toggled (PRODUCER
+    kept: test_ping_pong_status_and_pointer), GLB_S_INTR_STATUS raised, and the old values of
+    the registers it changed logged for the history, as pokes log them."""
+    w(dev, GLB_MASK, 0)
+    dev.write(0x8000_0000, bytes(range(1, 9)))
+    arm_sdp_layer(dev, 0, 0x9000_0000)
+    regs = dev.regs
+    before = regs.snapshot()
+    regs.log = {}
+    assert step(dev).reason in ("step", "done")
+    assert (r(dev, D_OP_ENABLE), r(dev, S_POINTER)) == (0, 0x0001_0000)  # G0 read, G1 next
+    assert r(dev, GLB_STATUS) == 0b01 and r(dev, 0x8000 + 0x08) == 0  # SDP_RDMA disarmed
+    changed = {k for k, v in regs.snapshot().items() if v != before[k]}
+    assert changed and changed <= set(regs.log)
+    assert all(regs.log[k] == before[k] for k in regs.log)
+    # the pulse counts the host program samples: every line, in DONE_EVENTS' order
+    counts = dev.interrupt_counts()
+    assert list(counts) == list(dev.DONE_EVENTS)
+    assert counts == {name: int(name == "SDP_0") for name in dev.DONE_EVENTS}

@@ -125,6 +125,54 @@ def test_converter_saturations_are_counted_against_the_floor_shift():
     assert out[:, 0, 0].tolist() == [127, -128, 127, -128, 127, 5, -5, 0]
 
 
+
+def _post_processed(acc: np.ndarray, add: np.ndarray, clip: int, cvt: tuple[int, int, int]
+                    ) -> tuple[np.ndarray, int, np.ndarray, int]:
+    """(ours, our converter saturations, the reference's, its count) for sums ``acc`` [K, 1, 1]
+    plus ``add`` [K], no X stage."""
+    k = acc.shape[0]
+    cfg = S.SdpConfig(1, 1, k, True, False, None, (0, 0, 0), (), cvt)
+    out, sat, cacc_sat = S.process(cfg, acc, None, k=k, add=add, clip=clip)
+    assert cacc_sat == 0
+    wrapped = ((acc.astype(np.int64)[:, 0, 0] + add + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+    values = np.zeros(out.shape, object)
+    values[:k, 0, 0] = [ref.cacc(int(v), clip) for v in wrapped]
+    want, want_sat = ref.sdp_counted(values, ref.SdpRef([], cvt))
+    return out.astype(np.int64), sat, want, want_sat
+
+
+def test_post_process_rounds_and_saturates_at_the_edges_as_the_reference():
+    """The one-shift rounding ((v + 2^(s-1) - (v < 0)) >> s), CACC without its 32-bit
+    saturation (a sum wrapped to 32 bits cannot reach it) and the converter's saturation count
+    taken from the floor shift alone, at the values where they could differ from the
+    reference: sums half a step either side of every rounding boundary of each CLIP_TRUNCATE
+    (0..16) and at the ends of the 32-bit range; converter inputs at the 8- and 17-bit edges of
+    each shift 0..63 and at extreme offsets and scales."""
+    lo, hi = -(1 << 31), (1 << 31) - 1
+    for clip in range(17):
+        half = (1 << clip) >> 1
+        sums = {lo, lo + 1, hi, hi - 1, 0, 1, -1}
+        sums |= {m * (1 << clip) + d * half + e for m in (-129, -128, -1, 0, 1, 127, 128)
+                 for d in (-1, 1) for e in (-1, 0, 1)}
+        sums = sorted(v for v in sums if lo <= v <= hi)
+        acc = np.array(sums, np.int64).astype(np.int32).reshape(-1, 1, 1)
+        for add in (0, 1, -(1 << 32) + 3):  # adds that wrap the sum
+            got, sat, want, want_sat = _post_processed(acc, np.full(len(sums), add), clip,
+                                                       (0, 1, 0))
+            assert np.array_equal(got, want) and sat == want_sat, (clip, add)
+    for offset in (0, 3, lo, hi):
+        for scale in (1, -1, 0, 7, (1 << 15) - 1, -(1 << 15)):
+            for shift in range(64):
+                r = {lo, lo + 1, hi, hi - 1, 0, offset - 1, offset, offset + 1}
+                if scale:
+                    for m in (-65538, -65537, -65536, -129, -128, 127, 128, 65535, 65536, 65537):
+                        r |= {offset + (m << shift) // scale + e for e in (-1, 0, 1)}
+                r = sorted(v for v in r if lo <= v <= hi)
+                zeros = np.zeros((len(r), 1, 1), np.int32)
+                got, sat, want, want_sat = _post_processed(zeros, np.array(r, np.int64), 0,
+                                                           (offset, scale, shift))
+                assert np.array_equal(got, want) and sat == want_sat, (offset, scale, shift)
+
 def test_weights_are_decoded_and_packed_once_while_their_bytes_stay_the_same():
     """read_weights gives the same read-only array for the same bytes, so the kernel's packed
     form (kept per read-only array) is made once; other bytes give another array."""

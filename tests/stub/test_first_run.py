@@ -77,3 +77,22 @@ def test_the_compile_child_names_the_device_whose_demo_failed(monkeypatch, capsy
     err = capsys.readouterr().err
     assert "accelstub: ne16: the bundled demo failed (exit 3)" in err
     assert "nvdla: the bundled demo failed" not in err
+
+
+def test_a_demo_that_fails_in_the_compile_worker_raises_there_and_not_in_the_child(
+        monkeypatch):
+    """In the forked worker a failed demo raises (the worker then reports no such job, and
+    compile_plan runs it again in the child); in the child it is recorded, to be named."""
+    from accelstub.emu import kernel_plan
+    from accelstub.stub import cli, precompile
+
+    monkeypatch.setattr(cli, "main", lambda argv: 3 if argv == ["run", "ne16"] else 0)
+    monkeypatch.setattr(precompile, "_DEMOS", {})
+    monkeypatch.setattr(kernel_plan, "_WORKER", [True])
+    precompile.demo("nvdla")  # passed: no error, in a worker too
+    with pytest.raises(RuntimeError, match="ne16: the bundled demo failed"):
+        precompile.demo("ne16")
+    monkeypatch.setattr(precompile, "_DEMOS", {})
+    monkeypatch.setattr(kernel_plan, "_WORKER", [False])
+    precompile.demo("ne16")
+    assert precompile._DEMOS == {"ne16": 3}

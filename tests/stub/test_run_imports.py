@@ -161,3 +161,63 @@ def test_numba_keeps_pyyaml_where_it_has_a_config_file_to_read(tmp_path):
         assert out.returncode == 0, out.stderr
         got.append(json.loads(out.stdout.splitlines()[-1]))
     assert got == [[False, False], [True, True]]
+
+
+FROZEN = """
+import contextlib, gc, io, json
+full = []
+gc.callbacks.append(lambda phase, info: phase == "start" and info["generation"] == 2
+                    and full.append(len(gc.get_objects(2))))  # what it traverses
+import accelstub.stub.cli
+with contextlib.redirect_stdout(io.StringIO()):
+    code = accelstub.stub.cli.main(["run", "max78000"])
+print(json.dumps([code, gc.isenabled(), gc.get_freeze_count(), len(gc.get_objects()),
+                  max(full, default=0)]))
+"""
+
+
+def test_a_demo_runs_start_up_is_frozen_and_the_collector_left_on():
+    """A warm run's start-up (numba's registries, the device, its program) is built with the
+    cyclic garbage collector paused and then frozen (stub/numba_start.py collector_paused,
+    issue 31 #5): no full collection during a warm demo run traverses them (~100 000 objects,
+    ~30 ms each time), most of the objects alive after it sit in the permanent generation (so
+    neither later collections nor the one at the interpreter's exit traverse them), and the
+    collector is on again afterwards."""
+    for _ in range(2):  # the first one may compile or parse: the second is a warm run
+        out = subprocess.run([sys.executable, "-c", FROZEN], capture_output=True, text=True,
+                             timeout=300)
+        assert out.returncode == 0, out.stderr
+    code, enabled, frozen, young, most_traversed = json.loads(out.stdout.splitlines()[-1])
+    assert code == 0 and enabled
+    assert frozen > 50_000 and frozen > 4 * young
+    assert most_traversed < frozen // 4
+
+
+PAUSED = """
+import gc, json
+from accelstub.stub.numba_start import collector_paused
+seen = []
+for enabled in (True, False):
+    (gc.enable if enabled else gc.disable)()
+    kept = []
+    try:
+        with collector_paused():
+            inside = gc.isenabled()
+            kept.append([[i] for i in range(1000)])
+            raise KeyError
+    except KeyError:
+        pass
+    seen.append([inside, gc.isenabled(), gc.get_freeze_count() >= 1000])
+    gc.unfreeze()
+print(json.dumps(seen))
+"""
+
+
+def test_the_collector_pause_restores_its_state_and_freezes_what_was_built():
+    """collector_paused disables the collector inside, freezes what was built there (even when
+    the block raises) and leaves the collector as it found it: on in a CLI process, off where
+    a caller had turned it off."""
+    out = subprocess.run([sys.executable, "-c", PAUSED], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout.splitlines()[-1]) == [[False, True, True], [False, False, True]]
