@@ -224,6 +224,28 @@ def numba_signature(*args: str) -> str:
     return "(" + ", ".join(args) + ")"
 
 
+def conv_plan(input_dtype: str = "int8", byte_kernel_s: float = 0.65) -> tuple:
+    """The kernel-plan entries of the shared convolution (emu/conv/int_conv.py) a device's
+    demo calls, for every device's plan (DeviceSpec.kernel_plan): the byte kernel with AVX-512
+    VNNI, elsewhere the int16-pair kernel and its packing of the ``input_dtype`` elements (the
+    NE16's are unsigned); the CPU seconds each took to compile on the 2-core AMD EPYC (Zen 4)."""
+    i = "int64"
+    module = "accelstub.emu.conv.int_conv"
+    return (
+        (module, "_vnni_conv_serial",
+         numba_signature(numba_array("int32", 3, True), i, i, i, i, numba_array(i, 1),
+                         numba_array("int32", 1), numba_array("int32", 1), numba_array(i, 1),
+                         numba_array("int32", 1), *[i] * 9, numba_array(i, 1),
+                         numba_array(i, 1), "bool"), byte_kernel_s, "vnni"),
+        (module, "_conv_blocks_serial",
+         numba_signature(*[numba_array("int32", 1)] * 3, *[i] * 9, numba_array(i, 1),
+                         numba_array(i, 1), "bool"), 0.5, "int16"),
+        (module, "_pack_input_serial",
+         numba_signature(numba_array(input_dtype, 3, True, "A"), i, i, i, numba_array(i, 1),
+                         "bool", numba_array("int16", 4)), 0.3, "int16"),
+    )
+
+
 @dataclass(frozen=True)
 class DeviceSpec:
     """The registry entry of a device, importable without the model (the CLI builds its flags

@@ -74,6 +74,10 @@ class RegisterFile:
         #: register had at the history's current boundary, for every register changed since
         #: (its first old value), so a boundary costs what changed, not a copy of every register
         self.log: dict[int, int] | None = None
+        #: bumped by every change of a stored value (each write path below): a memoised
+        #: decode that saw this number has seen every register as it is now (Nvdla._memoised
+        #: asks this before it compares the ~90 values it read, issue 31 #2)
+        self.version = 0
         self.reset()
 
     def _add_slots(self, blk: BlockInstance) -> None:
@@ -103,6 +107,7 @@ class RegisterFile:
     def reset(self) -> None:
         self._log_all()
         self._values.update(self._resets)
+        self.version += 1
 
     # -- hooks ------------------------------------------------------------------------------
     def on_write(self, reg: Register | str, hook: WriteHook) -> None:
@@ -200,6 +205,7 @@ class RegisterFile:
         if self.log is not None and key not in self.log:
             self.log[key] = old
         self._values[key] = new
+        self.version += 1
         for hook in self._write_hooks.get(key, ()):
             hook(reg, old, new)
 
@@ -222,6 +228,15 @@ class RegisterFile:
         if len(addresses) == 1:
             return (self._values[addresses[0]],)
         return _getter(addresses)(self._values) if addresses else ()
+
+    def peeker(self, keys: tuple[int, ...]) -> Callable[[], object]:
+        """A function giving the stored values of the registers whose storage keys are
+        ``keys``, as a tuple (the one value itself for one key): :meth:`peek_keys` without
+        looking its itemgetter up by the key tuple on every call (a hash of ~90 keys), for a
+        caller that asks the same keys again and again (Nvdla._memoised)."""
+        if not keys:
+            return tuple
+        return functools.partial(operator.itemgetter(*keys), self._values)
 
     #: stored values of the registers whose storage keys (Register.key, banks included) are
     #: the tuple given, in one C loop: a device model taking a whole register context at once
@@ -251,6 +266,7 @@ class RegisterFile:
         if self.log is not None and reg.key not in self.log:
             self.log[reg.key] = self._values[reg.key]
         self._values[reg.key] = value & ((1 << reg.bits) - 1)
+        self.version += 1
 
     def _field_spec(self, reg: Register | str, name: str) -> tuple[int, int, int]:
         """(register key, lsb, width mask) of a field, looked up once per name."""
@@ -273,6 +289,7 @@ class RegisterFile:
         if self.log is not None and key not in self.log:
             self.log[key] = self._values[key]
         self._values[key] = (self._values[key] & ~(mask << lsb)) | ((value & mask) << lsb)
+        self.version += 1
 
     def snapshot(self) -> dict[int, int]:
         return dict(self._values)
@@ -280,10 +297,12 @@ class RegisterFile:
     def restore(self, snap: dict[int, int]) -> None:
         self._log_all()
         self._values.update(snap)
+        self.version += 1
 
     def put_back(self, old: dict[int, int]) -> None:
         """Values of :attr:`log` back (going back in the history; not itself logged)."""
         self._values.update(old)
+        self.version += 1
 
     def values(self, keys: Iterable[int]) -> dict[int, int]:
         """The stored values of the registers ``keys`` (a history's journal keeps what the
@@ -297,6 +316,7 @@ class RegisterFile:
             for key in values:
                 self.log.setdefault(key, self._values[key])
         self._values.update(values)
+        self.version += 1
 
     def _log_all(self) -> None:
         if self.log is not None:

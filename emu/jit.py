@@ -14,9 +14,12 @@ from __future__ import annotations
 import types as types_
 from collections.abc import Callable
 
+import numpy as np
 from numba import njit as _numba_njit
 from numba.core import types
 from numba.core.dispatcher import Dispatcher
+from numba.core.errors import NumbaNotImplementedError
+from numba.np import numpy_support
 
 
 def _nonliteral(dispatcher):
@@ -33,6 +36,42 @@ def _nonliteral(dispatcher):
     return dispatcher
 
 
+def argument_type(val: object) -> types.Type | None:
+    """numba's type of a plain ndarray argument (``types.Array``: dtype, ndim, layout, read-only
+    flag), the one numba's ``typeof`` gives, or None for anything else (other values, ndarray
+    subclasses, dtypes numba does not take: ask numba).
+
+    Why: numba's ``typeof`` of an array first asks whether it is a ``numpy.ma.MaskedArray``,
+    and numpy imports ``numpy.ma`` on that first use (~7 ms of a warm ``accelstub run``,
+    issue 31 #5); a plain ndarray never is one."""
+    if type(val) is not np.ndarray:
+        return None
+    try:
+        dtype = numpy_support.from_dtype(val.dtype)
+    except NumbaNotImplementedError:
+        return None
+    return types.Array(dtype, val.ndim, numpy_support.map_layout(val),
+                       readonly=not val.flags.writeable)
+
+
+def _ndarray_typeof(dispatcher):
+    """``dispatcher``, which types plain ndarray arguments by :func:`argument_type`. Why: numba's
+    C dispatcher types writeable aligned arrays itself and passes the others (our read-only
+    inputs, int_conv.read_only) to ``typeof_pyval`` once per layout, whose ``typeof`` would
+    import ``numpy.ma``."""
+    typed = dispatcher.typeof_pyval
+
+    def typeof_pyval(val):
+        tp = argument_type(val)
+        if tp is None:
+            return typed(val)
+        dispatcher._types_active_call.add(tp)  # as numba's typeof_pyval records it
+        return tp
+
+    dispatcher.typeof_pyval = typeof_pyval
+    return dispatcher
+
+
 #: every kernel made by :func:`njit`, by (module, function name): what a compile plan names
 #: (emu/kernel_plan.py; a parallel kernel's serial twin is ``<name>_serial``, int_conv.twin)
 KERNELS: dict[tuple[str, str], object] = {}
@@ -43,7 +82,7 @@ def njit(**options) -> Callable:
     compile_ = _numba_njit(**options)
 
     def make(func):
-        dispatcher = _nonliteral(compile_(func))
+        dispatcher = _ndarray_typeof(_nonliteral(compile_(func)))
         KERNELS[func.__module__, func.__name__] = dispatcher
         return dispatcher
 
@@ -59,8 +98,9 @@ def interpreted(dispatcher) -> Callable:
     kernel little work, interpreting it costs less than numba's compile on a first run (the
     Ethos-U85 weight decoder: ~1 s to compile, ~0.1 s to interpret the demo's weights; issue 31
     #5). Its integers are numpy's int64 scalars and arrays, which wrap as the kernel's do. A
-    kernel reached through a module attribute (``P.finish``) would run compiled: for kernels
-    whose callees are globals of their module."""
+    kernel reached through a module of accelstub.emu (``P.round_terms``) is interpreted too
+    (:class:`_InterpretedModule`): a helper's compile (~0.1-0.3 s each) would cost more than
+    the interpreted call it serves."""
     func = dispatcher.py_func
     got = _INTERPRETED.get(func)
     if got is None:
@@ -68,9 +108,25 @@ def interpreted(dispatcher) -> Callable:
         got = _INTERPRETED[func] = types_.FunctionType(func.__code__, names, func.__name__,
                                                        func.__defaults__, func.__closure__)
         for name in func.__code__.co_names:
-            if isinstance(names.get(name), Dispatcher):
-                names[name] = interpreted(names[name])
+            value = names.get(name)
+            if isinstance(value, Dispatcher):
+                names[name] = interpreted(value)
+            elif isinstance(value, types_.ModuleType) \
+                    and value.__name__.startswith(__package__ + "."):
+                names[name] = _InterpretedModule(value)
     return got
+
+
+class _InterpretedModule:
+    """A module of accelstub.emu as an interpreted kernel sees it: its kernels interpreted
+    (:func:`interpreted`), everything else as the module has it."""
+
+    def __init__(self, module: types_.ModuleType) -> None:
+        self._module = module
+
+    def __getattr__(self, name: str) -> object:
+        value = getattr(self._module, name)
+        return interpreted(value) if isinstance(value, Dispatcher) else value
 
 
 def is_nonliteral(dispatcher) -> bool:

@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numba
 from numba.core import sigutils
@@ -163,12 +163,18 @@ def _loaded(entry: Entry) -> bool:
     return not entry[2].startswith(CALL) and load_cached(kernel(entry[0], entry[1]), entry[2])
 
 
-def _by_function(entries: Sequence[Entry]) -> list[list[Entry]]:
+def _by_function(entries: Sequence[Entry],
+                 together: Mapping[tuple[str, str], str] | None = None) -> list[list[Entry]]:
     """``entries`` grouped by (module, function), groups and entries in the order given: one
-    function's entries must stay in one process (:func:`share`, :func:`_queue`)."""
-    groups: dict[tuple[str, str], list[Entry]] = {}
+    function's entries must stay in one process (:func:`share`, :func:`_queue`). Functions
+    that ``together`` maps to one name form one group: they share costly callees, which the
+    first compiles and the next finds compiled in its process (compiled in two processes at
+    once, each compiled them: ~1.7 s of CPU for the Ethos-U85 element-wise and pooling
+    kernels, issue 31 #5)."""
+    groups: dict[tuple[str, str] | str, list[Entry]] = {}
     for e in entries:
-        groups.setdefault((e[0], e[1]), []).append(e)
+        function = (e[0], e[1])
+        groups.setdefault((together or {}).get(function, function), []).append(e)
     return list(groups.values())
 
 
@@ -202,14 +208,16 @@ def can_fork() -> bool:
     return hasattr(os, "fork") and sys.platform != "darwin" and threading.active_count() == 1
 
 
-def _queue(then: Sequence[Entry]) -> tuple[int, list[list[Entry]]]:
+def _queue(then: Sequence[Entry], together: Mapping[tuple[str, str], str] | None = None
+           ) -> tuple[int, list[list[Entry]]]:
     """A job queue for the entries of ``then``: the read end of a pipe holding one byte per
     function, an index into the groups returned (a function's entries, in the order of
-    ``then``), the write end closed (so a read of the emptied pipe returns nothing). Each
-    process that has finished its share reads the next byte and compiles that group: it goes
-    to whichever process is free first (a pipe's one-byte read is atomic); one function's
-    entries stay in one process, as in :func:`share`."""
-    groups = _by_function(then)
+    ``then``; the functions ``together`` names alike, one group: :func:`_by_function`), the
+    write end closed (so a read of the emptied pipe returns nothing). Each process that has
+    finished its share reads the next byte and compiles that group: it goes to whichever
+    process is free first (a pipe's one-byte read is atomic); one function's entries stay in
+    one process, as in :func:`share`."""
+    groups = _by_function(then, together)
     assert len(groups) < 256, "a kernel plan's queue holds at most 255 functions"
     read, write = os.pipe()
     os.write(write, bytes(range(len(groups))))
@@ -280,18 +288,11 @@ def _start_worker(entries: list[Entry], queue: tuple[int, list[list[Entry]]] | N
         os._exit(code)  # no atexit handlers, no flush of the parent's buffers
 
 
-def _count_off(counts: Counter, key: tuple[str, str]) -> bool:
-    """Take one off ``counts[key]`` if it is above 0; whether it was."""
-    if counts[key] <= 0:
-        return False
-    counts[key] -= 1
-    return True
-
-
 def compile_plan(plan: Sequence[Entry],
                  on_worker: Callable[[str, str, float], None] | None = None,
                  then: Sequence[Entry] = (), worker_output: bool = False,
-                 load: bool = True) -> list[Entry]:
+                 load: bool = True,
+                 together: Mapping[tuple[str, str], str] | None = None) -> list[Entry]:
     """Have every entry of ``plan`` and ``then`` compiled and loaded in this process: the
     cached ones loaded, the others compiled here and, on a machine with more than one core
     where :func:`can_fork`, in one worker process at the same time; entries for other
@@ -313,14 +314,21 @@ def compile_plan(plan: Sequence[Entry],
     called again here (`accelstub compile`'s child needs the cache filled, not the kernels:
     loading them again, calling the executor's compile_ahead and running queued demos a
     second time took ~0.3-0.5 s of one core at its end, issue 31 #5); what it did not report
-    (it failed) is still done here."""
+    (it failed) is still done here; nor is ``then`` probed before the queue starts (each
+    process loads what is cached of the jobs it takes: the child's ~0.3 s of probes and
+    module imports had delayed the fork), so all of it is returned. ``together``: functions
+    of ``then`` that share costly callees, each set one job of the queue
+    (:func:`_by_function`)."""
     def uncached(entries: Sequence[Entry]) -> list[Entry]:
         return [e for e in for_this_machine(entries) if not _loaded(e)]
 
-    missing, later = uncached([e for e in plan if e[4] != AHEAD]), uncached(then)
+    missing = uncached([e for e in plan if e[4] != AHEAD])
+    # without load, ``then`` is not probed here before the fork: each process probes the
+    # jobs it takes (_compile_queued), and the worker starts that much sooner
+    later = uncached(then) if load else for_this_machine(then)
     parallel = len(missing) + len(later) > 1 and cores() > 1 and can_fork()
     here, there = share(missing) if parallel else (missing, [])
-    queue = _queue(later) if parallel and later else None
+    queue = _queue(later, together) if parallel and later else None
     worker = (_start_worker(there, queue, quiet=not worker_output)
               if there or queue is not None else None)
     compile_entries(here)
@@ -339,9 +347,19 @@ def compile_plan(plan: Sequence[Entry],
         for kernel_done in told if on_worker is not None else ():
             on_worker(*kernel_done)
         rest = there + (later if queue is not None else [])
-        if not load:  # only what neither process did (the worker reports each entry done)
-            done = Counter((m, n) for m, n, _ in told)
-            rest = [e for e in rest if e not in taken and not _count_off(done, (e[0], e[1]))]
+        if not load:  # only what neither process did: the worker reports each entry it
+            # compiled or called (where it found one cached, one of that function's is
+            # loaded here again: harmless)
+            done = Counter((m, n) for m, n, _ in told)  # a function's entries, in order
+            left = []
+            for e in rest:
+                if e in taken:
+                    continue
+                if done[e[0], e[1]]:
+                    done[e[0], e[1]] -= 1
+                else:
+                    left.append(e)
+            rest = left
         # loaded from the cache the worker wrote (compiled here if it failed)
         compile_entries(rest)
     return missing + later

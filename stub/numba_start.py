@@ -26,8 +26,14 @@ _PROBING = ("accelstub.emu.jit", "numba.core.typing.cffi_utils")
 
 def start_numba_lean() -> None:
     """Import numba (and its cffi probe) with SciPy, cffi and (unless numba has a config file
-    to read) PyYAML hidden, and numba's BLAS probe without SciPy (emu/jit.py); a numba
-    imported before gets only the latter."""
+    to read) PyYAML hidden, numba's BLAS probe without SciPy (emu/jit.py) and its
+    implementation registry; a numba imported before gets only the latter two.
+
+    The registry (``cpu_target.target_context.refresh``, ~0.15 s and tens of thousands of
+    long-lived objects) is what numba loads with the first kernel it compiles or takes from
+    the cache: every command that calls this runs a kernel. Loaded here it is built under the
+    collector pause and frozen with the rest, not in the kernel plan or the run where the
+    collector is on (issue 31 #5)."""
     hide = [] if "numba" in sys.modules else ["scipy", "cffi"]
     if hide and not os.path.isfile(os.path.join(os.getcwd(), ".numba_config.yaml")):
         hide.append("yaml")
@@ -41,6 +47,9 @@ def start_numba_lean() -> None:
             from accelstub.emu.jit import load_numba_without_scipy
 
             load_numba_without_scipy()
+            from numba.core.registry import cpu_target
+
+            cpu_target.target_context.refresh()
     finally:
         for m in hide:
             del sys.modules[m]
@@ -69,3 +78,24 @@ def collector_paused() -> Iterator[None]:
         gc.freeze()
         if enabled:
             gc.enable()
+
+
+#: the collector's first-generation threshold while kernels may compile (CPython's is 700)
+COMPILING_GEN0 = 20_000
+
+
+@contextlib.contextmanager
+def collector_for_compiling() -> Iterator[None]:
+    """The collector on, with a first generation of :data:`COMPILING_GEN0` objects, restored
+    afterwards. Why: numba's compile makes cyclic garbage (its IR, typing and lowering
+    objects), so the collector must run while a first run compiles, but at CPython's 700 it
+    ran ~190-310 young collections and 15-26 middle ones, which promoted enough to set off full
+    collections of everything alive: ~0.1-0.15 s CPU of an Ethos-U85 or NVDLA first run;
+    ~0.03 s with this threshold, for ~4 MiB more peak memory (issue 31 #5). A forked compile
+    worker (emu/kernel_plan.py) inherits it."""
+    old = gc.get_threshold()
+    gc.set_threshold(max(old[0], COMPILING_GEN0), *old[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)

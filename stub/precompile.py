@@ -46,6 +46,27 @@ AHEAD = {"ethos-u85": (
 AHEAD_KERNELS = {"ethos-u85": ("accelstub.emu.executor.ethosu85", "kernel_entries")}
 
 
+#: kernels that share costly callees (kernels they call, each a full compile), by what they
+#: share, with the CPU seconds the set takes compiled one after the other in one process: one
+#: job of the queue (emu/kernel_plan.py compile_plan ``together``), placed by that figure
+#: (their entries' own, from the executor's kernel_entries, are a flat 0.3). The Ethos-U85
+#: element-wise and pooling kernels share numeric/ethosu85.py's rescale, activation and
+#: ``finish``: taken by the two processes at once, each compiled them (issue 31 #5; lone
+#: process, empty cache: `_pool_kernel` 2.5 s CPU alone, 0.8 s after `_ew_kernel`); the byte
+#: convolution and its serial twin share the VNNI helpers (2.7 s apart, 2.2-2.6 s in one
+#: process). Measured and left apart: the output stage and the int16 kernels with their twins
+#: (no saving)
+TOGETHER = {"numeric.ethosu85": ((("accelstub.emu.eltwise.ethosu85", "_ew_kernel"),
+                                  ("accelstub.emu.pool.ethosu85", "_pool_kernel")), 3.5),
+            "conv.vnni": ((("accelstub.emu.conv.int_conv", "_vnni_conv_serial"),
+                           ("accelstub.emu.conv.int_conv", "_vnni_conv")), 2.3)}
+
+
+def together() -> dict[tuple[str, str], str]:
+    """TOGETHER as compile_plan takes it: (module, function) -> the name of its set."""
+    return {f: name for name, (functions, _) in TOGETHER.items() for f in functions}
+
+
 def family(module: str) -> str:
     """The kernel family of a module: its path under accelstub.emu (``conv.max78000``)."""
     return module.removeprefix("accelstub.emu.")
@@ -161,8 +182,9 @@ def queue_for(devices: list[str]) -> list[tuple[str, str, str, float, str]]:
     """The one queue `accelstub compile` gives its two processes (emu/kernel_plan.py
     compile_plan ``then``): AHEAD's (the Ethos-U85 executor, the longest single compile),
     then every device's plan and AHEAD_KERNELS' entries, each (module, function, signature)
-    once, and their parallel twins, longest first, then the demo runs of devices without a plan
-    (last: their kernels include shared convolution kernels the plans compile first)."""
+    once, and their parallel twins, longest first (a TOGETHER set at its own figure, its
+    kernels in its order), then the demo runs of devices without a plan (last: their kernels
+    include shared convolution kernels the plans compile first)."""
     from accelstub.devices import device_spec
     from accelstub.emu.conv.int_conv import parallel_twins_of
 
@@ -181,7 +203,10 @@ def queue_for(devices: list[str]) -> list[tuple[str, str, str, float, str]]:
                 entries.append(e)
     demos = [(__name__, f"demo {d}", f"call demo {d}", 2.0, "") for d in devices
              if not device_spec(d).kernel_plan]
-    return ahead + sorted(entries + parallel_twins_of(entries), key=lambda e: -e[3]) + demos
+    sets = {f: (-seconds, name, functions.index(f))
+            for name, (functions, seconds) in TOGETHER.items() for f in functions}
+    return ahead + sorted(entries + parallel_twins_of(entries),
+                          key=lambda e: sets.get((e[0], e[1]), (-e[3], "", 0))) + demos
 
 
 def _child(devices: list[str]) -> int:
@@ -218,7 +243,7 @@ def _child(devices: list[str]) -> int:
         # (worker_output); what it did is left in the cache (load=False: not loaded or run
         # again here); the devices whose demo no process ran yet run it now
         compile_plan((), then=queue_for(devices), worker_output=True, load=False,
-                     on_worker=worker_did)
+                     on_worker=worker_did, together=together())
         for device in devices:
             demo(device)
         failed = [d for d in devices if _DEMOS[d]]

@@ -2,7 +2,7 @@
 operations over NPU_SET_* state (ops.py), the Vela output importer (vela.py) and the
 ``accelstub disasm`` tool (disasm.py)."""
 
-from ..device import DeviceOption, DeviceSpec, DeviceTool
+from ..device import DeviceOption, DeviceSpec, DeviceTool, conv_plan
 from ..device import numba_array as _a
 from ..device import numba_signature as _sig
 
@@ -13,33 +13,26 @@ _FINISH_FAST = (_a("int32", 3), _a(_I, 1, True), _a(_I, 1, True), _a(_I, 2))
 #: that use it (emu/kernel_plan.py NEEDS: the 8-bit convolution is the byte kernel with AVX-512
 #: VNNI, the int16-pair kernel and its input packing elsewhere); a first run of the demo
 #: compiled them one after the other, ~10 s of CPU (DeviceSpec.kernel_plan). Its max pool,
-#: MUL and output-stage terms run in numpy and its add on _addsub_fast, not on the general
-#: pooling and elementwise kernels (~4 s of compiling, issue 31 #5; design notes "Ethos-U85
-#: kernel plan"); its few weights are decoded and its AXI bursts counted interpreted: the
-#: decoder, the walk and the burst counter are compiled ahead only (NEEDS "ahead": by
+#: MUL and output-stage terms run in numpy, not on the general pooling and elementwise
+#: kernels (~4 s of compiling, issue 31 #5; design notes "Ethos-U85 kernel plan"); its few
+#: weights are decoded, its 288-element add done and its AXI bursts counted interpreted: the
+#: decoder, the walk, _addsub_fast and the burst counter are compiled ahead only (NEEDS "ahead": by
 #: `accelstub compile`, for larger programs)
-KERNEL_PLAN = (
+KERNEL_PLAN = conv_plan(byte_kernel_s=1.1) + (
     (_A + "eltwise.ethosu85", "_addsub_fast",
-     _sig(_a(_I, 3), _a(_I, 3), "bool", _a(_I, 1), _a(_I, 1), _a(_I, 3)), 0.65, ""),
+     _sig(_a(_I, 3), _a(_I, 3), "bool", _a(_I, 1), _a(_I, 1), _a(_I, 3)), 0.65,
+     "ahead"),  # the demo's small add runs interpreted (kernel_plan.tiered)
     (_A + "weights.ethosu85", "_walk", _sig(_a(_I, 1), "bool", _a(_I, 1), _a(_I, 1)), 1.47,
      "ahead"),
     (_A + "weights.ethosu85", "_swd_decode", _sig(_a("uint8", 1, True), _a(_I, 1)), 1.03,
      "ahead"),
-    (_A + "conv.int_conv", "_vnni_conv_serial",
-     _sig(_a("int32", 3, True), _I, _I, _I, _I, _a(_I, 1), _a("int32", 1), _a("int32", 1),
-          _a(_I, 1), _a("int32", 1), *[_I] * 9, _a(_I, 1), _a(_I, 1), "bool"), 1.1, "vnni"),
     (_A + "conv.int_conv", "_pointwise8",
      _sig(_a("int32", 1, True), "int32", *[_a("int32", 1)] * 3, _I, _I, _I), 0.45, "vnni"),
-    (_A + "conv.int_conv", "_conv_blocks_serial",
-     _sig(*[_a("int32", 1)] * 3, *[_I] * 9, _a(_I, 1), _a(_I, 1), "bool"), 0.5, "int16"),
-    (_A + "conv.int_conv", "_pack_input_serial",
-     _sig(_a("int8", 3, True, "A"), _I, _I, _I, _a(_I, 1), "bool", _a("int16", 4)), 0.3,
-     "int16"),
     (_A + "conv.int_conv", "_pack_pixels",
      _sig(_a("int8", 1, True), "int32", _I, _I, _a("int16", 1)), 0.2, "int16"),
     (_A + "conv.int_conv", "_pointwise16", _sig(*[_a("int32", 1)] * 3, *[_I] * 5), 0.6, "int16"),
     (_A + "conv.int_conv", "_depthwise_pixels",
-     _sig(_a("int8", 3, True), "int32", _a("int32", 3), _a("int32", 3), *[_I] * 6), 0.7, ""),
+     _sig(_a("int8", 3, True), "int32", _a("int32", 3), _a("int32", 3), *[_I] * 6), 1.0, ""),
     (_A + "conv.ethosu85", "_finish_fast_serial", _sig(*_FINISH_FAST, _a("int8", 3)), 0.3,
      ""),  # every OFM type, as bytes
     (_A + "memory.ethosu85_axi", "_burst_counts", _sig(_a(_I, 2), _I, _a(_I, 1), _a(_I, 2)), 0.3,

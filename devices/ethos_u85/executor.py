@@ -268,11 +268,12 @@ def _values_rows(pools: _Pools, step: functools.partial[Any]) -> Rows | None:
         return None
     plan = f.args[0]
     ew, cfg = plan.ew, plan.cfg
-    if ew[0] not in (eltwise_k.EW_ADD, eltwise_k.EW_SUB) or len(ew) != 14 or len(cfg) != 15 \
-            or not eltwise_k._addsub_fast_applies.py_func(ew, cfg) \
-            or np.dtype(plan.dtype).itemsize != 1 \
+    # an add/sub _addsub_fast computes (_addsub_fast_applies as Python: no compile)
+    fast = ew[0] in (eltwise_k.EW_ADD, eltwise_k.EW_SUB) and len(ew) == 14 and len(cfg) == 15 \
+        and bool(eltwise_k._addsub_fast_applies.py_func(ew, cfg))
+    if not fast or np.dtype(plan.dtype).itemsize != 1 \
             or any(not isinstance(o, tuple) or o[1:] != (8, o[2], 0) for o in plan.operands):
-        return _eltwise_rows(pools, r, plan)
+        return _eltwise_rows(pools, r, plan, fast and ew[13] == 0)  # (as eltwise._run takes it)
     if ew[13] != 0:  # (the rest of the fast add/sub's conditions held above)
         return None
     H, W, D = plan.shape
@@ -305,12 +306,12 @@ def _values_rows(pools: _Pools, step: functools.partial[Any]) -> Rows | None:
     return [(row, boxes, [], chain)]
 
 
-def _eltwise_rows(pools: _Pools, r: Any, plan: Any) -> Rows | None:
-    """An element-wise operation that is not a fast add/sub as one ELEMENTWISE row: operands
+def _eltwise_rows(pools: _Pools, r: Any, plan: Any, fast: bool) -> Rows | None:
+    """An element-wise operation that is not an ADDSUB row's as one ELEMENTWISE row: operands
     of 8 or 32 bits (NHWC boxes for 32, also NHCWB16 for 8), broadcast, scalar or none,
     from memory or the chaining FIFO; the general kernel (_ew_kernel; a LUT function reads
     the device's LUT memory, live, as the closure's mem.lut is), or an add/sub that
-    _addsub_fast computes on it, as eltwise._run takes it (K_EW_FAST);
+    _addsub_fast computes on it, as eltwise._run takes it (``fast``, K_EW_FAST);
     OFM of 1 or 4 bytes per element."""
     ew, cfg, dtype = plan.ew, plan.cfg, np.dtype(plan.dtype)
     lut = (0, 0) if cfg[P.C_FUNC] == P.LUT_NONE or pools.lut is None else pools.place(pools.lut)
@@ -321,8 +322,6 @@ def _eltwise_rows(pools: _Pools, r: Any, plan: Any) -> Rows | None:
     out = _ofm(pools, r.ofm, plan.shape, dtype.kind == "i", dtype.itemsize)
     if out is None:
         return None
-    fast = ew[0] in (eltwise_k.EW_ADD, eltwise_k.EW_SUB) and ew[13] == 0 \
-        and eltwise_k._addsub_fast_applies.py_func(ew, cfg)  # as eltwise._run takes it
     row = {X.K_KIND: X.ELEMENTWISE, X.K_H: H, X.K_W: W, X.K_C: D, X.K_K: D,
            X.K_OE: dtype.itemsize, X.K_LUT_MEM: lut[0], X.K_LUT_OFF: lut[1],
            X.K_EW: pools.const("c64", ew), X.K_EW_FAST: int(fast),
@@ -535,7 +534,7 @@ class Table:
         size = np.where(ew, o[:, X.K_OE], np.where(conv & (o[:, X.K_OUT32] != 0), 4, 1))
         out = np.zeros(int(np.concatenate([[16], hw * o[:, X.K_K] * size]).max()) // 4 + 1,
                        np.int32)
-        self.out8, self.outu, self.out32 = out.view(np.int8), out.view(np.uint8), out
+        self.out8, self.outu = out.view(np.int8), out.view(np.uint8)
         n = int(np.concatenate([[1], pin, np.where((o[:, X.K_KIND] == X.ADDSUB) | ew,
                                                    hw * o[:, X.K_K], 0)]).max())
         self.ea, self.eb, self.eo = (np.zeros(n, np.int64) for _ in range(3))
@@ -562,7 +561,7 @@ class Table:
             upto = self._chunk_end(r, r1)
             done = int(X.run_rows(self.ops, r, upto, self.boxes, self.checks, self.mems,
                                   self.c64, self.c64w, self.c32, self.c8, self.xw, self.x32,
-                                  self.x8, self.acc, self.out8, self.outu, self.out32,
+                                  self.x8, self.acc, self.out8, self.outu,
                                   self.ea, self.eb, self.eo, self.chain, self.x4, self.flag,
                                   self.fps))
             r = done
@@ -605,7 +604,7 @@ class Table:
         self.flag[0] = -1
         done = int(X.run_rows(self.ops, r0, r1, self.boxes, self.checks, self.mems, self.c64,
                               self.c64w, self.c32, self.c8, self.xw, self.x32, self.x8,
-                              self.acc, self.out8, self.outu, self.out32, self.ea, self.eb,
+                              self.acc, self.out8, self.outu, self.ea, self.eb,
                               self.eo, self.chain, self.x4, self.flag, self.fps))
         if done != r1:
             return False

@@ -2,7 +2,7 @@
 datapath (datapath.py), FIFOs, streaming, the test unit, packed MRAM loading, the ai8x-synthesis
 project importer (ai8x.py), the program listing (listing.py) and its monitor commands."""
 
-from ..device import DeviceSpec
+from ..device import DeviceSpec, conv_plan
 from ..device import numba_array as _a
 from ..device import numba_signature as _sig
 
@@ -12,15 +12,7 @@ _I = "int64"
 #: that use it (emu/kernel_plan.py NEEDS: the convolution is the byte kernel with AVX-512 VNNI,
 #: the int16-pair kernel elsewhere); every MAX78000 layer of the usual layout needs most of
 #: them (DeviceSpec.kernel_plan)
-KERNEL_PLAN = (
-    ("accelstub.emu.conv.int_conv", "_vnni_conv_serial",
-     _sig(_a("int32", 3, True), _I, _I, _I, _I, _a(_I, 1), _a("int32", 1), _a("int32", 1),
-          _a(_I, 1), _a("int32", 1), *[_I] * 9, _a(_I, 1), _a(_I, 1), "bool"), 0.65, "vnni"),
-    ("accelstub.emu.conv.int_conv", "_conv_blocks_serial",
-     _sig(*[_a("int32", 1)] * 3, *[_I] * 9, _a(_I, 1), _a(_I, 1), "bool"), 0.5, "int16"),
-    ("accelstub.emu.conv.int_conv", "_pack_input_serial",
-     _sig(_a("int8", 3, True, "A"), _I, _I, _I, _a(_I, 1), "bool",
-          _a("int16", 4)), 0.3, "int16"),
+KERNEL_PLAN = conv_plan() + (
     ("accelstub.emu.pool.max78000", "_pool_into",
      _sig(_a("int8", 3), _I, _I, _I, _I, _I, _a("int8", 3), _a("int32", 1)), 0.41, ""),
     ("accelstub.emu.conv.max78000", "_finish",

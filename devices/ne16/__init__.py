@@ -2,7 +2,22 @@
 executed (job.py), the pulp-nnx test-application importer (pulp_nnx.py) and its monitor command
 (monitor.py)."""
 
-from ..device import DeviceOption, DeviceSpec
+from ..device import DeviceOption, DeviceSpec, conv_plan
+from ..device import numba_array as _a
+from ..device import numba_signature as _sig
+
+_I = "int64"
+#: the kernels a run of the demo calls from Python (their callees are compiled inside them),
+#: with the CPU seconds each took to compile on the 2-core AMD EPYC (Zen 4) and the machines
+#: that use it (emu/kernel_plan.py NEEDS: the convolution is the byte kernel with AVX-512 VNNI,
+#: the int16-pair kernel and its packing of the unsigned input elsewhere): a first run compiles
+#: them two at a time, and `accelstub compile` queues them beside the other devices' kernels,
+#: so the demo it runs at the end only loads them (DeviceSpec.kernel_plan, issue 31 #5)
+KERNEL_PLAN = conv_plan("uint8") + (
+    ("accelstub.emu.conv.ne16", "normquant",
+     _sig(_a("int32", 3), *[_a(_I, 1)] * 3, "bool", "bool", *[_I] * 4, _a("uint8", 1),
+          *[_I] * 3), 0.45, ""),
+)
 
 SPEC = DeviceSpec(
     name="ne16", title="GAP9 NE16 neural engine",
@@ -11,4 +26,5 @@ SPEC = DeviceSpec(
                           "size of the L1 window in KiB (default 128, GAP9's; more lets one "
                           "job hold bigger tensors than the chip's L1)"),),
     program_help="a pulp-nnx NE16 test application (the app directory with gen/inc/layer_conf.h "
-                 "and gen/src/*.c that test/testgen.py writes) or a command script")
+                 "and gen/src/*.c that test/testgen.py writes) or a command script",
+    kernel_plan=KERNEL_PLAN)

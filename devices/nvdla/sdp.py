@@ -243,9 +243,10 @@ def process(cfg: SdpConfig, acc: np.ndarray, read: Read, *, k: int | None = None
             dst: tuple[np.ndarray, int, int, int] | None = None
             ) -> tuple[np.ndarray | None, int, int]:
     """int8 [C, H, W] out of SDP (C the cube's channels rounded up to whole atoms, the
-    hardware's lanes), its converter's 17-bit saturations and CACC's saturations, all in one
-    pass (emu/numeric/nvdla.py post_process: CACC, X stages, converter). The input ``acc``:
-    an INT8 cube [C, H, W] read by SDP_RDMA (offline), or CACC's (flying): the convolution's
+    hardware's lanes), its converter's 17-bit saturations and CACC's saturations (always 0:
+    CACC's round shift of a sum wrapped to 32 bits stays within 32 bits), all in one pass
+    (emu/numeric/nvdla.py post_process: CACC, X stages, converter). The input ``acc``: an INT8
+    cube [C, H, W] read by SDP_RDMA (offline), or CACC's (flying): the convolution's
     int32 work array [>= k, H, >= W] plus ``add`` [k], shifted right by ``clip`` (CACC's
     CLIP_TRUNCATE), channels from ``k`` on 0. ``dst`` (memory bytes, offset, line stride,
     surface stride; a layout where no two elements share a byte, F.unique_bytes): the cube
@@ -274,15 +275,15 @@ def process(cfg: SdpConfig, acc: np.ndarray, read: Read, *, k: int | None = None
         packed = np.empty((c // F.ATOM, cfg.h, cfg.w, F.ATOM), np.uint8)
         words = packed.reshape(-1).view(np.uint64)
         base, line, surf = 0, F.ATOM * cfg.w, F.ATOM * cfg.h * cfg.w
-    cacc_sat, sat = post_process(acc, k, add, clip, stages, *ops, *cfg.cvt, *shape, words,
-                                 base // 8, line // 8, surf // 8)
+    sat = post_process(acc, k, add, clip, stages, *ops, *cfg.cvt, *shape, words, base // 8,
+                       line // 8, surf // 8)
     out = None
     if not aligned:
         out = packed.view(np.int8).transpose(0, 3, 1, 2).reshape(shape)
         if dst is not None:
             F.write_feature(dst[0], dst[1], out, dst[2], dst[3])
             out = None
-    return out, int(sat), int(cacc_sat)
+    return out, int(sat), 0
 
 
 #: post_process's arguments for a layer without X stages, made once (~4 us of a 64->64 3x3

@@ -760,18 +760,25 @@ def conv_sums(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_
     the same int32 sums (each exact modulo 2**32).
 
     ``launches``: a dict the caller keeps for one layer (these weights and every argument
-    but ``v`` the same on each call), where the byte kernel's call is kept per input layout
-    (:func:`byte_launch`): why: a layer runs the same one on every run, and working it out
-    cost about as much as a small layer's kernel."""
+    but ``v`` the same on each call), where the kernels' call is kept per input layout
+    (:func:`byte_launch`, else :func:`int16_launch`), and in it per thread its arguments and
+    work arrays (:func:`run_byte_launch`): why: a layer runs the same one on every run, and
+    working it out cost about as much as a small layer's kernel."""
+    if launches is not None and kernel == "auto":  # a kept call: its layout was checked
+        launch = launches.get((v.dtype, v.shape, v.strides))
+        if launch is not None:
+            acc = run_int16_launch(launch, v) if type(launch) is Int16Launch \
+                else run_byte_launch(launch, v)
+            return acc if padded else _sums_view(acc, out_hw, w.k, hwc, padded)
     c, h, wd = v.shape
     if c != w.c:
         raise ValueError(f"input has {c} channels, weights {w.c}")
     if kernel == "int16":
         launch = None
     else:
-        key = (v.dtype.str, v.shape, v.strides)
+        key = (v.dtype, v.shape, v.strides)
         launch = False if launches is None else launches.get(key, False)
-        if launch is False:
+        if launch is False or type(launch) is Int16Launch:
             launch = byte_launch(v, w, out_hw, zero_point=zero_point, in_hw=in_hw, pad=pad,
                                  stride=stride, dilation=dilation, hwc=hwc)
             if launches is not None:
@@ -787,18 +794,77 @@ def conv_sums(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_
     if hwc and w.pairs is not None and pixelwise(v.shape, out_hw, in_hw, pad, stride) \
             and parallel(ho * wo * w.k * c).threads == 1:
         return _sums_view(_run_pointwise16(v, w, out_hw, zero_point), out_hw, w.k, hwc, padded)
+    b = int16_launch(v, w, out_hw, zero_point=zero_point, in_hw=in_hw, pad=pad, stride=stride,
+                     dilation=dilation, hwc=hwc)
+    if launches is not None and kernel == "auto":
+        launches[key] = b
+    return _sums_view(run_int16_launch(b, v), out_hw, w.k, hwc, padded)
+
+
+class Int16Launch(NamedTuple):
+    """The int16-pair kernels' call (:func:`_pack_input`, :func:`_conv_blocks`) for one input
+    layout, worked out once as :class:`ByteLaunch` is the byte kernel's (kept in
+    :func:`conv_sums`' ``launches`` where the byte kernel does not apply: AVX2-only CPUs,
+    int16 data)."""
+    pack: tuple              # _pack_input's arguments after the input, before its words
+    packed: tuple            # the shape of its words as int16: (hp, c2, plane, 2)
+    conv: tuple              # _conv_blocks' arguments after the packed words and the weights
+    words: np.ndarray        # PackedWeights.words
+    buf: int                 # words of the packed input
+    acc: tuple               # the work array's shape
+    work: int                # multiply-adds (parallel's threshold)
+    calls: threading.local   # as ByteLaunch.calls
+
+
+def int16_launch(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_point: int,
+                 in_hw: tuple[int, int] | None, pad: tuple, stride: tuple, dilation: tuple,
+                 hwc: bool) -> Int16Launch:
+    """:class:`Int16Launch` of :func:`conv_sums`' int16-pair kernels for ``v`` [C, H, W] (its
+    layout only)."""
+    c = v.shape[0]
+    ho, wo = out_hw
     p, plane, rows = _geometry(v.shape, w, out_hw, in_hw, pad, stride, dilation)
-    acc = scratch("int_conv.acc", (w.kp * ho * p.wob,), np.int32)
-    buf = scratch("int_conv.x", (p.hp * p.c2 * plane,), np.int32)
-    with parallel(ho * wo * w.k * c * w.kh * w.kw) as par:
-        par.kernel(_PACK_INPUT_TWIN)(read_only(v), zero_point, rows, pad[0], p.dst_col,
-                                     v.strides[0] < v.strides[2],
-                                     buf.view(np.int16).reshape(p.hp, p.c2, plane, 2))
-        par.kernel(_CONV_BLOCKS_TWIN)(buf, w.words, acc, ho, p.wob, p.c2, w.kh, w.kw,
-                                      w.kp // KB, stride[0], p.c2 * plane, plane, p.row_off,
-                                      p.col_off, hwc)
-    acc = acc.reshape((ho, p.wob, w.kp) if hwc else (w.kp, ho, p.wob))
-    return _sums_view(acc, out_hw, w.k, hwc, padded)
+    return Int16Launch((zero_point, rows, pad[0], p.dst_col, v.strides[0] < v.strides[2]),
+                       (p.hp, p.c2, plane, 2),
+                       (ho, p.wob, p.c2, w.kh, w.kw, w.kp // KB, stride[0], p.c2 * plane,
+                        plane, p.row_off, p.col_off, hwc),
+                       w.words, p.hp * p.c2 * plane,
+                       (ho, p.wob, w.kp) if hwc else (w.kp, ho, p.wob),
+                       ho * wo * w.k * c * w.kh * w.kw, threading.local())
+
+
+class _Int16Call(NamedTuple):
+    """An :class:`Int16Launch`'s call in one thread, as :class:`_ByteCall` is a byte launch's."""
+    pack: object             # _pack_input's version to call with the input, then ``pack_rest``
+    pack_rest: tuple
+    conv: object             # _conv_blocks' version, called with ``conv_args``
+    conv_args: tuple
+    par: parallel | None     # held around the calls where they run on more than one thread
+    acc: np.ndarray          # the whole work array, shaped ``b.acc``
+
+
+def run_int16_launch(b: Int16Launch, v: np.ndarray) -> np.ndarray:
+    """The int16-pair kernels' whole work array (``b.acc``) for ``v`` [C, H, W] of the
+    launch's layout; the call worked out once per thread, as :func:`run_byte_launch`'s."""
+    call = getattr(b.calls, "call", None)
+    if call is None:
+        acc = scratch("int_conv.acc", (math.prod(b.acc),), np.int32)
+        buf = scratch("int_conv.x", (b.buf,), np.int32)
+        par = parallel(b.work)
+        call = b.calls.call = _Int16Call(
+            par.kernel(_PACK_INPUT_TWIN), (*b.pack, buf.view(np.int16).reshape(b.packed)),
+            par.kernel(_CONV_BLOCKS_TWIN), (buf, b.words, acc, *b.conv),
+            None if par.threads == 1 else par, acc.reshape(b.acc))
+    x = v.view()
+    x.flags.writeable = False  # as read_only: the kernels take their input read-only
+    if call.par is None:
+        call.pack(x, *call.pack_rest)
+        call.conv(*call.conv_args)
+    else:
+        with call.par:
+            call.pack(x, *call.pack_rest)
+            call.conv(*call.conv_args)
+    return call.acc
 
 
 def pixelwise(v_shape: tuple, out_hw: tuple, in_hw: tuple | None, pad: tuple,
@@ -857,6 +923,7 @@ class ByteLaunch(NamedTuple):
     buf: int                 # words of the packed input
     acc: tuple               # the work array's shape
     work: int                # multiply-adds (parallel's threshold)
+    calls: threading.local   # per thread, the call worked out for it (run_byte_launch)
 
 
 class PointwiseLaunch(NamedTuple):
@@ -871,6 +938,7 @@ class PointwiseLaunch(NamedTuple):
     n: int                   # pixels (Ho * Wo)
     q4: int                  # input words per pixel
     kv: int                  # registers of 16 output channels
+    calls: threading.local   # as ByteLaunch.calls
 
 
 def byte_launch(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_point: int,
@@ -897,38 +965,77 @@ def byte_launch(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zer
         init = np.zeros(kv * KV, np.int64)
         init[:w.kp8] = -(zero_point + off) * w.wsum
         return PointwiseLaunch(np.int32(-0x7F7F7F80 if off else 0), w.columns,
-                               init.astype(np.int32), copy, c, (ho, wo, kv * KV), ho * wo, q4, kv)
+                               init.astype(np.int32), copy, c, (ho, wo, kv * KV), ho * wo, q4, kv,
+                               threading.local())
     p, plane, rows = _geometry(v.shape, w, out_hw, in_hw, pad, stride, dilation)
     kp = w.kp8
     return ByteLaunch((off, zero_point + off, rows, pad[0], p.dst_col), (w.quads, w.wsum),
                       (ho, p.wob, q4, w.kh, w.kw, kp // KB8, stride[0], q4 * plane, plane,
                        p.row_off, p.col_off, hwc), copy, c, p.hp * q4 * plane,
                       (ho, p.wob, kp) if hwc else (kp, ho, p.wob),
-                      ho * wo * w.k * c * w.kh * w.kw)
+                      ho * wo * w.k * c * w.kh * w.kw, threading.local())
 
 
 def run_byte_launch(b: ByteLaunch | PointwiseLaunch, v: np.ndarray) -> np.ndarray:
     """The byte kernel's whole work array (``b.acc``) for ``v`` [C, H, W] of the launch's
     layout."""
-    nhwc = v.transpose(1, 2, 0)
-    if b.copy is not None:
-        copy = scratch("int_conv.nhwc8", b.copy, v.dtype)
+    call = getattr(b.calls, "call", None)
+    if call is None:
+        call = b.calls.call = _byte_call(b, v.dtype)
+    if call.copy is None:  # the input's NHWC words as they are
+        words = v.transpose(1, 2, 0).view(np.int32)
+        if call.flat:
+            words = words.reshape(-1)
+        words.flags.writeable = False  # a view of our own: the kernels take read_only input
+    else:
+        nhwc, copy = v.transpose(1, 2, 0), call.copy
         if b.c < 8 and b.copy[0] * b.copy[1] >= 4096:  # channel by channel: numpy copies a
             for k in range(b.c):                        # few channels per pixel slowly (96x96x3
                 copy[:, :, k] = nhwc[:, :, k]           # into 4: 40 -> 10 us)
         else:
             copy[:, :, :b.c] = nhwc
-        nhwc = copy
+        words = call.words
+    if call.par is None:
+        call.kernel(words, *call.rest)
+    else:
+        with call.par:
+            call.kernel(words, *call.rest)
+    return call.acc
+
+
+class _ByteCall(NamedTuple):
+    """A launch's call in one thread (:func:`_byte_call`)."""
+    kernel: object               # the kernel to call with the input words, then ``rest``
+    rest: tuple                  # its other arguments
+    par: parallel | None         # held around the call where it runs on more than one thread
+    acc: np.ndarray              # the whole work array, shaped ``b.acc``
+    flat: bool                   # the kernel takes the input words flat (_pointwise8)
+    copy: np.ndarray | None      # where the input is copied into whole words first (``b.copy``)
+    words: np.ndarray | None     # ... its words, read-only, as the kernel takes them
+
+
+def _byte_call(b: ByteLaunch | PointwiseLaunch, dtype: np.dtype) -> _ByteCall:
+    """``b``'s call in this thread, worked out once (kept in ``b.calls``, a ``threading.local``
+    that forgets it when the thread ends): the work arrays (this thread's :func:`scratch`,
+    viewed once), the kernel version for ``b.work`` (:class:`parallel`: SERIAL_WORK and
+    numba's thread count are fixed for a process) and the argument tuple. Why: a layer runs
+    the same launch on every run, and the views, the thread decision and the tuple cost ~3 us
+    of Python per call, more than the small layers' kernels (issue 31 #1: the MNIST-shaped
+    MAX78000 network, 5 layers in ~0.28 ms)."""
     acc = scratch("int_conv.acc", (math.prod(b.acc),), np.int32)
+    copy = words = None
+    if b.copy is not None:  # the bytes of channels >= c stay as the first copy left them
+        copy = scratch("int_conv.nhwc8", b.copy, dtype)
+        words = read_only(copy.view(np.int32))
     if isinstance(b, PointwiseLaunch):
-        _pointwise8(read_only(nhwc.view(np.int32).reshape(-1)), b.mask, b.columns, b.init, acc,
-                    b.n, b.q4, b.kv)
-        return acc.reshape(b.acc)
+        if words is not None:
+            words = words.reshape(-1)
+        return _ByteCall(_pointwise8, (b.mask, b.columns, b.init, acc, b.n, b.q4, b.kv), None,
+                         acc.reshape(b.acc), True, copy, words)
     buf = scratch("int_conv.x8", (b.buf,), np.int32)
-    with parallel(b.work) as par:
-        par.kernel(_VNNI_CONV_TWIN)(read_only(nhwc.view(np.int32)), *b.args, buf, *b.mid, acc,
-                                    *b.tail)
-    return acc.reshape(b.acc)
+    par = parallel(b.work)
+    return _ByteCall(par.kernel(_VNNI_CONV_TWIN), (*b.args, buf, *b.mid, acc, *b.tail),
+                     None if par.threads == 1 else par, acc.reshape(b.acc), False, copy, words)
 
 
 def read_only(a: np.ndarray) -> np.ndarray:

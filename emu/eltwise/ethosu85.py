@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from .. import kernel_plan as KP
 from ..jit import njit
 from ..numeric import ethosu85 as P
 from ..numeric.ethosu85 import (
@@ -46,6 +47,9 @@ EW_CMP_EQ, EW_CMP_NE, EW_CMP_GE, EW_CMP_GT = 16, 17, 18, 19
 EW_AND, EW_OR, EW_XOR, EW_NOT, EW_AND_NOT = 33, 34, 35, 36, 42
 EW_UNARY = (EW_LRELU, EW_ABS, EW_CLZ, EW_NOT)  # [U85-TRM: §3.10.6]
 EW_MODES = (0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 16, 17, 18, 19, 33, 34, 35, 36, 42)
+#: interpreted add/sub's cost per element (kernel_plan.tiered's estimate; ~1.5-2 us measured on
+#: the 2-core AMD EPYC, Zen 4; issue 31 #5)
+ADDSUB_S_PER_ELEMENT = 2e-6
 # broadcast_mode bits [U85-TRM: Table 3-117, Table 3-124]
 BC_H, BC_W, BC_C, BC_SCALAR = 1, 2, 4, 8
 
@@ -412,12 +416,15 @@ def _run(p: Eltwise, a: np.ndarray, b: np.ndarray, lut) -> np.ndarray:
     where it applies (what _ew_kernel would take), MUL in numpy where :func:`_mul_applies`,
     else :func:`_ew_kernel`. Why: a first run compiles only the kernel its operations take
     (the general kernel with every mode and LUT function took ~2.5 s to compile; issue 31 #5);
-    _addsub_fast_applies runs as Python (its Python function: the same code, no compile)."""
+    _addsub_fast_applies runs as Python (its Python function: the same code, no compile), and
+    so does _addsub_fast while it is neither compiled nor cached and its elements are few
+    (kernel_plan.tiered: the demo's 288-element add, ~0.5 ms, against ~0.6 s to compile)."""
     a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
     if (p.ew[0] == EW_ADD or p.ew[0] == EW_SUB) and p.ew[13] == 0 \
             and _addsub_fast_applies.py_func(p.ew, p.cfg):
         out = np.zeros(p.shape, np.int64)
-        _addsub_fast(a, b, bool(p.ew[0] == EW_SUB), p.ew, p.cfg, out)
+        args = (a, b, bool(p.ew[0] == EW_SUB), p.ew, p.cfg, out)
+        KP.tiered(_addsub_fast, ADDSUB_S_PER_ELEMENT * out.size, *args)(*args)
     elif _mul_applies(p.ew, p.cfg):
         out = _mul(a, b, p.ew, p.cfg)
     else:

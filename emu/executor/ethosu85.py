@@ -62,9 +62,7 @@ SLOTS = (
     (types.none(_a(types.int8, 3, True), _I32, _a(_I32, 3), _a(_I32, 3), *[_I] * 6),
      IC._depthwise_pixels, IC._depthwise_pixels),
     (types.none(*_FINISH, _a(types.int8, 3)), CE._FINISH_FAST_TWIN.serial,
-     CE._FINISH_FAST_TWIN.serial),  # int32 OFM: its bytes (one stage signature, issue 31 #5)
-    (types.none(*_FINISH, _a(types.int8, 3)), CE._FINISH_FAST_TWIN.serial,
-     CE._FINISH_FAST_TWIN.serial),
+     CE._FINISH_FAST_TWIN.serial),  # every OFM type as its bytes (one signature, issue 31 #5)
     (types.none(*[_a(_I, 3)] * 2, _B, _a(_I, 1), _a(_I, 1), _a(_I, 3)), EE._addsub_fast,
      EE._addsub_fast),
     (_a(_I, 3)(*[_a(_I, 3)] * 2, _a(_I, 1), _a(_I, 1), _a(types.uint8, 1)), EE._ew_kernel,
@@ -75,7 +73,7 @@ SLOTS = (
      None, IC._pack_pixels),
     (types.none(*[_a(_I32, 1)] * 3, *[_I] * 5), None, IC._pointwise16),
 )
-(F_POINTWISE, F_CONV, F_PACK16, F_CONV16, F_DEPTHWISE, F_FINISH32, F_FINISH8, F_ADDSUB, F_EW,
+(F_POINTWISE, F_CONV, F_PACK16, F_CONV16, F_DEPTHWISE, F_FINISH, F_ADDSUB, F_EW,
  F_POOL, F_PACK_PIXELS, F_POINTWISE16) = range(len(SLOTS))
 
 
@@ -156,12 +154,11 @@ def addresses(byte_kernels: bool | None = None, kinds=None) -> np.ndarray:
 
 # row kinds
 COPY, POINTWISE, DEPTHWISE, ADDSUB, CONV, ELEMENTWISE, POOL, CONV16 = 1, 2, 3, 4, 5, 6, 7, 8
-#: the slots each row kind calls (:func:`run_rows`): a convolution's kernels and both output
-#: stages, the element-wise and pooling rows their general kernels
-_FINISH_SLOTS = (F_FINISH32, F_FINISH8)
-KIND_SLOTS = {POINTWISE: (F_POINTWISE, *_FINISH_SLOTS), CONV: (F_CONV, *_FINISH_SLOTS),
-              CONV16: (F_PACK16, F_CONV16, F_PACK_PIXELS, F_POINTWISE16, *_FINISH_SLOTS),
-              DEPTHWISE: (F_DEPTHWISE, *_FINISH_SLOTS), ADDSUB: (F_ADDSUB,),
+#: the slots each row kind calls (:func:`run_rows`): a convolution's kernels and the output
+#: stage, the element-wise and pooling rows their general kernels (and the fast add/sub)
+KIND_SLOTS = {POINTWISE: (F_POINTWISE, F_FINISH), CONV: (F_CONV, F_FINISH),
+              CONV16: (F_PACK16, F_CONV16, F_PACK_PIXELS, F_POINTWISE16, F_FINISH),
+              DEPTHWISE: (F_DEPTHWISE, F_FINISH), ADDSUB: (F_ADDSUB,),
               ELEMENTWISE: (F_EW, F_ADDSUB), POOL: (F_POOL,)}
 
 # row columns
@@ -201,8 +198,8 @@ OPERAND_TENSOR, OPERAND_SCALAR, OPERAND_NONE = 0, 1, 2
 (K_CV_H, K_CV_W, K_CV_Q4, K_CV_OFF, K_CV_ZB, K_CV_ROWS, K_CV_TOP, K_CV_DST, K_CV_DST_N,
  K_CV_W4, K_CV_W4_N, K_CV_WSUM, K_CV_WSUM_N, K_CV_WOB, K_CV_KH, K_CV_KW, K_CV_KN, K_CV_SY,
  K_CV_ROW_WORDS, K_CV_PLANE, K_CV_ROW_OFF, K_CV_COL_OFF, K_CV_KP, K_CV_X4) = range(33, 57)
-# POINTWISE / DEPTHWISE / CONV / CONV16: 1 where the OFM is int32 (the output stage into
-# ``out32``)
+# POINTWISE / DEPTHWISE / CONV / CONV16: 1 where the OFM is int32 (the output stage stores
+# four bytes a value into ``out8``)
 K_OUT32 = 57
 # CONV16 (conv_sums' int16-pair call, emu/conv/int_conv.py: _pack_input, _conv_blocks; a
 # general or pointwise convolution where the CPU has no byte kernel): K_CV_H, K_CV_W the IFM's
@@ -383,13 +380,13 @@ def _values(xw, rh, rw, rc, size, signed, zp, v, H, W, K):
 
 @njit(nogil=True, cache=True)
 def run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8, acc, out8,
-             outu, out32, ea, eb, eo, chain, x4, flag, fps):
+             outu, ea, eb, eo, chain, x4, flag, fps):
     """Rows ``r0`` .. ``r1`` of the table ``ops``, in order; the row it stopped at (``r1``:
     all ran; an earlier one: that row's streams no longer hold the bytes it was kept from,
     nothing of it done). Scratch: ``xw`` bytes, ``x32``/``x8`` read-only int32/int8 views of
-    the same memory (the kernels' input types), ``acc`` int32 sums, ``out8``/``outu``/``out32``
-    an OFM's bytes (int8 for the output stage, uint8 for the stores, int32 for an int32 OFM's
-    output stage: one memory), ``ea``/``eb``/``eo`` int64 operands and result, ``chain`` the
+    the same memory (the kernels' input types), ``acc`` int32 sums, ``out8``/``outu`` an
+    OFM's bytes (int8 for the output stage of every OFM type, uint8 for the stores: one
+    memory), ``ea``/``eb``/``eo`` int64 operands and result, ``chain`` the
     OFMs pushed into the chaining FIFO (each popped by the next row that reads it), ``x4`` the
     byte kernel's (CONV16: the int16-pair kernel's) packed input, ``flag[0]`` the result flag
     the last 1x1x1 OFM set (bit 0 of a single-element OFM [U85-TRM: Table 3-14]; rows without
@@ -418,7 +415,6 @@ def run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8, 
             rows = _view(c64, ops[r, K_ROWS], (H,))
             cols = _view(c64, ops[r, K_COLS], (W,))
             terms = _view(c64w, ops[r, K_TERMS], (6, tw))
-            o = _view(out8, 0, (H, W, K))
             if kind == POINTWISE:
                 q4, kv, n = ops[r, K_Q4], ops[r, K_KV], H * W
                 _tensor(mems, boxes, ops[r, K_IFM], ops[r, K_IFM_N], H, W, C, xw, 4 * q4, False)
@@ -482,11 +478,8 @@ def run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8, 
                                          ops[r, K_PL], ops[r, K_SY], ops[r, K_SX],
                                          ops[r, K_DY], ops[r, K_DX]))
             if ops[r, K_OUT32] != 0:
-                _call(fps, F_FINISH32,
-                      (tot, rows, cols, terms, _view(out8, 0, (H, W, 4 * K))))
-                kb = 4 * K
-            else:
-                _call(fps, F_FINISH8, (tot, rows, cols, terms, o))
+                kb = 4 * K  # (an int32 OFM: the stage stores each value's four bytes)
+            _call(fps, F_FINISH, (tot, rows, cols, terms, _view(out8, 0, (H, W, kb))))
         elif kind == ADDSUB:
             n = H * W * K
             a3, b3, o3 = _view(ea, 0, (H, W, K)), _view(eb, 0, (H, W, K)), _view(eo, 0, (H, W, K))
@@ -620,9 +613,9 @@ def blank(n: int = 4) -> tuple:
     return (np.zeros((0, BOX_COLUMNS), np.int64), np.zeros((0, CHECK_COLUMNS), np.int64),
             memories([u8.copy()]), read_only(i64), i64, i32, u8, u8.copy(),
             read_only(u8.view(np.int32)), read_only(u8.view(np.int8)), i32.copy(),
-            np.zeros(4 * n, np.int8), np.zeros(4 * n, np.uint8), np.zeros(n, np.int32),
-            i64.copy(), i64.copy(), i64.copy(), np.zeros(4 * n, np.uint8), i32.copy(),
-            np.zeros(1, np.int64), np.zeros(len(SLOTS), np.int64))
+            np.zeros(4 * n, np.int8), np.zeros(4 * n, np.uint8), i64.copy(), i64.copy(),
+            i64.copy(), np.zeros(4 * n, np.uint8), i32.copy(), np.zeros(1, np.int64),
+            np.zeros(len(SLOTS), np.int64))
 
 
 def compile_ahead() -> None:

@@ -59,12 +59,13 @@ def post_process(acc, k, add, clip, stages, bs_alu, bs_mul, bn_alu, bn_mul, offs
     32 bits, so its count is 0 and not computed: 0.01 ms of the 64->64 3x3 layer),
     the X stages of ``stages`` (int64 [2, 7], columns STAGE_*; operands int64 [C or 1, H*W or
     1], per element, per channel or one value), the converter ((x - offset) * scale, round_shift
-    by ``shift``, saturate to 17 then 8 bits). Returns (CACC saturations: 0, converter 17-bit
-    saturations). The same arithmetic, value for value, as devices/nvdla/sdp.py states it from
-    the C model (sdp_x.cpp, sdp_c.cpp, NV_NVDLA_cacc.cpp); one pass over the cube instead of a
-    numpy pass (and a fresh int64 temporary) per operation: those took ~2 ms of a 64->64 3x3
-    layer whose convolution took 0.4 ms. Stored as it is computed: a cube and a second pass
-    storing it (its atoms interleave 8 channel rows) took 0.045 ms more of that layer."""
+    by ``shift``, saturate to 17 then 8 bits). Returns the converter's 17-bit saturations
+    (CACC's are 0: sdp.process gives that). The same arithmetic, value for value, as
+    devices/nvdla/sdp.py states it from the C model (sdp_x.cpp, sdp_c.cpp, NV_NVDLA_cacc.cpp);
+    one pass over the cube instead of a numpy pass (and a fresh int64 temporary) per operation:
+    those took ~2 ms of a 64->64 3x3 layer whose convolution took 0.4 ms. Stored as it is
+    computed: a cube and a second pass storing it (its atoms interleave 8 channel rows) took
+    0.045 ms more of that layer."""
     ssat = 0
     staged = stages[0, STAGE_ON] != 0 or stages[1, STAGE_ON] != 0
     # the hot path written out (no calls, no branches on the data): LLVM vectorises it. A right
@@ -110,7 +111,7 @@ def post_process(acc, k, add, clip, stages, bs_alu, bs_mul, bn_alu, bn_mul, offs
                           | np.uint64(blk[2, x]) << 16 | np.uint64(blk[3, x]) << 24
                           | np.uint64(blk[4, x]) << 32 | np.uint64(blk[5, x]) << 40
                           | np.uint64(blk[6, x]) << 48 | np.uint64(blk[7, x]) << 56)
-    return 0, ssat
+    return ssat
 
 
 @njit(nogil=True, cache=True)

@@ -34,7 +34,8 @@ def _avg(total, n, policy):
     if policy == AVG_TRUNC:
         return np.trunc(q)
     if policy == AVG_ROUND_AWAY:
-        return np.floor(abs(q) + 0.5) if q >= 0 else -np.floor(abs(q) + 0.5)
+        m = np.floor(abs(q) + 0.5)
+        return m if q >= 0 else -m
     if policy == AVG_FLOOR:
         return np.floor(q)
     return np.floor(q + 0.5)

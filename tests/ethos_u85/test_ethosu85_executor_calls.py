@@ -24,7 +24,6 @@ def test_kernel_entries_name_each_slots_kernel_and_signature(byte_kernels):
     variant (as the kernel plan finds it) with the slot's argument types, in slot order."""
     slots = [(sig, k[0 if byte_kernels else 1]) for sig, *k in X.SLOTS]
     slots = [(sig, k) for sig, k in slots if k is not None]  # (rows this variant never makes)
-    slots = list(dict.fromkeys(slots))  # once each: F_FINISH8 and F_FINISH32 share one
     entries = X.kernel_entries(byte_kernels)
     assert len(entries) == len(slots)
     for (module, name, signature, _, needs), (sig, k) in zip(entries, slots):
@@ -61,7 +60,7 @@ def test_a_table_resolves_only_the_slots_its_row_kinds_call():
     full = X.addresses()
     for slot in (X.F_EW, X.F_POOL, X.F_CONV16, X.F_PACK16):
         assert fps[slot] == 0
-    for slot in (X.F_DEPTHWISE, X.F_ADDSUB, X.F_FINISH8, X.F_FINISH32):
+    for slot in (X.F_DEPTHWISE, X.F_ADDSUB, X.F_FINISH):
         assert fps[slot] == full[slot] != 0
     assert fps[X.F_POINTWISE] == full[X.F_POINTWISE]  # (0 where the CPU has no byte kernel)
     assert not X.addresses(kinds=[X.COPY]).any()

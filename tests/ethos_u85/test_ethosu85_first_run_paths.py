@@ -4,7 +4,8 @@
 * max / min / sum pooling without accumulator input: numpy window accumulators, then the
   convolutions' fast output stage (pool.ethosu85._pool_on_output_stage) against _pool_kernel;
 * MUL without a LUT function in numpy (eltwise.ethosu85._mul) against _ew_kernel's loop;
-* add/sub through the wrapper: _addsub_fast called directly where it applies;
+* add/sub through the wrapper: _addsub_fast called directly where it applies, interpreted
+  while its elements are few and it is not compiled;
 * the output-stage terms in numpy (conv.ethosu85._finish_terms) against P.round_terms and
   the per-channel rule of which channels the fast stage takes;
 * the weight decoder, the walk and the AXI burst counter interpreted (emu/jit.py interpreted,
@@ -149,6 +150,73 @@ def test_add_sub_through_the_wrapper_take_the_fast_kernel_with_the_loops_values(
     np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_the_interpreted_add_sub_equals_the_kernel(seed):
+    """jit.interpreted(_addsub_fast), its helpers reached through the numeric module (P.
+    round_terms, P.output_limits) interpreted too, gives the compiled kernel's values for
+    random operands, input scales and output stages where _addsub_fast_applies."""
+    rng = np.random.default_rng(seed)
+    mode = (E.EW_ADD, E.EW_SUB)[seed % 2]
+    shape = tuple(int(n) for n in rng.integers(1, 6, 3))
+    a, b = (rng.integers(-128, 128, shape).astype(np.int8) for _ in range(2))
+    obits, osigned = OFM_TYPES[seed % len(OFM_TYPES)]
+    cfg = random_cfg(rng, obits, osigned, scale_bits=30, shift_max=50)
+    p = E.plan_elementwise(mode, a, b, shape, ifm_zp=int(rng.integers(-99, 99)),
+                           ifm2_zp=int(rng.integers(-99, 99)),
+                           ifm_scale=(int(rng.integers(1, 1 << 30)), int(rng.integers(0, 40)),
+                                      int(rng.integers(0, 6)), int(rng.integers(0, 2))),
+                           ifm2_scale=(int(rng.integers(1, 1 << 30)), int(rng.integers(0, 40)),
+                                       int(rng.integers(0, 6)), int(rng.integers(0, 2))),
+                           cfg=cfg)
+    assert E._addsub_fast_applies.py_func(p.ew, p.cfg)
+    av, bv = E._operand_values(p, a, b)
+    sub = bool(mode == E.EW_SUB)
+    want, got = np.zeros(shape, np.int64), np.zeros(shape, np.int64)
+    E._addsub_fast(av, bv, sub, p.ew, p.cfg, want)
+    interpreted(E._addsub_fast)(av, bv, sub, p.ew, p.cfg, got)
+    np.testing.assert_array_equal(got, want)
+
+
+#: in a fresh process and an empty cache: the demo's add interpreted compiles nothing, not
+#: even the helpers it reaches through the numeric module
+ADD_COMPILES_NOTHING = """
+import json, numpy as np
+from accelstub.emu.eltwise import ethosu85 as E
+from accelstub.emu.numeric import ethosu85 as P
+a = (np.arange(288) % 256 - 128).astype(np.int8).reshape(6, 6, 8)
+p = E.plan_elementwise(E.EW_ADD, a, a[::-1].copy(), (6, 6, 8), ifm_scale=(1 << 29, 30, 0, 0),
+                       ifm2_scale=(3 << 27, 29, 1, 0), cfg=P.out_config(scale=1 << 30, shift=31))
+out = E.run_elementwise(p, a, a[::-1].copy())
+print(json.dumps([int(out.astype(np.int64).sum()), len(E._addsub_fast.overloads),
+                  len(P.round_terms.overloads), len(P.output_limits.overloads)]))
+"""
+
+
+def test_a_small_add_runs_interpreted_and_compiles_nothing(tmp_path):
+    """run_elementwise of a small add with nothing compiled or cached: kernel_plan.tiered
+    interprets _addsub_fast, and jit.interpreted interprets the numeric module's helpers it
+    calls as ``P.round_terms`` and ``P.output_limits`` (a module attribute, not a global):
+    no kernel is compiled. The values equal the compiled kernel's (in this process)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", ADD_COMPILES_NOTHING], capture_output=True,
+                         text=True, timeout=300, env=env)
+    assert out.returncode == 0, out.stderr
+    total, *compiled = json.loads(out.stdout.splitlines()[-1])
+    assert compiled == [0, 0, 0]
+    a = (np.arange(288) % 256 - 128).astype(np.int8).reshape(6, 6, 8)
+    p = E.plan_elementwise(E.EW_ADD, a, a[::-1].copy(), (6, 6, 8),
+                           ifm_scale=(1 << 29, 30, 0, 0), ifm2_scale=(3 << 27, 29, 1, 0),
+                           cfg=P.out_config(scale=1 << 30, shift=31))
+    av, bv = E._operand_values(p, a, a[::-1].copy())
+    want = np.zeros((6, 6, 8), np.int64)
+    E._addsub_fast(av, bv, False, p.ew, p.cfg, want)
+    assert total == int(want.astype(p.dtype).astype(np.int64).sum())
+
+
 def test_finish_terms_per_channel_rounding_and_which_channels_the_fast_stage_takes():
     """_finish_terms (numpy): each channel's scale, shift, bias and P.round_terms' addends;
     a shift outside 0..62 or a scale of 2**31 or more makes the stage general (fast False)
@@ -261,13 +329,13 @@ def test_the_interpreted_burst_counter_equals_the_kernel():
         np.testing.assert_array_equal(got, want)
 
 
-def test_weight_and_burst_kernels_are_compiled_ahead_only():
-    """The Ethos-U85 plan's decoder, walk and burst counter entries are "ahead": a run's plan
-    leaves them out (the demo interprets its few weights and bursts), `accelstub compile`'s
-    queue (compile_plan's ``then``) keeps them."""
+def test_weight_burst_and_add_kernels_are_compiled_ahead_only():
+    """The Ethos-U85 plan's decoder, walk, burst counter and add/sub entries are "ahead": a
+    run's plan leaves them out (the demo interprets its few weights, bursts and its 288-element
+    add), `accelstub compile`'s queue (compile_plan's ``then``) keeps them."""
     from accelstub.devices import device_spec
     ahead = {e[1] for e in device_spec("ethos-u85").kernel_plan if e[4] == KP.AHEAD}
-    assert ahead == {"_walk", "_swd_decode", "_burst_counts"}
+    assert ahead == {"_walk", "_swd_decode", "_burst_counts", "_addsub_fast"}
     assert ahead <= {e[1] for e in KP.for_this_machine(device_spec("ethos-u85").kernel_plan)}
 
 

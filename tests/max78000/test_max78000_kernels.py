@@ -126,6 +126,38 @@ def test_avg_pool_every_window_sum_and_policy(policy, n):
     np.testing.assert_array_equal(got.transpose(2, 0, 1), want)
 
 
+def test_avg_pool_float_quotient_matches_integer_division_for_every_window_size():
+    """_avg's float64 quotient against integer division alone (not the testkit reference, whose
+    trunc and away policies divide in floats too): for every window size the hardware allows
+    (PRCNT/PCCNT up to 16 rows and columns, so every product n = rows * cols up to 256), every
+    window sum that is a multiple of n, half a multiple (or the two sums either side of one for
+    odd n), and their neighbours, from -128 n to 127 n, under each policy."""
+    sizes = {}
+    for rows in range(1, 17):
+        for cols in range(1, 17):
+            sizes.setdefault(rows * cols, (rows, cols))
+    for n, (rows, cols) in sorted(sizes.items()):
+        k = np.arange(-128, 128)[:, None] * n
+        near = np.array([n // 2 + d for d in (-1, 0, 1)] + [(n + 1) // 2, -1, 0, 1])
+        sums = np.unique(np.clip(k + near, -128 * n, 127 * n))
+        x = np.zeros((rows * cols, len(sums)), np.int64)
+        rest = sums.copy()
+        for j in range(rows * cols):  # each sum split into n int8 values
+            x[j] = np.clip(rest, -128, 127)
+            rest = rest - x[j]
+        assert not rest.any()
+        x = np.ascontiguousarray(x.reshape(rows, cols, -1).astype(np.int8))
+        mag, neg = np.abs(sums), sums < 0
+        want = {pool_k.AVG_TRUNC: np.where(neg, -(mag // n), mag // n),
+                pool_k.AVG_ROUND_AWAY: np.where(neg, -1, 1) * ((2 * mag + n) // (2 * n)),
+                pool_k.AVG_FLOOR: sums // n,
+                pool_k.AVG_FLOOR_HALF: (2 * sums + n) // (2 * n)}
+        for policy, v in want.items():
+            got = pool_k.pool_hwc(x, rows, cols, 1, pool_k.POOL_AVG, policy)
+            np.testing.assert_array_equal(got.reshape(-1), np.clip(v, -128, 127),
+                                          err_msg=f"n={n} policy={POLICY[policy]}")
+
+
 def test_bias_is_shifted_by_7():
     x = np.zeros((1, 2, 2), np.int8)
     w = np.zeros((2, 1, 1, 1), np.int8)

@@ -125,7 +125,6 @@ def test_converter_saturations_are_counted_against_the_floor_shift():
     assert out[:, 0, 0].tolist() == [127, -128, 127, -128, 127, 5, -5, 0]
 
 
-
 def _post_processed(acc: np.ndarray, add: np.ndarray, clip: int, cvt: tuple[int, int, int]
                     ) -> tuple[np.ndarray, int, np.ndarray, int]:
     """(ours, our converter saturations, the reference's, its count) for sums ``acc`` [K, 1, 1]
@@ -147,7 +146,8 @@ def test_post_process_rounds_and_saturates_at_the_edges_as_the_reference():
     taken from the floor shift alone, at the values where they could differ from the
     reference: sums half a step either side of every rounding boundary of each CLIP_TRUNCATE
     (0..16) and at the ends of the 32-bit range; converter inputs at the 8- and 17-bit edges of
-    each shift 0..63 and at extreme offsets and scales."""
+    each shift 0..63 and at extreme offsets and scales. CACC's values are also checked at full
+    width (the converter's offset set to the reference's value)."""
     lo, hi = -(1 << 31), (1 << 31) - 1
     for clip in range(17):
         half = (1 << clip) >> 1
@@ -160,6 +160,15 @@ def test_post_process_rounds_and_saturates_at_the_edges_as_the_reference():
             got, sat, want, want_sat = _post_processed(acc, np.full(len(sums), add), clip,
                                                        (0, 1, 0))
             assert np.array_equal(got, want) and sat == want_sat, (clip, add)
+        # the 8-bit output shows CACC's value only near 0: each sum once more, with the
+        # converter's offset at the reference's CACC value, so a CACC value one off at any
+        # magnitude shows as +-1 instead of a saturated byte
+        for v in sums:
+            offset = ref.cacc(v, clip)
+            got, sat, want, want_sat = _post_processed(
+                np.full((1, 1, 1), v, np.int32), np.zeros(1, np.int64), clip, (offset, 1, 0))
+            assert np.array_equal(got, want) and sat == want_sat, (clip, v)
+            assert got[0, 0, 0] == 0, (clip, v)  # lane 0; the other lanes read 0 - offset
     for offset in (0, 3, lo, hi):
         for scale in (1, -1, 0, 7, (1 << 15) - 1, -(1 << 15)):
             for shift in range(64):
@@ -172,6 +181,7 @@ def test_post_process_rounds_and_saturates_at_the_edges_as_the_reference():
                 got, sat, want, want_sat = _post_processed(zeros, np.array(r, np.int64), 0,
                                                            (offset, scale, shift))
                 assert np.array_equal(got, want) and sat == want_sat, (offset, scale, shift)
+
 
 def test_weights_are_decoded_and_packed_once_while_their_bytes_stay_the_same():
     """read_weights gives the same read-only array for the same bytes, so the kernel's packed

@@ -72,22 +72,54 @@ def test_one_child_compiles_for_every_device(tmp_path, monkeypatch):
     assert lines[-2].startswith("accelstub: all devices: done in ")
 
 
-def test_the_queue_holds_each_kernel_once_longest_first_then_the_planless_demos():
+def test_the_queue_holds_each_kernel_once_longest_first_then_the_planless_demos(monkeypatch):
     """queue_for: the executor (AHEAD) first, every device's plan, the executor's kernels and
-    the plans' parallel twins once each, longest first, then the demos of the devices
-    without a plan (whose kernels only a run names)."""
+    the plans' parallel twins once each, longest first (a TOGETHER set at its own figure, its
+    kernels side by side in its order), then the demos of the devices without a plan (whose
+    kernels only a run names): every bundled device has a plan, so none by default."""
+    import dataclasses
+
+    from accelstub import devices
     from accelstub.devices import device_spec
     from accelstub.emu.kernel_plan import CALL
 
     queue = precompile.queue_for(["max78000", "ethos-u85", "ne16", "nvdla"])
     assert queue[0][:3] == precompile.AHEAD["ethos-u85"][0][:3]
-    kernels = queue[1:-2]
+    kernels = queue[1:]
     assert len({e[:3] for e in kernels}) == len(kernels)
-    assert [e[3] for e in kernels] == sorted((e[3] for e in kernels), reverse=True)
-    for device in ("max78000", "ethos-u85"):
+    sets = {f: seconds for functions, seconds in precompile.TOGETHER.values()
+            for f in functions}
+    figures = [sets.get((e[0], e[1]), e[3]) for e in kernels]
+    assert figures == sorted(figures, reverse=True)
+    names = [(e[0], e[1]) for e in kernels]
+    for functions, _ in precompile.TOGETHER.values():
+        at = names.index(functions[0])
+        assert names[at:at + len(functions)] == list(functions)
+    for device in ("max78000", "ethos-u85", "ne16", "nvdla"):
         assert {e[:3] for e in device_spec(device).kernel_plan} <= {e[:3] for e in kernels}
     assert not any(e[2].startswith(CALL) for e in kernels)
-    assert [e[2] for e in queue[-2:]] == [f"{CALL}demo ne16", f"{CALL}demo nvdla"]
+    planless = dataclasses.replace(device_spec("nvdla"), kernel_plan=())
+    monkeypatch.setattr(devices, "device_spec",
+                        lambda d: planless if d == "nvdla" else device_spec(d))
+    queue = precompile.queue_for(["max78000", "nvdla", "ne16"])
+    assert [e[2] for e in queue if e[2].startswith(CALL)] == [f"{CALL}demo nvdla"]
+    assert queue[-1][2] == f"{CALL}demo nvdla"
+
+
+def test_the_compile_child_queues_the_together_sets(monkeypatch):
+    """The child gives compile_plan its queue and TOGETHER (each set one job)."""
+    from accelstub.emu import kernel_plan
+    from accelstub.stub import cli
+
+    got = {}
+    monkeypatch.setattr(kernel_plan, "compile_plan",
+                        lambda plan, **kw: got.setdefault("first", kw) and [])
+    monkeypatch.setattr(cli, "main", lambda argv: 0)
+    monkeypatch.setattr(precompile, "_DEMOS", {})
+    assert precompile._child(["ethos-u85"]) == 0
+    assert got["first"]["together"] == {
+        f: name for name, (functions, _) in precompile.TOGETHER.items() for f in functions}
+    assert got["first"]["then"] == precompile.queue_for(["ethos-u85"])
 
 
 @pytest.mark.slow

@@ -96,3 +96,21 @@ def test_a_demo_that_fails_in_the_compile_worker_raises_there_and_not_in_the_chi
     monkeypatch.setattr(kernel_plan, "_WORKER", [False])
     precompile.demo("ne16")
     assert precompile._DEMOS == {"ne16": 3}
+
+
+def test_a_plan_that_compiled_has_its_garbage_collected_before_the_start_up_freeze(
+        monkeypatch):
+    """stub/cli.py _compile_plan: where the kernel plan compiled anything (compile_plan names
+    what was not cached), numba's cyclic garbage is collected before the run's or the server's
+    start-up freezes all that is alive (numba_start.collector_paused); a warm plan (nothing
+    compiled) pays no collection."""
+    from accelstub.emu import kernel_plan
+    from accelstub.stub import cli
+
+    collected = []
+    monkeypatch.setattr(cli.gc, "collect", lambda *a: collected.append(a) or 0)
+    for compiled, want in (([("m", "f", "()", 1.0, "")], 1), ([], 0)):
+        collected.clear()
+        monkeypatch.setattr(kernel_plan, "compile_plan", lambda plan, compiled=compiled: compiled)
+        cli._compile_plan("max78000")
+        assert len(collected) == want, compiled

@@ -221,3 +221,76 @@ def test_the_collector_pause_restores_its_state_and_freezes_what_was_built():
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout.splitlines()[-1]) == [[False, True, True], [False, False, True]]
+
+
+SERVE_FROZEN = """
+import contextlib, gc, io, json
+import accelstub.stub.cli as cli
+seen = []
+plan = cli._compile_plan
+cli._compile_plan = lambda device: (seen.append(gc.get_threshold()[0]), plan(device))
+with contextlib.redirect_stdout(io.StringIO()):
+    code = cli.main(["serve", "max78000", "--stdio"])  # stdin at its end: serves, then stops
+print(json.dumps([code, gc.isenabled(), gc.get_freeze_count(), len(gc.get_objects()), seen,
+                  gc.get_threshold()[0]]))
+"""
+
+
+def test_serves_start_up_is_frozen_like_a_runs_and_its_plan_compiles_relaxed():
+    """`accelstub serve` opens its device and loads its program as `run` does: with the
+    collector paused, then frozen (stub/cli.py _serve_until_stopped, issue 31 #5), so what
+    is alive after it is nearly all in the permanent generation; its kernel plan runs with the
+    first generation raised to numba_start.COMPILING_GEN0 (collector_for_compiling), and
+    CPython's threshold is back once it serves. Over a pipe (--stdio, stdin at its end): no
+    port is opened."""
+    from accelstub.stub.numba_start import COMPILING_GEN0
+    for _ in range(2):  # the first one may compile or parse: the second is a warm start
+        out = subprocess.run([sys.executable, "-c", SERVE_FROZEN], capture_output=True,
+                             text=True, timeout=300, stdin=subprocess.DEVNULL)
+        assert out.returncode == 0, out.stderr
+    code, enabled, frozen, young, during_plan, after = json.loads(out.stdout.splitlines()[-1])
+    assert code == 0 and enabled
+    assert frozen > 50_000 and frozen > 4 * young
+    assert during_plan == [COMPILING_GEN0] and after == 700
+
+
+def test_the_compiling_threshold_is_raised_inside_and_restored_even_on_an_error():
+    """collector_for_compiling raises the first generation's threshold to COMPILING_GEN0 (a
+    caller's larger one is kept), leaves the others and the collector's on/off state, and
+    restores all of it when the block ends, also by an exception."""
+    import gc
+
+    from accelstub.stub.numba_start import COMPILING_GEN0, collector_for_compiling
+    old = gc.get_threshold()
+    try:
+        for start in ((700, 10, 10), (50_000, 7, 3)):
+            gc.set_threshold(*start)
+            with pytest.raises(KeyError):
+                with collector_for_compiling():
+                    assert gc.get_threshold() == (max(start[0], COMPILING_GEN0), *start[1:])
+                    raise KeyError
+            assert gc.get_threshold() == start
+    finally:
+        gc.set_threshold(*old)
+
+
+REGISTRY = """
+import gc, json
+from accelstub.stub.numba_start import start_numba_lean
+start_numba_lean()
+from numba.core.registry import cpu_target
+young, frozen = len(gc.get_objects()), gc.get_freeze_count()
+cpu_target.target_context.refresh()  # what the first kernel load calls
+print(json.dumps([len(gc.get_objects()) - young, frozen]))
+"""
+
+
+def test_numba_starts_with_its_registry_built_and_frozen():
+    """start_numba_lean builds numba's implementation registry (~30 000 objects, which a
+    run's first kernel load would build with the collector on) under the collector pause and
+    freezes it: the first load's refresh then adds next to nothing."""
+    out = subprocess.run([sys.executable, "-c", REGISTRY], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    added, frozen = json.loads(out.stdout.splitlines()[-1])
+    assert added < 100 and frozen > 50_000
