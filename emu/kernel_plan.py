@@ -27,7 +27,7 @@ import numba
 from numba.core import sigutils
 from numba.core.compiler_lock import global_compiler_lock
 
-from .jit import KERNELS, interpreted
+from .jit import KERNELS, argument_type, interpreted
 
 #: (module, function, signature as numba prints it, CPU seconds it took to compile on the
 #: reference machine (used only to share the work out), the machines that call it: a key of
@@ -131,11 +131,15 @@ def tiered(kernel, cost_s: float, *args) -> Callable:
     little work (the bundled Ethos-U85 demo: 4640 weights) is done interpreting it before
     numba would have compiled it; a larger program interprets at most the budget, then
     compiles as before; after `accelstub compile` (such kernels' plan entries are
-    :data:`AHEAD`) every run loads them."""
+    :data:`AHEAD`) every run loads them. The arguments' types as numba's ``typeof`` gives
+    them, by :func:`argument_type` for arrays (numba's would import numpy.ma, ~7 ms of a warm
+    Ethos-U85 run, issue 31 #5)."""
     if kernel.overloads or cost_s > _budget_left[0]:
         return kernel
     if kernel not in _NOT_CACHED:
-        if load_types(kernel, tuple(numba.typeof(a) for a in args)):
+        kinds = tuple(t if (t := argument_type(a)) is not None else numba.typeof(a)
+                      for a in args)
+        if load_types(kernel, kinds):
             return kernel
         _NOT_CACHED.add(kernel)
     _budget_left[0] -= cost_s

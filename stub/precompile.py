@@ -40,7 +40,7 @@ KERNEL_MARK = "accelstub-kernel:"
 #: by its module's compile_ahead for the argument types only that module knows (one function
 #: for both kernel variants: it calls the kernels through their addresses)
 AHEAD = {"ethos-u85": (
-    ("accelstub.emu.executor.ethosu85", "run_rows", "call compile_ahead", 4.5, ""),)}  # CALL
+    ("accelstub.emu.executor.ethosu85", "run_rows", "call compile_ahead", 3.5, ""),)}  # CALL
 #: where the kernels that AHEAD's call through their addresses are listed (module, function
 #: returning kernel-plan entries): compiled by the queue beside the plan, not inside AHEAD's
 AHEAD_KERNELS = {"ethos-u85": ("accelstub.emu.executor.ethosu85", "kernel_entries")}

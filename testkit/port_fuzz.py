@@ -366,7 +366,11 @@ def send_batch(port: int, packets: list[bytes], timeout: float) -> tuple[int, st
                 except OSError:
                     closed = True
         if not closed:
-            s.shutdown(socket.SHUT_WR)
+            try:
+                s.shutdown(socket.SHUT_WR)
+            except OSError:  # the server closed as the last packet went (ENOTCONN): as above
+                closed = True
+        if not closed:
             while True:  # until the server has taken every packet and closes
                 if time.monotonic() > deadline:
                     return sum(1 for e in ends if e <= sent), "stalled"

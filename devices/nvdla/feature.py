@@ -127,9 +127,10 @@ def write_feature(data: np.ndarray, offset: int, cube: np.ndarray, line: int, su
 @functools.lru_cache(maxsize=32)
 def unique_bytes(c: int, h: int, w: int, line: int, surf: int) -> bool:
     """Whether every element of the cube has a byte of its own (then the order of its stores
-    does not matter: sdp.process stores in place)."""
-    idx = _feature_index(c, h, w, line, surf)
-    return bool(np.unique(idx).size == idx.size)
+    does not matter: sdp.process stores in place). No two equal neighbours once sorted: not
+    np.unique, which imports numpy.ma on its first call (~7 ms of a warm run, issue 31 #5)."""
+    idx = np.sort(_feature_index(c, h, w, line, surf), axis=None)
+    return bool((idx[1:] != idx[:-1]).all())
 
 
 def written_ranges(addr: int, c: int, h: int, w: int, line: int, surf: int

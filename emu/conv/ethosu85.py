@@ -195,7 +195,8 @@ def _finish_terms(cfg, bias, scales, shifts, oc_n: int) -> tuple:
     OFM zero point and the clip bounds as the fast stage takes them (+-2**62 without
     clipping). numpy, not a kernel: it runs once per layer (kept by _stage_terms) and its
     compile was 0.5 s of every first run (issue 31 #5); the rounding addends are
-    P.round_terms' own Python function, once per distinct shift."""
+    P.round_terms' own Python function, once per distinct shift (a set: np.unique imports
+    numpy.ma on its first call, ~7 ms of a warm run, issue 31 #5)."""
     if cfg[P.C_SCALE_MODE] == 0:
         sc, sh, bi = (np.array(a[:oc_n], np.int64) for a in (scales, shifts, bias))
     else:
@@ -203,7 +204,7 @@ def _finish_terms(cfg, bias, scales, shifts, oc_n: int) -> tuple:
         bi = np.zeros(oc_n, np.int64)
     ok = (sh >= 0) & (sh <= 62) & (np.abs(sc) < np.int64(1) << 31)
     rp, rn = np.zeros(oc_n, np.int64), np.zeros(oc_n, np.int64)
-    for s in np.unique(sh[ok]):
+    for s in sorted(set(sh[ok].tolist())):
         at = ok & (sh == s)
         rp[at], rn[at] = P.round_terms.py_func(s, cfg[P.C_ROUND], cfg[P.C_DBL_RND])
     fast = bool(cfg[P.C_FUNC] == P.LUT_NONE and cfg[C_OFM_BITS] != 64 and ok.all())
@@ -233,8 +234,11 @@ def _finish_fast(tot, rows, cols, k, out):
     each value's low bytes stored little-endian as numpy views them on the hosts we run (x86,
     arm64): the store truncates to OFM bits [U85-TRM: §3.6.7]. One compiled signature for
     every OFM type: an int8 and an int32 form of this kernel and of its serial twin took
-    ~2 s of `accelstub compile`'s CPU (issue 31 #5). The 8-bit loop is the hot one (the
-    16/32-bit one, stores a byte at a time, is ~1.7x slower)."""
+    ~2 s of `accelstub compile`'s CPU (issue 31 #5). The 16/32-bit loop stores each value's
+    bytes at constant offsets (2*oc.., 4*oc..) under a loop-invariant width test: LLVM splits
+    the loop per width and vectorises both as the 8-bit one (32x32x64, serial: 16-bit 154 ->
+    26 us, 32-bit 42 -> 26 us, 8-bit 25 us); offsets oc*nb (nb unknown) did not vectorise. An
+    int16/int32 ``view`` of ``out`` was slower and compiled ~0.13 s longer per view."""
     H, W = out.shape[0], out.shape[1]
     sc, sh, bi, rp, dr = k[0], k[1], k[2], k[3], k[4]
     zp, lo, hi, oc_n = k[5, 0], k[5, 1], k[5, 2], k[5, 3]
@@ -250,11 +254,14 @@ def _finish_fast(tot, rows, cols, k, out):
                 for oc in range(oc_n):
                     v = _fast_value(tot[oy, ox, oc], keep, sc[oc], sh[oc], bi[oc], rp[oc],
                                     dr[oc], zp, lo, hi)
-                    out[oy, ox, oc * nb] = v
-                    out[oy, ox, oc * nb + 1] = v >> 8
-                    if nb == 4:
-                        out[oy, ox, oc * nb + 2] = v >> 16
-                        out[oy, ox, oc * nb + 3] = v >> 24
+                    if nb == 2:
+                        out[oy, ox, 2 * oc] = v
+                        out[oy, ox, 2 * oc + 1] = v >> 8
+                    else:
+                        out[oy, ox, 4 * oc] = v
+                        out[oy, ox, 4 * oc + 1] = v >> 8
+                        out[oy, ox, 4 * oc + 2] = v >> 16
+                        out[oy, ox, 4 * oc + 3] = v >> 24
 
 
 _FINISH_FAST_TWIN = IC.twin(_finish_fast)

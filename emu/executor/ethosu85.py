@@ -40,6 +40,85 @@ def _a(dtype, ndim: int, readonly: bool = False, layout: str = "C") -> types.Arr
 _I, _I32, _B = types.int64, types.int32, types.boolean
 _FINISH = (_a(_I32, 3), _a(_I, 1, True), _a(_I, 1, True), _a(_I, 2))
 
+@intrinsic
+def _move(typingctx, dst, d, src, s, n):
+    """dst[d:d+n] = src[s:s+n] of two byte arrays as one llvm.memmove (the caller keeps both
+    in bounds). Why: numba's byte loops (any form: element by element, 16 at a time,
+    unsigned indices, slices) moved 0.3-1.7 ns a byte, 10-70x numpy's copy; the memory's
+    tensors are a few 16-byte runs per pixel."""
+    def codegen(context, builder, sig, args):
+        da, do, sa, so, nn = args
+        dp = builder.gep(context.make_array(sig.args[0])(context, builder, da).data, [do])
+        sp = builder.gep(context.make_array(sig.args[2])(context, builder, sa).data, [so])
+        cgutils.raw_memmove(builder, dp, sp, nn, 1)
+        return context.get_dummy_value()
+    return types.void(dst, types.int64, src, types.int64, types.int64), codegen
+
+
+@njit(nogil=True, cache=True)
+def _tensor(mems, boxes, b0, nb, rows, cols, cmax, buf, pix, store):
+    """Between a tensor's boxes ``b0`` .. ``b0+nb`` and ``buf`` (byte (y, x, c) at
+    ``(y*cols + x)*pix + c``), for y < rows, x < cols, c < cmax: read into ``buf``, or
+    (``store``) written from it. One function for both ways: each compiled function costs
+    ~0.3 s of a first compile."""
+    for b in range(b0, b0 + nb):
+        mem = mems[boxes[b, 0]]
+        off, c0, n = boxes[b, 1], boxes[b, 2], boxes[b, 3]
+        sy, sx, sc = boxes[b, 4], boxes[b, 5], boxes[b, 6]
+        n = min(n, cmax - c0)
+        if n <= 0:
+            continue
+        whole_rows = sc == 16 and sx == n and pix == n  # NHWC rows as they are
+        for y in range(rows):
+            for j in range(0, n if not whole_rows else 1, 16):
+                m = cols * n if whole_rows else min(16, n - j)
+                at = off + y * sy + (j // 16) * sc
+                d = y * cols * pix + c0 + j
+                if not whole_rows and sx == m and pix == m:
+                    # a brick's pixels back to back in memory and in ``buf`` (16 channels of
+                    # NHCWB16 [U85-TRM: §3.6.5]): the row's pixels in one move, not one each
+                    if store:
+                        _move(mem, at, buf, d, cols * m)
+                    else:
+                        _move(buf, d, mem, at, cols * m)
+                    continue
+                for x in range(1 if whole_rows else cols):
+                    if store:
+                        _move(mem, at + x * sx, buf, d + x * pix, m)
+                    else:
+                        _move(buf, d + x * pix, mem, at + x * sx, m)
+
+
+@njit(nogil=True, cache=True)
+def _values(xw, rh, rw, rc, size, signed, zp, v, H, W, K):
+    """read_ifm's values [U85-TRM: §3.6.5] as values_minus gives them, from the [rh, rw, rc]
+    tensor of ``size``-byte little-endian integers in ``xw``: as the type reads them, minus
+    the zero point, into ``v`` as [H, W, K]; an axis of extent 1 read at coordinate 0 (a
+    broadcast axis, eltwise _broadcast). Strides of 0 for those axes and the sign by
+    ``(e ^ h) - h`` (h the top bit: two's complement of ``size`` bytes, size <= 4) rather than
+    per-element conditions: LLVM made ~4900 lines of IR of those, ~960 of this (0.79 -> 0.54 s
+    to compile, and less for run_rows to link; issue 31 #5)."""
+    sy = 0 if rh == 1 else rw * rc * size
+    sx = 0 if rw == 1 else rc * size
+    sc = 0 if rc == 1 else size
+    h = (np.int64(1) << (8 * size - 1)) if signed else np.int64(0)
+    i = 0
+    for y in range(H):
+        for x in range(W):
+            j = y * sy + x * sx
+            for _ in range(K):
+                e = np.int64(0)
+                for b in range(size):
+                    e |= np.int64(xw[j + b]) << (8 * b)
+                v[i] = ((e ^ h) - h) - zp
+                i += 1
+                j += sc
+
+
+#: memories a table may refer to (:func:`memories`)
+MEMORIES = 8
+
+
 #: the kernels the rows call, each through its address (:func:`_call`), by slot: the
 #: signature :func:`run_rows` calls it with, then the kernel of each variant (byte kernels
 #: (VNNI), int16-pair kernel; None: that variant makes no such rows, its address is 0 and a
@@ -72,9 +151,16 @@ SLOTS = (
     (types.none(_a(types.int8, 1, True), _I32, _I, _I, _a(types.int16, 1)),
      None, IC._pack_pixels),
     (types.none(*[_a(_I32, 1)] * 3, *[_I] * 5), None, IC._pointwise16),
+    # run_rows' own helpers: linked in, they were compiled in its typing, then optimised again
+    # with it (run_rows ~4.7 s CPU with them, ~3.5 s without; they ~0.6 s apart): through their
+    # addresses they are queue jobs of their own, compiled once (issue 31 #5)
+    (types.none(types.UniTuple(_a(types.uint8, 1), MEMORIES), _a(_I, 2), *[_I] * 5,
+                _a(types.uint8, 1), _I, _B), _tensor, _tensor),
+    (types.none(_a(types.uint8, 1), *[_I] * 4, _B, _I, _a(_I, 1), _I, _I, _I), _values,
+     _values),
 )
 (F_POINTWISE, F_CONV, F_PACK16, F_CONV16, F_DEPTHWISE, F_FINISH, F_ADDSUB, F_EW,
- F_POOL, F_PACK_PIXELS, F_POINTWISE16) = range(len(SLOTS))
+ F_POOL, F_PACK_PIXELS, F_POINTWISE16, F_TENSOR, F_VALUES) = range(len(SLOTS))
 
 
 @intrinsic(prefer_literal=True)
@@ -155,11 +241,13 @@ def addresses(byte_kernels: bool | None = None, kinds=None) -> np.ndarray:
 # row kinds
 COPY, POINTWISE, DEPTHWISE, ADDSUB, CONV, ELEMENTWISE, POOL, CONV16 = 1, 2, 3, 4, 5, 6, 7, 8
 #: the slots each row kind calls (:func:`run_rows`): a convolution's kernels and the output
-#: stage, the element-wise and pooling rows their general kernels (and the fast add/sub)
-KIND_SLOTS = {POINTWISE: (F_POINTWISE, F_FINISH), CONV: (F_CONV, F_FINISH),
-              CONV16: (F_PACK16, F_CONV16, F_PACK_PIXELS, F_POINTWISE16, F_FINISH),
-              DEPTHWISE: (F_DEPTHWISE, F_FINISH), ADDSUB: (F_ADDSUB,),
-              ELEMENTWISE: (F_EW, F_ADDSUB), POOL: (F_POOL,)}
+#: stage, the element-wise and pooling rows their general kernels (and the fast add/sub);
+#: every kind but COPY its tensors' reads and stores (:func:`_tensor`)
+KIND_SLOTS = {POINTWISE: (F_POINTWISE, F_FINISH, F_TENSOR), CONV: (F_CONV, F_FINISH, F_TENSOR),
+              CONV16: (F_PACK16, F_CONV16, F_PACK_PIXELS, F_POINTWISE16, F_FINISH, F_TENSOR),
+              DEPTHWISE: (F_DEPTHWISE, F_FINISH, F_TENSOR), ADDSUB: (F_ADDSUB, F_TENSOR),
+              ELEMENTWISE: (F_EW, F_ADDSUB, F_TENSOR, F_VALUES),
+              POOL: (F_POOL, F_TENSOR, F_VALUES)}
 
 # row columns
 K_KIND, K_STEP, K_H, K_W, K_C, K_K = 0, 1, 2, 3, 4, 5
@@ -227,21 +315,6 @@ BYTE_KERNELS = HAVE_VNNI
 BOX_COLUMNS = 7
 #: a stream check: memory, offset, length, offset of the bytes it must hold in c8
 CHECK_COLUMNS = 4
-
-
-@intrinsic
-def _move(typingctx, dst, d, src, s, n):
-    """dst[d:d+n] = src[s:s+n] of two byte arrays as one llvm.memmove (the caller keeps both
-    in bounds). Why: numba's byte loops (any form: element by element, 16 at a time,
-    unsigned indices, slices) moved 0.3-1.7 ns a byte, 10-70x numpy's copy; the memory's
-    tensors are a few 16-byte runs per pixel."""
-    def codegen(context, builder, sig, args):
-        da, do, sa, so, nn = args
-        dp = builder.gep(context.make_array(sig.args[0])(context, builder, da).data, [do])
-        sp = builder.gep(context.make_array(sig.args[2])(context, builder, sa).data, [so])
-        cgutils.raw_memmove(builder, dp, sp, nn, 1)
-        return context.get_dummy_value()
-    return types.void(dst, types.int64, src, types.int64, types.int64), codegen
 
 
 @intrinsic
@@ -319,66 +392,6 @@ def _view(typingctx, a, start, shape):
 
 
 @njit(nogil=True, cache=True)
-def _tensor(mems, boxes, b0, nb, rows, cols, cmax, buf, pix, store):
-    """Between a tensor's boxes ``b0`` .. ``b0+nb`` and ``buf`` (byte (y, x, c) at
-    ``(y*cols + x)*pix + c``), for y < rows, x < cols, c < cmax: read into ``buf``, or
-    (``store``) written from it. One function for both ways: each compiled function costs
-    ~0.3 s of a first compile."""
-    for b in range(b0, b0 + nb):
-        mem = mems[boxes[b, 0]]
-        off, c0, n = boxes[b, 1], boxes[b, 2], boxes[b, 3]
-        sy, sx, sc = boxes[b, 4], boxes[b, 5], boxes[b, 6]
-        n = min(n, cmax - c0)
-        if n <= 0:
-            continue
-        whole_rows = sc == 16 and sx == n and pix == n  # NHWC rows as they are
-        for y in range(rows):
-            for j in range(0, n if not whole_rows else 1, 16):
-                m = cols * n if whole_rows else min(16, n - j)
-                at = off + y * sy + (j // 16) * sc
-                d = y * cols * pix + c0 + j
-                if not whole_rows and sx == m and pix == m:
-                    # a brick's pixels back to back in memory and in ``buf`` (16 channels of
-                    # NHCWB16 [U85-TRM: §3.6.5]): the row's pixels in one move, not one each
-                    if store:
-                        _move(mem, at, buf, d, cols * m)
-                    else:
-                        _move(buf, d, mem, at, cols * m)
-                    continue
-                for x in range(1 if whole_rows else cols):
-                    if store:
-                        _move(mem, at + x * sx, buf, d + x * pix, m)
-                    else:
-                        _move(buf, d + x * pix, mem, at + x * sx, m)
-
-
-@njit(nogil=True, cache=True)
-def _values(xw, rh, rw, rc, size, signed, zp, v, H, W, K):
-    """read_ifm's values [U85-TRM: §3.6.5] as values_minus gives them, from the [rh, rw, rc]
-    tensor of ``size``-byte little-endian integers in ``xw``: as the type reads them, minus
-    the zero point, into ``v`` as [H, W, K]; an axis of extent 1 read at coordinate 0 (a
-    broadcast axis, eltwise _broadcast). Strides of 0 for those axes and the sign by
-    ``(e ^ h) - h`` (h the top bit: two's complement of ``size`` bytes, size <= 4) rather than
-    per-element conditions: LLVM made ~4900 lines of IR of those, ~960 of this (0.79 -> 0.54 s
-    to compile, and less for run_rows to link; issue 31 #5)."""
-    sy = 0 if rh == 1 else rw * rc * size
-    sx = 0 if rw == 1 else rc * size
-    sc = 0 if rc == 1 else size
-    h = (np.int64(1) << (8 * size - 1)) if signed else np.int64(0)
-    i = 0
-    for y in range(H):
-        for x in range(W):
-            j = y * sy + x * sx
-            for _ in range(K):
-                e = np.int64(0)
-                for b in range(size):
-                    e |= np.int64(xw[j + b]) << (8 * b)
-                v[i] = ((e ^ h) - h) - zp
-                i += 1
-                j += sc
-
-
-@njit(nogil=True, cache=True)
 def run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8, acc, out8,
              outu, ea, eb, eo, chain, x4, flag, fps):
     """Rows ``r0`` .. ``r1`` of the table ``ops``, in order; the row it stopped at (``r1``:
@@ -417,7 +430,8 @@ def run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8, 
             terms = _view(c64w, ops[r, K_TERMS], (6, tw))
             if kind == POINTWISE:
                 q4, kv, n = ops[r, K_Q4], ops[r, K_KV], H * W
-                _tensor(mems, boxes, ops[r, K_IFM], ops[r, K_IFM_N], H, W, C, xw, 4 * q4, False)
+                _call(fps, F_TENSOR, (mems, boxes, ops[r, K_IFM], ops[r, K_IFM_N], H, W, C, xw,
+                                      4 * q4, False))
                 _call(fps, F_POINTWISE, (
                     _view(x32, 0, (n * q4,)), np.int32(ops[r, K_MASK]),
                     _view(c32, ops[r, K_COLUMNS], (ops[r, K_COLUMNS_N],)),
@@ -427,7 +441,8 @@ def run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8, 
             elif kind == CONV:  # run_byte_launch's call, its serial kernel
                 h, w, q4, kp = ops[r, K_CV_H], ops[r, K_CV_W], ops[r, K_CV_Q4], ops[r, K_CV_KP]
                 wob, kh, kw = ops[r, K_CV_WOB], ops[r, K_CV_KH], ops[r, K_CV_KW]
-                _tensor(mems, boxes, ops[r, K_IFM], ops[r, K_IFM_N], h, w, C, xw, 4 * q4, False)
+                _call(fps, F_TENSOR, (mems, boxes, ops[r, K_IFM], ops[r, K_IFM_N], h, w, C, xw,
+                                      4 * q4, False))
                 _call(fps, F_CONV, (
                       _view(x32, 0, (h, w, q4)), ops[r, K_CV_OFF], ops[r, K_CV_ZB],
                       ops[r, K_CV_ROWS], ops[r, K_CV_TOP],
@@ -445,7 +460,8 @@ def run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8, 
                 ho, wob, kp, tw = ops[r, K_C16_HO], ops[r, K_CV_WOB], ops[r, K_CV_KP], \
                     ops[r, K_C16_TW]
                 c2, plane, kh = ops[r, K_C16_C2], ops[r, K_CV_PLANE], ops[r, K_CV_KH]
-                _tensor(mems, boxes, ops[r, K_IFM], ops[r, K_IFM_N], h, wd, C, xw, C, False)
+                _call(fps, F_TENSOR, (mems, boxes, ops[r, K_IFM], ops[r, K_IFM_N], h, wd, C, xw,
+                                      C, False))
                 w4 = _view(c32, ops[r, K_CV_W4], (ops[r, K_CV_W4_N],))
                 a = _view(acc, 0, (ho * wob * kp,))
                 if ops[r, K_C16_PW] != 0:  # _run_pointwise16's calls (ho = vh)
@@ -469,7 +485,8 @@ def run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8, 
                 tot = _view(acc, 0, (H, tw, kp))
             else:
                 ih, iw = ops[r, K_IN_H], ops[r, K_IN_W]
-                _tensor(mems, boxes, ops[r, K_IFM], ops[r, K_IFM_N], ih, iw, C, xw, C, False)
+                _call(fps, F_TENSOR, (mems, boxes, ops[r, K_IFM], ops[r, K_IFM_N], ih, iw, C, xw,
+                                      C, False))
                 kh, kw = ops[r, K_KH], ops[r, K_KW]
                 w = _view(c32, ops[r, K_WEIGHTS], (kh, kw, C))
                 tot = _view(acc, 0, (H, W, C))
@@ -494,7 +511,8 @@ def run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8, 
                 if ops[r, fifo] > 0:
                     _move(xw, 0, chain, ops[r, fifo] - 1, n)
                 else:
-                    _tensor(mems, boxes, ops[r, slot], ops[r, slot + 1], H, W, K, xw, K, False)
+                    _call(fps, F_TENSOR, (mems, boxes, ops[r, slot], ops[r, slot + 1], H, W, K,
+                                          xw, K, False))
                 signed, z = ops[r, sg] != 0, ops[r, zp]
                 for i in range(n):
                     e = np.int64(xw[i])
@@ -524,10 +542,10 @@ def run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8, 
                     _move(xw, 0, chain, ops[r, K_CHAIN_IN1 + q] - 1, rh * rw * rc * eb_)
                 else:
                     slot = K_IFM if q == 0 else K_IFM2
-                    _tensor(mems, boxes, ops[r, slot], ops[r, slot + 1], rh, rw, rc * eb_, xw,
-                            rc * eb_, False)
-                _values(xw, rh, rw, rc, eb_, ops[r, K_SIGNED1 + q] != 0, ops[r, K_ZP1 + q],
-                        v, H, W, K)
+                    _call(fps, F_TENSOR, (mems, boxes, ops[r, slot], ops[r, slot + 1], rh, rw,
+                                          rc * eb_, xw, rc * eb_, False))
+                _call(fps, F_VALUES, (xw, rh, rw, rc, eb_, ops[r, K_SIGNED1 + q] != 0,
+                                      ops[r, K_ZP1 + q], v, H, W, K))
             a3, b3 = _view(ea, 0, (H, W, K)), _view(eb, 0, (H, W, K))
             ew, cfg = _view(c64w, ops[r, K_EW], (14,)), _view(c64w, ops[r, K_CFG], (15,))
             if ops[r, K_EW_FAST] != 0:  # _run's add/sub on _addsub_fast (_ew_kernel's values)
@@ -539,9 +557,10 @@ def run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8, 
                                                                 + EE.P.LUT_BYTES])).ravel()
         elif kind == POOL:  # _pool_one's values (no upscale, none fitted), _pool_kernel, store
             ih, iw, ic, eb_ = ops[r, K_PIN_H], ops[r, K_PIN_W], ops[r, K_C], ops[r, K_BITS1] // 8
-            _tensor(mems, boxes, ops[r, K_IFM], ops[r, K_IFM_N], ih, iw, ic * eb_, xw, ic * eb_,
-                    False)
-            _values(xw, ih, iw, ic, eb_, ops[r, K_SIGNED1] != 0, ops[r, K_ZP1], ea, ih, iw, ic)
+            _call(fps, F_TENSOR, (mems, boxes, ops[r, K_IFM], ops[r, K_IFM_N], ih, iw, ic * eb_,
+                                  xw, ic * eb_, False))
+            _call(fps, F_VALUES, (xw, ih, iw, ic, eb_, ops[r, K_SIGNED1] != 0, ops[r, K_ZP1], ea,
+                                  ih, iw, ic))
             zeros = _view(c64w, ops[r, K_ZEROS], (K,))  # no bias, scales, shifts
             out = _call(fps, F_POOL, (_view(ea, 0, (ih, iw, ic)), _view(eb, 0, (H, W, K)),
                                       _view(c64w, ops[r, K_GEO], (11,)),
@@ -563,12 +582,9 @@ def run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8, 
         if ops[r, K_CHAIN_OUT] > 0:
             _move(chain, ops[r, K_CHAIN_OUT] - 1, outu, 0, H * W * kb)
         else:
-            _tensor(mems, boxes, ops[r, K_OFM], ops[r, K_OFM_N], H, W, kb, outu, kb, True)
+            _call(fps, F_TENSOR, (mems, boxes, ops[r, K_OFM], ops[r, K_OFM_N], H, W, kb, outu,
+                                  kb, True))
     return r1
-
-
-#: memories a table may refer to (:func:`memories`)
-MEMORIES = 8
 
 
 def memories(arrays: list) -> tuple | None:

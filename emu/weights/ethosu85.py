@@ -488,13 +488,34 @@ def _block_dims(p):
 
 
 @njit(nogil=True, cache=True)
+def _walk_pad(n, fill, ws_out, idx_out, num_wd, per):
+    """The walk's padding: ``per`` padding values (index -1) for each of the num_wd streams
+    in turn, from position n; returns the new n. One helper for the depthwise and the
+    part-kernel padding of [U85-TRM: §3.9.2]: written out twice in the walk they were ~0.1 s
+    more of its compile (issue 31 #5)."""
+    for ws in range(num_wd):
+        for _k in range(per):
+            if fill:
+                ws_out[n] = ws
+                idx_out[n] = -1
+            n += 1
+    return n
+
+
+@njit(nogil=True, cache=True, error_model="numpy")
 def _walk(p, fill, ws_out, idx_out):
     """Walk the decoder stream order of [U85-TRM: §3.9.2]; returns the number of emitted values.
     With fill, stores each value's stream number in ws_out and its flat index into
     W[oc][kh_u][kw_u][icn] (or -1 for padding) in idx_out. p: ofm_depth, ifm_depth,
     kernel_h, kernel_w (dilated), dil_y, dil_x (0/1), stride_y, stride_x, ofm_block_depth,
     decomp_size, partkernel, depthwise, sparse, ifm16bit, wblk_o (microblock depth), num_wd,
-    dw_pad_k, mb_i16only."""
+    dw_pad_k, mb_i16only.
+
+    Why the stepped loops are ``while`` loops and the error model numpy's: numba compiles a
+    ``range`` with a variable step and an integer ``//`` each with a raising error path
+    (step 0, division by 0); with them (and the padding loops written out twice, now
+    :func:`_walk_pad`) it was ~1.4 s of compile CPU, ~25 % more (issue 31 #5). The steps and
+    divisors are checked once here instead."""
     ofm_depth, ifm_depth, kh, kw, dy, dx = p[0], p[1], p[2], p[3], p[4], p[5]
     sty, stx, obd, dsz, partk, dwise, sparse = p[6], p[7], p[8], p[9], p[10], p[11], p[12]
     wblk_o, num_wd, dw_pad_k = p[14], p[15], p[16]
@@ -508,23 +529,31 @@ def _walk(p, fill, ws_out, idx_out):
     i_sz = 1 if dwise else (16 if sparse else 8)
     sx_n = stx if partk else 1
     sy_n = sty if partk else 1
+    if obd < 1 or wblk_o < 1 or sy_n < 1 or sx_n < 1 or num_wd < 1 or dw_ < 1 or dh_ < 1:
+        raise ValueError("weight ordering: a block depth, stride, decoder count or "
+                         "decomposition below 1")
     n = 0
     ifm_loop_start = 0
     ifm_loop_end = 1 if dwise else ifm_depth
     inc = -ibd
-    for oblk_z in range(0, ofm_depth, obd):
+    oblk_z = 0
+    while oblk_z < ofm_depth:
         inc = -inc
         iblk_z = ifm_loop_start
         while 0 <= iblk_z < ifm_loop_end:
             ifm_loop_start = iblk_z
-            for subk_x in range(0, kw_u, dw_):
-                for subk_y in range(0, kh_u, dh_):
+            subk_x = 0
+            while subk_x < kw_u:
+                subk_y = 0
+                while subk_y < kh_u:
                     subk_w = min(kw_u - subk_x, dw_)
                     subk_h = min(kh_u - subk_y, dh_)
                     iblk_depth = 1 if dwise else min(ibd, ifm_depth - iblk_z)
-                    for wblk_iz in range(0, iblk_depth, wblk_i):
+                    wblk_iz = 0
+                    while wblk_iz < iblk_depth:
                         oblk_depth = min(obd, ofm_depth - oblk_z)
-                        for ublk_z in range(0, oblk_depth, wblk_o):
+                        ublk_z = 0
+                        while ublk_z < oblk_depth:
                             o0 = oblk_z + ublk_z
                             i0 = iblk_z + wblk_iz
                             cnt = subk_w * subk_h
@@ -537,7 +566,8 @@ def _walk(p, fill, ws_out, idx_out):
                                         for kx in range(skw):
                                             x = kx if ky % 2 == 0 else skw - 1 - kx
                                             subk_num -= 1
-                                            for i in range(0, wblk_i, i_sz):
+                                            i = 0
+                                            while i < wblk_i:
                                                 for o in range(wblk_o):
                                                     ws = (o >> 2) & (num_wd - 1)
                                                     for ii in range(i_sz):
@@ -553,22 +583,20 @@ def _walk(p, fill, ws_out, idx_out):
                                                             else:
                                                                 idx_out[n] = -1
                                                         n += 1
+                                                i += i_sz
                                             if dwise and subk_num % wblk_k == 0:
-                                                for ws in range(num_wd):
-                                                    for _k in range(dw_pad_k * wblk_o // num_wd):
-                                                        if fill:
-                                                            ws_out[n] = ws
-                                                            idx_out[n] = -1
-                                                        n += 1
+                                                n = _walk_pad(n, fill, ws_out, idx_out, num_wd,
+                                                              dw_pad_k * wblk_o // num_wd)
                             if partk and subk_num > 0:
                                 extra = subk_num + (dw_pad_k if dwise else 0)
-                                for ws in range(num_wd):
-                                    for _k in range(extra * wblk_i * wblk_o // num_wd):
-                                        if fill:
-                                            ws_out[n] = ws
-                                            idx_out[n] = -1
-                                        n += 1
+                                n = _walk_pad(n, fill, ws_out, idx_out, num_wd,
+                                              extra * wblk_i * wblk_o // num_wd)
+                            ublk_z += wblk_o
+                        wblk_iz += wblk_i
+                    subk_y += dh_
+                subk_x += dw_
             iblk_z += inc
+        oblk_z += obd
     return n
 
 

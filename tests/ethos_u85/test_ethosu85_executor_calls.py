@@ -117,6 +117,7 @@ def test_an_exception_a_kernel_raises_reaches_the_caller():
     argument) raises in run_rows' caller, with the kernel's message: the status goes back
     through the call."""
     args = X.blank(64)
+    args[-1][X.F_TENSOR] = X.addresses()[X.F_TENSOR]  # (the row's IFM read comes first)
     args[-1][X.F_POINTWISE] = X.address(_raising, X.SLOTS[X.F_POINTWISE][0])
     with pytest.raises(ValueError, match="a kernel's own error"):
         X.run_rows(_pointwise_row(), 0, 1, *args)
@@ -126,7 +127,8 @@ def test_a_row_whose_variant_has_no_kernel_raises_rather_than_calling_address_0(
     """A slot whose address is 0 (a row kind this machine's variant never makes: the byte
     kernels where the CPU has none, the int16-pair ones where it has them) raises
     AssertionError naming the slot instead of jumping to address 0."""
-    args = X.blank(64)  # (all addresses 0)
+    args = X.blank(64)  # (all addresses 0 but the IFM read's, which comes first)
+    args[-1][X.F_TENSOR] = X.addresses()[X.F_TENSOR]
     with pytest.raises(AssertionError, match=f"slot {X.F_POINTWISE} has no kernel here"):
         X.run_rows(_pointwise_row(), 0, 1, *args)
 
@@ -284,3 +286,23 @@ def test_a_view_is_the_slice_reshaped_and_refuses_to_reach_outside():
         with pytest.raises(ValueError, match="a view outside its array"):
             _viewed(a, start, h, w)
     assert _viewed(a, 20, 0, 3).shape == (0, 3)
+
+
+def test_run_rows_reaches_its_helpers_through_addresses_not_their_linked_code():
+    """_tensor and _values are slots of their own (F_TENSOR, F_VALUES; issue 31 #5): run_rows'
+    compiled module defines neither (linked, they were compiled and optimised again with it)
+    and the kernel entries that `accelstub compile` queues name both. Compiled afresh from
+    run_rows' source for its signature: numba shows no code of a function loaded from the
+    disk cache."""
+    import re
+
+    X.compile_ahead()
+    fresh = njit(nogil=True)(X.run_rows.py_func)
+    for sig in X.run_rows.signatures:
+        fresh.compile(sig)
+        code = fresh.inspect_llvm(sig)
+        assert re.search(r"define [^\n]*run_rows", code)  # (the module is run_rows')
+        for helper in ("_tensor", "_values"):
+            assert not re.search(rf"define [^\n]*{len(helper)}{helper}", code), helper
+    names = {name for _, name, *_ in X.kernel_entries()}
+    assert {"_tensor", "_values"} <= names

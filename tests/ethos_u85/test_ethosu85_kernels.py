@@ -341,6 +341,24 @@ def test_weight_order_roundtrip(seed, kind, macs, k, stride, dil, i16):
         assert (Wt.decode_weights([f], p, fwd=True) == W).all()
 
 
+@pytest.mark.parametrize("field, name", [(8, "ofm_block_depth"), (14, "wblk_o"), (6, "stride_y"),
+                                         (7, "stride_x"), (15, "num_wd"), (9, "decomp_size")])
+def test_walk_refuses_a_step_below_1_compiled_and_interpreted(field, name):
+    """The walk's stepped loops are while loops (issue 31 #5, compile time): a block depth,
+    stride, decoder count or decomposition of 0 raises ValueError, compiled and interpreted
+    alike, instead of looping forever (a range() step of 0 raised before)."""
+    from accelstub.emu.jit import interpreted
+
+    p = Wt.ordering_params(ofm_depth=8, ifm_depth=8, kernel_hw=(3, 3), stride=(2, 2),
+                           ofm_block_depth=8, part_kernel_first=True)
+    z = np.zeros(0, np.int64)
+    assert Wt._walk(p, False, z, z) > 0
+    p[field] = 0
+    for walk in (Wt._walk, interpreted(Wt._walk)):
+        with pytest.raises(ValueError, match="below 1"):
+            walk(p, False, z, z)
+
+
 def test_fwd_merge_interleaves_decoder_blocks():
     """[U85-TRM: §3.9.2] with num_wd = 2 (512 MACs): blocks of wblk_k*wblk_o*wblk_i/num_wd values,
     stream 0's block then stream 1's, over the length of stream 0."""
