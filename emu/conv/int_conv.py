@@ -855,8 +855,7 @@ def run_int16_launch(b: Int16Launch, v: np.ndarray) -> np.ndarray:
             par.kernel(_PACK_INPUT_TWIN), (*b.pack, buf.view(np.int16).reshape(b.packed)),
             par.kernel(_CONV_BLOCKS_TWIN), (buf, b.words, acc, *b.conv),
             None if par.threads == 1 else par, acc.reshape(b.acc))
-    x = v.view()
-    x.flags.writeable = False  # as read_only: the kernels take their input read-only
+    x = read_only(v)  # the kernels take their input read-only
     if call.par is None:
         call.pack(x, *call.pack_rest)
         call.conv(*call.conv_args)
@@ -986,7 +985,7 @@ def run_byte_launch(b: ByteLaunch | PointwiseLaunch, v: np.ndarray) -> np.ndarra
         words = v.transpose(1, 2, 0).view(np.int32)
         if call.flat:
             words = words.reshape(-1)
-        words.flags.writeable = False  # a view of our own: the kernels take read_only input
+        words = read_only(words)  # the kernels take their input read-only
     else:
         nhwc, copy = v.transpose(1, 2, 0), call.copy
         if b.c < 8 and b.copy[0] * b.copy[1] >= 4096:  # channel by channel: numpy copies a

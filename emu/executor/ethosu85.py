@@ -597,13 +597,10 @@ def memories(arrays: list) -> tuple | None:
     return tuple(arrays) + (pad,) * (MEMORIES - len(arrays))
 
 
-def read_only(a: np.ndarray) -> np.ndarray:
-    """A read-only view of ``a``: the arrays :func:`run_rows` only reads are passed so (numba
-    types them apart from writeable ones), by a table and by :func:`compile_ahead` alike, so
-    both make the one signature."""
-    v = a.view()
-    v.flags.writeable = False
-    return v
+#: a read-only view: the arrays :func:`run_rows` only reads are passed so (numba types them
+#: apart from writeable ones), by a table and by :func:`compile_ahead` alike, so both make the
+#: one signature (the shared convolution's own helper)
+read_only = IC.read_only
 
 
 def kernel_entries(byte_kernels: bool | None = None) -> list[tuple[str, str, str, float, str]]:
