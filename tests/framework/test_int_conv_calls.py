@@ -14,6 +14,7 @@ import pytest
 
 from accelstub.emu.conv import int_conv as IC
 from accelstub.emu.jit import argument_type
+from tests.framework.test_int_conv import reference
 
 
 def _layers():
@@ -35,12 +36,24 @@ def _layers():
     return out
 
 
+def _want(v, w, out_hw, pad, hwc):
+    """The independent plain-integer sums (test_int_conv.reference) in conv_sums' layout."""
+    want = reference(v, w, 0, out_hw, v.shape[1:], pad, (1, 1), (1, 1))
+    return want.transpose(1, 2, 0) if hwc else want
+
+
+def _crop(sums, k, out_hw, hwc):
+    """conv_sums' padded work array cut to its [Ho, Wo, K] / [K, Ho, Wo] sums."""
+    return sums[:, :out_hw[1], :k] if hwc else sums[:k, :, :out_hw[1]]
+
+
 def test_a_kept_call_is_worked_out_once_per_thread_and_sums_as_a_new_launch():
     """Each layer: the first call with a ``launches`` dict keeps the launch (byte kernel or
     int16-pair kernels) and, in it, this thread's call; later calls (new input values each
     time) reuse that call object, and every call's sums equal those of conv_sums without kept
     launches. Another thread works out a call of its own with its own work arrays, and its
-    sums are right too. (The int16 pointwise kernel keeps no call: None is kept.)"""
+    sums are right too; each call's sums also equal the independent plain-integer reference
+    (test_int_conv.reference). (The int16 pointwise kernel keeps no call: None is kept.)"""
     rng = np.random.default_rng(7)
     kinds = set()
     for v, w, out_hw, pad, hwc in _layers():
@@ -58,6 +71,8 @@ def test_a_kept_call_is_worked_out_once_per_thread_and_sums_as_a_new_launch():
             v[...] = rng.integers(-128, 128, v.shape)
             got = IC.conv_sums(v, pw, out_hw, launches=launches, **kw).copy()
             np.testing.assert_array_equal(got, IC.conv_sums(v, pw, out_hw, **kw))
+            np.testing.assert_array_equal(_crop(got, w.shape[0], out_hw, hwc),
+                                          _want(v, w, out_hw, pad, hwc))
             assert launch.calls.call is call
         seen = {}
 
@@ -71,6 +86,8 @@ def test_a_kept_call_is_worked_out_once_per_thread_and_sums_as_a_new_launch():
         t.join()
         assert seen["call"] is not call and seen["call"].acc is not call.acc
         np.testing.assert_array_equal(seen["sums"], IC.conv_sums(v, pw, out_hw, **kw))
+        np.testing.assert_array_equal(_crop(seen["sums"], w.shape[0], out_hw, hwc),
+                                      _want(v, w, out_hw, pad, hwc))
         assert launch.calls.call is call
     byte = {"ByteLaunch", "PointwiseLaunch"} if IC.HAVE_VNNI else set()
     assert kinds == byte | {"Int16Launch", "NoneType"}
