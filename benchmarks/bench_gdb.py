@@ -10,8 +10,9 @@ machine hits them alike; each figure is printed as the median over the rounds an
 Figures: `dump binary memory` of 512 KiB of MAX78000 data SRAM (MB/s), once as it is (mostly
 zero: the demo's data) and once after gdb `restore`d random bytes into it (no runs: every byte
 goes as two hex digits); 4-byte reads per second from GDB's Python API; register reads (`p`
-packets through `maint packet`) per second; time from `accelstub serve` to an accepted gdb
-connection; the server's RSS idle and its peak (VmHWM) after the dumps.
+packets through `maint packet`) per second; each server's CPU time (all its threads) per
+4-byte read; time from `accelstub serve` to an accepted gdb connection; the server's RSS
+idle and its peak (VmHWM) after the dumps.
 
 The floor: FLOOR_C, compiled with the system's C compiler when there is one (what gdb itself
 costs per request: the stub's share is a read and a write system call), and FLOOR_PY, the
@@ -59,13 +60,25 @@ for i, (a, n) in enumerate(windows):
         f.write(os.urandom(n))
     gdb.execute("restore %s.rnd%d binary 0x%x" % (DUMPFILE, i, a), to_string=True)
 out["dump_random_s"] = dump()
+
+
+def server_cpu_s():
+    """The server's CPU time so far, all its threads (schedstat: ns on a CPU)."""
+    total = 0
+    for t in os.listdir("/proc/%d/task" % SERVERPID):
+        with open("/proc/%d/task/%s/schedstat" % (SERVERPID, t)) as f:
+            total += int(f.read().split()[0])
+    return total / 1e9
+
+
 inf = gdb.selected_inferior()
 base, span = windows[0]
 N = 3000
-t0 = time.perf_counter()
+c0, t0 = server_cpu_s(), time.perf_counter()
 for i in range(N):
     inf.read_memory(base + (i * 4100) % (span - 4), 4)
 out["reads_per_s"] = N / (time.perf_counter() - t0)
+out["server_us_per_read"] = (server_cpu_s() - c0) / N * 1e6
 N = 3000
 regnum = REGNUM
 t0 = time.perf_counter()
@@ -218,11 +231,13 @@ def build_floor_c(tmp: str) -> str | None:
     return exe if done.returncode == 0 else None
 
 
-def run_gdb_bench(port: int, windows, regnum: int, arch: str | None = None) -> dict:
+def run_gdb_bench(port: int, windows, regnum: int, pid: int, arch: str | None = None) -> dict:
+    """The gdb script against the server on ``port`` (process ``pid``: its CPU time)."""
     with tempfile.TemporaryDirectory() as tmp:
         script = os.path.join(tmp, "bench.py")
         with open(script, "w") as f:
             f.write(GDB_SCRIPT.replace("WINDOWS", repr(windows)).replace("REGNUM", str(regnum))
+                    .replace("SERVERPID", str(pid))
                     .replace("DUMPFILE", repr(os.path.join(tmp, "dump"))))
         pre = ["-ex", f"set architecture {arch}"] if arch else []
         out = subprocess.run([GDB, "-q", "-nx", "-batch", "-ex", "set pagination off", *pre,
@@ -273,8 +288,8 @@ def bench_accelstub(env: dict | None = None) -> dict:
 
         regnum = next(e.regnum for e in register_table(load_description("max78000"))
                       if e.name == "CNNx16_0_CTRL")
-        res = run_gdb_bench(port, SRAM_WINDOWS, regnum)
-        res_core = run_gdb_bench(port, SRAM_WINDOWS[:1], 0)
+        res = run_gdb_bench(port, SRAM_WINDOWS, regnum, proc.pid)
+        res_core = run_gdb_bench(port, SRAM_WINDOWS[:1], 0, proc.pid)
         _, peak = rss_kib(proc.pid)
         res.update(serve_to_connect_s=t_connect, idle_rss_mib=idle_rss / 1024,
                    peak_rss_mib=peak / 1024, core_reg_round_trips_per_s=res_core[
@@ -302,7 +317,7 @@ def bench_qemu() -> dict | None:
                 time.sleep(0.05)
         time.sleep(0.2)
         # mps2-an386: 512 KiB of SSRAM at 0x20000000 (the same amount as our SRAM dump)
-        return run_gdb_bench(port, [(0x2000_0000, 0x80000)], 0)
+        return run_gdb_bench(port, [(0x2000_0000, 0x80000)], 0, proc.pid)
     finally:
         proc.terminate()
         proc.wait(5)
@@ -313,7 +328,7 @@ def bench_floor(cmd: list[str]) -> dict:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     try:
         port = int(proc.stdout.readline())
-        return run_gdb_bench(port, [(0x2000_0000, 0x80000)], 0, arch="arm")
+        return run_gdb_bench(port, [(0x2000_0000, 0x80000)], 0, proc.pid, arch="arm")
     finally:
         proc.terminate()
         proc.wait(5)
@@ -347,6 +362,11 @@ def report_servers(servers: dict[str, list[dict]], ours: str = "accelstub") -> N
             m, b = med_best(runs, figure)
             ratio = "" if name == ours else f"   {om / m:.2f}x median, {ob / b:.2f}x best"
             print(f"{label:31s} {name:12s} {m:10.{places}f} {b:10.{places}f}{ratio}")
+    # the server's CPU time per 4-byte read: what polling for the next request costs
+    for name, runs in servers.items():
+        us = sorted(r["server_us_per_read"] for r in runs)
+        print(f"{'server CPU per 4-byte read (us)':31s} {name:12s} {statistics.median(us):10.1f}"
+              f" {us[0]:10.1f} (least)")
 
 
 def report_ours(name: str, runs: list[dict]) -> None:
@@ -387,11 +407,12 @@ def main(argv: list[str] | None = None) -> int:
         if QEMU is not None:
             runners["QEMU"] = bench_qemu
         servers: dict[str, list[dict]] = {name: [] for name in runners}
-        t0 = time.perf_counter()
+        load0, t0 = os.getloadavg()[0], time.perf_counter()
         for _ in range(args.rounds):
             for name, run in runners.items():
                 servers[name].append(run())
-    print(f"{args.rounds} rounds in {time.perf_counter() - t0:.0f} s; {version(GDB)}")
+    print(f"{args.rounds} rounds in {time.perf_counter() - t0:.0f} s (load average {load0:.2f} "
+          f"before, {os.getloadavg()[0]:.2f} after: round trips depend on it); {version(GDB)}")
     if QEMU is None:
         print("qemu-system-arm not installed: no reference run (apt-get install qemu-system-arm)")
     else:

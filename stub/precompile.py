@@ -4,12 +4,13 @@ numba compiles a kernel on its first call and caches it on disk (emu/kernel_cach
 where), which made a first run after install take 3-25 s. One child process compiles every
 device's kernel plan, the Ethos-U85 executor and the parallel twins of the plans' serial
 kernels from one queue, longest first, shared with one worker it forks (emu/kernel_plan.py
-compile_plan ``then``: each job to whichever process is free), and runs the demos of the
-devices without a plan in that queue too; then it runs each device's demo (what no plan names
-compiles there) and compiles the parallel kernels of the types the demos' serial launches had
-(emu/conv/int_conv.py Twin). Both processes report each kernel they start and finish compiling
-on the child's output (``KERNEL_MARK start|end module function [seconds]``), so the parent
-prints one line per kernel compiled, with its time, and says at least every
+compile_plan ``then``: each job to whichever process is free), with every device's demo run
+at the end of that queue (:func:`demo_when_ready`; a demo not ready when taken runs in the
+child after the queue), then compiles the parallel kernels of the types the child's demos'
+serial launches had (emu/conv/int_conv.py Twin; the plans' twins are queued already). Both
+processes report each kernel they start and finish compiling on the child's output
+(``KERNEL_MARK start|end module function [seconds]``), so the parent prints one line per
+kernel compiled, with its time, and says at least every
 :data:`PROGRESS_EVERY_S` seconds which kernel family (the module under accelstub.emu) is being
 compiled: on a busy 2-core machine max78000's kernels alone took 48 s, which a silent command
 cannot explain.
@@ -18,20 +19,27 @@ cannot explain.
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import importlib
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import IO
+from typing import IO, NoReturn
 
 #: how often, at most, a progress line is printed while kernels compile
 PROGRESS_EVERY_S = 2.0
 #: the start of a child's line that names a kernel it finished compiling
 KERNEL_MARK = "accelstub-kernel:"
+#: seconds between two looks at the child's output (the parent's loop; it ends as the child
+#: exits, not up to this much later)
+POLL_S = 0.05
 
 
 #: kernels a device's demo does not call that `accelstub compile` compiles with its plan, each
@@ -72,12 +80,70 @@ def family(module: str) -> str:
     return module.removeprefix("accelstub.emu.")
 
 
+class _Forked:
+    """A child forked from this process, with the little of subprocess.Popen that
+    :func:`compile_devices` uses: ``wait(timeout)`` and ``returncode``."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def wait(self, timeout: float) -> int:
+        """Its exit code, waiting at most ``timeout`` seconds (a look every 5 ms: it is seen
+        to exit within that) for it to exit, else subprocess.TimeoutExpired, as Popen."""
+        end = time.monotonic() + timeout
+        while self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+            elif time.monotonic() >= end:
+                raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout)
+            else:
+                time.sleep(0.005)
+        return self.returncode
+
+
+def _can_fork_child() -> bool:
+    """Whether `accelstub compile` may fork its child from this process instead of starting
+    a new Python: a POSIX system other than macOS, no thread but this one (as
+    emu/kernel_plan.py can_fork) and numba not imported yet (the child starts it lean, as its
+    own process would: a test process or a notebook that ran kernels starts a new one)."""
+    return (hasattr(os, "fork") and sys.platform != "darwin"
+            and threading.active_count() == 1 and "numba" not in sys.modules)
+
+
+def _fork_child(devices: list[str], log: IO[str]) -> _Forked:
+    """:func:`_child` for ``devices`` in a process forked from this one, its output (both
+    streams) to ``log``, as the started child's. Why: a new Python process spent ~0.15-0.3 s
+    starting the interpreter and importing numpy and accelstub's devices again before it
+    started numba, which the `accelstub` command has done already (issue 31 #5). An error
+    there is printed to ``log`` and is exit code 1, as a started child's would be."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return _Forked(pid)
+    code = 1
+    try:  # the child: its streams are the log, whatever this process's were
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        sys.stdout = open(1, "w", buffering=1, closefd=False)
+        sys.stderr = open(2, "w", buffering=1, closefd=False)
+        code = _child(devices)
+    except SystemExit as e:  # as the interpreter ends a started child
+        code = e.code if isinstance(e.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        _exit(code)
+
+
 @dataclass
 class _Child:
     """The child that compiles (:func:`_child`): its process, its output file and what it has
     reported."""
     device: str  # what it compiles for: a device, "all devices" or a list
-    proc: subprocess.Popen
+    proc: subprocess.Popen | _Forked
     log: IO[str]
     start: float
     read: int = 0  # bytes of the log already parsed
@@ -117,21 +183,28 @@ def compile_devices(devices: list[str], python: str | None = None,
     one per device: four children each started Python, numba and accelstub (~0.8 s CPU each)
     and each compiled the kernels the devices share, while one process and its forked worker
     take every device's kernels from one queue, so both cores stay busy to the end (issue 31
-    #5)."""
+    #5). The child is forked from this process where it may be (:func:`_fork_child`), else
+    ``python`` (default: this one) is started on this module."""
     from accelstub.devices import DEVICES
 
     say = say or (lambda s: print(s, flush=True))
-    python = python or sys.executable
     label = (devices[0] if len(devices) == 1 else
              "all devices" if sorted(devices) == sorted(DEVICES) else ", ".join(devices))
     t0 = last_progress = time.perf_counter()
     say(f"accelstub: compiling kernels for {', '.join(devices)} (one process and a worker)")
     log = tempfile.TemporaryFile("w+")  # a file, not a pipe: no child blocks on it
-    proc = subprocess.Popen([python, "-m", "accelstub.stub.precompile", *devices],
-                            stdout=log, stderr=subprocess.STDOUT)
+    if python is None and _can_fork_child():
+        proc: subprocess.Popen | _Forked = _fork_child(devices, log)
+    else:
+        proc = subprocess.Popen([python or sys.executable, "-m", "accelstub.stub.precompile",
+                                 *devices], stdout=log, stderr=subprocess.STDOUT)
     child = _Child(label, proc, log, t0)
     while True:
-        exited = proc.poll() is not None
+        try:  # a sleep between looks that ends as the child exits (not up to a step later)
+            proc.wait(timeout=POLL_S)
+        except subprocess.TimeoutExpired:
+            pass
+        exited = proc.returncode is not None
         for line in child.poll_log():
             say(line)
         if exited:
@@ -142,7 +215,6 @@ def compile_devices(devices: list[str], python: str | None = None,
             doing = f", compiling {child.now}" if child.now else ""
             say(f"accelstub: {now - t0:.0f} s: {label}: {_kernels(child.kernels)} "
                 f"compiled{doing}")
-        time.sleep(0.05)
     log.close()
     took = time.perf_counter() - t0
     if proc.returncode != 0:
@@ -178,13 +250,55 @@ def demo(device: str) -> None:
         raise RuntimeError(f"{device}: the bundled demo failed (exit {_DEMOS[device]})")
 
 
+class _NotReady(RuntimeError):
+    """A queued demo the forked worker cannot run yet (:func:`demo_when_ready`)."""
+
+
+def _run_plan(device: str) -> list[tuple[str, str, str, float, str]]:
+    """The kernels ``device``'s run has compiled before it starts (cli._compile_plan): its
+    plan's entries for this machine, not AHEAD."""
+    from accelstub.devices import device_spec
+    from accelstub.emu.kernel_plan import AHEAD, for_this_machine
+
+    return [e for e in for_this_machine(device_spec(device).kernel_plan) if e[4] != AHEAD]
+
+
+def _plan_ready(device: str) -> bool:
+    """Whether every kernel of :func:`_run_plan` is compiled in this process or loads from the
+    disk cache now (loaded: the demo run would load it first anyway)."""
+    from accelstub.emu.kernel_plan import kernel, load_cached
+
+    return all(load_cached(kernel(m, n), sig) for m, n, sig, *_ in _run_plan(device))
+
+
+def demo_when_ready(device: str) -> None:
+    """A demo run as a job of the queue (:func:`queue_for`): run now (:func:`demo`) if the
+    device has no plan (its kernels compile in the run) or its plan's kernels are all in the
+    cache; else not yet: a kernel it needs is still compiling in the other process, and the
+    run would compile it a second time beside it (two processes writing one function's cache
+    index can lose an entry, emu/kernel_plan.py share). Then the child runs it after the
+    queue (its loop over the devices), and in the forked worker this raises: the worker stops
+    and does not report the job, so compile_plan leaves it, and the demos after it, to the
+    child. Why queued at all: run by the child after the queue, the four demos took ~0.25 s of
+    one core with the other idle (issue 31 #5)."""
+    from accelstub.devices import device_spec
+    from accelstub.emu.kernel_plan import in_worker
+
+    if not device_spec(device).kernel_plan or _plan_ready(device):
+        demo(device)
+    elif in_worker():
+        raise _NotReady(f"{device}: the demo's kernels are still compiling")
+
+
 def queue_for(devices: list[str]) -> list[tuple[str, str, str, float, str]]:
     """The one queue `accelstub compile` gives its two processes (emu/kernel_plan.py
     compile_plan ``then``): AHEAD's (the Ethos-U85 executor, the longest single compile),
     then every device's plan and AHEAD_KERNELS' entries, each (module, function, signature)
     once, and their parallel twins, longest first (a TOGETHER set at its own figure, its
-    kernels in its order), then the demo runs of devices without a plan (last: their kernels
-    include shared convolution kernels the plans compile first)."""
+    kernels in its order), then every device's demo run (:func:`demo_when_ready`), last:
+    their kernels are queued before them; those of devices without a plan first (their runs
+    compile what they need), then the others by the place of their plan's last kernel in the
+    queue, earliest first (the likeliest to find every kernel compiled when taken)."""
     from accelstub.devices import device_spec
     from accelstub.emu.conv.int_conv import parallel_twins_of
 
@@ -201,17 +315,20 @@ def queue_for(devices: list[str]) -> list[tuple[str, str, str, float, str]]:
             if e[:3] not in seen:
                 seen.add(e[:3])
                 entries.append(e)
-    demos = [(__name__, f"demo {d}", f"call demo {d}", 2.0, "") for d in devices
-             if not device_spec(d).kernel_plan]
     sets = {f: (-seconds, name, functions.index(f))
             for name, (functions, seconds) in TOGETHER.items() for f in functions}
-    return ahead + sorted(entries + parallel_twins_of(entries),
-                          key=lambda e: sets.get((e[0], e[1]), (-e[3], "", 0))) + demos
+    kernels = ahead + sorted(entries + parallel_twins_of(entries),
+                             key=lambda e: sets.get((e[0], e[1]), (-e[3], "", 0)))
+    place = {e[:3]: i for i, e in enumerate(kernels)}
+    last = {d: max((place[e[:3]] for e in _run_plan(d)), default=-1) for d in devices}
+    return kernels + [(__name__, f"demo {d}", f"call demo_when_ready {d}", 0.1, "")
+                      for d in sorted(devices, key=last.__getitem__)]
 
 
 def _child(devices: list[str]) -> int:
     """Compile the kernels of ``devices`` (:func:`queue_for`) in this process and one forked
-    worker, run each device's bundled demo (what the plans miss compiles there), then compile
+    worker, run each device's bundled demo (a queued job, or here after the queue when it was
+    not ready as taken: :func:`demo_when_ready`; what the plans miss compiles there), then compile
     the parallel kernels of the demos' types (the demos' small layers ran the serial twins,
     emu/conv/int_conv.py Twin), printing a KERNEL_MARK line as each kernel starts and ends
     compiling (``end MODULE FUNCTION SECONDS``), in either process."""
@@ -238,10 +355,11 @@ def _child(devices: list[str]) -> int:
         if name.startswith("demo "):  # (one that failed raised there: not reported)
             _DEMOS.setdefault(name.removeprefix("demo "), 0)
 
-    with CompileNotice(on_kernel=report):
+    with CompileNotice(on_kernel=report), _collector_off():
         # the worker's lines come from the CompileNotice it inherits, as it compiles
         # (worker_output); what it did is left in the cache (load=False: not loaded or run
-        # again here); the devices whose demo no process ran yet run it now
+        # again here); the devices whose demo no process ran yet (not ready when taken:
+        # demo_when_ready) run it now
         compile_plan((), then=queue_for(devices), worker_output=True, load=False,
                      on_worker=worker_did, together=together())
         for device in devices:
@@ -255,5 +373,35 @@ def _child(devices: list[str]) -> int:
     return 1 if failed else 0
 
 
+@contextlib.contextmanager
+def _collector_off() -> Iterator[None]:
+    """CPython's cyclic collector off while the child and its worker compile the queue and run
+    the demos, on again afterwards if it was on. Why: numba's compile garbage is then freed
+    only as the process ends, which for these two is right after the queue (the worker forked
+    inside inherits it off); collecting it cost CPU both processes spent before their end (at
+    CPython's threshold ~0.7 s CPU each in ~1 000 collections, ~0.35-0.45 s each with a first
+    run's 20 000 of numba_start.collector_for_compiling, ~0 off), for ~50-90 MiB more peak
+    memory per process (270-290 MiB instead of 190-245 MiB, issue 31 #5). Not for a run that
+    compiles (it lives on): that one keeps collector_for_compiling. Not
+    numba_start.collector_paused either: that freezes what is alive at its end, garbage
+    included, for good in a caller that lives on (a test calling :func:`_child`)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _exit(code: int) -> NoReturn:
+    """End the child at once, its output flushed: the interpreter's own exit (a last full
+    collection, every module torn down, numba's exit handlers) took ~45 ms after all was done,
+    and the kernels are on disk already (each written as it compiled)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(_child(sys.argv[1:]))
+    _exit(_child(sys.argv[1:]))
