@@ -11,7 +11,8 @@ calls each (default 15), so all see the same load from the rest of the machine; 
 per contender, GMAC/s of the best, ratios to torch.
 The int kernels' results are checked equal to each other and to the float GEMM (exact here).
 Also: the machine's int8 peak estimate (clock from a dependent add chain, one vpdpbusd per cycle
-per core measured with independent chains) and the first-call compile time of the byte kernels
+per core measured with independent chains), the int16-pair kernel's peak (its own multiply-add
+step measured, ``pair_peak``) and the first-call compile time of the byte kernels
 with a cold cache (run with NUMBA_CACHE_DIR pointing at an empty directory to see it).
 """
 from __future__ import annotations
@@ -60,8 +61,9 @@ def peak() -> str:
     t = min(timed(lambda: chain(n, 3)) for _ in range(5))
     ghz = 2 * n / t / 1e9
     text = f"clock ~{ghz:.2f} GHz (dependent add+xor chain; /proc/cpuinfo says {_mhz()} MHz)"
+    pairs = "\n" + pair_peak(ghz)
     if not HAVE_VNNI:
-        return text
+        return text + pairs
 
     @njit
     def dp(n, w):
@@ -90,7 +92,49 @@ def peak() -> str:
     cores = os.cpu_count() or 1
     return (text + f"; vpdpbusd zmm {ipc:.2f}/cycle/core x 64 MACs x {cores} cores x "
             f"{ghz:.2f} GHz = int8 peak {ipc * 64 * cores * ghz:.0f} GMAC/s "
-            f"(float32 FMA: 2/cycle x 8 lanes -> {2 * 8 * cores * ghz:.0f} GMAC/s)")
+            f"(float32 FMA: 2/cycle x 8 lanes -> {2 * 8 * cores * ghz:.0f} GMAC/s)" + pairs)
+
+
+def pair_peak(ghz: float) -> str:
+    """The int16-pair kernel's peak as measured: its step, an int16 pair multiply-add into an
+    accumulator (``vpmaddwd`` then ``vpaddd`` on AVX2; one ``vpdpwssd`` where the target has
+    AVX-512 VNNI), as the kernel's turn has it: 8 accumulators, 2 input registers, 4 weight
+    words. Why measured: ``vpmaddwd`` alone issues twice a cycle on Zen 4, but AVX2 code needs
+    the ``vpaddd`` beside it, and the pair issues less often (design notes, "The int16-pair
+    kernel on AVX2")."""
+    from numba import njit
+
+    from accelstub.emu.conv.simd import vbcast, vload, vmadd, vstore, vzero
+
+    @njit
+    def pairs(n, w):  # the kernel's turn without its input loads: 2 inputs x 4 weight words
+        a0, a1, b0, b1 = vzero(), vzero(), vzero(), vzero()
+        c0, c1, d0, d1 = vzero(), vzero(), vzero(), vzero()
+        lo, hi = vload(w, 8), vload(w, 16)
+        for i in range(n):
+            k = i & 7  # new weight words each turn: nothing to hoist
+            wv = vbcast(w, k)
+            a0, a1 = vmadd(a0, lo, wv), vmadd(a1, hi, wv)
+            wv = vbcast(w, k + 1)
+            b0, b1 = vmadd(b0, lo, wv), vmadd(b1, hi, wv)
+            wv = vbcast(w, k + 2)
+            c0, c1 = vmadd(c0, lo, wv), vmadd(c1, hi, wv)
+            wv = vbcast(w, k + 3)
+            d0, d1 = vmadd(d0, lo, wv), vmadd(d1, hi, wv)
+        for i, a in enumerate((a0, a1, b0, b1, c0, c1, d0, d1)):
+            vstore(w, 24 + 8 * i, a)
+
+    w = np.ones(88, np.int32)
+    pairs(10, w)
+    m = 20_000_000
+    t = min(timed(lambda: pairs(m, w)) for _ in range(5))
+    ipc = 8 * m / t / 1e9 / ghz
+    cores = os.cpu_count() or 1
+    asm = pairs.inspect_asm(pairs.signatures[0])
+    step = "vpdpwssd" if "vpdpwssd" in asm else "vpmaddwd+vpaddd" if "vpmaddwd" in asm \
+        else "int16 pair multiply-add"
+    return (f"int16 pair peak: {step} ymm {ipc:.2f}/cycle/core x 16 MACs x {cores} cores x "
+            f"{ghz:.2f} GHz = {ipc * 16 * cores * ghz:.0f} GMAC/s (measured)")
 
 
 def _mhz() -> str:

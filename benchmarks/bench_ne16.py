@@ -5,7 +5,10 @@ in the same run (torch is imported here only), runs of each alternating in block
 time (medians, best) and the process's CPU time (medians). The output is checked against the
 layer-level golden output of testkit/ne16_build.py. Not a test: nothing here asserts a speed.
 
-    python benchmarks/bench_ne16.py [--repeat N]
+    python benchmarks/bench_ne16.py [--repeat N] [--breakdown N]
+
+--breakdown N then times N more jobs part by part (bench_nvdla.breakdown): the driver's
+register writes, the kernel call, the normalisation/quantisation, the weights.
 
 The job's tensors (164 KiB) do not fit GAP9's 128 KiB L1 (pulp-nnx would tile the layer): the
 device is opened with a 512 KiB L1 window (the ``l1_kib`` option).
@@ -58,6 +61,8 @@ def run_job(rc: RunControl, regs: tuple[int, ...]) -> tuple[float, float]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--breakdown", type=int, default=0, metavar="N",
+                    help="then time N jobs part by part")
     args = ap.parse_args()
     import torch
 
@@ -97,6 +102,17 @@ def main() -> int:
           f"{cr * 1e3:.2f} ms median")
     print(f"ratio emulator/torch: {mr / mo:.2f} (medians), {br / bo:.2f} (best of each), "
           f"{cr / co:.2f} (CPU medians); bit-exact against the layer's golden output: {exact}")
+    if args.breakdown:
+        from bench_nvdla import breakdown
+
+        from accelstub.devices.ne16 import job as J
+        from accelstub.emu.conv import int_conv as IC
+
+        parts = {"the driver's register writes (Device.write)": (dev, "write"),
+                 "the convolution kernel (conv_sums)": (IC, "conv_sums"),
+                 "normalisation/quantisation (job.normquant)": (J, "normquant"),
+                 "the weights, kept by content (job.weights)": (J, "weights")}
+        print("\n".join(breakdown(parts, lambda: run_job(rc, regs)[0], args.breakdown)))
     return 0 if exact else 1
 
 

@@ -12,10 +12,11 @@ sample (RunControl.checkpoint/rewind, not timed) and times the layer and the tra
 Runs of ours and of torch alternate in blocks of five (a shared machine's load then falls on
 both); wall time (medians, best) and CPU time of the process (medians) are printed.
 
-    python benchmarks/bench_nvdla.py [--repeat N] [--trace DIR] [--conv3x3]
+    python benchmarks/bench_nvdla.py [--repeat N] [--trace DIR] [--conv3x3] [--breakdown N]
 
 --conv3x3 times the layer issue 31 compares on every device instead: 64 -> 64 channels, 3x3,
-on a 32x32 input with 'same' padding.
+on a 32x32 input with 'same' padding. --breakdown N then times N more runs part by part
+(:func:`breakdown`): the kernel call, CACC + SDP, the operands' staging, the trace's checks.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -67,12 +69,56 @@ def run_once(rc: RunControl, armed: dict) -> tuple[float, float, bool]:
     return dt, dc, ok
 
 
+def breakdown(parts: dict[str, tuple[object, str]], run: Callable[[], float], n: int
+              ) -> list[str]:
+    """Where a run's time goes (issue 31 #2): ``run()`` (returning its wall seconds) ``n``
+    times, each part (name -> (its owner: module, class or object; the attribute)) wrapped
+    meanwhile with a clock, its calls' seconds summed per run. Lines of the medians per part
+    and of the rest (the run minus its parts, per run), each with its share of the run's
+    median. Parts must not call each other (they would be counted twice); the wrappers add
+    ~0.3 us a call. Everything wrapped is put back, even on an error."""
+    spent: dict[str, list[float]] = {name: [] for name in parts}
+    undo = []
+    for name, (owner, attr) in parts.items():
+        original = getattr(owner, attr)
+        undo.append((owner, attr, vars(owner).get(attr)))  # None: found on its class
+
+        def timed(*args, _f=original, _spent=spent[name], **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return _f(*args, **kwargs)
+            finally:
+                _spent[-1] += time.perf_counter() - t0
+        setattr(owner, attr, timed)
+    total = []
+    try:
+        for _ in range(n):
+            for v in spent.values():
+                v.append(0.0)
+            total.append(run())
+    finally:
+        for owner, attr, before in reversed(undo):
+            if before is None:
+                delattr(owner, attr)  # an attribute found on the class: its own again
+            else:
+                setattr(owner, attr, before)
+    whole = float(np.median(total))
+    rest = float(np.median(np.array(total) - np.sum(list(spent.values()), axis=0)))
+    lines = [f"  {name}: {np.median(v) * 1e6:.1f} us ({np.median(v) / whole:.0%})"
+             for name, v in spent.items()]
+    return [f"breakdown, medians of {n} runs: {whole * 1e6:.1f} us a run", *lines,
+            f"  the rest (run control, registers, Python): {rest * 1e6:.1f} us "
+            f"({rest / whole:.0%})"]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--trace", help="a dc_* trace directory of the NVDLA hardware repository")
     ap.add_argument("--conv3x3", action="store_true",
                     help="the 64->64 3x3 layer on 32x32 instead of the dc trace's shape")
+    ap.add_argument("--breakdown", type=int, default=0, metavar="N",
+                    help="then time N runs part by part")
     args = ap.parse_args()
     global LAYER
     if args.conv3x3:
@@ -115,6 +161,17 @@ def main() -> int:
           f"{cr * 1e3:.3f} ms median")
     print(f"ratio emulator/torch: {mr / mo:.2f} (medians), {br / bo:.2f} (best of each), "
           f"{cr / co:.2f} (CPU medians); every check_crc passed: {ok}")
+    if args.breakdown:
+        from accelstub.devices.host import HostProgram
+        from accelstub.devices.nvdla import sdp as S
+        from accelstub.emu.conv import int_conv as IC
+
+        parts = {"the convolution kernel (conv_sums)": (IC, "conv_sums"),
+                 "CACC + SDP (sdp.process)": (S, "process"),
+                 "input and weights (Nvdla._conv_operands)": (type(rc.device), "_conv_operands"),
+                 "the trace's waits, ISR writes and check_crc (HostProgram.advance)":
+                     (HostProgram, "advance")}
+        print("\n".join(breakdown(parts, lambda: run_once(rc, armed)[0], args.breakdown)))
     return 0 if ok else 1
 
 

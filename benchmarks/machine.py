@@ -77,6 +77,25 @@ def machine_line() -> str:
             f"vector extensions: {ext}; Python {platform.python_version()}")
 
 
+def target_line() -> str | None:
+    """What numba compiles for where ``NUMBA_CPU_NAME`` names a CPU (None where it does not:
+    the host). Why: numba takes the CPU's name from ``NUMBA_CPU_NAME`` but its features from
+    ``NUMBA_CPU_FEATURES``, and the host's where that is unset, so ``NUMBA_CPU_NAME=haswell``
+    alone is haswell's scheduling with this host's instruction set: on an AVX-512 VNNI host
+    LLVM fuses the int16-pair kernel's ``vpmaddwd`` + ``vpaddd`` into ``vpdpwssd``, and the
+    figures are not AVX2 code (design notes, "The int16-pair kernel on AVX2")."""
+    from numba.core import config
+
+    name = config.CPU_NAME
+    if name is None or name.lower() == "host":
+        return None
+    if config.CPU_FEATURES is None:
+        ext = ", ".join(vector_extensions()) or "none"
+        return (f"numba target: {name} with this host's features ({ext}), not {name}'s "
+                f"instruction set: set NUMBA_CPU_FEATURES too (+avx2,+fma for haswell)")
+    return f"numba target: {name}, features {config.CPU_FEATURES}"
+
+
 #: the numba convolution kernels of emu/conv (module, function) and what each is called here
 #: (Ethos-U85's exact float BLAS GEMM, used where int32 sums would not be exact, is numpy's)
 CONV_KERNELS = {
@@ -144,10 +163,14 @@ def kernel_line(ran: list[str] | None = None) -> str:
 
 
 def bench_main(main: Callable[[], int | None], kernels_here: bool = True) -> int:
-    """Run a benchmark's ``main`` as its script does: the machine line first; the convolution
+    """Run a benchmark's ``main`` as its script does: the machine line first (then numba's
+    target where ``NUMBA_CPU_NAME`` names one, :func:`target_line`); the convolution
     kernels it ran after it (``kernels_here`` False: they run in other processes, so the
     kernel this machine picks, before it). The script's exit code."""
     print(machine_line(), flush=True)
+    target = target_line()
+    if target is not None:
+        print(target, flush=True)
     if not kernels_here:
         print(kernel_choice(), flush=True)
         return main() or 0

@@ -14,6 +14,7 @@ not safe (can_fork): there this process compiles them all, as before.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -21,9 +22,10 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import numba
+from numba.core import config as numba_config
 from numba.core import sigutils
 from numba.core.compiler_lock import global_compiler_lock
 
@@ -146,17 +148,60 @@ def tiered(kernel, cost_s: float, *args) -> Callable:
     return interpreted(kernel)
 
 
+#: numba's optimisation level (NUMBA_OPT, numba's own default 3) for the kernels of these
+#: plan entries (module, function) where a plan compiles them (:func:`compile_entries`): kernels
+#: that run once per program or rarely, whose LLVM passes at level 3 cost more CPU in
+#: `accelstub compile` than their lower-level code ever costs at run time (issue 31 #5; design
+#: notes "Cheaper optimisation for kernels that run once"). A kernel compiled at a lower level is
+#: filed in the disk cache as any other (numba's cache key has no optimisation level), so later
+#: runs load it; one compiled by its first call in a run gets numba's level.
+OPT_LEVELS: dict[tuple[str, str], int] = {
+    # the Ethos-U85 weight stream order: once per layer as a program is loaded, memoised
+    # (weights.ethosu85 decode_weights_memo)
+    ("accelstub.emu.weights.ethosu85", "_walk"): 1,
+    # the Ethos-U85 weight decoder: once per weight stream as a program is loaded, memoised
+    ("accelstub.emu.weights.ethosu85", "_swd_decode"): 1,
+    # the Ethos-U85 AXI burst counter: a unit's accounting, a few hundred ranges
+    ("accelstub.emu.memory.ethosu85_axi", "_burst_counts"): 1,
+    # the Ethos-U85 executor's row loop (stub/precompile.py AHEAD, a CALL entry): its heavy
+    # work is in the kernels it calls through their addresses, compiled apart at numba's level
+    ("accelstub.emu.executor.ethosu85", "run_rows"): 1,
+}
+
+
+@contextlib.contextmanager
+def optimised_at(module: str, name: str) -> Iterator[None]:
+    """numba's optimisation level set to ``OPT_LEVELS[module, name]`` (if it names one) while
+    this compiles that entry, numba's own restored after it, also on an error. numba reads
+    ``config.OPT`` each time it builds an LLVM pass manager (numba/core/codegen.py
+    ``_pass_builder``), so the level is per compile. Under numba's compiler lock: no other
+    thread's compile runs meanwhile at this level."""
+    level = OPT_LEVELS.get((module, name))
+    if level is None:
+        yield
+        return
+    with global_compiler_lock:
+        before = numba_config.OPT
+        numba_config.OPT = type(before)(level)  # numba's _OptLevel, an int
+        try:
+            yield
+        finally:
+            numba_config.OPT = before
+
+
 def compile_entries(entries: Sequence[Sequence],
                     done: Callable[[str, str, float], None] | None = None) -> None:
-    """Compile (or load from the cache) each entry in this process; ``done(module, function,
-    seconds)`` after each."""
+    """Compile (or load from the cache) each entry in this process, at its optimisation level
+    (:data:`OPT_LEVELS`); ``done(module, function, seconds)`` after each."""
     for module, name, signature, *_ in entries:
         t0 = time.perf_counter()
         if signature.startswith(CALL):
             function, *args = signature.removeprefix(CALL).split()
-            getattr(importlib.import_module(module), function)(*args)
+            with optimised_at(module, name):
+                getattr(importlib.import_module(module), function)(*args)
         else:
-            kernel(module, name).compile(_args(signature))
+            with optimised_at(module, name):
+                kernel(module, name).compile(_args(signature))
         if done is not None:
             done(module, name, time.perf_counter() - t0)
 

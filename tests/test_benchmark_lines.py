@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import ast
 import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
@@ -56,3 +59,39 @@ def test_a_benchmark_whose_kernels_run_elsewhere_names_the_kernel_this_machine_p
     assert lines[0].startswith("CPU: ")
     assert lines[1:] == ["conv kernel: int16 vpmaddwd (int16-pair kernel) for all "
                          "(ACCELSTUB_VNNI=0)", "figures"]
+
+
+def test_a_named_numba_cpu_without_its_features_is_said_to_keep_the_hosts():
+    """NUMBA_CPU_NAME alone leaves numba on the host's instruction set (the int16-pair kernel
+    became vpdpwssd under "haswell" on an AVX-512 VNNI host): the benchmark says so; with
+    NUMBA_CPU_FEATURES it names them; without NUMBA_CPU_NAME there is no such line."""
+    code = "from machine import bench_main\nbench_main(lambda: print('figures'), False)\n"
+    alone = _python(code, ACCELSTUB_VNNI="0", NUMBA_CPU_NAME="haswell")
+    assert alone[1].startswith("numba target: haswell with this host's features (")
+    assert alone[1].endswith("not haswell's instruction set: set NUMBA_CPU_FEATURES too "
+                             "(+avx2,+fma for haswell)")
+    named = _python(code, ACCELSTUB_VNNI="0", NUMBA_CPU_NAME="haswell",
+                    NUMBA_CPU_FEATURES="+avx2,+fma")
+    assert named[1] == "numba target: haswell, features +avx2,+fma"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_CPU_")}
+    out = subprocess.run([sys.executable, "-c", code], cwd=BENCH, capture_output=True,
+                         text=True, timeout=300, env={**env, "ACCELSTUB_VNNI": "0"})
+    assert out.returncode == 0, out.stderr
+    assert not any(line.startswith("numba target:") for line in out.stdout.splitlines())
+
+
+@pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"),
+                    reason="compiles for haswell, an x86 CPU")
+def test_the_int16_pair_peak_is_measured_on_the_kernels_step_as_avx2_compiles_it(tmp_path):
+    """bench_int8_kernels' int16 peak times the kernel's own step, which AVX2 code runs as
+    vpmaddwd then vpaddd (the pair's rate, not vpmaddwd's alone, bounds the kernel)."""
+    lines = _python("import bench_int8_kernels as B\nprint(B.pair_peak(3.0))\n",
+                    NUMBA_CPU_NAME="haswell", NUMBA_CPU_FEATURES="+avx2,+fma",
+                    NUMBA_CACHE_DIR=str(tmp_path), ACCELSTUB_VNNI="0")
+    head, _, tail = lines[-1].partition("/cycle/core x 16 MACs x ")
+    assert head.startswith("int16 pair peak: vpmaddwd+vpaddd ymm ")
+    ipc = float(head.rsplit(" ", 1)[1])
+    cores = os.cpu_count() or 1
+    gmacs = float(tail.split(" = ")[1].split(" ")[0])
+    assert 0 < ipc <= 4 and tail.endswith("GMAC/s (measured)")
+    assert abs(gmacs - ipc * 16 * cores * 3.0) <= 0.5 + 0.01 * gmacs

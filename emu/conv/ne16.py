@@ -83,11 +83,29 @@ def normquant(acc, scale, bias, shift, has_bias, relu, out_bits, h, w, k_n, mem,
     half = np.int64(1) << 31
     nb = out_bits // 8
     row = np.empty(k_n, np.int64)  # one pixel's outputs, before their bytes are stored
+    # with a bias and 8-bit outputs (the usual job) in 32-bit lanes, twice as many a vector
+    # (25 -> 12.5 us, 64->64 3x3 on 32x32, issue 31 #2): the product's and the sum's low 32
+    # bits depend only on their operands' low 32 bits, so wrapping int32 arithmetic is the
+    # 64-bit product wrapped, plus the bias, wrapped; an int32 value shifted right by 31 or
+    # more is its sign, as in 64 bits; np.int32() of a wider integer keeps its low 32 bits
+    fast = has_bias and nb == 1
+    n32 = k_n if fast else 0
+    sc32, bi32, sh32 = np.empty(n32, np.int32), np.empty(n32, np.int32), np.empty(n32, np.int32)
+    for k in range(n32):
+        sc32[k], bi32[k], sh32[k] = np.int32(scale[k]), np.int32(bias[k]), min(shift[k], 31)
+    # (min: a 32-bit output's unsigned bound does not fit an int32; this path has 8 bits)
+    floor32, lo32, hi32 = np.int32(max(floor, -half)), np.int32(lo), np.int32(min(hi, 255))
     for y in range(h):
         for x in range(w):
             a = acc[y, x]
             o = origin + y * d2 + x * d1
             dst = mem[o:o + k_n * nb]  # a view: indices from a range vectorise, o + k did not
+            if fast:
+                for k in range(k_n):
+                    p = np.int32(np.int32(a[k] * sc32[k]) + bi32[k])
+                    v = np.int32(max(p, floor32) >> sh32[k])
+                    dst[k] = np.uint8(min(max(v, lo32), hi32) & 0xFF)
+                continue
             if has_bias:
                 for k in range(k_n):
                     p = ((np.int64(a[k]) * scale[k] + half) & 0xFFFFFFFF) - half

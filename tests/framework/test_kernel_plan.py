@@ -400,3 +400,132 @@ def test_without_load_what_the_worker_did_is_not_done_again_here(tmp_path):
             1 + (again and "fails" not in by_worker)), (load, runs)
         for w in "abcd":
             assert [r[0] for r in runs].count(w) == (2 if again else 1), (load, runs)
+
+
+def test_the_opt_level_is_set_for_a_listed_entry_only_and_restored_even_on_an_error(monkeypatch):
+    """compile_entries compiles an entry of OPT_LEVELS with numba's ``config.OPT`` at its level
+    and any other entry at numba's own; numba's level object is back afterwards, also when the
+    entry's compile raises."""
+    import types
+
+    from numba.core import config
+
+    seen = {}
+    module = types.ModuleType("accelstub_test_opt_level")
+    module.low = lambda: seen.setdefault("low", config.OPT)
+    module.other = lambda: seen.setdefault("other", config.OPT)
+
+    def fails():
+        seen["fails"] = config.OPT
+        raise RuntimeError("compile failed")
+
+    module.fails = fails
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setattr(KP, "OPT_LEVELS", {(module.__name__, "low"): 1,
+                                           (module.__name__, "fails"): 2})
+    numbas = config.OPT
+    KP.compile_entries([(module.__name__, n, f"{KP.CALL}{n}", 0.1, "") for n in ("low", "other")])
+    assert (seen["low"], seen["other"]) == (1, numbas)
+    assert config.OPT is numbas
+    try:
+        KP.compile_entries([(module.__name__, "fails", f"{KP.CALL}fails", 0.1, "")])
+    except RuntimeError:
+        pass
+    assert seen["fails"] == 2 and config.OPT is numbas
+
+
+def test_the_opt_levels_name_only_ethos_u85_kernels_compiled_ahead():
+    """OPT_LEVELS lists exactly the Ethos-U85 weight walk, weight decoder and AXI burst counter
+    (kernels of the device's plan compiled ahead only: NEEDS "ahead", kernel_plan.tiered) and
+    the executor's row loop (`accelstub compile`'s AHEAD call): measured as fast at level 1 as
+    at 3, or run once per layer (design notes, "Cheaper optimisation for kernels that run
+    once"), each a kernel of its module."""
+    from accelstub.devices.ethos_u85 import KERNEL_PLAN
+    from accelstub.stub.precompile import AHEAD
+
+    planned = {("accelstub.emu.weights.ethosu85", "_walk"),
+               ("accelstub.emu.weights.ethosu85", "_swd_decode"),
+               ("accelstub.emu.memory.ethosu85_axi", "_burst_counts")}
+    executor = ("accelstub.emu.executor.ethosu85", "run_rows")
+    assert set(KP.OPT_LEVELS) == planned | {executor} and set(KP.OPT_LEVELS.values()) == {1}
+    assert planned <= {(e[0], e[1]) for e in KERNEL_PLAN if e[4] == KP.AHEAD}
+    assert executor in {(e[0], e[1]) for e in AHEAD["ethos-u85"]}
+    for module, name in planned | {executor}:
+        assert KP.kernel(module, name) is not None
+
+
+#: the child: compile_entries of the Ethos-U85 plan's OPT_LEVELS entries and _addsub_fast (not
+#: listed) in an empty cache, with the highest level numba's pass builders were asked for while
+#: each compiled (its "cheap" pre-pass is level 0 for all)
+LEVELS_CHILD = textwrap.dedent('''
+    import json
+    from numba.core import codegen
+    from accelstub.devices.ethos_u85 import KERNEL_PLAN
+    from accelstub.emu import kernel_plan as KP
+    levels, build = [], codegen.CPUCodegen._pass_builder
+    def recording(self, **kwargs):
+        levels.append(int(kwargs.get("opt", codegen.config.OPT)))
+        return build(self, **kwargs)
+    codegen.CPUCodegen._pass_builder = recording
+    seen = {}
+    def done(module, name, seconds):
+        seen[name] = max(levels)
+        levels.clear()
+    KP.compile_entries([e for e in KERNEL_PLAN if (e[0], e[1]) in KP.OPT_LEVELS
+                        or e[1] == "_addsub_fast"], done)
+    print(json.dumps(seen))
+''')
+
+#: a later child on that cache: each listed kernel loads from it (a hit, no compile) and gives
+#: what its interpreted form (the same code, emu/jit.py interpreted) gives
+LOADS_CHILD = textwrap.dedent('''
+    import json
+    import numpy as np
+    from accelstub.devices.ethos_u85 import KERNEL_PLAN
+    from accelstub.emu import kernel_plan as KP
+    from accelstub.emu.jit import interpreted
+    import accelstub.emu.weights.ethosu85 as Wt
+    import accelstub.emu.memory.ethosu85_axi as AX
+    loaded = {e[1]: KP.load_cached(KP.kernel(e[0], e[1]), e[2]) for e in KERNEL_PLAN
+              if (e[0], e[1]) in KP.OPT_LEVELS}
+    rng = np.random.default_rng(5)
+    vals = rng.integers(-30, 30, 3000) * (rng.random(3000) < 0.6)
+    buf = np.frombuffer(Wt.encode_swd(vals, zdiv=0, wdiv=5), np.uint8)
+    p = Wt.ordering_params(ofm_depth=24, ifm_depth=40, kernel_hw=(3, 3), ofm_block_depth=16)
+    ranges = np.sort(rng.integers(0, 5000, (40, 2)), axis=1).astype(np.int64)
+    hashes = np.array([0x5a40, 0xa580], np.int64)
+    def calls(f):
+        out = np.zeros(4000, np.int64)
+        decoded = f["_swd_decode"](buf, out)
+        n = f["_walk"](p, False, np.zeros(0, np.int64), np.zeros(0, np.int64))
+        ws, idx = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        f["_walk"](p, True, ws, idx)
+        counts = np.zeros((3, 4), np.int64)
+        bursts = f["_burst_counts"](ranges, 64, hashes, counts)
+        return [[int(v) for v in decoded], out.tolist(), n, ws.tolist(), idx.tolist(),
+                int(bursts), counts.tolist()]
+    kernels = {n: getattr(Wt, n, None) or getattr(AX, n) for n in loaded}
+    compiled = calls(kernels)
+    same = compiled == calls({n: interpreted(k) for n, k in kernels.items()})
+    misses = {n: sum(k.stats.cache_misses.values()) for n, k in kernels.items()}
+    print(json.dumps(dict(loaded=loaded, same=same, misses=misses,
+                          decoded=compiled[0][0] == vals.size)))
+''')
+
+
+def test_a_kernel_compiled_at_its_lower_level_is_cached_and_computes_as_interpreted(tmp_path):
+    """In an empty cache, the listed kernels compile at their OPT_LEVELS level (numba's pass
+    builders asked for nothing above it) and one not listed at numba's 3; a later process loads
+    each listed kernel from that cache, compiling nothing, and its results equal its
+    interpreted form's on a weight stream, a walk and a burst count."""
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "cache"))
+    run = [subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=tmp_path)
+           for child in (LEVELS_CHILD, LOADS_CHILD)]
+    for out in run:
+        assert out.returncode == 0, out.stderr
+    levels, later = (json.loads(out.stdout.splitlines()[-1]) for out in run)
+    assert levels == {"_walk": 1, "_swd_decode": 1, "_burst_counts": 1, "_addsub_fast": 3}
+    assert later == dict(loaded={n: True for n in ("_walk", "_swd_decode", "_burst_counts")},
+                         same=True, misses={"_walk": 0, "_swd_decode": 0, "_burst_counts": 0},
+                         decoded=True)
