@@ -216,12 +216,20 @@ def _finish_terms(cfg, bias, scales, shifts, oc_n: int) -> tuple:
 
 @njit(nogil=True, cache=True, inline="always")
 def _fast_value(t32, keep, sc, sh, bi, rp, dr, zp, lo, hi):
-    """One output of :func:`_finish_fast` (its arithmetic, written once for its two loops)."""
-    a = (((np.int64(t32) & keep) + bi + 0x80000000) & 0xFFFFFFFF) - 0x80000000
-    r = a * sc
+    """One output of :func:`_finish_fast` (its arithmetic, written once for its two loops):
+    acc = sign_extend(sum + bias, 32); r = rounded_shift_right(acc * scale, shift)
+    [U85-TRM: §3.6.6]; wrap32(r + zp), clipped [U85-TRM: §3.6.7]. Written so that AVX2 (no
+    64-bit vector multiply, vpmullq is AVX-512) vectorises it (issue 31 #1): the accumulator
+    and the scale (|scale| < 2**31 here, _finish_terms) are visibly sign-extended int32, so
+    LLVM multiplies with vpmuldq (32x32 -> 64) instead of three vpmuludq; exact, as both fit
+    int32 and the product (< 2**62) int64. After the shift only the low 32 bits are kept
+    (wrap32), so the zero point, the clip and the result run in int32 lanes: np.int32 is
+    that wrap, and ``lo``/``hi`` are the clip bounds limited to int32 (the caller's; the same
+    clip of an int32 value). The 64-bit arithmetic shift stays (LLVM's AVX2 form: two vpsrlvq)."""
+    a = np.int64(np.int32((np.int64(t32) & keep) + bi))
+    r = a * np.int64(np.int32(sc))
     r = (r + rp + (dr & (r >> 63))) >> sh
-    t = ((r + zp + 0x80000000) & 0xFFFFFFFF) - 0x80000000
-    return min(max(t, lo), hi)
+    return min(max(np.int32(r + zp), lo), hi)
 
 
 @njit(parallel=True, cache=True)
@@ -241,7 +249,8 @@ def _finish_fast(tot, rows, cols, k, out):
     int16/int32 ``view`` of ``out`` was slower and compiled ~0.13 s longer per view."""
     H, W = out.shape[0], out.shape[1]
     sc, sh, bi, rp, dr = k[0], k[1], k[2], k[3], k[4]
-    zp, lo, hi, oc_n = k[5, 0], k[5, 1], k[5, 2], k[5, 3]
+    zp, oc_n = k[5, 0], k[5, 3]
+    lo, hi = np.int32(max(k[5, 1], -0x80000000)), np.int32(min(k[5, 2], 0x7FFFFFFF))
     nb = out.shape[2] // oc_n  # bytes per value: 1, 2 or 4
     for oy in prange(H):
         for ox in range(W):

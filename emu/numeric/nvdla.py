@@ -76,6 +76,15 @@ def post_process(acc, k, add, clip, stages, bs_alu, bs_mul, bn_alu, bn_mul, offs
     half_cvt = np.int64(1) << (shift - 1) if shift else np.int64(0)
     neg_clip, neg_cvt = np.int64(clip != 0), np.int64(shift != 0)
     lo32 = -(np.int64(1) << 31)
+    # the converter's product as vpmuldq (signed 32 x 32 -> 64 bits) computes it, which AVX2
+    # has; a 64 x 64-bit multiply is AVX-512's vpmullq, emulated on AVX2 by three vpmuludq
+    # and shifts (issue 31: 82 -> 74 us of the 64->64 3x3 layer's pass there, the same on
+    # AVX-512). Exact: (x - offset) * scale = x * scale - offset * scale, where x (CACC's or an
+    # X stage's output) is within int32, scale is the 16-bit SDP_D_CVT_SCALE and offset the
+    # 32-bit SDP_D_CVT_OFFSET (sdp.decode), so each product and the difference stay within
+    # 2^47; LLVM picks vpmuldq when both factors are visibly sign-extended from 32 bits
+    sc = np.int64(np.int32(scale))
+    off_sc = offset * scale
     row = np.empty(w, np.int64)  # one row's values between the three loops
     # a surface's row of atoms: its 8 channels' rows, then interleaved into 8-byte words (a
     # store per byte at a stride of 8 did not vectorise: 0.03 ms more for 64x32x32)
@@ -99,7 +108,7 @@ def post_process(acc, k, add, clip, stages, bs_alu, bs_mul, bn_alu, bn_mul, offs
                     # the converter. The rounded shift is the floor shift f or f + 1, so the
                     # count |f - saturate(rounded, 17)| > 1 is f outside [-65537, 65536]; and
                     # saturating to 17 bits, then to 8, is saturating to 8
-                    t = (row[x] - offset) * scale
+                    t = np.int64(np.int32(row[x])) * sc - off_sc
                     f = t >> shift
                     ssat += (f > 65536) | (f < -65537)
                     r = (t + half_cvt - (t >> 63 & neg_cvt)) >> shift

@@ -183,6 +183,46 @@ def test_post_process_rounds_and_saturates_at_the_edges_as_the_reference():
                 assert np.array_equal(got, want) and sat == want_sat, (offset, scale, shift)
 
 
+def test_converter_products_at_the_int32_and_16_bit_ends_equal_the_reference():
+    """The converter's product taken as x * scale - offset * scale with x and scale
+    sign-extended from 32 bits (vpmuldq on AVX2, issue 31), for converter inputs at both ends
+    of int32 as CACC and the X stages leave them (an ALU sum and a MUL product saturating to
+    int32, PReLU's wrapped non-negative sums, and no stage), with offsets at the ends of the
+    32-bit SDP_D_CVT_OFFSET, scales at the ends of the 16-bit SDP_D_CVT_SCALE and every shift
+    0..63: each byte and the 17-bit saturation count (floor shift) equal the reference's
+    (the products reach |(x - offset) * scale| = (2^32 - 1) * 2^15)."""
+    lo, hi = -(1 << 31), (1 << 31) - 1
+    sums = np.array([lo, lo + 1, -65537, -2, -1, 0, 1, 65536, hi - 1, hi], np.int64)
+    acc = np.tile(sums, (ATOM, 1)).astype(np.int32).reshape(ATOM, 1, -1)
+    w = acc.shape[2]
+    ends = np.array([0, 1, -1, (1 << 15) - 1, -(1 << 15), 3, -3, 2], np.int64)  # per channel
+    variants = [None,  # no stage: the sums themselves
+                ("sum", 32, True, False),  # +-2^15 << 32 saturated, PReLU wraps sums >= 0
+                ("sum", 16, True, False),
+                (None, 0, True, False),  # products saturated to int32, PReLU
+                ("max", 31, False, True)]  # ALU max, then ReLU
+    for variant in variants:
+        stages, ours = [], ()
+        if variant is not None:
+            alu, alu_shift, mul, relu = variant
+            ours = (S.Stage("BS", alu, False, 0, alu_shift, True, False, 0, 0, mul, relu, None),)
+            stages = [ref.XStage(alu=alu, alu_operand=ends, alu_shift=alu_shift, mul=True,
+                                 mul_operand=ends[::-1].copy(), mul_shift=0, prelu=mul,
+                                 relu=relu)]
+            operands = (ends.reshape(-1, 1, 1), ends[::-1].reshape(-1, 1, 1))
+        for offset in (lo, hi, 0, -1, 1):
+            for scale in (-(1 << 15), (1 << 15) - 1, -1, 1, 0):
+                for shift in range(64):
+                    cvt = (offset, scale, shift)
+                    cfg = S.SdpConfig(w, 1, ATOM, True, False, None, (0, 0, 0), ours, cvt)
+                    with patch.object(S, "operands", return_value=operands if ours else None):
+                        out, sat, _ = S.process(cfg, acc, None, k=ATOM,
+                                                add=np.zeros(ATOM, np.int64), clip=0)
+                    want, want_sat = ref.sdp_counted(acc.astype(np.int64).astype(object),
+                                                     ref.SdpRef(stages, cvt))
+                    assert np.array_equal(out.astype(np.int64), want), (variant, cvt)
+                    assert sat == want_sat, (variant, cvt)
+
 def test_weights_are_decoded_and_packed_once_while_their_bytes_stay_the_same():
     """read_weights gives the same read-only array for the same bytes, so the kernel's packed
     form (kept per read-only array) is made once; other bytes give another array."""
