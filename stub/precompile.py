@@ -19,8 +19,6 @@ cannot explain.
 """
 from __future__ import annotations
 
-import contextlib
-import gc
 import importlib
 import os
 import subprocess
@@ -29,7 +27,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO, NoReturn
 
@@ -332,7 +330,7 @@ def _child(devices: list[str]) -> int:
     the parallel kernels of the demos' types (the demos' small layers ran the serial twins,
     emu/conv/int_conv.py Twin), printing a KERNEL_MARK line as each kernel starts and ends
     compiling (``end MODULE FUNCTION SECONDS``), in either process."""
-    from .numba_start import start_numba_lean
+    from .numba_start import collector_off, start_numba_lean
 
     start_numba_lean()  # numba started as `run` starts it, before anything imports it
 
@@ -355,7 +353,7 @@ def _child(devices: list[str]) -> int:
         if name.startswith("demo "):  # (one that failed raised there: not reported)
             _DEMOS.setdefault(name.removeprefix("demo "), 0)
 
-    with CompileNotice(on_kernel=report), _collector_off():
+    with CompileNotice(on_kernel=report), collector_off():
         # the worker's lines come from the CompileNotice it inherits, as it compiles
         # (worker_output); what it did is left in the cache (load=False: not loaded or run
         # again here); the devices whose demo no process ran yet (not ready when taken:
@@ -371,27 +369,6 @@ def _child(devices: list[str]) -> int:
         if not failed:
             compile_plan(parallel_twin_plan(), worker_output=True)
     return 1 if failed else 0
-
-
-@contextlib.contextmanager
-def _collector_off() -> Iterator[None]:
-    """CPython's cyclic collector off while the child and its worker compile the queue and run
-    the demos, on again afterwards if it was on. Why: numba's compile garbage is then freed
-    only as the process ends, which for these two is right after the queue (the worker forked
-    inside inherits it off); collecting it cost CPU both processes spent before their end (at
-    CPython's threshold ~0.7 s CPU each in ~1 000 collections, ~0.35-0.45 s each with a first
-    run's 20 000 of numba_start.collector_for_compiling, ~0 off), for ~50-90 MiB more peak
-    memory per process (270-290 MiB instead of 190-245 MiB, issue 31 #5). Not for a run that
-    compiles (it lives on): that one keeps collector_for_compiling. Not
-    numba_start.collector_paused either: that freezes what is alive at its end, garbage
-    included, for good in a caller that lives on (a test calling :func:`_child`)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _exit(code: int) -> NoReturn:
