@@ -26,6 +26,12 @@ T = TypeVar("T")
 WriteHook = Callable[[Register, int, int], None]  # (register, old value, new value)
 ReadHook = Callable[[Register, int], int]  # (register, stored value) -> value seen
 BankIndex = Callable[[Register], int]  # the device's selector for bank_select = "device"
+#: a register's access rules as RegisterFile keeps them (RegisterFile._rules): (rw|wo mask, w1c
+#: mask, w1s mask, readable mask, write hooks, lock field (key, lsb, width mask) or None, the
+#: bits a whole-word write keeps or None) -- the last is ~rw for a register without w1c/w1s
+#: bits, where the rule of RegisterFile.write is (old & ~rw) | (value & rw), and None otherwise
+Rule = tuple[int, int, int, int, tuple[WriteHook, ...], tuple[int, int, int] | None, int | None]
+FULL = 0xFFFFFFFF
 
 
 @functools.lru_cache(maxsize=1024)
@@ -40,26 +46,29 @@ class RegisterFile:
         self._values: dict[int, int] = {}
         self._write_hooks: dict[int, list[WriteHook]] = {}
         self._read_hooks: dict[int, ReadHook] = {}
-        # per register key: (writable rw|wo, w1c, w1s, readable-mask) computed once, and its
-        # reset value; both depend on the definition's fields only, so they are worked out once
-        # per definition (the MAX78000's 2311 registers have 41: ~5 ms of each `accelstub run`)
-        self._masks: dict[int, tuple[int, int, int, int]] = {}
+        # per register key: everything an access needs, in one entry looked up once per access
+        # (issue 31 #2: a driver's word write spent ~0.5 us in five lookups): (writable rw|wo,
+        # w1c, w1s, readable-mask, write hooks, lock) -- see _rule. Masks and reset value depend
+        # on the definition's fields only, so they are worked out once per definition (the
+        # MAX78000's 2311 registers have 41: ~5 ms of each `accelstub run`); on_write and
+        # _add_slots replace the entries of the registers that have hooks or a lock field
+        self._rules: dict[int, Rule] = {}
         self._resets: dict[int, int] = {}
-        per_definition: dict[int, tuple[tuple[int, int, int, int], int]] = {}
+        per_definition: dict[int, tuple[Rule, int]] = {}
         for r in description.registers:
-            masks_reset = per_definition.get(id(r.definition))
-            if masks_reset is None:
+            rule_reset = per_definition.get(id(r.definition))
+            if rule_reset is None:
                 full = (1 << r.bits) - 1
-                masks_reset = per_definition[id(r.definition)] = (
-                    (r.mask_of("rw", "wo"), r.mask_of("w1c"), r.mask_of("w1s"),
-                     full & ~r.mask_of("wo", "rsvd")), r.reset)
-            self._masks[r.key], self._resets[r.key] = masks_reset
-        #: banked slots: address -> (banks, selector, lock) with selector/lock resolved
+                rw, w1c, w1s = r.mask_of("rw", "wo"), r.mask_of("w1c"), r.mask_of("w1s")
+                rule_reset = per_definition[id(r.definition)] = (
+                    (rw, w1c, w1s, full & ~r.mask_of("wo", "rsvd"), (), None,
+                     None if w1c | w1s else FULL & ~rw), r.reset)
+            self._rules[r.key], self._resets[r.key] = rule_reset
+        #: banked slots: address -> (banks, selector, lock) with selector/lock resolved; the
+        #: selector None: the device's bank_index selects
         self._bank_index = bank_index
-        self._slots: dict[int, tuple[tuple[Register, ...], str | tuple[int, int, int],
+        self._slots: dict[int, tuple[tuple[Register, ...], tuple[int, int, int] | None,
                                      tuple | None]] = {}
-        #: addresses of the banked slots that have a lock field (the others skip locked())
-        self._lockable: set[int] = set()
         for blk in description.blocks:
             if blk.banks:
                 self._add_slots(blk)
@@ -89,9 +98,9 @@ class RegisterFile:
                 d.banks_at(d.slot_address(reg_name))[bank]
             return reg, next(f for f in reg.fields if f.name == fname)
 
-        select: str | tuple[int, int, int]
+        select: tuple[int, int, int] | None
         if blk.bank_select == "device":
-            select = "device"
+            select = None
         else:  # (register key, lsb, width mask): selected() runs on every bus access
             sel_reg, f = field_of(blk.bank_select, None)
             select = (sel_reg.key, f.lsb, (1 << f.width) - 1)
@@ -101,8 +110,17 @@ class RegisterFile:
                 lock = tuple(field_of(blk.bank_lock, b) for b in range(len(banks))) \
                     if blk.bank_lock else None
                 self._slots[r.address] = (banks, select, lock)
-                if lock is not None:
-                    self._lockable.add(r.address)
+                for bank, (lock_reg, f) in enumerate(lock or ()):
+                    self._rules[banks[bank].key] = self._rule(
+                        banks[bank], lock=(lock_reg.key, f.lsb, (1 << f.width) - 1))
+
+    def _rule(self, reg: Register, lock: tuple[int, int, int] | None = None) -> Rule:
+        """``reg``'s entry of :attr:`_rules` with its write hooks as registered now (a tuple:
+        on_write makes a new entry) and its bank's lock field (key, lsb, width mask), if any;
+        the masks are the definition's, as __init__ worked them out."""
+        rw, w1c, w1s, readable, _, old_lock, keep = self._rules[reg.key]
+        return (rw, w1c, w1s, readable, tuple(self._write_hooks.get(reg.key, ())),
+                lock if lock is not None else old_lock, keep)
 
     def reset(self) -> None:
         self._log_all()
@@ -113,6 +131,7 @@ class RegisterFile:
     def on_write(self, reg: Register | str, hook: WriteHook) -> None:
         reg = self._reg(reg)
         self._write_hooks.setdefault(reg.key, []).append(hook)
+        self._rules[reg.key] = self._rule(reg)
 
     def on_read(self, reg: Register | str, hook: ReadHook) -> None:
         self._read_hooks[self._reg(reg).key] = hook
@@ -154,17 +173,17 @@ class RegisterFile:
         if slot is None:
             return reg
         banks, select, _ = slot
-        if isinstance(select, str):  # "device"
-            if self._bank_index is None:
+        if select is None:  # the device selects
+            index = self._bank_index
+            if index is None:
                 raise DeviceError(f"{reg.slot} is banked by device state, and no device selects")
-            i = self._bank_index(banks[0])
+            i = index(banks[0])
         else:
-            key, lsb, mask = select
-            i = (self._values[key] >> lsb) & mask
-        if not 0 <= i < len(banks):
-            raise DeviceError(f"{reg.slot}: the bank selector names bank {i}, which does not "
-                              f"exist ({len(banks)} banks)")
-        return banks[i]
+            i = (self._values[select[0]] >> select[1]) & select[2]
+        if 0 <= i < len(banks):
+            return banks[i]
+        raise DeviceError(f"{reg.slot}: the bank selector names bank {i}, which does not exist "
+                          f"({len(banks)} banks)")
 
     def locked(self, reg: Register) -> bool:
         """True when writes to this bank are ignored now (its lock field is set)."""
@@ -177,37 +196,47 @@ class RegisterFile:
     # -- access -----------------------------------------------------------------------------
     def read(self, reg: Register | str) -> int:
         """The value a bus read returns (write-only and reserved bits read 0). No side effects."""
-        reg = self._reg(reg)
-        v = self._values[reg.key]
-        hook = self._read_hooks.get(reg.key)
+        if isinstance(reg, str):
+            reg = self.description.register(reg)
+        key = reg.key
+        v = self._values[key]
+        hook = self._read_hooks.get(key)
         if hook is not None:
             v = hook(reg, v)
-        return v & self._masks[reg.key][3]
+        return v & self._rules[key][3]
 
-    def write(self, reg: Register | str, value: int, lanes: int = 0xFFFFFFFF) -> None:
+    def write(self, reg: Register | str, value: int, lanes: int = FULL) -> None:
         """A bus write of ``value``; ``lanes`` masks the bits the access covers (byte writes).
 
         rw/wo bits take the value, w1c bits clear where 1 is written, w1s bits set, ro and
         reserved bits keep their value. Then the write hooks run with (old, new). A write to a
-        locked bank is ignored and counted."""
+        locked bank is ignored and counted.
+
+        Every bus write of a register comes here (Bus.write's word path and its general path,
+        Device.write_register), so the rules have this one implementation; its entry in
+        :attr:`_rules` gives masks, hooks and lock in one lookup (issue 31 #2)."""
         if isinstance(reg, str):
             reg = self.description.register(reg)
-        if reg.address in self._lockable and reg.bank is not None and self.locked(reg):
+        key = reg.key
+        rw, w1c, w1s, _, hooks, lock, keep = self._rules[key]
+        values = self._values
+        if lock is not None and (values[lock[0]] >> lock[1]) & lock[2]:
             self.ignored_writes[reg.name] += 1
             return
-        key = reg.key
-        rw, w1c, w1s, _ = self._masks[key]
-        old = self._values[key]
-        value &= lanes
-        new = (old & ~(rw & lanes)) | (value & rw)
-        new &= ~(value & w1c)
-        new |= value & w1s
-        if self.log is not None and key not in self.log:
-            self.log[key] = old
-        self._values[key] = new
+        old = values[key]
+        if keep is not None and lanes == FULL:  # the rule below with w1c = w1s = 0, lanes = ~0
+            new = (old & keep) | (value & rw)
+        else:
+            value &= lanes
+            new = (((old & ~(rw & lanes)) | (value & rw)) & ~(value & w1c)) | (value & w1s)
+        log = self.log
+        if log is not None and key not in log:
+            log[key] = old
+        values[key] = new
         self.version += 1
-        for hook in self._write_hooks.get(key, ()):
-            hook(reg, old, new)
+        if hooks:
+            for hook in hooks:
+                hook(reg, old, new)
 
     def peek(self, reg: Register | str) -> int:
         """The stored value, for device models (bypasses read hooks)."""
@@ -262,10 +291,13 @@ class RegisterFile:
 
     def poke(self, reg: Register | str, value: int) -> None:
         """Set the stored value as the hardware does (status bits); no hooks, no access rules."""
-        reg = self._reg(reg)
-        if self.log is not None and reg.key not in self.log:
-            self.log[reg.key] = self._values[reg.key]
-        self._values[reg.key] = value & ((1 << reg.bits) - 1)
+        if isinstance(reg, str):
+            reg = self.description.register(reg)
+        key = reg.key
+        log = self.log
+        if log is not None and key not in log:
+            log[key] = self._values[key]
+        self._values[key] = value & ((1 << reg.bits) - 1)
         self.version += 1
 
     def _field_spec(self, reg: Register | str, name: str) -> tuple[int, int, int]:
