@@ -149,6 +149,16 @@ class Unit:
     summary: str
 
 
+def unit_indices(units: list[Unit]) -> dict[int, int]:
+    """address -> index of the FIRST unit at that address. Why the first: a listing may name one
+    address twice, and every map from a pc to its unit (the stop data's ``unit_at_pc``, the
+    layer differ's ``unit_index``, :meth:`Device.unit_label`) must pick the same unit."""
+    index: dict[int, int] = {}
+    for i, u in enumerate(units):
+        index.setdefault(u.address, i)
+    return index
+
+
 @dataclass(frozen=True)
 class ProgramOptions:
     """What a user gives with a program (``--input``, ``--output``, ``--expect``): file paths

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .device import Stop
+from .device import Stop, unit_indices
 from .errors import AccelstubError, DeviceError
 from .files import FileRefused, mib, read_bounded
 from .tensors import read_tensor, tensor_gather
@@ -238,7 +238,7 @@ class LayerDiffer:
         if k is not None:
             return k
         if pc not in self._index:
-            self._index = {u.address: i for i, u in enumerate(self.device.units())}
+            self._index = unit_indices(self.device.units())
         return self._index.get(pc)
 
     # -- on a run control ------------------------------------------------------------------

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from accelstub.devices.content_cache import kept_for
-from accelstub.devices.device import Device
+from accelstub.devices.device import Device, unit_indices
 from accelstub.devices.runcontrol import RunControl
 
 from ..files import FileRefused, write_regular
@@ -31,9 +31,7 @@ def unit_at_pc(dev: Device) -> int | None:
         if not kept:  # the first time this listing is seen: it may be made anew per call
             kept["seen"] = True
             return next((i for i, u in enumerate(units) if u.address == pc), None)
-        index = kept["index"] = {}
-        for i, u in enumerate(units):
-            index.setdefault(u.address, i)
+        index = kept["index"] = unit_indices(units)
     at: int | None = index.get(pc)
     return at
 

@@ -607,3 +607,30 @@ def test_docs_pytorch_hook_script_saves_what_the_reader_expects(max78000_net, tm
         assert saved["0"].shape == (1,) + outputs[0].shape  # NCHW, batch of one
         differ = _diff(_load("max78000", root / "clean"), tmp_path / "ref.npz")
         assert differ.first_divergence == bad
+
+
+def test_every_pc_to_unit_map_takes_the_first_unit_of_an_address_listed_twice():
+    """A listing may name one address twice: the layer differ's unit_index and the stop data's
+    unit_at_pc (scanned the first time, from its kept table after) both name the first unit
+    there, as Device.unit_label does (devices/device.py unit_indices)."""
+    from accelstub.devices.device import Unit
+    from accelstub.stub.commands.target import unit_at_pc
+
+    class Listed:  # what both maps ask of a device
+        def __init__(self) -> None:
+            self.listing = [Unit(0x100, "a", ""), Unit(0x104, "b", ""), Unit(0x100, "c", ""),
+                            Unit(0x108, "d", ""), Unit(0x104, "e", "")]
+            self.pc = 0x104
+
+        def units(self) -> list[Unit]:
+            return self.listing
+
+        def window_index(self, pc: int) -> None:
+            return None
+
+    dev = Listed()
+    differ = LayerDiffer(dev, [])  # type: ignore[arg-type]
+    assert [differ.unit_index(pc) for pc in (0x100, 0x104, 0x108, 0x10C)] == [0, 1, 3, None]
+    assert [unit_at_pc(dev) for _ in range(3)] == [1, 1, 1]  # type: ignore[arg-type]
+    dev.pc = 0x100
+    assert unit_at_pc(dev) == 0  # type: ignore[arg-type]
