@@ -10,6 +10,8 @@ of 0.1 s (so a thread pool left spinning by the previous contender does not take
 calls each (default 15), so all see the same load from the rest of the machine; best and median
 per contender, GMAC/s of the best, ratios to torch.
 The int kernels' results are checked equal to each other and to the float GEMM (exact here).
+On 3x3 stride-1 shapes also the Winograd F(2x2, 3x3) kernel (emu/conv/winograd.py); its GMAC/s
+are direct-equivalent (the direct convolution's multiply-adds over its time).
 Also: the machine's int8 peak estimate (clock from a dependent add chain, one vpdpbusd per cycle
 per core measured with independent chains), the int16-pair kernel's peak (its own multiply-add
 step measured, ``pair_peak``) and the first-call compile time of the byte kernels
@@ -26,6 +28,7 @@ import numpy as np
 
 from accelstub.emu.conv import ethosu85 as E
 from accelstub.emu.conv import int_conv as IC
+from accelstub.emu.conv import winograd as WG
 from accelstub.emu.conv.vnni import HAVE_VNNI
 from machine import bench_main
 
@@ -160,7 +163,12 @@ def bench_shape(name, c, k, h, wd, kk, pad, stride, channels_last, zp, repeat, t
     hwc = zp != 0
     kw = dict(zero_point=zp, pad=(pad, pad), stride=(stride, stride), hwc=hwc)
     macs = ho * wo * k * c * kk * kk
-    contenders = {"int16 vpmaddwd": lambda: IC.conv_sums(v, pw, (ho, wo), kernel="int16", **kw)}
+    contenders = {"int16 vpmaddwd": lambda: IC.conv_sums(v, pw, (ho, wo), kernel="direct", **kw)}
+    if kk == 3 and stride == 1:  # emu/conv/winograd.py, GMAC/s direct-equivalent (MACs / time)
+        ww = WG.winograd_weights(w)
+        assert WG.winograd_fits(*WG.input_range(v.dtype, zp), ww)
+        contenders["int16 Winograd 2x2,3x3"] = lambda: WG.winograd_sums(
+            v, ww, (ho, wo), zero_point=zp, pad=(pad, pad), hwc=hwc)
     if HAVE_VNNI:
         contenders["int8 vpdpbusd"] = lambda: IC.conv_sums(v, pw, (ho, wo), kernel="int8", **kw)
     hp, wp = (ho - 1) * stride + kk, (wo - 1) * stride + kk

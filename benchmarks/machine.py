@@ -102,6 +102,7 @@ CONV_KERNELS = {
     ("int_conv", "_vnni_conv"): "int8 vpdpbusd (byte kernel)",
     ("int_conv", "_pointwise8"): "int8 vpdpbusd 1x1 (pointwise byte kernel)",
     ("int_conv", "_conv_blocks"): "int16 vpmaddwd (int16-pair kernel)",
+    ("winograd", "_wino_gemm"): "int16 Winograd 2x2,3x3 (vpmaddwd)",
     ("int_conv", "_depthwise_pixels"): "depthwise loop",
     ("ethosu85", "_conv_kernel"): "int64 loop (Ethos-U85 sums past float64)",
 }
@@ -109,14 +110,31 @@ CONV_KERNELS = {
 #: the int16-pair kernel's instructions where they are not vpmaddwd: on arm64 LLVM lowers its
 #: pair multiply-add (emu/conv/simd.py vmadd) to NEON smull + addp + add
 #: (benchmarks/arm64_codegen.py; design notes "arm64 (issue 31 #3)")
-ARM64_LABELS = {("int_conv", "_conv_blocks"): "int16 NEON smull (int16-pair kernel)"}
+ARM64_LABELS = {("int_conv", "_conv_blocks"): "int16 NEON smull (int16-pair kernel)",
+                ("winograd", "_wino_gemm"): "int16 Winograd 2x2,3x3 (NEON smull)"}
+
+
+#: the int16-pair kernel where numba's target has VNNI: LLVM fuses its ``vpmaddwd`` + ``vpaddd``
+#: into one ``vpdpwssd`` (design notes, "The int16-pair kernel on AVX2")
+VNNI_INT16_LABELS = {("int_conv", "_conv_blocks"): "int16 vpdpwssd (int16-pair kernel)",
+                     ("winograd", "_wino_gemm"): "int16 Winograd 2x2,3x3 (vpdpwssd)"}
+
+
+def target_has_vnni() -> bool:
+    """Whether numba compiles for a CPU with AVX-512 VNNI or AVX-VNNI: ``NUMBA_CPU_FEATURES``
+    where it is set, else the host's (as numba does, :func:`target_line`)."""
+    from numba.core import config
+
+    if config.CPU_FEATURES is not None:
+        return any(f"+{f}" in config.CPU_FEATURES.split(",") for f in ("avx512vnni", "avxvnni"))
+    return bool({"AVX-512 VNNI", "AVX-VNNI"} & set(vector_extensions()))
 
 
 def kernel_labels() -> dict[tuple[str, str], str]:
-    """:data:`CONV_KERNELS` as named on this machine's kind (x86 or arm64)."""
+    """:data:`CONV_KERNELS` as named on this machine's kind (x86 or arm64) and numba's target."""
     if platform.machine().lower() in ARM64:
         return CONV_KERNELS | ARM64_LABELS
-    return CONV_KERNELS
+    return CONV_KERNELS | VNNI_INT16_LABELS if target_has_vnni() else CONV_KERNELS
 
 
 def kernel_choice() -> str:
@@ -124,16 +142,16 @@ def kernel_choice() -> str:
     benchmark whose kernels run in another process."""
     from accelstub.emu.conv.vnni import HAVE_VNNI
 
+    int16 = kernel_labels()[("int_conv", "_conv_blocks")]
     if HAVE_VNNI:
-        return ("conv kernel: int8 vpdpbusd (byte kernel) for 8-bit data with int8 weights, "
-                "int16 vpmaddwd otherwise")
+        return (f"conv kernel: int8 vpdpbusd (byte kernel) for 8-bit data with int8 weights, "
+                f"{int16} otherwise")
     if os.environ.get("ACCELSTUB_VNNI") == "0":
         why = "ACCELSTUB_VNNI=0"
     elif platform.machine().lower() in ARM64:  # the byte kernel is AVX-512 VNNI code
         why = "no AVX-512 VNNI on arm64; NEON dot product unused"
     else:
         why = "no AVX-512 VNNI"
-    int16 = kernel_labels()[("int_conv", "_conv_blocks")]
     return f"conv kernel: {int16} for all ({why})"
 
 
@@ -142,9 +160,9 @@ def kernels_ran() -> list[str]:
     numba has a compiled version of, parallel or its serial twin (numba makes one on a
     kernel's first call, compiling or loading it from the cache); nothing is wrapped, so a
     benchmark's own view of the kernels stays as it is."""
-    from accelstub.emu.conv import ethosu85, int_conv
+    from accelstub.emu.conv import ethosu85, int_conv, winograd
 
-    modules = {"int_conv": int_conv, "ethosu85": ethosu85}
+    modules = {"int_conv": int_conv, "ethosu85": ethosu85, "winograd": winograd}
     serial = {id(t.parallel): t.serial for t in int_conv.TWINS}
     ran = []
     for (mod, name), label in kernel_labels().items():

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from ...emu.conv import ethosu85 as CE
 from ...emu.conv import int_conv as IC
 from ...emu.eltwise import ethosu85 as eltwise_k
 from ...emu.executor import ethosu85 as X
@@ -175,7 +176,8 @@ def _conv_rows(pools: _Pools, step: functools.partial[Any]) -> Rows | None:
     row = {X.K_H: H, X.K_W: W, X.K_C: p.channels, X.K_K: K,
            X.K_ROWS: pools.const("c64", p.rows), X.K_COLS: pools.const("c64", p.cols),
            X.K_TERMS: pools.const("c64", k), X.K_TERMS_W: k.shape[1],
-           X.K_OUT32: int(dtype.itemsize == 4)}
+           X.K_OUT32: int(dtype.itemsize == 4),
+           X.K_PAR_FINISH: int(CE.stage_parallel(H * W * K).threads > 1)}  # as _launch_stage
     if p.depthwise:
         if acc.views[0].dtype != np.int8 or raw_shape[2] < p.channels:
             return None
@@ -207,7 +209,7 @@ def _conv_rows(pools: _Pools, step: functools.partial[Any]) -> Rows | None:
                     X.K_CV_ROW_WORDS: row_words, X.K_CV_PLANE: plane,
                     X.K_CV_ROW_OFF: pools.const("c64", row_off),
                     X.K_CV_COL_OFF: pools.const("c64", col_off), X.K_CV_KP: kn * 8,
-                    X.K_CV_X4: b.buf})
+                    X.K_CV_X4: b.buf, X.K_PAR: int(IC.parallel(b.work).threads > 1)})
     else:
         launches = list(p.launches.values())
         if not launches or not all(isinstance(b, IC.PointwiseLaunch) for b in launches) \
@@ -256,7 +258,9 @@ def _conv16_columns(pools: _Pools, p: Any, dtype: np.dtype[Any], raw_shape: tupl
             X.K_CV_X4: g.hp * g.c2 * plane, X.K_C16_VH: vh, X.K_C16_VW: vw,
             X.K_C16_ZP: p.zero_point,
             X.K_C16_HO: p.out_hw[0], X.K_C16_C2: g.c2, X.K_C16_HP: g.hp,
-            X.K_C16_TW: g.wob if p.flat is None else tw}
+            X.K_C16_TW: g.wob if p.flat is None else tw,
+            # the parallel kernels where run_int16_launch takes them (Int16Launch.work)
+            X.K_PAR: int(not pw and IC.parallel(IC.conv_work(p.out_hw, w, c)).threads > 1)}
 
 
 def _values_rows(pools: _Pools, step: functools.partial[Any]) -> Rows | None:
@@ -539,7 +543,12 @@ class Table:
                                                    hw * o[:, X.K_K], 0)]).max())
         self.ea, self.eb, self.eo = (np.zeros(n, np.int64) for _ in range(3))
         self.flag = np.zeros(1, np.int64)
-        self.fps = X.addresses(kinds=np.unique(o[:, X.K_KIND]))  # the kernels its rows call
+        big = bool(o[:, X.K_PAR].any() or o[:, X.K_PAR_FINISH].any())
+        # the kernels its rows call (parallel twins only where a row is big, issue 31 #1)
+        self.fps = X.addresses(kinds=np.unique(o[:, X.K_KIND]), parallel=big)
+        # held around each run of rows where some row launches a parallel kernel, as
+        # int_conv's launches hold it (PARALLEL and this thread's numba thread count)
+        self.par = IC.parallel(IC.SERIAL_WORK if big else 0)
 
     def run(self, start: int, port: Any, halt: threading.Event) -> int | None:
         """The run of rows from step ``start``, :data:`CHUNK_ROWS` rows (whole steps) per
@@ -559,11 +568,12 @@ class Table:
         self.flag[0] = -1
         while r < r1:
             upto = self._chunk_end(r, r1)
-            done = int(X.run_rows(self.ops, r, upto, self.boxes, self.checks, self.mems,
-                                  self.c64, self.c64w, self.c32, self.c8, self.xw, self.x32,
-                                  self.x8, self.acc, self.out8, self.outu,
-                                  self.ea, self.eb, self.eo, self.chain, self.x4, self.flag,
-                                  self.fps))
+            with self.par:
+                done = int(X.run_rows(self.ops, r, upto, self.boxes, self.checks, self.mems,
+                                      self.c64, self.c64w, self.c32, self.c8, self.xw,
+                                      self.x32, self.x8, self.acc, self.out8, self.outu,
+                                      self.ea, self.eb, self.eo, self.chain, self.x4,
+                                      self.flag, self.fps))
             r = done
             if done < upto or halt.is_set():
                 break
@@ -602,10 +612,11 @@ class Table:
         for fifo, at, n, dtype in pops:
             self.chain[at:at + n * dtype.itemsize] = fifos[fifo][0].astype(dtype).view(np.uint8)
         self.flag[0] = -1
-        done = int(X.run_rows(self.ops, r0, r1, self.boxes, self.checks, self.mems, self.c64,
-                              self.c64w, self.c32, self.c8, self.xw, self.x32, self.x8,
-                              self.acc, self.out8, self.outu, self.ea, self.eb,
-                              self.eo, self.chain, self.x4, self.flag, self.fps))
+        with self.par:
+            done = int(X.run_rows(self.ops, r0, r1, self.boxes, self.checks, self.mems,
+                                  self.c64, self.c64w, self.c32, self.c8, self.xw, self.x32,
+                                  self.x8, self.acc, self.out8, self.outu, self.ea, self.eb,
+                                  self.eo, self.chain, self.x4, self.flag, self.fps))
         if done != r1:
             return False
         if self.flag[0] >= 0:

@@ -467,7 +467,8 @@ def execute(cfg: JobConfig, read: Reader, l1: tuple[np.ndarray, int] | None = No
         else:  # depthwise always: its sums are a small part of the job
             sums = K.window_sums_depthwise if cfg.mode == 1 else K.window_sums
             acc = sums(img, w, g.rows_pad, g.cols_pad, np.uint8(cfg.pad_value), ho_n, wo_n)
-    # acc: int32 [Ho, >= Wo, >= K], C-contiguous (the shared kernel's whole work array)
+    # acc: int32 [>= Ho, >= Wo, >= K], C-contiguous (the shared kernel's whole work array:
+    # Winograd's has rows past Ho)
     if cfg.streamin:  # int32 arithmetic wraps as the accumulators do
         a = g.in32[g.written]
         lo, hi = int(a.min()), int(a.max()) + 4
@@ -475,12 +476,12 @@ def execute(cfg: JobConfig, read: Reader, l1: tuple[np.ndarray, int] | None = No
         part = np.zeros((ho_n, wo_n, cfg.k_out), np.int32)
         idx = (a - lo)[:, None] + np.arange(4)
         part[g.written] = raw[idx].view("<i4")[:, 0]
-        acc = acc[:, :wo_n, :cfg.k_out] + part
+        acc = acc[:ho_n, :wo_n, :cfg.k_out] + part
         reads.append((lo, hi))
     elem = cfg.out_bits // 8 if cfg.normquant else 4
     if not cfg.normquant:  # the raw sums, as little-endian bytes
         # one copy (np.array always copies: acc may be conv_sums' reused work array)
-        values = np.array(acc[:, :wo_n, :cfg.k_out], "<i4").view(np.uint8) \
+        values = np.array(acc[:ho_n, :wo_n, :cfg.k_out], "<i4").view(np.uint8) \
             .reshape(ho_n, wo_n, cfg.k_out, 4)
     elif l1 is not None and g.whole is not None:
         data, base = l1

@@ -296,8 +296,8 @@ def convert_input(cfg: ConvConfig, image: np.ndarray) -> np.ndarray:
 
 def convolve(cfg: ConvConfig, image: np.ndarray, weights: np.ndarray
              ) -> tuple[np.ndarray, np.ndarray]:
-    """The sums of one batch as the shared kernel's whole work array, int32 [K rounded up, OH,
-    OW rounded up] (valid until the thread's next convolution), and int64 [K] to add to them
+    """The sums of one batch as the shared kernel's whole work array, int32 [K rounded up, >= OH,
+    >= OW] (valid until the thread's next convolution), and int64 [K] to add to them
     (wrapping to 32 bits): ``image`` int8 [C, H, W], ``weights`` int8 [K, R, S, C] (read-only:
     :func:`read_weights`); padding positions read the pad value P. The kernel reads positions
     outside the image as its zero point, so with zero point P it sums (x - P) * w over the

@@ -247,7 +247,7 @@ def process(cfg: SdpConfig, acc: np.ndarray, read: Read, *, k: int | None = None
     CACC's round shift of a sum wrapped to 32 bits stays within 32 bits), all in one pass
     (emu/numeric/nvdla.py post_process: CACC, X stages, converter). The input ``acc``: an INT8
     cube [C, H, W] read by SDP_RDMA (offline), or CACC's (flying): the convolution's
-    int32 work array [>= k, H, >= W] plus ``add`` [k], shifted right by ``clip`` (CACC's
+    int32 work array [>= k, >= H, >= W] plus ``add`` [k], shifted right by ``clip`` (CACC's
     CLIP_TRUNCATE), channels from ``k`` on 0. ``dst`` (memory bytes, offset, line stride,
     surface stride; a layout where no two elements share a byte, F.unique_bytes): the cube
     is stored there as it is computed, as F.write_feature would store it, and None returned

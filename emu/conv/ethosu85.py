@@ -429,7 +429,7 @@ def run_int_conv(p: IntConv, v: np.ndarray, acc_in: np.ndarray | None = None,
 
 
 def _output_stage(tot, acc_in, rows, cols, cfg, terms, lut, out):
-    """The accumulator and output stage of exact sums ``tot`` [H, >= W, >= OC] (int32 from the
+    """The accumulator and output stage of exact sums ``tot`` [>= H, >= W, >= OC] (int32 from the
     integer kernels, float from the BLAS path; a C-contiguous array, not a view of one: numba
     vectorises the channel loop only then) into ``out`` [H, W, OC]; ``terms`` from
     :func:`_stage_terms`. Two kernels, so a first run compiles the one its layers need (the
@@ -455,12 +455,19 @@ def _output_stage(tot, acc_in, rows, cols, cfg, terms, lut, out):
 STAGE_PARALLEL = 1 << 19
 
 
+def stage_parallel(size: int) -> IC.parallel:
+    """The launch of an output stage on ``size`` elements: its work in SERIAL_WORK's units,
+    scaled so that STAGE_PARALLEL elements are SERIAL_WORK (the executor's rows take the same
+    choice, emu/executor/ethosu85.py K_PAR_FINISH)."""
+    return IC.parallel(size * IC.SERIAL_WORK // STAGE_PARALLEL)
+
+
 def _launch_stage(twin: IC.Twin, size: int, *args) -> None:
     """Run an output stage kernel on ``size`` elements: below STAGE_PARALLEL elements its
     serial version, called directly (a kernel without parfor needs neither IC.PARALLEL nor a
     thread count: ~0.8 us saved per stage), else through IC.parallel. The work is counted in
     SERIAL_WORK's units, scaled so that STAGE_PARALLEL elements are SERIAL_WORK."""
-    par = IC.parallel(size * IC.SERIAL_WORK // STAGE_PARALLEL)
+    par = stage_parallel(size)
     if par.threads == 1:
         twin.serial(*args)
         return

@@ -81,6 +81,7 @@ from .vnni import (
 
 if TYPE_CHECKING:  # annotations only: kernel_plan imports this module's VNNI probe
     from ..kernel_plan import Entry
+    from .winograd import WinogradWeights  # it imports this module
 
 KB = 4   # output channels per block (4 x 2 accumulator registers)
 XB = 16  # output columns per block (two 8-lane vectors)
@@ -756,8 +757,11 @@ def conv_sums(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_
     ``kernel``: "auto" runs the byte kernel (``vpdpbusd``) where it applies: the CPU has it
     (:data:`HAVE_VNNI`), the weights fit int8 (``w.quads``) and ``v`` is int8 or uint8 with a
     zero point that :func:`byte_offset` admits; else the int16-pair kernel. "int16" always
-    runs the latter, "int8" the byte kernel (ValueError where it does not apply). Both give
-    the same int32 sums (each exact modulo 2**32).
+    runs the int16 branch, "int8" the byte kernel (ValueError where it does not apply). Both give
+    the same int32 sums (each exact modulo 2**32). The int16 branch ("auto" without a byte
+    launch, and "int16") takes emu/conv/winograd.py's F(2x2, 3x3) where :func:`winograd_for`
+    says it applies (the same exact sums; its ``padded`` array is [K rounded up to 16, >= Ho,
+    >= Wo], hwc [>= Ho, >= Wo, K rounded up to 16]); "direct" is the int16 branch without it.
 
     ``launches``: a dict the caller keeps for one layer (these weights and every argument
     but ``v`` the same on each call), where the kernels' call is kept per input layout
@@ -767,18 +771,21 @@ def conv_sums(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_
     if launches is not None and kernel == "auto":  # a kept call: its layout was checked
         launch = launches.get((v.dtype, v.shape, v.strides))
         if launch is not None:
-            acc = run_int16_launch(launch, v) if type(launch) is Int16Launch \
-                else run_byte_launch(launch, v)
+            t = type(launch)
+            acc = run_int16_launch(launch, v) if t is Int16Launch \
+                else run_byte_launch(launch, v) if t is ByteLaunch or t is PointwiseLaunch \
+                else launch.run(v)  # winograd.WinogradLaunch
             return acc if padded else _sums_view(acc, out_hw, w.k, hwc, padded)
     c, h, wd = v.shape
     if c != w.c:
         raise ValueError(f"input has {c} channels, weights {w.c}")
-    if kernel == "int16":
+    if kernel in ("int16", "direct"):
         launch = None
     else:
         key = (v.dtype, v.shape, v.strides)
         launch = False if launches is None else launches.get(key, False)
-        if launch is False or type(launch) is Int16Launch:
+        if launch is False or not (launch is None or type(launch) in (ByteLaunch,
+                                                                      PointwiseLaunch)):
             launch = byte_launch(v, w, out_hw, zero_point=zero_point, in_hw=in_hw, pad=pad,
                                  stride=stride, dilation=dilation, hwc=hwc)
             if launches is not None:
@@ -794,11 +801,45 @@ def conv_sums(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_
     if hwc and w.pairs is not None and pixelwise(v.shape, out_hw, in_hw, pad, stride) \
             and parallel(ho * wo * w.k * c).threads == 1:
         return _sums_view(_run_pointwise16(v, w, out_hw, zero_point), out_hw, w.k, hwc, padded)
-    b = int16_launch(v, w, out_hw, zero_point=zero_point, in_hw=in_hw, pad=pad, stride=stride,
-                     dilation=dilation, hwc=hwc)
+    ww = None if kernel == "direct" else winograd_for(v.dtype, zero_point, w, out_hw, stride,
+                                                        dilation)
+    if ww is not None:
+        from . import winograd  # here: it imports this module
+        b = winograd.winograd_launch(v, ww, out_hw, zero_point=zero_point, in_hw=in_hw,
+                                     pad=pad, hwc=hwc)
+    else:
+        b = int16_launch(v, w, out_hw, zero_point=zero_point, in_hw=in_hw, pad=pad,
+                         stride=stride, dilation=dilation, hwc=hwc)
     if launches is not None and kernel == "auto":
         launches[key] = b
-    return _sums_view(run_int16_launch(b, v), out_hw, w.k, hwc, padded)
+    acc = run_int16_launch(b, v) if ww is None else b.run(v)
+    return _sums_view(acc, out_hw, w.k, hwc, padded)
+
+
+def winograd_for(dtype: np.dtype, zero_point: int, w: PackedWeights, out_hw: tuple[int, int],
+                 stride: tuple[int, int], dilation: tuple[int, int]) -> WinogradWeights | None:
+    """The Winograd weights (emu/conv/winograd.py WinogradWeights) where :func:`conv_sums`'
+    int16 branch runs F(2x2, 3x3) instead of the int16-pair kernel, else None: the one rule,
+    for every caller that asks. Where: a 3x3 kernel, stride 1, dilation 1, at least 16 input
+    channels (fewer are padded to 16: MNIST's C = 1 layer ran 28 -> 66 us), work at least
+    SERIAL_WORK (smaller launches, the bundled demos' among them, keep the direct kernel, so
+    their first run compiles nothing more), and ``winograd_fits`` for ``dtype``'s whole range
+    after ``zero_point`` (exact sums). Why: without VNNI the int16-pair kernel runs near its
+    measured ``vpmaddwd`` peak; F(2x2, 3x3) does 16 multiplies per 2x2 tile where it does 36
+    (64->64 3x3 64x64 under the AVX2 approximation: 1.5-1.8x faster; design notes, "Exact
+    integer Winograd")."""
+    if (w.kh, w.kw) != (3, 3) or tuple(stride) != (1, 1) or tuple(dilation) != (1, 1) \
+            or w.c < 16 or conv_work(out_hw, w, w.c) < SERIAL_WORK:
+        return None
+    from . import winograd  # here: it imports this module
+    ww = winograd.packed_winograd_weights(w)
+    return ww if winograd.winograd_fits(*winograd.input_range(dtype, zero_point), ww) else None
+
+
+def conv_work(out_hw: tuple[int, int], w: PackedWeights, c: int) -> int:
+    """A convolution's multiply-adds: the work :class:`parallel` weighs for its launch (the
+    Ethos-U85 executor's rows take the same choice)."""
+    return out_hw[0] * out_hw[1] * w.k * c * w.kh * w.kw
 
 
 class Int16Launch(NamedTuple):
@@ -830,7 +871,7 @@ def int16_launch(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, ze
                         plane, p.row_off, p.col_off, hwc),
                        w.words, p.hp * p.c2 * plane,
                        (ho, p.wob, w.kp) if hwc else (w.kp, ho, p.wob),
-                       ho * wo * w.k * c * w.kh * w.kw, threading.local())
+                       conv_work(out_hw, w, c), threading.local())
 
 
 class _Int16Call(NamedTuple):
@@ -908,7 +949,8 @@ def _sums_view(acc: np.ndarray, out_hw: tuple, k: int, hwc: bool, padded: bool) 
     whole (``padded``)."""
     if padded:
         return acc
-    return acc[:, :out_hw[1], :k] if hwc else acc[:k, :, :out_hw[1]]
+    ho, wo = out_hw  # Winograd's arrays have rows past Ho too
+    return acc[:ho, :wo, :k] if hwc else acc[:k, :ho, :wo]
 
 
 class ByteLaunch(NamedTuple):
@@ -972,7 +1014,7 @@ def byte_launch(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zer
                       (ho, p.wob, q4, w.kh, w.kw, kp // KB8, stride[0], q4 * plane, plane,
                        p.row_off, p.col_off, hwc), copy, c, p.hp * q4 * plane,
                       (ho, p.wob, kp) if hwc else (kp, ho, p.wob),
-                      ho * wo * w.k * c * w.kh * w.kw, threading.local())
+                      conv_work(out_hw, w, c), threading.local())
 
 
 def run_byte_launch(b: ByteLaunch | PointwiseLaunch, v: np.ndarray) -> np.ndarray:

@@ -130,7 +130,7 @@ def conv_int(x: np.ndarray, w: IC.PackedWeights, bias: np.ndarray, pad_h: int, p
                         padded=True, launches=launches)
     out = np.empty((w.k, ho, wo), np.int32)  # here: inside the kernel it costs compile time
     if wide:  # sums + bias << 7 to 32 bits (wrap32): an int32 numpy sum wraps the same way
-        np.add(sums[:w.k, :, :wo], (bias * 128).astype(np.int32)[:, None, None], out=out)
+        np.add(sums[:w.k, :ho, :wo], (bias * 128).astype(np.int32)[:, None, None], out=out)
     else:
         _finish(sums, bias, shift, act, out)
     return out

@@ -62,7 +62,7 @@ def window_sums_depthwise(img, w, rows_pad, cols_pad, pad_value, ho, wo):
 @njit(nogil=True, cache=True)
 def normquant(acc, scale, bias, shift, has_bias, relu, out_bits, h, w, k_n, mem, origin, d2,
               d1):
-    """N§3.5 over int32 sums ``acc`` [Ho, >= Wo, >= K] (wrapped as the accumulators wrap;
+    """N§3.5 over int32 sums ``acc`` [>= Ho, >= Wo, >= K] (wrapped as the accumulators wrap;
     C-contiguous: the shared kernel's whole work array, conv_sums ``padded``), each output
     stored as ``out_bits // 8`` little-endian two's complement bytes (N§3.1) into the flat
     uint8 ``mem``: output (y, x, k) at ``origin + y*d2 + x*d1 + k*bytes``: p = acc * scale[k]

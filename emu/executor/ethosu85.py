@@ -161,6 +161,18 @@ SLOTS = (
 )
 (F_POINTWISE, F_CONV, F_PACK16, F_CONV16, F_DEPTHWISE, F_FINISH, F_ADDSUB, F_EW,
  F_POOL, F_PACK_PIXELS, F_POINTWISE16, F_TENSOR, F_VALUES) = range(len(SLOTS))
+#: the parallel twins of the convolution kernels and the output stage, same signatures: a
+#: row whose work is at or above int_conv.SERIAL_WORK (the rule int_conv's launches take,
+#: :class:`IC.parallel`; the table sets K_PAR / K_PAR_FINISH) calls these, as the
+#: per-operation path does; MobileNet's small rows stay serial (issue 31 #1)
+SLOTS += ((SLOTS[F_CONV][0], IC._VNNI_CONV_TWIN.parallel, None),
+          (SLOTS[F_PACK16][0], None, IC._PACK_INPUT_TWIN.parallel),
+          (SLOTS[F_CONV16][0], None, IC._CONV_BLOCKS_TWIN.parallel),
+          (SLOTS[F_FINISH][0], CE._FINISH_FAST_TWIN.parallel, CE._FINISH_FAST_TWIN.parallel))
+F_CONV_PAR, F_PACK16_PAR, F_CONV16_PAR, F_FINISH_PAR = range(F_VALUES + 1, len(SLOTS))
+#: each serial slot's parallel one
+PAR_SLOTS = {F_CONV: F_CONV_PAR, F_PACK16: F_PACK16_PAR, F_CONV16: F_CONV16_PAR,
+             F_FINISH: F_FINISH_PAR}
 
 
 @intrinsic(prefer_literal=True)
@@ -216,16 +228,21 @@ def address(kernel, sig) -> int:
 _ADDRESS: dict[tuple[bool, int], int] = {}
 
 
-def addresses(byte_kernels: bool | None = None, kinds=None) -> np.ndarray:
+def addresses(byte_kernels: bool | None = None, kinds=None, parallel: bool = False
+              ) -> np.ndarray:
     """The address of each slot's kernel (:data:`SLOTS`, :func:`address`) for the byte
     kernels' variant or the int16-pair one (default: this machine's, :data:`BYTE_KERNELS`):
     :func:`run_rows`'s ``fps``. ``kinds``: only the slots rows of these kinds call
     (:data:`KIND_SLOTS`; default every kind), the others 0 (a call raises): a table without
     element-wise or pooling rows compiles neither general kernel, which a first run of the
-    per-operation path avoids too (issue 31 #5)."""
+    per-operation path avoids too (issue 31 #5); their parallel twins (:data:`PAR_SLOTS`)
+    only where ``parallel`` (a table with rows at or above SERIAL_WORK), so a table of small
+    rows compiles no parfor kernel."""
     byte_kernels = BYTE_KERNELS if byte_kernels is None else byte_kernels
     wanted = set(range(len(SLOTS))) if kinds is None else \
         {s for k in kinds for s in KIND_SLOTS.get(int(k), ())}
+    if parallel:
+        wanted |= {PAR_SLOTS[s] for s in wanted if s in PAR_SLOTS}
     out = np.zeros(len(SLOTS), np.int64)
     for slot in wanted:
         sig, *kernels = SLOTS[slot]
@@ -305,7 +322,11 @@ K_C16_PW = 65
 # ELEMENTWISE: 1 where the operation is an add/sub that eltwise._addsub_fast computes
 # (_addsub_fast_applies, as eltwise._run takes it; K_SUB: sub): its slot, not _ew_kernel's
 K_EW_FAST = 66
-COLUMNS = 67
+# CONV / CONV16 (not pointwise): 1 where the convolution kernels' work is at or above
+# SERIAL_WORK (their parallel slots); POINTWISE / DEPTHWISE / CONV / CONV16: 1 where the
+# output stage's is (CE.stage_parallel): :data:`PAR_SLOTS`
+K_PAR, K_PAR_FINISH = 67, 68
+COLUMNS = 69
 
 #: the convolution rows this machine's :func:`run_rows` runs: those of the byte kernels (CONV,
 #: POINTWISE; AVX-512 VNNI), else those of the int16-pair kernel (CONV16)
@@ -443,8 +464,7 @@ def run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8, 
                 wob, kh, kw = ops[r, K_CV_WOB], ops[r, K_CV_KH], ops[r, K_CV_KW]
                 _call(fps, F_TENSOR, (mems, boxes, ops[r, K_IFM], ops[r, K_IFM_N], h, w, C, xw,
                                       4 * q4, False))
-                _call(fps, F_CONV, (
-                      _view(x32, 0, (h, w, q4)), ops[r, K_CV_OFF], ops[r, K_CV_ZB],
+                cv = (_view(x32, 0, (h, w, q4)), ops[r, K_CV_OFF], ops[r, K_CV_ZB],
                       ops[r, K_CV_ROWS], ops[r, K_CV_TOP],
                       _view(c64w, ops[r, K_CV_DST], (ops[r, K_CV_DST_N],)),
                       _view(x4, 0, (ops[r, K_CV_X4],)),
@@ -453,7 +473,11 @@ def run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8, 
                       _view(acc, 0, (H * wob * kp,)), H,
                       wob, q4, kh, kw, ops[r, K_CV_KN], ops[r, K_CV_SY], ops[r, K_CV_ROW_WORDS],
                       ops[r, K_CV_PLANE], _view(c64w, ops[r, K_CV_ROW_OFF], (kh,)),
-                      _view(c64w, ops[r, K_CV_COL_OFF], (kw,)), True))
+                      _view(c64w, ops[r, K_CV_COL_OFF], (kw,)), True)
+                if ops[r, K_PAR] != 0:
+                    _call(fps, F_CONV_PAR, cv)
+                else:
+                    _call(fps, F_CONV, cv)
                 tot = _view(acc, 0, (H, wob, kp))
             elif kind == CONV16:  # run_int_conv's conv_sums without byte kernel, serial
                 h, wd, vh, vw = ops[r, K_CV_H], ops[r, K_CV_W], ops[r, K_C16_VH], ops[r, K_C16_VW]
@@ -474,14 +498,18 @@ def run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8, 
                     x2 = _view(x4, 0, (ops[r, K_CV_X4],))
                     x16 = _view(x2.view(np.int16), 0, (ops[r, K_C16_HP], c2, plane, 2))
                     dst = _view(c64w, ops[r, K_CV_DST], (ops[r, K_CV_DST_N],))
-                    _call(fps, F_PACK16, (
-                        _channels_first(_view(x8, 0, (vh, vw, C))),
-                        ops[r, K_C16_ZP], ops[r, K_CV_ROWS], ops[r, K_CV_TOP], dst, True, x16))
-                    _call(fps, F_CONV16, (
-                        x2, w4, a, ho, wob, c2, kh, ops[r, K_CV_KW], ops[r, K_CV_KN],
-                        ops[r, K_CV_SY], ops[r, K_CV_ROW_WORDS], plane,
-                        _view(c64w, ops[r, K_CV_ROW_OFF], (kh,)),
-                        _view(c64w, ops[r, K_CV_COL_OFF], (ops[r, K_CV_KW],)), True))
+                    pk = (_channels_first(_view(x8, 0, (vh, vw, C))),
+                          ops[r, K_C16_ZP], ops[r, K_CV_ROWS], ops[r, K_CV_TOP], dst, True, x16)
+                    cv = (x2, w4, a, ho, wob, c2, kh, ops[r, K_CV_KW], ops[r, K_CV_KN],
+                          ops[r, K_CV_SY], ops[r, K_CV_ROW_WORDS], plane,
+                          _view(c64w, ops[r, K_CV_ROW_OFF], (kh,)),
+                          _view(c64w, ops[r, K_CV_COL_OFF], (ops[r, K_CV_KW],)), True)
+                    if ops[r, K_PAR] != 0:
+                        _call(fps, F_PACK16_PAR, pk)
+                        _call(fps, F_CONV16_PAR, cv)
+                    else:
+                        _call(fps, F_PACK16, pk)
+                        _call(fps, F_CONV16, cv)
                 tot = _view(acc, 0, (H, tw, kp))
             else:
                 ih, iw = ops[r, K_IN_H], ops[r, K_IN_W]
@@ -496,7 +524,10 @@ def run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8, 
                                          ops[r, K_DY], ops[r, K_DX]))
             if ops[r, K_OUT32] != 0:
                 kb = 4 * K  # (an int32 OFM: the stage stores each value's four bytes)
-            _call(fps, F_FINISH, (tot, rows, cols, terms, _view(out8, 0, (H, W, kb))))
+            if ops[r, K_PAR_FINISH] != 0:
+                _call(fps, F_FINISH_PAR, (tot, rows, cols, terms, _view(out8, 0, (H, W, kb))))
+            else:
+                _call(fps, F_FINISH, (tot, rows, cols, terms, _view(out8, 0, (H, W, kb))))
         elif kind == ADDSUB:
             n = H * W * K
             a3, b3, o3 = _view(ea, 0, (H, W, K)), _view(eb, 0, (H, W, K)), _view(eo, 0, (H, W, K))
@@ -611,7 +642,7 @@ def kernel_entries(byte_kernels: bool | None = None) -> list[tuple[str, str, str
     whichever of its two processes was free (:func:`compile_ahead` compiles run_rows alone)."""
     byte_kernels = BYTE_KERNELS if byte_kernels is None else byte_kernels
     out = []
-    for sig, *kernels in SLOTS:
+    for sig, *kernels in SLOTS[:F_VALUES + 1]:  # (parallel twins: int_conv.parallel_twins_of)
         if kernels[0 if byte_kernels else 1] is None:
             continue
         f = kernels[0 if byte_kernels else 1].py_func

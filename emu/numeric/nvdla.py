@@ -53,7 +53,7 @@ def post_process(acc, k, add, clip, stages, bs_alu, bs_mul, bn_alu, bn_mul, offs
     viewed as 8-byte ``words`` (uint64, little-endian) in surfaces of 8 channels: element
     (c, y, x) in byte c % 8 of word ``base + (c // 8)*surf + y*line + x`` (the in-memory
     feature layout with aligned atoms, offsets and strides counted in words; nothing else is
-    written), from int32 sums ``acc`` [>= k, H, >= W] plus ``add`` [k] (int64,
+    written), from int32 sums ``acc`` [>= k, >= H, >= W] plus ``add`` [k] (int64,
     the sum wrapping to 32 bits; channels from ``k`` on read 0: the last atom's unused lanes):
     CACC (round_shift by ``clip``; its saturation to 32 bits cannot act on a sum wrapped to
     32 bits, so its count is 0 and not computed: 0.01 ms of the 64->64 3x3 layer),
