@@ -27,6 +27,7 @@ def no_vnni(monkeypatch):
     """HAVE_VNNI false for the shared kernel (weights packed without the byte layout, so no
     byte launch); the Winograd launches made, counted."""
     monkeypatch.setattr(IC, "HAVE_VNNI", False)
+    monkeypatch.setattr(IC, "_PACKED", {})  # weights packed here stay here
     made = []
     real = W.winograd_launch
 

@@ -6,19 +6,19 @@ concatenated buffers) whose runs of consecutive rows go through one compiled cal
 What converts (each exactly as its kept run computes it; anything else stays the step's
 closure, and breaks the run of rows): a DMA's kept copies; a convolution on the byte kernels
 (the general one or the pointwise one; VNNI machines), on the int16-pair kernel where the CPU
-has no byte kernel (issue 32 #3: int8 IFMs), or a depthwise convolution on the
-depthwise kernel, each with the fast output stage and 8-bit tensors (an int8 IFM for
-depthwise; an int32 OFM too); an element-wise ADD/SUB of two 8-bit tensors without broadcast
-on the fast add/sub body; since issue 32 #1/#3 the other element-wise operations but DIV
-(8/32-bit operands, broadcast, scalar, unary; a LUT function reads the device's LUT
-memory) on the general kernel, and a pooling without upscale on the pooling kernel (OFMs of
-1 or 4 bytes an element: the sizes the test networks have, so the equality tests cover them).
-Tensors in memory are NHWC boxes (1 or 4 bytes an element) or NHCWB16 boxes (bytes) stored as they
-are (no reverse or transpose); an OFM pushed into the chaining FIFO converts with the next
-step popping it. An OFM of one element sets the result flag from the rows (Table.run). The
-accounting of a replay is the block's (BlockReplay._materialize), so the rows do none. Why:
-the closures cost ~2.4 ms of Python around ~0.9 ms of kernels per MobileNet v2 inference
-(design notes, issue 32 #1).
+has no byte kernel (issue 32 #3: int8 IFMs; Winograd F(2x2, 3x3) where conv_sums takes it), or
+a depthwise convolution on the depthwise kernel, each with the fast output stage and 8-bit
+tensors (an int8 IFM for depthwise; an int32 OFM too); an element-wise ADD/SUB of two 8-bit
+tensors without broadcast on the fast add/sub body; since issue 32 #1/#3 the other element-wise
+operations but DIV (8/32-bit operands, broadcast, scalar, unary; a LUT function reads the
+device's LUT memory) on the general kernel, and a pooling without upscale on the pooling kernel
+(OFMs of 1 or 4 bytes an element: the sizes the test networks have, so the equality tests cover
+them). Tensors in memory are NHWC boxes (1 or 4 bytes an element) or NHCWB16 boxes (bytes)
+stored as they are (no reverse or transpose); an OFM pushed into the chaining FIFO converts
+with the next step popping it. An OFM of one element sets the result flag from the rows
+(Table.run). The accounting of a replay is the block's (BlockReplay._materialize), so the rows
+do none. Why: the closures cost ~2.4 ms of Python around ~0.9 ms of kernels per MobileNet v2
+inference (design notes, issue 32 #1).
 """
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ import numpy as np
 
 from ...emu.conv import ethosu85 as CE
 from ...emu.conv import int_conv as IC
+from ...emu.conv import winograd as WG
 from ...emu.eltwise import ethosu85 as eltwise_k
 from ...emu.executor import ethosu85 as X
 from ...emu.numeric import ethosu85 as P
@@ -227,8 +228,9 @@ def _conv_rows(pools: _Pools, step: functools.partial[Any]) -> Rows | None:
 def _conv16_columns(pools: _Pools, p: Any, dtype: np.dtype[Any], raw_shape: tuple[int, ...]
                     ) -> dict[int, int] | None:
     """A CONV16 row's columns: a general or pointwise convolution where the CPU has no byte
-    kernel, as run_int_conv's conv_sums call runs it there (the int16-pair kernel: its weight
-    words, p.weights.words, packed when the layer was planned, into the table's c32; the
+    kernel, as run_int_conv's conv_sums call runs it there (Winograd where
+    int_conv.winograd_for says, :func:`_winograd_columns`; else the int16-pair kernel: its
+    weight words, p.weights.words, packed when the layer was planned, into the table's c32; the
     geometry IC._geometry works out for the input as run_int_conv shapes it, a 1x1 layer's
     H*W pixels as one row where p.flat), or None: an IFM other than int8 (the ones the test
     networks have, so the equality tests cover what converts)."""
@@ -246,6 +248,10 @@ def _conv16_columns(pools: _Pools, p: Any, dtype: np.dtype[Any], raw_shape: tupl
     # the pointwise kernel wherever it applies (conv_sums takes it below SERIAL_WORK only,
     # where it would not run on one thread: rows are serial, and the sums are the same)
     pw = w.pairs is not None and IC.pixelwise((c, vh, vw), p.out_hw, p.in_hw, p.pad, p.stride)
+    if not pw and p.flat is None:
+        ww = IC.winograd_for(dtype, p.zero_point, w, p.out_hw, p.stride, p.dilation)
+        if ww is not None:
+            return _winograd_columns(pools, p, ww, (c, h, wd))
     words = w.pairs if pw else w.words
     return {X.K_KIND: X.CONV16, X.K_C16_PW: int(pw), X.K_CV_H: h, X.K_CV_W: wd,
             X.K_CV_ROWS: rows,
@@ -261,6 +267,29 @@ def _conv16_columns(pools: _Pools, p: Any, dtype: np.dtype[Any], raw_shape: tupl
             X.K_C16_TW: g.wob if p.flat is None else tw,
             # the parallel kernels where run_int16_launch takes them (Int16Launch.work)
             X.K_PAR: int(not pw and IC.parallel(IC.conv_work(p.out_hw, w, c)).threads > 1)}
+
+
+def _winograd_columns(pools: _Pools, p: Any, ww: Any, shape: tuple[int, int, int]
+                      ) -> dict[int, int]:
+    """A CONV16 row's columns where int_conv.winograd_for says conv_sums runs Winograd
+    F(2x2, 3x3) for the layer (no second rule): the launch conv_sums makes for the input
+    [C, H, W] run_int_conv passes (winograd.launch_of_shape, hwc sums), its arguments in c64
+    (X.K_C16_WINO), its U words in c32; its work array [2 Ty, 2 Tx, K rounded up to 16] is the
+    row's ``acc``, whose first H rows the output stage reads as [H, 2 Tx, K16], as
+    run_int_conv's stage reads conv_sums' padded array."""
+    b = WG.launch_of_shape(shape, ww, p.out_hw, zero_point=p.zero_point, in_hw=p.in_hw,
+                           pad=p.pad, hwc=True)
+    args = np.array([*b.input, *b.p, *b.gemm], np.int64)
+    assert args.size == X.WINO_ARGS
+    rows, tw, kp = b.acc
+    _, h, wd = shape
+    return {X.K_KIND: X.CONV16, X.K_C16_WINO: pools.const("c64", args) + 1, X.K_CV_H: h,
+            X.K_CV_W: wd, X.K_C16_VH: h, X.K_C16_VW: wd, X.K_CV_KH: 3, X.K_CV_KW: 3,
+            X.K_CV_W4: pools.const("c32", b.words), X.K_CV_W4_N: b.words.size,
+            X.K_C16_HO: rows, X.K_CV_WOB: tw, X.K_C16_TW: tw, X.K_CV_KP: kp,
+            X.K_CV_X4: int(np.prod(b.p)) // 2,  # (int16 channels, rounded up to 16)
+            # the parallel GEMM where WinogradLaunch.run takes it (its work)
+            X.K_PAR: int(IC.parallel(b.work).threads > 1)}
 
 
 def _values_rows(pools: _Pools, step: functools.partial[Any]) -> Rows | None:
@@ -531,8 +560,9 @@ class Table:
         self.x32 = X.read_only(buf)
         self.x8 = X.read_only(buf.view(np.int8))
         self.acc = np.zeros(int(np.concatenate([[16], hw * o[:, X.K_KV] * 16, hw * o[:, X.K_C],
-                                                o[:, X.K_H] * o[:, X.K_CV_WOB] * o[:, X.K_CV_KP]
-                                                ]).max()), np.int32)
+                                                o[:, X.K_H] * o[:, X.K_CV_WOB] * o[:, X.K_CV_KP],
+                                                o[:, X.K_C16_HO] * o[:, X.K_CV_WOB]
+                                                * o[:, X.K_CV_KP]]).max()), np.int32)
         self.x4 = np.zeros(int(np.concatenate([[16], o[:, X.K_CV_X4]]).max()), np.int32)
         conv = np.isin(o[:, X.K_KIND], (X.POINTWISE, X.DEPTHWISE, X.CONV, X.CONV16))
         size = np.where(ew, o[:, X.K_OE], np.where(conv & (o[:, X.K_OUT32] != 0), 4, 1))
@@ -544,8 +574,10 @@ class Table:
         self.ea, self.eb, self.eo = (np.zeros(n, np.int64) for _ in range(3))
         self.flag = np.zeros(1, np.int64)
         big = bool(o[:, X.K_PAR].any() or o[:, X.K_PAR_FINISH].any())
-        # the kernels its rows call (parallel twins only where a row is big, issue 31 #1)
-        self.fps = X.addresses(kinds=np.unique(o[:, X.K_KIND]), parallel=big)
+        # the kernels its rows call (parallel twins only where a row is big, issue 31 #1;
+        # Winograd's only where a CONV16 row runs it)
+        self.fps = X.addresses(kinds=np.unique(o[:, X.K_KIND]), parallel=big,
+                               winograd=bool(o[:, X.K_C16_WINO].any()))
         # held around each run of rows where some row launches a parallel kernel, as
         # int_conv's launches hold it (PARALLEL and this thread's numba thread count)
         self.par = IC.parallel(IC.SERIAL_WORK if big else 0)

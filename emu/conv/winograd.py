@@ -416,7 +416,18 @@ def winograd_launch(v: np.ndarray, ww: WinogradWeights, out_hw: tuple[int, int],
                     zero_point: int = 0, in_hw: tuple[int, int] | None = None,
                     pad: tuple[int, int] = (0, 0), hwc: bool = False) -> WinogradLaunch:
     """:class:`WinogradLaunch` of :func:`winograd_sums` for ``v`` [C, H, W] (its layout only)."""
-    c, h, wd = v.shape
+    return launch_of_shape(v.shape, ww, out_hw, zero_point=zero_point, in_hw=in_hw, pad=pad,
+                           hwc=hwc)
+
+
+def launch_of_shape(shape: tuple[int, int, int], ww: WinogradWeights, out_hw: tuple[int, int],
+                    *, zero_point: int = 0, in_hw: tuple[int, int] | None = None,
+                    pad: tuple[int, int] = (0, 0), hwc: bool = False) -> WinogradLaunch:
+    """:func:`winograd_launch` for an input of ``shape`` [C, H, W]: what it depends on. Why
+    apart: the Ethos-U85 block-replay executor works out its rows' calls (the launch's
+    ``input``, ``p``, ``gemm`` and ``acc``) where it builds them, with no input array at hand
+    (emu/executor/ethosu85.py, a CONV16 row's Winograd slots)."""
+    c, h, wd = shape
     if c != ww.c:
         raise ValueError(f"input has {c} channels, weights {ww.c}")
     if ww.words is None:

@@ -5,10 +5,11 @@ strided boxes of the tensors (:data:`BOX_COLUMNS`), the stream checks, the memor
 arrays and the constants in concatenated buffers; :func:`run_rows` reads the IFMs from and
 writes the OFMs into the memories directly and calls the existing kernels (the byte kernel
 and the pointwise byte kernel (serial), or where the CPU has none the int16-pair kernel
-(serial), the depthwise kernel, the fast output stage (serial),
-the add/sub body), the same calls with the same arguments the Python path makes, so the bytes
-written are the same (a serial twin computes what its parallel kernel does). It reaches them
-through their addresses (:data:`SLOTS`), an argument, rather than linking their code.
+(serial) or, where conv_sums takes it, Winograd F(2x2, 3x3), the depthwise kernel, the fast
+output stage (serial), the add/sub body), the same calls with the same arguments the Python
+path makes, so the bytes written are the same (a serial twin computes what its parallel
+kernel does). It reaches them through their addresses (:data:`SLOTS`), an argument, rather
+than linking their code.
 
 A tensor is a list of boxes of one byte per element (int8/uint8): element (y, x, c) of a box
 holding channels [c0, c0 + n) is at ``offset + y*sy + x*sx + ((c-c0)//16)*sc + (c-c0)%16``
@@ -27,6 +28,7 @@ from numba.np.arrayobj import populate_array
 
 from ..conv import ethosu85 as CE
 from ..conv import int_conv as IC
+from ..conv import winograd as WG
 from ..conv.vnni import HAVE_VNNI
 from ..eltwise import ethosu85 as EE
 from ..jit import njit
@@ -170,9 +172,22 @@ SLOTS += ((SLOTS[F_CONV][0], IC._VNNI_CONV_TWIN.parallel, None),
           (SLOTS[F_CONV16][0], None, IC._CONV_BLOCKS_TWIN.parallel),
           (SLOTS[F_FINISH][0], CE._FINISH_FAST_TWIN.parallel, CE._FINISH_FAST_TWIN.parallel))
 F_CONV_PAR, F_PACK16_PAR, F_CONV16_PAR, F_FINISH_PAR = range(F_VALUES + 1, len(SLOTS))
+#: the Winograd F(2x2, 3x3) kernels (emu/conv/winograd.py: _wino_input, then _wino_gemm or
+#: its parallel twin) a CONV16 row calls instead of the int16-pair kernels where
+#: int_conv.winograd_for says conv_sums runs them (K_C16_WINO; the int16 variant only).
+#: Resolved only for a table with such a row (:func:`addresses`' ``winograd``), so no other
+#: table compiles them; not in :func:`kernel_entries`: they compile on first use, as
+#: conv_sums' do (design notes, "Exact integer Winograd", "Wired")
+SLOTS += ((types.none(_a(types.int8, 3, True), _I32, *[_I] * 4, _a(types.int16, 3)),
+           None, WG._wino_input),
+          (types.none(_a(types.int16, 1), *[_a(_I32, 1)] * 2, *[_I] * 6, _B, _I),
+           None, WG._WINO_GEMM_TWIN.serial))
+SLOTS += ((SLOTS[-1][0], None, WG._WINO_GEMM_TWIN.parallel),)
+F_WINO_INPUT, F_WINO_GEMM, F_WINO_GEMM_PAR = range(F_FINISH_PAR + 1, len(SLOTS))
+WINO_SLOTS = (F_WINO_INPUT, F_WINO_GEMM, F_WINO_GEMM_PAR)
 #: each serial slot's parallel one
 PAR_SLOTS = {F_CONV: F_CONV_PAR, F_PACK16: F_PACK16_PAR, F_CONV16: F_CONV16_PAR,
-             F_FINISH: F_FINISH_PAR}
+             F_FINISH: F_FINISH_PAR, F_WINO_GEMM: F_WINO_GEMM_PAR}
 
 
 @intrinsic(prefer_literal=True)
@@ -228,8 +243,8 @@ def address(kernel, sig) -> int:
 _ADDRESS: dict[tuple[bool, int], int] = {}
 
 
-def addresses(byte_kernels: bool | None = None, kinds=None, parallel: bool = False
-              ) -> np.ndarray:
+def addresses(byte_kernels: bool | None = None, kinds=None, parallel: bool = False,
+              winograd: bool = False) -> np.ndarray:
     """The address of each slot's kernel (:data:`SLOTS`, :func:`address`) for the byte
     kernels' variant or the int16-pair one (default: this machine's, :data:`BYTE_KERNELS`):
     :func:`run_rows`'s ``fps``. ``kinds``: only the slots rows of these kinds call
@@ -237,11 +252,14 @@ def addresses(byte_kernels: bool | None = None, kinds=None, parallel: bool = Fal
     element-wise or pooling rows compiles neither general kernel, which a first run of the
     per-operation path avoids too (issue 31 #5); their parallel twins (:data:`PAR_SLOTS`)
     only where ``parallel`` (a table with rows at or above SERIAL_WORK), so a table of small
-    rows compiles no parfor kernel."""
+    rows compiles no parfor kernel; the Winograd slots (:data:`WINO_SLOTS`) only where
+    ``winograd`` (a table with a CONV16 row on them), whatever ``kinds``."""
     byte_kernels = BYTE_KERNELS if byte_kernels is None else byte_kernels
-    wanted = set(range(len(SLOTS))) if kinds is None else \
+    wanted = set(range(len(SLOTS))) - set(WINO_SLOTS) if kinds is None else \
         {s for k in kinds for s in KIND_SLOTS.get(int(k), ())}
-    if parallel:
+    if winograd:
+        wanted |= {F_WINO_INPUT, F_WINO_GEMM}
+    if parallel or kinds is None:
         wanted |= {PAR_SLOTS[s] for s in wanted if s in PAR_SLOTS}
     out = np.zeros(len(SLOTS), np.int64)
     for slot in wanted:
@@ -326,7 +344,15 @@ K_EW_FAST = 66
 # SERIAL_WORK (their parallel slots); POINTWISE / DEPTHWISE / CONV / CONV16: 1 where the
 # output stage's is (CE.stage_parallel): :data:`PAR_SLOTS`
 K_PAR, K_PAR_FINISH = 67, 68
-COLUMNS = 69
+# CONV16 (not pointwise): 0, or where int_conv.winograd_for says conv_sums runs Winograd
+# F(2x2, 3x3) for the layer, 1 + the c64 offset of the WinogradLaunch's arguments
+# (emu/conv/winograd.py launch_of_shape: its ``input``, ``p`` and ``gemm`` in that order,
+# :data:`WINO_ARGS` values); then K_CV_W4(_N) are its U words, K_CV_X4 the padded input's
+# words, and K_C16_HO, K_CV_WOB, K_CV_KP its work array [2 Ty, 2 Tx, K rounded up to 16]
+# (``acc``), whose first H rows the output stage reads (K_C16_TW = 2 Tx)
+K_C16_WINO = 69
+WINO_ARGS = 16
+COLUMNS = 70
 
 #: the convolution rows this machine's :func:`run_rows` runs: those of the byte kernels (CONV,
 #: POINTWISE; AVX-512 VNNI), else those of the int16-pair kernel (CONV16)
@@ -479,7 +505,7 @@ def run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8, 
                 else:
                     _call(fps, F_CONV, cv)
                 tot = _view(acc, 0, (H, wob, kp))
-            elif kind == CONV16:  # run_int_conv's conv_sums without byte kernel, serial
+            elif kind == CONV16:  # run_int_conv's conv_sums without byte kernel
                 h, wd, vh, vw = ops[r, K_CV_H], ops[r, K_CV_W], ops[r, K_C16_VH], ops[r, K_C16_VW]
                 ho, wob, kp, tw = ops[r, K_C16_HO], ops[r, K_CV_WOB], ops[r, K_CV_KP], \
                     ops[r, K_C16_TW]
@@ -488,7 +514,17 @@ def run_rows(ops, r0, r1, boxes, checks, mems, c64, c64w, c32, c8, xw, x32, x8, 
                                       C, False))
                 w4 = _view(c32, ops[r, K_CV_W4], (ops[r, K_CV_W4_N],))
                 a = _view(acc, 0, (ho * wob * kp,))
-                if ops[r, K_C16_PW] != 0:  # _run_pointwise16's calls (ho = vh)
+                if ops[r, K_C16_WINO] != 0:  # WinogradLaunch.run's calls (winograd.py)
+                    g = _view(c64, ops[r, K_C16_WINO] - 1, (WINO_ARGS,))
+                    pf = _view(x4.view(np.int16), 0, (g[5] * g[6] * g[7],))
+                    _call(fps, F_WINO_INPUT, (_view(x8, 0, (vh, vw, C)), np.int32(g[0]), g[1],
+                                              g[2], g[3], g[4], _view(pf, 0, (g[5], g[6], g[7]))))
+                    wg = (pf, w4, a, g[8], g[9], g[10], g[11], g[12], g[13], g[14] != 0, g[15])
+                    if ops[r, K_PAR] != 0:
+                        _call(fps, F_WINO_GEMM_PAR, wg)
+                    else:
+                        _call(fps, F_WINO_GEMM, wg)
+                elif ops[r, K_C16_PW] != 0:  # _run_pointwise16's calls (ho = vh)
                     x2 = _view(x4, 0, (vh * vw * c2,))
                     _call(fps, F_PACK_PIXELS, (_view(x8, 0, (vh * vw * C,)),
                                                np.int32(ops[r, K_C16_ZP]), vh * vw, C,
@@ -642,7 +678,8 @@ def kernel_entries(byte_kernels: bool | None = None) -> list[tuple[str, str, str
     whichever of its two processes was free (:func:`compile_ahead` compiles run_rows alone)."""
     byte_kernels = BYTE_KERNELS if byte_kernels is None else byte_kernels
     out = []
-    for sig, *kernels in SLOTS[:F_VALUES + 1]:  # (parallel twins: int_conv.parallel_twins_of)
+    # (parallel twins: int_conv.parallel_twins_of; the Winograd slots compile on first use)
+    for sig, *kernels in SLOTS[:F_VALUES + 1]:
         if kernels[0 if byte_kernels else 1] is None:
             continue
         f = kernels[0 if byte_kernels else 1].py_func

@@ -345,8 +345,9 @@ def test_ahead_entries_are_compiled_by_the_queue_never_by_a_runs_plan(tmp_path):
 
 
 def test_a_call_entry_passes_the_words_after_its_function_as_arguments(monkeypatch):
-    """`call demo ne16` (stub/precompile.py queue_for) calls the module's ``demo("ne16")``;
-    a call entry without words calls its function with none, as before."""
+    """`call demo_when_ready ne16` (stub/precompile.py queue_for) calls the module's
+    ``demo_when_ready("ne16")``; a call entry without words calls its function with none, as
+    before. (The test's module names its function ``demo``.)"""
     import types
 
     calls = []
