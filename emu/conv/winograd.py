@@ -102,15 +102,6 @@ def winograd_weights(w: np.ndarray) -> WinogradWeights:
     return WinogradWeights(half.view(np.int32).reshape(-1), k, c, u_max, w_sum)
 
 
-#: id of a read-only weight array -> its WinogradWeights (int_conv._kept)
-_WINO: dict = {}
-
-
-def kept_winograd_weights(w: np.ndarray) -> WinogradWeights:
-    """:func:`winograd_weights` of ``w``, kept while a read-only ``w`` lives."""
-    return IC._kept(_WINO, w, winograd_weights)
-
-
 #: id of a PackedWeights' words -> its WinogradWeights, while the words live. Why not
 #: int_conv._kept: it recomputes for writable arrays, since they may change; pack_weights' words
 #: are writable but written by nobody after it, and the MAX78000 keeps its PackedWeights (not
@@ -453,24 +444,10 @@ def winograd_sums(v: np.ndarray, ww: WinogradWeights, out_hw: tuple[int, int], *
     (v[c, y + i - top, x + j - left] - zero_point) * w[k, i, j, c], positions outside the input
     (or outside ``in_hw``) reading 0: :func:`emu.conv.int_conv.conv_sums` of a 3x3 kernel with
     stride 1 and dilation 1, by F(2x2, 3x3). Exact only where :func:`winograd_fits` holds for
-    the input's range after the zero point (callers check; :func:`sums_3x3` does).
+    the input's range after the zero point (callers check, as int_conv.winograd_for does).
     ``v`` indexed [C, H, W], any strides (an input whose channels are not contiguous is copied
     channels last first); ``padded``: the whole C-contiguous work array instead (see the
     module docstring), as conv_sums' ``padded``."""
     acc = winograd_launch(v, ww, out_hw, zero_point=zero_point, in_hw=in_hw, pad=pad,
                           hwc=hwc).run(v)
     return acc if padded else IC._sums_view(acc, out_hw, ww.k, hwc, False)
-
-
-def sums_3x3(v: np.ndarray, w: np.ndarray, out_hw: tuple[int, int], *, zero_point: int = 0,
-             in_hw: tuple[int, int] | None = None, pad: tuple[int, int] = (0, 0),
-             hwc: bool = False) -> np.ndarray:
-    """The sums of :func:`winograd_sums` for ``w`` [K, 3, 3, C] (stride 1, dilation 1) where
-    :func:`winograd_fits` proves them exact for ``v``'s type and the zero point, else
-    :func:`emu.conv.int_conv.conv_sums`' int16-pair kernel's (the direct convolution)."""
-    ww = kept_winograd_weights(w)
-    if winograd_fits(*input_range(v.dtype, zero_point), ww):
-        return winograd_sums(v, ww, out_hw, zero_point=zero_point, in_hw=in_hw, pad=pad,
-                             hwc=hwc)
-    return IC.conv_sums(v, IC.packed_weights(w), out_hw, zero_point=zero_point, in_hw=in_hw,
-                        pad=pad, hwc=hwc, kernel="direct")

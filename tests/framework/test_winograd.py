@@ -170,10 +170,12 @@ def test_int16_data_within_the_bound():
     assert np.array_equal(got, reference(v, w, -100, (6, 6), (1, 1)))
 
 
-def test_the_bound_check_refuses_an_overflowing_case_and_the_direct_sums_are_used():
+def test_the_bound_check_refuses_a_case_winograd_would_get_wrong():
     """|x - zp| = 255, weights -128, C = 1900: the centre output's sum, 255 * 128 * 9 * 1900,
     fits int32 but 4 times it does not. The Winograd output transform then loses the top bits
-    (it would be wrong), winograd_fits refuses, and sums_3x3 answers with conv_sums'."""
+    (it would be wrong), and winograd_fits refuses (so int_conv.winograd_for does: the case
+    "int16 data: the bound fails" of test_conv_sums_takes_winograd_exactly_where_the_rule_says
+    shows conv_sums' direct kernel taken there)."""
     c = 1900
     v = np.full((3, 3, c), 255, np.uint8).transpose(2, 0, 1)
     w = np.full((1, 3, 3, c), -128, np.int64)
@@ -184,14 +186,11 @@ def test_the_bound_check_refuses_an_overflowing_case_and_the_direct_sums_are_use
     assert ww.words is not None and not W.winograd_fits(*W.input_range(np.uint8, 0), ww)
     unchecked = W.winograd_sums(v, ww, (3, 3), pad=(1, 1))
     assert unchecked[0, 1, 1] != ref[0, 1, 1]  # what the check prevents
-    got = W.sums_3x3(v, w, (3, 3), pad=(1, 1))
-    direct = IC.conv_sums(v, IC.pack_weights(w), (3, 3), pad=(1, 1), kernel="int16")
-    assert np.array_equal(got, direct) and np.array_equal(got, wrapped(ref))
 
 
 def test_weights_whose_transform_passes_int16_are_refused():
-    """Weights of 4000: U reaches 9 * 4000 > 32767, no int16 form; sums_3x3 answers with the
-    direct kernel (exact), and winograd_sums will not run them."""
+    """Weights of 4000: U reaches 9 * 4000 > 32767, no int16 form; winograd_fits refuses them
+    and winograd_sums will not run them."""
     rng = np.random.default_rng(5)
     v = layout(rng, np.int8, 3, 5, 5, True)
     w = np.full((2, 3, 3, 3), 4000, np.int64)
@@ -200,22 +199,6 @@ def test_weights_whose_transform_passes_int16_are_refused():
     assert not W.winograd_fits(-1, 1, ww)
     with pytest.raises(ValueError, match="past int16"):
         W.winograd_sums(v, ww, (5, 5), pad=(1, 1))
-    got = W.sums_3x3(v, w, (5, 5), pad=(1, 1), hwc=True)
-    assert np.array_equal(got, reference(v, w, 0, (5, 5), (1, 1)).transpose(1, 2, 0))
-
-
-def test_sums_3x3_runs_winograd_where_the_bound_holds(monkeypatch):
-    """Where winograd_fits holds, sums_3x3's answer comes from winograd_sums (recorded), and
-    equals the reference."""
-    rng = np.random.default_rng(9)
-    v = layout(rng, np.int8, 8, 6, 6, True)
-    w = rng.integers(-128, 128, (5, 3, 3, 8))
-    calls = []
-    real = W.winograd_sums
-    monkeypatch.setattr(W, "winograd_sums", lambda *a, **kw: calls.append(1) or real(*a, **kw))
-    got = W.sums_3x3(v, w, (6, 6), zero_point=1, pad=(1, 1))
-    assert calls == [1]
-    assert np.array_equal(got, reference(v, w, 1, (6, 6), (1, 1)))
 
 
 def test_a_kernel_other_than_3x3_is_an_error():
