@@ -4,6 +4,8 @@ numpy over int64 arrays): every right shift in the data paths rounds half away f
 result saturates to the stage's width; the line buffers and int8 stores of some stages wrap."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..jit import njit
@@ -46,7 +48,7 @@ STAGE_ON, STAGE_ALU, STAGE_ALU_SHIFT, STAGE_MUL, STAGE_MUL_SHIFT, STAGE_PRELU, S
 ALU_CODES = {None: 0, "max": 1, "min": 2, "sum": 3}
 
 
-@njit(nogil=True, cache=True)
+@njit(nogil=True, cache=True, fastmath={"contract"})
 def post_process(acc, k, add, clip, stages, bs_alu, bs_mul, bn_alu, bn_mul, offset, scale,
                  shift, c_n, h, w, words, base, line, surf):
     """An int8 cube [``c_n``, ``h``, ``w``] (``c_n`` a multiple of 8) stored into memory
@@ -65,68 +67,92 @@ def post_process(acc, k, add, clip, stages, bs_alu, bs_mul, bn_alu, bn_mul, offs
     one pass over the cube instead of a numpy pass (and a fresh int64 temporary) per operation:
     those took ~2 ms of a 64->64 3x3 layer whose convolution took 0.4 ms. Stored as it is
     computed: a cube and a second pass storing it (its atoms interleave 8 channel rows) took
-    0.045 ms more of that layer."""
+    0.045 ms more of that layer.
+
+    Why float64 (issue 31: AVX2 has no 64-bit multiply or arithmetic shift, LLVM emulated
+    them; the pass took 74 us of the 64->64 3x3 layer there, 52 us this way, and 41 -> 39 us
+    with AVX-512): CACC and the converter run in float64 lanes, every step exact because every
+    value is an integer (or an integer times a power of two) below 2^53:
+
+    - CACC: v = the sum wrapped to int32 (int32 arithmetic: the low 32 bits of a sum depend
+      only on the operands' low 32 bits), |v| <= 2^31; with h = 2^(clip-1) (0 for clip 0,
+      clip <= 16 [NVDLA-CONV: CACC_D_CLIP_CFG], conv.decode), v + copysign(h, v) is an integer
+      below 2^32, times 2^-clip is exact (a power of two, no underflow), and truncating it is
+      round_shift: for v >= 0 trunc((v + h) / 2^clip) = floor, for v < 0 -floor((-v + h) /
+      2^clip), rounding half away from zero. The result is within int32 (|.| <= 2^30 + 2^14
+      for clip >= 1), so the X stages read it as an integer exactly.
+    - converter: scale is the 16-bit SDP_D_CVT_SCALE and offset the 32-bit SDP_D_CVT_OFFSET
+      (sdp.decode), x within int32 (CACC's or an X stage's output), so x * scale and offset *
+      scale are below 2^46 and t = x * scale - offset * scale = (x - offset) * scale is an
+      integer below (2^32 - 1) * 2^15 < 2^47: exact, also as one fused multiply-add (the
+      ``contract`` flag lets LLVM fuse it; an FMA rounds once, and t needs no rounding).
+      For shift >= 48 |t| < 2^(shift-1), so the rounded shift is 0 and the floor shift 0 or
+      -1 (never counted), as with shift 48: s = min(shift, 48). Then t + copysign(2^(s-1),
+      t) is an integer below 2^48, times 2^-s exact, truncated the rounded shift (as CACC's);
+      clamping to [-128, 127] before the truncation equals clamping after (both monotone,
+      integer bounds), and saturating to 17 then 8 bits is saturating to 8. The 17-bit count:
+      the floor shift f = floor(t / 2^s) is above 65536 iff t >= 65537 * 2^s and below -65537
+      iff t < -65537 * 2^s (bounds exact: 17 significant bits); the rounded value is f or
+      f + 1, so |f - saturate(rounded, 17)| > 1 is f outside [-65537, 65536].
+    All of it is AVX2 (vcvtdq2pd, vfmsub, vaddpd, vmulpd, vroundpd, vcmppd, vcvttpd2dq), four
+    lanes a ymm register. Int32 or int64 forms that were faster on AVX2 were slower on
+    AVX-512, where the 64-bit operations are single instructions (design notes, "NVDLA
+    post_process's converter product in AVX2 lanes")."""
     ssat = 0
     staged = stages[0, STAGE_ON] != 0 or stages[1, STAGE_ON] != 0
-    # the hot path written out (no calls, no branches on the data): LLVM vectorises it. A right
-    # shift by s >= 1 rounding half away from zero is (v + 2^(s-1) - (v < 0)) >> s, one
-    # arithmetic shift (v >> 63 is -1 for v < 0); clip is at most 16 (conv.decode) and shift
-    # at most 63 (a 6-bit field), so plain shifts match numpy's
-    half_clip = np.int64(1) << (clip - 1) if clip else np.int64(0)
-    half_cvt = np.int64(1) << (shift - 1) if shift else np.int64(0)
-    neg_clip, neg_cvt = np.int64(clip != 0), np.int64(shift != 0)
-    lo32 = -(np.int64(1) << 31)
-    # the converter's product as vpmuldq (signed 32 x 32 -> 64 bits) computes it, which AVX2
-    # has; a 64 x 64-bit multiply is AVX-512's vpmullq, emulated on AVX2 by three vpmuludq
-    # and shifts (issue 31: 82 -> 74 us of the 64->64 3x3 layer's pass there, the same on
-    # AVX-512). Exact: (x - offset) * scale = x * scale - offset * scale, where x (CACC's or an
-    # X stage's output) is within int32, scale is the 16-bit SDP_D_CVT_SCALE and offset the
-    # 32-bit SDP_D_CVT_OFFSET (sdp.decode), so each product and the difference stay within
-    # 2^47; LLVM picks vpmuldq when both factors are visibly sign-extended from 32 bits
-    sc = np.int64(np.int32(scale))
-    off_sc = offset * scale
-    row = np.empty(w, np.int64)  # one row's values between the three loops
-    # a surface's row of atoms: its 8 channels' rows, then interleaved into 8-byte words (a
-    # store per byte at a stride of 8 did not vectorise: 0.03 ms more for 64x32x32)
-    blk = np.zeros((8, w), np.uint8)
+    # the hot path written out (no calls, no branches on the data): LLVM vectorises it. Powers
+    # of two by ldexp (``2.0 ** n`` compiled a slower, larger pow)
+    lo32 = np.int64(1) << 31
+    half_clip = math.ldexp(0.5, clip) if clip else 0.0
+    inv_clip = math.ldexp(1.0, -clip)
+    s = min(shift, 48)
+    half_cvt = math.ldexp(0.5, s) if s else 0.0
+    inv_cvt = math.ldexp(1.0, -s)
+    sat_hi = math.ldexp(65537.0, s)
+    scf = float(scale)
+    off_scf = float(offset * scale)
+    # a surface's 8 channel rows (CACC's, then the X stages' values) and their bytes, one
+    # converter loop over all 8 rows (8 short loops cost 54 against 49 us), then the rows'
+    # bytes interleaved into 8-byte words (a store per byte at a stride of 8 did not
+    # vectorise: 0.03 ms more for 64x32x32); the values kept as float64, which the converter
+    # reads without a conversion (49 -> 42 us with AVX-512)
+    rows = np.empty(8 * w, np.float64)
+    blk = np.zeros(8 * w, np.uint8)
     for sf in range(c_n // 8):
         for y in range(h):
             for ci in range(8):
                 c = sf * 8 + ci
+                row = rows[ci * w:ci * w + w]
                 if c < k:
-                    a = add[c]
+                    a = np.int32(((add[c] + lo32) & 0xFFFFFFFF) - lo32)
                     for x in range(w):
-                        v = ((acc[c, y, x] + a - lo32) & 0xFFFFFFFF) + lo32
-                        row[x] = (v + half_clip - (v >> 63 & neg_clip)) >> clip
+                        v = float(np.int32(acc[c, y, x] + a))
+                        row[x] = np.trunc((v + np.copysign(half_clip, v)) * inv_clip)
                 else:  # the last atom's lanes without a kernel
-                    row[:] = 0
+                    row[:] = 0.0
                 if staged:
                     _stage_row(row, stages, 0, bs_alu, bs_mul, c, y * w)
                     _stage_row(row, stages, 1, bn_alu, bn_mul, c, y * w)
-                b = blk[ci]
-                for x in range(w):
-                    # the converter. The rounded shift is the floor shift f or f + 1, so the
-                    # count |f - saturate(rounded, 17)| > 1 is f outside [-65537, 65536]; and
-                    # saturating to 17 bits, then to 8, is saturating to 8
-                    t = np.int64(np.int32(row[x])) * sc - off_sc
-                    f = t >> shift
-                    ssat += (f > 65536) | (f < -65537)
-                    r = (t + half_cvt - (t >> 63 & neg_cvt)) >> shift
-                    b[x] = np.uint8(min(max(r, -128), 127) & 0xFF)
+            for i in range(8 * w):  # the converter
+                t = rows[i] * scf - off_scf
+                ssat += (t >= sat_hi) | (t < -sat_hi)
+                r = (t + np.copysign(half_cvt, t)) * inv_cvt
+                blk[i] = np.uint8(np.int32(min(max(r, -128.0), 127.0)) & 0xFF)
             o = base + sf * surf + y * line
             dst = words[o:o + w]  # a view: indices from a range vectorise
             for x in range(w):
-                dst[x] = (np.uint64(blk[0, x]) | np.uint64(blk[1, x]) << 8
-                          | np.uint64(blk[2, x]) << 16 | np.uint64(blk[3, x]) << 24
-                          | np.uint64(blk[4, x]) << 32 | np.uint64(blk[5, x]) << 40
-                          | np.uint64(blk[6, x]) << 48 | np.uint64(blk[7, x]) << 56)
+                dst[x] = (np.uint64(blk[x]) | np.uint64(blk[w + x]) << 8
+                          | np.uint64(blk[2 * w + x]) << 16 | np.uint64(blk[3 * w + x]) << 24
+                          | np.uint64(blk[4 * w + x]) << 32 | np.uint64(blk[5 * w + x]) << 40
+                          | np.uint64(blk[6 * w + x]) << 48 | np.uint64(blk[7 * w + x]) << 56)
     return ssat
 
 
 @njit(nogil=True, cache=True)
 def _stage_row(row, stages, s, a_op, m_op, c, p0):
     """X stage ``s`` (a row of ``stages``; 0 BS, 1 BN) over ``row``, the values of channel
-    ``c`` at elements p0, p0 + 1, ... (operands [C or 1, H*W or 1]). A row at a time: one
+    ``c`` at elements p0, p0 + 1, ... (operands [C or 1, H*W or 1]), float64 integers within
+    int32 as :func:`post_process` keeps them (exact as int64 and back). A row at a time: one
     call per row, not per value (a call per value passing the operand arrays cost 20x the
     arithmetic); one function for both stages, no helpers (each jitted function costs ~0.3 s
     to compile on a first run)."""
@@ -140,7 +166,7 @@ def _stage_row(row, stages, s, a_op, m_op, c, p0):
     ac = c if a_op.shape[0] > 1 else 0
     mc = c if m_op.shape[0] > 1 else 0
     for x in range(row.shape[0]):
-        v = row[x]
+        v = np.int64(row[x])
         if alu != 0:
             a = a_op[ac, p0 + x if a_op.shape[1] > 1 else 0]
             a = min(max(a << alu_shift, lo32), hi32)
@@ -156,4 +182,4 @@ def _stage_row(row, stages, s, a_op, m_op, c, p0):
             r = -mag if t < 0 else mag
         r = min(max(r, lo32), hi32)
         v = ((v - lo32) & 0xFFFFFFFF) + lo32 if mul and prelu and v >= 0 else r
-        row[x] = max(v, 0) if relu else v
+        row[x] = float(max(v, 0) if relu else v)

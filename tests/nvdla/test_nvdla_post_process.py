@@ -223,6 +223,55 @@ def test_converter_products_at_the_int32_and_16_bit_ends_equal_the_reference():
                     assert np.array_equal(out.astype(np.int64), want), (variant, cvt)
                     assert sat == want_sat, (variant, cvt)
 
+
+def _wrap32(v: int) -> int:
+    return ((v + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
+
+
+def test_float64_form_is_exact_at_the_limits_of_its_proof():
+    """post_process computes CACC and the converter in float64 lanes (its docstring proves each
+    step exact; issue 31). At the limits of that proof each byte and the 17-bit count equal
+    the reference's: CACC sums on, one below and one above every rounding tie of each
+    CLIP_TRUNCATE 0..16, including the ties nearest both int32 ends, and the ends themselves,
+    each reached through adds that wrap the sum (acc + add leaves int32); converter products
+    (x - offset) * scale with offsets +-2^31, scales +-2^15 and inputs at the int32 ends (up to
+    (2^32 - 1) * 2^15), on and either side of the ties of shifts 0, 1 and 46..63 (from 48 on
+    no tie is reachable: the clamp of the shift to 48) and of the floor shift's 17-bit bounds."""
+    lo, hi = -(1 << 31), (1 << 31) - 1
+    adds = (0, 1 << 32, (1 << 31) + 5, lo, -(1 << 33) + 7, hi)
+    for clip in range(17):
+        half = (1 << clip) >> 1
+        ms = {0, 1, 2, 127, 128, (hi - half) >> clip, ((hi - half) >> clip) - 1}
+        sums = {lo, lo + 1, hi, hi - 1, 0, 1, -1}
+        sums |= {sign * (m * (1 << clip) + half) + e
+                 for m in ms for sign in (1, -1) for e in (-1, 0, 1)}
+        for v in sorted(s for s in sums if lo <= s <= hi):
+            # every channel's wrapped sum is v; the converter's offset at the reference's CACC
+            # value turns a CACC value one off at any magnitude into a byte +-1 instead of 0
+            acc = np.array([_wrap32(v - a) for a in adds], np.int64).astype(np.int32)
+            got, sat, want, want_sat = _post_processed(
+                acc.reshape(-1, 1, 1), np.array(adds, np.int64), clip, (ref.cacc(v, clip), 1, 0))
+            assert np.array_equal(got, want) and sat == want_sat, (clip, v)
+            assert not got[:len(adds), 0, 0].any(), (clip, v)
+    for offset in (lo, hi, 0, -1):
+        for scale in (1, -1, (1 << 15) - 1, -(1 << 15)):
+            for shift in (0, 1, *range(46, 64)):
+                s = min(shift, 48)
+                ts = {-65537 << s, (65537 << s) - 1, (-65537 << s) - 1, 65537 << s,
+                      -128 << s, 127 << s}  # the 17-bit bounds of the floor shift, the int8 ends
+                if shift:
+                    ts |= {sign * (m << shift | 1 << (shift - 1))  # ties, the largest last
+                           for m in (0, 1, 127, 128, 65536, (1 << 47 >> shift) - 1)
+                           for sign in (1, -1)}
+                qs = {0, 1, -1, lo - offset, lo + 1 - offset, hi - offset, hi - 1 - offset}
+                qs |= {t // scale + e for t in ts for e in (-1, 0, 1)}
+                xs = sorted(offset + q for q in qs if lo <= offset + q <= hi)
+                got, sat, want, want_sat = _post_processed(
+                    np.zeros((len(xs), 1, 1), np.int32), np.array(xs, np.int64), 0,
+                    (offset, scale, shift))
+                assert np.array_equal(got, want) and sat == want_sat, (offset, scale, shift)
+
+
 def test_weights_are_decoded_and_packed_once_while_their_bytes_stay_the_same():
     """read_weights gives the same read-only array for the same bytes, so the kernel's packed
     form (kept per read-only array) is made once; other bytes give another array."""
