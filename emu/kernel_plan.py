@@ -195,12 +195,11 @@ def compile_entries(entries: Sequence[Sequence],
     (:data:`OPT_LEVELS`); ``done(module, function, seconds)`` after each."""
     for module, name, signature, *_ in entries:
         t0 = time.perf_counter()
-        if signature.startswith(CALL):
-            function, *args = signature.removeprefix(CALL).split()
-            with optimised_at(module, name):
+        with optimised_at(module, name):
+            if signature.startswith(CALL):
+                function, *args = signature.removeprefix(CALL).split()
                 getattr(importlib.import_module(module), function)(*args)
-        else:
-            with optimised_at(module, name):
+            else:
                 kernel(module, name).compile(_args(signature))
         if done is not None:
             done(module, name, time.perf_counter() - t0)

@@ -771,10 +771,7 @@ def conv_sums(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_
     if launches is not None and kernel == "auto":  # a kept call: its layout was checked
         launch = launches.get((v.dtype, v.shape, v.strides))
         if launch is not None:
-            t = type(launch)
-            acc = run_int16_launch(launch, v) if t is Int16Launch \
-                else run_byte_launch(launch, v) if t is ByteLaunch or t is PointwiseLaunch \
-                else launch.run(v)  # winograd.WinogradLaunch
+            acc = launch.run(v)  # each kind of launch runs its own kernels
             return acc if padded else _sums_view(acc, out_hw, w.k, hwc, padded)
     c, h, wd = v.shape
     if c != w.c:
@@ -784,8 +781,8 @@ def conv_sums(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_
     else:
         key = (v.dtype, v.shape, v.strides)
         launch = False if launches is None else launches.get(key, False)
-        if launch is False or not (launch is None or type(launch) in (ByteLaunch,
-                                                                      PointwiseLaunch)):
+        # none kept yet (False), or an int16-branch one: whether the byte kernel applies
+        if launch is not None and type(launch) not in (ByteLaunch, PointwiseLaunch):
             launch = byte_launch(v, w, out_hw, zero_point=zero_point, in_hw=in_hw, pad=pad,
                                  stride=stride, dilation=dilation, hwc=hwc)
             if launches is not None:
@@ -796,7 +793,7 @@ def conv_sums(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_
         raise ValueError("the byte kernel does not apply (no VNNI, weights past int8, or an "
                          "input type/zero point without an unsigned byte form)")
     if launch is not None:
-        return _sums_view(run_byte_launch(launch, v), out_hw, w.k, hwc, padded)
+        return _sums_view(launch.run(v), out_hw, w.k, hwc, padded)
     ho, wo = out_hw
     if hwc and w.pairs is not None and pixelwise(v.shape, out_hw, in_hw, pad, stride) \
             and parallel(ho * wo * w.k * c).threads == 1:
@@ -812,8 +809,7 @@ def conv_sums(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_
                          stride=stride, dilation=dilation, hwc=hwc)
     if launches is not None and kernel == "auto":
         launches[key] = b
-    acc = run_int16_launch(b, v) if ww is None else b.run(v)
-    return _sums_view(acc, out_hw, w.k, hwc, padded)
+    return _sums_view(b.run(v), out_hw, w.k, hwc, padded)
 
 
 def winograd_for(dtype: np.dtype, zero_point: int, w: PackedWeights, out_hw: tuple[int, int],
@@ -855,6 +851,10 @@ class Int16Launch(NamedTuple):
     acc: tuple               # the work array's shape
     work: int                # multiply-adds (parallel's threshold)
     calls: threading.local   # as ByteLaunch.calls
+
+    def run(self, v: np.ndarray) -> np.ndarray:
+        """The whole work array for ``v`` (:func:`run_int16_launch`)."""
+        return run_int16_launch(self, v)
 
 
 def int16_launch(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_point: int,
@@ -966,6 +966,10 @@ class ByteLaunch(NamedTuple):
     work: int                # multiply-adds (parallel's threshold)
     calls: threading.local   # per thread, the call worked out for it (run_byte_launch)
 
+    def run(self, v: np.ndarray) -> np.ndarray:
+        """The whole work array for ``v`` (:func:`run_byte_launch`)."""
+        return run_byte_launch(self, v)
+
 
 class PointwiseLaunch(NamedTuple):
     """:func:`_pointwise8`'s call for one input layout, as :class:`ByteLaunch` is the conv
@@ -980,6 +984,10 @@ class PointwiseLaunch(NamedTuple):
     q4: int                  # input words per pixel
     kv: int                  # registers of 16 output channels
     calls: threading.local   # as ByteLaunch.calls
+
+    def run(self, v: np.ndarray) -> np.ndarray:
+        """The whole work array for ``v`` (:func:`run_byte_launch`)."""
+        return run_byte_launch(self, v)
 
 
 def byte_launch(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_point: int,
