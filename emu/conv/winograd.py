@@ -190,6 +190,13 @@ def _wino_input(x, zp, rows, cols, top, left, p):
 
 
 @njit(nogil=True, cache=True)
+def _bt(d0, d1, d2, d3):
+    """B^T's combination of four vectors (F(2x2, 3x3): d0 - d2, d1 + d2, d2 - d1, d1 - d3): the
+    rows of a tile make B^T d, then the columns of that make (B^T d) B."""
+    return zsub(d0, d2), zadd(d1, d2), zsub(d2, d1), zsub(d1, d3)
+
+
+@njit(nogil=True, cache=True)
 def _transform_row(pf, ty, wp, cw, txb, vf):
     """vf[e, tx, c] = (B^T d B)[i, j] (e = 4 i + j) of the 4x4 tile d = p[2 ty : 2 ty + 4,
     2 tx : 2 tx + 4, c] for the tiles of row ``ty`` (``pf``: :func:`_wino_input`'s p flat,
@@ -202,57 +209,22 @@ def _transform_row(pf, ty, wp, cw, txb, vf):
     for tx in range(txb):
         for c0 in range(0, cw, 16):
             b = (2 * ty * wp + 2 * tx) * cw + c0
-            # rows of B^T d: d0 - d2, d1 + d2, d2 - d1, d1 - d3, per column j
-            d0 = zload(pf, b)
-            d1 = zload(pf, b + row)
-            d2 = zload(pf, b + 2 * row)
-            d3 = zload(pf, b + 3 * row)
-            t00 = zsub(d0, d2)
-            t10 = zadd(d1, d2)
-            t20 = zsub(d2, d1)
-            t30 = zsub(d1, d3)
-            d0 = zload(pf, b + cw)
-            d1 = zload(pf, b + row + cw)
-            d2 = zload(pf, b + 2 * row + cw)
-            d3 = zload(pf, b + 3 * row + cw)
-            t01 = zsub(d0, d2)
-            t11 = zadd(d1, d2)
-            t21 = zsub(d2, d1)
-            t31 = zsub(d1, d3)
-            d0 = zload(pf, b + 2 * cw)
-            d1 = zload(pf, b + row + 2 * cw)
-            d2 = zload(pf, b + 2 * row + 2 * cw)
-            d3 = zload(pf, b + 3 * row + 2 * cw)
-            t02 = zsub(d0, d2)
-            t12 = zadd(d1, d2)
-            t22 = zsub(d2, d1)
-            t32 = zsub(d1, d3)
-            d0 = zload(pf, b + 3 * cw)
-            d1 = zload(pf, b + row + 3 * cw)
-            d2 = zload(pf, b + 2 * row + 3 * cw)
-            d3 = zload(pf, b + 3 * row + 3 * cw)
-            t03 = zsub(d0, d2)
-            t13 = zadd(d1, d2)
-            t23 = zsub(d2, d1)
-            t33 = zsub(d1, d3)
-            # then (.) B: the same combination of columns
+            # B^T d, column j of the tile: t[i][j]
+            t0 = _bt(zload(pf, b), zload(pf, b + row), zload(pf, b + 2 * row),
+                     zload(pf, b + 3 * row))
+            t1 = _bt(zload(pf, b + cw), zload(pf, b + row + cw), zload(pf, b + 2 * row + cw),
+                     zload(pf, b + 3 * row + cw))
+            t2 = _bt(zload(pf, b + 2 * cw), zload(pf, b + row + 2 * cw),
+                     zload(pf, b + 2 * row + 2 * cw), zload(pf, b + 3 * row + 2 * cw))
+            t3 = _bt(zload(pf, b + 3 * cw), zload(pf, b + row + 3 * cw),
+                     zload(pf, b + 2 * row + 3 * cw), zload(pf, b + 3 * row + 3 * cw))
             o = tx * cw + c0  # v[e, tx, c0] at o + e * s
-            zstore16(vf, o, zsub(t00, t02))
-            zstore16(vf, o + s, zadd(t01, t02))
-            zstore16(vf, o + 2 * s, zsub(t02, t01))
-            zstore16(vf, o + 3 * s, zsub(t01, t03))
-            zstore16(vf, o + 4 * s, zsub(t10, t12))
-            zstore16(vf, o + 5 * s, zadd(t11, t12))
-            zstore16(vf, o + 6 * s, zsub(t12, t11))
-            zstore16(vf, o + 7 * s, zsub(t11, t13))
-            zstore16(vf, o + 8 * s, zsub(t20, t22))
-            zstore16(vf, o + 9 * s, zadd(t21, t22))
-            zstore16(vf, o + 10 * s, zsub(t22, t21))
-            zstore16(vf, o + 11 * s, zsub(t21, t23))
-            zstore16(vf, o + 12 * s, zsub(t30, t32))
-            zstore16(vf, o + 13 * s, zadd(t31, t32))
-            zstore16(vf, o + 14 * s, zsub(t32, t31))
-            zstore16(vf, o + 15 * s, zsub(t31, t33))
+            for i in range(4):  # then (.) B: row i of B^T d, the same combination
+                y = _bt(t0[i], t1[i], t2[i], t3[i])
+                zstore16(vf, o + 4 * i * s, y[0])
+                zstore16(vf, o + (4 * i + 1) * s, y[1])
+                zstore16(vf, o + (4 * i + 2) * s, y[2])
+                zstore16(vf, o + (4 * i + 3) * s, y[3])
 
 
 @njit(parallel=True, cache=True)
