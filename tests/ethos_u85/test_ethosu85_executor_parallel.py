@@ -2,7 +2,8 @@
 or above int_conv.SERIAL_WORK calls the parallel twin of its kernel (slot F_CONV_PAR /
 F_CONV16_PAR), as the per-operation path's launch does; a small one the serial twin. Both write
 the bytes the per-operation path's kernel writes (bench_ethosu85.py's driver-built 3x3
-convolution, at two sizes, checked against emu/conv/ethosu85.conv2d)."""
+convolution, at two sizes, checked against emu/conv/ethosu85.conv2d and, on two rows, the
+independent reference tests/ethos_u85/ethosu85_reference.py)."""
 from __future__ import annotations
 
 import numba
@@ -15,6 +16,7 @@ from accelstub.emu.conv import ethosu85 as conv_k
 from accelstub.emu.conv import int_conv as IC
 from accelstub.emu.executor import ethosu85 as X
 from accelstub.emu.numeric import ethosu85 as P
+from tests.ethos_u85 import ethosu85_reference as ref
 from tests.helpers import load_benchmark
 
 #: with one numba thread every launch is serial, big or not (int_conv.parallel)
@@ -60,3 +62,13 @@ def test_a_big_conv_row_calls_the_parallel_kernel_and_a_small_one_the_serial(mon
     want = conv_k.conv2d(x, w, (size, size), pad=(1, 1, 1, 1), ifm_zp=bench.IFM_ZP, cfg=cfg,
                          bias=bias, scales=scales, shifts=shifts)
     assert np.array_equal(got.reshape(size, size, size), want)
+    # and against the independent reference, as bench_ethosu85.check_exact checks it: the top
+    # row (padding) and an inner one
+    o = dict(bits=8, signed=True, zp=bench.OFM_ZP, amin=-128, amax=127, scale=0, shift=0,
+             rnd=0, per_channel=True)
+    for r in (0, size // 2 + 1):
+        lo = max(r - 1, 0)
+        exp = ref.conv(ref.values(x[lo:r + 2], bench.IFM_ZP, 8, True), w, 1, size, (1, 1),
+                       (1, 1), (1 if r == 0 else 0, 1), o, bytes(2048), bias, scales, shifts)
+        assert np.array_equal(got.reshape(size, size, size)[r].astype(np.int64),
+                              np.asarray(exp[0], np.int64)), r
