@@ -58,14 +58,19 @@ AHEAD_KERNELS = {"ethos-u85": ("accelstub.emu.executor.ethosu85", "kernel_entrie
 #: (their entries' own, from the executor's kernel_entries, are a flat 0.3). The Ethos-U85
 #: element-wise and pooling kernels share numeric/ethosu85.py's rescale, activation and
 #: ``finish``: taken by the two processes at once, each compiled them (issue 31 #5; lone
-#: process, empty cache: `_pool_kernel` 2.5 s CPU alone, 0.8 s after `_ew_kernel`); the byte
-#: convolution and its serial twin share the VNNI helpers (2.7 s apart, 2.2-2.6 s in one
-#: process). Measured and left apart: the output stage and the int16 kernels with their twins
-#: (no saving)
+#: process, empty cache: `_pool_kernel` 2.5 s CPU alone, 0.8 s after `_ew_kernel`); each
+#: parallel kernel and its serial twin share their body (emu/ranged.py: the serial twin,
+#: first, compiles it, ~0.5-1 s; the parallel one then only its ``prange`` over it, ~0.4 s)
 TOGETHER = {"numeric.ethosu85": ((("accelstub.emu.eltwise.ethosu85", "_ew_kernel"),
                                   ("accelstub.emu.pool.ethosu85", "_pool_kernel")), 3.5),
             "conv.vnni": ((("accelstub.emu.conv.int_conv", "_vnni_conv_serial"),
-                           ("accelstub.emu.conv.int_conv", "_vnni_conv")), 2.3)}
+                           ("accelstub.emu.conv.int_conv", "_vnni_conv")), 1.6),
+            "conv.stage": ((("accelstub.emu.conv.ethosu85", "_finish_fast_serial"),
+                            ("accelstub.emu.conv.ethosu85", "_finish_fast")), 1.0),
+            "conv.int16_input": ((("accelstub.emu.conv.int_conv", "_pack_input_serial"),
+                                  ("accelstub.emu.conv.int_conv", "_pack_input")), 1.0),
+            "conv.int16_blocks": ((("accelstub.emu.conv.int_conv", "_conv_blocks_serial"),
+                                   ("accelstub.emu.conv.int_conv", "_conv_blocks")), 1.0)}
 
 
 def together() -> dict[tuple[str, str], str]:

@@ -301,14 +301,10 @@ def _values_rows(pools: _Pools, step: functools.partial[Any]) -> Rows | None:
         return None
     plan = f.args[0]
     ew, cfg = plan.ew, plan.cfg
-    # an add/sub _addsub_fast computes (_addsub_fast_applies as Python: no compile)
-    fast = ew[0] in (eltwise_k.EW_ADD, eltwise_k.EW_SUB) and len(ew) == 14 and len(cfg) == 15 \
-        and bool(eltwise_k._addsub_fast_applies.py_func(ew, cfg))
+    fast = len(ew) == 14 and len(cfg) == 15 and eltwise_k.takes_addsub_fast(ew, cfg)
     if not fast or np.dtype(plan.dtype).itemsize != 1 \
             or any(not isinstance(o, tuple) or o[1:] != (8, o[2], 0) for o in plan.operands):
-        return _eltwise_rows(pools, r, plan, fast and ew[13] == 0)  # (as eltwise._run takes it)
-    if ew[13] != 0:  # (the rest of the fast add/sub's conditions held above)
-        return None
+        return _eltwise_rows(pools, r, plan, fast)
     H, W, D = plan.shape
     out = _ofm(pools, r.ofm, plan.shape, np.dtype(plan.dtype).kind == "i")
     if out is None:

@@ -296,18 +296,19 @@ def convert_input(cfg: ConvConfig, image: np.ndarray) -> np.ndarray:
 
 def convolve(cfg: ConvConfig, image: np.ndarray, weights: np.ndarray
              ) -> tuple[np.ndarray, np.ndarray]:
-    """The sums of one batch as the shared kernel's whole work array, int32 [K rounded up, >= OH,
-    >= OW] (valid until the thread's next convolution), and int64 [K] to add to them
-    (wrapping to 32 bits): ``image`` int8 [C, H, W], ``weights`` int8 [K, R, S, C] (read-only:
-    :func:`read_weights`); padding positions read the pad value P. The kernel reads positions
-    outside the image as its zero point, so with zero point P it sums (x - P) * w over the
-    padded image; adding P * sum(w) per kernel gives the sums of x * w (exact modulo 2**32,
-    where int8 sums never reach). CACC and SDP take both in one pass
-    (emu/numeric/nvdla.py post_process), so nothing here copies the sums."""
+    """The sums of one batch as the shared kernel's whole work array, channels last: int32
+    [>= OH, >= OW, K rounded up] (valid until the thread's next convolution; channels last
+    because SDP's 8-channel atoms are then adjacent: emu/numeric/nvdla.py post_process), and
+    int64 [K] to add to them (wrapping to 32 bits): ``image`` int8 [C, H, W], ``weights``
+    int8 [K, R, S, C] (read-only: :func:`read_weights`); padding positions read the pad value
+    P. The kernel reads positions outside the image as its zero point, so with zero point P it
+    sums (x - P) * w over the padded image; adding P * sum(w) per kernel gives the sums of
+    x * w (exact modulo 2**32, where int8 sums never reach). CACC and SDP take both in one
+    pass (emu/numeric/nvdla.py post_process), so nothing here copies the sums."""
     top, _, left, _ = cfg.pad
     sums = IC.conv_sums(image, IC.packed_weights(weights), (cfg.out_h, cfg.out_w),
                         zero_point=cfg.pad_value, pad=(top, left), stride=cfg.stride,
-                        dilation=cfg.dilation, padded=True,
+                        dilation=cfg.dilation, hwc=True, padded=True,
                         launches=kept_for(_LAUNCHES, cfg, weights, 32))
     add = np.zeros(cfg.k, np.int64)
     if cfg.pad_value:

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ...emu.numeric.nvdla import ALU_CODES, post_process, wrap
+from ...emu.conv import int_conv as IC
+from ...emu.numeric.nvdla import ALU_CODES, post_process, post_process_parallel, wrap
 from ..bits import sign_extend
 from ..errors import DeviceError
 from . import feature as F
@@ -247,14 +248,16 @@ def process(cfg: SdpConfig, acc: np.ndarray, read: Read, *, k: int | None = None
     CACC's round shift of a sum wrapped to 32 bits stays within 32 bits), all in one pass
     (emu/numeric/nvdla.py post_process: CACC, X stages, converter). The input ``acc``: an INT8
     cube [C, H, W] read by SDP_RDMA (offline), or CACC's (flying): the convolution's
-    int32 work array [>= k, >= H, >= W] plus ``add`` [k], shifted right by ``clip`` (CACC's
-    CLIP_TRUNCATE), channels from ``k`` on 0. ``dst`` (memory bytes, offset, line stride,
-    surface stride; a layout where no two elements share a byte, F.unique_bytes): the cube
-    is stored there as it is computed, as F.write_feature would store it, and None returned
-    (issue 31 #2: the store's own pass cost as much as the computation)."""
+    int32 work array, channels last [>= H, >= W, >= k] (conv.convolve), plus ``add`` [k],
+    shifted right by ``clip`` (CACC's CLIP_TRUNCATE), channels from ``k`` on 0. ``dst``
+    (memory bytes, offset, line stride, surface stride; a layout where no two elements share
+    a byte, F.unique_bytes): the cube is stored there as it is computed, as F.write_feature
+    would store it, and None returned (issue 31 #2: the store's own pass cost as much as the
+    computation)."""
     c = -(-cfg.c // F.ATOM) * F.ATOM
-    if k is None:  # offline: the cube itself, every lane
-        acc, k = np.ascontiguousarray(acc, np.int32), acc.shape[0]
+    if k is None:  # offline: the cube itself, every lane, channels last as post_process
+        # reads it (a read cube is a view of memory's channels-last atoms: one pass)
+        acc, k = np.ascontiguousarray(acc.transpose(1, 2, 0), np.int32), acc.shape[0]
     shape = (c, cfg.h, cfg.w)
     stages, ops = _NO_STAGES, [_NO_OPERAND] * 4  # not written by post_process
     if cfg.stages:
@@ -275,8 +278,14 @@ def process(cfg: SdpConfig, acc: np.ndarray, read: Read, *, k: int | None = None
         packed = np.empty((c // F.ATOM, cfg.h, cfg.w, F.ATOM), np.uint8)
         words = packed.reshape(-1).view(np.uint64)
         base, line, surf = 0, F.ATOM * cfg.w, F.ATOM * cfg.h * cfg.w
-    sat = post_process(acc, k, add, clip, stages, *ops, *cfg.cvt, *shape, words, base // 8,
-                       line // 8, surf // 8)
+    args = (acc, k, add, clip, stages, *ops, *cfg.cvt, *shape, words, base // 8, line // 8,
+            surf // 8)
+    par = IC.parallel(c * cfg.h * cfg.w * ELEMENT_WORK)
+    if par.threads == 1:
+        sat = post_process(*args, 1, 0, cfg.h)
+    else:
+        with par:
+            sat = post_process_parallel(*args, par.threads)
     out = None
     if not aligned:
         out = packed.view(np.int8).transpose(0, 3, 1, 2).reshape(shape)
@@ -284,6 +293,15 @@ def process(cfg: SdpConfig, acc: np.ndarray, read: Read, *, k: int | None = None
             F.write_feature(dst[0], dst[1], out, dst[2], dst[3])
             out = None
     return out, int(sat), 0
+
+
+#: the multiply-adds an element of post_process weighs as in emu/conv/int_conv.py ``parallel``
+#: (its threshold SERIAL_WORK, every parallel launch's): 8192 elements, from where two threads
+#: were faster than one (AMD EPYC Zen 4, one thread -> two, AVX-512: 32x16x16 5.6 -> 5.1 us,
+#: 16x16x16 4.0 -> 4.3 us; AVX2 approximation, best: 6.9 -> 5.6 and 4.5 -> 4.4 us; a 64->64 3x3
+#: layer's 64x32x32: 32 -> 19 us and 41 -> 23 us). The bundled demo's cubes (16x8x8) stay on
+#: one thread and compile no parallel kernel
+ELEMENT_WORK = IC.SERIAL_WORK // 8192
 
 
 #: post_process's arguments for a layer without X stages, made once (~4 us of a 64->64 3x3

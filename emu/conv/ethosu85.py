@@ -46,6 +46,7 @@ from ..numeric.ethosu85_values import (
     read_values,
     upscale,
 )
+from ..ranged import call_ranged, ranged, ranged_wrapper
 from . import int_conv as IC
 
 # ------------------------------------------------------------------------------------------------
@@ -232,11 +233,12 @@ def _fast_value(t32, keep, sc, sh, bi, rp, dr, zp, lo, hi):
     return min(max(np.int32(r + zp), lo), hi)
 
 
-@njit(parallel=True, cache=True)
-def _finish_fast(tot, rows, cols, k, out):
+@ranged
+def _finish_fast_rows(tot, rows, cols, k, out, start, stop):
     """The usual output stage (32-bit accumulator from reset, TFLite-style scales; ``k``: the
     terms array of _stage_terms): written without branches or a ternary, so numba vectorises
-    the channel loop (2-4x faster); rows in parallel. Five arguments, not ten: numba unboxes
+    the channel loop (2-4x faster); output rows start..stop-1 (emu/ranged.py: rows in
+    parallel in :func:`_finish_fast`). Five arguments, not ten: numba unboxes
     each one on every call (~60 ns an array), a third of a small layer's stage. ``out``: the
     OFM's bytes (an int8 view of [H, W, OC] of its 8-, 16- or 32-bit type, ``k[5, 3]`` = OC),
     each value's low bytes stored little-endian as numpy views them on the hosts we run (x86,
@@ -247,12 +249,12 @@ def _finish_fast(tot, rows, cols, k, out):
     the loop per width and vectorises both as the 8-bit one (32x32x64, serial: 16-bit 154 ->
     26 us, 32-bit 42 -> 26 us, 8-bit 25 us); offsets oc*nb (nb unknown) did not vectorise. An
     int16/int32 ``view`` of ``out`` was slower and compiled ~0.13 s longer per view."""
-    H, W = out.shape[0], out.shape[1]
+    W = out.shape[1]
     sc, sh, bi, rp, dr = k[0], k[1], k[2], k[3], k[4]
     zp, oc_n = k[5, 0], k[5, 3]
     lo, hi = np.int32(max(k[5, 1], -0x80000000)), np.int32(min(k[5, 2], 0x7FFFFFFF))
     nb = out.shape[2] // oc_n  # bytes per value: 1, 2 or 4
-    for oy in prange(H):
+    for oy in range(start, stop):
         for ox in range(W):
             keep = -np.int64(rows[oy] != 0 and cols[ox] != 0)  # all ones, or 0: no tap
             if nb == 1:
@@ -273,16 +275,32 @@ def _finish_fast(tot, rows, cols, k, out):
                         out[oy, ox, 4 * oc + 3] = v >> 24
 
 
-_FINISH_FAST_TWIN = IC.twin(_finish_fast)
+@ranged_wrapper(_finish_fast_rows, nogil=True, cache=True)
+def _finish_fast_serial(tot, rows, cols, k, out):
+    """:func:`_finish_fast_rows` over every output row."""
+    call_ranged(_finish_fast_rows, (tot, rows, cols, k, out, 0, out.shape[0]))
 
 
-@njit(parallel=True, cache=True)
-def _finish_general(tot, acc_in, rows, cols, use_acc, cfg, bias, scales, shifts, lut, sc, sh,
-                    bi, rp, rn, inline, out):
+@ranged_wrapper(_finish_fast_rows, parallel=True, cache=True)
+def _finish_fast(tot, rows, cols, k, out):
+    """:func:`_finish_fast_rows` over every output row, in parallel (IC.CHUNKS)."""
+    n = out.shape[0]
+    m = min(n, IC.CHUNKS)
+    for c in prange(m):
+        call_ranged(_finish_fast_rows, (tot, rows, cols, k, out, c * n // m, (c + 1) * n // m))
+
+
+_FINISH_FAST_TWIN = IC.twin(_finish_fast, _finish_fast_serial, _finish_fast_rows)
+
+
+@ranged
+def _finish_general_rows(tot, acc_in, rows, cols, use_acc, cfg, bias, scales, shifts, lut, sc,
+                         sh, bi, rp, rn, inline, out, start, stop):
     """Every other output stage: accumulator start values, 48-bit accumulators, raw
     accumulator output, and (``inline`` False) LUT functions, 64-bit OFMs or unusual shifts
-    through P.finish (~70 ns per element through nested calls, hence inline where it can)."""
-    H, W, oc_n = out.shape[0], out.shape[1], out.shape[2]
+    through P.finish (~70 ns per element through nested calls, hence inline where it can);
+    output rows start..stop-1 (emu/ranged.py)."""
+    W, oc_n = out.shape[1], out.shape[2]
     bits = cfg[C_ACC_BITS]
     per_ch = cfg[P.C_SCALE_MODE] == 0
     raw_out = cfg[C_ACC_OUTPUT] != 0
@@ -294,7 +312,7 @@ def _finish_general(tot, acc_in, rows, cols, use_acc, cfg, bias, scales, shifts,
     om = (np.int64(1) << obits) - 1
     pos = sh > 0
     sm1 = np.maximum(sh - 1, 0)
-    for oy in prange(H):
+    for oy in range(start, stop):
         a = np.empty(oc_n, np.int64)
         for ox in range(W):
             tap = rows[oy] != 0 and cols[ox] != 0
@@ -325,7 +343,28 @@ def _finish_general(tot, acc_in, rows, cols, use_acc, cfg, bias, scales, shifts,
                     out[oy, ox, oc] = ((t + oh) & om) - oh
 
 
-_FINISH_GENERAL_TWIN = IC.twin(_finish_general)
+@ranged_wrapper(_finish_general_rows, nogil=True, cache=True)
+def _finish_general_serial(tot, acc_in, rows, cols, use_acc, cfg, bias, scales, shifts, lut,
+                           sc, sh, bi, rp, rn, inline, out):
+    """:func:`_finish_general_rows` over every output row."""
+    call_ranged(_finish_general_rows, (tot, acc_in, rows, cols, use_acc, cfg, bias, scales,
+                                       shifts, lut, sc, sh, bi, rp, rn, inline, out, 0,
+                                       out.shape[0]))
+
+
+@ranged_wrapper(_finish_general_rows, parallel=True, cache=True)
+def _finish_general(tot, acc_in, rows, cols, use_acc, cfg, bias, scales, shifts, lut, sc, sh,
+                    bi, rp, rn, inline, out):
+    """:func:`_finish_general_rows` over every output row, in parallel (IC.CHUNKS)."""
+    n = out.shape[0]
+    m = min(n, IC.CHUNKS)
+    for c in prange(m):
+        call_ranged(_finish_general_rows, (tot, acc_in, rows, cols, use_acc, cfg, bias, scales,
+                                           shifts, lut, sc, sh, bi, rp, rn, inline, out,
+                                           c * n // m, (c + 1) * n // m))
+
+
+_FINISH_GENERAL_TWIN = IC.twin(_finish_general, _finish_general_serial, _finish_general_rows)
 
 
 class IntConv(NamedTuple):

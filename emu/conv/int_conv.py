@@ -53,7 +53,6 @@ import functools
 import importlib
 import math
 import threading
-import types
 import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
@@ -63,6 +62,7 @@ import numpy as np
 from numba import prange
 
 from ..jit import njit
+from ..ranged import call_ranged, ranged, ranged_wrapper
 from ..scratch import scratch
 from .simd import vbcast, vload, vmadd, vstore, vstore4, vstore_t4, vzero
 from .vnni import (
@@ -73,7 +73,6 @@ from .vnni import (
     zdotv,
     zload,
     zmul,
-    zsplat,
     zstore,
     zstore_t8,
     zsub,
@@ -144,16 +143,29 @@ class parallel:
 
 
 class Twin(NamedTuple):
-    """A ``parallel=True`` kernel and the same function compiled without it (``prange`` runs as
-    ``range``), launched by :meth:`parallel.kernel` for work below SERIAL_WORK.
+    """A ``parallel=True`` kernel and its serial twin, launched by :meth:`parallel.kernel` for
+    work below SERIAL_WORK; both thin wrappers of one serial ``body`` over a range of the
+    loop (emu/ranged.py), which the serial twin calls once over the whole loop and the
+    parallel one from a ``prange`` over at most :data:`CHUNKS` parts.
 
     Why: numba's parfor passes double a kernel's compile time (the byte kernel: 1.5 s against
     0.66 s; Ethos-U85's output stage: 0.9 s against 0.38 s per OFM type), paid on a first run.
     The bundled demos' layers are all below SERIAL_WORK, so their first run compiles only
     serial versions; a program with a larger layer compiles the parallel one when it first
-    runs one (`accelstub compile` compiles both for the demos' types, stub/precompile.py)."""
+    runs one (`accelstub compile` compiles both for the demos' types, stub/precompile.py).
+    With the body apart, the parallel wrapper's parfor is a few lines: ~0.3 s instead of
+    ~1.3 s for the output stage (design notes, "Parallel twins that compile cheaply")."""
     parallel: object
     serial: object
+    body: object = None
+
+
+#: the parts a parallel twin's ``prange`` splits its loop into (fewer where the loop has
+#: fewer iterations): numba hands each thread an equal run of them, so up to 16 threads get
+#: work. Each part is a call of the body (~80 ns of arguments and set-up): with 64 parts the
+#: 60->60 16x16 byte convolution on 2 threads took 43-44 us against 41.5 with the old parfor,
+#: with 16 parts 41.7 (thread counts that numba cannot read in a cached kernel)
+CHUNKS = 16
 
 
 #: every Twin, for `accelstub compile`
@@ -187,18 +199,12 @@ def parallel_twins_of(plan: Sequence[Entry]) -> list[Entry]:
             if (m, n) in parallel]
 
 
-def twin(kernel) -> Twin:
-    """The :class:`Twin` of the ``@njit(parallel=True, cache=True)`` ``kernel``. The serial
-    version is a copy of the function under the name ``<name>_serial``: numba files its disk
-    cache by module, name and argument types, not by the parallel option, so under one name
-    the two would load each other's code."""
-    f = kernel.py_func
-    copy = types.FunctionType(f.__code__, f.__globals__, f.__name__ + "_serial",
-                              f.__defaults__, f.__closure__)
-    copy.__qualname__ = f.__qualname__ + "_serial"
-    copy.__module__ = f.__module__
-    copy.__doc__ = f.__doc__
-    t = Twin(kernel, njit(nogil=True, cache=True)(copy))
+def twin(parallel_kernel, serial_kernel, body) -> Twin:
+    """The :class:`Twin` of a ``parallel=True`` wrapper and its serial twin ``<name>_serial``
+    (numba files its disk cache by module, name and argument types, not by the parallel
+    option, so under one name the two would load each other's code), both
+    emu/ranged.py ``ranged_wrapper``s of ``body``; recorded in :data:`TWINS`."""
+    t = Twin(parallel_kernel, serial_kernel, body)
     TWINS.append(t)
     return t
 
@@ -303,8 +309,8 @@ def _kept(table: dict, w: np.ndarray, compute):
     return hit
 
 
-@njit(parallel=True, cache=True)
-def _pack_input(v, zp, rows, top, dst_col, channels_last, x16):
+@ranged
+def _pack_input_rows(v, zp, rows, top, dst_col, channels_last, x16, start, stop):
     """x16[padded row, pair, dst_col[col], half] = v[c, row, col] - zp at padded row
     ``row + top``; zero elsewhere (padding reads 0). ``v`` is indexed [C, H, W] (any strides;
     ``channels_last``: C varies fastest in memory, as in an NHWC tensor); rows >= ``rows`` and
@@ -315,7 +321,7 @@ def _pack_input(v, zp, rows, top, dst_col, channels_last, x16):
     us, x16 16.6 against 23.0). (Loops over whole pairs without ``//`` and ``%`` measured no
     faster: the stores through dst_col cost, not the arithmetic.)"""
     c_n = v.shape[0]
-    for pr in prange(x16.shape[0]):
+    for pr in range(start, stop):  # padded rows start..stop-1 (emu/ranged.py)
         x16[pr] = 0
         r = pr - top
         if r < 0 or r >= rows:
@@ -335,19 +341,36 @@ def _pack_input(v, zp, rows, top, dst_col, channels_last, x16):
                         dst[c // 2, d, c % 2] = v[c, r, col] - zp
 
 
-_PACK_INPUT_TWIN = twin(_pack_input)
+@ranged_wrapper(_pack_input_rows, nogil=True, cache=True)
+def _pack_input_serial(v, zp, rows, top, dst_col, channels_last, x16):
+    """:func:`_pack_input_rows` over every padded row."""
+    call_ranged(_pack_input_rows, (v, zp, rows, top, dst_col, channels_last, x16, 0,
+                                   x16.shape[0]))
 
 
-@njit(parallel=True, cache=True)
-def _conv_blocks(x2, w2, acc, ho, wob, c2, kh, kw, kn, sy, row_words, plane, row_off, col_off,
-                 hwc):
+@ranged_wrapper(_pack_input_rows, parallel=True, cache=True)
+def _pack_input(v, zp, rows, top, dst_col, channels_last, x16):
+    """:func:`_pack_input_rows` over every padded row, in parallel (:data:`CHUNKS`)."""
+    n = x16.shape[0]
+    m = min(n, CHUNKS)
+    for c in prange(m):
+        call_ranged(_pack_input_rows, (v, zp, rows, top, dst_col, channels_last, x16,
+                                       c * n // m, (c + 1) * n // m))
+
+
+_PACK_INPUT_TWIN = twin(_pack_input, _pack_input_serial, _pack_input_rows)
+
+
+@ranged
+def _conv_blocks_tasks(x2, w2, acc, ho, wob, c2, kh, kw, kn, sy, row_words, plane, row_off,
+                       col_off, hwc, start, stop):
     """acc[k, y, x] (or acc[y, x, k] if ``hwc``) = sum over (i, j, pair) of vpmaddwd(input
     words, weight word) for blocks of 4 output channels x 16 output columns, one (row, channel
-    block) per parallel task."""
+    block) per task ``t`` (y = t // kn), tasks start..stop-1 (emu/ranged.py)."""
     ws = kh * kw * c2
     kp = kn * KB
     s = ho * wob
-    for t in prange(ho * kn):
+    for t in range(start, stop):  # (signed: here unsigned was 3 % slower, AVX2)
         y = t // kn
         k0 = (t % kn) * KB
         for x0 in range(0, wob, XB):
@@ -397,7 +420,27 @@ def _conv_blocks(x2, w2, acc, ho, wob, c2, kh, kw, kn, sy, row_words, plane, row
                 vstore(acc, o + 3 * s + 8, d1)
 
 
-_CONV_BLOCKS_TWIN = twin(_conv_blocks)
+@ranged_wrapper(_conv_blocks_tasks, nogil=True, cache=True)
+def _conv_blocks_serial(x2, w2, acc, ho, wob, c2, kh, kw, kn, sy, row_words, plane, row_off,
+                        col_off, hwc):
+    """:func:`_conv_blocks_tasks` over every task."""
+    call_ranged(_conv_blocks_tasks, (x2, w2, acc, ho, wob, c2, kh, kw, kn, sy, row_words,
+                                     plane, row_off, col_off, hwc, 0, ho * kn))
+
+
+@ranged_wrapper(_conv_blocks_tasks, parallel=True, cache=True)
+def _conv_blocks(x2, w2, acc, ho, wob, c2, kh, kw, kn, sy, row_words, plane, row_off, col_off,
+                 hwc):
+    """:func:`_conv_blocks_tasks` over every task, in parallel (:data:`CHUNKS`)."""
+    n = ho * kn
+    m = min(n, CHUNKS)
+    for c in prange(m):
+        call_ranged(_conv_blocks_tasks, (x2, w2, acc, ho, wob, c2, kh, kw, kn, sy, row_words,
+                                         plane, row_off, col_off, hwc, c * n // m,
+                                         (c + 1) * n // m))
+
+
+_CONV_BLOCKS_TWIN = twin(_conv_blocks, _conv_blocks_serial, _conv_blocks_tasks)
 
 
 @njit(nogil=True, cache=True)
@@ -539,22 +582,28 @@ def _pointwise16(x, w, acc, ho, wo, wob, c2, kp):
             k0 = k1
 
 
-@njit(nogil=True, cache=True)
-def _pack_input8(src, mask, pad, rows, top, dst_col, x4):
-    """x4[padded row, quad, dst_col[col]] = src[row, col, quad] ^ ``mask`` at padded row
-    ``row + top``; ``pad`` elsewhere. ``src``: int32 words [H, W, quads] of an NHWC byte tensor
-    (four channels a word); ``mask`` 0x80808080 adds 128 to every byte of int8 data (their
-    unsigned byte form), 0 keeps uint8 data; ``pad``: the zero point's byte form in every byte,
-    so padding reads 0 after the zero point. Rows >= ``rows`` and columns with dst_col < 0 are
-    not used. One thread (a few percent of a 64-channel layer's call, but up to 40 % of a
-    4-channel one: rows in parallel would pay there)."""
-    q4 = src.shape[2]
-    for pr in range(x4.shape[0]):
-        x4[pr] = pad
+@ranged
+def _pack_input8(src, off, zb, rows, top, dst_col, x4, w4, wsum, acc, ho, wob, q4, kh, kw, kn,
+                 sy, row_words, plane, row_off, col_off, hwc, start, stop):
+    """x4[padded row, quad, dst_col[col]] = src[row, col, quad] ^ mask at padded row
+    ``row + top``; the zero point's byte form ``zb`` in every byte elsewhere, so padding reads 0
+    after the zero point; padded rows start..stop-1 of ``x4`` viewed [rows, q4, plane]: the
+    byte kernel's input, packed before :func:`_vnni_conv_tasks` runs (its arguments, so that
+    its twins call it as they call that one, emu/ranged.py). ``src``: int32 words [H, W,
+    quads] of an NHWC byte tensor (four channels a word); mask 0x80808080 adds 128 to every
+    byte of int8 data (``off`` 128: their unsigned byte form), 0 keeps uint8 data. Rows >=
+    ``rows`` and columns with dst_col < 0 are not used. One thread (a few percent of a
+    64-channel layer's call, but up to 40 % of a 4-channel one: rows in parallel would pay
+    there)."""
+    mask = np.int32(-0x7F7F7F80) if off else np.int32(0)
+    pad = np.int32(zb * 0x01010101)
+    x3 = x4.reshape(-1, q4, plane)
+    for pr in range(start, stop):
+        x3[pr] = pad
         r = pr - top
         if r < 0 or r >= rows:
             continue
-        dst = x4[pr]
+        dst = x3[pr]
         for col in range(dst_col.shape[0]):
             d = dst_col[col]
             if d >= 0:
@@ -562,38 +611,36 @@ def _pack_input8(src, mask, pad, rows, top, dst_col, x4):
                     dst[q, d] = src[r, col, q] ^ mask
 
 
-@njit(parallel=True, cache=True)
-def _vnni_conv(src, off, zb, rows, top, dst_col, x4, w4, wsum, acc, ho, wob, q4, kh, kw, kn,
-               sy, row_words, plane, row_off, col_off, hwc):
-    """:func:`_pack_input8` of ``src`` into ``x4``, then acc[k, y, x] (or acc[y, x, k] if
-    ``hwc``) = -zb * wsum[k] + sum over (i, j, quad) of vpdpbusd(input words, weight word),
-    modulo 2**32: the byte kernel, for blocks of 8 output channels x 16
-    output columns (one 16-lane accumulator register per channel), one (row, channel block)
-    per parallel task. ``x4``: :func:`_pack_input8`'s words; ``w4``: PackedWeights.quads.
-    Generated (8 channels x 1 vector was the fastest of 1-4 vectors x 4-16 channels on the
-    64->64 3x3 layer);"""
-    # the zero point's byte form zb in every byte of a padding word; 0x80808080 adds 128 to
-    # every byte (off 128: int8 data) and the accumulators start at -zb * sum(w) (wrapped)
-    _pack_input8(src, np.int32(-0x7F7F7F80) if off else np.int32(0), np.int32(zb * 0x01010101),
-                 rows, top, dst_col, x4.reshape(-1, q4, plane))
+@ranged
+def _vnni_conv_tasks(src, off, zb, rows, top, dst_col, x4, w4, wsum, acc, ho, wob, q4, kh, kw,
+                     kn, sy, row_words, plane, row_off, col_off, hwc, start, stop):
+    """acc[k, y, x] (or acc[y, x, k] if ``hwc``) = -zb * wsum[k] + sum over (i, j, quad) of
+    vpdpbusd(input words, weight word), modulo 2**32: the byte kernel, for blocks of 8 output
+    channels x 16 output columns (one 16-lane accumulator register per channel), one (row,
+    channel block) per task ``t`` (y = t // kn), tasks start..stop-1 (emu/ranged.py). ``x4``:
+    :func:`_pack_input8`'s words, packed before (:func:`_vnni_conv`); ``w4``:
+    PackedWeights.quads. Generated (8 channels x 1 vector was the fastest of 1-4 vectors x
+    4-16 channels on the 64->64 3x3 layer);"""
+    # the accumulators start at -zb * sum(w) (wrapped to int32 by zbroadcast; not an array
+    # worked out per call: the parallel twin calls this once per part, and allocating it in
+    # each made the MNIST-shaped network ~8 % slower)
     ws = kh * kw * q4
     kp = kn * 8
-    init = np.empty(kp, np.int32)
-    for k in range(kp):
-        init[k] = np.int32(-zb * wsum[k])
     s = ho * wob
-    for t in prange(ho * kn):
-        y = t // kn
-        k0 = (t % kn) * 8
+    for t in range(start, stop):
+        # t >= 0: unsigned division (numba's signed floor division of a loop index LLVM
+        # cannot prove non-negative made a 1->60 28x28 layer 16 -> 23 us)
+        y = np.int64(np.uint64(t) // np.uint64(kn))
+        k0 = np.int64(np.uint64(t) % np.uint64(kn)) * 8
         for x0 in range(0, wob, 16):
-            a0_0 = zsplat(init, k0 + 0)
-            a1_0 = zsplat(init, k0 + 1)
-            a2_0 = zsplat(init, k0 + 2)
-            a3_0 = zsplat(init, k0 + 3)
-            a4_0 = zsplat(init, k0 + 4)
-            a5_0 = zsplat(init, k0 + 5)
-            a6_0 = zsplat(init, k0 + 6)
-            a7_0 = zsplat(init, k0 + 7)
+            a0_0 = zbroadcast(-zb * wsum[k0 + 0])
+            a1_0 = zbroadcast(-zb * wsum[k0 + 1])
+            a2_0 = zbroadcast(-zb * wsum[k0 + 2])
+            a3_0 = zbroadcast(-zb * wsum[k0 + 3])
+            a4_0 = zbroadcast(-zb * wsum[k0 + 4])
+            a5_0 = zbroadcast(-zb * wsum[k0 + 5])
+            a6_0 = zbroadcast(-zb * wsum[k0 + 6])
+            a7_0 = zbroadcast(-zb * wsum[k0 + 7])
             for i in range(kh):
                 rbase = (y * sy + row_off[i]) * row_words + x0
                 for j in range(kw):
@@ -626,7 +673,35 @@ def _vnni_conv(src, off, zb, rows, top, dst_col, x4, w4, wsum, acc, ho, wob, q4,
                 zstore(acc, o + 7 * s, a7_0)
 
 
-_VNNI_CONV_TWIN = twin(_vnni_conv)
+@ranged_wrapper(_pack_input8, _vnni_conv_tasks, nogil=True, cache=True)
+def _vnni_conv_serial(src, off, zb, rows, top, dst_col, x4, w4, wsum, acc, ho, wob, q4, kh, kw,
+                      kn, sy, row_words, plane, row_off, col_off, hwc):
+    """:func:`_pack_input8`, then :func:`_vnni_conv_tasks` over every task."""
+    call_ranged(_pack_input8, (src, off, zb, rows, top, dst_col, x4, w4, wsum, acc, ho, wob, q4,
+                               kh, kw, kn, sy, row_words, plane, row_off, col_off, hwc, 0,
+                               x4.size // (q4 * plane)))
+    call_ranged(_vnni_conv_tasks, (src, off, zb, rows, top, dst_col, x4, w4, wsum, acc, ho,
+                                   wob, q4, kh, kw, kn, sy, row_words, plane, row_off, col_off,
+                                   hwc, 0, ho * kn))
+
+
+@ranged_wrapper(_pack_input8, _vnni_conv_tasks, parallel=True, cache=True)
+def _vnni_conv(src, off, zb, rows, top, dst_col, x4, w4, wsum, acc, ho, wob, q4, kh, kw, kn,
+               sy, row_words, plane, row_off, col_off, hwc):
+    """:func:`_pack_input8` (one thread), then :func:`_vnni_conv_tasks` over every task, in
+    parallel (:data:`CHUNKS`)."""
+    call_ranged(_pack_input8, (src, off, zb, rows, top, dst_col, x4, w4, wsum, acc, ho, wob, q4,
+                               kh, kw, kn, sy, row_words, plane, row_off, col_off, hwc, 0,
+                               x4.size // (q4 * plane)))
+    n = ho * kn
+    m = min(n, CHUNKS)
+    for c in prange(m):
+        call_ranged(_vnni_conv_tasks, (src, off, zb, rows, top, dst_col, x4, w4, wsum, acc, ho,
+                                       wob, q4, kh, kw, kn, sy, row_words, plane, row_off,
+                                       col_off, hwc, c * n // m, (c + 1) * n // m))
+
+
+_VNNI_CONV_TWIN = twin(_vnni_conv, _vnni_conv_serial, _vnni_conv_tasks)
 
 
 @njit(nogil=True, cache=True)

@@ -50,6 +50,7 @@ from numba import prange, types
 from numba.extending import intrinsic
 
 from ..jit import njit
+from ..ranged import call_ranged, ranged, ranged_wrapper
 from ..scratch import scratch
 from . import int_conv as IC
 from .simd import vbcast, vload, vmadd, vstore, vzero
@@ -227,10 +228,11 @@ def _transform_row(pf, ty, wp, cw, txb, vf):
                 zstore16(vf, o + (4 * i + 3) * s, y[3])
 
 
-@njit(parallel=True, cache=True)
-def _wino_gemm(pf, uw, acc, tyn, txb, wp, cw, c2, kp, hwc, plane):
-    """Per tile row (in parallel): its V (:func:`_transform_row`, kept in L2 for the row),
-    then per 16 output channels and group of :data:`TG` tiles: for each of the 16 tile
+@ranged
+def _wino_gemm_rows(pf, uw, acc, tyn, txb, wp, cw, c2, kp, hwc, plane, start, stop):
+    """Per tile row start..stop-1 (emu/ranged.py; in parallel in :func:`_wino_gemm`): its V
+    (:func:`_transform_row`, kept in L2 for the row), then per 16 output channels and group
+    of :data:`TG` tiles: for each of the 16 tile
     positions e, m[e] = sum over channel pairs of vpmaddwd(V word, U words) (one tile's V word
     broadcast against 16 channels' U words, 4 tiles x 2 registers, as int_conv's
     ``_pointwise16``; the group's tiles share each position's weight slice in L1), then the
@@ -240,7 +242,7 @@ def _wino_gemm(pf, uw, acc, tyn, txb, wp, cw, c2, kp, hwc, plane):
     [16, c2, kp]; ``acc``: [2 tyn, 2 txb, kp] (``hwc``) or per channel a [2 tyn, 2 txb]
     plane every ``plane`` words (:data:`SPARE_ROWS` spare rows after each)."""
     wo2 = 2 * txb
-    for ty in prange(tyn):
+    for ty in range(start, stop):
         m = np.empty(16 * TG * KW, np.int32)
         vf = np.empty(16 * txb * cw, np.int16)
         _transform_row(pf, ty, wp, cw, txb, vf)
@@ -330,7 +332,22 @@ def _wino_gemm(pf, uw, acc, tyn, txb, wp, cw, c2, kp, hwc, plane):
                             acc[a + wo2 + 1] = ys[3 * KW + k]
 
 
-_WINO_GEMM_TWIN = IC.twin(_wino_gemm)
+@ranged_wrapper(_wino_gemm_rows, nogil=True, cache=True)
+def _wino_gemm_serial(pf, uw, acc, tyn, txb, wp, cw, c2, kp, hwc, plane):
+    """:func:`_wino_gemm_rows` over every tile row."""
+    call_ranged(_wino_gemm_rows, (pf, uw, acc, tyn, txb, wp, cw, c2, kp, hwc, plane, 0, tyn))
+
+
+@ranged_wrapper(_wino_gemm_rows, parallel=True, cache=True)
+def _wino_gemm(pf, uw, acc, tyn, txb, wp, cw, c2, kp, hwc, plane):
+    """:func:`_wino_gemm_rows` over every tile row, in parallel (IC.CHUNKS)."""
+    m = min(tyn, IC.CHUNKS)
+    for c in prange(m):
+        call_ranged(_wino_gemm_rows, (pf, uw, acc, tyn, txb, wp, cw, c2, kp, hwc, plane,
+                                      c * tyn // m, (c + 1) * tyn // m))
+
+
+_WINO_GEMM_TWIN = IC.twin(_wino_gemm, _wino_gemm_serial, _wino_gemm_rows)
 
 
 class _WinogradCall(NamedTuple):

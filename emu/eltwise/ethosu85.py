@@ -411,17 +411,24 @@ def _mul(a: np.ndarray, b: np.ndarray, ew: np.ndarray, cfg: np.ndarray) -> np.nd
     return np.clip(acc, lo, hi) if clip else acc
 
 
+def takes_addsub_fast(ew: np.ndarray, cfg: np.ndarray) -> bool:
+    """Whether an operation's add/sub runs on :func:`_addsub_fast`: ADD or SUB, not kept off it
+    (``ew[13]``, the tests' reference), and :func:`_addsub_fast_applies`, run as Python (its
+    Python function: the same code, no compile). The one rule for :func:`_run` and the
+    Ethos-U85 executor's rows (devices/ethos_u85/executor.py)."""
+    return bool((ew[0] == EW_ADD or ew[0] == EW_SUB) and ew[13] == 0
+                and _addsub_fast_applies.py_func(ew, cfg))
+
+
 def _run(p: Eltwise, a: np.ndarray, b: np.ndarray, lut) -> np.ndarray:
     """The kernel's result for the operands ``a``, ``b``: add/sub on :func:`_addsub_fast`
     where it applies (what _ew_kernel would take), MUL in numpy where :func:`_mul_applies`,
     else :func:`_ew_kernel`. Why: a first run compiles only the kernel its operations take
     (the general kernel with every mode and LUT function took ~2.5 s to compile; issue 31 #5);
-    _addsub_fast_applies runs as Python (its Python function: the same code, no compile), and
-    so does _addsub_fast while it is neither compiled nor cached and its elements are few
+    _addsub_fast runs as Python while it is neither compiled nor cached and its elements are few
     (kernel_plan.tiered: the demo's 288-element add, ~0.5 ms, against ~0.6 s to compile)."""
     a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
-    if (p.ew[0] == EW_ADD or p.ew[0] == EW_SUB) and p.ew[13] == 0 \
-            and _addsub_fast_applies.py_func(p.ew, p.cfg):
+    if takes_addsub_fast(p.ew, p.cfg):
         out = np.zeros(p.shape, np.int64)
         args = (a, b, bool(p.ew[0] == EW_SUB), p.ew, p.cfg, out)
         KP.tiered(_addsub_fast, ADDSUB_S_PER_ELEMENT * out.size, *args)(*args)

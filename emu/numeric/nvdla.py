@@ -7,8 +7,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numba import prange
 
 from ..jit import njit
+from ..ranged import call_ranged, ranged, ranged_wrapper
 
 
 def round_shift(v, shift: int):
@@ -48,26 +50,33 @@ STAGE_ON, STAGE_ALU, STAGE_ALU_SHIFT, STAGE_MUL, STAGE_MUL_SHIFT, STAGE_PRELU, S
 ALU_CODES = {None: 0, "max": 1, "min": 2, "sum": 3}
 
 
-@njit(nogil=True, cache=True, fastmath={"contract"})
+@ranged(fastmath={"contract"})
 def post_process(acc, k, add, clip, stages, bs_alu, bs_mul, bn_alu, bn_mul, offset, scale,
-                 shift, c_n, h, w, words, base, line, surf):
-    """An int8 cube [``c_n``, ``h``, ``w``] (``c_n`` a multiple of 8) stored into memory
-    viewed as 8-byte ``words`` (uint64, little-endian) in surfaces of 8 channels: element
-    (c, y, x) in byte c % 8 of word ``base + (c // 8)*surf + y*line + x`` (the in-memory
-    feature layout with aligned atoms, offsets and strides counted in words; nothing else is
-    written), from int32 sums ``acc`` [>= k, >= H, >= W] plus ``add`` [k] (int64,
-    the sum wrapping to 32 bits; channels from ``k`` on read 0: the last atom's unused lanes):
-    CACC (round_shift by ``clip``; its saturation to 32 bits cannot act on a sum wrapped to
-    32 bits, so its count is 0 and not computed: 0.01 ms of the 64->64 3x3 layer),
-    the X stages of ``stages`` (int64 [2, 7], columns STAGE_*; operands int64 [C or 1, H*W or
-    1], per element, per channel or one value), the converter ((x - offset) * scale, round_shift
-    by ``shift``, saturate to 17 then 8 bits). Returns the converter's 17-bit saturations
-    (CACC's are 0: sdp.process gives that). The same arithmetic, value for value, as
-    devices/nvdla/sdp.py states it from the C model (sdp_x.cpp, sdp_c.cpp, NV_NVDLA_cacc.cpp);
+                 shift, c_n, h, w, words, base, line, surf, parts, start, stop):
+    """Rows ``start`` to ``stop`` (all of them: 0 to ``h``; :func:`post_process_parallel`
+    gives each of its ``parts`` a range: ``parts`` is its argument, unused here, since a
+    body takes its wrapper's arguments, emu/ranged.py) of an int8 cube [``c_n``, ``h``,
+    ``w``] (``c_n`` a multiple of 8) stored into memory viewed as 8-byte ``words`` (uint64,
+    little-endian) in surfaces of 8 channels: element (c, y, x) in byte c % 8 of word
+    ``base + (c // 8)*surf + y*line + x`` (the in-memory feature layout with aligned atoms,
+    offsets and strides counted in words; nothing else is written), from int32 sums ``acc``
+    [>= H, >= W, >= k] (channels last: the convolution's hwc work array) plus ``add`` [k]
+    (int64, the sum wrapping to 32 bits; channels from ``k`` on read 0: the last atom's
+    unused lanes): CACC (round_shift by ``clip``; its saturation to 32 bits cannot act on a
+    sum wrapped to 32 bits, so its count is 0 and not computed: 0.01 ms of the 64->64 3x3
+    layer), the X stages of ``stages`` (int64 [2, 7], columns STAGE_*; operands int64
+    [C or 1, H*W or 1], per element, per channel or one value), the converter ((x - offset)
+    * scale, round_shift by ``shift``, saturate to 17 then 8 bits). Returns the converter's
+    17-bit saturations (CACC's are 0: sdp.process gives that). The same arithmetic, value for
+    value, as devices/nvdla/sdp.py states it from the C model (sdp_x.cpp, sdp_c.cpp,
+    NV_NVDLA_cacc.cpp);
     one pass over the cube instead of a numpy pass (and a fresh int64 temporary) per operation:
     those took ~2 ms of a 64->64 3x3 layer whose convolution took 0.4 ms. Stored as it is
-    computed: a cube and a second pass storing it (its atoms interleave 8 channel rows) took
-    0.045 ms more of that layer.
+    computed: a cube and a second pass storing it took 0.045 ms more of that layer. Channels
+    last because an atom's 8 bytes are then adjacent in a row's bytes (its store is one word)
+    and a row's sums are read in order: 54 -> 40 us for that layer's 64x32x32 under the AVX2
+    approximation, 41 -> 32 us with AVX-512, against channel-first sums, whose 8 channel rows
+    had to be interleaved byte by byte.
 
     Why float64 (issue 31: AVX2 has no 64-bit multiply or arithmetic shift, LLVM emulated
     them; the pass took 74 us of the 64->64 3x3 layer there, 52 us this way, and 41 -> 39 us
@@ -111,40 +120,65 @@ def post_process(acc, k, add, clip, stages, bs_alu, bs_mul, bn_alu, bn_mul, offs
     sat_hi = math.ldexp(65537.0, s)
     scf = float(scale)
     off_scf = float(offset * scale)
-    # a surface's 8 channel rows (CACC's, then the X stages' values) and their bytes, one
-    # converter loop over all 8 rows (8 short loops cost 54 against 49 us), then the rows'
-    # bytes interleaved into 8-byte words (a store per byte at a stride of 8 did not
-    # vectorise: 0.03 ms more for 64x32x32); the values kept as float64, which the converter
-    # reads without a conversion (49 -> 42 us with AVX-512)
-    rows = np.empty(8 * w, np.float64)
-    blk = np.zeros(8 * w, np.uint8)
-    for sf in range(c_n // 8):
-        for y in range(h):
-            for ci in range(8):
-                c = sf * 8 + ci
-                row = rows[ci * w:ci * w + w]
-                if c < k:
-                    a = np.int32(((add[c] + lo32) & 0xFFFFFFFF) - lo32)
-                    for x in range(w):
-                        v = float(np.int32(acc[c, y, x] + a))
-                        row[x] = np.trunc((v + np.copysign(half_clip, v)) * inv_clip)
-                else:  # the last atom's lanes without a kernel
-                    row[:] = 0.0
-                if staged:
-                    _stage_row(row, stages, 0, bs_alu, bs_mul, c, y * w)
-                    _stage_row(row, stages, 1, bn_alu, bn_mul, c, y * w)
-            for i in range(8 * w):  # the converter
-                t = rows[i] * scf - off_scf
-                ssat += (t >= sat_hi) | (t < -sat_hi)
-                r = (t + np.copysign(half_cvt, t)) * inv_cvt
-                blk[i] = np.uint8(np.int32(min(max(r, -128.0), 127.0)) & 0xFF)
+    # a row's values (CACC's, then the X stages'), channels last as in ``acc``: (x, c) at
+    # x*c_n + c, kept as float64, which the converter reads without a conversion (49 -> 42 us
+    # with AVX-512); then its bytes, in the same order, so that (x, atom sf) is word
+    # x*(c_n // 8) + sf of them. Lanes from k on: 0, never written unless an X stage writes
+    # them (then zeroed again for each row)
+    a32 = np.zeros(c_n, np.int32)  # the adds, wrapped to int32
+    for c in range(k):
+        a32[c] = np.int32(((add[c] + lo32) & 0xFFFFFFFF) - lo32)
+    vals = np.zeros(w * c_n, np.float64)
+    blk = np.empty(w * c_n, np.uint8)
+    atoms = blk.view(np.uint64)
+    na = c_n // 8
+    for y in range(start, stop):
+        for x in range(w):
+            src = acc[y, x]
+            row = vals[x * c_n:x * c_n + k]
+            for c in range(k):
+                v = float(np.int32(src[c] + a32[c]))
+                row[c] = np.trunc((v + np.copysign(half_clip, v)) * inv_clip)
+        if staged:
+            for c in range(c_n):
+                col = vals[c::c_n]  # channel c along the row
+                if c >= k:
+                    col[:] = 0.0
+                _stage_row(col, stages, 0, bs_alu, bs_mul, c, y * w)
+                _stage_row(col, stages, 1, bn_alu, bn_mul, c, y * w)
+        for i in range(w * c_n):  # the converter
+            t = vals[i] * scf - off_scf
+            ssat += (t >= sat_hi) | (t < -sat_hi)
+            r = (t + np.copysign(half_cvt, t)) * inv_cvt
+            blk[i] = np.uint8(np.int32(min(max(r, -128.0), 127.0)) & 0xFF)
+        for sf in range(na):
             o = base + sf * surf + y * line
-            dst = words[o:o + w]  # a view: indices from a range vectorise
+            dst = words[o:o + w]
             for x in range(w):
-                dst[x] = (np.uint64(blk[x]) | np.uint64(blk[w + x]) << 8
-                          | np.uint64(blk[2 * w + x]) << 16 | np.uint64(blk[3 * w + x]) << 24
-                          | np.uint64(blk[4 * w + x]) << 32 | np.uint64(blk[5 * w + x]) << 40
-                          | np.uint64(blk[6 * w + x]) << 48 | np.uint64(blk[7 * w + x]) << 56)
+                dst[x] = atoms[x * na + sf]
+    return ssat
+
+
+@ranged_wrapper(post_process, nogil=True, parallel=True, cache=True)
+def post_process_parallel(acc, k, add, clip, stages, bs_alu, bs_mul, bn_alu, bn_mul, offset,
+                          scale, shift, c_n, h, w, words, base, line, surf, parts):
+    """:func:`post_process` of every row, the rows split into ``parts`` even ranges (the
+    launch's numba threads, an argument: numba's get_num_threads called in here made the
+    kernel uncachable, a ctypes pointer; a part per thread because each call of post_process
+    allocates and fills a row's buffers), their saturations summed (the ranges write disjoint
+    words). Why a wrapper calling post_process through its address (emu/ranged.py) and not a
+    prange in post_process: numba's parfor passes double the compile time of the kernel they
+    are in (emu/conv/int_conv.py Twin), and post_process linked into the wrapper is compiled
+    again there (1.4-1.9 s of CPU that way). Launched under emu/conv/int_conv.py ``parallel``
+    (devices/nvdla/sdp.py ELEMENT_WORK). The 64->64 3x3 layer's 64x32x32 under the AVX2
+    approximation: 40 us on one thread, 23 on two (design notes, "NVDLA post_process on two
+    threads")."""
+    ssat = 0
+    for p in prange(parts):
+        ssat += call_ranged(post_process, (acc, k, add, clip, stages, bs_alu, bs_mul, bn_alu,
+                                           bn_mul, offset, scale, shift, c_n, h, w, words,
+                                           base, line, surf, parts, h * p // parts,
+                                           h * (p + 1) // parts))
     return ssat
 
 

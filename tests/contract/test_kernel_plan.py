@@ -1,9 +1,10 @@
 """A device's kernel plan (DeviceSpec.kernel_plan, issue 31 #5) is exactly what a run of its
 bundled demo calls: the (module, function, signature) of every kernel a warm run of the demo
 loads from the cache (a warm run loads only the kernels called from Python; their callees are
-compiled inside them), without the plan applied. A kernel changed or added without its entry
-would otherwise compile one at a time again on a first run, or the plan would compile one
-that no run needs. Checked for each convolution kernel choice this CPU can run (NEEDS)."""
+compiled inside them, and emu/ranged.py's bodies with their wrappers), without the plan
+applied. A kernel changed or added without its entry would otherwise compile one at a time
+again on a first run, or the plan would compile one that no run needs. Checked for each
+convolution kernel choice this CPU can run (NEEDS)."""
 from __future__ import annotations
 
 import json
@@ -28,9 +29,16 @@ CHILD = textwrap.dedent('''
     from accelstub.stub.cli import main
     with contextlib.redirect_stdout(io.StringIO()):
         code = main(["run", sys.argv[1]])
+    from numba import types
     from accelstub.emu.jit import KERNELS
+    # a ranged body is compiled or loaded with its wrapper's signature (emu/ranged.py): the
+    # wrapper's entry covers it, as a callee's
+    bodies = {(b.py_func.__module__, b.py_func.__name__, str(tuple(s) + (types.intp,) * 2))
+              for d in KERNELS.values() for b in getattr(d, "ranged_kernels", ())
+              for s in d.signatures}
     print(json.dumps(dict(code=code, kernels=sorted(
-        [m, n, str(s)] for (m, n), d in KERNELS.items() for s in d.signatures))))
+        [m, n, str(s)] for (m, n), d in KERNELS.items() for s in d.signatures
+        if (d.py_func.__module__, d.py_func.__name__, str(s)) not in bodies))))
 ''')
 
 

@@ -1,6 +1,7 @@
-"""Serial twins of the parallel kernels (issue 31 #5): a launch below SERIAL_WORK runs a copy of
-the kernel compiled without numba's parfor passes (half the compile time of a first run), a
-larger one the parallel kernel; both give the same results, and they never share a cache entry."""
+"""Serial twins of the parallel kernels (issue 31 #5): a launch below SERIAL_WORK runs a wrapper
+compiled without numba's parfor passes (half the compile time of a first run), a larger one the
+parallel wrapper; both call one body over a range of the loop (emu/ranged.py), give the same
+results, and never share a cache entry."""
 from __future__ import annotations
 
 import os
@@ -16,18 +17,30 @@ from accelstub.emu.conv.vnni import HAVE_VNNI
 from accelstub.emu.numeric import ethosu85 as P
 from tests.helpers import emu_kernels
 
+#: thin parallel wrappers (a prange over ranges, each range run by a serial kernel that small
+#: work calls directly, so it needs no twin): (module, wrapper) -> its serial kernel
+WRAPPERS = {("accelstub.emu.numeric.nvdla", "post_process_parallel"): "post_process"}
+
 
 def test_every_parallel_kernel_has_a_serial_twin():
-    """A parallel kernel without one would make every first run pay its parfor compile."""
-    parallel = {name: d for _, name, d in emu_kernels() if d.targetoptions.get("parallel")}
+    """A parallel kernel without one would make every first run pay its parfor compile; a thin
+    wrapper's serial kernel is the one it calls."""
+    parallel = {(m, name): d for m, name, d in emu_kernels() if d.targetoptions.get("parallel")}
     assert parallel
     twinned = {id(t.parallel): t for t in IC.TWINS}
-    for name, d in parallel.items():
+    for (module, name), d in parallel.items():
+        if (module, name) in WRAPPERS:
+            serial = getattr(sys.modules[module], WRAPPERS[module, name])
+            assert not serial.targetoptions.get("parallel")
+            assert serial in d.ranged_kernels  # it calls it, through its address
+            continue
         assert id(d) in twinned, name
-        serial = twinned[id(d)].serial
-        assert not serial.targetoptions.get("parallel")
-        assert serial.py_func.__code__ is d.py_func.__code__  # the same function, not a copy
-        assert serial.py_func.__qualname__ == d.py_func.__qualname__ + "_serial"
+        t = twinned[id(d)]
+        assert not t.serial.targetoptions.get("parallel")
+        assert not t.body.targetoptions.get("parallel")
+        assert t.serial.py_func.__qualname__ == d.py_func.__qualname__ + "_serial"
+        # both wrap the one body (compiled once, called through its address)
+        assert t.body in t.serial.ranged_kernels and t.body in d.ranged_kernels
 
 
 def test_the_twins_are_cached_apart():
@@ -107,3 +120,75 @@ def test_a_first_small_launch_compiles_only_the_serial_kernel(tmp_path):
                          timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["1", "0", "1", "0"]
+
+
+#: the child of the test below: each twin's launch, serial (SERIAL_WORK above the work) and
+#: parallel (SERIAL_WORK 0), on loops whose iteration counts do not divide by 2 threads or
+#: by IC.CHUNKS, or are fewer than the threads; prints each case that ran
+UNEVEN_CHILD = """
+import numba
+import numpy as np
+from accelstub.emu.conv import ethosu85 as E
+from accelstub.emu.conv import int_conv as IC
+from accelstub.emu.conv import winograd as W
+from accelstub.emu.numeric import ethosu85 as P
+
+assert numba.config.NUMBA_NUM_THREADS == 2
+rng = np.random.default_rng(7)
+
+
+def both(run):
+    got = []
+    for serial_work in (1 << 62, 0):
+        IC.SERIAL_WORK = serial_work
+        got.append(np.array(run(), copy=True))
+    assert got[0].any(), "a case of zeros proves nothing"
+    np.testing.assert_array_equal(got[1], got[0])
+
+
+kernels = ["int16"] + (["int8"] if IC.HAVE_VNNI else [])
+for kernel in kernels:
+    for k, h in ((6, 1), (6, 3), (20, 5), (6, 67)):  # tasks: 1, 3, 15 (int8), 67 (> CHUNKS)
+        v = rng.integers(-128, 128, (5, h, 9), dtype=np.int8)
+        w = IC.pack_weights(rng.integers(-128, 128, (k, 3, 3, 5)))
+        both(lambda: IC.conv_sums(v, w, (h, 9), pad=(1, 1), kernel=kernel))
+        print(kernel, k, h)
+for acc_bits in (32, 48):  # the fast and the general output stage
+    for h in (1, 3, 67):
+        ifm = rng.integers(-128, 128, (h, 9, 5))
+        weights = rng.integers(-255, 256, (6, 3, 3, 5))
+        kw = dict(pad=(1, 1, 1, 1), ifm_bits=8, ifm_signed=True, bias=rng.integers(-999, 999, 6),
+                  cfg=P.out_config(scale=1 << 29, shift=30, acc_bits=acc_bits, zero_point=3))
+        both(lambda: E.conv2d(ifm, weights, **kw))
+        print("stage", acc_bits, h)
+for ho in (2, 6, 134):  # tile rows: 1, 3, 67
+    v = rng.integers(-100, 100, (16, ho, 6), dtype=np.int16)
+    ww = W.winograd_weights(rng.integers(-100, 100, (6, 3, 3, 16)))
+    both(lambda: W.winograd_sums(v, ww, (ho, 6), pad=(1, 1)))
+    print("winograd", ho)
+for t in IC.TWINS:  # every twin's parallel wrapper ran (the byte kernel's: with VNNI)
+    if t is IC._VNNI_CONV_TWIN and not IC.HAVE_VNNI:
+        continue
+    assert t.parallel.signatures, t.parallel.py_func.__name__
+    # and each kernel a wrapper calls has exactly the wrapper's argument types and a range:
+    # the types a wrapper loaded from the disk cache has its kernels loaded for (emu/ranged.py)
+    for kernel in t.parallel.ranged_kernels:
+        want = {tuple(s) + (numba.intp, numba.intp)
+                for s in t.serial.signatures + t.parallel.signatures}
+        assert set(map(tuple, kernel.signatures)) == want, kernel.py_func.__name__
+"""
+
+
+def test_parallel_twins_on_two_threads_give_the_serial_result_on_uneven_splits():
+    """The parallel wrappers split their loop into min(iterations, IC.CHUNKS) parts over the
+    threads (emu/ranged.py): on 2 threads, loops of 1 iteration (fewer than the threads), odd
+    counts and more than CHUNKS give the serial twins' results, for every twin (the int8
+    cases where the byte kernel runs: AVX-512 VNNI)."""
+    env = dict(os.environ, NUMBA_NUM_THREADS="2")
+    out = subprocess.run([sys.executable, "-c", UNEVEN_CHILD], env=env, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    cases = out.stdout.split("\n")
+    convs = 8 if HAVE_VNNI else 4
+    assert len([c for c in cases if c.startswith("int")]) == convs
+    assert len([c for c in cases if c.startswith(("stage", "winograd"))]) == 9

@@ -207,13 +207,14 @@ def test_a_kernel_other_than_3x3_is_an_error():
 
 
 #: the child: compiles the Winograd kernels for numba's target (one small call) and prints
-#: the GEMM's (the serial twin's: the parallel one's loops are compiled apart) instructions
+#: the GEMM's instructions: its body's, which both twins call through its address
+#: (emu/ranged.py)
 ASM_CHILD = """
 import numpy as np
 from accelstub.emu.conv import winograd as W
 v = np.zeros((2, 5, 5), np.int8)
 W.winograd_sums(v, W.winograd_weights(np.ones((3, 3, 3, 2), np.int64)), (3, 3))
-k = W._WINO_GEMM_TWIN.serial
+k = W._WINO_GEMM_TWIN.body
 print(k.inspect_asm(k.signatures[0]))
 """
 

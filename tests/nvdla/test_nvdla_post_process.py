@@ -25,6 +25,12 @@ from accelstub.testkit import nvdla_reference as ref
 OPERAND = st.integers(-(1 << 15), (1 << 15) - 1)
 
 
+def hwc(acc: np.ndarray) -> np.ndarray:
+    """Sums [K, H, W] as the convolution's work array that S.process takes: channels last
+    (conv.convolve)."""
+    return np.ascontiguousarray(acc.transpose(1, 2, 0))
+
+
 @st.composite
 def stages(draw, c: int, h: int, w: int, rng: np.random.Generator):
     """(our Stage, the reference's XStage, our operands) of one random X stage."""
@@ -50,27 +56,35 @@ def stages(draw, c: int, h: int, w: int, rng: np.random.Generator):
     return ours, theirs, (a_ours, m_ours)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(data=st.data(), seed=st.integers(0, 2**32 - 1))
-def test_fused_post_process_equals_the_reference_value_for_value(data, seed):
-    rng = np.random.default_rng(seed)
-    k = data.draw(st.integers(1, 19), "k")
-    h, w = data.draw(st.integers(1, 4), "h"), data.draw(st.integers(1, 5), "w")
+def draw_case(data, rng, k_max: int, h_max: int, w_max: int, shift_max: int) -> tuple:
+    """A random flying SDP layer: k, h, w, its lanes, CACC's clip, the kernel's work array
+    (channels last, more rows, columns and channels than the cube, as conv_sums leaves it),
+    the adds, 0-2 X stages (drawn by :func:`stages`), the converter and the SdpConfig."""
+    k = data.draw(st.integers(1, k_max), "k")
+    h, w = data.draw(st.integers(1, h_max), "h"), data.draw(st.integers(1, w_max), "w")
     lanes = -(-k // ATOM) * ATOM
     clip = data.draw(st.integers(0, 16), "clip")  # CACC_D_CLIP_CFG: at most 16
-    # the kernel's work array: more channels and columns than the cube, as conv_sums leaves it
-    acc = rng.integers(-(1 << 31), 1 << 31, (k + 3, h, w + 2), dtype=np.int64).astype(np.int32)
+    acc = rng.integers(-(1 << 31), 1 << 31, (k + 2, h + 1, w + 3), dtype=np.int64)
+    acc = acc.astype(np.int32)
     add = rng.integers(-(1 << 33), 1 << 33, k, dtype=np.int64)
     drawn = [data.draw(stages(lanes, h, w, rng), f"stage {i}")
              for i in range(data.draw(st.integers(0, 2), "stages"))]
     cvt = (data.draw(st.integers(-(1 << 31), (1 << 31) - 1), "offset"),
-           data.draw(OPERAND, "scale"), data.draw(st.integers(0, 63), "shift"))
+           data.draw(OPERAND, "scale"), data.draw(st.integers(0, shift_max), "shift"))
     cfg = S.SdpConfig(w, h, k, True, False, None, (0, 0, 0), tuple(s for s, _, _ in drawn), cvt)
+    return k, h, w, lanes, clip, acc, add, drawn, cvt, cfg
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), seed=st.integers(0, 2**32 - 1))
+def test_fused_post_process_equals_the_reference_value_for_value(data, seed):
+    rng = np.random.default_rng(seed)
+    k, h, w, lanes, clip, acc, add, drawn, cvt, cfg = draw_case(data, rng, 19, 4, 5, 63)
     # the operands as SDP_RDMA would give them (per channel [C, 1, 1], per element [C, H, W])
     with patch.object(S, "operands", side_effect=[ops for _, _, ops in drawn]):
-        out, sat, cacc_sat = S.process(cfg, acc, None, k=k, add=add, clip=clip)
+        out, sat, cacc_sat = S.process(cfg, hwc(acc), None, k=k, add=add, clip=clip)
 
-    wrapped = ((acc[:k, :, :w].astype(np.int64) + add[:, None, None] + (1 << 31))
+    wrapped = ((acc[:k, :h, :w].astype(np.int64) + add[:, None, None] + (1 << 31))
                & 0xFFFFFFFF) - (1 << 31)
     cacc = np.vectorize(lambda v: ref.cacc(int(v), clip), otypes=[object])(wrapped)
     values = np.zeros((lanes, h, w), object)
@@ -102,12 +116,12 @@ def test_sdp_stores_in_place_as_write_feature_stores_its_cube(k, h, w, pad_line,
     acc = rng.integers(-(1 << 20), 1 << 20, (k + 2, h, w + 3), dtype=np.int64).astype(np.int32)
     cfg = S.SdpConfig(w, h, k, True, False, None, (0, 0, 0), (), (3, 5, 2))
     add = rng.integers(-1000, 1000, k, dtype=np.int64)
-    cube, sat, cacc_sat = S.process(cfg, acc, None, k=k, add=add, clip=1)
+    cube, sat, cacc_sat = S.process(cfg, hwc(acc), None, k=k, add=add, clip=1)
     size = offset + F.feature_span(lanes, h, w, line, surf) + 8
     mem = rng.integers(0, 256, -(-size // 8) * 8 if aligned else size, dtype=np.uint8)
     want = mem.copy()
     F.write_feature(want, offset, cube, line, surf)
-    got, sat2, cacc_sat2 = S.process(cfg, acc, None, k=k, add=add, clip=1,
+    got, sat2, cacc_sat2 = S.process(cfg, hwc(acc), None, k=k, add=add, clip=1,
                                      dst=(mem, offset, line, surf))
     assert got is None and (sat2, cacc_sat2) == (sat, cacc_sat)
     assert mem.tobytes() == want.tobytes()
@@ -120,7 +134,8 @@ def test_converter_saturations_are_counted_against_the_floor_shift():
     cfg = S.SdpConfig(4, 1, 8, True, False, None, (0, 0, 0), (), (0, 1, 0))
     acc = np.array([70000, -70000, 65535, -65536, 65536, 5, -5, 0], np.int32).reshape(8, 1, 1)
     acc = np.repeat(acc, 4, axis=2)
-    out, sat, cacc_sat = S.process(cfg, acc, lambda *a: None, k=8, add=np.zeros(8, np.int64))
+    out, sat, cacc_sat = S.process(cfg, hwc(acc), lambda *a: None, k=8,
+                                   add=np.zeros(8, np.int64))
     assert sat == 2 * 4 and cacc_sat == 0
     assert out[:, 0, 0].tolist() == [127, -128, 127, -128, 127, 5, -5, 0]
 
@@ -131,7 +146,7 @@ def _post_processed(acc: np.ndarray, add: np.ndarray, clip: int, cvt: tuple[int,
     plus ``add`` [K], no X stage."""
     k = acc.shape[0]
     cfg = S.SdpConfig(1, 1, k, True, False, None, (0, 0, 0), (), cvt)
-    out, sat, cacc_sat = S.process(cfg, acc, None, k=k, add=add, clip=clip)
+    out, sat, cacc_sat = S.process(cfg, hwc(acc), None, k=k, add=add, clip=clip)
     assert cacc_sat == 0
     wrapped = ((acc.astype(np.int64)[:, 0, 0] + add + (1 << 31)) & 0xFFFFFFFF) - (1 << 31)
     values = np.zeros(out.shape, object)
@@ -216,7 +231,7 @@ def test_converter_products_at_the_int32_and_16_bit_ends_equal_the_reference():
                     cvt = (offset, scale, shift)
                     cfg = S.SdpConfig(w, 1, ATOM, True, False, None, (0, 0, 0), ours, cvt)
                     with patch.object(S, "operands", return_value=operands if ours else None):
-                        out, sat, _ = S.process(cfg, acc, None, k=ATOM,
+                        out, sat, _ = S.process(cfg, hwc(acc), None, k=ATOM,
                                                 add=np.zeros(ATOM, np.int64), clip=0)
                     want, want_sat = ref.sdp_counted(acc.astype(np.int64).astype(object),
                                                      ref.SdpRef(stages, cvt))
