@@ -98,7 +98,7 @@ def kernel_signatures() -> list[tuple]:
     IC.conv_sums(IC.read_only(nhwc), w, (12, 12), pad=(1, 1), hwc=True, kernel="int16")
     IC.depthwise_sums(rng.integers(-128, 128, (12, 12, 48), dtype=np.int8),
                       rng.integers(-128, 128, (48, 3, 3)), (10, 10))
-    kernels = [IC._CONV_BLOCKS_TWIN.serial, IC._PACK_INPUT_TWIN.serial, IC._depthwise_pixels]
+    kernels = [IC._CONV_BLOCKS_TWIN.body, IC._PACK_INPUT_TWIN.body, IC._depthwise_pixels]
     a = np.ones(64, np.int8)
     for probe in _probes():
         probe(a, a)

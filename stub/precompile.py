@@ -60,7 +60,8 @@ AHEAD_KERNELS = {"ethos-u85": ("accelstub.emu.executor.ethosu85", "kernel_entrie
 #: ``finish``: taken by the two processes at once, each compiled them (issue 31 #5; lone
 #: process, empty cache: `_pool_kernel` 2.5 s CPU alone, 0.8 s after `_ew_kernel`); each
 #: parallel kernel and its serial twin share their body (emu/ranged.py: the serial twin,
-#: first, compiles it, ~0.5-1 s; the parallel one then only its ``prange`` over it, ~0.4 s)
+#: first, compiles it, ~0.5-1 s; the parallel one then only its ``prange`` over it, ~0.4 s),
+#: as NVDLA's post_process (itself the body) and its parallel wrapper (1.9-2.1 s and 0.7 s)
 TOGETHER = {"numeric.ethosu85": ((("accelstub.emu.eltwise.ethosu85", "_ew_kernel"),
                                   ("accelstub.emu.pool.ethosu85", "_pool_kernel")), 3.5),
             "conv.vnni": ((("accelstub.emu.conv.int_conv", "_vnni_conv_serial"),
@@ -70,7 +71,9 @@ TOGETHER = {"numeric.ethosu85": ((("accelstub.emu.eltwise.ethosu85", "_ew_kernel
             "conv.int16_input": ((("accelstub.emu.conv.int_conv", "_pack_input_serial"),
                                   ("accelstub.emu.conv.int_conv", "_pack_input")), 1.0),
             "conv.int16_blocks": ((("accelstub.emu.conv.int_conv", "_conv_blocks_serial"),
-                                   ("accelstub.emu.conv.int_conv", "_conv_blocks")), 1.0)}
+                                   ("accelstub.emu.conv.int_conv", "_conv_blocks")), 1.0),
+            "numeric.nvdla": ((("accelstub.emu.numeric.nvdla", "post_process"),
+                               ("accelstub.emu.numeric.nvdla", "post_process_parallel")), 2.1)}
 
 
 def together() -> dict[tuple[str, str], str]:

@@ -173,7 +173,7 @@ def test_hot_kernels_compile_to_neon_multiply_adds_on_aarch64():
     targets = {t for _, t in lines if t.startswith("aarch64")}
     assert len(targets) == 4
     for target in targets:
-        whole, busiest = lines["_conv_blocks_serial", target].split(" | ")
+        whole, busiest = lines["_conv_blocks_tasks", target].split(" | ")
         assert _count(busiest, "vector MACs") >= 32, (target, busiest)
         assert _op(busiest, "smull") >= 32 and _op(busiest, "addp") >= 16, busiest
         assert "uzp1" not in busiest, busiest  # the x86 form's shuffles, which spilled
@@ -182,5 +182,5 @@ def test_hot_kernels_compile_to_neon_multiply_adds_on_aarch64():
         assert (_op(probe, "sdot") > 0) == ("dotprod" in target), (target, probe)
     if llvm.get_host_cpu_features().get("avx2"):
         host = next(t for _, t in lines if t.startswith("this machine"))
-        busiest = lines["_conv_blocks_serial", host].split(" | ")[1]
+        busiest = lines["_conv_blocks_tasks", host].split(" | ")[1]
         assert _op(busiest, "vpmaddwd") + _op(busiest, "vpdpwssd") >= 8, busiest
