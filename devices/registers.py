@@ -64,11 +64,10 @@ class RegisterFile:
                     (rw, w1c, w1s, full & ~r.mask_of("wo", "rsvd"), (), None,
                      None if w1c | w1s else FULL & ~rw), r.reset)
             self._rules[r.key], self._resets[r.key] = rule_reset
-        #: banked slots: address -> (banks, selector, lock) with selector/lock resolved; the
-        #: selector None: the device's bank_index selects
+        #: banked slots: address -> (banks, selector) with the selector resolved; None: the
+        #: device's bank_index selects (a bank's lock field is in its registers' _rules)
         self._bank_index = bank_index
-        self._slots: dict[int, tuple[tuple[Register, ...], tuple[int, int, int] | None,
-                                     tuple | None]] = {}
+        self._slots: dict[int, tuple[tuple[Register, ...], tuple[int, int, int] | None]] = {}
         for blk in description.blocks:
             if blk.banks:
                 self._add_slots(blk)
@@ -107,10 +106,9 @@ class RegisterFile:
         for r in blk.registers:
             if r.bank == 0:
                 banks = d.banks_at(r.address)
-                lock = tuple(field_of(blk.bank_lock, b) for b in range(len(banks))) \
-                    if blk.bank_lock else None
-                self._slots[r.address] = (banks, select, lock)
-                for bank, (lock_reg, f) in enumerate(lock or ()):
+                self._slots[r.address] = (banks, select)
+                for bank in range(len(banks)) if blk.bank_lock else ():
+                    lock_reg, f = field_of(blk.bank_lock, bank)
                     self._rules[banks[bank].key] = self._rule(
                         banks[bank], lock=(lock_reg.key, f.lsb, (1 << f.width) - 1))
 
@@ -172,7 +170,7 @@ class RegisterFile:
         slot = self._slots.get(reg.address)
         if slot is None:
             return reg
-        banks, select, _ = slot
+        banks, select = slot
         if select is None:  # the device selects
             index = self._bank_index
             if index is None:
@@ -184,14 +182,6 @@ class RegisterFile:
             return banks[i]
         raise DeviceError(f"{reg.slot}: the bank selector names bank {i}, which does not exist "
                           f"({len(banks)} banks)")
-
-    def locked(self, reg: Register) -> bool:
-        """True when writes to this bank are ignored now (its lock field is set)."""
-        slot = self._slots.get(reg.address)
-        if slot is None or slot[2] is None or reg.bank is None:
-            return False
-        lock_reg, f = slot[2][reg.bank]
-        return bool(f.extract(self._values[lock_reg.key]))
 
     # -- access -----------------------------------------------------------------------------
     def read(self, reg: Register | str) -> int:

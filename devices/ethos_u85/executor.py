@@ -273,11 +273,11 @@ def _winograd_columns(pools: _Pools, p: Any, ww: Any, shape: tuple[int, int, int
                       ) -> dict[int, int]:
     """A CONV16 row's columns where int_conv.winograd_for says conv_sums runs Winograd
     F(2x2, 3x3) for the layer (no second rule): the launch conv_sums makes for the input
-    [C, H, W] run_int_conv passes (winograd.launch_of_shape, hwc sums), its arguments in c64
+    [C, H, W] run_int_conv passes (winograd.winograd_launch, hwc sums), its arguments in c64
     (X.K_C16_WINO), its U words in c32; its work array [2 Ty, 2 Tx, K rounded up to 16] is the
     row's ``acc``, whose first H rows the output stage reads as [H, 2 Tx, K16], as
     run_int_conv's stage reads conv_sums' padded array."""
-    b = WG.launch_of_shape(shape, ww, p.out_hw, zero_point=p.zero_point, in_hw=p.in_hw,
+    b = WG.winograd_launch(shape, ww, p.out_hw, zero_point=p.zero_point, in_hw=p.in_hw,
                            pad=p.pad, hwc=True)
     args = np.array([*b.input, *b.p, *b.gemm], np.int64)
     assert args.size == X.WINO_ARGS

@@ -15,7 +15,7 @@ _I = "int64"
 #: compile` queues them beside the other devices' kernels, so the demo it runs at the end only
 #: loads them (SDP's post_process had been the last compile of the command, one core idle;
 #: DeviceSpec.kernel_plan, issue 31 #5). post_process_parallel, which only cubes larger than
-#: the demo's run (devices/nvdla/sdp.py ELEMENT_WORK), is compiled ahead only (NEEDS "ahead":
+#: the demo's run (devices/nvdla/sdp.py PARALLEL_ELEMENTS), is compiled ahead only (NEEDS "ahead":
 #: by `accelstub compile`, not by a run's plan), so that a large layer's first run finds it
 _POST = (_a("int32", 3), _I, _a(_I, 1), _I, *[_a(_I, 2)] * 5, *[_I] * 6, _a("uint64", 1),
          *[_I] * 3)

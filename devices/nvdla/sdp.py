@@ -280,7 +280,7 @@ def process(cfg: SdpConfig, acc: np.ndarray, read: Read, *, k: int | None = None
         base, line, surf = 0, F.ATOM * cfg.w, F.ATOM * cfg.h * cfg.w
     args = (acc, k, add, clip, stages, *ops, *cfg.cvt, *shape, words, base // 8, line // 8,
             surf // 8)
-    par = IC.parallel(c * cfg.h * cfg.w * ELEMENT_WORK)
+    par = IC.parallel_for_elements(c * cfg.h * cfg.w, PARALLEL_ELEMENTS)
     if par.threads == 1:
         sat = post_process(*args, 1, 0, cfg.h)
     else:
@@ -295,13 +295,13 @@ def process(cfg: SdpConfig, acc: np.ndarray, read: Read, *, k: int | None = None
     return out, int(sat), 0
 
 
-#: the multiply-adds an element of post_process weighs as in emu/conv/int_conv.py ``parallel``
-#: (its threshold SERIAL_WORK, every parallel launch's): 8192 elements, from where two threads
-#: were faster than one (AMD EPYC Zen 4, one thread -> two, AVX-512: 32x16x16 5.6 -> 5.1 us,
-#: 16x16x16 4.0 -> 4.3 us; AVX2 approximation, best: 6.9 -> 5.6 and 4.5 -> 4.4 us; a 64->64 3x3
-#: layer's 64x32x32: 32 -> 19 us and 41 -> 23 us). The bundled demo's cubes (16x8x8) stay on
-#: one thread and compile no parallel kernel
-ELEMENT_WORK = IC.SERIAL_WORK // 8192
+#: the cube's elements from which post_process runs on the launch's threads
+#: (int_conv.parallel_for_elements: SERIAL_WORK, every parallel launch's threshold, scaled to
+#: them): two threads were faster than one from 8192 on (AMD EPYC Zen 4, one thread -> two,
+#: AVX-512: 32x16x16 5.6 -> 5.1 us, 16x16x16 4.0 -> 4.3 us; AVX2 approximation, best: 6.9 ->
+#: 5.6 and 4.5 -> 4.4 us; a 64->64 3x3 layer's 64x32x32: 32 -> 19 us and 41 -> 23 us). The
+#: bundled demo's cubes (16x8x8) stay on one thread and compile no parallel kernel
+PARALLEL_ELEMENTS = 8192
 
 
 #: post_process's arguments for a layer without X stages, made once (~4 us of a 64->64 3x3

@@ -495,17 +495,15 @@ STAGE_PARALLEL = 1 << 19
 
 
 def stage_parallel(size: int) -> IC.parallel:
-    """The launch of an output stage on ``size`` elements: its work in SERIAL_WORK's units,
-    scaled so that STAGE_PARALLEL elements are SERIAL_WORK (the executor's rows take the same
-    choice, emu/executor/ethosu85.py K_PAR_FINISH)."""
-    return IC.parallel(size * IC.SERIAL_WORK // STAGE_PARALLEL)
+    """The launch of an output stage on ``size`` elements, parallel from STAGE_PARALLEL on (the
+    executor's rows take the same choice, emu/executor/ethosu85.py K_PAR_FINISH)."""
+    return IC.parallel_for_elements(size, STAGE_PARALLEL)
 
 
 def _launch_stage(twin: IC.Twin, size: int, *args) -> None:
     """Run an output stage kernel on ``size`` elements: below STAGE_PARALLEL elements its
     serial version, called directly (a kernel without parfor needs neither IC.PARALLEL nor a
-    thread count: ~0.8 us saved per stage), else through IC.parallel. The work is counted in
-    SERIAL_WORK's units, scaled so that STAGE_PARALLEL elements are SERIAL_WORK."""
+    thread count: ~0.8 us saved per stage), else through IC.parallel (:func:`stage_parallel`)."""
     par = stage_parallel(size)
     if par.threads == 1:
         twin.serial(*args)

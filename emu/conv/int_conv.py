@@ -142,6 +142,13 @@ class parallel:
             PARALLEL.release()
 
 
+def parallel_for_elements(n: int, threshold: int) -> parallel:
+    """:class:`parallel` for a pass over ``n`` elements that pays on more than one thread from
+    ``threshold`` elements on: its work in SERIAL_WORK's units (the Ethos-U85 output stage's
+    STAGE_PARALLEL, NVDLA SDP's PARALLEL_ELEMENTS)."""
+    return parallel(n * SERIAL_WORK // threshold)
+
+
 class Twin(NamedTuple):
     """A ``parallel=True`` kernel and its serial twin, launched by :meth:`parallel.kernel` for
     work below SERIAL_WORK; both thin wrappers of one serial ``body`` over a range of the
@@ -877,7 +884,7 @@ def conv_sums(v: np.ndarray, w: PackedWeights, out_hw: tuple[int, int], *, zero_
                                                         dilation)
     if ww is not None:
         from . import winograd  # here: it imports this module
-        b = winograd.winograd_launch(v, ww, out_hw, zero_point=zero_point, in_hw=in_hw,
+        b = winograd.winograd_launch(v.shape, ww, out_hw, zero_point=zero_point, in_hw=in_hw,
                                      pad=pad, hwc=hwc)
     else:
         b = int16_launch(v, w, out_hw, zero_point=zero_point, in_hw=in_hw, pad=pad,

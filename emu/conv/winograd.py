@@ -392,20 +392,12 @@ class WinogradLaunch(NamedTuple):
         return call.acc
 
 
-def winograd_launch(v: np.ndarray, ww: WinogradWeights, out_hw: tuple[int, int], *,
-                    zero_point: int = 0, in_hw: tuple[int, int] | None = None,
-                    pad: tuple[int, int] = (0, 0), hwc: bool = False) -> WinogradLaunch:
-    """:class:`WinogradLaunch` of :func:`winograd_sums` for ``v`` [C, H, W] (its layout only)."""
-    return launch_of_shape(v.shape, ww, out_hw, zero_point=zero_point, in_hw=in_hw, pad=pad,
-                           hwc=hwc)
-
-
-def launch_of_shape(shape: tuple[int, int, int], ww: WinogradWeights, out_hw: tuple[int, int],
+def winograd_launch(shape: tuple[int, int, int], ww: WinogradWeights, out_hw: tuple[int, int],
                     *, zero_point: int = 0, in_hw: tuple[int, int] | None = None,
                     pad: tuple[int, int] = (0, 0), hwc: bool = False) -> WinogradLaunch:
-    """:func:`winograd_launch` for an input of ``shape`` [C, H, W]: what it depends on. Why
-    apart: the Ethos-U85 block-replay executor works out its rows' calls (the launch's
-    ``input``, ``p``, ``gemm`` and ``acc``) where it builds them, with no input array at hand
+    """:class:`WinogradLaunch` of :func:`winograd_sums` for an input of ``shape`` [C, H, W]:
+    its layout only, no input array, so the Ethos-U85 block-replay executor works out its rows'
+    calls (the launch's ``input``, ``p``, ``gemm`` and ``acc``) where it builds them
     (emu/executor/ethosu85.py, a CONV16 row's Winograd slots)."""
     c, h, wd = shape
     if c != ww.c:
@@ -437,6 +429,6 @@ def winograd_sums(v: np.ndarray, ww: WinogradWeights, out_hw: tuple[int, int], *
     ``v`` indexed [C, H, W], any strides (an input whose channels are not contiguous is copied
     channels last first); ``padded``: the whole C-contiguous work array instead (see the
     module docstring), as conv_sums' ``padded``."""
-    acc = winograd_launch(v, ww, out_hw, zero_point=zero_point, in_hw=in_hw, pad=pad,
+    acc = winograd_launch(v.shape, ww, out_hw, zero_point=zero_point, in_hw=in_hw, pad=pad,
                           hwc=hwc).run(v)
     return acc if padded else IC._sums_view(acc, out_hw, ww.k, hwc, False)

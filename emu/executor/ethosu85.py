@@ -346,7 +346,7 @@ K_EW_FAST = 66
 K_PAR, K_PAR_FINISH = 67, 68
 # CONV16 (not pointwise): 0, or where int_conv.winograd_for says conv_sums runs Winograd
 # F(2x2, 3x3) for the layer, 1 + the c64 offset of the WinogradLaunch's arguments
-# (emu/conv/winograd.py launch_of_shape: its ``input``, ``p`` and ``gemm`` in that order,
+# (emu/conv/winograd.py winograd_launch: its ``input``, ``p`` and ``gemm`` in that order,
 # :data:`WINO_ARGS` values); then K_CV_W4(_N) are its U words, K_CV_X4 the padded input's
 # words, and K_C16_HO, K_CV_WOB, K_CV_KP its work array [2 Ty, 2 Tx, K rounded up to 16]
 # (``acc``), whose first H rows the output stage reads (K_C16_TW = 2 Tx)

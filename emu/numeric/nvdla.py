@@ -170,7 +170,7 @@ def post_process_parallel(acc, k, add, clip, stages, bs_alu, bs_mul, bn_alu, bn_
     prange in post_process: numba's parfor passes double the compile time of the kernel they
     are in (emu/conv/int_conv.py Twin), and post_process linked into the wrapper is compiled
     again there (1.4-1.9 s of CPU that way). Launched under emu/conv/int_conv.py ``parallel``
-    (devices/nvdla/sdp.py ELEMENT_WORK). The 64->64 3x3 layer's 64x32x32 under the AVX2
+    (devices/nvdla/sdp.py PARALLEL_ELEMENTS). The 64->64 3x3 layer's 64x32x32 under the AVX2
     approximation: 40 us on one thread, 23 on two (design notes, "NVDLA post_process on two
     threads")."""
     ssat = 0

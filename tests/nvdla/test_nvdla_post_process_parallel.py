@@ -1,5 +1,5 @@
 """SDP's post_process on several threads for large cubes (emu/numeric/nvdla.py
-post_process_parallel, launched by devices/nvdla/sdp.py process at ELEMENT_WORK, issue 31 #1):
+post_process_parallel, launched by devices/nvdla/sdp.py process at PARALLEL_ELEMENTS, issue 31 #1):
 the cube split into ranges of rows, even or not, gives the serial kernel's bytes and
 saturation count and the independent reference's (testkit/nvdla_reference.py), with X stages
 and per-element operands; a large layer through the device launches it (its trace's CRC checks
@@ -95,7 +95,7 @@ def test_the_split_counts_saturations_from_every_range():
 
 
 def test_sdp_launches_the_parallel_kernel_from_its_threshold_on():
-    """A cube of ELEMENT_WORK's 8192 elements (IC.SERIAL_WORK) or more runs post_process_parallel
+    """A cube of PARALLEL_ELEMENTS (8192) elements or more runs post_process_parallel
     on the launch's threads where numba has more than one (the thread count is the split's),
     a smaller one the serial kernel over all its rows; both equal the reference."""
     launched = []
@@ -114,8 +114,9 @@ def test_sdp_launches_the_parallel_kernel_from_its_threshold_on():
         with patch.object(S, "post_process", spy("serial", N.post_process)), \
                 patch.object(S, "post_process_parallel", spy("parallel", N.post_process_parallel)):
             out, sat, _ = S.process(cfg, hwc(acc), None, k=k, add=add, clip=2)
-        big = k * h * w * S.ELEMENT_WORK >= IC.SERIAL_WORK
-        assert big == (k * h * w >= 8192)
+        big = k * h * w >= 8192
+        assert IC.parallel_for_elements(k * h * w, S.PARALLEL_ELEMENTS).threads == \
+            (numba.config.NUMBA_NUM_THREADS if big else 1)
         if big and MULTI:
             assert launched == [("parallel", numba.config.NUMBA_NUM_THREADS)]
         else:

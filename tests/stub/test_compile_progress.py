@@ -37,9 +37,9 @@ def test_each_kernel_compiled_gets_a_line_with_its_time(tmp_path):
 def test_compile_compiles_the_serial_kernels_the_demo_runs_and_their_parallel_twins(tmp_path):
     """In an empty cache: the NE16 demo's layers are small, so it runs (and compiles) the
     serial convolution kernel; compile also compiles the parallel one for the same types, so
-    a larger job's first run finds it in the cache. (In either order: both are queue jobs,
-    longest first, taken by whichever process is free; on a machine without VNNI the parallel
-    int16-pair kernel came first.)"""
+    a larger job's first run finds it in the cache. The serial one first: the pair is one
+    queue job (stub/precompile.py TOGETHER), whose serial twin compiles the body both call
+    (emu/ranged.py)."""
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
     out = subprocess.run([sys.executable, "-m", "accelstub.stub.cli", "compile", "ne16"],
                          env=env, capture_output=True, text=True, timeout=600)
@@ -50,6 +50,8 @@ def test_compile_compiles_the_serial_kernels_the_demo_runs_and_their_parallel_tw
     kernel = "_vnni_conv" if HAVE_VNNI else "_conv_blocks"
     assert f"conv.int_conv.{kernel}_serial" in compiled
     assert f"conv.int_conv.{kernel}" in compiled
+    assert compiled.index(f"conv.int_conv.{kernel}_serial") < \
+        compiled.index(f"conv.int_conv.{kernel}")
 
 
 def test_one_child_compiles_for_every_device(tmp_path, monkeypatch):
