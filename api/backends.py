@@ -20,7 +20,7 @@ import time
 import weakref
 from pathlib import Path
 
-from accelstub.devices import device_spec, open_device
+from accelstub.devices import DEFAULT_BUDGET_MIB, device_spec, open_device
 from accelstub.devices.device import CORE_REGS, ProgramOptions
 from accelstub.devices.errors import (
     BusError,
@@ -47,11 +47,11 @@ class InProcess:
     """A device, its run control and the stub's command table in this process (no ports)."""
 
     def __init__(self, device: str, program: str | Path | None, input: str | None,
-                 options: dict[str, object]) -> None:
+                 options: dict[str, object], history_mib: int = DEFAULT_BUDGET_MIB) -> None:
         if program is not None:  # the options the program names itself (Ethos-U85's MACs)
             options = device_spec(device).program_device_options(program) | options
         self.server = StubServer([open_device(device, **options)], gdb_port=None,
-                                 telnet_port=None, tcl_port=None)
+                                 telnet_port=None, tcl_port=None, history_mib=history_mib)
         self.rc = self.server.targets[0]
         self.device = self.rc.device
         self.name = self.device.name

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from accelstub.devices import DEFAULT_BUDGET_MIB
 from accelstub.devices.errors import DeviceError, TargetError
 from accelstub.devices.layer_diff import LayerDiff
 from accelstub.devices.tensors import TensorSpec, read_tensor, write_tensor
@@ -102,15 +103,18 @@ class Session:
     # -- opening -------------------------------------------------------------------------------
     @classmethod
     def open(cls, device: str, program: str | Path | None = None, *, input: str | None = None,
-             **device_options: object) -> Session:
+             history_mib: int = DEFAULT_BUDGET_MIB, **device_options: object) -> Session:
         """A device in this process (no socket) with ``program`` loaded; None loads the bundled
         demo program of ``device``. ``device_options`` are the device's construction options
-        (Ethos-U85's ``macs``); the ones a program names itself are taken from it."""
+        (Ethos-U85's ``macs``); the ones a program names itself are taken from it.
+        ``history_mib``: the reverse-execution history's budget, as ``accelstub serve
+        --history-mib`` (default 256); 0 records nothing, for sessions that never go back
+        (recording costs each run: ``accelstub eval`` opens its sessions without it)."""
         from accelstub.stub.cli import demo_program
 
         if program is None:
             program = demo_program(device)
-        s = cls(InProcess(device, program, input, dict(device_options)))
+        s = cls(InProcess(device, program, input, dict(device_options), history_mib))
         s.program = Path(program) if program is not None else None
         return s
 

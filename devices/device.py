@@ -256,6 +256,20 @@ def conv_plan(input_dtype: str = "int8", byte_kernel_s: float = 0.65) -> tuple:
     )
 
 
+_RANGES, _U8, _I64 = "accelstub.emu.memory.ranges", numba_array("uint8", 1), numba_array("int64", 1)
+#: the kernel-plan entries a session that records reverse-execution history adds to a run's
+#: (devices/history.py, emu/memory/ranges.py; the same for every device), with their CPU
+#: seconds (callees included): `accelstub serve` compiles them with the device's plan before it
+#: is ready and `accelstub compile` queues them, so that a first `continue` does not compile
+#: them one after the other (tests/contract/test_kernel_plan.py: what a recording session calls)
+HISTORY_PLAN = (
+    (_RANGES, "range_pieces", numba_signature(*[numba_array("int64", 2)] * 2), 1.0, ""),
+    (_RANGES, "swap_out", numba_signature(_U8, _U8, _I64, _I64, _I64), 0.8, ""),
+    (_RANGES, "diff_out", numba_signature(_U8, _U8, _I64, _I64, _I64), 0.3, ""),
+    (_RANGES, "put_back", numba_signature(_U8, _U8, _I64, _I64, _U8), 0.2, ""),
+)
+
+
 @dataclass(frozen=True)
 class DeviceSpec:
     """The registry entry of a device, importable without the model (the CLI builds its flags

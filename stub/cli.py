@@ -13,7 +13,7 @@ from pathlib import Path
 
 from accelstub.devices import DEFAULT_BUDGET_MIB, DEVICES, device_spec, open_device
 from accelstub.devices.description import Description
-from accelstub.devices.device import ProgramOptions
+from accelstub.devices.device import HISTORY_PLAN, ProgramOptions
 
 #: every construction option some device declares (DeviceSpec.options), by name
 _ALL_OPTIONS = {o.name: o for d in DEVICES for o in device_spec(d).options}
@@ -173,18 +173,21 @@ def _serve(args: argparse.Namespace) -> int:
 
     with CompileNotice():  # the first step compiles kernels: the server's terminal says so
         with collector_for_compiling():
-            _compile_plan(args.device)  # before the server's threads: its worker is forked
+            # before the server's threads (its worker is forked); the history's kernels too
+            # where the server records one (a first continue would compile them)
+            _compile_plan(args.device, history=args.history_mib > 0)
         return _serve_until_stopped(args)
 
 
-def _compile_plan(device: str) -> None:
-    """Have the kernels ``device``'s runs call (its DeviceSpec.kernel_plan) compiled, two at a
-    time, or loaded if cached (emu/kernel_plan.py): a first `run`, or a first step of `serve`,
-    then compiles none of them one after the other. Where it compiled, numba's cyclic
+def _compile_plan(device: str, history: bool = False) -> None:
+    """Have the kernels ``device``'s runs call (its DeviceSpec.kernel_plan; with ``history``,
+    those of recording it too: device.HISTORY_PLAN) compiled, two at a time, or loaded if
+    cached (emu/kernel_plan.py): a first `run`, or a first step of `serve`, then compiles none
+    of them one after the other. Where it compiled, numba's cyclic
     garbage is collected at once: the start-up that follows is frozen with all that is
     alive (numba_start.collector_paused), and a first MAX78000 run had ~26 000 such objects
     left, never freed after the freeze (~12 ms to collect, on a run that compiled)."""
-    plan = device_spec(device).kernel_plan
+    plan = device_spec(device).kernel_plan + (HISTORY_PLAN if history else ())
     if plan:
         from accelstub.emu.kernel_plan import compile_plan
 

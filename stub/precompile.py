@@ -61,7 +61,8 @@ AHEAD_KERNELS = {"ethos-u85": ("accelstub.emu.executor.ethosu85", "kernel_entrie
 #: process, empty cache: `_pool_kernel` 2.5 s CPU alone, 0.8 s after `_ew_kernel`); each
 #: parallel kernel and its serial twin share their body (emu/ranged.py: the serial twin,
 #: first, compiles it, ~0.5-1 s; the parallel one then only its ``prange`` over it, ~0.4 s),
-#: as NVDLA's post_process (itself the body) and its parallel wrapper (1.9-2.1 s and 0.7 s)
+#: as NVDLA's post_process (itself the body) and its parallel wrapper (1.9-2.1 s and 0.7 s),
+#: and NE16's normquant and its parallel wrapper
 TOGETHER = {"numeric.ethosu85": ((("accelstub.emu.eltwise.ethosu85", "_ew_kernel"),
                                   ("accelstub.emu.pool.ethosu85", "_pool_kernel")), 3.5),
             "conv.vnni": ((("accelstub.emu.conv.int_conv", "_vnni_conv_serial"),
@@ -73,7 +74,9 @@ TOGETHER = {"numeric.ethosu85": ((("accelstub.emu.eltwise.ethosu85", "_ew_kernel
             "conv.int16_blocks": ((("accelstub.emu.conv.int_conv", "_conv_blocks_serial"),
                                    ("accelstub.emu.conv.int_conv", "_conv_blocks")), 1.0),
             "numeric.nvdla": ((("accelstub.emu.numeric.nvdla", "post_process"),
-                               ("accelstub.emu.numeric.nvdla", "post_process_parallel")), 2.1)}
+                               ("accelstub.emu.numeric.nvdla", "post_process_parallel")), 2.1),
+            "conv.ne16": ((("accelstub.emu.conv.ne16", "normquant"),
+                           ("accelstub.emu.conv.ne16", "normquant_parallel")), 1.2)}
 
 
 def together() -> dict[tuple[str, str], str]:
@@ -299,28 +302,30 @@ def demo_when_ready(device: str) -> None:
 def queue_for(devices: list[str]) -> list[tuple[str, str, str, float, str]]:
     """The one queue `accelstub compile` gives its two processes (emu/kernel_plan.py
     compile_plan ``then``): AHEAD's (the Ethos-U85 executor, the longest single compile),
-    then every device's plan and AHEAD_KERNELS' entries, each (module, function, signature)
-    once, and their parallel twins, longest first (a TOGETHER set at its own figure, its
-    kernels in its order), then every device's demo run (:func:`demo_when_ready`), last:
-    their kernels are queued before them; those of devices without a plan first (their runs
-    compile what they need), then the others by the place of their plan's last kernel in the
-    queue, earliest first (the likeliest to find every kernel compiled when taken)."""
+    then every device's plan, AHEAD_KERNELS' and the history's (device.HISTORY_PLAN: `serve`
+    records) entries, each (module, function, signature) once, and their parallel twins,
+    longest first (a TOGETHER set at its own figure, its kernels in its order), then every
+    device's demo run (:func:`demo_when_ready`), last: their kernels are queued before them;
+    those of devices without a plan first (their runs compile what they need), then the
+    others by the place of their plan's last kernel in the queue, earliest first (the
+    likeliest to find every kernel compiled when taken)."""
     from accelstub.devices import device_spec
+    from accelstub.devices.device import HISTORY_PLAN
     from accelstub.emu.conv.int_conv import parallel_twins_of
 
     ahead: list[tuple[str, str, str, float, str]] = []
-    entries: list[tuple[str, str, str, float, str]] = []
-    seen: set[tuple[str, str, str]] = set()
+    listed: list[tuple[str, str, str, float, str]] = []
     for device in devices:
         ahead += AHEAD.get(device, ())
-        plan = device_spec(device).kernel_plan
+        listed += device_spec(device).kernel_plan
         if device in AHEAD_KERNELS:
             module, function = AHEAD_KERNELS[device]
-            plan = plan + tuple(getattr(importlib.import_module(module), function)())
-        for e in plan:
-            if e[:3] not in seen:
-                seen.add(e[:3])
-                entries.append(e)
+            listed += getattr(importlib.import_module(module), function)()
+    listed += HISTORY_PLAN  # what `serve` (recording history) adds to every device's runs
+    first: dict[tuple[str, str, str], tuple[str, str, str, float, str]] = {}
+    for e in listed:
+        first.setdefault(e[:3], e)
+    entries = list(first.values())
     sets = {f: (-seconds, name, functions.index(f))
             for name, (functions, seconds) in TOGETHER.items() for f in functions}
     kernels = ahead + sorted(entries + parallel_twins_of(entries),

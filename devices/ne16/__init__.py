@@ -12,11 +12,14 @@ _I = "int64"
 #: that use it (emu/kernel_plan.py NEEDS: the convolution is the byte kernel with AVX-512 VNNI,
 #: the int16-pair kernel and its packing of the unsigned input elsewhere): a first run compiles
 #: them two at a time, and `accelstub compile` queues them beside the other devices' kernels,
-#: so the demo it runs at the end only loads them (DeviceSpec.kernel_plan, issue 31 #5)
+#: so the demo it runs at the end only loads them (DeviceSpec.kernel_plan, issue 31 #5);
+#: normquant_parallel, which only jobs larger than the demo's run (devices/ne16/job.py
+#: PARALLEL_ELEMENTS), is compiled ahead only (NEEDS "ahead"), as NVDLA's post_process_parallel
+_NORM = (_a("int32", 3), *[_a(_I, 1)] * 3, "bool", "bool", *[_I] * 4, _a("uint8", 1), *[_I] * 3,
+         _I)
 KERNEL_PLAN = conv_plan("uint8") + (
-    ("accelstub.emu.conv.ne16", "normquant",
-     _sig(_a("int32", 3), *[_a(_I, 1)] * 3, "bool", "bool", *[_I] * 4, _a("uint8", 1),
-          *[_I] * 3), 0.45, ""),
+    ("accelstub.emu.conv.ne16", "normquant", _sig(*_NORM, _I, _I), 0.45, ""),
+    ("accelstub.emu.conv.ne16", "normquant_parallel", _sig(*_NORM), 0.4, "ahead"),
 )
 
 SPEC = DeviceSpec(

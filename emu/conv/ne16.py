@@ -10,8 +10,10 @@ after the bias, ReLU, arithmetic shift, saturation).
 from __future__ import annotations
 
 import numpy as np
+from numba import prange
 
 from ..jit import njit
+from ..ranged import call_ranged, ranged, ranged_wrapper
 
 
 @njit(nogil=True, cache=True)
@@ -59,10 +61,13 @@ def window_sums_depthwise(img, w, rows_pad, cols_pad, pad_value, ho, wo):
     return out
 
 
-@njit(nogil=True, cache=True)
+@ranged
 def normquant(acc, scale, bias, shift, has_bias, relu, out_bits, h, w, k_n, mem, origin, d2,
-              d1):
-    """N§3.5 over int32 sums ``acc`` [>= Ho, >= Wo, >= K] (wrapped as the accumulators wrap;
+              d1, parts, start, stop):
+    """Output rows ``start`` to ``stop`` (all of them: 0 to ``h``; :func:`normquant_parallel`
+    gives each of its ``parts`` a range: ``parts`` is its argument, unused here, since a body
+    takes its wrapper's arguments, emu/ranged.py) of
+    N§3.5 over int32 sums ``acc`` [>= Ho, >= Wo, >= K] (wrapped as the accumulators wrap;
     C-contiguous: the shared kernel's whole work array, conv_sums ``padded``), each output
     stored as ``out_bits // 8`` little-endian two's complement bytes (N§3.1) into the flat
     uint8 ``mem``: output (y, x, k) at ``origin + y*d2 + x*d1 + k*bytes``: p = acc * scale[k]
@@ -95,7 +100,7 @@ def normquant(acc, scale, bias, shift, has_bias, relu, out_bits, h, w, k_n, mem,
         sc32[k], bi32[k], sh32[k] = np.int32(scale[k]), np.int32(bias[k]), min(shift[k], 31)
     # (min: a 32-bit output's unsigned bound does not fit an int32; this path has 8 bits)
     floor32, lo32, hi32 = np.int32(max(floor, -half)), np.int32(lo), np.int32(min(hi, 255))
-    for y in range(h):
+    for y in range(start, stop):
         for x in range(w):
             a = acc[y, x]
             o = origin + y * d2 + x * d1
@@ -122,3 +127,22 @@ def normquant(acc, scale, bias, shift, has_bias, relu, out_bits, h, w, k_n, mem,
                 for k in range(k_n):
                     for b in range(nb):
                         dst[k * nb + b] = np.uint8((row[k] >> (8 * b)) & 0xFF)
+
+
+@ranged_wrapper(normquant, nogil=True, parallel=True, cache=True)
+def normquant_parallel(acc, scale, bias, shift, has_bias, relu, out_bits, h, w, k_n, mem, origin,
+                       d2, d1, parts):
+    """:func:`normquant` of every output row, the rows split into ``parts`` even ranges (the
+    launch's numba threads, an argument as in emu/numeric/nvdla.py post_process_parallel; a
+    part per thread because each call fills its per-channel operands first), each range's
+    outputs stored by its own call (the ranges write disjoint bytes). Why: the pass over a
+    64->64 3x3 job's 32x32x64 sums took 22 us on one thread under the AVX2 approximation and
+    13 us with AVX-512, beside a 200 us (AVX2) convolution whose sums are spread over both
+    cores' caches; on two threads the job took 15 us (AVX2) and 6 us (AVX-512) less
+    (devices/ne16/job.py PARALLEL_ELEMENTS; design notes "NE16 normquant on two threads").
+    A wrapper calling normquant through its address, not a prange in it: emu/conv/int_conv.py
+    Twin."""
+    for p in prange(parts):
+        call_ranged(normquant, (acc, scale, bias, shift, has_bias, relu, out_bits, h, w, k_n,
+                                mem, origin, d2, d1, parts, h * p // parts,
+                                h * (p + 1) // parts))

@@ -16,6 +16,34 @@ from ..jit import njit
 
 
 @njit(nogil=True, cache=True)
+def _argsort(keys):
+    """The indices that sort ``keys`` (int64, C-contiguous), equal keys in their order: a
+    bottom-up merge sort. Why not np.argsort: numba compiles its sort implementation into the
+    caller, and range_pieces' two calls made its compile 3.0 s of CPU (~1.1 s now, this one's
+    included), paid by the first stop of every session that records history where nothing
+    compiled it before (a first `continue` took 5.4 s on the MAX78000 demo); the few dozen
+    ranges of a boundary sort in no measurable time either way."""
+    n = keys.shape[0]
+    a = np.arange(n)
+    b = np.empty(n, np.int64)
+    width = 1
+    while width < n:
+        for lo in range(0, n, 2 * width):
+            mid, hi = min(lo + width, n), min(lo + 2 * width, n)
+            i, j = lo, mid
+            for k in range(lo, hi):
+                if i < mid and (j >= hi or keys[a[i]] <= keys[a[j]]):
+                    b[k] = a[i]
+                    i += 1
+                else:
+                    b[k] = a[j]
+                    j += 1
+        a, b = b, a
+        width *= 2
+    return a
+
+
+@njit(nogil=True, cache=True)
 def range_pieces(ranges, segments):
     """The union of ``ranges`` ([R, 2] int64 [start, end), any order, may overlap or touch:
     joined as devices/ranges.py merge_ranges joins them) inside the segments, parts outside
@@ -28,7 +56,7 @@ def range_pieces(ranges, segments):
     each argument and rebuilds each returned array's type on every call)."""
     starts, ends, stores, bases = segments[0], segments[1], segments[2], segments[3]
     n, n_seg = ranges.shape[0], starts.shape[0]
-    order = np.argsort(ranges[:, 0], kind="mergesort")
+    order = _argsort(ranges[:, 0].copy())
     out = np.empty((4, n + n_seg), np.int64)  # a piece per joined range + per bound crossed
     m = 0
     k = 0
@@ -49,7 +77,7 @@ def range_pieces(ranges, segments):
             out[2, m], out[3, m] = bases[k] + lo - starts[k], hi - lo
             m += 1
             s = hi
-    by_store = np.argsort(out[1, :m] * (1 << 40) + out[2, :m], kind="mergesort")
+    by_store = _argsort(out[1, :m] * (1 << 40) + out[2, :m])
     return out[:, by_store]
 
 

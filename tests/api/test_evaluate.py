@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from unittest.mock import patch
 
 import numpy as np
 import pytest
 
+from accelstub import Session
+from accelstub.devices import history
+from accelstub.devices.tensors import read_tensor, write_tensor
 from accelstub.evaluation import DataError, Evaluator, evaluate
 from accelstub.testkit import max78000_build as mb
 from accelstub.testkit import ne16_build as nb
@@ -37,6 +41,39 @@ def test_one_and_two_workers_give_the_same_outputs(tmp_path, device):
     assert one.complete and two.complete and one.count == len(x)
     assert np.array_equal(one.outputs, two.outputs)
     assert len({one.outputs[i].tobytes() for i in range(len(x))}) > 1  # the samples matter
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_a_dataset_run_records_no_reverse_history(device):
+    """An evaluator's session records nothing to go back through (nothing steps back in a
+    dataset run; recording cost each sample up to 13x, NVDLA's demo): no run of it calls the
+    history's kernels, and its outputs are those of a session that records (the default, as
+    `accelstub serve`'s, 256 MiB)."""
+    ev = Evaluator(device, None)
+    spec = ev.input
+    info = np.iinfo(spec.dtype)
+    x = np.random.default_rng(4).integers(max(info.min, -60), min(info.max, 120),
+                                          spec.shape).astype(spec.dtype)
+
+    def recorded(*args):
+        raise AssertionError("the evaluator's run journaled history")
+    try:
+        with patch.object(history, "diff_out", recorded), \
+                patch.object(history, "swap_out", recorded):
+            got = [ev.run(x) for _ in range(2)]
+        assert not ev.session.backend.rc.history.enabled
+    finally:
+        ev.close()
+    with Session.open(device) as s:
+        rc = s.backend.rc
+        assert rc.history.budget == 256 << 20
+        ev_in, ev_out = s.backend.device.program_io()
+        armed = rc.checkpoint()
+        write_tensor(ev_in[0], x, s.write_memory)
+        assert s.cont().reason == "done" and rc.history.started
+        want = read_tensor(ev_out[0], s.read_memory)
+        rc.rewind(armed)
+    assert np.array_equal(got[0], want) and np.array_equal(got[1], want)
 
 
 def test_max78000_outputs_equal_the_numpy_reference(tmp_path):

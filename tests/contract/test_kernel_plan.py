@@ -72,3 +72,39 @@ def test_the_plan_is_what_a_warm_demo_run_calls(device, needs):
     plan = [e for e in device_spec(device).kernel_plan if e[4] in ("", needs)]
     assert sorted([m, n, s] for m, n, s, _, _ in plan) == warm, \
         "the plan's entries should be:\n" + "\n".join(map(repr, warm))
+
+
+#: the child: a session that records history (as `accelstub serve`'s) stepping, writing memory
+#: while halted, continuing and going back, then every kernel of emu/memory/ranges.py numba
+#: holds a compiled version of in the process
+HISTORY_CHILD = textwrap.dedent('''
+    import json, sys
+    from accelstub import Session
+    from accelstub.emu.jit import KERNELS
+    with Session.open(sys.argv[1]) as s:
+        mem = next(iter(s.backend.device.bus.memories.values()))
+        s.step()
+        base = mem.region.base  # a host change (its own bytes again): journaled
+        s.write_memory(base, s.read_memory(base, 8))
+        s.cont()  # (to the end; NE16's demo is one job: its step ran it, and this is idle)
+        s.reverse_step()
+        s.reverse_continue()
+    print(json.dumps(sorted([m, n, str(sig)] for (m, n), d in KERNELS.items()
+                            for sig in d.signatures if m == "accelstub.emu.memory.ranges")))
+''')
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_history_plan_is_what_a_warm_recording_session_calls(device):
+    """HISTORY_PLAN (what `accelstub serve` compiles beside the device's plan, and `accelstub
+    compile` queues) is exactly the history kernels a warm recording session loads: its
+    stops, a host change journaled, going back."""
+    from accelstub.devices.device import HISTORY_PLAN
+
+    def run() -> list[list[str]]:
+        out = subprocess.run([sys.executable, "-c", HISTORY_CHILD, device], capture_output=True,
+                             text=True, timeout=600)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout.splitlines()[-1])
+    run()  # compiles what the cache lacks (their callees then show too)
+    assert sorted([m, n, s] for m, n, s, _, _ in HISTORY_PLAN) == run()

@@ -19,7 +19,8 @@ from tests.helpers import emu_kernels
 
 #: thin parallel wrappers (a prange over ranges, each range run by a serial kernel that small
 #: work calls directly, so it needs no twin): (module, wrapper) -> its serial kernel
-WRAPPERS = {("accelstub.emu.numeric.nvdla", "post_process_parallel"): "post_process"}
+WRAPPERS = {("accelstub.emu.numeric.nvdla", "post_process_parallel"): "post_process",
+            ("accelstub.emu.conv.ne16", "normquant_parallel"): "normquant"}
 
 
 def test_every_parallel_kernel_has_a_serial_twin():

@@ -101,11 +101,13 @@ def test_normquant_from_the_work_array_matches_the_reference(k, norm_bits, out_b
     biases from -2**31 to 2**31 - 1, scales up to 2**norm_bits - 1, shifts up to 63 (the
     per-channel field's 6 bits), each output type's signed and unsigned limits. The outputs
     are stored as little-endian bytes at a strided place of a flat array (as into L1: a gap
-    after each pixel and row, an origin past 0), and the bytes between them keep theirs."""
+    after each pixel and row, an origin past 0), and the bytes between them keep theirs. The
+    same from the parallel kernel (normquant_parallel, issue 31 #2) with the rows split into
+    any number of ranges, more than there are rows included (empty ranges)."""
     from accelstub.emu.conv import ne16 as K
     from accelstub.testkit.ne16_reference import _normquant
 
-    ho, wo = 2, 3
+    ho, wo = data.draw(st.integers(1, 5), "rows"), 3
     acc = np.array(data.draw(st.lists(_INT32, min_size=ho * (wo + 2) * (k + 3),
                                       max_size=ho * (wo + 2) * (k + 3))),
                    np.int32).reshape(ho, wo + 2, k + 3)
@@ -123,9 +125,13 @@ def test_normquant_from_the_work_array_matches_the_reference(k, norm_bits, out_b
     origin, d1 = 5, k * nb + 3
     d2 = wo * d1 + 7
     out = np.full(origin + ho * d2, 0xA5, np.uint8)
-    K.normquant(acc, np.array(scale, np.int64), np.array(bias, np.int64),
-                np.array(shift if norm_shift else [right_shift] * k, np.int64), has_bias, relu,
-                out_bits, ho, wo, k, out, origin, d2, d1)
+    args = (acc, np.array(scale, np.int64), np.array(bias, np.int64),
+            np.array(shift if norm_shift else [right_shift] * k, np.int64), has_bias, relu,
+            out_bits, ho, wo, k)
+    K.normquant(*args, out, origin, d2, d1, 1, 0, ho)
+    parts = data.draw(st.integers(1, ho + 2), "parts")
+    split = np.full_like(out, 0xA5)
+    K.normquant_parallel(*args, split, origin, d2, d1, parts)
     want = np.full_like(out, 0xA5)
     for y in range(ho):
         for x in range(wo):
@@ -135,3 +141,4 @@ def test_normquant_from_the_work_array_matches_the_reference(k, norm_bits, out_b
                 at = origin + y * d2 + x * d1 + c * nb
                 want[at:at + nb] = list((v & ((1 << out_bits) - 1)).to_bytes(nb, "little"))
     assert out.tobytes() == want.tobytes()
+    assert split.tobytes() == want.tobytes(), parts

@@ -35,7 +35,8 @@ def test_biased_8_bit_outputs_in_32_bit_lanes_equal_the_reference_at_every_edge(
     shift = np.array([c[2] for c in channels], np.int64)
     acc = np.repeat(np.array(EDGES, np.int32)[:, None], k, axis=1).reshape(1, len(EDGES), k)
     out = np.zeros(len(EDGES) * k, np.uint8)
-    K.normquant(acc, scale, bias, shift, True, relu, 8, 1, len(EDGES), k, out, 0, 0, k)
+    K.normquant(acc, scale, bias, shift, True, relu, 8, 1, len(EDGES), k, out, 0, 0, k,
+                1, 0, 1)
     mem = _Bytes(b"".join(int(v).to_bytes(4, "little") for v in scale)
                  + bytes(int(v) for v in shift)
                  + b"".join(int(v).to_bytes(4, "little", signed=True) for v in bias))

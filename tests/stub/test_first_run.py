@@ -114,3 +114,23 @@ def test_a_plan_that_compiled_has_its_garbage_collected_before_the_start_up_free
         monkeypatch.setattr(kernel_plan, "compile_plan", lambda plan, compiled=compiled: compiled)
         cli._compile_plan("max78000")
         assert len(collected) == want, compiled
+
+
+@pytest.mark.parametrize("mib, history", [(None, True), ("0", False)])
+def test_serve_compiles_the_history_kernels_with_its_plan_where_it_records(monkeypatch, mib,
+                                                                          history):
+    """`accelstub serve` records reverse-execution history (--history-mib, default 256), so
+    the plan it has compiled before it says it is ready holds the history's kernels
+    (device.HISTORY_PLAN) beside the device's: a first `continue` then compiles none (5.4 s on
+    the MAX78000 demo before). With --history-mib 0 it records nothing and they are left out."""
+    from accelstub.devices import device_spec
+    from accelstub.devices.device import HISTORY_PLAN
+    from accelstub.emu import kernel_plan
+    from accelstub.stub import cli
+
+    plans = []
+    monkeypatch.setattr(kernel_plan, "compile_plan", lambda plan: plans.append(plan) or [])
+    monkeypatch.setattr(cli, "_serve_until_stopped", lambda args: 0)
+    assert cli.main(["serve", "max78000", *(["--history-mib", mib] if mib else [])]) == 0
+    want = device_spec("max78000").kernel_plan + (HISTORY_PLAN if history else ())
+    assert plans == [want]

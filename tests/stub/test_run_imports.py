@@ -231,7 +231,7 @@ import contextlib, gc, io, json
 import accelstub.stub.cli as cli
 seen = []
 plan = cli._compile_plan
-cli._compile_plan = lambda device: (seen.append(gc.get_threshold()[0]), plan(device))
+cli._compile_plan = lambda device, **kw: (seen.append(gc.get_threshold()[0]), plan(device, **kw))
 with contextlib.redirect_stdout(io.StringIO()):
     code = cli.main(["serve", "max78000", "--stdio"])  # stdin at its end: serves, then stops
 print(json.dumps([code, gc.isenabled(), gc.get_freeze_count(), len(gc.get_objects()), seen,
