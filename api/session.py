@@ -389,7 +389,8 @@ class Session:
 
     def set_tensor(self, unit: UnitRef, name: str, array: np.ndarray) -> None:
         """Write ``array`` (the tensor's shape and layout) into device memory."""
-        write_tensor(self._tensor_spec(unit, name), np.asarray(array), self.write_memory)
+        write_tensor(self._tensor_spec(unit, name), np.asarray(array), self.write_memory,
+                     self.read_memory)
 
     # -- registers and memory --------------------------------------------------------------------
     def register_names(self) -> list[str]:

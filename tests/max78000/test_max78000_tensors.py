@@ -167,3 +167,43 @@ def test_no_program_no_tensors_and_a_layer_out_of_range_is_named():
     assert dev.unit_tensors(0) == ()  # layer 0 enables no processor: nothing to declare
     with pytest.raises(DeviceError, match=r"no layer 5: the program has layers 0\.\.0"):
         dev.unit_tensors(5)
+
+
+@pytest.mark.parametrize("name", ["eltwise-conv", "linear", "multipass"])
+def test_a_write_with_a_read_merges_runs_and_keeps_the_bytes_between(tmp_path, name):
+    """write_tensor given the memory's read (Session.set_tensor, the dataset run's input)
+    writes the elements as the per-run writes do, in one write per range of elements less
+    than WRITE_MERGE_GAP bytes apart (a word per pixel with 3 of its 4 bytes used: 64 writes
+    for an 8x8 input, 256 for the bundled demo's 16x16), and the bytes between the elements
+    keep theirs."""
+    from accelstub.devices.tensors import WRITE_MERGE_GAP
+
+    net = NETS[name]
+    path = build(net, seed=2).write(tmp_path / name)
+    rng = np.random.default_rng(3)
+    devs: list = []
+    writes: list = []
+    x = None
+    for merged in (False, True):
+        rc = RunControl(open_device("max78000"))
+        load_program(CommandContext(targets=[rc]), path)
+        dev = rc.device
+        spec = next(s for s in dev.unit_tensors(0) if s.name == "input")
+        spans = spec.ranges(WRITE_MERGE_GAP)
+        noise = np.random.default_rng(1)
+        for a, b in spans:  # every byte between the elements set, then kept
+            dev.write(a, noise.integers(0, 256, b - a, dtype=np.uint8).tobytes())
+        calls = []
+
+        def write(addr: int, data: bytes, _dev=dev, _calls=calls) -> None:
+            _calls.append((addr, len(data)))
+            _dev.write(addr, data)
+        if x is None:  # the same values into both devices
+            x = rng.integers(-128, 128, spec.shape).astype(spec.dtype)
+        write_tensor(spec, x, write, dev.read if merged else None)
+        assert np.array_equal(read_tensor(spec, dev.read), x)
+        devs.append([dev.read(a, b - a) for a, b in spans])
+        writes.append(calls)
+    assert devs[0] == devs[1]  # the same bytes, the gaps' noise included
+    assert len(writes[0]) == len(spec.ranges())  # a write per run of touching elements
+    assert len(writes[1]) == len(spans)  # eltwise-conv 450 -> 9, linear 64 -> 1, multipass 13
