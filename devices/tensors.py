@@ -31,8 +31,8 @@ import numpy as np
 #: two address ranges closer than this are read as one (fewer reads over a remote link)
 MERGE_GAP = 256
 #: bytes between two elements that :func:`write_tensor` with a ``read`` writes back as they
-#: are to make one write of both (small: far below any memory's size and alignment, so a
-#: merged write stays in the memory its elements are in)
+#: are to make one write of both, and the dataset run's checkpoint puts back with them (small:
+#: far below any memory's size and alignment, so a merged range stays in its elements' memory)
 WRITE_MERGE_GAP = 16
 
 

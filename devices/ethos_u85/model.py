@@ -264,7 +264,8 @@ class EthosU85(Device):
         if not self.running:  # [U85-TRM: Table 3-5, Table 3-6]
             self._status(cmd_end_reached=0)
             self.resumable = False
-        self.listing.forget()
+        # (the listing is kept by the stream's words and QBASE, compared when next asked: a
+        # driver that writes QBASE/QSIZE again per inference lists nothing again, listing.py)
 
     def _pair(self, partner: str):
         def hook(reg, old: int, new: int) -> None:
@@ -610,7 +611,6 @@ class EthosU85(Device):
         cpu = [s for s in self.vela.segments if not isinstance(s, NpuStream)] \
             if self.vela is not None else []
         self.cpu_pending = (k, cpu[k]) if k is not None and k < len(cpu) else None
-        self.listing.forget()
 
 
 class _BranchFault(Unpredictable):

@@ -76,6 +76,20 @@ def test_a_dataset_run_records_no_reverse_history(device):
     assert np.array_equal(got[0], want) and np.array_equal(got[1], want)
 
 
+def test_a_samples_rewind_puts_the_input_back_in_few_ranges():
+    """The armed state a sample rewinds to keeps the input's elements less than
+    WRITE_MERGE_GAP bytes apart as one range (the MAX78000 demo's input uses 3 bytes of every
+    4: 256 runs, each put back on its own per sample before), and every input byte is in it."""
+    ev = Evaluator("max78000", None)
+    try:
+        runs = ev.input.ranges()
+        kept = [(s, s + len(d)) for s, d in ev._armed["ranges"]]
+        assert len(runs) == 256 and len(kept) < 10
+        assert all(any(a <= s and e <= b for a, b in kept) for s, e in runs)
+    finally:
+        ev.close()
+
+
 def test_max78000_outputs_equal_the_numpy_reference(tmp_path):
     net = mb.demo_network()
     x0, ws, bs = mb.random_arrays(net, seed=5)
