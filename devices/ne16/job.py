@@ -534,14 +534,10 @@ def normquant(cfg: JobConfig, acc: np.ndarray, read: Reader, mem: np.ndarray, or
         shift = (read(s0, k, "shift") & 0x3F).astype(np.int64)
         reads.append((s0, s0 + k))
     ho, wo = cfg.out_hw
-    args = (np.ascontiguousarray(acc), scale,
-            bias if bias is not None else np.zeros(k, np.int64),
-            shift if shift is not None else np.full(k, cfg.right_shift, np.int64),
-            cfg.norm_bias, cfg.relu, cfg.out_bits, ho, wo, k, mem, origin, d2, d1)
-    par = IC.parallel_for_elements(ho * wo * k, PARALLEL_ELEMENTS)
-    if par.threads == 1:
-        K.normquant(*args, 1, 0, ho)
-    else:
-        with par:
-            K.normquant_parallel(*args, par.threads)
+    IC.launch_rows(K.normquant, K.normquant_parallel,
+                   (np.ascontiguousarray(acc), scale,
+                    bias if bias is not None else np.zeros(k, np.int64),
+                    shift if shift is not None else np.full(k, cfg.right_shift, np.int64),
+                    cfg.norm_bias, cfg.relu, cfg.out_bits, ho, wo, k, mem, origin, d2, d1),
+                   ho, ho * wo * k, PARALLEL_ELEMENTS)
     return reads

@@ -278,14 +278,9 @@ def process(cfg: SdpConfig, acc: np.ndarray, read: Read, *, k: int | None = None
         packed = np.empty((c // F.ATOM, cfg.h, cfg.w, F.ATOM), np.uint8)
         words = packed.reshape(-1).view(np.uint64)
         base, line, surf = 0, F.ATOM * cfg.w, F.ATOM * cfg.h * cfg.w
-    args = (acc, k, add, clip, stages, *ops, *cfg.cvt, *shape, words, base // 8, line // 8,
-            surf // 8)
-    par = IC.parallel_for_elements(c * cfg.h * cfg.w, PARALLEL_ELEMENTS)
-    if par.threads == 1:
-        sat = post_process(*args, 1, 0, cfg.h)
-    else:
-        with par:
-            sat = post_process_parallel(*args, par.threads)
+    sat = IC.launch_rows(post_process, post_process_parallel,
+                         (acc, k, add, clip, stages, *ops, *cfg.cvt, *shape, words, base // 8,
+                          line // 8, surf // 8), cfg.h, c * cfg.h * cfg.w, PARALLEL_ELEMENTS)
     out = None
     if not aligned:
         out = packed.view(np.int8).transpose(0, 3, 1, 2).reshape(shape)

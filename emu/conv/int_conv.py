@@ -149,6 +149,19 @@ def parallel_for_elements(n: int, threshold: int) -> parallel:
     return parallel(n * SERIAL_WORK // threshold)
 
 
+def launch_rows(body, wrapper, args: tuple, rows: int, elements: int, threshold: int):
+    """A pass of ``elements`` elements over ``rows`` rows: ``body`` (an emu/ranged.py kernel
+    over rows, taking ``args``, its wrapper's part count, then the row range) over every row on
+    one thread, or from ``threshold`` elements on (:func:`parallel_for_elements`) its thin
+    ``parallel=True`` ``wrapper`` with a part per thread of the launch; what the call returns.
+    The one launch of NVDLA's post_process and NE16's normquant."""
+    par = parallel_for_elements(elements, threshold)
+    if par.threads == 1:
+        return body(*args, 1, 0, rows)
+    with par:
+        return wrapper(*args, par.threads)
+
+
 class Twin(NamedTuple):
     """A ``parallel=True`` kernel and its serial twin, launched by :meth:`parallel.kernel` for
     work below SERIAL_WORK; both thin wrappers of one serial ``body`` over a range of the

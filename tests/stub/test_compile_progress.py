@@ -76,6 +76,33 @@ def test_one_child_compiles_for_every_device(tmp_path, monkeypatch):
     assert lines[-2].startswith("accelstub: all devices: done in ")
 
 
+def test_queued_kernels_that_share_a_ranged_body_are_one_together_set():
+    """Two queued kernels that call one emu/ranged.py body (a parallel twin and its serial
+    twin; a thin parallel wrapper and the body it calls, itself a plan entry: NVDLA's
+    post_process, NE16's normquant) are one TOGETHER set, the one that compiles the body
+    (the serial one) first: queued apart, both processes would compile the body (~0.5-2 s
+    each). TOGETHER lists the sets by hand; this keeps it complete."""
+    from accelstub.emu.kernel_plan import kernel
+
+    names = {(e[0], e[1]) for e in precompile.queue_for(["max78000", "ethos-u85", "ne16",
+                                                           "nvdla"])
+             if not e[1].startswith("demo ")} - {e[:2] for e in precompile.AHEAD["ethos-u85"]}
+    by_body: dict = {}
+    for m, n in names:
+        d = kernel(m, n)
+        for body in getattr(d, "ranged_kernels", ()) or (d,):
+            by_body.setdefault(body, []).append((bool(d.targetoptions.get("parallel")), (m, n)))
+    sets = {f: (name, i) for name, (functions, _) in precompile.TOGETHER.items()
+            for i, f in enumerate(functions)}
+    shared = [sorted(users) for users in by_body.values() if len(users) > 1]
+    assert len(shared) >= 6  # 4 twins (the byte one: 2 bodies), post_process, normquant
+    for users in shared:
+        (_, first), *rest = users  # the serial one first
+        for _, other in rest:
+            assert first in sets and other in sets, (first, other)
+            assert sets[first][0] == sets[other][0] and sets[first][1] < sets[other][1]
+
+
 def test_the_queue_holds_each_kernel_once_longest_first_then_every_demo(monkeypatch):
     """queue_for: the executor (AHEAD) first, every device's plan, the executor's kernels and
     the plans' parallel twins once each, longest first (a TOGETHER set at its own figure, its
